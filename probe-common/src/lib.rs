@@ -1,0 +1,11 @@
+//! Types and pure packet logic shared by probed's kernel programs and its userspace.
+//!
+//! Everything here is `no_std`, `#[repr(C)]` where it crosses the kernel boundary, and
+//! free of allocation, so the eBPF programs call exactly the code the host tests exercise.
+#![no_std]
+
+pub mod counters;
+pub mod packet;
+
+/// Directory under bpffs where a daemon pins its maps; each instance adds its own name.
+pub const PIN_ROOT: &str = "/sys/fs/bpf";

@@ -1,0 +1,15 @@
+//! probed's kernel programs: the XDP reply matcher (`probe_rx`).
+#![no_std]
+#![no_main]
+
+mod maps;
+mod parse;
+mod rx;
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // SAFETY: eBPF programs cannot panic at run time; the verifier rejects any path that
+    // would reach here, so this is never executed.
+    unsafe { core::hint::unreachable_unchecked() }
+}

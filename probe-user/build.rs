@@ -1,0 +1,68 @@
+//! Builds the eBPF object (probe-ebpf) so the daemon embeds it and ships as one binary.
+//!
+//! The eBPF crate needs `-Z build-std=core` for `bpfel-unknown-none`, which needs the source
+//! of `core`: Debian's rustc-web toolchain ships it, the machine's rustup toolchain does not.
+//! `cargo xtask setup` installs that toolchain and bpf-linker.
+use std::{
+    env,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
+const DEBIAN_CARGO: &str = "/usr/bin/cargo";
+
+fn main() {
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let root = manifest_dir.parent().unwrap().to_path_buf();
+    let ebpf_dir = root.join("probe-ebpf");
+    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    for dir in ["probe-ebpf/src", "probe-common/src"] {
+        println!("cargo:rerun-if-changed={}", root.join(dir).display());
+    }
+    println!("cargo:rerun-if-changed={}", ebpf_dir.join("Cargo.toml").display());
+    println!("cargo:rerun-if-env-changed=PROBED_EBPF_OBJ");
+
+    let dest = out_dir.join("probe.bpf.o");
+    // An already built object may be handed in (packaging, cross builds).
+    if let Ok(prebuilt) = env::var("PROBED_EBPF_OBJ") {
+        std::fs::copy(&prebuilt, &dest).unwrap_or_else(|e| panic!("copy PROBED_EBPF_OBJ={prebuilt}: {e}"));
+        return;
+    }
+    for tool in [DEBIAN_RUSTC, DEBIAN_CARGO] {
+        if !Path::new(tool).exists() {
+            panic!("{tool} is missing: the eBPF build needs Debian's rustc-web toolchain; run `cargo xtask setup`");
+        }
+    }
+    let cargo_home = env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cargo"));
+    let linker_dir = cargo_home.join("bin");
+    if !linker_dir.join("bpf-linker").exists() {
+        panic!("bpf-linker is missing from {}: run `cargo xtask setup`", linker_dir.display());
+    }
+    let path = format!("{}:{}", linker_dir.display(), env::var("PATH").unwrap_or_default());
+    let target_dir = root.join("target").join("ebpf");
+
+    let mut cmd = Command::new(DEBIAN_CARGO);
+    // The outer cargo exports its own toolchain and flags to build scripts; none of them may
+    // leak into the nested build, which uses a different compiler and target.
+    for (key, _) in env::vars() {
+        if key.starts_with("CARGO_") && key != "CARGO_HOME" || key.starts_with("RUSTC") || key == "RUSTFLAGS" || key == "RUSTDOC" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.current_dir(&ebpf_dir)
+        .env("PATH", path)
+        .env("RUSTC", DEBIAN_RUSTC)
+        .env("RUSTC_BOOTSTRAP", "1")
+        .env("CARGO_ENCODED_RUSTFLAGS", ["-C", "debuginfo=2", "-C", "link-arg=--btf"].join("\u{1f}"))
+        .args(["build", "--release", "--target", "bpfel-unknown-none", "-Z", "build-std=core", "--target-dir"])
+        .arg(&target_dir);
+    let status = cmd.status().unwrap_or_else(|e| panic!("run {DEBIAN_CARGO}: {e}"));
+    if !status.success() {
+        panic!("building probe-ebpf failed ({status}); see the compiler output above");
+    }
+    let obj = target_dir.join("bpfel-unknown-none/release/probe");
+    std::fs::copy(&obj, &dest).unwrap_or_else(|e| panic!("copy {}: {e}", obj.display()));
+}

@@ -1,0 +1,77 @@
+//! The kernel-facing layer: the embedded eBPF object, loading, attaching and pinning.
+//!
+//! Everything that talks to the bpf() syscall or netlink lives under this module and is kept
+//! thin; callers get typed handles and errors that say what to try.
+pub mod pin;
+pub mod rx;
+
+use std::path::PathBuf;
+
+/// The eBPF object built by `build.rs` from probe-ebpf, embedded so the daemon is one file.
+pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probe.bpf.o"));
+
+/// Errors from loading, attaching or pinning the kernel programs.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    #[error("loading the eBPF object failed: {0}{hint}", hint = privilege_hint(.0))]
+    Load(#[source] aya::EbpfError),
+    #[error("program {name} is missing from the eBPF object")]
+    MissingProgram { name: &'static str },
+    #[error("map {name} is missing from the eBPF object")]
+    MissingMap { name: &'static str },
+    #[error("the kernel verifier rejected program {name}: {source}")]
+    Verifier {
+        name: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("no network interface named {iface:?} in this network namespace")]
+    NoSuchInterface { iface: String },
+    #[error("attaching {name} to {iface} failed: {source}")]
+    Attach {
+        name: &'static str,
+        iface: String,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("{op} {path}: {source}")]
+    Pin {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("reading map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("running program {name}: {source}")]
+    Run {
+        name: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+}
+
+fn privilege_hint(err: &aya::EbpfError) -> &'static str {
+    let text = err.to_string();
+    if text.contains("Operation not permitted") || text.contains("EPERM") {
+        " (probed needs root, or CAP_BPF + CAP_NET_ADMIN + CAP_PERFMON, to load XDP programs)"
+    } else {
+        ""
+    }
+}
+
+/// Returns the interface index of `iface` in the caller's network namespace.
+pub fn if_index(iface: &str) -> Result<u32, KernelError> {
+    let missing = || KernelError::NoSuchInterface { iface: iface.to_string() };
+    let name = std::ffi::CString::new(iface).map_err(|_| missing())?;
+    // SAFETY: `name` is a valid NUL-terminated string that outlives the call.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if index == 0 {
+        return Err(missing());
+    }
+    Ok(index)
+}

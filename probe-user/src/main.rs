@@ -1,0 +1,6 @@
+//! The probed binary: daemon and command-line interface.
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
+}
