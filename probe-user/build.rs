@@ -39,7 +39,10 @@ fn main() {
         .unwrap_or_else(|_| PathBuf::from(env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cargo"));
     let linker_dir = cargo_home.join("bin");
     if !linker_dir.join("bpf-linker").exists() {
-        panic!("bpf-linker is missing from {}: run `cargo xtask setup`", linker_dir.display());
+        panic!(
+            "bpf-linker is missing from {}: run `cargo xtask setup`",
+            linker_dir.display()
+        );
     }
     let path = format!("{}:{}", linker_dir.display(), env::var("PATH").unwrap_or_default());
     let target_dir = root.join("target").join("ebpf");
@@ -48,7 +51,11 @@ fn main() {
     // The outer cargo exports its own toolchain and flags to build scripts; none of them may
     // leak into the nested build, which uses a different compiler and target.
     for (key, _) in env::vars() {
-        if key.starts_with("CARGO_") && key != "CARGO_HOME" || key.starts_with("RUSTC") || key == "RUSTFLAGS" || key == "RUSTDOC" {
+        if key.starts_with("CARGO_") && key != "CARGO_HOME"
+            || key.starts_with("RUSTC")
+            || key == "RUSTFLAGS"
+            || key == "RUSTDOC"
+        {
             cmd.env_remove(key);
         }
     }
@@ -56,8 +63,19 @@ fn main() {
         .env("PATH", path)
         .env("RUSTC", DEBIAN_RUSTC)
         .env("RUSTC_BOOTSTRAP", "1")
-        .env("CARGO_ENCODED_RUSTFLAGS", ["-C", "debuginfo=2", "-C", "link-arg=--btf"].join("\u{1f}"))
-        .args(["build", "--release", "--target", "bpfel-unknown-none", "-Z", "build-std=core", "--target-dir"])
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            ["-C", "debuginfo=2", "-C", "link-arg=--btf"].join("\u{1f}"),
+        )
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--target-dir",
+        ])
         .arg(&target_dir);
     let status = cmd.status().unwrap_or_else(|e| panic!("run {DEBIAN_CARGO}: {e}"));
     if !status.success() {

@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use probed::kernel::{pin::PinDir, rx::RxProgram};
 
 #[derive(Parser)]
-#[command(name = "probed", version, about = "Kernel-accelerated health checks for load-balancer backends")]
+#[command(
+    name = "probed",
+    version,
+    about = "Kernel-accelerated health checks for load-balancer backends"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -59,7 +63,13 @@ impl From<Mode> for XdpMode {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Attach { iface, pin_dir, mode, every_ms, duration_s } => attach(&iface, pin_dir, mode, every_ms, duration_s),
+        Command::Attach {
+            iface,
+            pin_dir,
+            mode,
+            every_ms,
+            duration_s,
+        } => attach(&iface, pin_dir, mode, every_ms, duration_s),
     };
     match result {
         Ok(code) => code,
@@ -71,15 +81,23 @@ pub fn main() -> ExitCode {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().context("start the async runtime")
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("start the async runtime")
 }
 
 fn attach(iface: &str, pin_dir: PathBuf, mode: Mode, every_ms: u64, duration_s: u64) -> anyhow::Result<ExitCode> {
     let pins = PinDir::create(&pin_dir).with_context(|| format!("prepare pin directory {}", pin_dir.display()))?;
     let rx = RxProgram::attach(iface, mode.into(), pins).with_context(|| format!("attach probe_rx to {iface}"))?;
-    println!("probe_rx attached to {} (maps pinned in {})", rx.iface(), rx.pin_dir().display());
+    println!(
+        "probe_rx attached to {} (maps pinned in {})",
+        rx.iface(),
+        rx.pin_dir().display()
+    );
     runtime()?.block_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("install SIGTERM handler")?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("install SIGTERM handler")?;
         let mut tick = tokio::time::interval(Duration::from_millis(every_ms.max(10)));
         let deadline = (duration_s > 0).then(|| tokio::time::Instant::now() + Duration::from_secs(duration_s));
         loop {

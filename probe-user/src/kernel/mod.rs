@@ -13,13 +13,13 @@ pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR
 /// Errors from loading, attaching or pinning the kernel programs.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
-    #[error("loading the eBPF object failed: {0}{hint}", hint = privilege_hint(.0))]
+    #[error("loading the eBPF object failed{hint}", hint = privilege_hint(.0))]
     Load(#[source] aya::EbpfError),
     #[error("program {name} is missing from the eBPF object")]
     MissingProgram { name: &'static str },
     #[error("map {name} is missing from the eBPF object")]
     MissingMap { name: &'static str },
-    #[error("the kernel verifier rejected program {name}: {source}")]
+    #[error("the kernel refused to load program {name}")]
     Verifier {
         name: &'static str,
         #[source]
@@ -27,27 +27,27 @@ pub enum KernelError {
     },
     #[error("no network interface named {iface:?} in this network namespace")]
     NoSuchInterface { iface: String },
-    #[error("attaching {name} to {iface} failed: {source}")]
+    #[error("attaching {name} to {iface} failed")]
     Attach {
         name: &'static str,
         iface: String,
         #[source]
         source: aya::programs::ProgramError,
     },
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {path}")]
     Pin {
         op: &'static str,
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("reading map {name}: {source}")]
+    #[error("map {name}")]
     Map {
         name: &'static str,
         #[source]
         source: aya::maps::MapError,
     },
-    #[error("running program {name}: {source}")]
+    #[error("running program {name}")]
     Run {
         name: &'static str,
         #[source]
@@ -56,17 +56,22 @@ pub enum KernelError {
 }
 
 fn privilege_hint(err: &aya::EbpfError) -> &'static str {
-    let text = err.to_string();
-    if text.contains("Operation not permitted") || text.contains("EPERM") {
-        " (probed needs root, or CAP_BPF + CAP_NET_ADMIN + CAP_PERFMON, to load XDP programs)"
-    } else {
-        ""
+    let mut cause: Option<&dyn std::error::Error> = Some(err);
+    while let Some(e) = cause {
+        let text = e.to_string();
+        if text.contains("Operation not permitted") || text.contains("EPERM") {
+            return " (probed needs root, or CAP_BPF + CAP_NET_ADMIN + CAP_PERFMON, to load and attach XDP programs)";
+        }
+        cause = e.source();
     }
+    ""
 }
 
 /// Returns the interface index of `iface` in the caller's network namespace.
 pub fn if_index(iface: &str) -> Result<u32, KernelError> {
-    let missing = || KernelError::NoSuchInterface { iface: iface.to_string() };
+    let missing = || KernelError::NoSuchInterface {
+        iface: iface.to_string(),
+    };
     let name = std::ffi::CString::new(iface).map_err(|_| missing())?;
     // SAFETY: `name` is a valid NUL-terminated string that outlives the call.
     let index = unsafe { libc::if_nametoindex(name.as_ptr()) };

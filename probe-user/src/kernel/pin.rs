@@ -15,7 +15,13 @@ impl PinDir {
     /// Creates (or reuses) `path`, which must lie on a mounted bpffs.
     pub fn create(path: impl Into<PathBuf>) -> Result<Self, KernelError> {
         let path = path.into();
-        std::fs::create_dir_all(&path).map_err(|source| KernelError::Pin { op: "create pin directory", path: path.clone(), source })?;
+        ensure_bpffs_mounted(&path);
+        std::fs::create_dir_all(&path).map_err(|source| KernelError::Pin {
+            op: "create pin directory",
+            path: path.clone(),
+            source,
+        })?;
+        ensure_bpffs_mounted(&path);
         if !is_bpffs(&path) {
             return Err(KernelError::Pin {
                 op: "pin directory is not on bpffs (mount it with `mount -t bpf bpf /sys/fs/bpf`)",
@@ -23,7 +29,10 @@ impl PinDir {
                 source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
             });
         }
-        Ok(Self { path, pinned: Vec::new() })
+        Ok(Self {
+            path,
+            pinned: Vec::new(),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -34,9 +43,17 @@ impl PinDir {
     pub fn pin_map(&mut self, map: &aya::maps::Map, name: &str) -> Result<(), KernelError> {
         let path = self.path.join(name);
         if path.exists() {
-            std::fs::remove_file(&path).map_err(|source| KernelError::Pin { op: "remove stale pin", path: path.clone(), source })?;
+            std::fs::remove_file(&path).map_err(|source| KernelError::Pin {
+                op: "remove stale pin",
+                path: path.clone(),
+                source,
+            })?;
         }
-        map.pin(&path).map_err(|e| KernelError::Pin { op: "pin map at", path: path.clone(), source: std::io::Error::other(e) })?;
+        map.pin(&path).map_err(|e| KernelError::Pin {
+            op: "pin map at",
+            path: path.clone(),
+            source: std::io::Error::other(e),
+        })?;
         self.pinned.push(path);
         Ok(())
     }
@@ -63,4 +80,24 @@ fn is_bpffs(path: &Path) -> bool {
     // SAFETY: see above.
     let rc = unsafe { libc::statfs(cpath.as_ptr(), &mut buf) };
     rc == 0 && buf.f_type as i64 == BPF_FS_MAGIC
+}
+
+/// `ip netns exec` gives its command a fresh sysfs without bpffs; when the pin directory lies
+/// under the conventional /sys/fs/bpf and that is not bpffs, mount it there (best effort: the
+/// bpffs check that follows reports failure).
+fn ensure_bpffs_mounted(path: &Path) {
+    let root = Path::new(probe_common::PIN_ROOT);
+    if !path.starts_with(root) || is_bpffs(root) {
+        return;
+    }
+    let (Ok(src), Ok(target), Ok(fstype)) = (
+        std::ffi::CString::new("bpf"),
+        std::ffi::CString::new(probe_common::PIN_ROOT),
+        std::ffi::CString::new("bpf"),
+    ) else {
+        return;
+    };
+    // SAFETY: all three strings are valid and NUL-terminated for the duration of the call;
+    // a NULL data pointer is allowed for bpffs.
+    unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
 }

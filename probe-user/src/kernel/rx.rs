@@ -30,11 +30,20 @@ impl RxProgram {
             .ok_or(KernelError::MissingProgram { name: PROG })?
             .try_into()
             .map_err(|source| KernelError::Verifier { name: PROG, source })?;
-        prog.load().map_err(|source| KernelError::Verifier { name: PROG, source })?;
-        prog.attach(iface, mode).map_err(|source| KernelError::Attach { name: PROG, iface: iface.to_string(), source })?;
+        prog.load()
+            .map_err(|source| KernelError::Verifier { name: PROG, source })?;
+        prog.attach(iface, mode).map_err(|source| KernelError::Attach {
+            name: PROG,
+            iface: iface.to_string(),
+            source,
+        })?;
         let map = ebpf.map(COUNTERS).ok_or(KernelError::MissingMap { name: COUNTERS })?;
         pins.pin_map(map, COUNTERS)?;
-        Ok(Self { ebpf, iface: iface.to_string(), pins })
+        Ok(Self {
+            ebpf,
+            iface: iface.to_string(),
+            pins,
+        })
     }
 
     pub fn iface(&self) -> &str {
@@ -47,9 +56,15 @@ impl RxProgram {
 
     /// Sums the per-CPU counters.
     pub fn counters(&self) -> Result<RxCounters, KernelError> {
-        let map = self.ebpf.map(COUNTERS).ok_or(KernelError::MissingMap { name: COUNTERS })?;
-        let array: PerCpuArray<_, RxCounters> = PerCpuArray::try_from(map).map_err(|source| KernelError::Map { name: COUNTERS, source })?;
-        let per_cpu = array.get(&0, 0).map_err(|source| KernelError::Map { name: COUNTERS, source })?;
+        let map = self
+            .ebpf
+            .map(COUNTERS)
+            .ok_or(KernelError::MissingMap { name: COUNTERS })?;
+        let array: PerCpuArray<_, RxCounters> =
+            PerCpuArray::try_from(map).map_err(|source| KernelError::Map { name: COUNTERS, source })?;
+        let per_cpu = array
+            .get(&0, 0)
+            .map_err(|source| KernelError::Map { name: COUNTERS, source })?;
         let mut total = RxCounters::default();
         for slot in per_cpu.iter() {
             total.accumulate(slot);
