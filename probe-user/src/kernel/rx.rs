@@ -72,3 +72,19 @@ impl RxProgram {
         Ok(total)
     }
 }
+
+impl RxProgram {
+    /// The kernel's id of the loaded program (what `bpftool prog show id N` takes).
+    pub fn program_id(&self) -> Result<u32, KernelError> {
+        let prog: &Xdp = self
+            .ebpf
+            .program(PROG)
+            .ok_or(KernelError::MissingProgram { name: PROG })?
+            .try_into()
+            .map_err(|source| KernelError::Verifier { name: PROG, source })?;
+        let info = prog
+            .info()
+            .map_err(|source| KernelError::Verifier { name: PROG, source })?;
+        Ok(info.id())
+    }
+}

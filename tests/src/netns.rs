@@ -1,0 +1,93 @@
+//! One network namespace, created with iproute2 and deleted on drop.
+use std::{fs::File, os::fd::AsRawFd, path::PathBuf};
+
+use crate::{run, unique_name};
+
+/// A named network namespace (`ip netns add`), deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(prefix: &str) -> Self {
+        let name = unique_name(prefix);
+        run("ip", &["netns", "add", &name]);
+        let ns = Self { name };
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from("/var/run/netns").join(&self.name)
+    }
+
+    /// `ip -n NAME ARGS...`
+    pub fn ip(&self, args: &[&str]) -> String {
+        let mut all = vec!["-n", &self.name];
+        all.extend_from_slice(args);
+        run("ip", &all)
+    }
+
+    /// Runs a program inside the namespace (`ip netns exec`).
+    pub fn exec(&self, cmd: &str, args: &[&str]) -> String {
+        let mut all = vec!["netns", "exec", &self.name, cmd];
+        all.extend_from_slice(args);
+        run("ip", &all)
+    }
+
+    /// Sets a sysctl inside the namespace.
+    pub fn sysctl(&self, key: &str, value: &str) {
+        self.exec("sysctl", &["-qw", &format!("{key}={value}")]);
+    }
+
+    /// Loads an nftables ruleset (`nft -f -` semantics) inside the namespace.
+    pub fn nft(&self, ruleset: &str) {
+        use std::io::Write;
+        let mut child = std::process::Command::new("ip")
+            .args(["netns", "exec", &self.name, "nft", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn nft");
+        child.stdin.take().unwrap().write_all(ruleset.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "nft rejected:\n{ruleset}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Runs `f` on a fresh thread that has joined this namespace, and returns its result.
+    /// Sockets and XDP attachments made by `f` belong to this namespace; a panic in `f` is
+    /// re-raised here after the thread has unwound.
+    pub fn enter<T: Send, F: FnOnce() -> T + Send>(&self, f: F) -> T {
+        let file = File::open(self.path()).unwrap_or_else(|e| panic!("open {}: {e}", self.path().display()));
+        std::thread::scope(|s| {
+            let handle = s.spawn(move || {
+                // SAFETY: `file` is an open namespace file; setns only changes this thread's
+                // network namespace, which is a thread of its own that ends after `f`.
+                let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+                f()
+            });
+            match handle.join() {
+                Ok(v) => v,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
+    }
+
+    /// Returns true when the namespace still exists.
+    pub fn exists(name: &str) -> bool {
+        PathBuf::from("/var/run/netns").join(name).exists()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
