@@ -1,1 +1,69 @@
-fn main() {}
+//! `cargo xtask`: set-up, build, test, demo, bench and inspection for probed.
+//!
+//! xtask itself depends on nothing that needs the eBPF toolchain, so `cargo xtask setup`
+//! works on a machine that has none of it yet.
+mod bench;
+mod build;
+mod demo;
+mod inspect;
+mod setup;
+mod test;
+mod util;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "Build, test and run probed")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Install what is missing: Debian packages, bpf-linker, bpffs mount.
+    Setup,
+    /// Build the eBPF object and the userspace that embeds it.
+    Build {
+        #[arg(long)]
+        release: bool,
+    },
+    /// Set up, build, then run the unit and the privileged integration tests.
+    Test {
+        /// Only run tests whose name contains this.
+        filter: Option<String>,
+    },
+    /// Build a demo fleet in network namespaces and run probed against it.
+    Demo {
+        /// Stop by itself after this many seconds (default: run until Ctrl-C).
+        #[arg(long)]
+        seconds: Option<u64>,
+    },
+    /// Benchmarks (not tests): `l4`, `http`, `schedule`.
+    Bench { which: String },
+    /// Show loaded probe programs and pinned maps with bpftool.
+    Inspect {
+        /// Pin directory to dump.
+        #[arg(long, default_value = "/sys/fs/bpf/probed")]
+        pin_dir: String,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Setup => setup::run(),
+        Command::Build { release } => build::run(release),
+        Command::Test { filter } => test::run(filter.as_deref()),
+        Command::Demo { seconds } => demo::run(seconds),
+        Command::Bench { which } => bench::run(&which),
+        Command::Inspect { pin_dir } => inspect::run(&pin_dir),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! `cargo xtask bench WHICH`: benchmarks, run in release, reporting side-by-side ratios.
+use anyhow::bail;
+
+use crate::util::{cargo, require_root, sh};
+
+pub fn run(which: &str) -> anyhow::Result<()> {
+    require_root("benchmarks")?;
+    crate::setup::run()?;
+    let mut cmd = cargo();
+    match which {
+        "l4" => cmd.args(["run", "--release", "-p", "probed-tests", "--bin", "bench-l4"]),
+        "http" => cmd.args(["run", "--release", "-p", "probe-user", "--example", "bench_http"]),
+        "schedule" => cmd.args(["run", "--release", "-p", "probe-user", "--example", "bench_schedule"]),
+        other => bail!("unknown benchmark {other:?}: choose l4, http or schedule"),
+    };
+    sh(&mut cmd)
+}

@@ -1,0 +1,97 @@
+//! `cargo xtask setup`: installs only what is missing, and says what it did.
+use std::{path::PathBuf, process::Command};
+
+use anyhow::{bail, Context};
+
+use crate::util::{output, sh};
+
+/// Debian packages the build, the tests and the demo need.
+const PACKAGES: &[&str] = &[
+    "rustc-web",     // rustc 1.96 with the source of core, for -Z build-std (eBPF)
+    "cargo-web",     // its cargo
+    "rust-web-src",  // that source
+    "llvm-22-dev",   // bpf-linker links against LLVM 22
+    "libpolly-22-dev",
+    "libzstd-dev",
+    "zlib1g-dev",
+    "bpftool",       // inspection
+    "iproute2",      // ip netns, veth
+    "nftables",      // drop/reject rules in tests, backend rules
+    "ethtool",       // GRO on veth (needed for XDP_TX on veth)
+    "iputils-ping",
+];
+const BPF_LINKER_VERSION: &str = "0.13.0";
+const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+
+pub fn run() -> anyhow::Result<()> {
+    crate::util::require_root("setup")?;
+    let started = std::time::Instant::now();
+    let mut did = Vec::new();
+    let missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !package_installed(p)).collect();
+    if !missing.is_empty() {
+        install_packages(&missing)?;
+        did.push(format!("installed {}", missing.join(" ")));
+    }
+    if !bpf_linker_ok() {
+        install_bpf_linker()?;
+        did.push(format!("built bpf-linker {BPF_LINKER_VERSION}"));
+    }
+    if mount_bpffs()? {
+        did.push("mounted bpffs on /sys/fs/bpf".into());
+    }
+    if did.is_empty() {
+        eprintln!("setup: everything is already in place ({:.1}s)", started.elapsed().as_secs_f64());
+    } else {
+        eprintln!("setup: {} ({:.0}s)", did.join("; "), started.elapsed().as_secs_f64());
+    }
+    Ok(())
+}
+
+fn package_installed(name: &str) -> bool {
+    output(Command::new("dpkg-query").args(["-W", "-f=${Status}", name]))
+        .is_some_and(|s| s.contains("install ok installed"))
+}
+
+fn install_packages(pkgs: &[&str]) -> anyhow::Result<()> {
+    sh(Command::new("apt-get").arg("update").arg("-q"))
+        .context("apt-get update failed: check that the Debian package mirror is reachable")?;
+    sh(Command::new("apt-get").args(["install", "-y", "-q", "--no-install-recommends"]).args(pkgs).env(
+        "DEBIAN_FRONTEND",
+        "noninteractive",
+    ))
+    .with_context(|| format!("could not install {}: install them by hand with apt-get", pkgs.join(" ")))
+}
+
+fn cargo_bin() -> PathBuf {
+    let home = std::env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cargo"));
+    home.join("bin")
+}
+
+fn bpf_linker_ok() -> bool {
+    output(Command::new(cargo_bin().join("bpf-linker")).arg("--version"))
+        .is_some_and(|v| v.contains(BPF_LINKER_VERSION))
+}
+
+fn install_bpf_linker() -> anyhow::Result<()> {
+    if !PathBuf::from(LLVM_PREFIX).join("bin/llvm-config").exists() {
+        bail!("{LLVM_PREFIX}/bin/llvm-config is missing: install llvm-22-dev");
+    }
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args(["install", "bpf-linker", "--locked", "--version", BPF_LINKER_VERSION])
+        .args(["--no-default-features", "--features", "llvm-22"])
+        .env("LLVM_PREFIX", LLVM_PREFIX);
+    sh(&mut cmd).context("building bpf-linker failed; it needs llvm-22-dev and a reachable crates registry")
+}
+
+/// Mounts bpffs on /sys/fs/bpf when it is not mounted; returns whether it did.
+fn mount_bpffs() -> anyhow::Result<bool> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").context("read /proc/self/mounts")?;
+    if mounts.lines().any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf") && l.starts_with("bpf ")) {
+        return Ok(false);
+    }
+    sh(Command::new("mount").args(["-t", "bpf", "bpf", "/sys/fs/bpf"]))
+        .context("mount bpffs on /sys/fs/bpf (needs root)")?;
+    Ok(true)
+}

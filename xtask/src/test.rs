@@ -1,0 +1,20 @@
+//! `cargo xtask test`: set-up, build, unit tests, then the privileged integration tests.
+use crate::util::{cargo, require_root, sh};
+
+pub fn run(filter: Option<&str>) -> anyhow::Result<()> {
+    require_root("the integration tests")?;
+    crate::setup::run()?;
+    crate::build::run_build(false, true)?;
+    let mut unit = cargo();
+    unit.args(["test", "-p", "probe-common", "-p", "probe-user"]);
+    if let Some(f) = filter {
+        unit.arg(f);
+    }
+    sh(&mut unit)?;
+    let mut integration = cargo();
+    integration.args(["test", "-p", "probed-tests"]);
+    if let Some(f) = filter {
+        integration.arg(f);
+    }
+    sh(&mut integration)
+}
