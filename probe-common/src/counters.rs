@@ -1,4 +1,4 @@
-//! The reply matcher's counters: one per-CPU array slot holding named fields.
+//! Counters of the kernel programs: per-CPU array slots holding named fields.
 
 /// What probe_rx saw on ingress, summed over CPUs by userspace.
 #[repr(C)]
@@ -12,21 +12,73 @@ pub struct RxCounters {
     pub icmp_unreach: u64,
     /// Everything else, passed untouched.
     pub other: u64,
+    /// Replies matched to a live probe, by outcome.
+    pub matched_open: u64,
+    pub matched_refused: u64,
+    pub matched_unreach: u64,
+    /// Replies to a live probe's flow whose ack/sequence/id did not echo the cookie.
+    pub forged: u64,
+    /// Replies to the probe port range with no live probe (late, duplicate or invented).
+    pub stale: u64,
+    /// RSTs sent back with XDP_TX to close half-open probes.
+    pub rst_sent: u64,
+    /// Matched replies lost because the event ring buffer was full.
+    pub ringbuf_full: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<RxCounters>() == 32);
+const _: () = assert!(core::mem::size_of::<RxCounters>() == 88);
 
 impl RxCounters {
     /// Adds another CPU's slot to this one.
-    pub fn accumulate(&mut self, other: &RxCounters) {
-        self.syn_ack += other.syn_ack;
-        self.rst += other.rst;
-        self.icmp_unreach += other.icmp_unreach;
-        self.other += other.other;
+    pub fn accumulate(&mut self, o: &RxCounters) {
+        self.syn_ack += o.syn_ack;
+        self.rst += o.rst;
+        self.icmp_unreach += o.icmp_unreach;
+        self.other += o.other;
+        self.matched_open += o.matched_open;
+        self.matched_refused += o.matched_refused;
+        self.matched_unreach += o.matched_unreach;
+        self.forged += o.forged;
+        self.stale += o.stale;
+        self.rst_sent += o.rst_sent;
+        self.ringbuf_full += o.ringbuf_full;
     }
 }
 
-// SAFETY: RxCounters is repr(C), Copy, made only of u64 fields with no padding, so every
-// bit pattern is a valid value.
+/// What probe_tx did, summed over CPUs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxCounters {
+    /// Frames built and handed to the device.
+    pub sent: u64,
+    /// Runs past the end of the job list (dropped, nothing sent).
+    pub no_job: u64,
+    /// Jobs with no route to the target.
+    pub no_route: u64,
+    /// Jobs whose next hop had no resolved neighbour (reported for the stack path).
+    pub no_neigh: u64,
+    /// In-flight table insertions that failed (table full).
+    pub inflight_full: u64,
+    /// Events lost because the ring buffer was full.
+    pub ringbuf_full: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<TxCounters>() == 48);
+
+impl TxCounters {
+    pub fn accumulate(&mut self, o: &TxCounters) {
+        self.sent += o.sent;
+        self.no_job += o.no_job;
+        self.no_route += o.no_route;
+        self.no_neigh += o.no_neigh;
+        self.inflight_full += o.inflight_full;
+        self.ringbuf_full += o.ringbuf_full;
+    }
+}
+
 #[cfg(feature = "user")]
-unsafe impl aya::Pod for RxCounters {}
+mod pod {
+    // SAFETY (both): repr(C), Copy, only u64 fields, no padding: every bit pattern is valid.
+    unsafe impl aya::Pod for super::RxCounters {}
+    unsafe impl aya::Pod for super::TxCounters {}
+}

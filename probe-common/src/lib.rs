@@ -4,7 +4,14 @@
 //! free of allocation, so the eBPF programs call exactly the code the host tests exercise.
 #![no_std]
 
+#[cfg(test)]
+extern crate std;
+
+pub mod cookie;
 pub mod counters;
+pub mod csum;
+pub mod frame;
+pub mod l4;
 pub mod packet;
 
 /// Directory under bpffs where a daemon pins its maps; each instance adds its own name.

@@ -1,0 +1,305 @@
+//! Probe and teardown frames as fixed layouts with pure builders. The generator writes a
+//! whole frame with one store; the raw-socket fallback sends the same bytes minus Ethernet.
+use crate::{
+    csum::{add_bytes, finish, pseudo_v4, pseudo_v6},
+    packet::{
+        EthHdr, Ipv4Hdr, Ipv6Hdr, TcpHdr, UdpHdr, ETH_P_IP, ETH_P_IPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_RST, TCP_SYN,
+    },
+};
+
+/// SYN options a Linux stack would send, less timestamps: MSS, NOP + window scale 7,
+/// SACK-permitted + NOP NOP. The MSS bytes (2..4) are set per family.
+pub const SYN_OPTS_LEN: usize = 12;
+const SYN_OPTS: [u8; SYN_OPTS_LEN] = [2, 4, 0, 0, 1, 3, 3, 7, 4, 2, 1, 1];
+const MSS_V4: u16 = 1460;
+const MSS_V6: u16 = 1440;
+const SYN_WINDOW: u16 = 64240;
+const TTL: u8 = 64;
+
+/// Addresses and ports of one probe, from the prober's side, for either family.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ends<A> {
+    pub smac: [u8; 6],
+    pub dmac: [u8; 6],
+    pub saddr: A,
+    pub daddr: A,
+    pub sport: u16,
+    pub dport: u16,
+}
+
+macro_rules! frame {
+    ($(#[$m:meta])* $name:ident { $($field:ident: $ty:ty),* } = $len:expr) => {
+        $(#[$m])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct $name { $(pub $field: $ty),* }
+        const _: () = assert!(core::mem::size_of::<$name>() == $len);
+        const _: () = assert!(core::mem::align_of::<$name>() == 1);
+        impl $name {
+            pub const LEN: usize = $len;
+            /// The frame's bytes, Ethernet header first.
+            pub fn bytes(&self) -> &[u8] {
+                // SAFETY: the struct is repr(C) of byte arrays and byte-array headers
+                // (alignment 1, size asserted above), so it has no padding and all of its
+                // LEN bytes are initialised.
+                unsafe { core::slice::from_raw_parts(self as *const Self as *const u8, Self::LEN) }
+            }
+        }
+    };
+}
+
+frame!(/// A TCP SYN over IPv4 with options.
+    SynV4 { eth: EthHdr, ip: Ipv4Hdr, tcp: TcpHdr, opts: [u8; SYN_OPTS_LEN] } = 66);
+frame!(/// A TCP SYN over IPv6 with options.
+    SynV6 { eth: EthHdr, ip: Ipv6Hdr, tcp: TcpHdr, opts: [u8; SYN_OPTS_LEN] } = 86);
+frame!(/// A bare TCP RST over IPv4.
+    RstV4 { eth: EthHdr, ip: Ipv4Hdr, tcp: TcpHdr } = 54);
+frame!(/// A bare TCP RST over IPv6.
+    RstV6 { eth: EthHdr, ip: Ipv6Hdr, tcp: TcpHdr } = 74);
+frame!(/// The headers of a UDP probe over IPv4; the payload follows in the template frame.
+    UdpV4 { eth: EthHdr, ip: Ipv4Hdr, udp: UdpHdr } = 42);
+frame!(/// The headers of a UDP probe over IPv6; the payload follows in the template frame.
+    UdpV6 { eth: EthHdr, ip: Ipv6Hdr, udp: UdpHdr } = 62);
+
+#[inline(always)]
+fn eth<A>(e: &Ends<A>, ethertype: u16) -> EthHdr {
+    EthHdr { dst: e.dmac, src: e.smac, ethertype_be: ethertype.to_be_bytes() }
+}
+
+/// An IPv4 header (DF set, TTL 64) with its checksum.
+#[inline(always)]
+pub fn ipv4(saddr: [u8; 4], daddr: [u8; 4], proto: u8, payload_len: u16, id: u16) -> Ipv4Hdr {
+    let tot_len = Ipv4Hdr::LEN as u16 + payload_len;
+    let frag: u16 = 0x4000;
+    let mut sum = 0x4500u64 + tot_len as u64 + id as u64 + frag as u64 + (((TTL as u64) << 8) | proto as u64);
+    sum = add_bytes(add_bytes(sum, &saddr), &daddr);
+    Ipv4Hdr {
+        ver_ihl: 0x45,
+        tos: 0,
+        tot_len_be: tot_len.to_be_bytes(),
+        id_be: id.to_be_bytes(),
+        frag_off_be: frag.to_be_bytes(),
+        ttl: TTL,
+        proto,
+        csum_be: finish(sum).to_be_bytes(),
+        saddr,
+        daddr,
+    }
+}
+
+#[inline(always)]
+fn ipv6(saddr: [u8; 16], daddr: [u8; 16], next_hdr: u8, payload_len: u16) -> Ipv6Hdr {
+    Ipv6Hdr {
+        ver_tc_flow: [0x60, 0, 0, 0],
+        payload_len_be: payload_len.to_be_bytes(),
+        next_hdr,
+        hop_limit: TTL,
+        saddr,
+        daddr,
+    }
+}
+
+/// Sum of a TCP header's words, the checksum field excluded.
+#[inline(always)]
+fn tcp_sum(t: &TcpHdr) -> u64 {
+    let mut sum = add_bytes(0, &t.sport_be);
+    sum = add_bytes(sum, &t.dport_be);
+    sum = add_bytes(sum, &t.seq_be);
+    sum = add_bytes(sum, &t.ack_be);
+    sum += ((t.doff_res as u64) << 8) | t.flags as u64;
+    sum = add_bytes(sum, &t.window_be);
+    add_bytes(sum, &t.urg_be)
+}
+
+#[inline(always)]
+fn tcp(sport: u16, dport: u16, seq: u32, ack: u32, hdr_len: usize, flags: u8, window: u16) -> TcpHdr {
+    TcpHdr {
+        sport_be: sport.to_be_bytes(),
+        dport_be: dport.to_be_bytes(),
+        seq_be: seq.to_be_bytes(),
+        ack_be: ack.to_be_bytes(),
+        doff_res: ((hdr_len / 4) as u8) << 4,
+        flags,
+        window_be: window.to_be_bytes(),
+        csum_be: [0; 2],
+        urg_be: [0; 2],
+    }
+}
+
+#[inline(always)]
+fn syn_opts(mss: u16) -> [u8; SYN_OPTS_LEN] {
+    let mut o = SYN_OPTS;
+    let m = mss.to_be_bytes();
+    o[2] = m[0];
+    o[3] = m[1];
+    o
+}
+
+const SYN_TCP_LEN: usize = TcpHdr::LEN + SYN_OPTS_LEN;
+
+/// The SYN of a TCP probe whose initial sequence number is `isn`.
+#[inline(always)]
+pub fn syn_v4(e: &Ends<[u8; 4]>, isn: u32) -> SynV4 {
+    let opts = syn_opts(MSS_V4);
+    let mut t = tcp(e.sport, e.dport, isn, 0, SYN_TCP_LEN, TCP_SYN, SYN_WINDOW);
+    let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u16) + tcp_sum(&t);
+    t.csum_be = finish(add_bytes(sum, &opts)).to_be_bytes();
+    SynV4 { eth: eth(e, ETH_P_IP), ip: ipv4(e.saddr, e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u16, 0), tcp: t, opts }
+}
+
+#[inline(always)]
+pub fn syn_v6(e: &Ends<[u8; 16]>, isn: u32) -> SynV6 {
+    let opts = syn_opts(MSS_V6);
+    let mut t = tcp(e.sport, e.dport, isn, 0, SYN_TCP_LEN, TCP_SYN, SYN_WINDOW);
+    let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u32) + tcp_sum(&t);
+    t.csum_be = finish(add_bytes(sum, &opts)).to_be_bytes();
+    SynV6 { eth: eth(e, ETH_P_IPV6), ip: ipv6(e.saddr, e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u16), tcp: t, opts }
+}
+
+/// The RST that closes a half-open probe: sequence number `seq` is the SYN+ACK's ack.
+#[inline(always)]
+pub fn rst_v4(e: &Ends<[u8; 4]>, seq: u32) -> RstV4 {
+    let mut t = tcp(e.sport, e.dport, seq, 0, TcpHdr::LEN, TCP_RST, 0);
+    let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_TCP, TcpHdr::LEN as u16) + tcp_sum(&t);
+    t.csum_be = finish(sum).to_be_bytes();
+    RstV4 { eth: eth(e, ETH_P_IP), ip: ipv4(e.saddr, e.daddr, IPPROTO_TCP, TcpHdr::LEN as u16, 0), tcp: t }
+}
+
+#[inline(always)]
+pub fn rst_v6(e: &Ends<[u8; 16]>, seq: u32) -> RstV6 {
+    let mut t = tcp(e.sport, e.dport, seq, 0, TcpHdr::LEN, TCP_RST, 0);
+    let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_TCP, TcpHdr::LEN as u32) + tcp_sum(&t);
+    t.csum_be = finish(sum).to_be_bytes();
+    RstV6 { eth: eth(e, ETH_P_IPV6), ip: ipv6(e.saddr, e.daddr, IPPROTO_TCP, TcpHdr::LEN as u16), tcp: t }
+}
+
+#[inline(always)]
+fn udp(e_sport: u16, e_dport: u16, len: u16) -> UdpHdr {
+    UdpHdr { sport_be: e_sport.to_be_bytes(), dport_be: e_dport.to_be_bytes(), len_be: len.to_be_bytes(), csum_be: [0; 2] }
+}
+
+/// A UDP checksum of zero means "none"; a computed zero is sent as all ones (RFC 768).
+#[inline(always)]
+fn udp_csum(sum: u64) -> [u8; 2] {
+    let c = finish(sum);
+    if c == 0 { 0xffff_u16 } else { c }.to_be_bytes()
+}
+
+/// The headers of a UDP probe carrying `payload_len` bytes whose word sum is `payload_sum`
+/// (see [`payload_sum`]); the IPv4 id carries the low half of the cookie.
+#[inline(always)]
+pub fn udp_v4(e: &Ends<[u8; 4]>, ip_id: u16, payload_len: u16, payload_sum: u64) -> UdpV4 {
+    let len = UdpHdr::LEN as u16 + payload_len;
+    let mut u = udp(e.sport, e.dport, len);
+    let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_UDP, len) + e.sport as u64 + e.dport as u64 + len as u64;
+    u.csum_be = udp_csum(sum + payload_sum);
+    UdpV4 { eth: eth(e, ETH_P_IP), ip: ipv4(e.saddr, e.daddr, IPPROTO_UDP, len, ip_id), udp: u }
+}
+
+#[inline(always)]
+pub fn udp_v6(e: &Ends<[u8; 16]>, payload_len: u16, payload_sum: u64) -> UdpV6 {
+    let len = UdpHdr::LEN as u16 + payload_len;
+    let mut u = udp(e.sport, e.dport, len);
+    let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_UDP, len as u32) + e.sport as u64 + e.dport as u64 + len as u64;
+    u.csum_be = udp_csum(sum + payload_sum);
+    UdpV6 { eth: eth(e, ETH_P_IPV6), ip: ipv6(e.saddr, e.daddr, IPPROTO_UDP, len), udp: u }
+}
+
+/// The word sum of a UDP payload, as the builders expect it (host side only: a loop over a
+/// slice of any length).
+pub fn payload_sum(payload: &[u8]) -> u64 {
+    payload
+        .chunks(2)
+        .map(|c| u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)]) as u64)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::TCP_ACK;
+
+    fn ends4() -> Ends<[u8; 4]> {
+        Ends { smac: [2, 0, 0, 0, 0, 1], dmac: [2, 0, 0, 0, 0, 2], saddr: [198, 18, 0, 1], daddr: [198, 19, 1, 2], sport: 61234, dport: 443 }
+    }
+
+    fn ends6() -> Ends<[u8; 16]> {
+        let mut s = [0u8; 16];
+        s[..4].copy_from_slice(&[0x20, 0x01, 0, 2]);
+        let mut d = s;
+        s[15] = 1;
+        d[15] = 2;
+        Ends { smac: [2, 0, 0, 0, 0, 1], dmac: [2, 0, 0, 0, 0, 2], saddr: s, daddr: d, sport: 61234, dport: 80 }
+    }
+
+    /// Verifies a transport checksum the way a receiver does: the sum over pseudo-header and
+    /// segment (checksum included) folds to zero.
+    fn verify_v4(saddr: [u8; 4], daddr: [u8; 4], proto: u8, seg: &[u8]) {
+        let sum = pseudo_v4(&saddr, &daddr, proto, seg.len() as u16) + payload_sum(seg);
+        assert_eq!(finish(sum), 0, "transport checksum");
+    }
+
+    fn verify_v6(saddr: [u8; 16], daddr: [u8; 16], proto: u8, seg: &[u8]) {
+        let sum = pseudo_v6(&saddr, &daddr, proto, seg.len() as u32) + payload_sum(seg);
+        assert_eq!(finish(sum), 0, "transport checksum");
+    }
+
+    #[test]
+    fn syn_v4_is_well_formed() {
+        let e = ends4();
+        let f = syn_v4(&e, 0xdead_beef);
+        let b = f.bytes();
+        assert_eq!(b.len(), 66);
+        assert_eq!(&b[12..14], &[0x08, 0x00]);
+        assert_eq!(finish(payload_sum(&b[14..34])), 0, "IPv4 header checksum");
+        assert_eq!(u16::from_be_bytes([b[16], b[17]]), 52, "total length");
+        verify_v4(e.saddr, e.daddr, IPPROTO_TCP, &b[34..]);
+        assert_eq!(f.tcp.seq(), 0xdead_beef);
+        assert_eq!(f.tcp.flags, TCP_SYN);
+        assert_eq!(f.tcp.header_len(), 32);
+        assert_eq!(&f.opts[..4], &[2, 4, 0x05, 0xb4], "MSS 1460");
+    }
+
+    #[test]
+    fn syn_v6_is_well_formed() {
+        let e = ends6();
+        let f = syn_v6(&e, 7);
+        let b = f.bytes();
+        assert_eq!(b.len(), 86);
+        assert_eq!(&b[12..14], &[0x86, 0xdd]);
+        assert_eq!(u16::from_be_bytes([b[18], b[19]]), 32, "payload length");
+        verify_v6(e.saddr, e.daddr, IPPROTO_TCP, &b[54..]);
+        assert_eq!(&f.opts[..4], &[2, 4, 0x05, 0xa0], "MSS 1440");
+    }
+
+    #[test]
+    fn rst_frames_are_well_formed() {
+        let e = ends4();
+        let f = rst_v4(&e, 0x1000_0001);
+        let b = f.bytes();
+        assert_eq!(finish(payload_sum(&b[14..34])), 0);
+        verify_v4(e.saddr, e.daddr, IPPROTO_TCP, &b[34..]);
+        assert_eq!(f.tcp.flags & (TCP_RST | TCP_ACK | TCP_SYN), TCP_RST);
+        assert_eq!(f.tcp.seq(), 0x1000_0001);
+        let e = ends6();
+        let f = rst_v6(&e, 5);
+        verify_v6(e.saddr, e.daddr, IPPROTO_TCP, &f.bytes()[54..]);
+    }
+
+    #[test]
+    fn udp_frames_checksum_with_payload() {
+        for payload in [&b""[..], b"ping", b"odd", b"health-check request payload!"] {
+            let e = ends4();
+            let h = udp_v4(&e, 0x1234, payload.len() as u16, payload_sum(payload));
+            let mut seg = h.bytes()[34..].to_vec();
+            seg.extend_from_slice(payload);
+            verify_v4(e.saddr, e.daddr, IPPROTO_UDP, &seg);
+            assert_eq!(finish(payload_sum(&h.bytes()[14..34])), 0);
+            let e = ends6();
+            let h = udp_v6(&e, payload.len() as u16, payload_sum(payload));
+            let mut seg = h.bytes()[54..].to_vec();
+            seg.extend_from_slice(payload);
+            verify_v6(e.saddr, e.daddr, IPPROTO_UDP, &seg);
+        }
+    }
+}

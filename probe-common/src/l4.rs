@@ -1,0 +1,156 @@
+//! The L4 engine's shared records: the jobs userspace hands the generator, the in-flight
+//! table the matcher consults, and the events it reports.
+
+/// Address family tags used in `FlowKey::family`.
+pub const FAMILY_V4: u8 = 4;
+pub const FAMILY_V6: u8 = 6;
+
+/// A probe's flow, from the prober's side: our address and port, the target's.
+/// IPv4 addresses occupy the first four bytes; the rest stays zero.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    pub saddr: [u8; 16],
+    pub daddr: [u8; 16],
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+    pub family: u8,
+    pub _pad: [u8; 2],
+}
+const _: () = assert!(core::mem::size_of::<FlowKey>() == 40);
+
+impl FlowKey {
+    pub fn v4(saddr: [u8; 4], daddr: [u8; 4], sport: u16, dport: u16, proto: u8) -> Self {
+        let mut k = Self { sport, dport, proto, family: FAMILY_V4, ..Default::default() };
+        k.saddr[..4].copy_from_slice(&saddr);
+        k.daddr[..4].copy_from_slice(&daddr);
+        k
+    }
+
+    pub fn v6(saddr: [u8; 16], daddr: [u8; 16], sport: u16, dport: u16, proto: u8) -> Self {
+        Self { saddr, daddr, sport, dport, proto, family: FAMILY_V6, _pad: [0; 2] }
+    }
+
+    #[inline(always)]
+    pub fn saddr_v4(&self) -> [u8; 4] {
+        [self.saddr[0], self.saddr[1], self.saddr[2], self.saddr[3]]
+    }
+
+    #[inline(always)]
+    pub fn daddr_v4(&self) -> [u8; 4] {
+        [self.daddr[0], self.daddr[1], self.daddr[2], self.daddr[3]]
+    }
+}
+
+/// A probe on the wire, waiting for its reply. Whoever deletes the entry owns the outcome:
+/// the matcher when a reply arrives, userspace when the timeout passes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Inflight {
+    /// Userspace's index of the target.
+    pub slot: u32,
+    /// The probe's generation for that target (part of the cookie).
+    pub gen: u32,
+    /// The cookie sent (TCP initial sequence number; low 16 bits are the UDP IPv4 id).
+    pub cookie: u32,
+    pub _pad: u32,
+    /// bpf_ktime_get_ns (CLOCK_MONOTONIC) when the probe left.
+    pub sent_ns: u64,
+}
+const _: () = assert!(core::mem::size_of::<Inflight>() == 24);
+
+/// One probe for the generator to send.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeJob {
+    pub flow: FlowKey,
+    pub slot: u32,
+    pub gen: u32,
+}
+const _: () = assert!(core::mem::size_of::<ProbeJob>() == 48);
+
+/// What the kernel reports for a probe.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// SYN+ACK with the right ack: the port is open (the RST went back).
+    Open = 1,
+    /// RST answering the probe.
+    Refused = 2,
+    /// ICMP/ICMPv6 destination unreachable quoting the probe.
+    Unreachable = 3,
+    /// The generator found a route but no resolved neighbour: send through the stack.
+    NoNeighbour = 4,
+    /// The generator found no route to the target.
+    NoRoute = 5,
+}
+
+impl EventKind {
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => Self::Open,
+            2 => Self::Refused,
+            3 => Self::Unreachable,
+            4 => Self::NoNeighbour,
+            5 => Self::NoRoute,
+            _ => return None,
+        })
+    }
+}
+
+/// A ring-buffer record: one per matched reply (or per probe the generator could not send).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeEvent {
+    /// Reply time minus send time, in nanoseconds (0 for generator events).
+    pub rtt_ns: u64,
+    pub slot: u32,
+    pub gen: u32,
+    pub kind: u8,
+    pub icmp_type: u8,
+    pub icmp_code: u8,
+    pub _pad: [u8; 5],
+}
+const _: () = assert!(core::mem::size_of::<ProbeEvent>() == 24);
+
+/// Generator control, index 0 of PROBE_TX_CTL: the run's job count and the next job to take.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxCtl {
+    /// Next job index; the generator takes jobs with an atomic fetch-add.
+    pub next: u64,
+    /// Jobs in PROBE_JOBS for this run.
+    pub count: u64,
+    /// One's-complement sum of the UDP payload in the template frame (userspace computes it).
+    pub payload_sum: u64,
+    /// UDP payload length in the template frame.
+    pub payload_len: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<TxCtl>() == 32);
+
+/// The per-daemon cookie key, index 0 of PROBE_KEY.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CookieKey {
+    pub k: [u64; 2],
+}
+const _: () = assert!(core::mem::size_of::<CookieKey>() == 16);
+
+/// Most jobs one generator run takes (PROBE_JOBS entries).
+pub const MAX_JOBS: u32 = 65536;
+/// In-flight table size: the most probes on the wire at once.
+pub const MAX_INFLIGHT: u32 = 1 << 20;
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY (all): repr(C) records of integers and byte arrays with explicit padding fields,
+    // so there are no implicit padding bytes and every bit pattern is valid.
+    unsafe impl aya::Pod for super::FlowKey {}
+    unsafe impl aya::Pod for super::Inflight {}
+    unsafe impl aya::Pod for super::ProbeJob {}
+    unsafe impl aya::Pod for super::ProbeEvent {}
+    unsafe impl aya::Pod for super::TxCtl {}
+    unsafe impl aya::Pod for super::CookieKey {}
+}
