@@ -63,7 +63,11 @@ frame!(/// The headers of a UDP probe over IPv6; the payload follows in the temp
 
 #[inline(always)]
 fn eth<A>(e: &Ends<A>, ethertype: u16) -> EthHdr {
-    EthHdr { dst: e.dmac, src: e.smac, ethertype_be: ethertype.to_be_bytes() }
+    EthHdr {
+        dst: e.dmac,
+        src: e.smac,
+        ethertype_be: ethertype.to_be_bytes(),
+    }
 }
 
 /// An IPv4 header (DF set, TTL 64) with its checksum.
@@ -137,45 +141,80 @@ fn syn_opts(mss: u16) -> [u8; SYN_OPTS_LEN] {
 
 const SYN_TCP_LEN: usize = TcpHdr::LEN + SYN_OPTS_LEN;
 
-/// The SYN of a TCP probe whose initial sequence number is `isn`.
+/// Writes the SYN of a TCP probe whose initial sequence number is `isn` into `f` (which may
+/// be packet memory: the kernel builds in place, its stack is too small for copies).
 #[inline(always)]
+pub fn write_syn_v4(f: &mut SynV4, e: &Ends<[u8; 4]>, isn: u32) {
+    f.eth = eth(e, ETH_P_IP);
+    f.ip = ipv4(e.saddr, e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u16, 0);
+    f.opts = syn_opts(MSS_V4);
+    f.tcp = tcp(e.sport, e.dport, isn, 0, SYN_TCP_LEN, TCP_SYN, SYN_WINDOW);
+    let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u16) + tcp_sum(&f.tcp);
+    f.tcp.csum_be = finish(add_bytes(sum, &f.opts)).to_be_bytes();
+}
+
+#[inline(always)]
+pub fn write_syn_v6(f: &mut SynV6, e: &Ends<[u8; 16]>, isn: u32) {
+    f.eth = eth(e, ETH_P_IPV6);
+    f.ip = ipv6(e.saddr, e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u16);
+    f.opts = syn_opts(MSS_V6);
+    f.tcp = tcp(e.sport, e.dport, isn, 0, SYN_TCP_LEN, TCP_SYN, SYN_WINDOW);
+    let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u32) + tcp_sum(&f.tcp);
+    f.tcp.csum_be = finish(add_bytes(sum, &f.opts)).to_be_bytes();
+}
+
+/// Writes the RST that closes a half-open probe: `seq` is the SYN+ACK's ack.
+#[inline(always)]
+pub fn write_rst_v4(f: &mut RstV4, e: &Ends<[u8; 4]>, seq: u32) {
+    f.eth = eth(e, ETH_P_IP);
+    f.ip = ipv4(e.saddr, e.daddr, IPPROTO_TCP, TcpHdr::LEN as u16, 0);
+    f.tcp = tcp(e.sport, e.dport, seq, 0, TcpHdr::LEN, TCP_RST, 0);
+    let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_TCP, TcpHdr::LEN as u16) + tcp_sum(&f.tcp);
+    f.tcp.csum_be = finish(sum).to_be_bytes();
+}
+
+#[inline(always)]
+pub fn write_rst_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, seq: u32) {
+    f.eth = eth(e, ETH_P_IPV6);
+    f.ip = ipv6(e.saddr, e.daddr, IPPROTO_TCP, TcpHdr::LEN as u16);
+    f.tcp = tcp(e.sport, e.dport, seq, 0, TcpHdr::LEN, TCP_RST, 0);
+    let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_TCP, TcpHdr::LEN as u32) + tcp_sum(&f.tcp);
+    f.tcp.csum_be = finish(sum).to_be_bytes();
+}
+
+/// Value-returning forms of the writers, for userspace (raw-socket fallback, tests).
 pub fn syn_v4(e: &Ends<[u8; 4]>, isn: u32) -> SynV4 {
-    let opts = syn_opts(MSS_V4);
-    let mut t = tcp(e.sport, e.dport, isn, 0, SYN_TCP_LEN, TCP_SYN, SYN_WINDOW);
-    let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u16) + tcp_sum(&t);
-    t.csum_be = finish(add_bytes(sum, &opts)).to_be_bytes();
-    SynV4 { eth: eth(e, ETH_P_IP), ip: ipv4(e.saddr, e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u16, 0), tcp: t, opts }
+    let mut f = SynV4::default();
+    write_syn_v4(&mut f, e, isn);
+    f
 }
 
-#[inline(always)]
 pub fn syn_v6(e: &Ends<[u8; 16]>, isn: u32) -> SynV6 {
-    let opts = syn_opts(MSS_V6);
-    let mut t = tcp(e.sport, e.dport, isn, 0, SYN_TCP_LEN, TCP_SYN, SYN_WINDOW);
-    let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u32) + tcp_sum(&t);
-    t.csum_be = finish(add_bytes(sum, &opts)).to_be_bytes();
-    SynV6 { eth: eth(e, ETH_P_IPV6), ip: ipv6(e.saddr, e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u16), tcp: t, opts }
+    let mut f = SynV6::default();
+    write_syn_v6(&mut f, e, isn);
+    f
 }
 
-/// The RST that closes a half-open probe: sequence number `seq` is the SYN+ACK's ack.
-#[inline(always)]
 pub fn rst_v4(e: &Ends<[u8; 4]>, seq: u32) -> RstV4 {
-    let mut t = tcp(e.sport, e.dport, seq, 0, TcpHdr::LEN, TCP_RST, 0);
-    let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_TCP, TcpHdr::LEN as u16) + tcp_sum(&t);
-    t.csum_be = finish(sum).to_be_bytes();
-    RstV4 { eth: eth(e, ETH_P_IP), ip: ipv4(e.saddr, e.daddr, IPPROTO_TCP, TcpHdr::LEN as u16, 0), tcp: t }
+    let mut f = RstV4::default();
+    write_rst_v4(&mut f, e, seq);
+    f
 }
 
-#[inline(always)]
 pub fn rst_v6(e: &Ends<[u8; 16]>, seq: u32) -> RstV6 {
-    let mut t = tcp(e.sport, e.dport, seq, 0, TcpHdr::LEN, TCP_RST, 0);
-    let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_TCP, TcpHdr::LEN as u32) + tcp_sum(&t);
-    t.csum_be = finish(sum).to_be_bytes();
-    RstV6 { eth: eth(e, ETH_P_IPV6), ip: ipv6(e.saddr, e.daddr, IPPROTO_TCP, TcpHdr::LEN as u16), tcp: t }
+    let mut f = RstV6::default();
+    write_rst_v6(&mut f, e, seq);
+    f
 }
 
 #[inline(always)]
 fn udp(e_sport: u16, e_dport: u16, len: u16) -> UdpHdr {
-    UdpHdr { sport_be: e_sport.to_be_bytes(), dport_be: e_dport.to_be_bytes(), len_be: len.to_be_bytes(), csum_be: [0; 2] }
+    UdpHdr {
+        sport_be: e_sport.to_be_bytes(),
+        dport_be: e_dport.to_be_bytes(),
+        len_be: len.to_be_bytes(),
+        csum_be: [0; 2],
+    }
 }
 
 /// A UDP checksum of zero means "none"; a computed zero is sent as all ones (RFC 768).
@@ -188,21 +227,35 @@ fn udp_csum(sum: u64) -> [u8; 2] {
 /// The headers of a UDP probe carrying `payload_len` bytes whose word sum is `payload_sum`
 /// (see [`payload_sum`]); the IPv4 id carries the low half of the cookie.
 #[inline(always)]
-pub fn udp_v4(e: &Ends<[u8; 4]>, ip_id: u16, payload_len: u16, payload_sum: u64) -> UdpV4 {
+pub fn write_udp_v4(f: &mut UdpV4, e: &Ends<[u8; 4]>, ip_id: u16, payload_len: u16, payload_sum: u64) {
     let len = UdpHdr::LEN as u16 + payload_len;
-    let mut u = udp(e.sport, e.dport, len);
+    f.eth = eth(e, ETH_P_IP);
+    f.ip = ipv4(e.saddr, e.daddr, IPPROTO_UDP, len, ip_id);
+    f.udp = udp(e.sport, e.dport, len);
     let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_UDP, len) + e.sport as u64 + e.dport as u64 + len as u64;
-    u.csum_be = udp_csum(sum + payload_sum);
-    UdpV4 { eth: eth(e, ETH_P_IP), ip: ipv4(e.saddr, e.daddr, IPPROTO_UDP, len, ip_id), udp: u }
+    f.udp.csum_be = udp_csum(sum + payload_sum);
 }
 
 #[inline(always)]
-pub fn udp_v6(e: &Ends<[u8; 16]>, payload_len: u16, payload_sum: u64) -> UdpV6 {
+pub fn write_udp_v6(f: &mut UdpV6, e: &Ends<[u8; 16]>, payload_len: u16, payload_sum: u64) {
     let len = UdpHdr::LEN as u16 + payload_len;
-    let mut u = udp(e.sport, e.dport, len);
+    f.eth = eth(e, ETH_P_IPV6);
+    f.ip = ipv6(e.saddr, e.daddr, IPPROTO_UDP, len);
+    f.udp = udp(e.sport, e.dport, len);
     let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_UDP, len as u32) + e.sport as u64 + e.dport as u64 + len as u64;
-    u.csum_be = udp_csum(sum + payload_sum);
-    UdpV6 { eth: eth(e, ETH_P_IPV6), ip: ipv6(e.saddr, e.daddr, IPPROTO_UDP, len), udp: u }
+    f.udp.csum_be = udp_csum(sum + payload_sum);
+}
+
+pub fn udp_v4(e: &Ends<[u8; 4]>, ip_id: u16, payload_len: u16, payload_sum: u64) -> UdpV4 {
+    let mut f = UdpV4::default();
+    write_udp_v4(&mut f, e, ip_id, payload_len, payload_sum);
+    f
+}
+
+pub fn udp_v6(e: &Ends<[u8; 16]>, payload_len: u16, payload_sum: u64) -> UdpV6 {
+    let mut f = UdpV6::default();
+    write_udp_v6(&mut f, e, payload_len, payload_sum);
+    f
 }
 
 /// The word sum of a UDP payload, as the builders expect it (host side only: a loop over a
@@ -220,7 +273,14 @@ mod tests {
     use crate::packet::TCP_ACK;
 
     fn ends4() -> Ends<[u8; 4]> {
-        Ends { smac: [2, 0, 0, 0, 0, 1], dmac: [2, 0, 0, 0, 0, 2], saddr: [198, 18, 0, 1], daddr: [198, 19, 1, 2], sport: 61234, dport: 443 }
+        Ends {
+            smac: [2, 0, 0, 0, 0, 1],
+            dmac: [2, 0, 0, 0, 0, 2],
+            saddr: [198, 18, 0, 1],
+            daddr: [198, 19, 1, 2],
+            sport: 61234,
+            dport: 443,
+        }
     }
 
     fn ends6() -> Ends<[u8; 16]> {
@@ -229,7 +289,14 @@ mod tests {
         let mut d = s;
         s[15] = 1;
         d[15] = 2;
-        Ends { smac: [2, 0, 0, 0, 0, 1], dmac: [2, 0, 0, 0, 0, 2], saddr: s, daddr: d, sport: 61234, dport: 80 }
+        Ends {
+            smac: [2, 0, 0, 0, 0, 1],
+            dmac: [2, 0, 0, 0, 0, 2],
+            saddr: s,
+            daddr: d,
+            sport: 61234,
+            dport: 80,
+        }
     }
 
     /// Verifies a transport checksum the way a receiver does: the sum over pseudo-header and

@@ -22,14 +22,28 @@ const _: () = assert!(core::mem::size_of::<FlowKey>() == 40);
 
 impl FlowKey {
     pub fn v4(saddr: [u8; 4], daddr: [u8; 4], sport: u16, dport: u16, proto: u8) -> Self {
-        let mut k = Self { sport, dport, proto, family: FAMILY_V4, ..Default::default() };
+        let mut k = Self {
+            sport,
+            dport,
+            proto,
+            family: FAMILY_V4,
+            ..Default::default()
+        };
         k.saddr[..4].copy_from_slice(&saddr);
         k.daddr[..4].copy_from_slice(&daddr);
         k
     }
 
     pub fn v6(saddr: [u8; 16], daddr: [u8; 16], sport: u16, dport: u16, proto: u8) -> Self {
-        Self { saddr, daddr, sport, dport, proto, family: FAMILY_V6, _pad: [0; 2] }
+        Self {
+            saddr,
+            daddr,
+            sport,
+            dport,
+            proto,
+            family: FAMILY_V6,
+            _pad: [0; 2],
+        }
     }
 
     #[inline(always)]

@@ -62,6 +62,10 @@ impl Ipv4Hdr {
     pub fn header_len(&self) -> usize {
         ((self.ver_ihl & 0x0f) as usize) * 4
     }
+    #[inline(always)]
+    pub fn id(&self) -> u16 {
+        u16::from_be_bytes(self.id_be)
+    }
 }
 
 #[repr(C)]
@@ -133,6 +137,40 @@ const _: () = assert!(core::mem::size_of::<UdpHdr>() == 8);
 
 impl UdpHdr {
     pub const LEN: usize = 8;
+    #[inline(always)]
+    pub fn sport(&self) -> u16 {
+        u16::from_be_bytes(self.sport_be)
+    }
+    #[inline(always)]
+    pub fn dport(&self) -> u16 {
+        u16::from_be_bytes(self.dport_be)
+    }
+}
+
+/// The first eight bytes of the transport header an ICMP error quotes (all RFC 792
+/// guarantees): ports, then the TCP sequence number (for UDP: length and checksum).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuotedL4 {
+    pub sport_be: [u8; 2],
+    pub dport_be: [u8; 2],
+    pub seq_be: [u8; 4],
+}
+const _: () = assert!(core::mem::size_of::<QuotedL4>() == 8);
+
+impl QuotedL4 {
+    #[inline(always)]
+    pub fn sport(&self) -> u16 {
+        u16::from_be_bytes(self.sport_be)
+    }
+    #[inline(always)]
+    pub fn dport(&self) -> u16 {
+        u16::from_be_bytes(self.dport_be)
+    }
+    #[inline(always)]
+    pub fn seq(&self) -> u32 {
+        u32::from_be_bytes(self.seq_be)
+    }
 }
 
 /// The first eight bytes of an ICMP or ICMPv6 message.

@@ -1,10 +1,11 @@
-//! probed's kernel programs: the XDP reply matcher (`probe_rx`).
+//! probed's kernel programs: the XDP probe generator (`probe_tx`) and reply matcher (`probe_rx`).
 #![no_std]
 #![no_main]
 
 mod maps;
 mod parse;
 mod rx;
+mod tx;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -1,7 +1,70 @@
 //! Every map of the probe programs; names share the `PROBE_` prefix so `bpftool map` groups them.
-use aya_ebpf::{macros::map, maps::PerCpuArray};
-use probe_common::counters::RxCounters;
+use aya_ebpf::{
+    bindings::BPF_F_MMAPABLE,
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
+};
+use probe_common::{
+    counters::{RxCounters, TxCounters},
+    l4::{CookieKey, FlowKey, Inflight, ProbeJob, TxCtl, MAX_INFLIGHT, MAX_JOBS},
+};
 
 /// What probe_rx saw, one slot per CPU (index 0).
 #[map]
 pub static PROBE_RX_COUNTERS: PerCpuArray<RxCounters> = PerCpuArray::with_max_entries(1, 0);
+
+/// What probe_tx did, one slot per CPU (index 0).
+#[map]
+pub static PROBE_TX_COUNTERS: PerCpuArray<TxCounters> = PerCpuArray::with_max_entries(1, 0);
+
+/// The jobs of the current generator run. Userspace writes them through a shared mapping
+/// (BPF_F_MMAPABLE), so handing over a batch costs no syscall per job.
+#[map]
+pub static PROBE_JOBS: Array<ProbeJob> = Array::with_max_entries(MAX_JOBS, BPF_F_MMAPABLE);
+
+/// Generator control (index 0): job count and the next job to take.
+#[map]
+pub static PROBE_TX_CTL: Array<TxCtl> = Array::with_max_entries(1, 0);
+
+/// The cookie key (index 0), random per daemon start. All zero means "not set yet".
+#[map]
+pub static PROBE_KEY: Array<CookieKey> = Array::with_max_entries(1, 0);
+
+/// Probes on the wire, by flow.
+#[map]
+pub static PROBE_INFLIGHT: HashMap<FlowKey, Inflight> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
+
+/// Outcomes and generator reports for userspace.
+#[map]
+pub static PROBE_EVENTS: RingBuf = RingBuf::with_byte_size(1 << 22, 0);
+
+/// Lowest and highest source port the engine uses: replies to other ports are foreign.
+/// Load-time globals: the kernel only reads them.
+#[no_mangle]
+static PROBE_SPORT_MIN: u16 = 0;
+#[no_mangle]
+static PROBE_SPORT_MAX: u16 = 0;
+
+/// Whether `port` (ours, host order) lies in the engine's source-port range.
+#[inline(always)]
+pub fn is_probe_port(port: u16) -> bool {
+    // SAFETY: volatile reads of statics the loader patched before load; they never change.
+    let (lo, hi) = unsafe { (core::ptr::read_volatile(&PROBE_SPORT_MIN), core::ptr::read_volatile(&PROBE_SPORT_MAX)) };
+    port >= lo && port <= hi
+}
+
+/// This CPU's rx counters, or None if the lookup failed (it cannot for index 0).
+#[inline(always)]
+pub fn rx_counters() -> Option<&'static mut RxCounters> {
+    let p = PROBE_RX_COUNTERS.get_ptr_mut(0)?;
+    // SAFETY: a per-CPU array slot is only touched by programs on this CPU, one at a time.
+    Some(unsafe { &mut *p })
+}
+
+/// This CPU's tx counters.
+#[inline(always)]
+pub fn tx_counters() -> Option<&'static mut TxCounters> {
+    let p = PROBE_TX_COUNTERS.get_ptr_mut(0)?;
+    // SAFETY: as for rx_counters.
+    Some(unsafe { &mut *p })
+}

@@ -1,72 +1,253 @@
-//! probe_rx: XDP on ingress. Classifies replies (SYN+ACK, RST, ICMP unreachable) and counts
-//! them. Every frame is passed on; foreign traffic is never touched.
-use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+//! probe_rx: XDP on ingress. Counts every reply class, and matches SYN+ACK, RST and ICMP
+//! unreachable against live probes in the in-flight table:
+//! - a matched SYN+ACK is reported open and rewritten in place into the RST that closes the
+//!   half-open connection (XDP_TX), so the node's own stack never sees it;
+//! - a matched RST or ICMP error is reported and dropped;
+//! - anything else is passed untouched (and counted as stale or forged when it aims at the
+//!   probe port range).
+use aya_ebpf::{bindings::xdp_action, helpers::bpf_ktime_get_ns, helpers::bpf_xdp_adjust_tail, macros::xdp, programs::XdpContext};
 use probe_common::{
     counters::RxCounters,
+    frame::{write_rst_v4, write_rst_v6, Ends, RstV4, RstV6},
+    l4::{EventKind, FlowKey, Inflight, ProbeEvent},
     packet::{
-        classify_icmp, classify_tcp_flags, EthHdr, IcmpHdr, Ipv4Hdr, Ipv6Hdr, ReplyClass, TcpHdr,
-        ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP,
+        classify_icmp, classify_tcp_flags, EthHdr, IcmpHdr, Ipv4Hdr, Ipv6Hdr, QuotedL4, ReplyClass, TcpHdr, ETH_P_IP,
+        ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK,
     },
 };
 
-use crate::{maps::PROBE_RX_COUNTERS, parse::read_at};
+use crate::{
+    maps::{is_probe_port, rx_counters, PROBE_EVENTS, PROBE_INFLIGHT},
+    parse::{ptr_at, read_at},
+};
+
+const PASS: u32 = xdp_action::XDP_PASS;
+const DROP: u32 = xdp_action::XDP_DROP;
 
 #[xdp]
 pub fn probe_rx(ctx: XdpContext) -> u32 {
-    try_probe_rx(&ctx).unwrap_or(xdp_action::XDP_PASS)
+    try_probe_rx(&ctx).unwrap_or(PASS)
 }
 
-/// Reads just enough of the frame to classify it. A frame too short to parse is `Other`.
+/// The network header of a frame, as far as matching needs it.
+struct L3 {
+    ipv6: bool,
+    saddr: [u8; 16],
+    daddr: [u8; 16],
+    proto: u8,
+    l4_off: usize,
+}
+
 #[inline(always)]
-fn classify(ctx: &XdpContext) -> ReplyClass {
-    let Some(eth) = read_at::<EthHdr>(ctx, 0) else {
-        return ReplyClass::Other;
-    };
-    let (proto, l4_off, ipv6) = match eth.ethertype() {
-        ETH_P_IP => {
-            let Some(ip) = read_at::<Ipv4Hdr>(ctx, EthHdr::LEN) else {
-                return ReplyClass::Other;
-            };
-            (ip.proto, EthHdr::LEN + ip.header_len(), false)
-        }
-        ETH_P_IPV6 => {
-            let Some(ip) = read_at::<Ipv6Hdr>(ctx, EthHdr::LEN) else {
-                return ReplyClass::Other;
-            };
-            // Extension headers are not followed: probe replies never carry them.
-            (ip.next_hdr, EthHdr::LEN + Ipv6Hdr::LEN, true)
-        }
-        _ => return ReplyClass::Other,
-    };
-    match proto {
-        IPPROTO_TCP => match read_at::<TcpHdr>(ctx, l4_off) {
-            Some(tcp) => classify_tcp_flags(tcp.flags),
-            None => ReplyClass::Other,
-        },
-        IPPROTO_ICMP if !ipv6 => match read_at::<IcmpHdr>(ctx, l4_off) {
-            Some(icmp) => classify_icmp(false, icmp.kind),
-            None => ReplyClass::Other,
-        },
-        IPPROTO_ICMPV6 if ipv6 => match read_at::<IcmpHdr>(ctx, l4_off) {
-            Some(icmp) => classify_icmp(true, icmp.kind),
-            None => ReplyClass::Other,
-        },
-        _ => ReplyClass::Other,
+fn parse_l3(ctx: &XdpContext, off: usize, ethertype_v6: bool) -> Option<L3> {
+    if ethertype_v6 {
+        let ip = read_at::<Ipv6Hdr>(ctx, off)?;
+        // Extension headers are not followed: probe replies never carry them.
+        Some(L3 { ipv6: true, saddr: ip.saddr, daddr: ip.daddr, proto: ip.next_hdr, l4_off: off + Ipv6Hdr::LEN })
+    } else {
+        let ip = read_at::<Ipv4Hdr>(ctx, off)?;
+        let (mut saddr, mut daddr) = ([0u8; 16], [0u8; 16]);
+        saddr[..4].copy_from_slice(&ip.saddr);
+        daddr[..4].copy_from_slice(&ip.daddr);
+        Some(L3 { ipv6: false, saddr, daddr, proto: ip.proto, l4_off: off + ip.header_len() })
     }
 }
 
 #[inline(always)]
 fn try_probe_rx(ctx: &XdpContext) -> Option<u32> {
-    let class = classify(ctx);
-    let counters = PROBE_RX_COUNTERS.get_ptr_mut(0)?;
-    // SAFETY: the pointer comes from a successful per-CPU array lookup, so it points at this
-    // CPU's slot, which nothing else writes while this program runs on this CPU.
-    let counters: &mut RxCounters = unsafe { &mut *counters };
-    match class {
-        ReplyClass::SynAck => counters.syn_ack += 1,
-        ReplyClass::Rst => counters.rst += 1,
-        ReplyClass::IcmpUnreach => counters.icmp_unreach += 1,
-        ReplyClass::Other => counters.other += 1,
+    let c = rx_counters()?;
+    let eth = read_at::<EthHdr>(ctx, 0)?;
+    let v6 = match eth.ethertype() {
+        ETH_P_IP => false,
+        ETH_P_IPV6 => true,
+        _ => {
+            c.other += 1;
+            return Some(PASS);
+        }
+    };
+    let l3 = parse_l3(ctx, EthHdr::LEN, v6)?;
+    match l3.proto {
+        IPPROTO_TCP => on_tcp(ctx, &eth, &l3, c),
+        IPPROTO_ICMP if !v6 => on_icmp(ctx, &l3, c),
+        IPPROTO_ICMPV6 if v6 => on_icmp(ctx, &l3, c),
+        _ => {
+            c.other += 1;
+            Some(PASS)
+        }
     }
-    Some(xdp_action::XDP_PASS)
+}
+
+#[inline(always)]
+fn family(ipv6: bool) -> u8 {
+    if ipv6 {
+        probe_common::l4::FAMILY_V6
+    } else {
+        probe_common::l4::FAMILY_V4
+    }
+}
+
+#[inline(always)]
+fn on_tcp(ctx: &XdpContext, eth: &EthHdr, l3: &L3, c: &mut RxCounters) -> Option<u32> {
+    let tcp = read_at::<TcpHdr>(ctx, l3.l4_off)?;
+    let class = classify_tcp_flags(tcp.flags);
+    match class {
+        ReplyClass::SynAck => c.syn_ack += 1,
+        ReplyClass::Rst => c.rst += 1,
+        _ => {
+            c.other += 1;
+            return Some(PASS);
+        }
+    }
+    if !is_probe_port(tcp.dport()) {
+        return Some(PASS);
+    }
+    // The reply's destination is our side of the probe's flow.
+    let flow = FlowKey {
+        saddr: l3.daddr,
+        daddr: l3.saddr,
+        sport: tcp.dport(),
+        dport: tcp.sport(),
+        proto: IPPROTO_TCP,
+        family: family(l3.ipv6),
+        _pad: [0; 2],
+    };
+    let Some(entry) = live(&flow) else {
+        c.stale += 1;
+        return Some(PASS);
+    };
+    // Both a SYN+ACK and the RST refusing a SYN acknowledge exactly the cookie plus one.
+    if tcp.flags & TCP_ACK == 0 || tcp.ack() != entry.cookie.wrapping_add(1) {
+        c.forged += 1;
+        return Some(PASS);
+    }
+    if class == ReplyClass::Rst {
+        if claim(&flow, &entry, EventKind::Refused, 0, 0, c) {
+            c.matched_refused += 1;
+            return Some(DROP);
+        }
+        return Some(PASS);
+    }
+    if !claim(&flow, &entry, EventKind::Open, 0, 0, c) {
+        return Some(PASS);
+    }
+    c.matched_open += 1;
+    let e = Ends { smac: eth.dst, dmac: eth.src, saddr: flow.saddr, daddr: flow.daddr, sport: flow.sport, dport: flow.dport };
+    let seq = tcp.ack();
+    if l3.ipv6 {
+        write_rst_v6(shrink_to::<RstV6>(ctx)?, &e, seq);
+    } else {
+        let e4 = Ends { smac: e.smac, dmac: e.dmac, saddr: flow.saddr_v4(), daddr: flow.daddr_v4(), sport: e.sport, dport: e.dport };
+        write_rst_v4(shrink_to::<RstV4>(ctx)?, &e4, seq);
+    }
+    c.rst_sent += 1;
+    Some(xdp_action::XDP_TX)
+}
+
+/// Shrinks the frame to `T`'s size and returns it as a `T` to be written in place.
+#[inline(always)]
+fn shrink_to<T>(ctx: &XdpContext) -> Option<&'static mut T> {
+    let len = (ctx.data_end() - ctx.data()) as i32;
+    let delta = core::mem::size_of::<T>() as i32 - len;
+    if delta > 0 {
+        return None;
+    }
+    if delta < 0 {
+        // SAFETY: shrinking the tail by a length the frame has is always valid; every packet
+        // pointer is re-derived below through ptr_at.
+        if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
+            return None;
+        }
+    }
+    let p = ptr_at::<T>(ctx, 0)?;
+    // SAFETY: ptr_at checked the bounds after the resize; every frame layout has alignment 1,
+    // and the reference lives only until the program returns.
+    Some(unsafe { &mut *p })
+}
+
+#[inline(always)]
+fn on_icmp(ctx: &XdpContext, l3: &L3, c: &mut RxCounters) -> Option<u32> {
+    let icmp = read_at::<IcmpHdr>(ctx, l3.l4_off)?;
+    if classify_icmp(l3.ipv6, icmp.kind) != ReplyClass::IcmpUnreach {
+        c.other += 1;
+        return Some(PASS);
+    }
+    c.icmp_unreach += 1;
+    // The error quotes our probe: its source is us, its destination the target.
+    let inner_off = l3.l4_off + IcmpHdr::LEN;
+    let inner = parse_l3(ctx, inner_off, l3.ipv6)?;
+    if inner.proto != IPPROTO_TCP && inner.proto != IPPROTO_UDP {
+        return Some(PASS);
+    }
+    let q = read_at::<QuotedL4>(ctx, inner.l4_off)?;
+    if !is_probe_port(q.sport()) {
+        return Some(PASS);
+    }
+    let flow = FlowKey {
+        saddr: inner.saddr,
+        daddr: inner.daddr,
+        sport: q.sport(),
+        dport: q.dport(),
+        proto: inner.proto,
+        family: family(l3.ipv6),
+        _pad: [0; 2],
+    };
+    let Some(entry) = live(&flow) else {
+        c.stale += 1;
+        return Some(PASS);
+    };
+    let echoes_cookie = if inner.proto == IPPROTO_TCP {
+        q.seq() == entry.cookie
+    } else if !l3.ipv6 {
+        let ip = read_at::<Ipv4Hdr>(ctx, inner_off)?;
+        ip.id() == entry.cookie as u16
+    } else {
+        // A UDP probe over IPv6 carries no field the cookie could ride in: the flow match
+        // (and the reserved source port) is all there is.
+        true
+    };
+    if !echoes_cookie {
+        c.forged += 1;
+        return Some(PASS);
+    }
+    if claim(&flow, &entry, EventKind::Unreachable, icmp.kind, icmp.code, c) {
+        c.matched_unreach += 1;
+        return Some(DROP);
+    }
+    Some(PASS)
+}
+
+/// The live probe of `flow`, copied out of the table.
+#[inline(always)]
+fn live(flow: &FlowKey) -> Option<Inflight> {
+    // SAFETY: the value is copied out at once, before anything can delete the entry.
+    unsafe { PROBE_INFLIGHT.get(flow) }.copied()
+}
+
+/// Takes ownership of a probe's outcome: reserves the event first, so that once the entry
+/// is deleted the event is certain to follow; whoever deletes the entry reports the outcome.
+#[inline(always)]
+fn claim(flow: &FlowKey, entry: &Inflight, kind: EventKind, icmp_type: u8, icmp_code: u8, c: &mut RxCounters) -> bool {
+    let Some(mut slot) = PROBE_EVENTS.reserve::<ProbeEvent>(0) else {
+        c.ringbuf_full += 1;
+        return false;
+    };
+    if PROBE_INFLIGHT.remove(flow).is_err() {
+        // Userspace timed the probe out a moment ago: the reply is late.
+        slot.discard(0);
+        c.stale += 1;
+        return false;
+    }
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    slot.write(ProbeEvent {
+        rtt_ns: now.saturating_sub(entry.sent_ns),
+        slot: entry.slot,
+        gen: entry.gen,
+        kind: kind as u8,
+        icmp_type,
+        icmp_code,
+        _pad: [0; 5],
+    });
+    slot.submit(0);
+    true
 }

@@ -2,4 +2,5 @@
 //!
 //! `kernel` is the thin, documented layer over the eBPF programs; everything above it is
 //! plain Rust.
+pub mod engine;
 pub mod kernel;

@@ -35,11 +35,15 @@ impl Netns {
 
     /// Packets matched so far by the counters of this namespace's rules that mention `port`.
     pub fn nft_packets(&self, port: u16) -> u64 {
+        self.nft_rule_packets(&format!("dport {port} "))
+    }
+
+    /// Packets matched so far by the counters of the input rules whose text contains `needle`.
+    pub fn nft_rule_packets(&self, needle: &str) -> u64 {
         let listing = self.exec("nft", &["list", "chain", "inet", "probed_test", "input"]);
-        let needle = format!("dport {port} ");
         listing
             .lines()
-            .filter(|l| l.contains(&needle))
+            .filter(|l| l.contains(needle))
             .filter_map(|l| {
                 l.split("counter packets ")
                     .nth(1)?

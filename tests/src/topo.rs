@@ -48,6 +48,11 @@ impl Topology {
             ns.ip(&["link", "set", dev, "up"]);
             ns.exec("ethtool", &["-K", dev, "gro", "on"]);
         }
+        // A load-balancer node forwards; bpf_fib_lookup (the XDP path's router) requires it.
+        topo.prober
+            .sysctl(&format!("net.ipv4.conf.{PROBER_IF}.forwarding"), "1");
+        topo.prober
+            .sysctl(&format!("net.ipv6.conf.{PROBER_IF}.forwarding"), "1");
         let prober_mac = topo.prober.mac(PROBER_IF);
         let backend_mac = topo.backend.mac(BACKEND_IF);
         for (ns, dev, addrs, mac) in [

@@ -7,18 +7,19 @@ use crate::util::{output, sh};
 
 /// Debian packages the build, the tests and the demo need.
 const PACKAGES: &[&str] = &[
-    "rustc-web",     // rustc 1.96 with the source of core, for -Z build-std (eBPF)
-    "cargo-web",     // its cargo
-    "rust-web-src",  // that source
-    "llvm-22-dev",   // bpf-linker links against LLVM 22
+    "rustc-web",    // rustc 1.96 with the source of core, for -Z build-std (eBPF)
+    "cargo-web",    // its cargo
+    "rust-web-src", // that source
+    "llvm-22-dev",  // bpf-linker links against LLVM 22
     "libpolly-22-dev",
     "libzstd-dev",
     "zlib1g-dev",
-    "bpftool",       // inspection
-    "iproute2",      // ip netns, veth
-    "nftables",      // drop/reject rules in tests, backend rules
-    "ethtool",       // GRO on veth (needed for XDP_TX on veth)
+    "bpftool",  // inspection
+    "iproute2", // ip netns, veth
+    "nftables", // drop/reject rules in tests, backend rules
+    "ethtool",  // GRO on veth (needed for XDP_TX on veth)
     "iputils-ping",
+    "procps", // sysctl inside test namespaces
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
@@ -40,7 +41,10 @@ pub fn run() -> anyhow::Result<()> {
         did.push("mounted bpffs on /sys/fs/bpf".into());
     }
     if did.is_empty() {
-        eprintln!("setup: everything is already in place ({:.1}s)", started.elapsed().as_secs_f64());
+        eprintln!(
+            "setup: everything is already in place ({:.1}s)",
+            started.elapsed().as_secs_f64()
+        );
     } else {
         eprintln!("setup: {} ({:.0}s)", did.join("; "), started.elapsed().as_secs_f64());
     }
@@ -55,11 +59,16 @@ fn package_installed(name: &str) -> bool {
 fn install_packages(pkgs: &[&str]) -> anyhow::Result<()> {
     sh(Command::new("apt-get").arg("update").arg("-q"))
         .context("apt-get update failed: check that the Debian package mirror is reachable")?;
-    sh(Command::new("apt-get").args(["install", "-y", "-q", "--no-install-recommends"]).args(pkgs).env(
-        "DEBIAN_FRONTEND",
-        "noninteractive",
-    ))
-    .with_context(|| format!("could not install {}: install them by hand with apt-get", pkgs.join(" ")))
+    sh(Command::new("apt-get")
+        .args(["install", "-y", "-q", "--no-install-recommends"])
+        .args(pkgs)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+    .with_context(|| {
+        format!(
+            "could not install {}: install them by hand with apt-get",
+            pkgs.join(" ")
+        )
+    })
 }
 
 fn cargo_bin() -> PathBuf {
@@ -88,7 +97,10 @@ fn install_bpf_linker() -> anyhow::Result<()> {
 /// Mounts bpffs on /sys/fs/bpf when it is not mounted; returns whether it did.
 fn mount_bpffs() -> anyhow::Result<bool> {
     let mounts = std::fs::read_to_string("/proc/self/mounts").context("read /proc/self/mounts")?;
-    if mounts.lines().any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf") && l.starts_with("bpf ")) {
+    if mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf") && l.starts_with("bpf "))
+    {
         return Ok(false);
     }
     sh(Command::new("mount").args(["-t", "bpf", "bpf", "/sys/fs/bpf"]))

@@ -5,13 +5,18 @@ use anyhow::{bail, Context};
 
 /// The workspace root (the parent of xtask/).
 pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// Runs `cmd`, echoing it, and fails with its exit status when it fails.
 pub fn sh(cmd: &mut Command) -> anyhow::Result<()> {
     eprintln!("+ {}", render(cmd));
-    let status = cmd.status().with_context(|| format!("could not start {}", render(cmd)))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start {}", render(cmd)))?;
     if !status.success() {
         bail!("{} failed ({status})", render(cmd));
     }
@@ -21,7 +26,9 @@ pub fn sh(cmd: &mut Command) -> anyhow::Result<()> {
 /// Runs `cmd` quietly and returns its stdout, or None when it cannot start or fails.
 pub fn output(cmd: &mut Command) -> Option<String> {
     let out = cmd.output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 pub fn render(cmd: &Command) -> String {

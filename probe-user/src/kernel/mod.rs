@@ -2,6 +2,7 @@
 //!
 //! Everything that talks to the bpf() syscall or netlink lives under this module and is kept
 //! thin; callers get typed handles and errors that say what to try.
+pub mod l4;
 pub mod pin;
 pub mod rx;
 

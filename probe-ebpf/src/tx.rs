@@ -1,0 +1,179 @@
+//! probe_tx: the probe generator, run by userspace with BPF_PROG_TEST_RUN in live-frames mode.
+//! Each run takes the next job, routes it (bpf_fib_lookup), writes a SYN or UDP probe over
+//! the template frame, records it in the in-flight table and transmits it.
+use aya_ebpf::{
+    bindings::{bpf_fib_lookup as FibParams, xdp_action, BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LOOKUP_OUTPUT},
+    helpers::{bpf_fib_lookup, bpf_ktime_get_ns, bpf_redirect},
+    macros::xdp,
+    programs::XdpContext,
+};
+use probe_common::{
+    cookie::probe_cookie,
+    frame::{write_syn_v4, write_syn_v6, write_udp_v4, write_udp_v6, Ends},
+    l4::{EventKind, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, FAMILY_V4},
+    packet::IPPROTO_TCP,
+};
+
+use crate::{
+    maps::{tx_counters, PROBE_EVENTS, PROBE_INFLIGHT, PROBE_JOBS, PROBE_KEY, PROBE_TX_CTL},
+    parse::ptr_at,
+};
+
+const AF_INET: u8 = 2;
+const AF_INET6: u8 = 10;
+
+#[xdp]
+pub fn probe_tx(ctx: XdpContext) -> u32 {
+    try_probe_tx(&ctx).unwrap_or(xdp_action::XDP_DROP)
+}
+
+#[inline(always)]
+fn try_probe_tx(ctx: &XdpContext) -> Option<u32> {
+    let counters = tx_counters()?;
+    let ctl = PROBE_TX_CTL.get_ptr_mut(0)?;
+    // SAFETY: `ctl` points at the single, always-present slot of an array map. A plain
+    // increment is enough: the engine drives the generator from one thread at a time, and a
+    // live-frames run executes its whole batch on the calling CPU, one frame after another.
+    let (idx, count) = unsafe {
+        let idx = (*ctl).next;
+        (*ctl).next = idx + 1;
+        (idx, (*ctl).count)
+    };
+    // SAFETY: as above; the payload fields are written by userspace before the run.
+    let ctl: &TxCtl = unsafe { &*ctl };
+    if idx >= count {
+        counters.no_job += 1;
+        return Some(xdp_action::XDP_DROP);
+    }
+    let job = PROBE_JOBS.get(idx as u32)?;
+    // A key of zero means userspace has not started the engine: fail closed, send nothing.
+    let key = &PROBE_KEY.get(0)?.k;
+    if *key == [0, 0] {
+        return Some(xdp_action::XDP_DROP);
+    }
+    let flow = &job.flow;
+    let ifindex = ctx.ingress_ifindex() as u32;
+    let mut fib = fib_params(flow, ifindex);
+    // SAFETY: `fib` is a properly initialised parameter block on this stack frame and the
+    // size passed is its own.
+    let rc = unsafe {
+        bpf_fib_lookup(ctx.ctx as *mut _, &mut fib, core::mem::size_of::<FibParams>() as i32, BPF_FIB_LOOKUP_OUTPUT)
+    };
+    if rc != 0 {
+        let kind = if rc == BPF_FIB_LKUP_RET_NO_NEIGH as i64 {
+            counters.no_neigh += 1;
+            EventKind::NoNeighbour
+        } else {
+            counters.no_route += 1;
+            EventKind::NoRoute
+        };
+        report(job, kind, rc as u8, counters);
+        return Some(xdp_action::XDP_DROP);
+    }
+    let cookie = cookie_of(key, flow, job.gen);
+    let built = if flow.family == FAMILY_V4 {
+        build_v4(ctx, flow, &fib, cookie, ctl)
+    } else {
+        build_v6(ctx, flow, &fib, cookie, ctl)
+    };
+    if !built {
+        return Some(xdp_action::XDP_DROP);
+    }
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    let sent_ns = unsafe { bpf_ktime_get_ns() };
+    let entry = Inflight { slot: job.slot, gen: job.gen, cookie, _pad: 0, sent_ns };
+    if PROBE_INFLIGHT.insert(flow, &entry, 0).is_err() {
+        counters.inflight_full += 1;
+        return Some(xdp_action::XDP_DROP);
+    }
+    counters.sent += 1;
+    if fib.ifindex == ifindex {
+        Some(xdp_action::XDP_TX)
+    } else {
+        // SAFETY: bpf_redirect only records the target ifindex for after the program returns.
+        Some(unsafe { bpf_redirect(fib.ifindex, 0) } as u32)
+    }
+}
+
+// The builders below are separate BPF functions (not inlined) so that their temporaries do
+// not share a stack frame with the route lookup: the verifier allows 512 bytes in all.
+
+#[inline(never)]
+fn cookie_of(key: &[u64; 2], flow: &FlowKey, gen: u32) -> u32 {
+    probe_cookie(key, flow, gen)
+}
+
+#[inline(never)]
+fn build_v4(ctx: &XdpContext, flow: &FlowKey, fib: &FibParams, cookie: u32, ctl: &TxCtl) -> bool {
+    let e = Ends { smac: fib.smac, dmac: fib.dmac, saddr: flow.saddr_v4(), daddr: flow.daddr_v4(), sport: flow.sport, dport: flow.dport };
+    if flow.proto == IPPROTO_TCP {
+        let Some(f) = frame_mut(ctx) else { return false };
+        write_syn_v4(f, &e, cookie);
+    } else {
+        let Some(f) = frame_mut(ctx) else { return false };
+        write_udp_v4(f, &e, cookie as u16, ctl.payload_len as u16, ctl.payload_sum);
+    }
+    true
+}
+
+#[inline(never)]
+fn build_v6(ctx: &XdpContext, flow: &FlowKey, fib: &FibParams, cookie: u32, ctl: &TxCtl) -> bool {
+    let e = Ends { smac: fib.smac, dmac: fib.dmac, saddr: flow.saddr, daddr: flow.daddr, sport: flow.sport, dport: flow.dport };
+    if flow.proto == IPPROTO_TCP {
+        let Some(f) = frame_mut(ctx) else { return false };
+        write_syn_v6(f, &e, cookie);
+    } else {
+        let Some(f) = frame_mut(ctx) else { return false };
+        write_udp_v6(f, &e, ctl.payload_len as u16, ctl.payload_sum);
+    }
+    true
+}
+
+/// The start of the packet as a frame layout `T`; None if the template frame is too short.
+#[inline(always)]
+fn frame_mut<T>(ctx: &XdpContext) -> Option<&mut T> {
+    let p = ptr_at::<T>(ctx, 0)?;
+    // SAFETY: ptr_at checked the frame holds size_of::<T>() bytes; every frame layout has
+    // alignment 1 (asserted in probe-common) and no other reference to the packet exists.
+    Some(unsafe { &mut *p })
+}
+
+#[inline(always)]
+fn fib_params(flow: &FlowKey, ifindex: u32) -> FibParams {
+    // SAFETY: bpf_fib_lookup's parameter block is plain data; all-zero is its documented
+    // starting state.
+    let mut p: FibParams = unsafe { core::mem::zeroed() };
+    p.l4_protocol = flow.proto;
+    p.sport = flow.sport.to_be();
+    p.dport = flow.dport.to_be();
+    p.ifindex = ifindex;
+    if flow.family == FAMILY_V4 {
+        p.family = AF_INET;
+        p.__bindgen_anon_3.ipv4_src = u32::from_ne_bytes(flow.saddr_v4());
+        p.__bindgen_anon_4.ipv4_dst = u32::from_ne_bytes(flow.daddr_v4());
+    } else {
+        p.family = AF_INET6;
+        p.__bindgen_anon_3.ipv6_src = words(&flow.saddr);
+        p.__bindgen_anon_4.ipv6_dst = words(&flow.daddr);
+    }
+    p
+}
+
+#[inline(always)]
+fn words(a: &[u8; 16]) -> [u32; 4] {
+    [
+        u32::from_ne_bytes([a[0], a[1], a[2], a[3]]),
+        u32::from_ne_bytes([a[4], a[5], a[6], a[7]]),
+        u32::from_ne_bytes([a[8], a[9], a[10], a[11]]),
+        u32::from_ne_bytes([a[12], a[13], a[14], a[15]]),
+    ]
+}
+
+#[inline(always)]
+fn report(job: &ProbeJob, kind: EventKind, rc: u8, counters: &mut probe_common::counters::TxCounters) {
+    // The lookup result rides in icmp_code, for diagnostics.
+    let ev = ProbeEvent { rtt_ns: 0, slot: job.slot, gen: job.gen, kind: kind as u8, icmp_code: rc, ..Default::default() };
+    if PROBE_EVENTS.output::<ProbeEvent>(&ev, 0).is_err() {
+        counters.ringbuf_full += 1;
+    }
+}

@@ -1,0 +1,506 @@
+//! The engine thread: send, match, time out. It owns the kernel side and is the only
+//! thread that runs the generator.
+use std::{
+    cmp::Reverse,
+    collections::{BinaryHeap, HashMap},
+    net::{IpAddr, SocketAddr},
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    sync::{mpsc, Arc},
+    time::{Duration, Instant},
+};
+
+use probe_common::{
+    cookie::probe_cookie,
+    frame::{payload_sum, SynV4, SynV6, UdpV4, UdpV6},
+    l4::{EventKind, FlowKey, Inflight, ProbeEvent, ProbeJob},
+    packet::{IPPROTO_TCP, IPPROTO_UDP},
+};
+
+use super::{
+    is_v4, raw::RawSender, source::SourcePicker, Cmd, EngineConfig, EngineError, EngineStats, L4Outcome, L4Proto,
+    L4Request, L4Result, Snapshot, TxChoice, TxPath,
+};
+use crate::kernel::{
+    l4::{KernelConfig, L4Kernel},
+    pin::PinDir,
+};
+
+/// BPF_FIB_LKUP_RET_FWD_DISABLED, as probe_tx reports it in a NoRoute event.
+const FIB_FWD_DISABLED: u8 = 5;
+/// How long to wait for the event of a probe whose entry the kernel already took.
+const CLAIM_GRACE: Duration = Duration::from_millis(200);
+/// Longest sleep between loop turns when nothing is due.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
+
+/// An eventfd that wakes the engine thread when commands arrive.
+pub(crate) struct Waker {
+    fd: OwnedFd,
+}
+
+impl Waker {
+    pub(crate) fn new() -> Result<Self, EngineError> {
+        // SAFETY: eventfd has no memory preconditions; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(EngineError::Io {
+                op: "eventfd",
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: fd is a fresh descriptor that nothing else owns.
+        Ok(Self {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    pub(crate) fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
+        unsafe { libc::write(self.fd.as_raw_fd(), &one as *const u64 as *const _, 8) };
+    }
+
+    fn reset(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a valid u64; EAGAIN when not signalled is fine.
+        unsafe { libc::read(self.fd.as_raw_fd(), &mut v as *mut u64 as *mut _, 8) };
+    }
+}
+
+/// A probe on the wire.
+struct Live {
+    token: u64,
+    target: SocketAddr,
+    flow: FlowKey,
+    gen: u32,
+    udp: bool,
+    sent: Instant,
+    /// The kernel took the entry before our timeout did: its event is on the way.
+    claimed: bool,
+    payload: Option<Arc<[u8]>>,
+}
+
+pub(crate) struct EngineState {
+    kernel: L4Kernel,
+    key: [u64; 2],
+    path: TxPath,
+    path_reason: String,
+    raw: RawSender,
+    sources: SourcePicker,
+    sport_min: u16,
+    sport_span: u32,
+    slots: Vec<Option<Live>>,
+    free: Vec<u32>,
+    active_flows: HashMap<FlowKey, u32>,
+    deadlines: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    next_gen: u32,
+    results: tokio::sync::mpsc::UnboundedSender<L4Result>,
+    wake: Arc<Waker>,
+    stats: EngineStats,
+    events: Vec<ProbeEvent>,
+}
+
+fn random_key() -> [u64; 2] {
+    let mut k = [0u64; 2];
+    // SAFETY: getrandom writes at most the 16 bytes we pass, into `k`.
+    let n = unsafe { libc::getrandom(k.as_mut_ptr() as *mut _, 16, 0) };
+    if n != 16 || k == [0, 0] {
+        // getrandom cannot fail for 16 bytes once the pool is ready; never run with a zero key.
+        let t = Instant::now().elapsed().as_nanos() as u64 ^ std::process::id() as u64;
+        k = [t | 1, t.rotate_left(17) | 1];
+    }
+    k
+}
+
+impl EngineState {
+    pub(crate) fn new(
+        cfg: &EngineConfig,
+        results: tokio::sync::mpsc::UnboundedSender<L4Result>,
+        wake: Arc<Waker>,
+    ) -> Result<Self, EngineError> {
+        let key = random_key();
+        let pins = PinDir::create(&cfg.pin_dir)?;
+        let kcfg = KernelConfig {
+            iface: cfg.iface.clone(),
+            mode: cfg.mode,
+            sport_min: cfg.sport_min,
+            sport_max: cfg.sport_max,
+            key,
+        };
+        let kernel = L4Kernel::load(&kcfg, pins)?;
+        let (path, path_reason) = choose_path(&cfg.iface, cfg.tx);
+        Ok(Self {
+            kernel,
+            key,
+            path,
+            path_reason,
+            raw: RawSender::new()?,
+            sources: SourcePicker::new(cfg.source_v4, cfg.source_v6),
+            sport_min: cfg.sport_min,
+            sport_span: (cfg.sport_max - cfg.sport_min) as u32 + 1,
+            slots: Vec::new(),
+            free: Vec::new(),
+            active_flows: HashMap::new(),
+            deadlines: BinaryHeap::new(),
+            next_gen: 1,
+            results,
+            wake,
+            stats: EngineStats::default(),
+            events: Vec::new(),
+        })
+    }
+
+    pub(crate) fn path(&self) -> (TxPath, String) {
+        (self.path, self.path_reason.clone())
+    }
+
+    pub(crate) fn run(mut self, cmds: mpsc::Receiver<Cmd>) {
+        loop {
+            self.wake.reset();
+            let mut batch = Vec::new();
+            loop {
+                match cmds.try_recv() {
+                    Ok(Cmd::Probe(reqs)) => batch.extend(reqs),
+                    Ok(Cmd::Snapshot(reply)) => {
+                        let _ = reply.send(self.snapshot());
+                    }
+                    Ok(Cmd::Stop) | Err(mpsc::TryRecvError::Disconnected) => return,
+                    Err(mpsc::TryRecvError::Empty) => break,
+                }
+            }
+            if !batch.is_empty() {
+                self.send(batch);
+            }
+            self.read_events();
+            self.expire(Instant::now());
+            self.wait();
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            rx: self.kernel.rx_counters().unwrap_or_default(),
+            tx: self.kernel.tx_counters().unwrap_or_default(),
+            engine: self.stats,
+            inflight: self.active_flows.len(),
+        }
+    }
+
+    /// Sleeps until an event, a command or the next deadline.
+    fn wait(&mut self) {
+        let now = Instant::now();
+        let wait = match self.deadlines.peek() {
+            Some(Reverse((due, _, _))) => due.saturating_duration_since(now).min(IDLE_WAIT),
+            None => IDLE_WAIT,
+        };
+        let mut fds = [
+            libc::pollfd {
+                fd: self.kernel.events_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.wake.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // Round up so a deadline 0.4 ms away does not turn into a busy loop.
+        let ms = wait.as_micros().div_ceil(1000) as i32;
+        // SAFETY: `fds` is a valid array of two pollfd for the duration of the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+    }
+
+    fn alloc_slot(&mut self, live: Live) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(live);
+                i
+            }
+            None => {
+                self.slots.push(Some(live));
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    fn finish(&mut self, slot: u32, outcome: L4Outcome, elapsed: Duration) {
+        let Some(live) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
+            return;
+        };
+        self.free.push(slot);
+        self.active_flows.remove(&live.flow);
+        self.stats.completed += 1;
+        let _ = self.results.send(L4Result {
+            token: live.token,
+            target: live.target,
+            outcome,
+            elapsed,
+        });
+    }
+
+    fn reject(&mut self, req: &L4Request, outcome: L4Outcome) {
+        self.stats.rejected += 1;
+        let _ = self.results.send(L4Result {
+            token: req.token,
+            target: req.target,
+            outcome,
+            elapsed: Duration::ZERO,
+        });
+    }
+
+    /// A source port for this flow that no live probe uses.
+    fn pick_flow(&self, src: IpAddr, req: &L4Request, proto: u8, gen: u32) -> Option<FlowKey> {
+        let seed = (gen as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ req.target.port() as u64;
+        for attempt in 0..16u64 {
+            let off = ((seed >> 17).wrapping_add(attempt * 7919) % self.sport_span as u64) as u16;
+            let sport = self.sport_min + off;
+            let flow = match (src, req.target.ip()) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => FlowKey::v4(s.octets(), d.octets(), sport, req.target.port(), proto),
+                (IpAddr::V6(s), IpAddr::V6(d)) => FlowKey::v6(s.octets(), d.octets(), sport, req.target.port(), proto),
+                _ => return None,
+            };
+            if !self.active_flows.contains_key(&flow) {
+                return Some(flow);
+            }
+        }
+        None
+    }
+
+    fn send(&mut self, reqs: Vec<L4Request>) {
+        self.stats.submitted += reqs.len() as u64;
+        // Group by frame shape: family and transport (and payload for UDP).
+        let mut groups: HashMap<(bool, Option<Arc<[u8]>>), Vec<ProbeJob>> = HashMap::new();
+        let now = Instant::now();
+        for req in reqs {
+            let Some(src) = self.sources.source_for(req.target.ip()) else {
+                self.reject(&req, L4Outcome::NoRoute);
+                continue;
+            };
+            let (proto, payload) = match &req.proto {
+                L4Proto::Tcp => (IPPROTO_TCP, None),
+                L4Proto::Udp { payload } => (IPPROTO_UDP, Some(payload.clone())),
+            };
+            let gen = self.next_gen;
+            self.next_gen = self.next_gen.wrapping_add(1).max(1);
+            let Some(flow) = self.pick_flow(src, &req, proto, gen) else {
+                self.reject(&req, L4Outcome::NoRoute);
+                continue;
+            };
+            let live = Live {
+                token: req.token,
+                target: req.target,
+                flow,
+                gen,
+                udp: payload.is_some(),
+                sent: now,
+                claimed: false,
+                payload: payload.clone(),
+            };
+            let slot = self.alloc_slot(live);
+            self.active_flows.insert(flow, slot);
+            self.deadlines.push(Reverse((now + req.timeout, slot, gen)));
+            groups
+                .entry((is_v4(&req.target.ip()), payload))
+                .or_default()
+                .push(ProbeJob { flow, slot, gen });
+        }
+        for ((v4, payload), jobs) in groups {
+            match self.path {
+                TxPath::Xdp => self.send_xdp(v4, payload.as_deref(), &jobs),
+                TxPath::Raw => {
+                    for job in &jobs {
+                        self.send_raw(job);
+                    }
+                }
+            }
+        }
+    }
+
+    fn send_xdp(&mut self, v4: bool, payload: Option<&[u8]>, jobs: &[ProbeJob]) {
+        let head = match (v4, payload.is_some()) {
+            (true, false) => SynV4::LEN,
+            (false, false) => SynV6::LEN,
+            (true, true) => UdpV4::LEN,
+            (false, true) => UdpV6::LEN,
+        };
+        let mut template = vec![0u8; head];
+        let (psum, plen) = match payload {
+            Some(p) => {
+                template.extend_from_slice(p);
+                (payload_sum(p), p.len() as u32)
+            }
+            None => (0, 0),
+        };
+        for chunk in jobs.chunks(probe_common::l4::MAX_JOBS as usize) {
+            if let Err(e) = self.kernel.send(chunk, &template, psum, plen) {
+                log::warn!(
+                    "probe_tx run failed ({e}); sending {} probes through the raw socket",
+                    chunk.len()
+                );
+                for job in chunk {
+                    self.send_raw(job);
+                }
+            }
+        }
+    }
+
+    /// Sends one probe through the stack: records it in the in-flight table under the same
+    /// cookie the generator would use, then hands the IP packet to a raw socket.
+    fn send_raw(&mut self, job: &ProbeJob) {
+        let cookie = probe_cookie(&self.key, &job.flow, job.gen);
+        let entry = Inflight {
+            slot: job.slot,
+            gen: job.gen,
+            cookie,
+            _pad: 0,
+            sent_ns: monotonic_ns(),
+        };
+        if self.kernel.track(&job.flow, entry).is_err() {
+            self.fail_now(job.slot, L4Outcome::NoRoute);
+            return;
+        }
+        let payload = self
+            .slots
+            .get(job.slot as usize)
+            .and_then(|l| l.as_ref())
+            .and_then(|l| l.payload.clone());
+        if let Err(e) = self.raw.send(&job.flow, cookie, payload.as_deref()) {
+            log::debug!("raw send to slot {} failed: {e}", job.slot);
+            if self.kernel.claim(&job.flow) {
+                self.fail_now(job.slot, L4Outcome::NoRoute);
+            }
+        }
+    }
+
+    fn fail_now(&mut self, slot: u32, outcome: L4Outcome) {
+        self.finish(slot, outcome, Duration::ZERO);
+    }
+
+    fn read_events(&mut self) {
+        let mut events = std::mem::take(&mut self.events);
+        self.kernel.drain_events(&mut events);
+        for ev in events.drain(..) {
+            let Some(live) = self.slots.get(ev.slot as usize).and_then(|l| l.as_ref()) else {
+                continue;
+            };
+            if live.gen != ev.gen {
+                continue;
+            }
+            let outcome = match EventKind::from_u8(ev.kind) {
+                Some(EventKind::Open) => L4Outcome::Open,
+                Some(EventKind::Refused) => L4Outcome::Refused,
+                Some(EventKind::Unreachable) => L4Outcome::Unreachable {
+                    icmp_type: ev.icmp_type,
+                    code: ev.icmp_code,
+                },
+                Some(EventKind::NoRoute) if ev.icmp_code == FIB_FWD_DISABLED => {
+                    // bpf_fib_lookup refuses when forwarding is off on the device (for this
+                    // family): the stack can still send it.
+                    self.stats.stack_fallbacks += 1;
+                    let job = ProbeJob {
+                        flow: live.flow,
+                        slot: ev.slot,
+                        gen: ev.gen,
+                    };
+                    self.send_raw(&job);
+                    continue;
+                }
+                Some(EventKind::NoRoute) => {
+                    log::debug!(
+                        "no route for slot {} (bpf_fib_lookup returned {})",
+                        ev.slot,
+                        ev.icmp_code
+                    );
+                    self.fail_now(ev.slot, L4Outcome::NoRoute);
+                    continue;
+                }
+                Some(EventKind::NoNeighbour) => {
+                    // The stack resolves the neighbour while sending; later probes take the
+                    // XDP path again.
+                    self.stats.stack_fallbacks += 1;
+                    let job = ProbeJob {
+                        flow: live.flow,
+                        slot: ev.slot,
+                        gen: ev.gen,
+                    };
+                    self.send_raw(&job);
+                    continue;
+                }
+                None => continue,
+            };
+            self.finish(ev.slot, outcome, Duration::from_nanos(ev.rtt_ns));
+        }
+        self.events = events;
+    }
+
+    fn expire(&mut self, now: Instant) {
+        while let Some(Reverse((due, slot, gen))) = self.deadlines.peek().copied() {
+            if due > now {
+                break;
+            }
+            self.deadlines.pop();
+            let Some(live) = self.slots.get_mut(slot as usize).and_then(|l| l.as_mut()) else {
+                continue;
+            };
+            if live.gen != gen {
+                continue;
+            }
+            if live.claimed {
+                // The kernel took it but its event never came (it always should).
+                self.stats.lost += 1;
+                let elapsed = now - live.sent;
+                self.finish(slot, L4Outcome::Timeout, elapsed);
+                continue;
+            }
+            let flow = live.flow;
+            let udp = live.udp;
+            let elapsed = now - live.sent;
+            if self.kernel.claim(&flow) {
+                self.finish(slot, if udp { L4Outcome::Silent } else { L4Outcome::Timeout }, elapsed);
+            } else {
+                // A reply won the race: its event is in the ring buffer or about to be.
+                live.claimed = true;
+                self.deadlines.push(Reverse((now + CLAIM_GRACE, slot, gen)));
+                self.read_events();
+            }
+        }
+    }
+}
+
+/// Picks the transmit path and says why, for the operator.
+fn choose_path(iface: &str, choice: TxChoice) -> (TxPath, String) {
+    use super::source::{device_can_xmit_xdp, forwarding_enabled};
+    if let TxChoice::Force(p) = choice {
+        return (p, "chosen in the configuration".into());
+    }
+    if !device_can_xmit_xdp(iface) {
+        return (
+            TxPath::Raw,
+            format!("{iface} does not advertise XDP transmit (ndo_xdp_xmit)"),
+        );
+    }
+    let (v4, v6) = forwarding_enabled(iface);
+    if !v4 && !v6 {
+        return (
+            TxPath::Raw,
+            format!(
+                "forwarding is off on {iface}, so bpf_fib_lookup cannot route probes; set \
+                 net.ipv4.conf.{iface}.forwarding=1 (and net.ipv6.conf.{iface}.forwarding=1) for the XDP path"
+            ),
+        );
+    }
+    let note = match (v4, v6) {
+        (true, false) => "; IPv6 probes go through the raw socket (IPv6 forwarding is off)",
+        (false, true) => "; IPv4 probes go through the raw socket (IPv4 forwarding is off)",
+        _ => "",
+    };
+    (TxPath::Xdp, format!("{iface} supports XDP transmit{note}"))
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock bpf_ktime_get_ns reads.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

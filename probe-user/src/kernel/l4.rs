@@ -1,0 +1,299 @@
+//! The L4 kernel engine's kernel side: probe_tx (generator, run with live frames) and
+//! probe_rx (matcher, attached to the probe interface), their maps, and the thin calls
+//! userspace makes on them. No policy here: `engine` decides what to send and when.
+use std::{
+    os::fd::{AsFd, AsRawFd, RawFd},
+    path::Path,
+    ptr::NonNull,
+};
+
+use aya::{
+    maps::{Array, HashMap, Map, MapData, MapError, PerCpuArray, RingBuf},
+    programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp, XdpMode},
+    Ebpf, EbpfLoader,
+};
+use probe_common::{
+    counters::{RxCounters, TxCounters},
+    l4::{CookieKey, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, MAX_JOBS},
+};
+
+use super::{if_index, pin::PinDir, KernelError, BPF_OBJECT};
+
+const RX: &str = "probe_rx";
+const TX: &str = "probe_tx";
+
+/// Live-frames batch size: frames the kernel builds and flushes per pass.
+const LIVE_BATCH: u32 = 64;
+
+/// How the engine's kernel side is set up.
+#[derive(Clone, Debug)]
+pub struct KernelConfig {
+    /// Interface probes leave from and replies arrive on.
+    pub iface: String,
+    pub mode: XdpMode,
+    /// The reserved source-port range (inclusive).
+    pub sport_min: u16,
+    pub sport_max: u16,
+    /// Random per daemon start.
+    pub key: [u64; 2],
+}
+
+/// probe_rx attached and probe_tx loaded, with handles on the maps the engine uses.
+pub struct L4Kernel {
+    ebpf: Ebpf,
+    ifindex: u32,
+    jobs: JobsMmap,
+    ctl: Array<MapData, TxCtl>,
+    inflight: HashMap<MapData, FlowKey, Inflight>,
+    events: RingBuf<MapData>,
+    rx_counters: PerCpuArray<MapData, RxCounters>,
+    tx_counters: PerCpuArray<MapData, TxCounters>,
+    _pins: PinDir,
+}
+
+fn map_err(name: &'static str) -> impl Fn(MapError) -> KernelError {
+    move |source| KernelError::Map { name, source }
+}
+
+fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, KernelError> {
+    ebpf.take_map(name).ok_or(KernelError::MissingMap { name })
+}
+
+impl L4Kernel {
+    /// Loads both programs, sets the key, attaches probe_rx to the interface and pins the
+    /// maps in `pins` for bpftool.
+    pub fn load(cfg: &KernelConfig, mut pins: PinDir) -> Result<Self, KernelError> {
+        let ifindex = if_index(&cfg.iface)?;
+        let mut ebpf = EbpfLoader::new()
+            .override_global("PROBE_SPORT_MIN", &cfg.sport_min, true)
+            .override_global("PROBE_SPORT_MAX", &cfg.sport_max, true)
+            .load(BPF_OBJECT)
+            .map_err(KernelError::Load)?;
+        for name in [TX, RX] {
+            let prog: &mut Xdp = ebpf
+                .program_mut(name)
+                .ok_or(KernelError::MissingProgram { name })?
+                .try_into()
+                .map_err(|source| KernelError::Verifier { name, source })?;
+            prog.load().map_err(|source| KernelError::Verifier { name, source })?;
+        }
+        let rx: &mut Xdp = ebpf.program_mut(RX).unwrap().try_into().unwrap();
+        rx.attach(&cfg.iface, cfg.mode).map_err(|source| KernelError::Attach {
+            name: RX,
+            iface: cfg.iface.clone(),
+            source,
+        })?;
+
+        for name in [
+            "PROBE_JOBS",
+            "PROBE_TX_CTL",
+            "PROBE_INFLIGHT",
+            "PROBE_RX_COUNTERS",
+            "PROBE_TX_COUNTERS",
+            "PROBE_KEY",
+        ] {
+            let map = ebpf.map(name).ok_or(KernelError::MissingMap { name })?;
+            pins.pin_map(map, name)?;
+        }
+        let mut key: Array<MapData, CookieKey> =
+            Array::try_from(take(&mut ebpf, "PROBE_KEY")?).map_err(map_err("PROBE_KEY"))?;
+        key.set(0, CookieKey { k: cfg.key }, 0).map_err(map_err("PROBE_KEY"))?;
+        let Map::Array(jobs_data) = take(&mut ebpf, "PROBE_JOBS")? else {
+            return Err(KernelError::MissingMap { name: "PROBE_JOBS" });
+        };
+        let jobs = JobsMmap::new(jobs_data)?;
+        Ok(Self {
+            ifindex,
+            jobs,
+            ctl: Array::try_from(take(&mut ebpf, "PROBE_TX_CTL")?).map_err(map_err("PROBE_TX_CTL"))?,
+            inflight: HashMap::try_from(take(&mut ebpf, "PROBE_INFLIGHT")?).map_err(map_err("PROBE_INFLIGHT"))?,
+            events: RingBuf::try_from(take(&mut ebpf, "PROBE_EVENTS")?).map_err(map_err("PROBE_EVENTS"))?,
+            rx_counters: PerCpuArray::try_from(take(&mut ebpf, "PROBE_RX_COUNTERS")?)
+                .map_err(map_err("PROBE_RX_COUNTERS"))?,
+            tx_counters: PerCpuArray::try_from(take(&mut ebpf, "PROBE_TX_COUNTERS")?)
+                .map_err(map_err("PROBE_TX_COUNTERS"))?,
+            ebpf,
+            _pins: pins,
+        })
+    }
+
+    pub fn pin_dir(&self) -> &Path {
+        self._pins.path()
+    }
+
+    /// Sends up to MAX_JOBS probes of one frame shape: `template` is the frame the generator
+    /// writes headers over (its length decides the shape; a UDP payload rides in its tail).
+    /// Returns how many the generator took.
+    pub fn send(
+        &mut self,
+        jobs: &[ProbeJob],
+        template: &[u8],
+        payload_sum: u64,
+        payload_len: u32,
+    ) -> Result<u32, KernelError> {
+        let n = jobs.len().min(MAX_JOBS as usize);
+        if n == 0 {
+            return Ok(0);
+        }
+        self.jobs.write(&jobs[..n]);
+        let ctl = TxCtl {
+            next: 0,
+            count: n as u64,
+            payload_sum,
+            payload_len,
+            _pad: 0,
+        };
+        self.ctl.set(0, ctl, 0).map_err(map_err("PROBE_TX_CTL"))?;
+        let xdp_md = XdpMd {
+            data: 0,
+            data_end: template.len() as u32,
+            data_meta: 0,
+            ingress_ifindex: self.ifindex,
+            rx_queue_index: 0,
+            egress_ifindex: 0,
+        };
+        let prog: &Xdp = self.ebpf.program(TX).unwrap().try_into().unwrap();
+        let opts = TestRunOptions {
+            data_in: Some(template),
+            ctx_in: Some(xdp_md.bytes()),
+            repeat: n as u32,
+            attrs: TestRunAttrs::new().xdp_live_frames(LIVE_BATCH),
+            ..TestRunOptions::new()
+        };
+        prog.test_run(opts)
+            .map_err(|source| KernelError::Run { name: TX, source })?;
+        Ok(n as u32)
+    }
+
+    /// Claims a probe's outcome for userspace (timeout): true if the entry was still there.
+    pub fn claim(&mut self, flow: &FlowKey) -> bool {
+        self.inflight.remove(flow).is_ok()
+    }
+
+    /// Records a probe that userspace sends itself (the raw-socket path).
+    pub fn track(&mut self, flow: &FlowKey, entry: Inflight) -> Result<(), KernelError> {
+        self.inflight.insert(flow, entry, 0).map_err(map_err("PROBE_INFLIGHT"))
+    }
+
+    /// Drains every pending event into `out`.
+    pub fn drain_events(&mut self, out: &mut Vec<ProbeEvent>) {
+        while let Some(item) = self.events.next() {
+            if item.len() >= std::mem::size_of::<ProbeEvent>() {
+                // SAFETY: the kernel writes whole ProbeEvent records; read_unaligned copes
+                // with the ring buffer's 8-byte record alignment either way.
+                out.push(unsafe { std::ptr::read_unaligned(item.as_ptr() as *const ProbeEvent) });
+            }
+        }
+    }
+
+    /// The ring buffer's fd, to poll for readiness.
+    pub fn events_fd(&self) -> RawFd {
+        self.events.as_raw_fd()
+    }
+
+    pub fn rx_counters(&self) -> Result<RxCounters, KernelError> {
+        let mut total = RxCounters::default();
+        for c in self
+            .rx_counters
+            .get(&0, 0)
+            .map_err(map_err("PROBE_RX_COUNTERS"))?
+            .iter()
+        {
+            total.accumulate(c);
+        }
+        Ok(total)
+    }
+
+    pub fn tx_counters(&self) -> Result<TxCounters, KernelError> {
+        let mut total = TxCounters::default();
+        for c in self
+            .tx_counters
+            .get(&0, 0)
+            .map_err(map_err("PROBE_TX_COUNTERS"))?
+            .iter()
+        {
+            total.accumulate(c);
+        }
+        Ok(total)
+    }
+
+    /// Live in-flight entries (walks the table: for tests and inspection, not the hot path).
+    pub fn inflight_len(&self) -> usize {
+        self.inflight.keys().count()
+    }
+}
+
+/// The kernel's `struct xdp_md`, the context handed to the generator.
+#[repr(C)]
+struct XdpMd {
+    data: u32,
+    data_end: u32,
+    data_meta: u32,
+    ingress_ifindex: u32,
+    rx_queue_index: u32,
+    egress_ifindex: u32,
+}
+
+impl XdpMd {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: six u32 fields, repr(C), no padding: all 24 bytes are initialised.
+        unsafe { std::slice::from_raw_parts(self as *const Self as *const u8, std::mem::size_of::<Self>()) }
+    }
+}
+
+/// PROBE_JOBS mapped into our address space (the map is BPF_F_MMAPABLE).
+struct JobsMmap {
+    ptr: NonNull<ProbeJob>,
+    len: usize,
+    _map: MapData,
+}
+
+// SAFETY: the mapping is owned by this value alone and only written through &mut self.
+unsafe impl Send for JobsMmap {}
+
+impl JobsMmap {
+    fn new(map: MapData) -> Result<Self, KernelError> {
+        let bytes = MAX_JOBS as usize * std::mem::size_of::<ProbeJob>();
+        let page = 4096;
+        let len = bytes.div_ceil(page) * page;
+        let fd = map.fd().as_fd().as_raw_fd();
+        // SAFETY: mapping a BPF array created with BPF_F_MMAPABLE, shared and writable, for
+        // its full (page-rounded) size; the fd stays open for the mapping's life (`_map`).
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(KernelError::Pin {
+                op: "mmap PROBE_JOBS",
+                path: "PROBE_JOBS".into(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(Self {
+            ptr: NonNull::new(p as *mut ProbeJob).unwrap(),
+            len,
+            _map: map,
+        })
+    }
+
+    fn write(&mut self, jobs: &[ProbeJob]) {
+        assert!(jobs.len() <= MAX_JOBS as usize);
+        // SAFETY: the mapping holds MAX_JOBS records (checked above) and the kernel reads it
+        // only during the test run that follows, on this thread.
+        unsafe { std::ptr::copy_nonoverlapping(jobs.as_ptr(), self.ptr.as_ptr(), jobs.len()) };
+    }
+}
+
+impl Drop for JobsMmap {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the region mapped in new().
+        unsafe { libc::munmap(self.ptr.as_ptr() as *mut _, self.len) };
+    }
+}

@@ -1,0 +1,28 @@
+//! Helpers for tests of the L4 engine: start it inside the prober namespace's thread and
+//! collect results with a bound on time.
+use std::time::{Duration, Instant};
+
+use probed::engine::{EngineConfig, L4Engine, L4Result, TxChoice};
+
+use crate::{topo::PROBER_IF, TestPins};
+
+/// Starts an engine on the prober's veth; call it inside `prober.enter`.
+pub fn start_engine(pins: &TestPins, tx: TxChoice) -> (L4Engine, tokio::sync::mpsc::UnboundedReceiver<L4Result>) {
+    let mut cfg = EngineConfig::new(PROBER_IF, &pins.path);
+    cfg.tx = tx;
+    L4Engine::start(cfg).unwrap_or_else(|e| panic!("start the L4 engine: {e:?}"))
+}
+
+/// Waits for `n` results, or until `within` has passed; returns what arrived.
+pub fn collect(rx: &mut tokio::sync::mpsc::UnboundedReceiver<L4Result>, n: usize, within: Duration) -> Vec<L4Result> {
+    let deadline = Instant::now() + within;
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n && Instant::now() < deadline {
+        match rx.try_recv() {
+            Ok(r) => out.push(r),
+            Err(tokio::sync::mpsc::error::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
+            Err(_) => break,
+        }
+    }
+    out
+}

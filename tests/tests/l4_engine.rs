@@ -1,0 +1,183 @@
+//! The L4 engine end to end: SYN probes crafted by probe_tx (live frames) or the raw-socket
+//! path, replies matched by probe_rx, against the backend namespace's own TCP stack.
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
+
+use probed::engine::{L4Outcome, L4Proto, L4Request, TxChoice, TxPath};
+use probed_tests::{
+    l4::{collect, start_engine},
+    topo::*,
+    TestPins, Topology,
+};
+
+const OPEN: u16 = 8080;
+const CLOSED: u16 = 8081;
+const DROPPED: u16 = 8082;
+const REJECTED: u16 = 8083;
+
+fn tcp(token: u64, target: &str, timeout_ms: u64) -> L4Request {
+    L4Request {
+        token,
+        target: target.parse().unwrap(),
+        proto: L4Proto::Tcp,
+        timeout: Duration::from_millis(timeout_ms),
+    }
+}
+
+fn backend() -> Topology {
+    let topo = Topology::new();
+    topo.backend.nft_drop("tcp", DROPPED);
+    topo.backend
+        .nft_reject_icmp("tcp", REJECTED, "admin-prohibited", "admin-prohibited");
+    // Count every RST reaching the backend: one per open probe, from probe_rx, and none from
+    // the prober's own stack.
+    topo.backend.nft_input_rule("tcp flags & rst == rst counter");
+    topo
+}
+
+fn expected(port: u16, v6: bool) -> L4Outcome {
+    match port {
+        OPEN => L4Outcome::Open,
+        CLOSED => L4Outcome::Refused,
+        DROPPED => L4Outcome::Timeout,
+        // admin-prohibited: ICMP 3/13, ICMPv6 1/1.
+        _ if v6 => L4Outcome::Unreachable { icmp_type: 1, code: 1 },
+        _ => L4Outcome::Unreachable { icmp_type: 3, code: 13 },
+    }
+}
+
+fn outcomes_for_every_port_kind(tx: TxChoice, want_path: TxPath) {
+    let topo = backend();
+    let _l4 = topo.backend.tcp_listen(&format!("{BACKEND_V4}:{OPEN}"));
+    let _l6 = topo.backend.tcp_listen(&format!("[{BACKEND_V6}]:{OPEN}"));
+    let pins = TestPins::new();
+    let mut reqs = Vec::new();
+    for (i, port) in [OPEN, CLOSED, DROPPED, REJECTED].into_iter().enumerate() {
+        reqs.push(tcp(i as u64, &format!("{BACKEND_V4}:{port}"), 300));
+        reqs.push(tcp(100 + i as u64, &format!("[{BACKEND_V6}]:{port}"), 300));
+    }
+    let results = topo.prober.enter(|| {
+        let (engine, mut rx) = start_engine(&pins, tx);
+        assert_eq!(engine.tx_path(), want_path, "transmit path");
+        engine.submit(reqs.clone()).unwrap();
+        let results = collect(&mut rx, reqs.len(), Duration::from_secs(5));
+        let snap = engine.snapshot().unwrap();
+        assert_eq!(snap.inflight, 0, "nothing left in flight: {snap:?}");
+        assert_eq!(
+            (snap.rx.matched_open, snap.rx.matched_refused, snap.rx.matched_unreach),
+            (2, 2, 2),
+            "{:?}",
+            snap.rx
+        );
+        assert_eq!(snap.rx.rst_sent, 2, "one RST per open probe");
+        assert_eq!((snap.rx.forged, snap.rx.stale), (0, 0), "{:?}", snap.rx);
+        if want_path == TxPath::Xdp {
+            assert_eq!(
+                snap.tx.sent,
+                reqs.len() as u64,
+                "probe_tx built every frame: {:?}",
+                snap.tx
+            );
+        }
+        results
+    });
+    assert_eq!(results.len(), reqs.len(), "one result per probe: {results:?}");
+    for r in &results {
+        let port = r.target.port();
+        let want = expected(port, r.target.is_ipv6());
+        assert_eq!(r.outcome, want, "{} (token {})", r.target, r.token);
+        if want == L4Outcome::Timeout {
+            assert!(
+                r.elapsed >= Duration::from_millis(300),
+                "timeout waited the full 300 ms: {:?}",
+                r.elapsed
+            );
+        } else {
+            assert!(
+                r.elapsed < Duration::from_millis(300),
+                "reply time {:?} is an RTT",
+                r.elapsed
+            );
+        }
+    }
+    // Our RSTs tore the half-open connections down: nothing lingers in SYN-RECV, and the
+    // backend saw exactly one RST per open probe (the prober's stack sent none of its own).
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let synrecv = topo.backend.exec("ss", &["-Htan", "state", "syn-recv"]);
+        if synrecv.trim().is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "half-open connections left on the backend:\n{synrecv}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        topo.backend.nft_rule_packets("tcp flags & rst == rst"),
+        2,
+        "RSTs seen by the backend"
+    );
+}
+
+#[test]
+fn xdp_path_open_refused_timeout_unreachable_v4_v6() {
+    outcomes_for_every_port_kind(TxChoice::Auto, TxPath::Xdp);
+}
+
+#[test]
+fn raw_socket_path_gives_the_same_outcomes() {
+    outcomes_for_every_port_kind(TxChoice::Force(TxPath::Raw), TxPath::Raw);
+}
+
+#[test]
+fn ten_thousand_anyip_targets_get_exactly_one_outcome_each() {
+    const N: u32 = 10_000;
+    let topo = Topology::new();
+    topo.anyip("198.19.0.0/16");
+    // One wildcard listener answers for the whole AnyIP block; a deep backlog and syncookies
+    // keep the backend's stack from dropping SYNs of a burst.
+    topo.backend.sysctl("net.ipv4.tcp_syncookies", "1");
+    topo.backend.sysctl("net.core.somaxconn", "65535");
+    let _listener = topo.backend.tcp_listen("0.0.0.0:80");
+    let pins = TestPins::new();
+    let reqs: Vec<_> = (0..N)
+        .map(|i| {
+            let ip = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(198, 19, 0, 0)) + i);
+            L4Request {
+                token: i as u64,
+                target: SocketAddr::new(ip.into(), 80),
+                proto: L4Proto::Tcp,
+                timeout: Duration::from_secs(2),
+            }
+        })
+        .collect();
+    let results = topo.prober.enter(|| {
+        let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
+        engine.submit(reqs).unwrap();
+        let results = collect(&mut rx, N as usize, Duration::from_secs(20));
+        // Nothing more may arrive: exactly one result per probe.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(rx.try_recv().is_err(), "a probe produced a second result");
+        results
+    });
+    assert_eq!(results.len(), N as usize, "results for every target");
+    let mut seen = vec![false; N as usize];
+    for r in &results {
+        assert!(
+            !std::mem::replace(&mut seen[r.token as usize], true),
+            "token {} twice",
+            r.token
+        );
+    }
+    let open = results.iter().filter(|r| r.outcome == L4Outcome::Open).count();
+    assert_eq!(
+        open,
+        N as usize,
+        "every AnyIP target answered: {:?}",
+        results.iter().find(|r| r.outcome != L4Outcome::Open)
+    );
+}
