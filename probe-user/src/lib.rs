@@ -2,5 +2,6 @@
 //!
 //! `kernel` is the thin, documented layer over the eBPF programs; everything above it is
 //! plain Rust.
+pub mod config;
 pub mod kernel;
 pub mod status;

