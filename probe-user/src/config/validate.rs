@@ -49,6 +49,8 @@ pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigErrors> {
     };
     let root_value = toml::Spanned::new(root.span(), DeValue::Table(root.into_inner()));
     let config = read_config(&mut r, &root_value);
+    // Rules run in dependency order; the operator reads the file top to bottom.
+    r.errors.sort_by_key(|e| (e.line, e.column));
     match config {
         Some(config) if r.errors.is_empty() => Ok(config),
         _ => Err(ConfigErrors(r.errors)),
