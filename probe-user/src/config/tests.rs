@@ -48,63 +48,55 @@ macro_rules! rule {
 }
 
 // File-level rules.
-rule!(syntax_error_has_a_place, "[daemon\napi_listen = 1".to_string(), "");
-rule!(
-    unknown_key,
-    "[daemon]\napi_listn = \"127.0.0.1:1\"".to_string(),
-    "daemon.api_listn"
-);
+rule!(syntax_error_has_a_place, "[daemon\napi_listen = 1", "");
+rule!(unknown_key, "[daemon]\napi_listn = \"127.0.0.1:1\"", "daemon.api_listn");
 rule!(wrong_type, cfg("lb", "", "port = \"80\"", ""), "profile[0].health.port");
 
 // [daemon]
 rule!(
     api_listen_garbage,
-    "[daemon]\napi_listen = \"localhost\"".to_string(),
+    "[daemon]\napi_listen = \"localhost\"",
     "daemon.api_listen"
 );
 rule!(
     api_listen_remote_refused,
-    "[daemon]\napi_listen = \"0.0.0.0:9180\"".to_string(),
+    "[daemon]\napi_listen = \"0.0.0.0:9180\"",
     "daemon.api_listen"
 );
 rule!(
     api_unix_relative,
-    "[daemon]\napi_listen = \"unix:probed.sock\"".to_string(),
+    "[daemon]\napi_listen = \"unix:probed.sock\"",
     "daemon.api_listen"
 );
-rule!(
-    pin_dir_relative,
-    "[daemon]\npin_dir = \"bpf/probed\"".to_string(),
-    "daemon.pin_dir"
-);
-rule!(events_empty, "[daemon]\nevents = \"\"".to_string(), "daemon.events");
+rule!(pin_dir_relative, "[daemon]\npin_dir = \"bpf/probed\"", "daemon.pin_dir");
+rule!(events_empty, "[daemon]\nevents = \"\"", "daemon.events");
 
 // [source]
 rule!(
     port_range_overlaps_ephemeral,
-    "[source]\nport_range = \"60000-62000\"".to_string(),
+    "[source]\nport_range = \"60000-62000\"",
     "source.port_range"
 );
 rule!(
     port_range_reversed,
-    "[source]\nport_range = \"65000-61000\"".to_string(),
+    "[source]\nport_range = \"65000-61000\"",
     "source.port_range"
 );
 rule!(
     source_address_bad,
-    "[source]\naddresses = [\"100.64.0.300\"]".to_string(),
+    "[source]\naddresses = [\"100.64.0.300\"]",
     "source.addresses[0]"
 );
 rule!(
     interface_name_bad,
-    "[source]\ninterfaces = [\"a/b\"]".to_string(),
+    "[source]\ninterfaces = [\"a/b\"]",
     "source.interfaces[0]"
 );
 
 // [[profile]]
 rule!(
     profile_name_missing,
-    "[[profile]]\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\nport = 1".to_string(),
+    "[[profile]]\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\nport = 1",
     "profile[0].name"
 );
 rule!(
@@ -130,7 +122,7 @@ rule!(
 );
 rule!(
     health_missing,
-    "[[profile]]\nname = \"web\"\ndialect = \"lb\"".to_string(),
+    "[[profile]]\nname = \"web\"\ndialect = \"lb\"",
     "profile[0].health"
 );
 
@@ -143,7 +135,7 @@ fn profile_name_duplicate() {
 // [profile.health]
 rule!(
     protocol_missing,
-    "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n[profile.health]\nport = 1".to_string(),
+    "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n[profile.health]\nport = 1",
     "profile[0].health.protocol"
 );
 rule!(
@@ -367,7 +359,7 @@ rule!(
     cfg("lb", "", "", "").replace("192.0.2.1", "192.0.2"),
     "profile[0].endpoint[0].address"
 );
-rule!(endpoint_address_missing, "[[profile]]\nname = \"w\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"http\"\n[[profile.endpoint]]\nport = 80".to_string(), "profile[0].endpoint[0].address");
+rule!(endpoint_address_missing, "[[profile]]\nname = \"w\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"http\"\n[[profile.endpoint]]\nport = 80", "profile[0].endpoint[0].address");
 rule!(
     endpoint_port_bad,
     cfg("lb", "", "", "port = 65536"),
