@@ -37,6 +37,11 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         duration_s: u64,
     },
+    /// Check a configuration file and report every problem in it; nothing is applied.
+    Validate {
+        /// The TOML configuration file.
+        file: PathBuf,
+    },
 }
 
 /// XDP attach mode, as the operator names it.
@@ -70,12 +75,33 @@ pub fn main() -> ExitCode {
             every_ms,
             duration_s,
         } => attach(&iface, pin_dir, mode, every_ms, duration_s),
+        Command::Validate { file } => Ok(validate(&file)),
     };
     match result {
         Ok(code) => code,
         Err(err) => {
             eprintln!("probed: {err:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Exit 0 with a summary, or 2 with one error per line.
+fn validate(file: &std::path::Path) -> ExitCode {
+    match probed::config::Config::load(file) {
+        Ok(config) => {
+            println!(
+                "ok: {} profiles, {} endpoints",
+                config.profiles.len(),
+                config.endpoint_count()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for e in errors.iter() {
+                println!("{e}");
+            }
+            ExitCode::from(2)
         }
     }
 }

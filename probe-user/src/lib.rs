@@ -1,6 +1,8 @@
 //! probed: kernel-accelerated health checks for load-balancer backends.
 //!
 //! `kernel` is the thin, documented layer over the eBPF programs; everything above it is
-//! plain Rust.
+//! plain Rust: `engine` (L4 probes), `config`, `status` (monitor status and selection).
+pub mod config;
 pub mod engine;
 pub mod kernel;
+pub mod status;

@@ -1,0 +1,294 @@
+//! The resolved configuration: every default filled in, every value typed. Nothing here can be
+//! out of range, because only `validate` builds it.
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
+    time::Duration,
+};
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+pub use super::dialect::Dialect;
+pub use crate::status::{AdminState, Routing};
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Config {
+    pub daemon: Daemon,
+    pub source: Source,
+    pub profiles: Vec<Profile>,
+}
+
+impl Config {
+    pub fn endpoint_count(&self) -> usize {
+        self.profiles.iter().map(|p| p.endpoints.len()).sum()
+    }
+
+    pub fn profile(&self, name: &str) -> Option<&Profile> {
+        self.profiles.iter().find(|p| p.name == name)
+    }
+}
+
+/// `[daemon]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Daemon {
+    pub api: ApiListen,
+    pub events: EventsOutput,
+    pub pin_dir: PathBuf,
+}
+
+/// Where the API listens. Remote TCP addresses only pass validation with `api_allow_remote`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum ApiListen {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+/// Where transition events go, one JSON line each.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum EventsOutput {
+    Stdout,
+    File(PathBuf),
+}
+
+/// `[source]`: where probes leave from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Source {
+    /// Interfaces to send on; empty means the route decides.
+    pub interfaces: Vec<String>,
+    /// Source addresses; empty means the route's preferred source.
+    pub addresses: Vec<IpAddr>,
+    pub ports: PortRange,
+}
+
+impl Source {
+    pub fn ipv4(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.addresses.iter().copied().filter(IpAddr::is_ipv4)
+    }
+
+    pub fn ipv6(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.addresses.iter().copied().filter(IpAddr::is_ipv6)
+    }
+}
+
+/// Inclusive range of probe source ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PortRange {
+    pub first: u16,
+    pub last: u16,
+}
+
+impl PortRange {
+    pub fn len(&self) -> u32 {
+        u32::from(self.last) - u32::from(self.first) + 1
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    pub fn contains(&self, port: u16) -> bool {
+        (self.first..=self.last).contains(&port)
+    }
+}
+
+/// `[[profile]]`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Profile {
+    pub name: String,
+    pub enabled: bool,
+    pub dialect: Dialect,
+    pub routing: Routing,
+    pub health: HealthCheck,
+    pub endpoints: Vec<Endpoint>,
+}
+
+impl Profile {
+    pub fn thresholds(&self) -> Thresholds {
+        self.health.thresholds
+    }
+
+    /// Headers for an HTTP(S) probe of `endpoint`: profile headers, then the endpoint's, an
+    /// endpoint header replacing a profile header of the same name.
+    pub fn request_headers(&self, endpoint: &Endpoint) -> Vec<Header> {
+        let mut out: Vec<Header> = self
+            .health
+            .http()
+            .map(|h| h.headers.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|h| !endpoint.headers.iter().any(|e| e.name.eq_ignore_ascii_case(&h.name)))
+            .collect();
+        out.extend(endpoint.headers.iter().cloned());
+        out
+    }
+
+    /// The Host an HTTP(S) probe of `endpoint` sends: a Host header if any, the configured host,
+    /// else the endpoint's address (ga's default).
+    pub fn host_for(&self, endpoint: &Endpoint) -> String {
+        let header = self
+            .request_headers(endpoint)
+            .into_iter()
+            .find(|h| h.name.eq_ignore_ascii_case("host"))
+            .map(|h| h.value);
+        let configured = self.health.http().and_then(|h| h.host.clone());
+        header.or(configured).unwrap_or_else(|| match endpoint.address {
+            IpAddr::V4(a) => a.to_string(),
+            IpAddr::V6(a) => format!("[{a}]"),
+        })
+    }
+}
+
+/// Consecutive results needed to change state, resolved from the dialect's own knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Thresholds {
+    /// Consecutive successes that make an unhealthy (or new) target healthy.
+    pub healthy: u8,
+    /// Consecutive failures that make a healthy target unhealthy.
+    pub unhealthy: u8,
+}
+
+/// The health check of a profile.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HealthCheck {
+    pub probe: Probe,
+    /// Port from the profile; each endpoint's resolved port is in `Endpoint::port`.
+    pub port: Option<u16>,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub thresholds: Thresholds,
+}
+
+impl HealthCheck {
+    pub fn protocol(&self) -> Protocol {
+        match &self.probe {
+            Probe::Tcp => Protocol::Tcp,
+            Probe::Udp(_) => Protocol::Udp,
+            Probe::Http(h) if h.tls => Protocol::Https,
+            Probe::Http(_) => Protocol::Http,
+        }
+    }
+
+    pub fn http(&self) -> Option<&HttpCheck> {
+        match &self.probe {
+            Probe::Http(h) => Some(h),
+            _ => None,
+        }
+    }
+}
+
+/// What a probe sends and what counts as success.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Probe {
+    Tcp,
+    Udp(UdpCheck),
+    Http(HttpCheck),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Http,
+    Https,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 4] = [Protocol::Tcp, Protocol::Udp, Protocol::Http, Protocol::Https];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Http => "http",
+            Protocol::Https => "https",
+        }
+    }
+
+    pub fn is_http(self) -> bool {
+        matches!(self, Protocol::Http | Protocol::Https)
+    }
+}
+
+/// UDP probe payloads. Without a response string, silence means healthy (lb semantics).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UdpCheck {
+    pub request: String,
+    pub response: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HttpCheck {
+    pub tls: bool,
+    pub method: HttpMethod,
+    pub path: String,
+    /// Host header from `host`; None means the endpoint's address, unless a Host header is set.
+    pub host: Option<String>,
+    pub headers: Vec<Header>,
+    pub healthy_status: Vec<StatusRange>,
+    pub body_match: Option<String>,
+}
+
+impl HttpCheck {
+    pub fn status_ok(&self, code: u16) -> bool {
+        self.healthy_status.iter().any(|r| r.contains(code))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum HttpMethod {
+    Head,
+    Get,
+}
+
+impl HttpMethod {
+    pub fn name(self) -> &'static str {
+        match self {
+            HttpMethod::Head => "HEAD",
+            HttpMethod::Get => "GET",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Header {
+    pub name: String,
+    pub value: String,
+}
+
+/// Inclusive range of HTTP status codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StatusRange {
+    pub first: u16,
+    pub last: u16,
+}
+
+impl StatusRange {
+    pub fn contains(&self, code: u16) -> bool {
+        (self.first..=self.last).contains(&code)
+    }
+}
+
+/// `[[profile.endpoint]]`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Endpoint {
+    /// Unique within the profile; defaults to `address:port`.
+    pub name: String,
+    pub address: IpAddr,
+    /// The port probed: the endpoint's own, else the health check's, else 80/443 for HTTP(S).
+    pub port: u16,
+    pub weight: u32,
+    pub priority: u32,
+    pub state: AdminState,
+    pub headers: Vec<Header>,
+    pub subnets: Vec<IpNet>,
+    pub region: Option<String>,
+}
+
+impl Endpoint {
+    pub fn socket_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.address, self.port)
+    }
+}

@@ -1,0 +1,207 @@
+//! Tolerant reading of the spanned TOML tree: a wrong type or an unknown key becomes an error
+//! on the list and reading goes on, so one run reports everything.
+use std::ops::Range;
+
+use toml::{
+    de::{DeTable, DeValue},
+    Spanned,
+};
+
+use super::ConfigError;
+
+/// A value read from the file, with where it was and how it was written.
+#[derive(Debug, Clone)]
+pub(crate) struct Item<T> {
+    pub v: T,
+    pub span: Range<usize>,
+    pub path: String,
+    pub shown: String,
+}
+
+/// A table being read, with its path and span (used for "missing key" errors).
+pub(crate) struct Table<'a, 'i> {
+    pub entries: &'a DeTable<'i>,
+    pub span: Range<usize>,
+    pub path: String,
+}
+
+impl Table<'_, '_> {
+    pub fn child(&self, key: &str) -> String {
+        if self.path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.path)
+        }
+    }
+}
+
+pub(crate) struct Reader<'t> {
+    pub text: &'t str,
+    pub file: &'t str,
+    pub errors: Vec<ConfigError>,
+}
+
+/// How a raw TOML value looks in an error message.
+pub(crate) fn show(v: &DeValue<'_>) -> String {
+    match v {
+        DeValue::String(s) => format!("{:?}", s.as_ref()),
+        DeValue::Integer(i) => i.to_string(),
+        DeValue::Float(f) => f.as_str().to_string(),
+        DeValue::Boolean(b) => b.to_string(),
+        DeValue::Datetime(d) => d.to_string(),
+        DeValue::Array(_) => "[...]".to_string(),
+        DeValue::Table(_) => "{...}".to_string(),
+    }
+}
+
+impl<'t> Reader<'t> {
+    /// 1-based line and character column of a byte offset.
+    fn place(&self, offset: usize) -> (usize, usize) {
+        let before = &self.text[..offset.min(self.text.len())];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        (line, before[line_start..].chars().count() + 1)
+    }
+
+    pub fn error(&mut self, span: Range<usize>, field: &str, value: Option<String>, problem: impl Into<String>) {
+        let (line, column) = self.place(span.start);
+        self.errors.push(ConfigError {
+            file: self.file.to_string(),
+            line,
+            column,
+            field: field.to_string(),
+            profile: None,
+            value,
+            problem: problem.into(),
+        });
+    }
+
+    /// Reports `item` as bad.
+    pub fn bad<T>(&mut self, item: &Item<T>, problem: impl Into<String>) {
+        self.error(item.span.clone(), &item.path, Some(item.shown.clone()), problem);
+    }
+
+    pub fn missing(&mut self, table: &Table<'_, '_>, key: &str, problem: impl Into<String>) {
+        self.error(table.span.clone(), &table.child(key), None, problem);
+    }
+
+    /// Reads `v` as a table, reporting keys outside `allowed`.
+    pub fn table<'a, 'i>(
+        &mut self,
+        v: &'a Spanned<DeValue<'i>>,
+        path: String,
+        allowed: &[&str],
+    ) -> Option<Table<'a, 'i>> {
+        let DeValue::Table(entries) = v.get_ref() else {
+            self.error(v.span(), &path, Some(show(v.get_ref())), "expected a table");
+            return None;
+        };
+        let table = Table {
+            entries,
+            span: v.span(),
+            path,
+        };
+        for (key, value) in entries.iter() {
+            if !allowed.contains(&key.get_ref().as_ref()) {
+                let field = table.child(key.get_ref());
+                self.error(
+                    key.span(),
+                    &field,
+                    Some(show(value.get_ref())),
+                    format!("unknown key; expected one of: {}", allowed.join(", ")),
+                );
+            }
+        }
+        Some(table)
+    }
+
+    pub fn get<'a, 'i>(table: &Table<'a, 'i>, key: &str) -> Option<&'a Spanned<DeValue<'i>>> {
+        table
+            .entries
+            .iter()
+            .find(|(k, _)| k.get_ref().as_ref() == key)
+            .map(|(_, v)| v)
+    }
+
+    fn typed<T>(
+        &mut self,
+        v: &Spanned<DeValue<'_>>,
+        path: String,
+        want: &str,
+        convert: impl FnOnce(&DeValue<'_>) -> Option<T>,
+    ) -> Option<Item<T>> {
+        let shown = show(v.get_ref());
+        match convert(v.get_ref()) {
+            Some(t) => Some(Item {
+                v: t,
+                span: v.span(),
+                path,
+                shown,
+            }),
+            None => {
+                self.error(v.span(), &path, Some(shown), format!("expected {want}"));
+                None
+            }
+        }
+    }
+
+    pub fn string(&mut self, table: &Table<'_, '_>, key: &str) -> Option<Item<String>> {
+        let v = Self::get(table, key)?;
+        self.typed(v, table.child(key), "a string", |v| v.as_str().map(str::to_string))
+    }
+
+    pub fn int(&mut self, table: &Table<'_, '_>, key: &str) -> Option<Item<i64>> {
+        let v = Self::get(table, key)?;
+        self.typed(v, table.child(key), "an integer", |v| {
+            v.as_integer()
+                .and_then(|i| i64::from_str_radix(i.as_str(), i.radix()).ok())
+        })
+    }
+
+    pub fn boolean(&mut self, table: &Table<'_, '_>, key: &str) -> Option<Item<bool>> {
+        let v = Self::get(table, key)?;
+        self.typed(v, table.child(key), "true or false", |v| v.as_bool())
+    }
+
+    /// An array of strings; a single string counts as a list of one.
+    pub fn strings(&mut self, table: &Table<'_, '_>, key: &str) -> Option<Item<Vec<Item<String>>>> {
+        let v = Self::get(table, key)?;
+        let path = table.child(key);
+        match v.get_ref() {
+            DeValue::String(s) => Some(Item {
+                v: vec![Item {
+                    v: s.to_string(),
+                    span: v.span(),
+                    path: path.clone(),
+                    shown: show(v.get_ref()),
+                }],
+                span: v.span(),
+                path,
+                shown: show(v.get_ref()),
+            }),
+            DeValue::Array(items) => {
+                let mut out = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    let item_path = format!("{path}[{i}]");
+                    if let Some(s) = self.typed(item, item_path, "a string", |v| v.as_str().map(str::to_string)) {
+                        out.push(s);
+                    }
+                }
+                let shown = format!(
+                    "[{}]",
+                    out.iter().map(|s| s.shown.as_str()).collect::<Vec<_>>().join(", ")
+                );
+                Some(Item {
+                    v: out,
+                    span: v.span(),
+                    path,
+                    shown,
+                })
+            }
+            other => {
+                self.error(v.span(), &path, Some(show(other)), "expected an array of strings");
+                None
+            }
+        }
+    }
+}
