@@ -2,4 +2,6 @@
 //!
 //! `kernel` is the thin, documented layer over the eBPF programs; everything above it is
 //! plain Rust.
+pub mod health;
 pub mod kernel;
+pub mod schedule;

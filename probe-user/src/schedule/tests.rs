@@ -1,0 +1,2 @@
+//! Scheduler tests on a virtual clock.
+use super::*;
