@@ -157,6 +157,8 @@ struct Check<K, O> {
     always_serve: bool,
     /// Handed out by `pop_due` and not yet `completed`; never in the wheel meanwhile.
     in_flight: bool,
+    /// One gap after the last probe finished: a quick disable/enable must not probe sooner.
+    not_before_ns: u64,
 }
 
 impl<K, O> Check<K, O> {
@@ -243,6 +245,7 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
             enabled: true,
             always_serve: false,
             in_flight: false,
+            not_before_ns: 0,
         });
         self.by_key.insert(key, index);
         self.live += 1;
@@ -297,7 +300,8 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
     }
 
     /// Enables or disables probing. Re-enabling starts afresh, spread over the interval from
-    /// `now_ns` (the caller also resets the target's tracker to CheckingEndpoint).
+    /// `now_ns` but never sooner than one gap after the last probe finished (the caller also
+    /// resets the target's tracker to CheckingEndpoint).
     pub fn set_enabled(&mut self, id: CheckId, enabled: bool, now_ns: u64) -> Result<(), ScheduleError> {
         self.update(id, now_ns, |c| c.enabled = enabled)
     }
@@ -335,11 +339,12 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
             return Err(ScheduleError::NotInFlight { id });
         }
         check.in_flight = false;
+        let params = check.params;
+        let gap = nanos(params.gap(cadence));
+        check.not_before_ns = finished_ns.saturating_add(gap);
         if !check.probed() {
             return Ok(None);
         }
-        let params = check.params;
-        let gap = nanos(params.gap(cadence));
         let jitter = self
             .rng
             .below(gap.saturating_mul(u64::from(params.jitter_percent)) / 100);
@@ -366,7 +371,8 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
     }
 
     fn schedule_first(&mut self, index: u32, now_ns: u64) {
-        let params = self.entries[index as usize].check.as_ref().expect("live").params;
+        let check = self.entries[index as usize].check.as_ref().expect("live");
+        let (params, not_before) = (check.params, check.not_before_ns);
         let interval = nanos(params.interval);
         let offset = if self.config.spread_first {
             self.spread = self.spread.wrapping_add(GOLDEN_GAMMA);
@@ -375,8 +381,8 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
             0
         };
         let jitter = self.rng.below(nanos(params.initial_jitter));
-        self.wheel
-            .insert(index, now_ns.saturating_add(offset).saturating_add(jitter));
+        let due = now_ns.saturating_add(offset).saturating_add(jitter);
+        self.wheel.insert(index, due.max(not_before));
     }
 
     fn allocate(&mut self) -> Result<u32, ScheduleError> {

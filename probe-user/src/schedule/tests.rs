@@ -105,10 +105,10 @@ fn first_round_of_ten_thousand_is_spread_over_the_interval() {
     }
     assert_eq!(seen.len(), n as usize, "every check fires once in the first interval");
     let (max, min) = (*per_slot.iter().max().unwrap(), *per_slot.iter().min().unwrap());
-    // Stated share: no 10 ms slot of the 1 s interval holds more than 2% of the fleet (an even
-    // spread is 1%), and none is starved below 0.5%.
-    assert!(max <= n as usize / 50, "busiest 10 ms slot holds {max} of {n}");
-    assert!(min >= n as usize / 200, "quietest 10 ms slot holds {min} of {n}");
+    // Stated share: an even spread puts 1% in each 10 ms slot of the 1 s interval; no slot may
+    // hold more than 1.1% of the fleet (the issue allows 2%) or fewer than 0.9%.
+    assert!(max * 1_000 <= n as usize * 11, "busiest 10 ms slot holds {max} of {n}");
+    assert!(min * 1_000 >= n as usize * 9, "quietest 10 ms slot holds {min} of {n}");
 }
 
 #[test]
@@ -336,6 +336,18 @@ fn disabling_during_a_probe_stops_rescheduling_and_reenabling_does_not_double_bo
 }
 
 #[test]
+fn a_quick_disable_and_enable_does_not_probe_sooner_than_one_interval() {
+    let mut sched = sched();
+    let id = sched.add("o", 1, CheckParams::new(ms(100)), 0).unwrap();
+    let mut out = Vec::new();
+    sched.pop_due(S, &mut out);
+    sched.completed(id, S, Cadence::Steady).unwrap();
+    sched.set_enabled(id, false, S).unwrap();
+    sched.set_enabled(id, true, S + MS).unwrap();
+    assert_eq!(sched.due(id), Some(S + 100 * MS));
+}
+
+#[test]
 fn bad_params_are_refused_naming_the_field() {
     let mut sched = sched();
     let zero = CheckParams::new(Duration::ZERO);
@@ -419,11 +431,15 @@ fn intervals_longer_than_one_rotation_still_fire_on_time() {
 #[test]
 #[ignore = "about 5 s in debug builds; run with --ignored"]
 fn a_million_checks_one_interval() {
-    million_checks_one_interval();
+    checks_one_interval(1_000_000);
 }
 
-fn million_checks_one_interval() {
-    let n = 1_000_000u32;
+#[test]
+fn a_hundred_thousand_checks_one_interval() {
+    checks_one_interval(100_000);
+}
+
+fn checks_one_interval(n: u32) {
     let mut sched: Scheduler<u32, u8> = Scheduler::new(SchedulerConfig::default());
     for i in 0..n {
         sched.add(0, i, CheckParams::new(ms(1_000)), 0).unwrap();
@@ -449,4 +465,104 @@ fn million_checks_one_interval() {
     }
     assert!(fired.iter().all(|&f| f), "every check fired in the first interval");
     assert_eq!(sched.scheduled(), n as usize);
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Add(u32, &'static str),
+        Remove(u32, &'static str),
+        Enable(u32, bool),
+        Advance(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let owner = prop_oneof![Just("a"), Just("b")];
+        prop_oneof![
+            (0u32..12, owner.clone()).prop_map(|(k, o)| Op::Add(k, o)),
+            (0u32..12, owner).prop_map(|(k, o)| Op::Remove(k, o)),
+            (0u32..12, any::<bool>()).prop_map(|(k, e)| Op::Enable(k, e)),
+            (0u64..400).prop_map(|ms| Op::Advance(ms * MS)),
+        ]
+    }
+
+    /// What the test knows about one check.
+    #[derive(Default)]
+    struct Seen {
+        enabled: bool,
+        finishing_at: Option<u64>,
+        last_finished: Option<u64>,
+    }
+
+    proptest! {
+        /// Whatever the sequence of registrations, removals, toggles and time steps: a check is
+        /// handed out only when live, enabled and idle, and never sooner than one interval
+        /// after its previous probe finished.
+        #[test]
+        fn scheduler_never_double_books_or_probes_the_disabled(ops in proptest::collection::vec(op(), 0..150)) {
+            let interval = 100 * MS;
+            let mut sched = sched();
+            let mut seen: HashMap<CheckId, Seen> = HashMap::new();
+            let mut now = 0u64;
+            let mut out = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Add(key, owner) => {
+                        let id = sched.add(owner, key, CheckParams::new(ms(100)), now).unwrap();
+                        seen.entry(id).or_insert(Seen { enabled: true, ..Seen::default() });
+                    }
+                    Op::Remove(key, owner) => {
+                        if let Some(id) = sched.lookup(&key) {
+                            let owned = sched.owners(id).contains(&owner);
+                            prop_assert_eq!(sched.remove(&owner, id).is_ok(), owned);
+                            if sched.key(id).is_none() {
+                                seen.remove(&id);
+                            }
+                        }
+                    }
+                    Op::Enable(key, enabled) => {
+                        if let Some(id) = sched.lookup(&key) {
+                            sched.set_enabled(id, enabled, now).unwrap();
+                            seen.get_mut(&id).unwrap().enabled = enabled;
+                        }
+                    }
+                    Op::Advance(by) => {
+                        let until = now + by;
+                        // Walk through every due time and completion up to `until`, in order.
+                        loop {
+                            let finish = seen.values().filter_map(|s| s.finishing_at).min().unwrap_or(u64::MAX);
+                            let step = sched.next_due().unwrap_or(u64::MAX).min(finish);
+                            if step > until {
+                                break;
+                            }
+                            now = now.max(step);
+                            for (&id, s) in seen.iter_mut() {
+                                if s.finishing_at.is_some_and(|t| t <= now) {
+                                    s.finishing_at = None;
+                                    s.last_finished = Some(now);
+                                    let next = sched.completed(id, now, Cadence::Steady).unwrap();
+                                    prop_assert_eq!(next.is_some(), s.enabled);
+                                }
+                            }
+                            out.clear();
+                            sched.pop_due(now, &mut out);
+                            for id in &out {
+                                let s = seen.get_mut(id).expect("only live checks are handed out");
+                                prop_assert!(s.enabled, "{} handed out while disabled", id);
+                                prop_assert!(s.finishing_at.is_none(), "{} handed out while in flight", id);
+                                if let Some(last) = s.last_finished {
+                                    prop_assert!(now >= last + interval, "{} probed too soon", id);
+                                }
+                                s.finishing_at = Some(now + 30 * MS);
+                            }
+                        }
+                        now = until;
+                    }
+                }
+            }
+        }
+    }
 }
