@@ -311,7 +311,8 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
         self.update(id, now_ns, |c| c.always_serve = always_serve)
     }
 
-    /// The earliest time at which `pop_due` will hand out a check.
+    /// The earliest time at which `pop_due` will hand out a check. It walks the first occupied
+    /// wheel slot, so a driver should wake at most once per tick and pop the whole tick.
     pub fn next_due(&self) -> Option<u64> {
         self.wheel.next_due()
     }
