@@ -1,0 +1,175 @@
+//! The per-target threshold state machine: probe results in, state transitions out.
+//!
+//! Pure and clock-free: times come in with each [`Observation`] and go out in each [`Transition`].
+pub mod dialect;
+pub mod window;
+
+use std::{sync::Arc, time::Duration};
+
+pub use dialect::{Dialect, ThresholdError, Thresholds};
+pub use window::{fail_window, mean_response_time, success_window, ProbeTiming};
+
+use crate::schedule::Cadence;
+
+/// Where a target stands; a new or re-enabled target starts in `CheckingEndpoint`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HealthState {
+    /// No threshold reached yet; the target is eligible for traffic meanwhile (tm).
+    CheckingEndpoint,
+    Healthy,
+    Unhealthy,
+}
+
+/// One probe result, with the caller's monotonic (or virtual) times in nanoseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observation {
+    pub success: bool,
+    pub started_ns: u64,
+    /// When the answer came or the timeout fired.
+    pub finished_ns: u64,
+    pub response_time: Duration,
+    /// Short cause, e.g. "syn-ack", "rst", "timeout", "http 503".
+    pub reason: Arc<str>,
+}
+
+/// A state change and the evidence for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    pub from: HealthState,
+    pub to: HealthState,
+    /// The consecutive results that reached the threshold, oldest first; as many as the threshold.
+    pub run: Vec<Observation>,
+    /// `finished_ns` of the last result of the run: the moment of the transition.
+    pub at_ns: u64,
+    /// From the start of the run's first probe to the transition.
+    pub measured_window: Duration,
+    /// What SPEC section 3 predicts for the same thresholds and timing (mean response time of
+    /// the run for a success window). Equal to `measured_window` when probes run back to back at
+    /// plain `interval` spacing and every failure is a timeout.
+    pub formula_window: Duration,
+}
+
+/// A transition with the target it belongs to, as published to the status model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetEvent<T> {
+    pub target: T,
+    pub transition: Transition,
+}
+
+/// Threshold state of one target.
+///
+/// Only results that push toward a change are kept: a Healthy target seeing successes (or an
+/// Unhealthy one seeing failures) changes nothing and drops any pending run of the other kind.
+/// An Unhealthy target needs `healthy` consecutive successes to return, whatever its history.
+#[derive(Debug, Clone)]
+pub struct Tracker {
+    thresholds: Thresholds,
+    timing: ProbeTiming,
+    state: HealthState,
+    /// Consecutive results of one kind toward a transition; never longer than its threshold.
+    run: Vec<Observation>,
+}
+
+impl Tracker {
+    /// A tracker in `CheckingEndpoint`.
+    pub fn new(thresholds: Thresholds, timing: ProbeTiming) -> Self {
+        Self {
+            thresholds,
+            timing,
+            state: HealthState::CheckingEndpoint,
+            run: Vec::with_capacity(thresholds.healthy().max(thresholds.unhealthy()) as usize),
+        }
+    }
+
+    /// Validates a dialect's thresholds and builds a tracker from them.
+    pub fn from_dialect(dialect: Dialect, timing: ProbeTiming) -> Result<Self, ThresholdError> {
+        Ok(Self::new(dialect.thresholds()?, timing))
+    }
+
+    pub fn state(&self) -> HealthState {
+        self.state
+    }
+
+    pub fn thresholds(&self) -> Thresholds {
+        self.thresholds
+    }
+
+    pub fn timing(&self) -> ProbeTiming {
+        self.timing
+    }
+
+    /// Consecutive results so far toward a transition (0 when the last result confirmed the state).
+    pub fn pending(&self) -> usize {
+        self.run.len()
+    }
+
+    /// The interval class the scheduler should use next (HAProxy fastinter / downinter).
+    pub fn cadence(&self) -> Cadence {
+        match (self.run.is_empty(), self.state) {
+            (false, _) => Cadence::Transitioning,
+            (true, HealthState::Unhealthy) => Cadence::Down,
+            (true, _) => Cadence::Steady,
+        }
+    }
+
+    /// Back to `CheckingEndpoint` with nothing pending, as for a re-enabled target.
+    pub fn reset(&mut self) {
+        self.state = HealthState::CheckingEndpoint;
+        self.run.clear();
+    }
+
+    /// Feeds one probe result; returns the transition it completes, if any.
+    pub fn observe(&mut self, obs: Observation) -> Option<Transition> {
+        if confirms(self.state, obs.success) {
+            self.run.clear();
+            return None;
+        }
+        if self.run.first().is_some_and(|first| first.success != obs.success) {
+            self.run.clear();
+        }
+        let success = obs.success;
+        self.run.push(obs);
+        if self.run.len() < self.thresholds.for_result(success) as usize {
+            return None;
+        }
+        let from = self.state;
+        self.state = if success {
+            HealthState::Healthy
+        } else {
+            HealthState::Unhealthy
+        };
+        let run = std::mem::take(&mut self.run);
+        Some(self.transition(from, run))
+    }
+
+    fn transition(&self, from: HealthState, run: Vec<Observation>) -> Transition {
+        let first = run.first().expect("a transition needs at least one result");
+        let last = run.last().expect("a transition needs at least one result");
+        let measured_window = Duration::from_nanos(last.finished_ns.saturating_sub(first.started_ns));
+        let formula_window = if last.success {
+            let mean = mean_response_time(run.iter().map(|o| o.response_time));
+            success_window(mean, self.timing.interval, self.thresholds.healthy())
+        } else {
+            fail_window(self.timing.timeout, self.timing.interval, self.thresholds.unhealthy())
+        };
+        Transition {
+            from,
+            to: self.state,
+            at_ns: last.finished_ns,
+            run,
+            measured_window,
+            formula_window,
+        }
+    }
+}
+
+/// True when a result of this kind only confirms the current state.
+fn confirms(state: HealthState, success: bool) -> bool {
+    matches!(
+        (state, success),
+        (HealthState::Healthy, true) | (HealthState::Unhealthy, false)
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,464 @@
+//! The probe scheduler: which checks are due when, on a caller-supplied (virtual) clock.
+//!
+//! Sequential per check, first probes spread over the interval, identical checks deduplicated.
+pub mod wheel;
+
+use std::{collections::HashMap, fmt, hash::Hash, time::Duration};
+
+use wheel::Wheel;
+
+/// Which interval applies to a check's next probe (HAProxy `inter` / `fastinter` / `downinter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cadence {
+    /// The state is settled (or nothing is known yet): plain `interval`.
+    Steady,
+    /// At least one result toward a state change is pending: `fastinter`.
+    Transitioning,
+    /// Settled Unhealthy: `downinter`.
+    Down,
+}
+
+impl Cadence {
+    /// The cadence for a check shared by several owners: fast if any owner is changing state,
+    /// down only when all of them are down.
+    pub fn combine(cadences: impl IntoIterator<Item = Cadence>) -> Cadence {
+        let mut combined = None;
+        for c in cadences {
+            combined = Some(match (combined, c) {
+                (_, Cadence::Transitioning) | (Some(Cadence::Transitioning), _) => Cadence::Transitioning,
+                (None | Some(Cadence::Down), Cadence::Down) => Cadence::Down,
+                _ => Cadence::Steady,
+            });
+        }
+        combined.unwrap_or(Cadence::Steady)
+    }
+}
+
+/// Timing of one check. Left at `None`/0, the extras keep the SPEC windows exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckParams {
+    /// Gap between the end of one probe and the start of the next.
+    pub interval: Duration,
+    /// Gap used while a state change is pending; `interval` when unset.
+    pub fastinter: Option<Duration>,
+    /// Gap used while settled Unhealthy; `interval` when unset.
+    pub downinter: Option<Duration>,
+    /// Up to this much extra delay, drawn at random, before the very first probe.
+    pub initial_jitter: Duration,
+    /// Each gap is lengthened by up to this percentage of itself, drawn at random (0..=100).
+    pub jitter_percent: u8,
+}
+
+impl CheckParams {
+    /// Plain `interval`, no extras.
+    pub fn new(interval: Duration) -> Self {
+        Self {
+            interval,
+            fastinter: None,
+            downinter: None,
+            initial_jitter: Duration::ZERO,
+            jitter_percent: 0,
+        }
+    }
+
+    /// Checks that every interval is positive and the jitter percentage is a percentage.
+    pub fn validate(&self) -> Result<(), ScheduleError> {
+        let intervals = [
+            ("interval", Some(self.interval)),
+            ("fastinter", self.fastinter),
+            ("downinter", self.downinter),
+        ];
+        for (field, value) in intervals {
+            if value.is_some_and(|v| v.is_zero()) {
+                return Err(ScheduleError::ZeroInterval { field });
+            }
+        }
+        if self.jitter_percent > 100 {
+            return Err(ScheduleError::JitterPercent {
+                value: self.jitter_percent,
+            });
+        }
+        Ok(())
+    }
+
+    /// The gap before the next probe for this cadence, before jitter.
+    pub fn gap(&self, cadence: Cadence) -> Duration {
+        match cadence {
+            Cadence::Steady => self.interval,
+            Cadence::Transitioning => self.fastinter.unwrap_or(self.interval),
+            Cadence::Down => self.downinter.unwrap_or(self.interval),
+        }
+    }
+}
+
+/// Wheel geometry and the seed of the jitter generator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// Resolution of the wheel; due times themselves stay exact.
+    pub tick: Duration,
+    /// Number of wheel slots; `tick * slots` should cover the longest gap in use.
+    pub slots: usize,
+    /// Spread first probes across the interval; off, a new check is due at once (plus jitter).
+    pub spread_first: bool,
+    /// Seed of the jitter generator, so runs are reproducible.
+    pub seed: u64,
+}
+
+impl Default for SchedulerConfig {
+    /// 1 ms ticks over 65,536 slots: one rotation is 65.5 s, above ga's 50 s maximum interval.
+    fn default() -> Self {
+        Self {
+            tick: Duration::from_millis(1),
+            slots: 1 << 16,
+            spread_first: true,
+            seed: 0x5eed_cafe_f00d_d00d,
+        }
+    }
+}
+
+/// Handle of a scheduled check; stale once the check is removed, even if its slot is reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CheckId {
+    index: u32,
+    generation: u32,
+}
+
+impl fmt::Display for CheckId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "check {}.{}", self.index, self.generation)
+    }
+}
+
+/// Errors from registering or driving checks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("{field} must be longer than zero")]
+    ZeroInterval { field: &'static str },
+    #[error("jitter_percent = {value} is out of range; allowed 0..=100")]
+    JitterPercent { value: u8 },
+    #[error("{id} is already registered with other timing; identical checks must share parameters")]
+    ParamsConflict { id: CheckId },
+    #[error("{id} is not registered (removed, or never added)")]
+    UnknownCheck { id: CheckId },
+    #[error("{id} was not handed out by pop_due, so it cannot complete")]
+    NotInFlight { id: CheckId },
+    #[error("{id} has no such owner")]
+    NotAnOwner { id: CheckId },
+    #[error("more than {max} checks", max = u32::MAX - 1)]
+    Full,
+}
+
+#[derive(Debug)]
+struct Check<K, O> {
+    key: K,
+    owners: Vec<O>,
+    params: CheckParams,
+    enabled: bool,
+    always_serve: bool,
+    /// Handed out by `pop_due` and not yet `completed`; never in the wheel meanwhile.
+    in_flight: bool,
+    /// One gap after the last probe finished: a quick disable/enable must not probe sooner.
+    not_before_ns: u64,
+}
+
+impl<K, O> Check<K, O> {
+    fn probed(&self) -> bool {
+        self.enabled && !self.always_serve
+    }
+}
+
+#[derive(Debug)]
+struct Entry<K, O> {
+    generation: u32,
+    check: Option<Check<K, O>>,
+}
+
+/// Schedules checks keyed by `K` (address, port, protocol and parameters) for owners `O`.
+///
+/// One probe per check is ever outstanding: `pop_due` hands a check out, and it is not due again
+/// until `completed` reports when that probe finished. All times are caller-supplied nanoseconds.
+#[derive(Debug)]
+pub struct Scheduler<K, O> {
+    config: SchedulerConfig,
+    wheel: Wheel,
+    entries: Vec<Entry<K, O>>,
+    free: Vec<u32>,
+    by_key: HashMap<K, u32>,
+    rng: SplitMix64,
+    /// Position in a golden-ratio sequence, so first probes fill the interval evenly.
+    spread: u64,
+    live: usize,
+}
+
+impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
+    pub fn new(config: SchedulerConfig) -> Self {
+        let tick_ns = u64::try_from(config.tick.as_nanos()).unwrap_or(u64::MAX);
+        Self {
+            wheel: Wheel::new(tick_ns, config.slots),
+            entries: Vec::new(),
+            free: Vec::new(),
+            by_key: HashMap::new(),
+            rng: SplitMix64(config.seed),
+            spread: 0,
+            live: 0,
+            config,
+        }
+    }
+
+    /// Number of distinct checks registered.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// Number of checks waiting in the wheel (neither in flight, disabled nor always-serve).
+    pub fn scheduled(&self) -> usize {
+        self.wheel.len()
+    }
+
+    /// Registers `owner`'s interest in the check `key`. The first owner creates the check, with
+    /// its first probe spread over the interval from `now_ns`; later owners share it.
+    pub fn add(&mut self, owner: O, key: K, params: CheckParams, now_ns: u64) -> Result<CheckId, ScheduleError> {
+        params.validate()?;
+        if let Some(&index) = self.by_key.get(&key) {
+            let id = self.id_of(index);
+            let check = self.entries[index as usize]
+                .check
+                .as_mut()
+                .expect("keyed checks are live");
+            if check.params != params {
+                return Err(ScheduleError::ParamsConflict { id });
+            }
+            if !check.owners.contains(&owner) {
+                check.owners.push(owner);
+            }
+            return Ok(id);
+        }
+        let index = self.allocate()?;
+        self.entries[index as usize].check = Some(Check {
+            key: key.clone(),
+            owners: vec![owner],
+            params,
+            enabled: true,
+            always_serve: false,
+            in_flight: false,
+            not_before_ns: 0,
+        });
+        self.by_key.insert(key, index);
+        self.live += 1;
+        self.schedule_first(index, now_ns);
+        Ok(self.id_of(index))
+    }
+
+    /// Drops `owner` from the check; the last owner's removal removes the check (true).
+    pub fn remove(&mut self, owner: &O, id: CheckId) -> Result<bool, ScheduleError> {
+        let check = self.check_mut(id)?;
+        let Some(pos) = check.owners.iter().position(|o| o == owner) else {
+            return Err(ScheduleError::NotAnOwner { id });
+        };
+        check.owners.swap_remove(pos);
+        if !check.owners.is_empty() {
+            return Ok(false);
+        }
+        let entry = &mut self.entries[id.index as usize];
+        let check = entry.check.take().expect("checked above");
+        // A probe still in flight completes against a stale id and is refused.
+        entry.generation = entry.generation.wrapping_add(1);
+        self.by_key.remove(&check.key);
+        self.wheel.remove(id.index);
+        self.free.push(id.index);
+        self.live -= 1;
+        Ok(true)
+    }
+
+    /// The check registered for `key`, if any.
+    pub fn lookup(&self, key: &K) -> Option<CheckId> {
+        self.by_key.get(key).map(|&index| self.id_of(index))
+    }
+
+    /// The key of a live check.
+    pub fn key(&self, id: CheckId) -> Option<&K> {
+        self.check(id).ok().map(|c| &c.key)
+    }
+
+    /// Who shares the check, so its results can be fanned out; empty for an unknown id.
+    pub fn owners(&self, id: CheckId) -> &[O] {
+        self.check(id).map(|c| c.owners.as_slice()).unwrap_or(&[])
+    }
+
+    pub fn params(&self, id: CheckId) -> Option<&CheckParams> {
+        self.check(id).ok().map(|c| &c.params)
+    }
+
+    /// When the check is next due, if it is waiting in the wheel.
+    pub fn due(&self, id: CheckId) -> Option<u64> {
+        self.check(id).ok()?;
+        self.wheel.due(id.index)
+    }
+
+    /// Enables or disables probing. Re-enabling starts afresh, spread over the interval from
+    /// `now_ns` but never sooner than one gap after the last probe finished (the caller also
+    /// resets the target's tracker to CheckingEndpoint).
+    pub fn set_enabled(&mut self, id: CheckId, enabled: bool, now_ns: u64) -> Result<(), ScheduleError> {
+        self.update(id, now_ns, |c| c.enabled = enabled)
+    }
+
+    /// Always-serve checks are not probed (the endpoint is Unmonitored and stays eligible).
+    pub fn set_always_serve(&mut self, id: CheckId, always_serve: bool, now_ns: u64) -> Result<(), ScheduleError> {
+        self.update(id, now_ns, |c| c.always_serve = always_serve)
+    }
+
+    /// The earliest time at which `pop_due` will hand out a check. It walks the first occupied
+    /// wheel slot, so a driver should wake at most once per tick and pop the whole tick.
+    pub fn next_due(&self) -> Option<u64> {
+        self.wheel.next_due()
+    }
+
+    /// Appends to `out` every check due at or before `now_ns`; each is in flight until `completed`.
+    pub fn pop_due(&mut self, now_ns: u64, out: &mut Vec<CheckId>) {
+        let Self { wheel, entries, .. } = self;
+        wheel.pop_due(now_ns, |index| {
+            let entry = &mut entries[index as usize];
+            let check = entry.check.as_mut().expect("only live checks are in the wheel");
+            check.in_flight = true;
+            out.push(CheckId {
+                index,
+                generation: entry.generation,
+            });
+        });
+    }
+
+    /// Reports that the probe handed out by `pop_due` finished at `finished_ns` (answer or
+    /// timeout); the next one is due one gap for `cadence` later. Returns that due time, or
+    /// `None` when the check was disabled or set to always-serve meanwhile.
+    pub fn completed(&mut self, id: CheckId, finished_ns: u64, cadence: Cadence) -> Result<Option<u64>, ScheduleError> {
+        let check = self.check_mut(id)?;
+        if !check.in_flight {
+            return Err(ScheduleError::NotInFlight { id });
+        }
+        check.in_flight = false;
+        let params = check.params;
+        let gap = nanos(params.gap(cadence));
+        check.not_before_ns = finished_ns.saturating_add(gap);
+        if !check.probed() {
+            return Ok(None);
+        }
+        let jitter = self
+            .rng
+            .below(gap.saturating_mul(u64::from(params.jitter_percent)) / 100);
+        let due = finished_ns.saturating_add(gap).saturating_add(jitter);
+        self.wheel.insert(id.index, due);
+        Ok(Some(due))
+    }
+
+    fn update(&mut self, id: CheckId, now_ns: u64, change: impl FnOnce(&mut Check<K, O>)) -> Result<(), ScheduleError> {
+        let check = self.check_mut(id)?;
+        let was = check.probed();
+        change(check);
+        let now = check.probed();
+        // In flight, `completed` decides: it reschedules only if the check is probed by then.
+        if was == now || check.in_flight {
+            return Ok(());
+        }
+        if now {
+            self.schedule_first(id.index, now_ns);
+        } else {
+            self.wheel.remove(id.index);
+        }
+        Ok(())
+    }
+
+    fn schedule_first(&mut self, index: u32, now_ns: u64) {
+        let check = self.entries[index as usize].check.as_ref().expect("live");
+        let (params, not_before) = (check.params, check.not_before_ns);
+        let interval = nanos(params.interval);
+        let offset = if self.config.spread_first {
+            self.spread = self.spread.wrapping_add(GOLDEN_GAMMA);
+            scale(self.spread, interval)
+        } else {
+            0
+        };
+        let jitter = self.rng.below(nanos(params.initial_jitter));
+        let due = now_ns.saturating_add(offset).saturating_add(jitter);
+        self.wheel.insert(index, due.max(not_before));
+    }
+
+    fn allocate(&mut self) -> Result<u32, ScheduleError> {
+        if let Some(index) = self.free.pop() {
+            return Ok(index);
+        }
+        // u32::MAX is the wheel's end-of-list marker.
+        let index = u32::try_from(self.entries.len())
+            .ok()
+            .filter(|&i| i != u32::MAX)
+            .ok_or(ScheduleError::Full)?;
+        self.entries.push(Entry {
+            generation: 0,
+            check: None,
+        });
+        Ok(index)
+    }
+
+    fn id_of(&self, index: u32) -> CheckId {
+        CheckId {
+            index,
+            generation: self.entries[index as usize].generation,
+        }
+    }
+
+    fn check(&self, id: CheckId) -> Result<&Check<K, O>, ScheduleError> {
+        self.entries
+            .get(id.index as usize)
+            .filter(|e| e.generation == id.generation)
+            .and_then(|e| e.check.as_ref())
+            .ok_or(ScheduleError::UnknownCheck { id })
+    }
+
+    fn check_mut(&mut self, id: CheckId) -> Result<&mut Check<K, O>, ScheduleError> {
+        self.entries
+            .get_mut(id.index as usize)
+            .filter(|e| e.generation == id.generation)
+            .and_then(|e| e.check.as_mut())
+            .ok_or(ScheduleError::UnknownCheck { id })
+    }
+}
+
+/// 2^64 / golden ratio: successive multiples leave the largest gaps as evenly split as possible.
+const GOLDEN_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// Maps a 64-bit fraction onto `0..range`.
+fn scale(fraction: u64, range: u64) -> u64 {
+    ((u128::from(fraction) * u128::from(range)) >> 64) as u64
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// SplitMix64 (Steele, Lea, Flood): small, fast and good enough for jitter; not for secrets.
+#[derive(Debug, Clone)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(GOLDEN_GAMMA);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..bound`, or 0 for a zero bound (and no draw, so unset jitter costs nothing).
+    fn below(&mut self, bound: u64) -> u64 {
+        if bound == 0 {
+            return 0;
+        }
+        scale(self.next_u64(), bound)
+    }
+}
+
+#[cfg(test)]
+mod tests;
