@@ -166,18 +166,29 @@ pub fn write_syn_v6(f: &mut SynV6, e: &Ends<[u8; 16]>, isn: u32) {
 /// Writes the RST that closes a half-open probe: `seq` is the SYN+ACK's ack.
 #[inline(always)]
 pub fn write_rst_v4(f: &mut RstV4, e: &Ends<[u8; 4]>, seq: u32) {
+    write_segment_v4(f, e, seq, 0, TCP_RST);
+}
+
+#[inline(always)]
+pub fn write_rst_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, seq: u32) {
+    write_segment_v6(f, e, seq, 0, TCP_RST);
+}
+
+/// Writes a bare (option-less, empty) TCP segment with the given numbers and flags.
+#[inline(always)]
+pub fn write_segment_v4(f: &mut RstV4, e: &Ends<[u8; 4]>, seq: u32, ack: u32, flags: u8) {
     f.eth = eth(e, ETH_P_IP);
     f.ip = ipv4(e.saddr, e.daddr, IPPROTO_TCP, TcpHdr::LEN as u16, 0);
-    f.tcp = tcp(e.sport, e.dport, seq, 0, TcpHdr::LEN, TCP_RST, 0);
+    f.tcp = tcp(e.sport, e.dport, seq, ack, TcpHdr::LEN, flags, 0);
     let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_TCP, TcpHdr::LEN as u16) + tcp_sum(&f.tcp);
     f.tcp.csum_be = finish(sum).to_be_bytes();
 }
 
 #[inline(always)]
-pub fn write_rst_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, seq: u32) {
+pub fn write_segment_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, seq: u32, ack: u32, flags: u8) {
     f.eth = eth(e, ETH_P_IPV6);
     f.ip = ipv6(e.saddr, e.daddr, IPPROTO_TCP, TcpHdr::LEN as u16);
-    f.tcp = tcp(e.sport, e.dport, seq, 0, TcpHdr::LEN, TCP_RST, 0);
+    f.tcp = tcp(e.sport, e.dport, seq, ack, TcpHdr::LEN, flags, 0);
     let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_TCP, TcpHdr::LEN as u32) + tcp_sum(&f.tcp);
     f.tcp.csum_be = finish(sum).to_be_bytes();
 }
@@ -204,6 +215,13 @@ pub fn rst_v4(e: &Ends<[u8; 4]>, seq: u32) -> RstV4 {
 pub fn rst_v6(e: &Ends<[u8; 16]>, seq: u32) -> RstV6 {
     let mut f = RstV6::default();
     write_rst_v6(&mut f, e, seq);
+    f
+}
+
+/// A bare TCP segment over IPv4 (tests use it to forge replies).
+pub fn segment_v4(e: &Ends<[u8; 4]>, seq: u32, ack: u32, flags: u8) -> RstV4 {
+    let mut f = RstV4::default();
+    write_segment_v4(&mut f, e, seq, ack, flags);
     f
 }
 

@@ -181,3 +181,76 @@ fn ten_thousand_anyip_targets_get_exactly_one_outcome_each() {
         results.iter().find(|r| r.outcome != L4Outcome::Open)
     );
 }
+
+#[test]
+fn forged_and_stale_replies_change_no_outcome() {
+    use probe_common::{
+        frame::{segment_v4, Ends},
+        packet::{EthHdr, TCP_ACK, TCP_RST, TCP_SYN},
+    };
+    use probed_tests::forge::{inflight, send_raw_v4};
+
+    let topo = backend();
+    let pins = TestPins::new();
+    let target = format!("{BACKEND_V4}:{DROPPED}");
+    topo.prober.enter(|| {
+        let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
+        engine.submit(vec![tcp(1, &target, 1500)]).unwrap();
+        // The probe is on the wire to a port that drops it; find its flow and cookie.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let (flow, entry) = loop {
+            if let Some(live) = inflight(&pins.path).into_iter().next() {
+                break live;
+            }
+            assert!(Instant::now() < deadline, "probe never appeared in PROBE_INFLIGHT");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let reply = |sport: u16, ack: u32, flags: u8| {
+            let e = Ends {
+                smac: [0; 6],
+                dmac: [0; 6],
+                saddr: flow.daddr_v4(),
+                daddr: flow.saddr_v4(),
+                sport: flow.dport,
+                dport: sport,
+            };
+            segment_v4(&e, 0x5eed_0000, ack, flags).bytes()[EthHdr::LEN..].to_vec()
+        };
+        let free_port = if flow.sport < 65000 {
+            flow.sport + 1
+        } else {
+            flow.sport - 1
+        };
+        let forged = [
+            reply(flow.sport, entry.cookie.wrapping_add(2), TCP_SYN | TCP_ACK), // wrong ack
+            reply(flow.sport, entry.cookie.wrapping_add(7), TCP_RST | TCP_ACK), // wrong ack
+            reply(free_port, entry.cookie.wrapping_add(1), TCP_SYN | TCP_ACK),  // no such probe
+        ];
+        topo.backend.enter(|| {
+            for pkt in &forged {
+                send_raw_v4(flow.saddr_v4().into(), pkt);
+            }
+        });
+        let results = collect(&mut rx, 1, Duration::from_secs(3));
+        assert_eq!(results.len(), 1);
+        assert_eq!(
+            results[0].outcome,
+            L4Outcome::Timeout,
+            "forged replies must not decide the probe"
+        );
+        let snap = engine.snapshot().unwrap();
+        assert_eq!(
+            (snap.rx.syn_ack, snap.rx.rst),
+            (2, 1),
+            "the forged segments reached probe_rx: {:?}",
+            snap.rx
+        );
+        assert_eq!(snap.rx.forged, 2, "wrong acks counted as forged: {:?}", snap.rx);
+        assert_eq!(
+            snap.rx.stale, 1,
+            "reply to an unprobed port counted as stale: {:?}",
+            snap.rx
+        );
+        assert_eq!(snap.rx.matched_open + snap.rx.matched_refused, 0);
+    });
+}
