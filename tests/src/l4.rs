@@ -10,6 +10,9 @@ use crate::{topo::PROBER_IF, TestPins};
 pub fn start_engine(pins: &TestPins, tx: TxChoice) -> (L4Engine, tokio::sync::mpsc::UnboundedReceiver<L4Result>) {
     let mut cfg = EngineConfig::new(PROBER_IF, &pins.path);
     cfg.tx = tx;
+    if std::env::var("PROBED_XDP_MODE").as_deref() == Ok("driver") {
+        cfg.mode = aya::programs::XdpMode::Driver;
+    }
     L4Engine::start(cfg).unwrap_or_else(|e| panic!("start the L4 engine: {e:?}"))
 }
 

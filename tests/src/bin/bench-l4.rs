@@ -1,0 +1,258 @@
+//! `cargo xtask bench l4`: the kernel engine against a plain tokio `TcpStream::connect`
+//! prober, on the same AnyIP fleets, in one run. Each target is probed once per interval;
+//! the fleet is spread evenly over the interval as the scheduler would.
+//!
+//! Reported per prober and fleet: probes/s sustained, process CPU (user+system) per probe,
+//! system-wide softirq time per probe (it includes the backend namespace's own TCP work,
+//! which is the same for every prober), results lost, and the resident-memory growth.
+use std::{
+    net::{Ipv4Addr, SocketAddr},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use probed::engine::{L4Outcome, L4Proto, L4Request, TxChoice, TxPath};
+use probed_tests::{l4::start_engine, TestPins, Topology};
+
+const INTERVAL: Duration = Duration::from_secs(1);
+const TIMEOUT: Duration = Duration::from_secs(1);
+/// Slices the interval is cut into: the fleet is sent one slice at a time.
+const SLICES: u32 = 100;
+const PORTS: [u16; 2] = [80, 443];
+/// The open-file limit here is 20,000: the connect prober keeps this many sockets at most.
+const CONNECT_CONCURRENCY: usize = 12_000;
+
+struct Row {
+    fleet: usize,
+    prober: &'static str,
+    probes: u64,
+    wall: Duration,
+    cpu: Duration,
+    softirq: Duration,
+    lost: u64,
+    unhealthy: u64,
+    rss_growth_kb: i64,
+}
+
+fn target(i: usize) -> SocketAddr {
+    let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 19, 0, 0)) + (i % 65536) as u32);
+    SocketAddr::new(ip.into(), PORTS[i / 65536])
+}
+
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage fills the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// System-wide softirq time from /proc/stat.
+fn softirq_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: u64 = stat
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(7))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_micros(ticks * 1_000_000 / hz)
+}
+
+fn rss_kb() -> i64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+struct Meter {
+    start: Instant,
+    cpu: Duration,
+    softirq: Duration,
+    rss: i64,
+    peak: i64,
+}
+
+impl Meter {
+    fn start() -> Self {
+        let rss = rss_kb();
+        Self { start: Instant::now(), cpu: cpu_time(), softirq: softirq_time(), rss, peak: rss }
+    }
+    fn sample(&mut self) {
+        self.peak = self.peak.max(rss_kb());
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn row(mut self, fleet: usize, prober: &'static str, probes: u64, lost: u64, unhealthy: u64) -> Row {
+        self.sample();
+        Row {
+            fleet,
+            prober,
+            probes,
+            wall: self.start.elapsed(),
+            cpu: cpu_time() - self.cpu,
+            softirq: softirq_time().saturating_sub(self.softirq),
+            lost,
+            unhealthy,
+            rss_growth_kb: self.peak - self.rss,
+        }
+    }
+}
+
+fn engine_run(fleet: usize, rounds: u32, pins: &TestPins, tx: TxChoice, name: &'static str) -> Row {
+    let (engine, mut rx) = start_engine(pins, tx);
+    if let TxChoice::Auto = tx {
+        assert_eq!(engine.tx_path(), TxPath::Xdp, "{}", engine.tx_path_reason());
+    }
+    let per_slice = fleet.div_ceil(SLICES as usize);
+    let mut meter = Meter::start();
+    let (mut got, mut unhealthy) = (0u64, 0u64);
+    let begin = Instant::now();
+    let mut token = 0u64;
+    for round in 0..rounds {
+        for slice in 0..SLICES {
+            let due = begin + INTERVAL * round + INTERVAL * slice / SLICES;
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            let lo = slice as usize * per_slice;
+            let hi = ((slice as usize + 1) * per_slice).min(fleet);
+            let reqs: Vec<_> = (lo..hi)
+                .map(|i| {
+                    token += 1;
+                    L4Request { token, target: target(i), proto: L4Proto::Tcp, timeout: TIMEOUT }
+                })
+                .collect();
+            engine.submit(reqs).unwrap();
+            while let Ok(r) = rx.try_recv() {
+                got += 1;
+                unhealthy += (r.outcome != L4Outcome::Open) as u64;
+            }
+            meter.sample();
+        }
+    }
+    let sent = fleet as u64 * rounds as u64;
+    let deadline = Instant::now() + TIMEOUT + Duration::from_secs(1);
+    while got < sent && Instant::now() < deadline {
+        match rx.try_recv() {
+            Ok(r) => {
+                got += 1;
+                unhealthy += (r.outcome != L4Outcome::Open) as u64;
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    drop(engine);
+    meter.row(fleet, name, sent, sent - got, unhealthy)
+}
+
+fn connect_run(fleet: usize, rounds: u32) -> Row {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let sem = Arc::new(tokio::sync::Semaphore::new(CONNECT_CONCURRENCY));
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<bool>();
+        let per_slice = fleet.div_ceil(SLICES as usize);
+        let mut meter = Meter::start();
+        let begin = tokio::time::Instant::now();
+        for round in 0..rounds {
+            for slice in 0..SLICES {
+                tokio::time::sleep_until(begin + INTERVAL * round + INTERVAL * slice / SLICES).await;
+                let lo = slice as usize * per_slice;
+                let hi = ((slice as usize + 1) * per_slice).min(fleet);
+                for i in lo..hi {
+                    let permit = sem.clone().acquire_owned().await.unwrap();
+                    let done = done_tx.clone();
+                    tokio::spawn(async move {
+                        let ok = matches!(
+                            tokio::time::timeout(TIMEOUT, tokio::net::TcpStream::connect(target(i))).await,
+                            Ok(Ok(_))
+                        );
+                        drop(permit);
+                        let _ = done.send(ok);
+                    });
+                }
+                meter.sample();
+            }
+        }
+        drop(done_tx);
+        let sent = fleet as u64 * rounds as u64;
+        let (mut got, mut unhealthy) = (0u64, 0u64);
+        while let Ok(Some(ok)) = tokio::time::timeout(TIMEOUT * 2, done_rx.recv()).await {
+            got += 1;
+            unhealthy += (!ok) as u64;
+        }
+        meter.row(fleet, "tokio connect()", sent, sent - got, unhealthy)
+    })
+}
+
+/// Accepts and closes connections on the backend so the connect prober's handshakes do not
+/// pile up in the accept queue. Runs until the listener is gone.
+fn drain(listener: std::net::TcpListener) {
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let stop = Instant::now() + Duration::from_secs(600);
+        while Instant::now() < stop {
+            match listener.accept() {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(1)),
+                Err(_) => return,
+            }
+        }
+    });
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let fleets: Vec<usize> = args.get(1).map(|s| s.split(',').filter_map(|v| v.parse().ok()).collect()).unwrap_or_else(|| vec![1_000, 10_000, 100_000]);
+    let rounds: u32 = args.get(2).and_then(|v| v.parse().ok()).unwrap_or(3);
+    let mut rows = Vec::new();
+    for &fleet in &fleets {
+        assert!(fleet <= 65536 * PORTS.len(), "at most {} targets", 65536 * PORTS.len());
+        let topo = Topology::new();
+        topo.anyip("198.19.0.0/16");
+        for (k, v) in [
+            ("net.ipv4.tcp_syncookies", "1"),
+            ("net.core.somaxconn", "65535"),
+            ("net.ipv4.tcp_max_syn_backlog", "262144"),
+        ] {
+            topo.backend.sysctl(k, v);
+            topo.prober.sysctl(k, v);
+        }
+        topo.prober.sysctl("net.ipv4.ip_local_port_range", "10000 60999");
+        for port in PORTS {
+            drain(topo.backend.tcp_listen(&format!("0.0.0.0:{port}")));
+        }
+        let pins = TestPins::new();
+        eprintln!("fleet {fleet}: {rounds} rounds of {} ms", INTERVAL.as_millis());
+        topo.prober.enter(|| {
+            rows.push(engine_run(fleet, rounds, &pins, TxChoice::Auto, "probed XDP engine"));
+            rows.push(engine_run(fleet, rounds, &pins, TxChoice::Force(TxPath::Raw), "probed raw-socket path"));
+            rows.push(connect_run(fleet, rounds));
+        });
+    }
+    println!("| targets | prober | probes/s | CPU us/probe | softirq us/probe | lost | not open | RSS growth MiB | CPU vs connect |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    for chunk in rows.chunks(3) {
+        let connect_cpu = chunk[2].cpu.as_secs_f64() / chunk[2].probes.max(1) as f64;
+        for r in chunk {
+            let per = |d: Duration| d.as_secs_f64() * 1e6 / r.probes.max(1) as f64;
+            let cpu = r.cpu.as_secs_f64() / r.probes.max(1) as f64;
+            println!(
+                "| {} | {} | {:.0} | {:.2} | {:.2} | {} | {} | {:.1} | {:.2}x |",
+                r.fleet,
+                r.prober,
+                r.probes as f64 / r.wall.as_secs_f64(),
+                per(r.cpu),
+                per(r.softirq),
+                r.lost,
+                r.unhealthy,
+                r.rss_growth_kb as f64 / 1024.0,
+                cpu / connect_cpu
+            );
+        }
+    }
+}
