@@ -6,6 +6,8 @@ use aya::programs::XdpMode;
 use clap::{Parser, Subcommand, ValueEnum};
 use probed::kernel::{pin::PinDir, rx::RxProgram};
 
+mod check;
+
 #[derive(Parser)]
 #[command(
     name = "probed",
@@ -37,6 +39,8 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         duration_s: u64,
     },
+    /// Probe one target now: one line per probe; exit 0 only if every probe was healthy.
+    Check(check::CheckArgs),
 }
 
 /// XDP attach mode, as the operator names it.
@@ -70,6 +74,7 @@ pub fn main() -> ExitCode {
             every_ms,
             duration_s,
         } => attach(&iface, pin_dir, mode, every_ms, duration_s),
+        Command::Check(args) => check::run(args),
     };
     match result {
         Ok(code) => code,

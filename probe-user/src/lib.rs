@@ -3,3 +3,4 @@
 //! `kernel` is the thin, documented layer over the eBPF programs; everything above it is
 //! plain Rust.
 pub mod kernel;
+pub mod probe;
