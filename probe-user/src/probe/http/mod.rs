@@ -266,7 +266,9 @@ impl HttpProber {
                 }
             }
         };
-        if reusable && sender.ready().await.is_ok() {
+        // An idle connection is ready at once; one that is not within the deadline is not kept.
+        let ready = reusable && matches!(tokio::time::timeout_at(deadline, sender.ready()).await, Ok(Ok(())));
+        if ready {
             self.checkin(key, sender);
         } else {
             abort(conn_task.take());
