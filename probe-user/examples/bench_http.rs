@@ -44,12 +44,18 @@ fn main() {
             .map(|i| SocketAddr::new(Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 1, 0, 1)) + i).into(), PORT))
             .collect(),
     );
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let check = Arc::new(
         HttpCheck::new(&HttpCheckSpec::new(Scheme::Http, Dialect::Lb, Duration::from_secs(3))).expect("valid check"),
     );
     println!("{targets} targets on 127.1.0.0/16 port {PORT}, {checks} HEAD checks per prober, {concurrency} at a time");
-    println!("{:<28} {:>10} {:>12} {:>14} {:>9}", "prober", "checks/s", "CPU us/check", "p50 latency us", "failures");
+    println!(
+        "{:<28} {:>10} {:>12} {:>14} {:>9}",
+        "prober", "checks/s", "CPU us/check", "p50 latency us", "failures"
+    );
     let mut rows = Vec::new();
     for kind in [Kind::Prober, Kind::ProberKeepAlive, Kind::ReqwestPerCheck] {
         let row = rt.block_on(run(kind, addrs.clone(), check.clone(), checks, concurrency));
@@ -228,7 +234,10 @@ impl Drop for Server {
 
 /// One thread, one listener on 0.0.0.0 (only the namespace's loopback exists), 200 to all.
 fn serve() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
         socket.set_reuseaddr(true).unwrap();
