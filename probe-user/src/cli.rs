@@ -6,6 +6,8 @@ use aya::programs::XdpMode;
 use clap::{Parser, Subcommand, ValueEnum};
 use probed::kernel::{pin::PinDir, rx::RxProgram};
 
+mod check;
+
 #[derive(Parser)]
 #[command(
     name = "probed",
@@ -42,6 +44,8 @@ enum Command {
         /// The TOML configuration file.
         file: PathBuf,
     },
+    /// Probe one target now: one line per probe; exit 0 only if every probe was healthy.
+    Check(check::CheckArgs),
 }
 
 /// XDP attach mode, as the operator names it.
@@ -76,6 +80,7 @@ pub fn main() -> ExitCode {
             duration_s,
         } => attach(&iface, pin_dir, mode, every_ms, duration_s),
         Command::Validate { file } => Ok(validate(&file)),
+        Command::Check(args) => check::run(args),
     };
     match result {
         Ok(code) => code,
