@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use probed::kernel::{pin::PinDir, rx::RxProgram};
 
 mod check;
+mod check_l4;
 
 #[derive(Parser)]
 #[command(

@@ -4,8 +4,8 @@
 //! Every test builds its own namespaces with names unique to the process and the test, so
 //! tests run in parallel; addresses come from 198.18.0.0/15 and 2001:2::/48 only.
 pub mod forge;
-pub mod l4;
 pub mod http_server;
+pub mod l4;
 pub mod netns;
 pub mod servers;
 pub mod topo;
@@ -69,4 +69,19 @@ impl Drop for TestPins {
         }
         let _ = std::fs::remove_dir(&self.path);
     }
+}
+
+/// The `probed` binary of this workspace's build (`cargo xtask test` builds it first).
+pub fn probed_bin() -> std::path::PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
+    let bin = target.join(profile).join("probed");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it with `cargo build -p probe-user` (cargo xtask test does)",
+        bin.display()
+    );
+    bin
 }

@@ -7,7 +7,8 @@ use probed::probe::http::{Dialect, HttpCheck, HttpCheckSpec, HttpProber, HttpRep
 
 #[derive(clap::Args)]
 pub struct CheckArgs {
-    /// What to probe: http://HOST[:PORT][/PATH] or https://... (IPv6 hosts in brackets).
+    /// What to probe: tcp://HOST:PORT, http://HOST[:PORT][/PATH] or https://... (IPv6 hosts
+    /// in brackets).
     pub url: String,
     /// HEAD or GET (default: the dialect's, HEAD for lb, GET for tm).
     #[arg(long)]
@@ -48,6 +49,12 @@ pub struct CheckArgs {
     /// Reuse one connection across --count probes instead of one connection per probe.
     #[arg(long)]
     pub keep_alive: bool,
+    /// TCP/UDP: the interface probes leave from (default: the one holding the route's source).
+    #[arg(long, value_name = "IF")]
+    pub iface: Option<String>,
+    /// TCP/UDP: how probes are sent: auto (XDP when the device can), xdp or raw.
+    #[arg(long, default_value = "auto")]
+    pub tx: String,
 }
 
 /// A probe target as the URL names it. New schemes add a variant here and a branch in `run`.
@@ -60,6 +67,8 @@ pub enum Target {
         port: u16,
         path: String,
     },
+    /// A TCP SYN probe through the kernel engine.
+    Tcp { host: String, port: u16 },
 }
 
 /// Splits `scheme://host[:port][/path]`.
@@ -83,7 +92,15 @@ pub fn parse_target(url: &str) -> anyhow::Result<Target> {
                 path: path.to_string(),
             })
         }
-        other => bail!("unsupported scheme {other:?} in {url:?}; supported: http, https"),
+        "tcp" => {
+            let (host, port) =
+                split_authority(authority, 0).with_context(|| format!("read the host and port of {url:?}"))?;
+            if port == 0 {
+                bail!("{url:?} needs a port: tcp://HOST:PORT");
+            }
+            Ok(Target::Tcp { host, port })
+        }
+        other => bail!("unsupported scheme {other:?} in {url:?}; supported: tcp, http, https"),
     }
 }
 
@@ -106,6 +123,7 @@ fn split_authority(authority: &str, default_port: u16) -> anyhow::Result<(String
     }
     let port = match port {
         None => default_port,
+        Some(p) if default_port == 0 && p.is_empty() => 0,
         Some(p) => match p.parse::<u16>() {
             Ok(n) if n > 0 => n,
             _ => bail!("port {p:?} is not allowed: 1-65535"),
@@ -122,6 +140,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             port,
             path,
         } => check_http(&args, scheme, &host, port, path),
+        Target::Tcp { host, port } => super::check_l4::check_tcp(&args, &host, port),
     }
 }
 
@@ -243,6 +262,13 @@ mod tests {
                 path: "/".into()
             }
         );
+        assert_eq!(
+            t("tcp://[2001:2::2]:22"),
+            Target::Tcp {
+                host: "2001:2::2".into(),
+                port: 22
+            }
+        );
         for bad in [
             "198.18.0.2",
             "ftp://x/",
@@ -250,6 +276,7 @@ mod tests {
             "http://h:0/",
             "http://h:99999/",
             "http://[::1/",
+            "tcp://198.18.0.2",
         ] {
             assert!(parse_target(bad).is_err(), "{bad}");
         }

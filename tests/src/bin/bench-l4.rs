@@ -83,7 +83,13 @@ struct Meter {
 impl Meter {
     fn start() -> Self {
         let rss = rss_kb();
-        Self { start: Instant::now(), cpu: cpu_time(), softirq: softirq_time(), rss, peak: rss }
+        Self {
+            start: Instant::now(),
+            cpu: cpu_time(),
+            softirq: softirq_time(),
+            rss,
+            peak: rss,
+        }
     }
     fn sample(&mut self) {
         self.peak = self.peak.max(rss_kb());
@@ -124,7 +130,12 @@ fn engine_run(fleet: usize, rounds: u32, pins: &TestPins, tx: TxChoice, name: &'
             let reqs: Vec<_> = (lo..hi)
                 .map(|i| {
                     token += 1;
-                    L4Request { token, target: target(i), proto: L4Proto::Tcp, timeout: TIMEOUT }
+                    L4Request {
+                        token,
+                        target: target(i),
+                        proto: L4Proto::Tcp,
+                        timeout: TIMEOUT,
+                    }
                 })
                 .collect();
             engine.submit(reqs).unwrap();
@@ -151,7 +162,10 @@ fn engine_run(fleet: usize, rounds: u32, pins: &TestPins, tx: TxChoice, name: &'
 }
 
 fn connect_run(fleet: usize, rounds: u32) -> Row {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let sem = Arc::new(tokio::sync::Semaphore::new(CONNECT_CONCURRENCY));
         let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<bool>();
@@ -207,7 +221,10 @@ fn drain(listener: std::net::TcpListener) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let fleets: Vec<usize> = args.get(1).map(|s| s.split(',').filter_map(|v| v.parse().ok()).collect()).unwrap_or_else(|| vec![1_000, 10_000, 100_000]);
+    let fleets: Vec<usize> = args
+        .get(1)
+        .map(|s| s.split(',').filter_map(|v| v.parse().ok()).collect())
+        .unwrap_or_else(|| vec![1_000, 10_000, 100_000]);
     let rounds: u32 = args.get(2).and_then(|v| v.parse().ok()).unwrap_or(3);
     let mut rows = Vec::new();
     for &fleet in &fleets {
@@ -230,7 +247,13 @@ fn main() {
         eprintln!("fleet {fleet}: {rounds} rounds of {} ms", INTERVAL.as_millis());
         topo.prober.enter(|| {
             rows.push(engine_run(fleet, rounds, &pins, TxChoice::Auto, "probed XDP engine"));
-            rows.push(engine_run(fleet, rounds, &pins, TxChoice::Force(TxPath::Raw), "probed raw-socket path"));
+            rows.push(engine_run(
+                fleet,
+                rounds,
+                &pins,
+                TxChoice::Force(TxPath::Raw),
+                "probed raw-socket path",
+            ));
             rows.push(connect_run(fleet, rounds));
         });
     }

@@ -1,0 +1,107 @@
+//! `probed check tcp://...`: one-shot probes through the kernel engine, printed in the same
+//! shape as the HTTP checks.
+use std::{
+    net::{IpAddr, SocketAddr, ToSocketAddrs},
+    process::ExitCode,
+    time::Duration,
+};
+
+use anyhow::{bail, Context};
+use probed::engine::{
+    source::{iface_of, route_source},
+    EngineConfig, L4Engine, L4Proto, L4Request, L4Result, TxChoice, TxPath,
+};
+
+use super::check::CheckArgs;
+
+/// Resolves `host` (an IP literal, or a name the resolver knows) with `port`.
+fn resolve(host: &str, port: u16) -> anyhow::Result<SocketAddr> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    (host, port)
+        .to_socket_addrs()?
+        .next()
+        .with_context(|| format!("{host} resolves to no address"))
+}
+
+fn tx_choice(tx: &str) -> anyhow::Result<TxChoice> {
+    Ok(match tx {
+        "auto" => TxChoice::Auto,
+        "xdp" => TxChoice::Force(TxPath::Xdp),
+        "raw" => TxChoice::Force(TxPath::Raw),
+        other => bail!("--tx {other:?} is not allowed: auto, xdp or raw"),
+    })
+}
+
+/// Starts an engine on the interface that reaches `target` (or `--iface`).
+pub fn start_for(
+    args: &CheckArgs,
+    target: SocketAddr,
+) -> anyhow::Result<(L4Engine, tokio::sync::mpsc::UnboundedReceiver<L4Result>)> {
+    let iface = match &args.iface {
+        Some(i) => i.clone(),
+        None => {
+            let src = route_source(target.ip()).with_context(|| format!("no route to {}", target.ip()))?;
+            iface_of(src).with_context(|| format!("no interface holds the source address {src}; pass --iface"))?
+        }
+    };
+    let pin_dir = format!("/sys/fs/bpf/probed-check-{}", std::process::id());
+    let mut cfg = EngineConfig::new(&iface, pin_dir);
+    cfg.tx = tx_choice(&args.tx)?;
+    let started = L4Engine::start(cfg).with_context(|| {
+        format!("start the kernel engine on {iface} (is another probed attached there? it needs root or CAP_BPF + CAP_NET_ADMIN)")
+    })?;
+    if !args.json {
+        eprintln!(
+            "probing from {iface}, sending via {} ({})",
+            started.0.tx_path(),
+            started.0.tx_path_reason()
+        );
+    }
+    Ok(started)
+}
+
+pub fn check_tcp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Result<ExitCode> {
+    let target = resolve(host, port)?;
+    let (engine, mut results) = start_for(args, target)?;
+    let timeout = Duration::from_millis(args.timeout);
+    let mut all_healthy = true;
+    for i in 0..args.count {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(args.interval));
+        }
+        engine.submit(vec![L4Request {
+            token: i as u64,
+            target,
+            proto: L4Proto::Tcp,
+            timeout,
+        }])?;
+        let result = results.blocking_recv().context("the engine stopped")?;
+        all_healthy &= result.outcome.healthy();
+        println!("{}", render(&args.url, &result, args.json));
+    }
+    Ok(if all_healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// One line per probe, in the shape every `check` prints.
+pub fn render(url: &str, r: &L4Result, json: bool) -> String {
+    let verdict = if r.outcome.healthy() { "healthy" } else { "unhealthy" };
+    let ms = r.elapsed.as_secs_f64() * 1000.0;
+    if json {
+        serde_json::json!({
+            "target": url,
+            "address": r.target.to_string(),
+            "verdict": verdict,
+            "outcome": r.outcome.to_string(),
+            "time_ms": (ms * 1000.0).round() / 1000.0,
+        })
+        .to_string()
+    } else {
+        format!("{url} ({}) {verdict} {} {ms:.2}ms", r.target, r.outcome)
+    }
+}
