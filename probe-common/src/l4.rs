@@ -154,8 +154,9 @@ const _: () = assert!(core::mem::size_of::<CookieKey>() == 16);
 
 /// Most jobs one generator run takes (PROBE_JOBS entries).
 pub const MAX_JOBS: u32 = 65536;
-/// In-flight table size: the most probes on the wire at once.
-pub const MAX_INFLIGHT: u32 = 1 << 20;
+/// Default in-flight table size: the most probes on the wire at once (about 32 MiB of
+/// preallocated hash table). The engine holds further probes back until entries free up.
+pub const MAX_INFLIGHT: u32 = 1 << 18;
 
 #[cfg(feature = "user")]
 mod pod {

@@ -8,8 +8,18 @@ use crate::{topo::PROBER_IF, TestPins};
 
 /// Starts an engine on the prober's veth; call it inside `prober.enter`.
 pub fn start_engine(pins: &TestPins, tx: TxChoice) -> (L4Engine, tokio::sync::mpsc::UnboundedReceiver<L4Result>) {
+    start_engine_with(pins, tx, |_| {})
+}
+
+/// As `start_engine`, with a last word on the configuration.
+pub fn start_engine_with(
+    pins: &TestPins,
+    tx: TxChoice,
+    adjust: impl FnOnce(&mut EngineConfig),
+) -> (L4Engine, tokio::sync::mpsc::UnboundedReceiver<L4Result>) {
     let mut cfg = EngineConfig::new(PROBER_IF, &pins.path);
     cfg.tx = tx;
+    adjust(&mut cfg);
     if std::env::var("PROBED_XDP_MODE").as_deref() == Ok("driver") {
         cfg.mode = aya::programs::XdpMode::Driver;
     }

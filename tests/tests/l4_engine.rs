@@ -254,3 +254,38 @@ fn forged_and_stale_replies_change_no_outcome() {
         assert_eq!(snap.rx.matched_open + snap.rx.matched_refused, 0);
     });
 }
+
+#[test]
+fn a_small_inflight_table_holds_probes_back_instead_of_losing_them() {
+    const N: u32 = 1_000;
+    let topo = Topology::new();
+    topo.anyip("198.19.0.0/22");
+    let _listener = topo.backend.tcp_listen("0.0.0.0:80");
+    let pins = TestPins::new();
+    let reqs: Vec<_> = (0..N)
+        .map(|i| {
+            let ip = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(198, 19, 0, 0)) + i);
+            L4Request {
+                token: i as u64,
+                target: SocketAddr::new(ip.into(), 80),
+                proto: L4Proto::Tcp,
+                timeout: Duration::from_secs(2),
+            }
+        })
+        .collect();
+    let results = topo.prober.enter(|| {
+        let (engine, mut rx) = probed_tests::l4::start_engine_with(&pins, TxChoice::Auto, |c| c.max_inflight = 64);
+        engine.submit(reqs).unwrap();
+        let results = collect(&mut rx, N as usize, Duration::from_secs(20));
+        let snap = engine.snapshot().unwrap();
+        assert_eq!(
+            snap.tx.inflight_full, 0,
+            "the kernel table never overflowed: {:?}",
+            snap.tx
+        );
+        assert_eq!(snap.engine.backlog, 0);
+        results
+    });
+    assert_eq!(results.len(), N as usize);
+    assert!(results.iter().all(|r| r.outcome == L4Outcome::Open), "all open");
+}

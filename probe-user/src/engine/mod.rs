@@ -60,6 +60,8 @@ pub struct EngineConfig {
     pub sport_max: u16,
     pub pin_dir: PathBuf,
     pub tx: TxChoice,
+    /// The most probes on the wire at once; more wait in the engine's backlog.
+    pub max_inflight: u32,
 }
 
 impl EngineConfig {
@@ -73,6 +75,7 @@ impl EngineConfig {
             sport_max: 65000,
             pin_dir: pin_dir.into(),
             tx: TxChoice::Auto,
+            max_inflight: probe_common::l4::MAX_INFLIGHT,
         }
     }
 }
@@ -156,6 +159,8 @@ pub struct EngineStats {
     pub lost: u64,
     /// Requests refused before sending (no source address, port range exhausted).
     pub rejected: u64,
+    /// Requests waiting for room in the in-flight table right now.
+    pub backlog: u64,
 }
 
 /// Errors starting or talking to the engine.

@@ -2,7 +2,7 @@
 //! thread that runs the generator.
 use std::{
     cmp::Reverse,
-    collections::{BinaryHeap, HashMap},
+    collections::{BinaryHeap, HashMap, VecDeque},
     net::{IpAddr, SocketAddr},
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
     sync::{mpsc, Arc},
@@ -99,6 +99,9 @@ pub(crate) struct EngineState {
     wake: Arc<Waker>,
     stats: EngineStats,
     events: Vec<ProbeEvent>,
+    /// Requests waiting for room in the in-flight table.
+    backlog: VecDeque<L4Request>,
+    max_inflight: usize,
 }
 
 fn random_key() -> [u64; 2] {
@@ -127,6 +130,7 @@ impl EngineState {
             sport_min: cfg.sport_min,
             sport_max: cfg.sport_max,
             key,
+            max_inflight: cfg.max_inflight,
         };
         let kernel = L4Kernel::load(&kcfg, pins)?;
         let (path, path_reason) = choose_path(&cfg.iface, cfg.tx);
@@ -148,6 +152,8 @@ impl EngineState {
             wake,
             stats: EngineStats::default(),
             events: Vec::new(),
+            backlog: VecDeque::new(),
+            max_inflight: cfg.max_inflight as usize,
         })
     }
 
@@ -169,11 +175,12 @@ impl EngineState {
                     Err(mpsc::TryRecvError::Empty) => break,
                 }
             }
-            if !batch.is_empty() {
-                self.send(batch);
-            }
+            self.stats.submitted += batch.len() as u64;
+            self.backlog.extend(batch);
+            self.pump();
             self.read_events();
             self.expire(Instant::now());
+            self.pump();
             self.wait();
         }
     }
@@ -268,8 +275,18 @@ impl EngineState {
         None
     }
 
+    /// Sends as much of the backlog as the in-flight table has room for.
+    fn pump(&mut self) {
+        let room = self.max_inflight.saturating_sub(self.active_flows.len());
+        let n = room.min(self.backlog.len());
+        if n > 0 {
+            let batch: Vec<_> = self.backlog.drain(..n).collect();
+            self.send(batch);
+        }
+        self.stats.backlog = self.backlog.len() as u64;
+    }
+
     fn send(&mut self, reqs: Vec<L4Request>) {
-        self.stats.submitted += reqs.len() as u64;
         // Group by frame shape: family and transport (and payload for UDP).
         let mut groups: HashMap<FrameShape, Vec<ProbeJob>> = HashMap::new();
         let now = Instant::now();

@@ -36,6 +36,8 @@ pub struct KernelConfig {
     pub sport_max: u16,
     /// Random per daemon start.
     pub key: [u64; 2],
+    /// In-flight table size (the most probes on the wire at once).
+    pub max_inflight: u32,
 }
 
 /// probe_rx attached and probe_tx loaded, with handles on the maps the engine uses.
@@ -67,6 +69,7 @@ impl L4Kernel {
         let mut ebpf = EbpfLoader::new()
             .override_global("PROBE_SPORT_MIN", &cfg.sport_min, true)
             .override_global("PROBE_SPORT_MAX", &cfg.sport_max, true)
+            .map_max_entries("PROBE_INFLIGHT", cfg.max_inflight)
             .load(BPF_OBJECT)
             .map_err(KernelError::Load)?;
         for name in [TX, RX] {
