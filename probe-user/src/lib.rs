@@ -2,10 +2,12 @@
 //!
 //! `kernel` is the thin, documented layer over the eBPF programs; everything above it is
 //! plain Rust: `engine` (L4 probes), `health` (threshold state and windows), `schedule`
-//! (timer wheel), `config`, `status` (monitor status and selection).
+//! (timer wheel), `config`, `status` (monitor status and selection), `probe` (checks
+//! answered in userspace, such as UDP request/response).
 pub mod config;
 pub mod engine;
 pub mod health;
 pub mod kernel;
+pub mod probe;
 pub mod schedule;
 pub mod status;
