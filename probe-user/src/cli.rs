@@ -42,6 +42,38 @@ enum Command {
         /// The TOML configuration file.
         file: PathBuf,
     },
+    /// Probe one target now, print one line per probe; exit 0 only if every probe was healthy.
+    Check(CheckArgs),
+}
+
+/// The target and settings of a one-shot check.
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// What to probe: udp://HOST:PORT (HOST may be a name, an IPv4 address or [IPv6]).
+    url: String,
+    /// UDP: the request payload (may be empty).
+    #[arg(long, default_value = "")]
+    send: String,
+    /// UDP: a reply must contain this string (request/response mode); without it, silence
+    /// is success and only an ICMP error fails (plain mode).
+    #[arg(long)]
+    expect: Option<String>,
+    /// Number of probes.
+    #[arg(long, default_value_t = 1)]
+    count: u32,
+    /// Pause between the end of one probe and the start of the next, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    interval: u64,
+    /// How long each probe waits, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    timeout: u64,
+    /// Print JSON lines instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Interface for the kernel engine (plain UDP); default: the one holding the source
+    /// address the routing table picks for the target.
+    #[arg(long)]
+    iface: Option<String>,
 }
 
 /// XDP attach mode, as the operator names it.
@@ -76,6 +108,7 @@ pub fn main() -> ExitCode {
             duration_s,
         } => attach(&iface, pin_dir, mode, every_ms, duration_s),
         Command::Validate { file } => Ok(validate(&file)),
+        Command::Check(args) => check(&args),
     };
     match result {
         Ok(code) => code,
@@ -144,4 +177,121 @@ fn attach(iface: &str, pin_dir: PathBuf, mode: Mode, every_ms: u64, duration_s: 
     drop(rx);
     println!("probe_rx detached, pins removed");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Dispatches a one-shot check on the URL's scheme.
+fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
+    let (scheme, rest) = args
+        .url
+        .split_once("://")
+        .with_context(|| format!("{}: write the target as a URL, e.g. udp://HOST:PORT", args.url))?;
+    match scheme {
+        "udp" => check_udp(rest, args),
+        other => anyhow::bail!("{other}://: unsupported scheme (supported: udp://)"),
+    }
+}
+
+/// Resolves `HOST:PORT` (a trailing slash allowed) to its first address.
+fn resolve(authority: &str) -> anyhow::Result<std::net::SocketAddr> {
+    use std::net::ToSocketAddrs;
+    let authority = authority.trim_end_matches('/');
+    authority
+        .to_socket_addrs()
+        .with_context(|| format!("{authority}: expected HOST:PORT, with [brackets] around an IPv6 address"))?
+        .next()
+        .with_context(|| format!("{authority}: the name has no address"))
+}
+
+/// One probe's line of output: text or JSON with the same fields.
+fn report(json: bool, target: std::net::SocketAddr, outcome: probed::probe::udp::UdpOutcome, elapsed: Duration) {
+    let ms = elapsed.as_secs_f64() * 1000.0;
+    let verdict = if outcome.healthy() { "healthy" } else { "unhealthy" };
+    if json {
+        let line = serde_json::json!({
+            "target": target.to_string(),
+            "healthy": outcome.healthy(),
+            "outcome": outcome.to_string(),
+            "time_ms": (ms * 1000.0).round() / 1000.0,
+        });
+        println!("{line}");
+    } else {
+        println!("{target} {verdict} {outcome} {ms:.1}ms");
+    }
+}
+
+/// `probed check udp://...`: plain mode through the kernel engine, request/response mode
+/// through the socket prober.
+fn check_udp(authority: &str, args: &CheckArgs) -> anyhow::Result<ExitCode> {
+    use probed::probe::udp::{UdpOutcome, UdpProber, UdpRequest};
+    let target = resolve(authority)?;
+    let timeout = Duration::from_millis(args.timeout);
+    let interval = Duration::from_millis(args.interval);
+    let send: std::sync::Arc<[u8]> = std::sync::Arc::from(args.send.as_bytes());
+    let mut all_healthy = true;
+    let rt = runtime()?;
+    if let Some(expect) = &args.expect {
+        let prober = UdpProber::new(1);
+        let req = UdpRequest {
+            target,
+            send,
+            expect: std::sync::Arc::from(expect.as_bytes()),
+            timeout,
+            source: None,
+        };
+        rt.block_on(async {
+            for i in 0..args.count {
+                let r = prober.probe(&req).await;
+                all_healthy &= r.outcome.healthy();
+                report(args.json, target, r.outcome, r.elapsed);
+                if i + 1 < args.count {
+                    tokio::time::sleep(interval).await;
+                }
+            }
+        });
+    } else {
+        use probed::engine::{source, EngineConfig, L4Engine, L4Proto, L4Request};
+        let iface = match &args.iface {
+            Some(i) => i.clone(),
+            None => {
+                let src = source::route_source(target.ip()).with_context(|| format!("no route to {}", target.ip()))?;
+                source::iface_of(src).with_context(|| {
+                    format!("no interface holds {src}, the source address for {target}; pass --iface")
+                })?
+            }
+        };
+        let pin_dir = PathBuf::from(format!("/sys/fs/bpf/probed-check-{}", std::process::id()));
+        let (engine, mut results) = L4Engine::start(EngineConfig::new(&iface, &pin_dir))
+            .with_context(|| format!("start the kernel engine on {iface} (needs root, and bpffs on /sys/fs/bpf)"))?;
+        rt.block_on(async {
+            for i in 0..args.count {
+                let req = L4Request {
+                    token: i as u64,
+                    target,
+                    proto: L4Proto::Udp { payload: send.clone() },
+                    timeout,
+                };
+                engine.submit(vec![req]).context("hand the probe to the engine")?;
+                // The engine answers every probe by its timeout; the margin covers a late claim.
+                let r = tokio::time::timeout(timeout + Duration::from_secs(2), results.recv())
+                    .await
+                    .ok()
+                    .flatten()
+                    .context("the engine gave no result")?;
+                let outcome = UdpOutcome::try_from(r.outcome)
+                    .map_err(|o| anyhow::anyhow!("the engine reported a TCP outcome ({o}) for a UDP probe"))?;
+                all_healthy &= outcome.healthy();
+                report(args.json, target, outcome, r.elapsed);
+                if i + 1 < args.count {
+                    tokio::time::sleep(interval).await;
+                }
+            }
+            anyhow::Ok(())
+        })?;
+        drop(engine);
+    }
+    Ok(if all_healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

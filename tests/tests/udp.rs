@@ -2,7 +2,7 @@
 //! the kernel engine (XDP and raw-socket paths), the ICMP rate-limit trap and its cure
 //! (request/response mode), and forged ICMP errors that must change nothing.
 use std::{
-    net::{SocketAddr, UdpSocket},
+    net::UdpSocket,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
     sync::{
         atomic::{AtomicBool, Ordering},
@@ -18,7 +18,7 @@ use probe_common::{
     packet::{Ipv4Hdr, IPPROTO_ICMP, IPPROTO_UDP},
 };
 use probed::{
-    engine::{L4Outcome, L4Proto, L4Request, L4Result, TxChoice, TxPath},
+    engine::{L4Proto, L4Request, L4Result, TxChoice, TxPath},
     probe::udp::{UdpOutcome, UdpProber, UdpRequest},
 };
 use probed_tests::{
@@ -78,10 +78,19 @@ fn plain_mode_outcomes(tx: TxChoice, want_path: TxPath) {
         let results = collect(&mut rx, reqs.len(), Duration::from_secs(5));
         let snap = engine.snapshot().unwrap();
         assert_eq!(snap.inflight, 0, "nothing left in flight: {snap:?}");
-        assert_eq!(snap.rx.matched_unreach, 4, "closed and rejected, both families: {:?}", snap.rx);
+        assert_eq!(
+            snap.rx.matched_unreach, 4,
+            "closed and rejected, both families: {:?}",
+            snap.rx
+        );
         assert_eq!((snap.rx.forged, snap.rx.stale), (0, 0), "{:?}", snap.rx);
         if want_path == TxPath::Xdp {
-            assert_eq!(snap.tx.sent, reqs.len() as u64, "probe_tx built every frame: {:?}", snap.tx);
+            assert_eq!(
+                snap.tx.sent,
+                reqs.len() as u64,
+                "probe_tx built every frame: {:?}",
+                snap.tx
+            );
         }
         results
     });
@@ -100,9 +109,17 @@ fn plain_mode_outcomes(tx: TxChoice, want_path: TxPath) {
         assert_eq!(got.to_string(), words);
         assert_eq!(got.healthy(), r.target.port() == LISTEN, "{}", r.target);
         if got == UdpOutcome::Silent {
-            assert!(r.elapsed >= Duration::from_millis(400), "silence waited the timeout: {:?}", r.elapsed);
+            assert!(
+                r.elapsed >= Duration::from_millis(400),
+                "silence waited the timeout: {:?}",
+                r.elapsed
+            );
         } else {
-            assert!(r.elapsed < Duration::from_millis(400), "ICMP error time {:?} is an RTT", r.elapsed);
+            assert!(
+                r.elapsed < Duration::from_millis(400),
+                "ICMP error time {:?} is an RTT",
+                r.elapsed
+            );
         }
     }
     // The listeners really got the probes, payload intact: a datagram with a bad checksum
@@ -174,7 +191,10 @@ fn rr_req(target: String, timeout_ms: u64) -> UdpRequest {
 /// Runs request/response probes from inside `ns`.
 fn rr_probe(ns: &Netns, reqs: Vec<UdpRequest>) -> Vec<probed::probe::udp::UdpResult> {
     ns.enter(|| {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(UdpProber::new(64).probe_all(reqs))
     })
 }
@@ -214,7 +234,11 @@ fn request_response_reply_mismatch_closed_and_rejected_v4_v6() {
         if want == UdpOutcome::Timeout {
             assert!(r.elapsed >= Duration::from_millis(300), "{:?}", r.elapsed);
         } else {
-            assert!(r.elapsed < Duration::from_millis(1000), "answered, not timed out: {:?}", r.elapsed);
+            assert!(
+                r.elapsed < Duration::from_millis(1000),
+                "answered, not timed out: {:?}",
+                r.elapsed
+            );
         }
     }
     assert_eq!(results.len(), 9);
@@ -233,7 +257,11 @@ fn icmp_rate_limit_fools_plain_mode_but_not_request_response() {
     topo.backend.sysctl("net.ipv4.icmp_ratelimit", "60000");
     let targets: Vec<String> = (0..N).map(|i| format!("{BACKEND_V4}:{}", FIRST + i)).collect();
     let pins = TestPins::new();
-    let reqs: Vec<_> = targets.iter().enumerate().map(|(i, t)| udp_req(i as u64, t, 500)).collect();
+    let reqs: Vec<_> = targets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| udp_req(i as u64, t, 500))
+        .collect();
     let plain = topo.prober.enter(|| {
         let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
         engine.submit(reqs).unwrap();
@@ -252,7 +280,10 @@ fn icmp_rate_limit_fools_plain_mode_but_not_request_response() {
     let rr = rr_probe(&topo.prober, targets.iter().map(|t| rr_req(t.clone(), 500)).collect());
     assert_eq!(rr.len(), N as usize);
     let healthy: Vec<_> = rr.iter().filter(|r| r.outcome.healthy()).collect();
-    assert!(healthy.is_empty(), "request/response mode called closed ports healthy: {healthy:?}");
+    assert!(
+        healthy.is_empty(),
+        "request/response mode called closed ports healthy: {healthy:?}"
+    );
     eprintln!(
         "plain mode: {fooled} of {N} closed ports looked healthy; request/response: 0 of {N} ({} timeouts)",
         rr.iter().filter(|r| r.outcome == UdpOutcome::Timeout).count()
@@ -289,7 +320,13 @@ fn forged_port_unreachable(flow: &FlowKey, id: u16) -> Vec<u8> {
     }
     let csum = finish(sum).to_be_bytes();
     icmp[2..4].copy_from_slice(&csum);
-    let mut pkt = ip_bytes(&ipv4(flow.daddr_v4(), flow.saddr_v4(), IPPROTO_ICMP, icmp.len() as u16, 0x4242));
+    let mut pkt = ip_bytes(&ipv4(
+        flow.daddr_v4(),
+        flow.saddr_v4(),
+        IPPROTO_ICMP,
+        icmp.len() as u16,
+        0x4242,
+    ));
     pkt.extend_from_slice(&icmp);
     pkt
 }
@@ -352,7 +389,10 @@ fn forged_icmp_errors_change_nothing() {
         let before = engine.snapshot().unwrap().rx;
 
         // (a) The live probe's source port, but a destination port nobody probed.
-        let unprobed = FlowKey { dport: DROPPED + 100, ..flow };
+        let unprobed = FlowKey {
+            dport: DROPPED + 100,
+            ..flow
+        };
         // (b) The live probe's flow exactly, but an IPv4 id that is not its cookie.
         let wrong_id = (entry.cookie as u16) ^ 0x5a5a;
         let to = flow.saddr_v4();
@@ -369,15 +409,139 @@ fn forged_icmp_errors_change_nothing() {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert_eq!(after.icmp_unreach - before.icmp_unreach, 2, "probe_rx saw both: {after:?}");
-        assert_eq!(after.stale - before.stale, 1, "the unprobed port counts as stale: {after:?}");
-        assert_eq!(after.forged - before.forged, 1, "the wrong id counts as forged: {after:?}");
+        assert_eq!(
+            after.icmp_unreach - before.icmp_unreach,
+            2,
+            "probe_rx saw both: {after:?}"
+        );
+        assert_eq!(
+            after.stale - before.stale,
+            1,
+            "the unprobed port counts as stale: {after:?}"
+        );
+        assert_eq!(
+            after.forged - before.forged,
+            1,
+            "the wrong id counts as forged: {after:?}"
+        );
         assert_eq!(after.matched_unreach, 0, "nothing matched: {after:?}");
         let results = collect(&mut rx, 1, Duration::from_secs(5));
         assert_eq!(engine.snapshot().unwrap().inflight, 0);
         results
     });
     assert_eq!(result.len(), 1, "one result");
-    assert_eq!(outcome(&result[0]), UdpOutcome::Silent, "the forgeries did not fail the probe");
-    assert!(result[0].elapsed >= Duration::from_millis(2000), "it ran its full timeout: {:?}", result[0].elapsed);
+    assert_eq!(
+        outcome(&result[0]),
+        UdpOutcome::Silent,
+        "the forgeries did not fail the probe"
+    );
+    assert!(
+        result[0].elapsed >= Duration::from_millis(2000),
+        "it ran its full timeout: {:?}",
+        result[0].elapsed
+    );
+}
+
+/// The probed binary, built on demand: this package depends on probe-user's library only.
+fn probed_bin() -> std::path::PathBuf {
+    let status = std::process::Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "-p", "probe-user", "--bin", "probed"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "build the probed binary");
+    // target/debug/deps/udp-HASH -> target/debug/probed
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(|d| d.parent()).unwrap().join("probed")
+}
+
+/// Runs `probed ARGS` inside `ns`; returns (success, stdout).
+fn probed_in(ns: &Netns, bin: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.name])
+        .arg(bin)
+        .args(args)
+        .output()
+        .expect("spawn probed");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "probed {args:?} failed to run ({}): {stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), stdout)
+}
+
+#[test]
+fn check_command_plain_and_request_response() {
+    let bin = probed_bin();
+    let topo = Topology::new();
+    let _listener = topo.backend.udp_bind(&format!("{BACKEND_V4}:{LISTEN}"));
+    let _pong = Responder::start(&topo.backend, &format!("[{BACKEND_V6}]:{LISTEN}"), b"PONG ");
+    let _busy = Responder::start(&topo.backend, &format!("{BACKEND_V4}:{WRONG}"), b"BUSY ");
+    let url = |host: &str, port: u16| format!("udp://{host}:{port}");
+    let v4 = BACKEND_V4.to_string();
+    let v6 = format!("[{BACKEND_V6}]");
+    let cases: Vec<(Vec<String>, bool, &str)> = vec![
+        (
+            vec![url(&v4, LISTEN), "--count".into(), "2".into()],
+            true,
+            "healthy silent",
+        ),
+        (vec![url(&v4, CLOSED)], false, "unhealthy port unreachable"),
+        (vec![url(&v6, CLOSED)], false, "unhealthy port unreachable"),
+        (
+            vec![
+                url(&v6, LISTEN),
+                "--send".into(),
+                "PING".into(),
+                "--expect".into(),
+                "PONG".into(),
+            ],
+            true,
+            "healthy reply",
+        ),
+        (
+            vec![
+                url(&v4, WRONG),
+                "--send".into(),
+                "PING".into(),
+                "--expect".into(),
+                "PONG".into(),
+            ],
+            false,
+            "unhealthy reply mismatch",
+        ),
+    ];
+    for (args, ok, words) in cases {
+        let mut all = vec!["check", "--timeout", "300", "--interval", "50"];
+        all.extend(args.iter().map(String::as_str));
+        let (success, out) = probed_in(&topo.prober, &bin, &all);
+        assert_eq!(success, ok, "exit status of {all:?}: {out}");
+        let lines: Vec<_> = out.lines().collect();
+        let want_lines = if args.contains(&"--count".to_string()) { 2 } else { 1 };
+        assert_eq!(lines.len(), want_lines, "one line per probe: {out}");
+        for l in lines {
+            assert!(l.contains(words) && l.ends_with("ms"), "{all:?}: {l}");
+        }
+    }
+    let (success, out) = probed_in(
+        &topo.prober,
+        &bin,
+        &["check", "--json", "--timeout", "300", &url(&v4, CLOSED)],
+    );
+    assert!(!success);
+    assert!(
+        out.contains(r#""healthy":false"#) && out.contains(r#""outcome":"port unreachable""#),
+        "JSON line: {out}"
+    );
+    let leftover = std::fs::read_dir("/sys/fs/bpf")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("probed-check-"))
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(leftover, 0, "the check removed its pin directory");
 }

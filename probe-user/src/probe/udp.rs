@@ -157,7 +157,11 @@ impl UdpProber {
     /// Sends one request and waits for the reply (or the error, or the timeout).
     pub async fn probe(&self, req: &UdpRequest) -> UdpResult {
         // The semaphore is never closed, so acquiring only waits.
-        let _permit = self.permits.acquire().await.expect("the prober's semaphore is never closed");
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .expect("the prober's semaphore is never closed");
         let start = Instant::now();
         let outcome = tokio::time::timeout(req.timeout, exchange(req))
             .await
@@ -334,7 +338,11 @@ mod tests {
         let cases = [
             (UdpOutcome::Silent, true, "silent"),
             (UdpOutcome::PortUnreachable, false, "port unreachable"),
-            (UdpOutcome::Unreachable { icmp_type: 3, code: 13 }, false, "unreachable 3/13"),
+            (
+                UdpOutcome::Unreachable { icmp_type: 3, code: 13 },
+                false,
+                "unreachable 3/13",
+            ),
             (UdpOutcome::Reply, true, "reply"),
             (UdpOutcome::ReplyMismatch, false, "reply mismatch"),
             (UdpOutcome::Timeout, false, "timeout"),
@@ -400,11 +408,17 @@ mod tests {
             source: None,
         };
         let prober = UdpProber::new(2);
-        let r = prober.probe_all(vec![req(addr), req(wrong_addr), req(closed_addr)]).await;
+        let r = prober
+            .probe_all(vec![req(addr), req(wrong_addr), req(closed_addr)])
+            .await;
         let got: Vec<_> = r.iter().map(|r| r.outcome).collect();
         assert_eq!(
             got,
-            [UdpOutcome::Reply, UdpOutcome::ReplyMismatch, UdpOutcome::PortUnreachable]
+            [
+                UdpOutcome::Reply,
+                UdpOutcome::ReplyMismatch,
+                UdpOutcome::PortUnreachable
+            ]
         );
         t1.join().unwrap();
         t2.join().unwrap();
