@@ -207,12 +207,21 @@ fn report(json: bool, target: std::net::SocketAddr, outcome: probed::probe::udp:
     let ms = elapsed.as_secs_f64() * 1000.0;
     let verdict = if outcome.healthy() { "healthy" } else { "unhealthy" };
     if json {
-        let line = serde_json::json!({
-            "target": target.to_string(),
-            "healthy": outcome.healthy(),
-            "outcome": outcome.to_string(),
-            "time_ms": (ms * 1000.0).round() / 1000.0,
-        });
+        // A struct, not json!(), so the fields keep the order of the text line.
+        #[derive(serde::Serialize)]
+        struct Line {
+            target: String,
+            healthy: bool,
+            outcome: String,
+            time_ms: f64,
+        }
+        let line = Line {
+            target: target.to_string(),
+            healthy: outcome.healthy(),
+            outcome: outcome.to_string(),
+            time_ms: (ms * 1000.0).round() / 1000.0,
+        };
+        let line = serde_json::to_string(&line).expect("a struct of strings and numbers serialises");
         println!("{line}");
     } else {
         println!("{target} {verdict} {outcome} {ms:.1}ms");
