@@ -12,10 +12,10 @@ use std::{
 };
 
 use probe_common::{
-    csum::{add_bytes, finish},
+    csum::{add_bytes, finish, pseudo_v6},
     frame::ipv4,
-    l4::{FlowKey, Inflight},
-    packet::{Ipv4Hdr, IPPROTO_ICMP, IPPROTO_UDP},
+    l4::{FlowKey, Inflight, FAMILY_V4},
+    packet::{Ipv4Hdr, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_UDP},
 };
 use probed::{
     engine::{L4Proto, L4Request, L4Result, TxChoice, TxPath},
@@ -331,30 +331,72 @@ fn forged_port_unreachable(flow: &FlowKey, id: u16) -> Vec<u8> {
     pkt
 }
 
-/// Sends `pkt` (a whole IPv4 packet) through a raw socket of the calling thread's namespace.
-fn inject(pkt: &[u8], to: [u8; 4]) {
-    // SAFETY: plain socket(2); IPPROTO_RAW implies IP_HDRINCL. The result is checked.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
+/// An IPv6 header with `flow_label`, serialised.
+fn ip6_bytes(src: [u8; 16], dst: [u8; 16], next: u8, payload_len: u16, flow_label: u32) -> Vec<u8> {
+    let mut b = (0x6000_0000u32 | (flow_label & 0xfffff)).to_be_bytes().to_vec();
+    b.extend_from_slice(&payload_len.to_be_bytes());
+    b.extend_from_slice(&[next, 64]);
+    b.extend_from_slice(&src);
+    b.extend_from_slice(&dst);
+    b
+}
+
+/// An ICMPv6 port unreachable from the backend to the prober quoting a UDP datagram of
+/// `flow` whose flow label was `label`.
+fn forged_port_unreachable_v6(flow: &FlowKey, label: u32) -> Vec<u8> {
+    let udp_len = 8 + PAYLOAD.len() as u16;
+    let mut quoted = ip6_bytes(flow.saddr, flow.daddr, IPPROTO_UDP, udp_len, label);
+    quoted.extend_from_slice(&flow.sport.to_be_bytes());
+    quoted.extend_from_slice(&flow.dport.to_be_bytes());
+    quoted.extend_from_slice(&udp_len.to_be_bytes());
+    quoted.extend_from_slice(&[0, 0]);
+    let mut icmp = vec![1, 4, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(&quoted);
+    let mut sum = pseudo_v6(&flow.daddr, &flow.saddr, IPPROTO_ICMPV6, icmp.len() as u32);
+    for c in icmp.chunks(2) {
+        sum = add_bytes(sum, &[c[0], c.get(1).copied().unwrap_or(0)]);
+    }
+    let csum = finish(sum).to_be_bytes();
+    icmp[2..4].copy_from_slice(&csum);
+    let mut pkt = ip6_bytes(flow.daddr, flow.saddr, IPPROTO_ICMPV6, icmp.len() as u16, 0);
+    pkt.extend_from_slice(&icmp);
+    pkt
+}
+
+/// Sends `pkt` (a whole IP packet, header included) to the source of `flow` through a raw
+/// socket of the calling thread's namespace.
+fn inject(pkt: &[u8], flow: &FlowKey) {
+    let v4 = flow.family == FAMILY_V4;
+    let family = if v4 { libc::AF_INET } else { libc::AF_INET6 };
+    // SAFETY: plain socket(2); IPPROTO_RAW implies that we supply the IP header. Checked.
+    let fd = unsafe { libc::socket(family, libc::SOCK_RAW, libc::IPPROTO_RAW) };
     assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
     // SAFETY: fd is fresh and owned by nobody else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let sa = libc::sockaddr_in {
-        sin_family: libc::AF_INET as u16,
-        sin_port: 0,
-        sin_addr: libc::in_addr {
-            s_addr: u32::from_ne_bytes(to),
-        },
-        sin_zero: [0; 8],
+    // SAFETY: sockaddr_storage is plain data, valid when zeroed.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = if v4 {
+        // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr.
+        let sa = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
+        sa.sin_family = libc::AF_INET as u16;
+        sa.sin_addr.s_addr = u32::from_ne_bytes(flow.saddr_v4());
+        std::mem::size_of::<libc::sockaddr_in>()
+    } else {
+        // SAFETY: as above.
+        let sa = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
+        sa.sin6_family = libc::AF_INET6 as u16;
+        sa.sin6_addr.s6_addr = flow.saddr;
+        std::mem::size_of::<libc::sockaddr_in6>()
     };
-    // SAFETY: `pkt` and `sa` are valid for the lengths passed.
+    // SAFETY: `pkt` and `ss` are valid for the lengths passed.
     let rc = unsafe {
         libc::sendto(
             fd.as_raw_fd(),
             pkt.as_ptr() as *const _,
             pkt.len(),
             0,
-            &sa as *const _ as *const libc::sockaddr,
-            std::mem::size_of_val(&sa) as u32,
+            &ss as *const _ as *const libc::sockaddr,
+            len as u32,
         )
     };
     assert_eq!(rc, pkt.len() as isize, "sendto: {}", std::io::Error::last_os_error());
@@ -363,83 +405,109 @@ fn inject(pkt: &[u8], to: [u8; 4]) {
 #[test]
 fn forged_icmp_errors_change_nothing() {
     let topo = Topology::new();
-    // Dropped in silence, so the probe stays in flight while we forge errors about it.
+    // Dropped in silence, so the probes stay in flight while we forge errors about them.
     topo.backend.nft_drop("udp", DROPPED);
     let pins = TestPins::new();
-    let target = format!("{BACKEND_V4}:{DROPPED}");
-    let result = topo.prober.enter(|| {
+    let targets = [format!("{BACKEND_V4}:{DROPPED}"), format!("[{BACKEND_V6}]:{DROPPED}")];
+    let results = topo.prober.enter(|| {
         let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
-        engine.submit(vec![udp_req(1, &target, 2000)]).unwrap();
-        // The live probe's flow and cookie, read from the pinned in-flight table.
+        engine
+            .submit(
+                targets
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| udp_req(i as u64, t, 2000))
+                    .collect(),
+            )
+            .unwrap();
+        // The live probes' flows and cookies, read from the pinned in-flight table.
         let inflight = aya::maps::MapData::from_pin(pins.path.join("PROBE_INFLIGHT")).expect("open pinned map");
         let table: aya::maps::HashMap<_, FlowKey, Inflight> =
             aya::maps::HashMap::try_from(aya::maps::Map::HashMap(inflight)).expect("in-flight table");
-        let mut live = None;
+        let mut live = Vec::new();
         for _ in 0..100 {
             live = table
                 .iter()
                 .filter_map(Result::ok)
-                .find(|(k, _)| k.dport == DROPPED && k.proto == IPPROTO_UDP);
-            if live.is_some() {
+                .filter(|(k, _)| k.dport == DROPPED && k.proto == IPPROTO_UDP)
+                .collect();
+            if live.len() == 2 {
                 break;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        let (flow, entry) = live.expect("the probe is in the in-flight table");
+        assert_eq!(live.len(), 2, "both probes are in the in-flight table");
         let before = engine.snapshot().unwrap().rx;
 
-        // (a) The live probe's source port, but a destination port nobody probed.
-        let unprobed = FlowKey {
-            dport: DROPPED + 100,
-            ..flow
-        };
-        // (b) The live probe's flow exactly, but an IPv4 id that is not its cookie.
-        let wrong_id = (entry.cookie as u16) ^ 0x5a5a;
-        let to = flow.saddr_v4();
         topo.backend.enter(|| {
-            inject(&forged_port_unreachable(&unprobed, entry.cookie as u16), to);
-            inject(&forged_port_unreachable(&flow, wrong_id), to);
+            for (flow, entry) in &live {
+                // (a) The live probe's source port, but a destination port nobody probed.
+                let unprobed = FlowKey {
+                    dport: DROPPED + 100,
+                    ..*flow
+                };
+                // (b) The live probe's flow exactly, but the wrong cookie bits: an IPv4 id or
+                // an IPv6 flow label the probe did not carry.
+                let (a, b) = if flow.family == FAMILY_V4 {
+                    let id = entry.cookie as u16;
+                    (
+                        forged_port_unreachable(&unprobed, id),
+                        forged_port_unreachable(flow, id ^ 0x5a5a),
+                    )
+                } else {
+                    let label = entry.cookie & 0xfffff;
+                    (
+                        forged_port_unreachable_v6(&unprobed, label),
+                        forged_port_unreachable_v6(flow, label ^ 0x5a5a5),
+                    )
+                };
+                inject(&a, flow);
+                inject(&b, flow);
+            }
         });
-        // The counters move as soon as probe_rx has seen both.
+        // The counters move as soon as probe_rx has seen all four.
         let mut after = before;
         for _ in 0..100 {
             after = engine.snapshot().unwrap().rx;
-            if after.stale > before.stale && after.forged > before.forged {
+            if after.stale - before.stale >= 2 && after.forged - before.forged >= 2 {
                 break;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         assert_eq!(
             after.icmp_unreach - before.icmp_unreach,
-            2,
-            "probe_rx saw both: {after:?}"
+            4,
+            "probe_rx saw all four: {after:?}"
         );
         assert_eq!(
             after.stale - before.stale,
-            1,
-            "the unprobed port counts as stale: {after:?}"
+            2,
+            "unprobed ports count as stale: {after:?}"
         );
         assert_eq!(
             after.forged - before.forged,
-            1,
-            "the wrong id counts as forged: {after:?}"
+            2,
+            "wrong id / flow label count as forged: {after:?}"
         );
         assert_eq!(after.matched_unreach, 0, "nothing matched: {after:?}");
-        let results = collect(&mut rx, 1, Duration::from_secs(5));
+        let results = collect(&mut rx, 2, Duration::from_secs(5));
         assert_eq!(engine.snapshot().unwrap().inflight, 0);
         results
     });
-    assert_eq!(result.len(), 1, "one result");
-    assert_eq!(
-        outcome(&result[0]),
-        UdpOutcome::Silent,
-        "the forgeries did not fail the probe"
-    );
-    assert!(
-        result[0].elapsed >= Duration::from_millis(2000),
-        "it ran its full timeout: {:?}",
-        result[0].elapsed
-    );
+    assert_eq!(results.len(), 2, "one result per probe");
+    for r in &results {
+        assert_eq!(
+            outcome(r),
+            UdpOutcome::Silent,
+            "{}: the forgeries did not fail the probe",
+            r.target
+        );
+        assert!(
+            r.elapsed >= Duration::from_millis(2000),
+            "it ran its full timeout: {:?}",
+            r.elapsed
+        );
+    }
 }
 
 /// The probed binary, built on demand: this package depends on probe-user's library only.
