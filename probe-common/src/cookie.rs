@@ -1,9 +1,9 @@
 //! The keyed probe cookie: SipHash-1-3 over a fixed five-word message.
 //!
-//! The cookie becomes a TCP probe's initial sequence number (and a UDP probe's IPv4 id), so a
-//! reply can only match when it echoes a value an off-path sender cannot guess. The key is
-//! random per daemon start; the message is fixed-size so the eBPF verifier sees no loop bound
-//! it cannot prove.
+//! The cookie becomes a TCP probe's initial sequence number (and a UDP probe's IPv4 id or
+//! IPv6 flow label), so a reply can only match when it echoes a value an off-path sender
+//! cannot guess. The key is random per daemon start; the message is fixed-size so the eBPF
+//! verifier sees no loop bound it cannot prove.
 use crate::l4::FlowKey;
 
 #[inline(always)]

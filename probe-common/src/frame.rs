@@ -91,10 +91,14 @@ pub fn ipv4(saddr: [u8; 4], daddr: [u8; 4], proto: u8, payload_len: u16, id: u16
     }
 }
 
+/// The flow-label bits of the first word of an IPv6 header.
+pub const FLOW_LABEL_MASK: u32 = 0x000f_ffff;
+
+/// An IPv6 header (hop limit 64, traffic class 0) with `flow_label` (low 20 bits used).
 #[inline(always)]
-fn ipv6(saddr: [u8; 16], daddr: [u8; 16], next_hdr: u8, payload_len: u16) -> Ipv6Hdr {
+fn ipv6(saddr: [u8; 16], daddr: [u8; 16], next_hdr: u8, payload_len: u16, flow_label: u32) -> Ipv6Hdr {
     Ipv6Hdr {
-        ver_tc_flow: [0x60, 0, 0, 0],
+        ver_tc_flow: (0x6000_0000 | (flow_label & FLOW_LABEL_MASK)).to_be_bytes(),
         payload_len_be: payload_len.to_be_bytes(),
         next_hdr,
         hop_limit: TTL,
@@ -156,7 +160,7 @@ pub fn write_syn_v4(f: &mut SynV4, e: &Ends<[u8; 4]>, isn: u32) {
 #[inline(always)]
 pub fn write_syn_v6(f: &mut SynV6, e: &Ends<[u8; 16]>, isn: u32) {
     f.eth = eth(e, ETH_P_IPV6);
-    f.ip = ipv6(e.saddr, e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u16);
+    f.ip = ipv6(e.saddr, e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u16, 0);
     f.opts = syn_opts(MSS_V6);
     f.tcp = tcp(e.sport, e.dport, isn, 0, SYN_TCP_LEN, TCP_SYN, SYN_WINDOW);
     let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u32) + tcp_sum(&f.tcp);
@@ -187,7 +191,7 @@ pub fn write_segment_v4(f: &mut RstV4, e: &Ends<[u8; 4]>, seq: u32, ack: u32, fl
 #[inline(always)]
 pub fn write_segment_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, seq: u32, ack: u32, flags: u8) {
     f.eth = eth(e, ETH_P_IPV6);
-    f.ip = ipv6(e.saddr, e.daddr, IPPROTO_TCP, TcpHdr::LEN as u16);
+    f.ip = ipv6(e.saddr, e.daddr, IPPROTO_TCP, TcpHdr::LEN as u16, 0);
     f.tcp = tcp(e.sport, e.dport, seq, ack, TcpHdr::LEN, flags, 0);
     let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_TCP, TcpHdr::LEN as u32) + tcp_sum(&f.tcp);
     f.tcp.csum_be = finish(sum).to_be_bytes();
@@ -254,11 +258,13 @@ pub fn write_udp_v4(f: &mut UdpV4, e: &Ends<[u8; 4]>, ip_id: u16, payload_len: u
     f.udp.csum_be = udp_csum(sum + payload_sum);
 }
 
+/// The IPv6 form: with no IP id to carry it, the cookie's low 20 bits ride in the flow label,
+/// which an ICMPv6 error quotes like the rest of the header (RFC 4443 2.4(c)).
 #[inline(always)]
-pub fn write_udp_v6(f: &mut UdpV6, e: &Ends<[u8; 16]>, payload_len: u16, payload_sum: u64) {
+pub fn write_udp_v6(f: &mut UdpV6, e: &Ends<[u8; 16]>, flow_label: u32, payload_len: u16, payload_sum: u64) {
     let len = UdpHdr::LEN as u16 + payload_len;
     f.eth = eth(e, ETH_P_IPV6);
-    f.ip = ipv6(e.saddr, e.daddr, IPPROTO_UDP, len);
+    f.ip = ipv6(e.saddr, e.daddr, IPPROTO_UDP, len, flow_label);
     f.udp = udp(e.sport, e.dport, len);
     let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_UDP, len as u32) + e.sport as u64 + e.dport as u64 + len as u64;
     f.udp.csum_be = udp_csum(sum + payload_sum);
@@ -270,9 +276,9 @@ pub fn udp_v4(e: &Ends<[u8; 4]>, ip_id: u16, payload_len: u16, payload_sum: u64)
     f
 }
 
-pub fn udp_v6(e: &Ends<[u8; 16]>, payload_len: u16, payload_sum: u64) -> UdpV6 {
+pub fn udp_v6(e: &Ends<[u8; 16]>, flow_label: u32, payload_len: u16, payload_sum: u64) -> UdpV6 {
     let mut f = UdpV6::default();
-    write_udp_v6(&mut f, e, payload_len, payload_sum);
+    write_udp_v6(&mut f, e, flow_label, payload_len, payload_sum);
     f
 }
 
@@ -381,7 +387,17 @@ mod tests {
             verify_v4(e.saddr, e.daddr, IPPROTO_UDP, &seg);
             assert_eq!(finish(payload_sum(&h.bytes()[14..34])), 0);
             let e = ends6();
-            let h = udp_v6(&e, payload.len() as u16, payload_sum(payload));
+            let h = udp_v6(
+                &e,
+                0xabcde_u32 | 0xfff0_0000,
+                payload.len() as u16,
+                payload_sum(payload),
+            );
+            assert_eq!(
+                h.ip.ver_tc_flow,
+                [0x60, 0x0a, 0xbc, 0xde],
+                "version 6, cookie in the flow label only"
+            );
             let mut seg = h.bytes()[54..].to_vec();
             seg.extend_from_slice(payload);
             verify_v6(e.saddr, e.daddr, IPPROTO_UDP, &seg);

@@ -66,7 +66,8 @@ pub struct Inflight {
     pub slot: u32,
     /// The probe's generation for that target (part of the cookie).
     pub gen: u32,
-    /// The cookie sent (TCP initial sequence number; low 16 bits are the UDP IPv4 id).
+    /// The cookie sent (TCP initial sequence number; low 16 bits are the UDP IPv4 id, low 20
+    /// bits the UDP IPv6 flow label).
     pub cookie: u32,
     pub _pad: u32,
     /// bpf_ktime_get_ns (CLOCK_MONOTONIC) when the probe left.

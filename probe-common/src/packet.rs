@@ -82,6 +82,11 @@ const _: () = assert!(core::mem::size_of::<Ipv6Hdr>() == 40);
 
 impl Ipv6Hdr {
     pub const LEN: usize = 40;
+    /// The 20-bit flow label.
+    #[inline(always)]
+    pub fn flow_label(&self) -> u32 {
+        u32::from_be_bytes(self.ver_tc_flow) & 0x000f_ffff
+    }
 }
 
 #[repr(C)]

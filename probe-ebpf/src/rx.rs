@@ -8,7 +8,7 @@
 use aya_ebpf::{bindings::xdp_action, helpers::bpf_ktime_get_ns, helpers::bpf_xdp_adjust_tail, macros::xdp, programs::XdpContext};
 use probe_common::{
     counters::RxCounters,
-    frame::{write_rst_v4, write_rst_v6, Ends, RstV4, RstV6},
+    frame::{write_rst_v4, write_rst_v6, Ends, RstV4, RstV6, FLOW_LABEL_MASK},
     l4::{EventKind, FlowKey, Inflight, ProbeEvent},
     packet::{
         classify_icmp, classify_tcp_flags, EthHdr, IcmpHdr, Ipv4Hdr, Ipv6Hdr, QuotedL4, ReplyClass, TcpHdr, ETH_P_IP,
@@ -201,9 +201,9 @@ fn on_icmp(ctx: &XdpContext, l3: &L3, c: &mut RxCounters) -> Option<u32> {
         let ip = read_at::<Ipv4Hdr>(ctx, inner_off)?;
         ip.id() == entry.cookie as u16
     } else {
-        // A UDP probe over IPv6 carries no field the cookie could ride in: the flow match
-        // (and the reserved source port) is all there is.
-        true
+        // IPv6 has no id: the UDP probe carries the cookie's low 20 bits as its flow label.
+        let ip = read_at::<Ipv6Hdr>(ctx, inner_off)?;
+        ip.flow_label() == entry.cookie & FLOW_LABEL_MASK
     };
     if !echoes_cookie {
         c.forged += 1;

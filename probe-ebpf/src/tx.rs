@@ -124,7 +124,7 @@ fn build_v6(ctx: &XdpContext, flow: &FlowKey, fib: &FibParams, cookie: u32, ctl:
         write_syn_v6(f, &e, cookie);
     } else {
         let Some(f) = frame_mut(ctx) else { return false };
-        write_udp_v6(f, &e, ctl.payload_len as u16, ctl.payload_sum);
+        write_udp_v6(f, &e, cookie, ctl.payload_len as u16, ctl.payload_sum);
     }
     true
 }

@@ -7,8 +7,8 @@ use probed::probe::http::{Dialect, HttpCheck, HttpCheckSpec, HttpProber, HttpRep
 
 #[derive(clap::Args)]
 pub struct CheckArgs {
-    /// What to probe: tcp://HOST:PORT, http://HOST[:PORT][/PATH] or https://... (IPv6 hosts
-    /// in brackets).
+    /// What to probe: tcp://HOST:PORT, udp://HOST:PORT, http://HOST[:PORT][/PATH] or
+    /// https://... (IPv6 hosts in brackets).
     pub url: String,
     /// HEAD or GET (default: the dialect's, HEAD for lb, GET for tm).
     #[arg(long)]
@@ -55,6 +55,13 @@ pub struct CheckArgs {
     /// TCP/UDP: how probes are sent: auto (XDP when the device can), xdp or raw.
     #[arg(long, default_value = "auto")]
     pub tx: String,
+    /// UDP: the request payload (may be empty).
+    #[arg(long, default_value = "")]
+    pub send: String,
+    /// UDP: a reply must contain this string (request/response mode); without it, silence is
+    /// success and only an ICMP error fails (plain mode).
+    #[arg(long)]
+    pub expect: Option<String>,
 }
 
 /// A probe target as the URL names it. New schemes add a variant here and a branch in `run`.
@@ -69,6 +76,8 @@ pub enum Target {
     },
     /// A TCP SYN probe through the kernel engine.
     Tcp { host: String, port: u16 },
+    /// A UDP probe: through the kernel engine, or a socket in request/response mode.
+    Udp { host: String, port: u16 },
 }
 
 /// Splits `scheme://host[:port][/path]`.
@@ -92,15 +101,19 @@ pub fn parse_target(url: &str) -> anyhow::Result<Target> {
                 path: path.to_string(),
             })
         }
-        "tcp" => {
+        s @ ("tcp" | "udp") => {
             let (host, port) =
                 split_authority(authority, 0).with_context(|| format!("read the host and port of {url:?}"))?;
             if port == 0 {
-                bail!("{url:?} needs a port: tcp://HOST:PORT");
+                bail!("{url:?} needs a port: {s}://HOST:PORT");
             }
-            Ok(Target::Tcp { host, port })
+            Ok(if s == "tcp" {
+                Target::Tcp { host, port }
+            } else {
+                Target::Udp { host, port }
+            })
         }
-        other => bail!("unsupported scheme {other:?} in {url:?}; supported: tcp, http, https"),
+        other => bail!("unsupported scheme {other:?} in {url:?}; supported: tcp, udp, http, https"),
     }
 }
 
@@ -141,6 +154,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             path,
         } => check_http(&args, scheme, &host, port, path),
         Target::Tcp { host, port } => super::check_l4::check_tcp(&args, &host, port),
+        Target::Udp { host, port } => super::check_l4::check_udp(&args, &host, port),
     }
 }
 

@@ -1,5 +1,5 @@
-//! `probed check tcp://...`: one-shot probes through the kernel engine, printed in the same
-//! shape as the HTTP checks.
+//! `probed check tcp://...` and `udp://...`: one-shot probes through the kernel engine (UDP
+//! request/response mode through a socket), printed in the same shape as the HTTP checks.
 use std::{
     net::{IpAddr, SocketAddr, ToSocketAddrs},
     process::ExitCode,
@@ -90,18 +90,94 @@ pub fn check_tcp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Result<Exit
 
 /// One line per probe, in the shape every `check` prints.
 pub fn render(url: &str, r: &L4Result, json: bool) -> String {
-    let verdict = if r.outcome.healthy() { "healthy" } else { "unhealthy" };
-    let ms = r.elapsed.as_secs_f64() * 1000.0;
+    line(
+        url,
+        r.target,
+        r.outcome.healthy(),
+        &r.outcome.to_string(),
+        r.elapsed,
+        json,
+    )
+}
+
+fn line(url: &str, addr: SocketAddr, healthy: bool, outcome: &str, elapsed: Duration, json: bool) -> String {
+    let verdict = if healthy { "healthy" } else { "unhealthy" };
+    let ms = elapsed.as_secs_f64() * 1000.0;
     if json {
         serde_json::json!({
             "target": url,
-            "address": r.target.to_string(),
+            "address": addr.to_string(),
             "verdict": verdict,
-            "outcome": r.outcome.to_string(),
+            "outcome": outcome,
             "time_ms": (ms * 1000.0).round() / 1000.0,
         })
         .to_string()
     } else {
-        format!("{url} ({}) {verdict} {} {ms:.2}ms", r.target, r.outcome)
+        format!("{url} ({addr}) {verdict} {outcome} {ms:.2}ms")
     }
+}
+
+/// `probed check udp://...`: plain mode through the kernel engine (silence is success),
+/// request/response mode (`--expect`) through a connected socket.
+pub fn check_udp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Result<ExitCode> {
+    use probed::probe::udp::{UdpOutcome, UdpProber, UdpRequest};
+    let target = resolve(host, port)?;
+    let timeout = Duration::from_millis(args.timeout);
+    let send: std::sync::Arc<[u8]> = std::sync::Arc::from(args.send.as_bytes());
+    let mut all_healthy = true;
+    let mut print = |outcome: UdpOutcome, elapsed: Duration| {
+        all_healthy &= outcome.healthy();
+        println!(
+            "{}",
+            line(
+                &args.url,
+                target,
+                outcome.healthy(),
+                &outcome.to_string(),
+                elapsed,
+                args.json
+            )
+        );
+    };
+    if let Some(expect) = &args.expect {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let prober = UdpProber::new(1);
+        let req = UdpRequest {
+            target,
+            send,
+            expect: std::sync::Arc::from(expect.as_bytes()),
+            timeout,
+            source: None,
+        };
+        for i in 0..args.count {
+            if i > 0 {
+                std::thread::sleep(Duration::from_millis(args.interval));
+            }
+            let r = rt.block_on(prober.probe(&req));
+            print(r.outcome, r.elapsed);
+        }
+    } else {
+        let (engine, mut results) = start_for(args, target)?;
+        for i in 0..args.count {
+            if i > 0 {
+                std::thread::sleep(Duration::from_millis(args.interval));
+            }
+            let proto = L4Proto::Udp { payload: send.clone() };
+            engine.submit(vec![L4Request {
+                token: i as u64,
+                target,
+                proto,
+                timeout,
+            }])?;
+            let r = results.blocking_recv().context("the engine stopped")?;
+            let outcome = UdpOutcome::try_from(r.outcome)
+                .map_err(|o| anyhow::anyhow!("the engine reported a TCP outcome ({o}) for a UDP probe"))?;
+            print(outcome, r.elapsed);
+        }
+    }
+    Ok(if all_healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

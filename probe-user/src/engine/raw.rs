@@ -69,7 +69,7 @@ impl RawSender {
             if tcp {
                 pkt.extend_from_slice(&syn_v6(&e, cookie).bytes()[EthHdr::LEN..]);
             } else {
-                pkt.extend_from_slice(&udp_v6(&e, plen, psum).bytes()[EthHdr::LEN..]);
+                pkt.extend_from_slice(&udp_v6(&e, cookie, plen, psum).bytes()[EthHdr::LEN..]);
             }
         }
         if !tcp {
