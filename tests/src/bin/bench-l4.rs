@@ -2,9 +2,11 @@
 //! prober, on the same AnyIP fleets, in one run. Each target is probed once per interval;
 //! the fleet is spread evenly over the interval as the scheduler would.
 //!
-//! Reported per prober and fleet: probes/s sustained, process CPU (user+system) per probe,
+//! Reported per prober and fleet: probes/s (results over the time from the first send to the
+//! last result), process CPU (user+system) per probe,
 //! system-wide softirq time per probe (it includes the backend namespace's own TCP work,
-//! which is the same for every prober), results lost, and the resident-memory growth.
+//! which is the same for every prober), results missing a second past the last timeout
+//! ("late": a prober that cannot keep up), and the resident-memory growth.
 use std::{
     net::{Ipv4Addr, SocketAddr},
     sync::Arc,
@@ -74,6 +76,8 @@ fn rss_kb() -> i64 {
 
 struct Meter {
     start: Instant,
+    /// When the last result arrived: probes/s is measured up to here.
+    last: Instant,
     cpu: Duration,
     softirq: Duration,
     rss: i64,
@@ -83,13 +87,18 @@ struct Meter {
 impl Meter {
     fn start() -> Self {
         let rss = rss_kb();
+        let now = Instant::now();
         Self {
-            start: Instant::now(),
+            start: now,
+            last: now,
             cpu: cpu_time(),
             softirq: softirq_time(),
             rss,
             peak: rss,
         }
+    }
+    fn result(&mut self) {
+        self.last = Instant::now();
     }
     fn sample(&mut self) {
         self.peak = self.peak.max(rss_kb());
@@ -101,7 +110,7 @@ impl Meter {
             fleet,
             prober,
             probes,
-            wall: self.start.elapsed(),
+            wall: self.last - self.start,
             cpu: cpu_time() - self.cpu,
             softirq: softirq_time().saturating_sub(self.softirq),
             lost,
@@ -140,6 +149,7 @@ fn engine_run(fleet: usize, rounds: u32, pins: &TestPins, tx: TxChoice, name: &'
                 .collect();
             engine.submit(reqs).unwrap();
             while let Ok(r) = rx.try_recv() {
+                meter.result();
                 got += 1;
                 unhealthy += (r.outcome != L4Outcome::Open) as u64;
             }
@@ -151,6 +161,7 @@ fn engine_run(fleet: usize, rounds: u32, pins: &TestPins, tx: TxChoice, name: &'
     while got < sent && Instant::now() < deadline {
         match rx.try_recv() {
             Ok(r) => {
+                meter.result();
                 got += 1;
                 unhealthy += (r.outcome != L4Outcome::Open) as u64;
             }
@@ -196,6 +207,7 @@ fn connect_run(fleet: usize, rounds: u32) -> Row {
         let sent = fleet as u64 * rounds as u64;
         let (mut got, mut unhealthy) = (0u64, 0u64);
         while let Ok(Some(ok)) = tokio::time::timeout(TIMEOUT * 2, done_rx.recv()).await {
+            meter.result();
             got += 1;
             unhealthy += (!ok) as u64;
         }
@@ -257,7 +269,7 @@ fn main() {
             rows.push(connect_run(fleet, rounds));
         });
     }
-    println!("| targets | prober | probes/s | CPU us/probe | softirq us/probe | lost | not open | RSS growth MiB | CPU vs connect |");
+    println!("| targets | prober | probes/s | CPU us/probe | softirq us/probe | late | not open | RSS growth MiB | CPU vs connect |");
     println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     for chunk in rows.chunks(3) {
         let connect_cpu = chunk[2].cpu.as_secs_f64() / chunk[2].probes.max(1) as f64;
