@@ -144,17 +144,7 @@ fn ten_thousand_anyip_targets_get_exactly_one_outcome_each() {
     topo.backend.sysctl("net.core.somaxconn", "65535");
     let _listener = topo.backend.tcp_listen("0.0.0.0:80");
     let pins = TestPins::new();
-    let reqs: Vec<_> = (0..N)
-        .map(|i| {
-            let ip = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(198, 19, 0, 0)) + i);
-            L4Request {
-                token: i as u64,
-                target: SocketAddr::new(ip.into(), 80),
-                proto: L4Proto::Tcp,
-                timeout: Duration::from_secs(2),
-            }
-        })
-        .collect();
+    let reqs = anyip_port80(N);
     let results = topo.prober.enter(|| {
         let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
         engine.submit(reqs).unwrap();
@@ -262,17 +252,7 @@ fn a_small_inflight_table_holds_probes_back_instead_of_losing_them() {
     topo.anyip("198.19.0.0/22");
     let _listener = topo.backend.tcp_listen("0.0.0.0:80");
     let pins = TestPins::new();
-    let reqs: Vec<_> = (0..N)
-        .map(|i| {
-            let ip = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(198, 19, 0, 0)) + i);
-            L4Request {
-                token: i as u64,
-                target: SocketAddr::new(ip.into(), 80),
-                proto: L4Proto::Tcp,
-                timeout: Duration::from_secs(2),
-            }
-        })
-        .collect();
+    let reqs = anyip_port80(N);
     let results = topo.prober.enter(|| {
         let (engine, mut rx) = probed_tests::l4::start_engine_with(&pins, TxChoice::Auto, |c| c.max_inflight = 64);
         engine.submit(reqs).unwrap();
@@ -288,4 +268,19 @@ fn a_small_inflight_table_holds_probes_back_instead_of_losing_them() {
     });
     assert_eq!(results.len(), N as usize);
     assert!(results.iter().all(|r| r.outcome == L4Outcome::Open), "all open");
+}
+
+/// One TCP probe (2 s timeout) to port 80 of each of the first `n` addresses of 198.19.0.0/16.
+fn anyip_port80(n: u32) -> Vec<L4Request> {
+    (0..n)
+        .map(|i| {
+            let ip = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(198, 19, 0, 0)) + i);
+            L4Request {
+                token: i as u64,
+                target: SocketAddr::new(ip.into(), 80),
+                proto: L4Proto::Tcp,
+                timeout: Duration::from_secs(2),
+            }
+        })
+        .collect()
 }

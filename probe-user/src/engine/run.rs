@@ -412,37 +412,27 @@ impl EngineState {
                     icmp_type: ev.icmp_type,
                     code: ev.icmp_code,
                 },
-                Some(EventKind::NoRoute) if ev.icmp_code == FIB_FWD_DISABLED => {
-                    // bpf_fib_lookup refuses when forwarding is off on the device (for this
-                    // family): the stack can still send it.
-                    self.stats.stack_fallbacks += 1;
-                    let job = ProbeJob {
-                        flow: live.flow,
-                        slot: ev.slot,
-                        gen: ev.gen,
-                    };
-                    self.send_raw(&job);
-                    continue;
-                }
-                Some(EventKind::NoRoute) => {
-                    log::debug!(
-                        "no route for slot {} (bpf_fib_lookup returned {})",
-                        ev.slot,
-                        ev.icmp_code
-                    );
-                    self.fail_now(ev.slot, L4Outcome::NoRoute);
-                    continue;
-                }
-                Some(EventKind::NoNeighbour) => {
-                    // The stack resolves the neighbour while sending; later probes take the
-                    // XDP path again.
-                    self.stats.stack_fallbacks += 1;
-                    let job = ProbeJob {
-                        flow: live.flow,
-                        slot: ev.slot,
-                        gen: ev.gen,
-                    };
-                    self.send_raw(&job);
+                Some(kind @ (EventKind::NoNeighbour | EventKind::NoRoute)) => {
+                    // probe_tx hands a probe back when the next hop has no resolved neighbour
+                    // (the stack resolves it while sending; later probes take the XDP path
+                    // again) or when bpf_fib_lookup refuses because forwarding is off for the
+                    // family. Any other lookup failure means there is no route.
+                    if kind == EventKind::NoNeighbour || ev.icmp_code == FIB_FWD_DISABLED {
+                        self.stats.stack_fallbacks += 1;
+                        let job = ProbeJob {
+                            flow: live.flow,
+                            slot: ev.slot,
+                            gen: ev.gen,
+                        };
+                        self.send_raw(&job);
+                    } else {
+                        log::debug!(
+                            "no route for slot {} (bpf_fib_lookup returned {})",
+                            ev.slot,
+                            ev.icmp_code
+                        );
+                        self.fail_now(ev.slot, L4Outcome::NoRoute);
+                    }
                     continue;
                 }
                 None => continue,
