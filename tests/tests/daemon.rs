@@ -1,0 +1,370 @@
+//! The daemon end to end in namespaces: SPEC section 3 windows time-scaled by 1/100 against
+//! real targets, the API and metrics, reload, restart and shutdown cleanup.
+use std::time::Duration;
+
+use probed::{config::Config, daemon::events::Event};
+use probed_tests::{
+    daemon::{mono_ns, DaemonFiles, RunningDaemon},
+    topo::*,
+    Topology,
+};
+
+const MS: u64 = 1_000_000;
+/// Stated tolerance on a scaled window: a 1 ms scheduler tick per probe, the engine's 1 ms
+/// timeout granularity, and a loaded 2-core CI box.
+const TOLERANCE_MS: f64 = 30.0;
+
+fn profile(name: &str, dialect: &str, health: &str, endpoints: &[(&str, u16)]) -> String {
+    let mut out = format!("[[profile]]\nname = \"{name}\"\ndialect = \"{dialect}\"\nrouting = \"priority\"\n\n[profile.health]\n{health}\n");
+    for (i, (ep, port)) in endpoints.iter().enumerate() {
+        out.push_str(&format!(
+            "\n[[profile.endpoint]]\nname = \"{ep}\"\naddress = \"{BACKEND_V4}\"\nport = {port}\npriority = {}\n",
+            i + 1
+        ));
+    }
+    out
+}
+
+/// Overrides a profile's timing below the dialect's minimum: the SPEC examples scaled by 1/100.
+fn scale(config: &mut Config, interval_ms: u64, timeout_ms: u64) {
+    for p in &mut config.profiles {
+        p.health.interval = Duration::from_millis(interval_ms);
+        p.health.timeout = Duration::from_millis(timeout_ms);
+    }
+}
+
+fn assert_near(what: &str, got: f64, want: f64) {
+    assert!(
+        (got - want).abs() <= TOLERANCE_MS,
+        "{what}: {got:.1} ms, expected {want:.1} ms +-{TOLERANCE_MS} ms"
+    );
+}
+
+/// Drops traffic to a listening port, waits for Unhealthy, and checks the window against the
+/// formula and against the test's own clock.
+fn fail_window(dialect: &str, health: &str, interval_ms: u64, timeout_ms: u64, want_ms: f64) {
+    let topo = Topology::new();
+    let _listener = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    let files = DaemonFiles::new();
+    let text = files.header(PROBER_IF) + &profile("scaled", dialect, health, &[("target", 8080)]);
+    let mut config = files.write_config(&text);
+    scale(&mut config, interval_ms, timeout_ms);
+    let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start the daemon");
+    daemon.wait_event("target", "Healthy", Duration::from_secs(3));
+
+    let before = mono_ns();
+    topo.backend.nft_drop("tcp", 8080);
+    let after = mono_ns();
+    let event = daemon.wait_event("target", "Unhealthy", Duration::from_secs(3));
+    let seen_at = mono_ns();
+
+    eprintln!(
+        "{dialect} fail window: measured {:.1} ms, formula {:.1} ms",
+        event.measured_window_ms, event.formula_window_ms
+    );
+    assert_eq!(event.formula_window_ms, want_ms, "formula window: {event:#?}");
+    assert_near("measured fail window", event.measured_window_ms, want_ms);
+    assert!(
+        event.results.iter().all(|r| !r.ok && r.reason == "timeout"),
+        "{event:#?}"
+    );
+    assert_eq!(event.results.len(), 3, "threshold 3: {event:#?}");
+    check_clock(&event, before, after, seen_at, interval_ms);
+}
+
+/// The event's window is the span of its own results, and those fit the test's clock. The
+/// change (an nft rule) takes effect somewhere in `[before, after]`: the first result of the run
+/// started no earlier than `before` and at most one gap (interval, or timeout + interval when a
+/// probe was in flight) after `after`; the event was written before the test read it.
+fn check_clock(event: &Event, before: u64, after: u64, seen_at: u64, gap_ms: u64) {
+    let first = &event.results[0];
+    let span = (event.at_ns - first.started_ns) as f64 / MS as f64;
+    assert!(
+        (span - event.measured_window_ms).abs() < 0.01,
+        "window = span of the run: {event:#?}"
+    );
+    let slack = (gap_ms + 10) * MS;
+    assert!(
+        first.started_ns + 5 * MS >= before && first.started_ns <= after + slack,
+        "first result of the run started {:.1} ms after the change began, change took {:.1} ms",
+        (first.started_ns as f64 - before as f64) / MS as f64,
+        (after - before) as f64 / MS as f64
+    );
+    assert!(event.at_ns <= seen_at, "the event is not from the future");
+    let wall_max = (seen_at - before) as f64 / MS as f64;
+    let wall_min = (seen_at - after) as f64 / MS as f64;
+    assert!(
+        wall_max + 5.0 >= event.measured_window_ms
+            && wall_min <= event.measured_window_ms + (slack / MS) as f64 + TOLERANCE_MS,
+        "test clock {wall_min:.1}..{wall_max:.1} ms from change to seen, event window {:.1} ms",
+        event.measured_window_ms
+    );
+}
+
+#[test]
+fn lb_tcp_target_goes_unhealthy_after_190ms_scaled() {
+    // lb: timeout 5 s, interval 2 s, unhealthy 3 -> 19 s; scaled 1/100: 50 ms, 20 ms -> 190 ms.
+    let health =
+        "protocol = \"tcp\"\ninterval = \"2s\"\ntimeout = \"5s\"\nhealthy_threshold = 3\nunhealthy_threshold = 3\n";
+    fail_window("lb", health, 20, 50, 190.0);
+}
+
+#[test]
+fn ga_tcp_target_goes_unhealthy_after_130ms_scaled() {
+    // ga: timeout 3 s (fixed), interval 2 s, threshold 3 -> 13 s; scaled: 30 ms, 20 ms -> 130 ms.
+    let health = "protocol = \"tcp\"\ninterval = \"2s\"\nthreshold = 3\n";
+    fail_window("ga", health, 20, 30, 130.0);
+}
+
+#[test]
+fn tcp_target_comes_back_within_the_success_window() {
+    // success window = rtt * 3 + interval * 2; a veth SYN/SYN-ACK takes well under 1 ms, so
+    // about 40 ms at interval 20 ms (the 70 ms example needs a 10 ms responder: see http tests).
+    let topo = Topology::new();
+    let _listener = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    topo.backend.nft_drop("tcp", 8080);
+    let files = DaemonFiles::new();
+    let health =
+        "protocol = \"tcp\"\ninterval = \"2s\"\ntimeout = \"5s\"\nhealthy_threshold = 3\nunhealthy_threshold = 3\n";
+    let text = files.header(PROBER_IF) + &profile("scaled", "lb", health, &[("target", 8080)]);
+    let mut config = files.write_config(&text);
+    scale(&mut config, 20, 50);
+    let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start the daemon");
+    daemon.wait_event("target", "Unhealthy", Duration::from_secs(3));
+
+    let before = mono_ns();
+    topo.backend.exec("nft", &["delete", "table", "inet", "probed_test"]);
+    let after = mono_ns();
+    let event = daemon.wait_event("target", "Healthy", Duration::from_secs(3));
+    let seen_at = mono_ns();
+    eprintln!(
+        "tcp success window: measured {:.1} ms, formula {:.1} ms",
+        event.measured_window_ms, event.formula_window_ms
+    );
+    let mean_rtt: f64 = event.results.iter().map(|r| r.rtt_ms).sum::<f64>() / 3.0;
+    assert!(
+        (event.formula_window_ms - (mean_rtt * 3.0 + 40.0)).abs() < 0.01,
+        "{event:#?}"
+    );
+    assert_near(
+        "measured success window",
+        event.measured_window_ms,
+        event.formula_window_ms,
+    );
+    assert!(event.results.iter().all(|r| r.ok && r.reason == "open"), "{event:#?}");
+    // Recovery starts with the first probe after the rule went: up to a timeout plus an interval.
+    check_clock(&event, before, after, seen_at, 20 + 50);
+}
+
+fn fleet_config(files: &DaemonFiles) -> String {
+    let health = "protocol = \"tcp\"\ninterval = \"100ms\"\ntimeout = \"100ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n";
+    files.header(PROBER_IF)
+        + &profile(
+            "web",
+            "lb",
+            health,
+            &[("dead", 8082), ("healthy", 8080), ("refusing", 8081)],
+        )
+}
+
+#[test]
+fn api_status_select_enable_disable_and_metrics() {
+    let topo = Topology::new();
+    let _listener = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    topo.backend.nft_drop("tcp", 8082);
+    let files = DaemonFiles::new();
+    let config = files.write_config(&fleet_config(&files));
+    let daemon = RunningDaemon::start(&topo.prober, config, Some(&files.config_path())).expect("start");
+    let within = Duration::from_secs(5);
+
+    let healthy = daemon.wait_status("web", "healthy", "Online", within);
+    assert_eq!(
+        healthy.last_result.as_ref().map(|r| (r.ok, r.reason.as_str())),
+        Some((true, "open"))
+    );
+    assert!(healthy.eligible && healthy.probed);
+    assert_eq!(healthy.windows.fail_window_ms, 300.0, "100 ms * 2 + 100 ms * 1");
+    let dead = daemon.wait_status("web", "dead", "Degraded", within);
+    assert_eq!(dead.last_result.as_ref().unwrap().reason, "timeout");
+    assert_eq!(dead.last_change.as_ref().unwrap().to, "Unhealthy");
+    assert!(!dead.eligible);
+    let refusing = daemon.wait_status("web", "refusing", "Degraded", within);
+    assert_eq!(refusing.last_result.as_ref().unwrap().reason, "refused");
+
+    let all = daemon.get("/v1/status");
+    assert_eq!(all[0]["name"], "web");
+    assert_eq!(
+        all[0]["status"], "Degraded",
+        "one Degraded endpoint makes the profile Degraded"
+    );
+    assert_eq!(all[0]["endpoints"].as_array().unwrap().len(), 3);
+
+    // Priority: dead is first but Degraded, so healthy answers.
+    let sel = daemon.get("/v1/select/web?source=198.18.0.1");
+    assert_eq!(sel["endpoints"], serde_json::json!(["healthy"]), "{sel}");
+
+    let (code, v) = daemon.call("POST", "/v1/endpoints/web/healthy/disable");
+    assert_eq!((code, v["status"].as_str()), (200, Some("Disabled")), "{v}");
+    // Every endpoint left in the pool is Degraded: fail-open answers with the first of them.
+    let sel = daemon.get("/v1/select/web?source=198.18.0.1");
+    assert_eq!(sel["endpoints"], serde_json::json!(["dead"]), "fail-open: {sel}");
+    assert_eq!(daemon.get("/v1/status/web")[0]["fail_open"], true);
+
+    let (code, v) = daemon.call("POST", "/v1/endpoints/web/healthy/enable");
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(
+        v["status"], "CheckingEndpoint",
+        "a re-enabled endpoint starts over: {v}"
+    );
+    daemon.wait_status("web", "healthy", "Online", within);
+
+    let (code, _) = daemon.call("GET", "/v1/status/nope");
+    assert_eq!(code, 404);
+    let (code, _) = daemon.call("GET", "/v1/status/web/nope");
+    assert_eq!(code, 404);
+    let (code, v) = daemon.call("GET", "/v1/select/web");
+    assert_eq!(code, 400, "{v}");
+
+    let (code, metrics) = daemon.call("GET", "/metrics");
+    assert_eq!(code, 200);
+    let metrics = metrics.as_str().unwrap().to_string();
+    for needle in [
+        "probed_probes_sent_total{kind=\"tcp\",profile=\"web\"}",
+        "probed_probe_results_total{kind=\"tcp\",profile=\"web\",outcome=\"timeout\"}",
+        "probed_probe_results_total{kind=\"tcp\",profile=\"web\",outcome=\"refused\"}",
+        "probed_probe_rtt_seconds_bucket{kind=\"tcp\",profile=\"web\",le=\"+Inf\"}",
+        "probed_transitions_total{profile=\"web\",to=\"Unhealthy\"}",
+        "probed_schedule_lateness_seconds_bucket{le=\"0.001\"}",
+        "probed_kernel_rx{counter=\"forged\"} 0",
+        "probed_kernel_rx{counter=\"stale\"}",
+        "probed_endpoints{profile=\"web\",status=\"Online\"} 1",
+    ] {
+        assert!(metrics.contains(needle), "metrics lack {needle}:\n{metrics}");
+    }
+    let rst_sent = metric(&metrics, "probed_kernel_rx{counter=\"rst_sent\"}");
+    assert!(rst_sent >= 1.0, "every open probe is reset by probe_rx:\n{metrics}");
+    let paths = metric(&metrics, "probed_tx_path{path=\"xdp\"}") + metric(&metrics, "probed_tx_path{path=\"raw\"}");
+    assert_eq!(paths, 1.0, "exactly one transmit path in use:\n{metrics}");
+}
+
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).map(|v| v.trim().parse().unwrap()))
+        .unwrap_or_else(|| panic!("no series {series}"))
+}
+
+#[test]
+fn reload_keeps_state_of_endpoints_that_stay_and_refuses_a_bad_file() {
+    let topo = Topology::new();
+    let _listener = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    let _other = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8090"));
+    let files = DaemonFiles::new();
+    let health = "protocol = \"tcp\"\ninterval = \"100ms\"\ntimeout = \"100ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n";
+    let before = files.header(PROBER_IF) + &profile("web", "lb", health, &[("stays", 8080), ("goes", 8090)]);
+    let config = files.write_config(&before);
+    let daemon = RunningDaemon::start(&topo.prober, config, Some(&files.config_path())).expect("start");
+    daemon.wait_status("web", "stays", "Online", Duration::from_secs(5));
+    daemon.wait_status("web", "goes", "Online", Duration::from_secs(5));
+    let events_before = daemon.events().len();
+
+    let after = files.header(PROBER_IF) + &profile("web", "lb", health, &[("stays", 8080), ("new", 8090)]);
+    std::fs::write(files.config_path(), &after).unwrap();
+    let (code, report) = daemon.call("POST", "/v1/reload");
+    assert_eq!(code, 200, "{report}");
+    assert_eq!(
+        (
+            report["kept"].as_u64(),
+            report["added"].as_u64(),
+            report["removed"].as_u64()
+        ),
+        (Some(1), Some(1), Some(1)),
+        "{report}"
+    );
+    let stays = daemon.endpoint("web", "stays");
+    assert_eq!(
+        stays.status, "Online",
+        "an endpoint that stays keeps its state: {stays:#?}"
+    );
+    assert_eq!(daemon.endpoint("web", "new").status, "CheckingEndpoint");
+    let (code, _) = daemon.call("GET", "/v1/status/web/goes");
+    assert_eq!(code, 404, "removed endpoints are gone");
+    daemon.wait_status("web", "new", "Online", Duration::from_secs(5));
+    let stays_events = daemon.events()[events_before..]
+        .iter()
+        .filter(|e| e.endpoint == "stays")
+        .count();
+    assert_eq!(stays_events, 0, "no transition for the endpoint that stayed");
+
+    // A bad file is refused whole; the running configuration goes on.
+    std::fs::write(
+        files.config_path(),
+        after.replace("interval = \"100ms\"", "interval = \"0ms\""),
+    )
+    .unwrap();
+    let (code, v) = daemon.call("POST", "/v1/reload");
+    assert_eq!(code, 422, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("interval"),
+        "the refusal names the field: {v}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(daemon.endpoint("web", "stays").status, "Online");
+    assert_eq!(daemon.endpoint("web", "new").status, "Online");
+}
+
+#[test]
+fn restart_resumes_last_known_health_without_a_flap_and_cleans_up() {
+    let topo = Topology::new();
+    let _listener = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    topo.backend.nft_drop("tcp", 8082);
+    let files = DaemonFiles::new();
+    let config = files.write_config(&fleet_config(&files));
+    let daemon = RunningDaemon::start(&topo.prober, config.clone(), None).expect("start");
+    daemon.wait_status("web", "healthy", "Online", Duration::from_secs(5));
+    daemon.wait_status("web", "dead", "Degraded", Duration::from_secs(5));
+    let (code, _) = daemon.call("POST", "/v1/endpoints/web/refusing/disable");
+    assert_eq!(code, 200);
+    daemon.stop();
+    assert!(!files.pins.path.exists(), "pins removed on shutdown");
+    assert!(!files.dir.join("api.sock").exists(), "API socket removed on shutdown");
+    assert!(files.state().exists(), "state saved on shutdown");
+    let events_before = probed_tests::daemon::read_events(&files.events()).len();
+
+    let daemon = RunningDaemon::start(&topo.prober, config, None).expect("restart");
+    // Straight after the restart, before any probe could have decided anything.
+    assert_eq!(daemon.endpoint("web", "healthy").status, "Online");
+    assert_eq!(daemon.endpoint("web", "dead").status, "Degraded");
+    let refusing = daemon.endpoint("web", "refusing");
+    assert_eq!(
+        (refusing.status.as_str(), refusing.admin_from_api),
+        ("Disabled", true),
+        "API override survives"
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(daemon.endpoint("web", "healthy").status, "Online");
+    assert_eq!(daemon.endpoint("web", "dead").status, "Degraded");
+    let after = daemon.events();
+    assert_eq!(
+        after.len(),
+        events_before,
+        "no transition after the restart: {:#?}",
+        &after[events_before..]
+    );
+    daemon.stop();
+}
+
+#[test]
+fn http_and_udp_response_checks_are_refused_clearly_when_not_built_in() {
+    let files = DaemonFiles::new();
+    let text = files.header(PROBER_IF)
+        + &profile(
+            "dns",
+            "lb",
+            "protocol = \"udp\"\nport = 53\nrequest = \"ping\"\nresponse = \"pong\"\n",
+            &[("a", 53)],
+        );
+    let config = files.write_config(&text);
+    let topo = Topology::new();
+    let err = RunningDaemon::start(&topo.prober, config, None).err().expect("refused");
+    assert!(err.contains("response string"), "{err}");
+}
