@@ -6,6 +6,8 @@ use aya::programs::XdpMode;
 use clap::{Parser, Subcommand, ValueEnum};
 use probed::kernel::{pin::PinDir, rx::RxProgram};
 
+mod check;
+
 #[derive(Parser)]
 #[command(
     name = "probed",
@@ -69,6 +71,8 @@ enum Command {
         #[arg(long, default_value = DEFAULT_API)]
         api: String,
     },
+    /// Probe one target now: one line per probe; exit 0 only if every probe was healthy.
+    Check(check::CheckArgs),
 }
 
 /// The API address when the config does not say otherwise.
@@ -110,6 +114,7 @@ pub fn main() -> ExitCode {
         Command::Run { config } => run(&config),
         Command::Status { profile, api, json } => status(profile.as_deref(), &api, json),
         Command::Reload { api } => reload(&api),
+        Command::Check(args) => check::run(args),
     };
     match result {
         Ok(code) => code,

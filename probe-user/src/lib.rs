@@ -3,7 +3,7 @@
 //! `kernel` is the thin, documented layer over the eBPF programs; everything above it is
 //! plain Rust: `engine` (L4 probes), `health` (threshold state and windows), `schedule`
 //! (timer wheel), `config`, `status` (monitor status and selection), and the product on top:
-//! `daemon` (runner, events, persistence), `api` (HTTP JSON), `metrics` (Prometheus).
+//! `probe` (HTTP(S) prober), `daemon` (runner, events, persistence), `api` (HTTP JSON), `metrics` (Prometheus).
 pub mod api;
 pub mod config;
 pub mod daemon;
@@ -11,5 +11,6 @@ pub mod engine;
 pub mod health;
 pub mod kernel;
 pub mod metrics;
+pub mod probe;
 pub mod schedule;
 pub mod status;

@@ -1,0 +1,456 @@
+//! HTTP and HTTPS health probes (SPEC 1 and 2): one HEAD or GET per probe over hyper's
+//! HTTP/1.1 client, TLS by rustls, one deadline for connect, handshake and response head.
+//!
+//! `HttpCheck` (request.rs) says what to send and expect; `HttpProber` runs it.
+pub mod request;
+pub mod status;
+pub mod tls;
+
+use std::{
+    collections::HashMap,
+    fmt, io,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::{body::Incoming, client::conn::http1::SendRequest, header, Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::{net::TcpStream, task::JoinHandle, time::Instant};
+
+pub use request::{Dialect, HttpCheck, HttpCheckError, HttpCheckSpec, Method, Scheme};
+pub use status::StatusSet;
+pub use tls::TlsVerify;
+
+/// Idle connections kept per target in keep-alive mode; probes to one target are
+/// sequential, so more than two would only hold sockets open on the backend.
+const IDLE_PER_TARGET: usize = 2;
+const USER_AGENT: &str = concat!("probed/", env!("CARGO_PKG_VERSION"));
+
+/// The step a probe was in when its deadline passed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Connect,
+    Tls,
+    /// Request sent, waiting for the status line and headers.
+    Response,
+    /// Reading the body for `expect_body`.
+    Body,
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Connect => "connect",
+            Self::Tls => "tls",
+            Self::Response => "response",
+            Self::Body => "body",
+        })
+    }
+}
+
+/// What one probe found. Only `Passed` is healthy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HttpOutcome {
+    /// The status is in the healthy set (and the body matched, when asked).
+    Passed(u16),
+    /// A response whose status is not in the healthy set.
+    BadStatus(u16),
+    /// The status was healthy but the first `body_limit` bytes lack `expect_body`.
+    BodyMismatch(u16),
+    Timeout(Phase),
+    /// The target answered the SYN with a RST (or ICMP port unreachable).
+    Refused,
+    /// The connection was reset after it was established.
+    Reset,
+    /// The server closed the connection without a complete response.
+    Closed,
+    /// An ICMP host/network unreachable or administratively prohibited.
+    Unreachable,
+    /// The TLS handshake failed (no certificate, bad certificate in strict mode, ...).
+    Tls(String),
+    /// Another connect error.
+    Connect(String),
+    /// A response hyper could not parse.
+    Protocol(String),
+}
+
+impl HttpOutcome {
+    pub fn healthy(&self) -> bool {
+        matches!(self, Self::Passed(_))
+    }
+}
+
+impl fmt::Display for HttpOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Passed(s) | Self::BadStatus(s) => write!(f, "status {s}"),
+            Self::BodyMismatch(_) => f.write_str("body mismatch"),
+            Self::Timeout(p) => write!(f, "timeout {p}"),
+            Self::Refused => f.write_str("refused"),
+            Self::Reset => f.write_str("reset"),
+            Self::Closed => f.write_str("closed"),
+            Self::Unreachable => f.write_str("unreachable"),
+            Self::Tls(e) => write!(f, "tls error: {e}"),
+            Self::Connect(e) => write!(f, "connect error: {e}"),
+            Self::Protocol(e) => write!(f, "http error: {e}"),
+        }
+    }
+}
+
+/// The result of one probe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpReport {
+    pub outcome: HttpOutcome,
+    /// From the start of the probe to the response head (or the end of the body match), or
+    /// to the failure. This is the response time of the success window.
+    pub elapsed: Duration,
+    /// The response status, whenever a response head arrived.
+    pub status: Option<u16>,
+}
+
+impl HttpReport {
+    pub fn healthy(&self) -> bool {
+        self.outcome.healthy()
+    }
+}
+
+/// Runs HTTP(S) checks. One prober serves many targets and checks; it holds the shared
+/// TLS configuration and, in keep-alive mode, a few idle connections per target.
+pub struct HttpProber {
+    presented: Arc<rustls::ClientConfig>,
+    keep_alive: bool,
+    idle: Mutex<HashMap<PoolKey, Vec<SendRequest<Empty<Bytes>>>>>,
+}
+
+/// Connections are reusable only for the same target, scheme, TLS name and TLS policy.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct PoolKey {
+    target: SocketAddr,
+    scheme: Scheme,
+    server_name: String,
+    strict: bool,
+}
+
+impl Default for HttpProber {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A probe that ended early; `status` is set when a response head had arrived.
+struct Failed {
+    outcome: HttpOutcome,
+    status: Option<u16>,
+}
+
+impl From<HttpOutcome> for Failed {
+    fn from(outcome: HttpOutcome) -> Self {
+        Self { outcome, status: None }
+    }
+}
+
+impl HttpProber {
+    /// A prober that opens a connection per probe and closes it afterwards.
+    pub fn new() -> Self {
+        Self {
+            presented: tls::presented_config(),
+            keep_alive: false,
+            idle: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Reuses connections between probes of one target (HTTP keep-alive). The first probe
+    /// pays for connect and handshake; later ones only measure the request.
+    pub fn with_keep_alive(mut self, on: bool) -> Self {
+        self.keep_alive = on;
+        self
+    }
+
+    /// Runs one check against `target`. Never fails: every problem is an outcome.
+    pub async fn probe(&self, target: SocketAddr, check: &HttpCheck) -> HttpReport {
+        let start = Instant::now();
+        let deadline = start + check.timeout();
+        match self.run(target, check, start, deadline).await {
+            Ok(report) => report,
+            Err(f) => HttpReport {
+                outcome: f.outcome,
+                elapsed: start.elapsed(),
+                status: f.status,
+            },
+        }
+    }
+
+    async fn run(
+        &self,
+        target: SocketAddr,
+        check: &HttpCheck,
+        start: Instant,
+        deadline: Instant,
+    ) -> Result<HttpReport, Failed> {
+        let key = PoolKey {
+            target,
+            scheme: check.scheme(),
+            server_name: check.server_name(target).to_str().into_owned(),
+            strict: check.tls().is_strict(),
+        };
+        let mut pooled = if self.keep_alive { self.checkout(&key) } else { None };
+        let (mut sender, mut conn_task, response) = loop {
+            let reused = pooled.is_some();
+            let (mut sender, task) = match pooled.take() {
+                Some(s) => (s, None),
+                None => {
+                    let (s, t) = self.connect(target, check, deadline).await?;
+                    (s, Some(t))
+                }
+            };
+            let request = self.request(target, check);
+            match tokio::time::timeout_at(deadline, sender.send_request(request)).await {
+                Err(_) => {
+                    abort(task);
+                    return Err(HttpOutcome::Timeout(Phase::Response).into());
+                }
+                Ok(Ok(resp)) => break (sender, task, resp),
+                // An idle connection the server had already closed: try once on a new one.
+                Ok(Err(_)) if reused => continue,
+                Ok(Err(e)) => {
+                    abort(task);
+                    return Err(classify_hyper(&e).into());
+                }
+            }
+        };
+        let mut elapsed = start.elapsed();
+        let code = response.status().as_u16();
+        let healthy_status = check.status().contains(code);
+        let mut reusable = self.keep_alive;
+        let outcome = match check.expect_body().filter(|_| healthy_status) {
+            Some(needle) => {
+                let read =
+                    tokio::time::timeout_at(deadline, read_body(response, Some(needle), check.body_limit())).await;
+                elapsed = start.elapsed();
+                let failed = |outcome| Failed {
+                    outcome,
+                    status: Some(code),
+                };
+                match read {
+                    Err(_) => {
+                        abort(conn_task.take());
+                        return Err(failed(HttpOutcome::Timeout(Phase::Body)));
+                    }
+                    Ok(Err(e)) => {
+                        abort(conn_task.take());
+                        return Err(failed(classify_hyper(&e)));
+                    }
+                    Ok(Ok(BodyRead { found, complete })) => {
+                        reusable &= complete;
+                        if found {
+                            HttpOutcome::Passed(code)
+                        } else {
+                            HttpOutcome::BodyMismatch(code)
+                        }
+                    }
+                }
+            }
+            None => {
+                if reusable && check.method() == Method::Get {
+                    // The body must be drained before the connection carries another request.
+                    let read = tokio::time::timeout_at(deadline, read_body(response, None, check.body_limit())).await;
+                    reusable &= matches!(read, Ok(Ok(BodyRead { complete: true, .. })));
+                }
+                if healthy_status {
+                    HttpOutcome::Passed(code)
+                } else {
+                    HttpOutcome::BadStatus(code)
+                }
+            }
+        };
+        // An idle connection is ready at once; one that is not within the deadline is not kept.
+        let ready = reusable && matches!(tokio::time::timeout_at(deadline, sender.ready()).await, Ok(Ok(())));
+        if ready {
+            self.checkin(key, sender);
+        } else {
+            abort(conn_task.take());
+        }
+        Ok(HttpReport {
+            outcome,
+            elapsed,
+            status: Some(code),
+        })
+    }
+
+    fn request(&self, target: SocketAddr, check: &HttpCheck) -> Request<Empty<Bytes>> {
+        let mut req = Request::new(Empty::new());
+        *req.method_mut() = check.method().as_hyper();
+        *req.uri_mut() = check.path().parse().expect("validated path is a valid request target");
+        let h = req.headers_mut();
+        let host = check.host_header(target);
+        h.insert(
+            header::HOST,
+            header::HeaderValue::from_str(&host).expect("validated host is a valid header value"),
+        );
+        h.insert(header::USER_AGENT, header::HeaderValue::from_static(USER_AGENT));
+        for (name, value) in check.headers() {
+            h.insert(name.clone(), value.clone());
+        }
+        if !self.keep_alive {
+            h.insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+        }
+        req
+    }
+
+    /// Connects, shakes hands (for HTTPS) and starts the HTTP/1.1 connection task.
+    async fn connect(
+        &self,
+        target: SocketAddr,
+        check: &HttpCheck,
+        deadline: Instant,
+    ) -> Result<(SendRequest<Empty<Bytes>>, JoinHandle<()>), Failed> {
+        let tcp = match tokio::time::timeout_at(deadline, TcpStream::connect(target)).await {
+            Err(_) => return Err(HttpOutcome::Timeout(Phase::Connect).into()),
+            Ok(Err(e)) => return Err(classify_connect(&e).into()),
+            Ok(Ok(s)) => s,
+        };
+        // The request is one small write; Nagle would only delay it.
+        let _ = tcp.set_nodelay(true);
+        match check.scheme() {
+            Scheme::Http => handshake(tcp).await,
+            Scheme::Https => {
+                let config = check.tls().strict_config().unwrap_or(&self.presented).clone();
+                let connector = tokio_rustls::TlsConnector::from(config);
+                let shake = connector.connect(check.server_name(target), tcp);
+                match tokio::time::timeout_at(deadline, shake).await {
+                    Err(_) => Err(HttpOutcome::Timeout(Phase::Tls).into()),
+                    Ok(Err(e)) => Err(classify_tls(&e).into()),
+                    Ok(Ok(stream)) => handshake(stream).await,
+                }
+            }
+        }
+    }
+
+    fn checkout(&self, key: &PoolKey) -> Option<SendRequest<Empty<Bytes>>> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let list = idle.get_mut(key)?;
+        while let Some(s) = list.pop() {
+            if !s.is_closed() && s.is_ready() {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    fn checkin(&self, key: PoolKey, sender: SendRequest<Empty<Bytes>>) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let list = idle.entry(key).or_default();
+        list.retain(|s| !s.is_closed());
+        if list.len() < IDLE_PER_TARGET {
+            list.push(sender);
+        }
+    }
+}
+
+async fn handshake<T>(io: T) -> Result<(SendRequest<Empty<Bytes>>, JoinHandle<()>), Failed>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::Builder::new()
+        .handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| Failed::from(classify_hyper(&e)))?;
+    // The connection task owns the socket; aborting it closes the socket.
+    let task = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok((sender, task))
+}
+
+fn abort(task: Option<JoinHandle<()>>) {
+    if let Some(t) = task {
+        t.abort();
+    }
+}
+
+struct BodyRead {
+    found: bool,
+    /// The whole body was read, so the connection can carry another request.
+    complete: bool,
+}
+
+/// Reads the body until `needle` shows up, the body ends, or `limit` bytes were read.
+/// Without a needle it only drains.
+async fn read_body(
+    response: Response<Incoming>,
+    needle: Option<&[u8]>,
+    limit: usize,
+) -> Result<BodyRead, hyper::Error> {
+    let mut body = response.into_body();
+    let mut seen: Vec<u8> = Vec::new();
+    let mut drained = 0usize;
+    let mut found = false;
+    loop {
+        let Some(frame) = body.frame().await else {
+            return Ok(BodyRead { found, complete: true });
+        };
+        let Ok(data) = frame?.into_data() else { continue };
+        let Some(needle) = needle else {
+            drained += data.len();
+            if drained > limit {
+                return Ok(BodyRead { found, complete: false });
+            }
+            continue;
+        };
+        let room = limit - seen.len();
+        // Only the new bytes, plus a needle's length of overlap, can hold a new match.
+        let from = seen.len().saturating_sub(needle.len() - 1);
+        seen.extend_from_slice(&data[..data.len().min(room)]);
+        found = seen[from..].windows(needle.len()).any(|w| w == needle);
+        if found || seen.len() >= limit {
+            return Ok(BodyRead { found, complete: false });
+        }
+    }
+}
+
+fn classify_connect(e: &io::Error) -> HttpOutcome {
+    use io::ErrorKind as K;
+    match e.kind() {
+        K::ConnectionRefused => HttpOutcome::Refused,
+        K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe => HttpOutcome::Reset,
+        K::HostUnreachable | K::NetworkUnreachable => HttpOutcome::Unreachable,
+        K::TimedOut => HttpOutcome::Timeout(Phase::Connect),
+        _ => match e.raw_os_error() {
+            Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EACCES | libc::EPERM) => HttpOutcome::Unreachable,
+            _ => HttpOutcome::Connect(e.to_string()),
+        },
+    }
+}
+
+fn classify_tls(e: &io::Error) -> HttpOutcome {
+    use io::ErrorKind as K;
+    if let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+        return HttpOutcome::Tls(tls.to_string());
+    }
+    match e.kind() {
+        K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe => HttpOutcome::Reset,
+        K::UnexpectedEof => HttpOutcome::Tls("connection closed during the handshake".into()),
+        _ => HttpOutcome::Tls(e.to_string()),
+    }
+}
+
+fn classify_hyper(e: &hyper::Error) -> HttpOutcome {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<io::Error>() {
+            return match classify_connect(io) {
+                HttpOutcome::Connect(m) => HttpOutcome::Protocol(m),
+                other => other,
+            };
+        }
+        source = s.source();
+    }
+    if e.is_incomplete_message() || e.is_canceled() || e.is_closed() {
+        HttpOutcome::Closed
+    } else {
+        HttpOutcome::Protocol(e.to_string())
+    }
+}
