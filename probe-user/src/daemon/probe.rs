@@ -82,38 +82,83 @@ impl CheckSpec {
     }
 }
 
-/// HTTP(S) checks. The HTTP prober lives on its own branch; until it is merged, a profile with
-/// an HTTP check is refused when the configuration is loaded, with a sentence saying so.
+/// HTTP(S) checks through `crate::probe::http`: the resolved config is handed over explicitly
+/// (method, path, Host, headers, healthy codes), so the prober's own dialect defaults never apply.
 pub mod http {
-    use super::ProbeReport;
-    use crate::config::{Endpoint, Profile};
+    use std::sync::Arc;
 
-    /// A prepared HTTP(S) request.
+    use super::ProbeReport;
+    use crate::{
+        config::{Endpoint, Header, Profile},
+        probe::http::{Dialect, HttpCheck, HttpCheckSpec, Scheme},
+    };
+
+    /// A validated HTTP(S) request, shared by every probe of one check.
     #[derive(Clone, Debug)]
     pub struct HttpProbe {
-        _never: std::convert::Infallible,
+        check: Arc<HttpCheck>,
+    }
+
+    fn pairs(headers: &[Header]) -> Vec<String> {
+        headers.iter().map(|h| format!("{}:{}", h.name, h.value)).collect()
     }
 
     impl HttpProbe {
-        pub fn prepare(profile: &Profile, _endpoint: &Endpoint) -> Result<(HttpProbe, String), String> {
-            Err(format!(
-                "profile {:?}: http prober not available in this build (HTTP/HTTPS checks need it)",
-                profile.name
-            ))
+        /// The check for `endpoint`, and the part of its sharing key that HTTP adds.
+        pub fn prepare(profile: &Profile, endpoint: &Endpoint) -> Result<(HttpProbe, String), String> {
+            let h = profile
+                .health
+                .http()
+                .ok_or_else(|| format!("profile {:?} has no HTTP check", profile.name))?;
+            let scheme = if h.tls { Scheme::Https } else { Scheme::Http };
+            let mut spec = HttpCheckSpec::new(scheme, Dialect::Lb, profile.health.timeout);
+            spec.method = Some(h.method.name().to_string());
+            spec.path = Some(h.path.clone());
+            spec.domain = h.host.clone();
+            spec.profile_headers = pairs(&h.headers);
+            spec.endpoint_headers = pairs(&endpoint.headers);
+            spec.expect_status = Some(
+                h.healthy_status
+                    .iter()
+                    .map(|r| format!("{}-{}", r.first, r.last))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            );
+            spec.expect_body = h.body_match.clone();
+            let check = HttpCheck::new(&spec)
+                .map_err(|e| format!("profile {:?} endpoint {:?}: {e}", profile.name, endpoint.name))?;
+            let detail = format!(
+                " {} {} host={:?} headers={:?} status={:?} body={:?}",
+                h.method.name(),
+                h.path,
+                h.host,
+                spec.profile_headers
+                    .iter()
+                    .chain(&spec.endpoint_headers)
+                    .collect::<Vec<_>>(),
+                spec.expect_status,
+                h.body_match
+            );
+            Ok((HttpProbe { check: Arc::new(check) }, detail))
         }
     }
 
-    /// Runs HTTP(S) probes.
+    /// Runs HTTP(S) probes; cheap to clone into each probe task.
     #[derive(Clone, Default)]
-    pub struct HttpProber;
+    pub struct HttpProber(Arc<crate::probe::http::HttpProber>);
 
     impl HttpProber {
         pub fn new() -> Self {
-            Self
+            Self(Arc::new(crate::probe::http::HttpProber::new()))
         }
 
-        pub async fn probe(&self, _target: std::net::SocketAddr, probe: &HttpProbe) -> ProbeReport {
-            match probe._never {}
+        pub async fn probe(&self, target: std::net::SocketAddr, probe: &HttpProbe) -> ProbeReport {
+            let r = self.0.probe(target, &probe.check).await;
+            ProbeReport {
+                healthy: r.healthy(),
+                elapsed: r.elapsed,
+                reason: Arc::from(r.outcome.to_string()),
+            }
         }
     }
 }

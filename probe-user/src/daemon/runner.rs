@@ -130,6 +130,7 @@ pub(crate) struct Runner {
     rng: SplitMix64,
     state_dirty: bool,
     last_save_ns: u64,
+    saver: state::Saver,
     due_buf: Vec<CheckId>,
 }
 
@@ -158,6 +159,7 @@ impl Runner {
             rng: SplitMix64(mono_ns()),
             state_dirty: false,
             last_save_ns: 0,
+            saver: state::Saver::new(),
             due_buf: Vec::new(),
             options,
             config: config.clone(),
@@ -207,6 +209,7 @@ impl Runner {
             self.save_if_due(false);
         }
         self.save_if_due(true);
+        self.saver.finish();
         // Dropping the engine joins its thread, detaches probe_rx/probe_tx and removes the pins.
         drop(self.engine.take());
         Ok(())
@@ -984,10 +987,8 @@ impl Runner {
             })
             .collect();
         targets.sort_by(|a, b| (&a.profile, &a.endpoint).cmp(&(&b.profile, &b.endpoint)));
-        match state::save(&self.config.daemon.state_file, targets, unix_ms()) {
-            Ok(()) => self.state_dirty = false,
-            Err(e) => log::warn!("cannot save state: {e}"),
-        }
+        self.saver.save(&self.config.daemon.state_file, targets);
+        self.state_dirty = false;
         self.last_save_ns = now;
     }
 }

@@ -96,6 +96,60 @@ pub fn save(path: &Path, targets: Vec<SavedTarget>, now_unix_ms: u64) -> Result<
     std::fs::rename(&tmp, path).map_err(io("rename the state file into", path))
 }
 
+/// Writes the state file on a thread of its own: an fsync can take tens of milliseconds on a busy
+/// disk, which the probe loop must never wait for. Only the newest pending state is written.
+pub struct Saver {
+    tx: Option<std::sync::mpsc::Sender<(PathBuf, Vec<SavedTarget>)>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Saver {
+    pub fn new() -> Self {
+        let (tx, rx) = std::sync::mpsc::channel::<(PathBuf, Vec<SavedTarget>)>();
+        let thread = std::thread::Builder::new()
+            .name("probed-state".into())
+            .spawn(move || {
+                while let Ok(mut job) = rx.recv() {
+                    while let Ok(newer) = rx.try_recv() {
+                        job = newer;
+                    }
+                    if let Err(e) = save(&job.0, job.1, crate::daemon::unix_ms()) {
+                        log::warn!("cannot save state: {e}");
+                    }
+                }
+            })
+            .ok();
+        Self { tx: Some(tx), thread }
+    }
+
+    /// Queues a save; returns at once.
+    pub fn save(&self, path: &Path, targets: Vec<SavedTarget>) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send((path.to_path_buf(), targets));
+        }
+    }
+
+    /// Writes what is queued and stops the thread.
+    pub fn finish(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Default for Saver {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Saver {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
 fn temp_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".tmp");
