@@ -410,3 +410,56 @@ fn http_target_comes_back_after_70ms_scaled() {
     let view = daemon.endpoint("scaled", "web");
     assert_eq!((view.status.as_str(), view.protocol.as_str()), ("Online", "http"));
 }
+
+#[test]
+fn demo_fleet_reaches_expected_statuses() {
+    let mut fleet = probed_tests::fleet::Fleet::new();
+    let config = fleet.files.write_config(&fleet.config_text());
+    let daemon = RunningDaemon::start(&fleet.topo.prober, config, Some(&fleet.files.config_path())).expect("start");
+    for (profile, endpoint, status) in probed_tests::fleet::EXPECTED {
+        let v = daemon.wait_status(profile, endpoint, status, Duration::from_secs(5));
+        if *status == "Degraded" {
+            assert!(!v.last_result.as_ref().unwrap().ok, "{v:#?}");
+        }
+    }
+    let slow = daemon.endpoint("http", "web-slow");
+    assert!(
+        slow.last_result.unwrap().reason.starts_with("timeout"),
+        "slow HTTP times out"
+    );
+    assert_eq!(
+        daemon.endpoint("udp", "dns-closed").last_result.unwrap().reason,
+        "unreachable 3/3"
+    );
+    daemon.wait_status("tcp", "flapping", "Online", Duration::from_secs(5));
+    fleet.set_flapping_down(true);
+    daemon.wait_status("tcp", "flapping", "Degraded", Duration::from_secs(5));
+    fleet.set_flapping_down(false);
+    daemon.wait_status("tcp", "flapping", "Online", Duration::from_secs(5));
+    // Priority routing: "dead" (priority 1) is out, "healthy" (2) answers.
+    assert_eq!(
+        daemon.get("/v1/select/tcp?source=198.18.0.1")["endpoints"],
+        serde_json::json!(["healthy"])
+    );
+    // Multivalue with 2 answers, but only one UDP endpoint is Online.
+    assert_eq!(
+        daemon.get("/v1/select/udp?source=198.18.0.1")["endpoints"],
+        serde_json::json!(["dns-open"])
+    );
+    let profiles = daemon.get("/v1/status");
+    let statuses: Vec<&str> = profiles
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["Degraded", "Degraded", "Degraded"]);
+    let (_, metrics) = daemon.call("GET", "/metrics");
+    let metrics = metrics.as_str().unwrap();
+    for kind in ["tcp", "http", "udp"] {
+        assert!(
+            metrics.contains(&format!("probed_probes_sent_total{{kind=\"{kind}\"")),
+            "{kind} probes counted:\n{metrics}"
+        );
+    }
+}
