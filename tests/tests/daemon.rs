@@ -463,3 +463,81 @@ fn demo_fleet_reaches_expected_statuses() {
         );
     }
 }
+
+#[test]
+fn backend_nftables_rules_admit_probes_and_refuse_everyone_else() {
+    let topo = Topology::new();
+    let _listener = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    let rules = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../dist/backend-nftables.nft"))
+        .unwrap()
+        .replace("100.64.0.0/10", &format!("{PROBER_V4}/32"))
+        .replace("10.0.0.0/24", "198.18.0.250/32");
+    topo.backend.nft(&rules);
+    // A second address on the prober, outside the probe range.
+    topo.prober.ip(&["addr", "add", "198.18.0.3/24", "dev", PROBER_IF]);
+    topo.backend.ip(&[
+        "neigh",
+        "replace",
+        "198.18.0.3",
+        "lladdr",
+        &topo.prober.mac(PROBER_IF),
+        "dev",
+        BACKEND_IF,
+    ]);
+
+    let files = DaemonFiles::new();
+    let health = "protocol = \"tcp\"\ninterval = \"100ms\"\ntimeout = \"100ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n";
+    let text = files
+        .header(PROBER_IF)
+        .replace("[source]\n", &format!("[source]\naddresses = [\"{PROBER_V4}\"]\n"))
+        + &profile("web", "lb", health, &[("svc", 8080)]);
+    let config = files.write_config(&text);
+    let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start");
+    daemon.wait_status("web", "svc", "Online", Duration::from_secs(5));
+
+    let reject_count = || {
+        let listing = topo
+            .backend
+            .exec("nft", &["list", "chain", "inet", "probed_backend", "input"]);
+        listing
+            .lines()
+            .filter(|l| l.contains("reject with tcp reset"))
+            .filter_map(|l| {
+                l.split("counter packets ")
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum::<u64>()
+    };
+    let connect_from = |source: &str| {
+        let source: std::net::SocketAddr = format!("{source}:0").parse().unwrap();
+        topo.prober.enter(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let sock = tokio::net::TcpSocket::new_v4().unwrap();
+                sock.bind(source).unwrap();
+                let target = format!("{BACKEND_V4}:8080").parse().unwrap();
+                tokio::time::timeout(Duration::from_secs(1), sock.connect(target))
+                    .await
+                    .map(|r| r.map_err(|e| e.kind()))
+            })
+        })
+    };
+    let before = reject_count();
+    assert!(
+        matches!(connect_from(PROBER_V4), Ok(Ok(_))),
+        "the probe range reaches the service"
+    );
+    let outsider = connect_from("198.18.0.3");
+    assert!(
+        matches!(outsider, Ok(Err(std::io::ErrorKind::ConnectionRefused))),
+        "a source outside the probe and LB ranges is refused: {outsider:?}"
+    );
+    assert!(reject_count() > before, "the reject rule counted the outsider");
+}
