@@ -210,7 +210,7 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
                         if r.restart_needed.is_empty() { String::new() } else {
                             format!("; restart to apply {}", r.restart_needed.join(", "))
                         }),
-                    Err(e) => log::error!("reload refused, the running configuration stays: {e}"),
+                    Err(e) => log::error!("{e}"),
                 },
                 _ = term.recv() => break,
                 _ = tokio::signal::ctrl_c() => break,

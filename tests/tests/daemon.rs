@@ -223,6 +223,30 @@ fn api_status_select_enable_disable_and_metrics() {
     );
     daemon.wait_status("web", "healthy", "Online", within);
 
+    // Always-serve: health checks off (Unmonitored), eligible, and no probe is sent any more.
+    let (code, v) = daemon.call("POST", "/v1/endpoints/web/dead/always-serve");
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(
+        (v["status"].as_str(), v["eligible"].as_bool(), v["probed"].as_bool()),
+        (Some("Unmonitored"), Some(true), Some(false)),
+        "{v}"
+    );
+    let last = daemon.endpoint("web", "dead").last_result;
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(
+        daemon.endpoint("web", "dead").last_result,
+        last,
+        "an always-serve endpoint is not probed"
+    );
+    let sel = daemon.get("/v1/select/web?source=198.18.0.1");
+    assert_eq!(
+        sel["endpoints"],
+        serde_json::json!(["dead"]),
+        "priority 1 is eligible again: {sel}"
+    );
+    let (code, v) = daemon.call("POST", "/v1/endpoints/web/dead/enable");
+    assert_eq!((code, v["status"].as_str()), (200, Some("CheckingEndpoint")), "{v}");
+
     let (code, _) = daemon.call("GET", "/v1/status/nope");
     assert_eq!(code, 404);
     let (code, _) = daemon.call("GET", "/v1/status/web/nope");
