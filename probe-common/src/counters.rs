@@ -78,7 +78,8 @@ impl TxCounters {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY (both): repr(C), Copy, only u64 fields, no padding: every bit pattern is valid.
+    // SAFETY: repr(C), Copy, only u64 fields, no padding: every bit pattern is valid.
     unsafe impl aya::Pod for super::RxCounters {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::TxCounters {}
 }

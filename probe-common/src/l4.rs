@@ -159,12 +159,17 @@ pub const MAX_INFLIGHT: u32 = 1 << 20;
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY (all): repr(C) records of integers and byte arrays with explicit padding fields,
+    // SAFETY: repr(C) records of integers and byte arrays with explicit padding fields,
     // so there are no implicit padding bytes and every bit pattern is valid.
     unsafe impl aya::Pod for super::FlowKey {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::Inflight {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::ProbeJob {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::ProbeEvent {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::TxCtl {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::CookieKey {}
 }

@@ -48,9 +48,8 @@ impl Waker {
             });
         }
         // SAFETY: fd is a fresh descriptor that nothing else owns.
-        Ok(Self {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Self { fd })
     }
 
     pub(crate) fn wake(&self) {
@@ -65,6 +64,9 @@ impl Waker {
         unsafe { libc::read(self.fd.as_raw_fd(), &mut v as *mut u64 as *mut _, 8) };
     }
 }
+
+/// Probes sharing one template frame: IPv4 or not, and the UDP payload (None for TCP).
+type FrameShape = (bool, Option<Arc<[u8]>>);
 
 /// A probe on the wire.
 struct Live {
@@ -269,7 +271,7 @@ impl EngineState {
     fn send(&mut self, reqs: Vec<L4Request>) {
         self.stats.submitted += reqs.len() as u64;
         // Group by frame shape: family and transport (and payload for UDP).
-        let mut groups: HashMap<(bool, Option<Arc<[u8]>>), Vec<ProbeJob>> = HashMap::new();
+        let mut groups: HashMap<FrameShape, Vec<ProbeJob>> = HashMap::new();
         let now = Instant::now();
         for req in reqs {
             let Some(src) = self.sources.source_for(req.target.ip()) else {
