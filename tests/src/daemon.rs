@@ -159,7 +159,8 @@ impl RunningDaemon {
 
     /// `method path` against the API: status code and JSON (or text as a JSON string).
     pub fn call(&self, method: &str, path: &str) -> (u16, Value) {
-        let r = client::request(&self.api, method, path).unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let r = client::request(&self.api, method, path)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}: {:?}", std::error::Error::source(&e)));
         let v = serde_json::from_str(&r.body).unwrap_or(Value::String(r.body));
         (r.status, v)
     }

@@ -80,7 +80,7 @@ pub(crate) enum Command {
     Select(String, IpAddr, Option<String>, Reply<SelectView>),
     SetAdmin(String, String, AdminState, Reply<EndpointView>),
     Reload(Option<Box<Config>>, Reply<ReloadReport>),
-    Metrics(Reply<String>),
+    Metrics(Reply<(String, Option<std::sync::Arc<crate::engine::L4Engine>>)>),
 }
 
 /// A cheap, cloneable handle to the running daemon.
@@ -135,7 +135,14 @@ impl Control {
 
     /// The Prometheus exposition text.
     pub async fn metrics(&self) -> Result<String, RequestError> {
-        self.ask(Command::Metrics).await
+        let (mut text, engine) = self.ask(Command::Metrics).await?;
+        if let Some(engine) = engine {
+            let kernel = tokio::task::spawn_blocking(move || runner::render_kernel(&engine))
+                .await
+                .unwrap_or_default();
+            text.push_str(&kernel);
+        }
+        Ok(text)
     }
 }
 
@@ -143,7 +150,9 @@ impl Control {
 pub struct Daemon {
     control: Control,
     stop: Option<oneshot::Sender<()>>,
-    runner: tokio::task::JoinHandle<Result<(), DaemonError>>,
+    /// The runner's result, once it ends.
+    done: oneshot::Receiver<Result<(), DaemonError>>,
+    thread: Option<std::thread::JoinHandle<()>>,
     api: Option<crate::api::Server>,
 }
 
@@ -167,11 +176,33 @@ impl Daemon {
                 }
             }
         };
-        let runner = tokio::spawn(runner.run(rx, stop_rx));
+        // The runner gets a thread and a runtime of its own: API requests (a status of 10,000
+        // endpoints is megabytes of JSON) must never delay a probe. A thread inherits the
+        // caller's network namespace, so probes still leave from the right one.
+        let (done_tx, done) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("probed-runner".into())
+            .spawn(move || {
+                let result = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(rt) => rt.block_on(runner.run(rx, stop_rx)),
+                    Err(source) => Err(DaemonError::Io {
+                        op: "start the runner's runtime",
+                        path: String::new(),
+                        source,
+                    }),
+                };
+                let _ = done_tx.send(result);
+            })
+            .map_err(|source| DaemonError::Io {
+                op: "spawn the runner thread",
+                path: String::new(),
+                source,
+            })?;
         Ok(Daemon {
             control,
             stop: Some(stop),
-            runner,
+            done,
+            thread: Some(thread),
             api,
         })
     }
@@ -187,7 +218,7 @@ impl Daemon {
 
     /// Waits until the runner ends by itself (it only does on an error).
     pub async fn wait(&mut self) -> Result<(), DaemonError> {
-        (&mut self.runner).await.map_err(|_| DaemonError::Stopped)?
+        (&mut self.done).await.map_err(|_| DaemonError::Stopped)?
     }
 
     /// Stops probing, saves the last known health, detaches the programs and removes the pins
@@ -199,8 +230,14 @@ impl Daemon {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        match tokio::time::timeout(Duration::from_secs(10), &mut self.runner).await {
-            Ok(Ok(r)) => r,
+        match tokio::time::timeout(Duration::from_secs(10), &mut self.done).await {
+            Ok(Ok(r)) => {
+                if let Some(t) = self.thread.take() {
+                    // It has sent its result and is returning: the join does not block long.
+                    let _ = t.join();
+                }
+                r
+            }
             Ok(Err(_)) | Err(_) => Err(DaemonError::Stopped),
         }
     }

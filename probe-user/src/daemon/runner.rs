@@ -119,7 +119,8 @@ pub(crate) struct Runner {
     next_owner: OwnerId,
     inflight: HashMap<u64, Inflight>,
     next_token: u64,
-    engine: Option<L4Engine>,
+    /// Shared only with a metrics scrape in progress, which reads its counters off this thread.
+    engine: Option<Arc<L4Engine>>,
     l4_rx: Option<mpsc::UnboundedReceiver<L4Result>>,
     http: HttpProber,
     http_slots: Arc<Semaphore>,
@@ -366,7 +367,6 @@ impl Runner {
             }
         }
         self.state_dirty = true;
-        self.update_gauges();
     }
 
     fn register(&mut self, owner: OwnerId, now: u64) {
@@ -433,7 +433,7 @@ impl Runner {
             engine.tx_path(),
             engine.tx_path_reason()
         );
-        self.engine = Some(engine);
+        self.engine = Some(Arc::new(engine));
         self.l4_rx = Some(rx);
         Ok(())
     }
@@ -620,9 +620,6 @@ impl Runner {
         {
             self.due.insert(inflight.check, due);
         }
-        if self.state_dirty {
-            self.update_gauges();
-        }
     }
 
     // ---- requests ----
@@ -646,7 +643,7 @@ impl Runner {
                 let _ = reply.send(self.reload(config.map(|c| *c)));
             }
             Command::Metrics(reply) => {
-                let _ = reply.send(Ok(self.render_metrics()));
+                let _ = reply.send(Ok((self.render_metrics(), self.engine.clone())));
             }
         }
     }
@@ -811,7 +808,6 @@ impl Runner {
             });
         }
         self.state_dirty = true;
-        self.update_gauges();
         Ok(self.endpoint_view(id, None))
     }
 
@@ -873,6 +869,7 @@ impl Runner {
 
     // ---- metrics and persistence ----
 
+    /// Per-status endpoint counts; computed when scraped, since it walks every endpoint.
     fn update_gauges(&mut self) {
         self.metrics.clear_gauge("probed_endpoints");
         let mut counts: HashMap<(String, String), u64> = HashMap::new();
@@ -893,73 +890,10 @@ impl Runner {
         }
     }
 
+    /// The runner's own metrics. Kernel counters are read by the caller off this thread
+    /// (`render_kernel`): a snapshot waits for the engine thread, and probes must not.
     fn render_metrics(&mut self) -> String {
-        if let Some(engine) = &self.engine {
-            let path = engine.tx_path();
-            self.metrics.clear_gauge("probed_tx_path");
-            for p in [TxPath::Xdp, TxPath::Raw] {
-                let name = match p {
-                    TxPath::Xdp => "xdp",
-                    TxPath::Raw => "raw",
-                };
-                self.metrics.set(
-                    "probed_tx_path",
-                    "Transmit path in use (1) for L4 probes: xdp live frames, or the raw-socket fallback",
-                    vec![("path", name.into())],
-                    if p == path { 1.0 } else { 0.0 },
-                );
-            }
-            match engine.snapshot() {
-                Ok(s) => {
-                    let rx = [
-                        ("matched_open", s.rx.matched_open),
-                        ("matched_refused", s.rx.matched_refused),
-                        ("matched_unreach", s.rx.matched_unreach),
-                        ("forged", s.rx.forged),
-                        ("stale", s.rx.stale),
-                        ("rst_sent", s.rx.rst_sent),
-                        ("ringbuf_full", s.rx.ringbuf_full),
-                        ("passed_other", s.rx.other),
-                    ];
-                    for (name, v) in rx {
-                        self.metrics.set(
-                            "probed_kernel_rx",
-                            "probe_rx counters: matched replies, forged and stale replies, RSTs sent",
-                            vec![("counter", name.into())],
-                            v as f64,
-                        );
-                    }
-                    let tx = [
-                        ("sent", s.tx.sent),
-                        ("no_route", s.tx.no_route),
-                        ("no_neigh", s.tx.no_neigh),
-                        ("inflight_full", s.tx.inflight_full),
-                        ("ringbuf_full", s.tx.ringbuf_full),
-                    ];
-                    for (name, v) in tx {
-                        self.metrics.set(
-                            "probed_kernel_tx",
-                            "probe_tx counters",
-                            vec![("counter", name.into())],
-                            v as f64,
-                        );
-                    }
-                    self.metrics.set(
-                        "probed_engine_stack_fallbacks",
-                        "L4 probes handed to the raw socket because XDP could not route them",
-                        vec![],
-                        s.engine.stack_fallbacks as f64,
-                    );
-                    self.metrics.set(
-                        "probed_engine_inflight",
-                        "L4 probes in flight",
-                        vec![],
-                        s.inflight as f64,
-                    );
-                }
-                Err(e) => log::warn!("engine snapshot failed: {e}"),
-            }
-        }
+        self.update_gauges();
         self.metrics.set(
             "probed_checks",
             "Distinct checks scheduled (identical checks are shared)",
@@ -1063,4 +997,75 @@ fn routing_name(r: status::Routing) -> String {
         status::Routing::Geographic => "geographic".into(),
         status::Routing::Performance => "performance".into(),
     }
+}
+
+/// Kernel and engine counters in exposition format, from a snapshot of a running engine.
+pub(crate) fn render_kernel(engine: &L4Engine) -> String {
+    let mut m = Registry::new();
+    let path = engine.tx_path();
+    for p in [TxPath::Xdp, TxPath::Raw] {
+        let name = match p {
+            TxPath::Xdp => "xdp",
+            TxPath::Raw => "raw",
+        };
+        m.set(
+            "probed_tx_path",
+            "Transmit path in use (1) for L4 probes: xdp live frames, or the raw-socket fallback",
+            vec![("path", name.into())],
+            if p == path { 1.0 } else { 0.0 },
+        );
+    }
+    let s = match engine.snapshot() {
+        Ok(s) => s,
+        Err(e) => {
+            log::warn!("engine snapshot failed: {e}");
+            return m.render();
+        }
+    };
+    let rx = [
+        ("matched_open", s.rx.matched_open),
+        ("matched_refused", s.rx.matched_refused),
+        ("matched_unreach", s.rx.matched_unreach),
+        ("forged", s.rx.forged),
+        ("stale", s.rx.stale),
+        ("rst_sent", s.rx.rst_sent),
+        ("ringbuf_full", s.rx.ringbuf_full),
+        ("passed_other", s.rx.other),
+    ];
+    for (name, v) in rx {
+        m.set(
+            "probed_kernel_rx",
+            "probe_rx counters: matched replies, forged and stale replies, RSTs sent",
+            vec![("counter", name.into())],
+            v as f64,
+        );
+    }
+    let tx = [
+        ("sent", s.tx.sent),
+        ("no_route", s.tx.no_route),
+        ("no_neigh", s.tx.no_neigh),
+        ("inflight_full", s.tx.inflight_full),
+        ("ringbuf_full", s.tx.ringbuf_full),
+    ];
+    for (name, v) in tx {
+        m.set(
+            "probed_kernel_tx",
+            "probe_tx counters",
+            vec![("counter", name.into())],
+            v as f64,
+        );
+    }
+    m.set(
+        "probed_engine_stack_fallbacks",
+        "L4 probes handed to the raw socket because XDP could not route them",
+        vec![],
+        s.engine.stack_fallbacks as f64,
+    );
+    m.set(
+        "probed_engine_inflight",
+        "L4 probes in flight",
+        vec![],
+        s.inflight as f64,
+    );
+    m.render()
 }
