@@ -634,3 +634,29 @@ fn ten_thousand_targets_are_probed_on_time() {
     assert!(p50 <= 10.0, "median scheduling lateness {p50} ms");
     assert!(p99 <= 1000.0, "p99 scheduling lateness {p99} ms");
 }
+
+#[test]
+fn identical_checks_of_two_profiles_are_probed_once_and_shared() {
+    let topo = Topology::new();
+    let _listener = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    let files = DaemonFiles::new();
+    let health = "protocol = \"tcp\"\ninterval = \"100ms\"\ntimeout = \"100ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n";
+    let text = files.header(PROBER_IF)
+        + &profile("blue", "lb", health, &[("svc", 8080)])
+        + &profile("green", "lb", health, &[("svc", 8080)]);
+    let config = files.write_config(&text);
+    let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start");
+    daemon.wait_status("blue", "svc", "Online", Duration::from_secs(5));
+    daemon.wait_status("green", "svc", "Online", Duration::from_secs(5));
+    let (_, metrics) = daemon.call("GET", "/metrics");
+    let metrics = metrics.as_str().unwrap();
+    assert_eq!(metric(metrics, "probed_checks"), 1.0, "one check for both profiles");
+    let blue = metric(metrics, "probed_probes_sent_total{kind=\"tcp\",profile=\"blue\"}");
+    let green = metric(metrics, "probed_probes_sent_total{kind=\"tcp\",profile=\"green\"}");
+    assert_eq!(blue, green, "each result is fanned out to both owners");
+    let opened = metric(metrics, "probed_kernel_rx{counter=\"matched_open\"}");
+    assert!(
+        opened <= blue + 1.0,
+        "one SYN per probe, not one per profile: {opened} replies for {blue} probes"
+    );
+}
