@@ -80,6 +80,6 @@ impl TxCounters {
 mod pod {
     // SAFETY: repr(C), Copy, only u64 fields, no padding: every bit pattern is valid.
     unsafe impl aya::Pod for super::RxCounters {}
-    // SAFETY: as above.
+    // SAFETY: as for RxCounters.
     unsafe impl aya::Pod for super::TxCounters {}
 }

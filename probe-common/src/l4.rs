@@ -159,17 +159,18 @@ pub const MAX_INFLIGHT: u32 = 1 << 20;
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: repr(C) records of integers and byte arrays with explicit padding fields,
-    // so there are no implicit padding bytes and every bit pattern is valid.
+    // Every record below is repr(C), made of integers and byte arrays with explicit padding
+    // fields, so it has no implicit padding bytes and every bit pattern is valid.
+    // SAFETY: see above.
     unsafe impl aya::Pod for super::FlowKey {}
-    // SAFETY: as above.
+    // SAFETY: see above.
     unsafe impl aya::Pod for super::Inflight {}
-    // SAFETY: as above.
+    // SAFETY: see above.
     unsafe impl aya::Pod for super::ProbeJob {}
-    // SAFETY: as above.
+    // SAFETY: see above.
     unsafe impl aya::Pod for super::ProbeEvent {}
-    // SAFETY: as above.
+    // SAFETY: see above.
     unsafe impl aya::Pod for super::TxCtl {}
-    // SAFETY: as above.
+    // SAFETY: see above.
     unsafe impl aya::Pod for super::CookieKey {}
 }

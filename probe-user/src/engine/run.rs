@@ -65,7 +65,7 @@ impl Waker {
     }
 }
 
-/// Probes sharing one template frame: IPv4 or not, and the UDP payload (None for TCP).
+/// What decides a probe's frame: IPv4 or not, and the UDP payload (None for TCP).
 type FrameShape = (bool, Option<Arc<[u8]>>);
 
 /// A probe on the wire.
