@@ -45,9 +45,39 @@ enum Command {
         /// The TOML configuration file.
         file: PathBuf,
     },
+    /// Run the daemon: probe every endpoint of the configuration, serve the API, write events.
+    ///
+    /// SIGHUP re-reads the file and applies it whole (a bad file is refused and the running
+    /// configuration stays). SIGTERM or Ctrl-C saves the last known health, detaches the
+    /// programs and removes the pins.
+    Run {
+        /// The TOML configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Show endpoint and profile monitor status from a running daemon, as a table.
+    Status {
+        /// Only this profile.
+        profile: Option<String>,
+        /// The daemon's API: loopback `HOST:PORT` or `unix:/path`.
+        #[arg(long, default_value = DEFAULT_API)]
+        api: String,
+        /// Print the API's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask a running daemon to re-read its configuration file and apply it (like SIGHUP).
+    Reload {
+        /// The daemon's API: loopback `HOST:PORT` or `unix:/path`.
+        #[arg(long, default_value = DEFAULT_API)]
+        api: String,
+    },
     /// Probe one target now: one line per probe; exit 0 only if every probe was healthy.
     Check(check::CheckArgs),
 }
+
+/// The API address when the config does not say otherwise.
+const DEFAULT_API: &str = "127.0.0.1:9180";
 
 /// XDP attach mode, as the operator names it.
 #[derive(Clone, Copy, ValueEnum)]
@@ -72,6 +102,7 @@ impl From<Mode> for XdpMode {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    StderrLog::install();
     let result = match cli.command {
         Command::Attach {
             iface,
@@ -81,6 +112,9 @@ pub fn main() -> ExitCode {
             duration_s,
         } => attach(&iface, pin_dir, mode, every_ms, duration_s),
         Command::Validate { file } => Ok(validate(&file)),
+        Command::Run { config } => run(&config),
+        Command::Status { profile, api, json } => status(profile.as_deref(), &api, json),
+        Command::Reload { api } => reload(&api),
         Command::Check(args) => check::run(args),
     };
     match result {
@@ -150,4 +184,130 @@ fn attach(iface: &str, pin_dir: PathBuf, mode: Mode, every_ms: u64, duration_s: 
     drop(rx);
     println!("probe_rx detached, pins removed");
     Ok(ExitCode::SUCCESS)
+}
+
+fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
+    use probed::daemon::{Daemon, Options};
+    use tokio::signal::unix::{signal, SignalKind};
+    let config = probed::config::Config::load(path)
+        .map_err(|errors| anyhow::anyhow!("{errors}"))
+        .with_context(|| format!("{} is not valid; `probed validate` lists every problem", path.display()))?;
+    runtime()?.block_on(async {
+        let options = Options {
+            config_path: Some(path.to_path_buf()),
+            no_api: false,
+        };
+        let mut daemon = Daemon::start(config, options)
+            .await
+            .context("start the daemon (run as root, or with the capabilities of dist/probed.service)")?;
+        log::info!("probed running; API on {}", daemon.api_addr().unwrap_or_default());
+        let mut hup = signal(SignalKind::hangup()).context("install SIGHUP handler")?;
+        let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
+        let control = daemon.control();
+        loop {
+            tokio::select! {
+                _ = hup.recv() => match control.reload(None).await {
+                    Ok(r) => log::info!("reloaded: {} kept, {} added, {} removed{}", r.kept, r.added, r.removed,
+                        if r.restart_needed.is_empty() { String::new() } else {
+                            format!("; restart to apply {}", r.restart_needed.join(", "))
+                        }),
+                    Err(e) => log::error!("{e}"),
+                },
+                _ = term.recv() => break,
+                _ = tokio::signal::ctrl_c() => break,
+                r = daemon.wait() => {
+                    r.context("the daemon stopped")?;
+                    anyhow::bail!("the daemon stopped unexpectedly");
+                }
+            }
+        }
+        log::info!("stopping: saving state, detaching programs, removing pins");
+        daemon.shutdown().await.context("stop the daemon")?;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn api_get(api: &str, method: &str, path: &str) -> anyhow::Result<probed::api::client::Response> {
+    probed::api::client::request(api, method, path)
+        .with_context(|| format!("is `probed run` up, with daemon.api_listen = {api:?}? (--api sets the address)"))
+}
+
+/// The API's error sentence, or the raw body.
+fn api_error(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
+        .unwrap_or_else(|| body.to_string())
+}
+
+fn status(profile: Option<&str>, api: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let path = match profile {
+        Some(p) => format!("/v1/status/{p}"),
+        None => "/v1/status".to_string(),
+    };
+    let resp = api_get(api, "GET", &path)?;
+    if resp.status != 200 {
+        anyhow::bail!("{}", api_error(&resp.body));
+    }
+    if json {
+        println!("{}", resp.body);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let views: Vec<probed::daemon::ProfileView> =
+        serde_json::from_str(&resp.body).context("decode the status (is the daemon the same version?)")?;
+    // SAFETY: isatty only inspects the descriptor.
+    let tty = unsafe { libc::isatty(1) } == 1;
+    let colour = tty && std::env::var_os("NO_COLOR").is_none();
+    print!("{}", probed::daemon::view::render_table(&views, colour));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn reload(api: &str) -> anyhow::Result<ExitCode> {
+    let resp = api_get(api, "POST", "/v1/reload")?;
+    if resp.status != 200 {
+        eprintln!("probed: {}", api_error(&resp.body));
+        return Ok(ExitCode::FAILURE);
+    }
+    let r: probed::daemon::ReloadReport = serde_json::from_str(&resp.body).context("decode the reload report")?;
+    println!(
+        "reloaded: {} endpoints kept their state, {} added, {} removed",
+        r.kept, r.added, r.removed
+    );
+    if !r.restart_needed.is_empty() {
+        println!("restart to apply: {}", r.restart_needed.join(", "));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Log lines to standard error; `PROBED_LOG=debug|info|warn|error` sets the level (info).
+struct StderrLog(log::LevelFilter);
+
+impl StderrLog {
+    fn install() {
+        let level = match std::env::var("PROBED_LOG").as_deref() {
+            Ok("debug") => log::LevelFilter::Debug,
+            Ok("trace") => log::LevelFilter::Trace,
+            Ok("warn") => log::LevelFilter::Warn,
+            Ok("error") => log::LevelFilter::Error,
+            _ => log::LevelFilter::Info,
+        };
+        if log::set_boxed_logger(Box::new(StderrLog(level))).is_ok() {
+            log::set_max_level(level);
+        }
+    }
+}
+
+impl log::Log for StderrLog {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= self.0
+    }
+
+    fn log(&self, r: &log::Record<'_>) {
+        if self.enabled(r.metadata()) {
+            eprintln!("probed: {}: {}", r.level().as_str().to_lowercase(), r.args());
+        }
+    }
+
+    fn flush(&self) {}
 }

@@ -3,11 +3,15 @@
 //! `kernel` is the thin, documented layer over the eBPF programs; everything above it is
 //! plain Rust: `engine` (L4 probes), `probe` (HTTP/HTTPS and UDP request/response),
 //! `health` (threshold state and windows), `schedule` (timer wheel), `config`, `status`
-//! (monitor status and selection).
+//! (monitor status and selection), and the product on top: `daemon` (runner, events,
+//! persistence), `api` (HTTP JSON), `metrics` (Prometheus).
+pub mod api;
 pub mod config;
+pub mod daemon;
 pub mod engine;
 pub mod health;
 pub mod kernel;
+pub mod metrics;
 pub mod probe;
 pub mod schedule;
 pub mod status;

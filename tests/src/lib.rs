@@ -3,6 +3,8 @@
 //!
 //! Every test builds its own namespaces with names unique to the process and the test, so
 //! tests run in parallel; addresses come from 198.18.0.0/15 and 2001:2::/48 only.
+pub mod daemon;
+pub mod fleet;
 pub mod forge;
 pub mod http_server;
 pub mod l4;

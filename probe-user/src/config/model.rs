@@ -36,6 +36,8 @@ pub struct Daemon {
     pub api: ApiListen,
     pub events: EventsOutput,
     pub pin_dir: PathBuf,
+    /// Last known health per endpoint, so a restart resumes instead of starting over.
+    pub state_file: PathBuf,
 }
 
 /// Where the API listens. Remote TCP addresses only pass validation with `api_allow_remote`.

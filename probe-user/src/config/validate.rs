@@ -27,6 +27,7 @@ const DEFAULT_PORTS: PortRange = PortRange {
 };
 const DEFAULT_API: &str = "127.0.0.1:9180";
 const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/probed";
+const DEFAULT_STATE_FILE: &str = "/var/lib/probed/state.json";
 const MAX_HEADERS: usize = 8;
 const MAX_STATUS_RANGES: usize = 8;
 const MAX_UDP_PAYLOAD: usize = 500;
@@ -115,12 +116,13 @@ fn opt_table<'a, 'i>(
 }
 
 fn daemon(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option<Daemon> {
-    let keys = ["api_listen", "api_allow_remote", "events", "pin_dir"];
+    let keys = ["api_listen", "api_allow_remote", "events", "pin_dir", "state_file"];
     let Some(t) = opt_table(r, v, "daemon", &keys)? else {
         return Some(Daemon {
             api: ApiListen::Tcp(DEFAULT_API.parse().expect("default API address parses")),
             events: EventsOutput::Stdout,
             pin_dir: PathBuf::from(DEFAULT_PIN_DIR),
+            state_file: PathBuf::from(DEFAULT_STATE_FILE),
         });
     };
     let allow_remote = r.boolean(&t, "api_allow_remote").is_some_and(|b| b.v);
@@ -145,10 +147,22 @@ fn daemon(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option<
             None
         }
     };
+    let state_file = match r.string(&t, "state_file") {
+        None => Some(PathBuf::from(DEFAULT_STATE_FILE)),
+        Some(item) if item.v.starts_with('/') && !item.v.ends_with('/') => Some(PathBuf::from(&item.v)),
+        Some(item) => {
+            r.bad(
+                &item,
+                "expected an absolute file path, e.g. \"/var/lib/probed/state.json\"",
+            );
+            None
+        }
+    };
     Some(Daemon {
         api: api?,
         events: events?,
         pin_dir: pin_dir?,
+        state_file: state_file?,
     })
 }
 

@@ -81,6 +81,14 @@ impl Tracker {
         }
     }
 
+    /// A tracker that resumes a state known from before a restart or reload, nothing pending:
+    /// a restart must not send a settled target back through CheckingEndpoint.
+    pub fn resume(thresholds: Thresholds, timing: ProbeTiming, state: HealthState) -> Self {
+        let mut t = Self::new(thresholds, timing);
+        t.state = state;
+        t
+    }
+
     /// Validates a dialect's thresholds and builds a tracker from them.
     pub fn from_dialect(dialect: Dialect, timing: ProbeTiming) -> Result<Self, ThresholdError> {
         Ok(Self::new(dialect.thresholds()?, timing))

@@ -1,14 +1,13 @@
-//! The demo behind `cargo xtask demo`: a prober and a backend namespace, probe_rx attached,
-//! connections to an open, a closed and an ICMP-rejected port, and the counters live.
+//! The demo behind `cargo xtask demo`: a fleet in namespaces (healthy, dead, refusing and
+//! flapping TCP, fast and slow HTTP, open and closed UDP), the daemon running against it in the
+//! prober namespace, and its status table live every second until Ctrl-C or `--seconds N`.
 use std::{
-    net::{SocketAddr, TcpStream},
     sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
 };
 
-use aya::programs::XdpMode;
-use probed::kernel::{pin::PinDir, rx::RxProgram};
-use probed_tests::{topo::*, TestPins, Topology};
+use probed::daemon::{view::render_table, ProfileView};
+use probed_tests::{daemon::RunningDaemon, fleet::Fleet};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -16,46 +15,73 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
+/// The flapping service changes every this often: long enough to show both transitions.
+const FLAP_EVERY: Duration = Duration::from_secs(4);
+
 fn main() {
     let seconds: Option<u64> = std::env::args()
         .skip_while(|a| a != "--seconds")
         .nth(1)
         .and_then(|s| s.parse().ok());
+    if std::env::args().any(|a| a == "--help" || a == "-h") {
+        println!("probed-demo [--seconds N]: run probed against a fleet in namespaces; Ctrl-C stops it");
+        return;
+    }
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
-    let topo = Topology::new();
-    let _listener = topo.backend.tcp_listen(&format!("{BACKEND_V4}:80"));
-    topo.backend
-        .nft_reject_icmp("tcp", 8443, "admin-prohibited", "admin-prohibited");
-    let pins = TestPins::new();
+    let mut fleet = Fleet::new();
+    let config = fleet.files.write_config(&fleet.config_text());
     println!(
-        "demo: prober ns {} -> backend ns {} ({BACKEND_V4}: 80 open, 81 closed, 8443 rejected)",
-        topo.prober.name, topo.backend.name
+        "demo: prober ns {} -> backend ns {}; config {}, events {}",
+        fleet.topo.prober.name,
+        fleet.topo.backend.name,
+        fleet.files.config_path().display(),
+        fleet.files.events().display()
     );
-    println!("demo: Ctrl-C stops it and removes everything");
+    let daemon = RunningDaemon::start(&fleet.topo.prober, config, Some(&fleet.files.config_path()))
+        .unwrap_or_else(|e| panic!("start the daemon: {e}"));
+    println!("demo: API at {} (try: probed status --api {})", daemon.api, daemon.api);
+    // SAFETY: isatty only inspects the descriptor.
+    let tty = unsafe { libc::isatty(1) } == 1;
     let started = Instant::now();
-    topo.prober.enter(|| {
-        let rx =
-            RxProgram::attach(PROBER_IF, XdpMode::Skb, PinDir::create(&pins.path).unwrap()).expect("attach probe_rx");
-        while !STOP.load(Ordering::Relaxed) && seconds.is_none_or(|s| started.elapsed() < Duration::from_secs(s)) {
-            for port in [80u16, 81, 8443] {
-                let addr: SocketAddr = format!("{BACKEND_V4}:{port}").parse().unwrap();
-                let verdict = match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
-                    Ok(_) => "open".to_string(),
-                    Err(e) => e.kind().to_string(),
-                };
-                println!("  {addr:<18} {verdict}");
-            }
-            let c = rx.counters().expect("read counters");
-            println!(
-                "probe_rx: syn_ack={} rst={} icmp_unreach={} other={}",
-                c.syn_ack, c.rst, c.icmp_unreach, c.other
-            );
-            std::thread::sleep(Duration::from_secs(1));
+    let mut last_flap = Instant::now();
+    let mut seen_events = 0;
+    while !STOP.load(Ordering::Relaxed) && seconds.is_none_or(|s| started.elapsed() < Duration::from_secs(s)) {
+        if last_flap.elapsed() >= FLAP_EVERY {
+            let down = !fleet.flapping_down();
+            fleet.set_flapping_down(down);
+            last_flap = Instant::now();
         }
-    });
-    println!("demo: removing namespaces and pins");
+        let views: Vec<ProfileView> = serde_json::from_value(daemon.get("/v1/status")).expect("status decodes");
+        if tty {
+            print!("\x1b[2J\x1b[H");
+        }
+        println!(
+            "probed demo, {:>4.1} s  (flapping service is {}; Ctrl-C stops and cleans up)\n",
+            started.elapsed().as_secs_f64(),
+            if fleet.flapping_down() { "dropping" } else { "up" }
+        );
+        print!("{}", render_table(&views, tty));
+        let events = daemon.events();
+        println!("\nlatest transitions:");
+        for e in events.iter().skip(events.len().saturating_sub(6)) {
+            println!(
+                "  {}/{} {} -> {} after {:.0} ms (formula {:.0} ms), last result: {}",
+                e.profile,
+                e.endpoint,
+                e.from,
+                e.to,
+                e.measured_window_ms,
+                e.formula_window_ms,
+                e.results.last().map(|r| r.reason.as_str()).unwrap_or("-")
+            );
+        }
+        seen_events = events.len().max(seen_events);
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    println!("demo: {seen_events} transitions; stopping the daemon, removing namespaces and pins");
+    daemon.stop();
 }

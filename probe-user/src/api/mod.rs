@@ -1,0 +1,266 @@
+//! The HTTP/1.1 JSON API on loopback TCP or a unix socket: status (GetHealthStatus),
+//! selection, enable/disable, reload and Prometheus metrics. Every handler is a request to the
+//! runner through `Control`; nothing here holds state.
+pub mod client;
+
+use std::{convert::Infallible, net::IpAddr, path::PathBuf};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{body::Incoming, header, server::conn::http1, service::service_fn, Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    sync::oneshot,
+};
+
+use crate::{
+    config::ApiListen,
+    daemon::{Control, DaemonError, RequestError},
+    status::AdminState,
+};
+
+/// A listening API server; `stop` closes the listener and removes a unix socket file.
+pub struct Server {
+    addr: String,
+    unix_path: Option<PathBuf>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Binds `listen` and serves `control` until stopped.
+    pub async fn start(listen: &ApiListen, control: Control) -> Result<Server, DaemonError> {
+        let (stop, mut stop_rx) = oneshot::channel::<()>();
+        match listen {
+            ApiListen::Tcp(addr) => {
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| DaemonError::Io {
+                        op: "listen for the API on",
+                        path: addr.to_string(),
+                        source,
+                    })?;
+                let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr.to_string());
+                let task = tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            _ = &mut stop_rx => break,
+                            Ok((stream, _)) = listener.accept() => serve(stream, control.clone()),
+                        }
+                    }
+                });
+                Ok(Server {
+                    addr: bound,
+                    unix_path: None,
+                    stop: Some(stop),
+                    task,
+                })
+            }
+            ApiListen::Unix(path) => {
+                let io = |op: &'static str| {
+                    let path = path.display().to_string();
+                    move |source| DaemonError::Io { op, path, source }
+                };
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir).map_err(io("create the directory of the API socket"))?;
+                }
+                // A socket file left by a crash would make bind fail; one that still answers
+                // belongs to a running daemon and must not be taken over.
+                if path.exists() {
+                    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                        return Err(io("another daemon already serves the API socket")(
+                            std::io::Error::from(std::io::ErrorKind::AddrInUse),
+                        ));
+                    }
+                    let _ = std::fs::remove_file(path);
+                }
+                let listener = tokio::net::UnixListener::bind(path).map_err(io("listen for the API on"))?;
+                // Owner and group only: the API can disable endpoints.
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+                    .map_err(io("restrict the API socket"))?;
+                let task = tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            _ = &mut stop_rx => break,
+                            Ok((stream, _)) = listener.accept() => serve(stream, control.clone()),
+                        }
+                    }
+                });
+                Ok(Server {
+                    addr: format!("unix:{}", path.display()),
+                    unix_path: Some(path.clone()),
+                    stop: Some(stop),
+                    task,
+                })
+            }
+        }
+    }
+
+    /// `127.0.0.1:9180` or `unix:/run/probed.sock`, as `--api` takes it.
+    pub fn addr(&self) -> String {
+        self.addr.clone()
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+        if let Some(p) = &self.unix_path {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+        if let Some(p) = &self.unix_path {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(stream: S, control: Control) {
+    tokio::spawn(async move {
+        let service = service_fn(move |req| {
+            let control = control.clone();
+            async move { Ok::<_, Infallible>(route(req, control).await) }
+        });
+        if let Err(e) = http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service)
+            .await
+        {
+            log::debug!("API connection: {e}");
+        }
+    });
+}
+
+type Reply = Response<Full<Bytes>>;
+
+async fn route(req: Request<Incoming>, control: Control) -> Reply {
+    let method = req.method().clone();
+    let segments: Vec<String> = req
+        .uri()
+        .path()
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(percent_decode)
+        .collect();
+    let query = req.uri().query().unwrap_or("").to_string();
+    let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+    match (&method, segs.as_slice()) {
+        (&Method::GET, ["v1", "status"]) => json(control.status(None).await),
+        (&Method::GET, ["v1", "status", profile]) => json(control.status(Some(profile.to_string())).await),
+        (&Method::GET, ["v1", "status", profile, endpoint]) => json(control.endpoint(profile, endpoint).await),
+        (&Method::GET, ["v1", "select", profile]) => {
+            let source = param(&query, "source");
+            let Some(source) = source.and_then(|s| s.parse::<IpAddr>().ok()) else {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "source=IP is required, e.g. /v1/select/web?source=192.0.2.1",
+                );
+            };
+            json(control.select(profile, source, param(&query, "region")).await)
+        }
+        (&Method::POST, ["v1", "endpoints", profile, endpoint, action]) => {
+            let state = match *action {
+                "enable" => AdminState::Enabled,
+                "disable" => AdminState::Disabled,
+                "always-serve" => AdminState::AlwaysServe,
+                _ => return error(StatusCode::NOT_FOUND, "actions are enable, disable and always-serve"),
+            };
+            json(control.set_admin(profile, endpoint, state).await)
+        }
+        (&Method::POST, ["v1", "reload"]) => json(control.reload(None).await),
+        (&Method::GET, ["metrics"]) => match control.metrics().await {
+            Ok(text) => Response::builder()
+                .header(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")
+                .body(Full::new(Bytes::from(text)))
+                .expect("static headers are valid"),
+            Err(e) => request_error(e),
+        },
+        (_, ["v1", ..]) | (_, ["metrics"]) => error(StatusCode::NOT_FOUND, "no such route; see docs/operations.md"),
+        _ => error(
+            StatusCode::NOT_FOUND,
+            "no such route; the API lives under /v1 and /metrics",
+        ),
+    }
+}
+
+fn json<T: serde::Serialize>(r: Result<T, RequestError>) -> Reply {
+    match r {
+        Ok(v) => {
+            let body = serde_json::to_vec_pretty(&v).expect("views always encode");
+            Response::builder()
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .expect("static headers are valid")
+        }
+        Err(e) => request_error(e),
+    }
+}
+
+fn request_error(e: RequestError) -> Reply {
+    let code = match e {
+        RequestError::NoProfile(_) | RequestError::NoEndpoint { .. } => StatusCode::NOT_FOUND,
+        RequestError::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        RequestError::Stopped => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    error(code, &e.to_string())
+}
+
+fn error(code: StatusCode, message: &str) -> Reply {
+    let body = serde_json::json!({ "error": message });
+    Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .expect("static headers are valid")
+}
+
+/// The value of `key` in a query string, percent-decoded.
+fn param(query: &str, key: &str) -> Option<String> {
+    query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == key).then(|| percent_decode(v))
+    })
+}
+
+/// Decodes `%XX` escapes (and `+` is left alone: paths, not forms). Bad escapes stay as written.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Some(b) = std::str::from_utf8(&bytes[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_paths_and_params() {
+        assert_eq!(percent_decode("10.0.1.1%3A53"), "10.0.1.1:53");
+        assert_eq!(percent_decode("%5B2001%3Adb8%3A%3A53%5D%3A53"), "[2001:db8::53]:53");
+        assert_eq!(percent_decode("bad%zz%4"), "bad%zz%4");
+        assert_eq!(param("source=192.0.2.1&region=eu", "region").as_deref(), Some("eu"));
+        assert_eq!(param("source=192.0.2.1", "region"), None);
+    }
+}

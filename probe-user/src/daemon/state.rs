@@ -1,0 +1,190 @@
+//! Last known health, saved to a small JSON file so a restart resumes without a flap.
+//!
+//! A file rather than a pinned map: the daemon removes its pins on SIGTERM (no half state), a
+//! file survives reboots of the daemon and upgrades of the eBPF object alike, it is readable
+//! by an operator, and it is written by rename so a crash leaves the old or the new, never half.
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize};
+
+use super::{view::LastChange, DaemonError};
+
+const VERSION: u32 = 1;
+
+/// A saved state older than this is ignored: the backend may have changed many times since.
+pub const MAX_AGE_MS: u64 = 10 * 60 * 1000;
+
+/// What is kept of one endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SavedTarget {
+    pub profile: String,
+    pub endpoint: String,
+    /// The check key: health is resumed only for the very same check.
+    pub check: String,
+    /// CheckingEndpoint, Healthy or Unhealthy.
+    pub health: String,
+    /// enabled / disabled / always-serve when set through the API, so it survives a restart.
+    pub admin_override: Option<String>,
+    pub last_change: Option<LastChange>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct StateFile {
+    version: u32,
+    saved_unix_ms: u64,
+    targets: Vec<SavedTarget>,
+}
+
+/// Saved targets by (profile, endpoint).
+pub type Saved = HashMap<(String, String), SavedTarget>;
+
+/// Reads the file; a missing, unreadable, foreign-version or stale file gives nothing (and a
+/// warning), because starting over in CheckingEndpoint is always safe.
+pub fn load(path: &Path, now_unix_ms: u64) -> Saved {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Saved::new(),
+        Err(e) => {
+            log::warn!("state file {}: {e}; starting every endpoint afresh", path.display());
+            return Saved::new();
+        }
+    };
+    let file: StateFile = match serde_json::from_str(&text) {
+        Ok(f) => f,
+        Err(e) => {
+            log::warn!("state file {} is not valid ({e}); starting afresh", path.display());
+            return Saved::new();
+        }
+    };
+    if file.version != VERSION || now_unix_ms.saturating_sub(file.saved_unix_ms) > MAX_AGE_MS {
+        log::info!(
+            "state file {} is stale or of another version; starting afresh",
+            path.display()
+        );
+        return Saved::new();
+    }
+    file.targets
+        .into_iter()
+        .map(|t| ((t.profile.clone(), t.endpoint.clone()), t))
+        .collect()
+}
+
+/// Writes the file atomically: a temporary beside it, fsync, rename.
+pub fn save(path: &Path, targets: Vec<SavedTarget>, now_unix_ms: u64) -> Result<(), DaemonError> {
+    use std::io::Write;
+    let io = |op: &'static str, p: &Path| {
+        let path = p.display().to_string();
+        move |source| DaemonError::Io { op, path, source }
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io("create the state directory", dir))?;
+    }
+    let file = StateFile {
+        version: VERSION,
+        saved_unix_ms: now_unix_ms,
+        targets,
+    };
+    let text = serde_json::to_string_pretty(&file).expect("the state always encodes");
+    let tmp = temp_path(path);
+    let mut f = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
+    f.write_all(text.as_bytes())
+        .and_then(|_| f.sync_all())
+        .map_err(io("write", &tmp))?;
+    std::fs::rename(&tmp, path).map_err(io("rename the state file into", path))
+}
+
+/// Writes the state file on a thread of its own: an fsync can take tens of milliseconds on a busy
+/// disk, which the probe loop must never wait for. Only the newest pending state is written.
+pub struct Saver {
+    tx: Option<std::sync::mpsc::Sender<(PathBuf, Vec<SavedTarget>)>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Saver {
+    pub fn new() -> Self {
+        let (tx, rx) = std::sync::mpsc::channel::<(PathBuf, Vec<SavedTarget>)>();
+        let thread = std::thread::Builder::new()
+            .name("probed-state".into())
+            .spawn(move || {
+                while let Ok(mut job) = rx.recv() {
+                    while let Ok(newer) = rx.try_recv() {
+                        job = newer;
+                    }
+                    if let Err(e) = save(&job.0, job.1, crate::daemon::unix_ms()) {
+                        log::warn!("cannot save state: {e}");
+                    }
+                }
+            })
+            .ok();
+        Self { tx: Some(tx), thread }
+    }
+
+    /// Queues a save; returns at once.
+    pub fn save(&self, path: &Path, targets: Vec<SavedTarget>) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send((path.to_path_buf(), targets));
+        }
+    }
+
+    /// Writes what is queued and stops the thread.
+    pub fn finish(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Default for Saver {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Saver {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(health: &str) -> SavedTarget {
+        SavedTarget {
+            profile: "web".into(),
+            endpoint: "a".into(),
+            check: "tcp 10.0.0.1:80".into(),
+            health: health.into(),
+            admin_override: None,
+            last_change: None,
+        }
+    }
+
+    #[test]
+    fn round_trip_and_staleness() {
+        let dir = std::env::temp_dir().join(format!("probed-state-{}", std::process::id()));
+        let path = dir.join("state.json");
+        save(&path, vec![target("Healthy")], 1_000_000).unwrap();
+        let got = load(&path, 1_000_500);
+        assert_eq!(got[&("web".to_string(), "a".to_string())], target("Healthy"));
+        assert!(
+            load(&path, 1_000_000 + MAX_AGE_MS + 1).is_empty(),
+            "stale state is ignored"
+        );
+        std::fs::write(&path, "{ not json").unwrap();
+        assert!(load(&path, 1_000_500).is_empty(), "a corrupt file is ignored");
+        assert!(load(&dir.join("missing.json"), 0).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,189 @@
+//! What the API returns, as plain serializable structs; also what `probed status` renders, so
+//! they derive `Deserialize` too.
+use serde::{Deserialize, Serialize};
+
+/// The result of the latest probe of an endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LastResult {
+    pub ok: bool,
+    /// Short cause: "open", "refused", "timeout", "http 503", ...
+    pub reason: String,
+    /// Round-trip time of a reply, or how long the probe waited.
+    pub rtt_ms: f64,
+    pub at_unix_ms: u64,
+}
+
+/// The latest state change of an endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LastChange {
+    pub at_unix_ms: u64,
+    pub from: String,
+    pub to: String,
+    /// From the start of the first probe of the deciding run to the change; 0 when the change
+    /// came from the operator (enable/disable) or from a restart.
+    pub measured_window_ms: f64,
+    pub formula_window_ms: f64,
+}
+
+/// The windows SPEC section 3 predicts for this endpoint's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Windows {
+    pub interval_ms: f64,
+    pub timeout_ms: f64,
+    pub healthy_threshold: u32,
+    pub unhealthy_threshold: u32,
+    /// timeout * unhealthy + interval * (unhealthy - 1).
+    pub fail_window_ms: f64,
+    /// rtt * healthy + interval * (healthy - 1), with the last measured RTT (0 before any).
+    pub success_window_ms: f64,
+}
+
+/// One endpoint: the GetHealthStatus of SPEC section 5.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndpointView {
+    pub profile: String,
+    pub name: String,
+    pub address: String,
+    pub port: u16,
+    pub protocol: String,
+    /// enabled, disabled or always-serve, as in force now.
+    pub admin: String,
+    /// True when `admin` was set through the API rather than the config file.
+    pub admin_from_api: bool,
+    /// Endpoint monitor status (SPEC section 4).
+    pub status: String,
+    /// Health of the threshold state machine: CheckingEndpoint, Healthy, Unhealthy.
+    pub health: String,
+    pub probed: bool,
+    /// Eligible for traffic now, fail-open included.
+    pub eligible: bool,
+    /// Consecutive results so far toward a change.
+    pub pending: usize,
+    pub last_result: Option<LastResult>,
+    pub last_change: Option<LastChange>,
+    pub windows: Windows,
+}
+
+/// One profile and its endpoints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileView {
+    pub name: String,
+    pub enabled: bool,
+    pub dialect: String,
+    pub routing: String,
+    /// Profile monitor status (SPEC section 4).
+    pub status: String,
+    /// Every eligible endpoint is Degraded, so all of them answer.
+    pub fail_open: bool,
+    pub endpoints: Vec<EndpointView>,
+}
+
+/// The answer to a selection query.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SelectView {
+    pub profile: String,
+    pub source: String,
+    pub region: Option<String>,
+    /// NXDOMAIN: the profile is disabled.
+    pub nxdomain: bool,
+    /// Endpoint names, best first; empty is a NODATA answer.
+    pub endpoints: Vec<String>,
+    pub addresses: Vec<String>,
+}
+
+/// What a reload changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReloadReport {
+    /// Endpoints that stayed with the same check and kept their state.
+    pub kept: usize,
+    /// New endpoints, or endpoints whose check changed: they start in CheckingEndpoint.
+    pub added: usize,
+    pub removed: usize,
+    /// Settings that only a restart applies (API address, source, pin directory).
+    pub restart_needed: Vec<String>,
+}
+
+/// The status table `probed status` and the demo print; ANSI colours when `colour`.
+pub fn render_table(profiles: &[ProfileView], colour: bool) -> String {
+    use std::fmt::Write;
+    let paint = |status: &str, text: String| -> String {
+        if !colour {
+            return text;
+        }
+        let code = match status {
+            "Online" => "32",
+            "Degraded" => "31",
+            "CheckingEndpoint" | "CheckingEndpoints" => "33",
+            "Unmonitored" => "36",
+            _ => "2",
+        };
+        format!("\x1b[{code}m{text}\x1b[0m")
+    };
+    let mut out = String::new();
+    for p in profiles {
+        let status = if p.fail_open {
+            format!("{} (fail-open)", p.status)
+        } else {
+            p.status.clone()
+        };
+        let _ = writeln!(
+            out,
+            "{}  [{} {}]  {}",
+            p.name,
+            p.dialect,
+            p.routing,
+            paint(&p.status, status)
+        );
+        let _ = writeln!(
+            out,
+            "  {:<18} {:<24} {:<5} {:<17} {:<4} {:<22} {:>9}  LAST CHANGE",
+            "ENDPOINT", "ADDRESS", "PROTO", "STATUS", "ELIG", "LAST RESULT", "RTT ms"
+        );
+        for e in &p.endpoints {
+            let addr = if e.address.contains(':') {
+                format!("[{}]:{}", e.address, e.port)
+            } else {
+                format!("{}:{}", e.address, e.port)
+            };
+            let (last, rtt) = match &e.last_result {
+                Some(r) => (
+                    format!("{} {}", if r.ok { "ok" } else { "fail" }, r.reason),
+                    format!("{:.2}", r.rtt_ms),
+                ),
+                None => ("-".to_string(), "-".to_string()),
+            };
+            let change = match &e.last_change {
+                Some(c) if c.measured_window_ms > 0.0 => format!(
+                    "{} -> {} in {:.0} ms (formula {:.0} ms)",
+                    c.from, c.to, c.measured_window_ms, c.formula_window_ms
+                ),
+                Some(c) => format!("{} -> {}", c.from, c.to),
+                None => "-".to_string(),
+            };
+            let status = format!("{:<17}", e.status);
+            let _ = writeln!(
+                out,
+                "  {:<18} {:<24} {:<5} {} {:<4} {:<22} {:>9}  {}",
+                truncate(&e.name, 18),
+                addr,
+                e.protocol,
+                paint(&e.status, status),
+                if e.eligible { "yes" } else { "no" },
+                truncate(&last, 22),
+                rtt,
+                change
+            );
+        }
+    }
+    out
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n - 1).collect();
+        t.push('~');
+        t
+    }
+}

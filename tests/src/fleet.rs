@@ -1,0 +1,127 @@
+//! The demo fleet: one backend namespace with a healthy, a dead (dropped), a refusing and a
+//! flapping TCP service, a fast and a slow HTTP service, an open and a closed UDP port, and the
+//! probed configuration that checks them all. Shared by `probed-demo` and the daemon tests.
+use std::net::{TcpListener, UdpSocket};
+
+use crate::{
+    daemon::DaemonFiles,
+    http_server::{HttpServer, Route},
+    topo::{BACKEND_V4, PROBER_IF},
+    Topology,
+};
+
+/// nftables table the flapping service's drop rule lives in, apart from the harness's own.
+const FLAP_TABLE: &str = "probed_flap";
+const FLAP_PORT: u16 = 8083;
+
+/// (profile, endpoint, monitor status once settled); the flapping endpoint has none.
+pub const EXPECTED: &[(&str, &str, &str)] = &[
+    ("tcp", "healthy", "Online"),
+    ("tcp", "dead", "Degraded"),
+    ("tcp", "refusing", "Degraded"),
+    ("http", "web-fast", "Online"),
+    ("http", "web-slow", "Degraded"),
+    ("udp", "dns-open", "Online"),
+    ("udp", "dns-closed", "Degraded"),
+    ("udp", "dns-spare", "Disabled"),
+];
+
+pub struct Fleet {
+    // Servers first: they must stop before their namespace goes.
+    _tcp: Vec<TcpListener>,
+    _udp: UdpSocket,
+    _web: Vec<HttpServer>,
+    pub topo: Topology,
+    pub files: DaemonFiles,
+    flapping_down: bool,
+}
+
+impl Fleet {
+    pub fn new() -> Self {
+        let topo = Topology::new();
+        let tcp = [8080, FLAP_PORT]
+            .iter()
+            .map(|p| topo.backend.tcp_listen(&format!("{BACKEND_V4}:{p}")))
+            .collect();
+        topo.backend.nft_drop("tcp", 8082);
+        let fast = topo.backend.http_server(&format!("{BACKEND_V4}:8090"));
+        fast.route("/health", Route::status(200));
+        // Slower than the 250 ms timeout: every probe times out waiting for the response head.
+        let slow = topo.backend.http_server(&format!("{BACKEND_V4}:8091"));
+        slow.route(
+            "/health",
+            Route::status(200).delayed(std::time::Duration::from_millis(400)),
+        );
+        let web = vec![fast, slow];
+        let udp = topo.backend.udp_bind(&format!("{BACKEND_V4}:5353"));
+        // Linux rate-limits ICMP errors (1 per second per destination by default), which would
+        // make the closed port look alive between errors: the UDP false "healthy" of SPEC 1.
+        topo.backend.sysctl("net.ipv4.icmp_ratelimit", "0");
+        let files = DaemonFiles::new();
+        Self {
+            _tcp: tcp,
+            _udp: udp,
+            _web: web,
+            topo,
+            files,
+            flapping_down: false,
+        }
+    }
+
+    /// The configuration: 200 ms interval and timeout, thresholds of 2, so every endpoint
+    /// settles within about a second.
+    pub fn config_text(&self) -> String {
+        let timing = "interval = \"200ms\"\ntimeout = \"250ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n";
+        let ep = |name: &str, port: u16, extra: &str| {
+            format!("\n[[profile.endpoint]]\nname = \"{name}\"\naddress = \"{BACKEND_V4}\"\nport = {port}\n{extra}")
+        };
+        let mut text = self.files.header(PROBER_IF);
+        text += &format!(
+            "[[profile]]\nname = \"tcp\"\ndialect = \"lb\"\nrouting = \"priority\"\n\n[profile.health]\nprotocol = \"tcp\"\n{timing}"
+        );
+        text += &ep("healthy", 8080, "priority = 2\n");
+        text += &ep("dead", 8082, "priority = 1\n");
+        text += &ep("refusing", 8081, "priority = 3\n");
+        text += &ep("flapping", FLAP_PORT, "priority = 4\n");
+        text += &format!(
+            "\n[[profile]]\nname = \"http\"\ndialect = \"lb\"\nrouting = \"weighted\"\n\n[profile.health]\nprotocol = \"http\"\n\
+             method = \"GET\"\npath = \"/health\"\n{timing}"
+        );
+        text += &ep("web-fast", 8090, "weight = 3\n");
+        text += &ep("web-slow", 8091, "weight = 1\n");
+        text += &format!(
+            "\n[[profile]]\nname = \"udp\"\ndialect = \"lb\"\nrouting = \"multivalue\"\nmax_answers = 2\n\n[profile.health]\n\
+             protocol = \"udp\"\nrequest = \"ping\"\n{timing}"
+        );
+        text += &ep("dns-open", 5353, "");
+        text += &ep("dns-closed", 5354, "");
+        text += &ep("dns-spare", 5355, "state = \"disabled\"\n");
+        text
+    }
+
+    /// Starts or stops dropping traffic to the flapping service.
+    pub fn set_flapping_down(&mut self, down: bool) {
+        if down == self.flapping_down {
+            return;
+        }
+        if down {
+            self.topo.backend.nft(&format!(
+                "table inet {FLAP_TABLE} {{\n chain input {{\n type filter hook input priority 0; policy accept;\n \
+                 tcp dport {FLAP_PORT} drop\n }}\n}}\n"
+            ));
+        } else {
+            self.topo.backend.exec("nft", &["delete", "table", "inet", FLAP_TABLE]);
+        }
+        self.flapping_down = down;
+    }
+
+    pub fn flapping_down(&self) -> bool {
+        self.flapping_down
+    }
+}
+
+impl Default for Fleet {
+    fn default() -> Self {
+        Self::new()
+    }
+}
