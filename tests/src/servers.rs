@@ -1,5 +1,12 @@
 //! Real listeners (the namespace's own kernel TCP/UDP stack) and nftables port rules.
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::{
+    net::{SocketAddr, TcpListener, UdpSocket},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
 
 use crate::Netns;
 
@@ -61,5 +68,45 @@ impl Netns {
             "table inet probed_test {{\n chain input {{\n type filter hook input priority 0; policy accept;\n }}\n}}\n\
              add rule inet probed_test input {rule}\n"
         ));
+    }
+}
+
+/// A UDP service in the backend namespace that answers every datagram with `answer`
+/// followed by the request, until dropped.
+pub struct Responder {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Responder {
+    pub fn start(ns: &Netns, addr: &str, answer: &'static [u8]) -> Self {
+        let sock = ns.udp_bind(addr);
+        sock.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        // The socket belongs to the backend namespace; the thread serving it need not.
+        let thread = std::thread::spawn(move || {
+            let mut buf = [0u8; 1500];
+            while !flag.load(Ordering::Relaxed) {
+                if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                    let mut reply = answer.to_vec();
+                    reply.extend_from_slice(&buf[..n]);
+                    let _ = sock.send_to(&reply, from);
+                }
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }

@@ -383,19 +383,24 @@ fn restart_resumes_last_known_health_without_a_flap_and_cleans_up() {
 }
 
 #[test]
-fn udp_response_checks_are_refused_clearly_until_built_in() {
-    let files = DaemonFiles::new();
-    let text = files.header(PROBER_IF)
-        + &profile(
-            "dns",
-            "lb",
-            "protocol = \"udp\"\nport = 53\nrequest = \"ping\"\nresponse = \"pong\"\n",
-            &[("a", 53)],
-        );
-    let config = files.write_config(&text);
+fn udp_request_response_checks_decide_by_the_reply() {
     let topo = Topology::new();
-    let err = RunningDaemon::start(&topo.prober, config, None).err().expect("refused");
-    assert!(err.contains("response string"), "{err}");
+    let _good = probed_tests::servers::Responder::start(&topo.backend, &format!("{BACKEND_V4}:5353"), b"pong ");
+    let _bad = probed_tests::servers::Responder::start(&topo.backend, &format!("{BACKEND_V4}:5354"), b"nope ");
+    let files = DaemonFiles::new();
+    let health = "protocol = \"udp\"\nrequest = \"ping\"\nresponse = \"pong\"\ninterval = \"2s\"\ntimeout = \"5s\"\n\
+                  healthy_threshold = 2\nunhealthy_threshold = 2\n";
+    let text = files.header(PROBER_IF) + &profile("dns", "lb", health, &[("good", 5353), ("bad", 5354)]);
+    let mut config = files.write_config(&text);
+    scale(&mut config, 20, 100);
+    let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start the daemon");
+    daemon.wait_status("dns", "good", "Online", Duration::from_secs(3));
+    let bad = daemon.wait_status("dns", "bad", "Degraded", Duration::from_secs(3));
+    let event = daemon.wait_event("bad", "Unhealthy", Duration::from_secs(1));
+    assert!(
+        event.results.iter().all(|r| r.reason == "reply mismatch"),
+        "{event:#?} {bad:?}"
+    );
 }
 
 #[test]

@@ -4,10 +4,7 @@
 use std::{
     net::UdpSocket,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
-    },
+    sync::Arc,
     time::Duration,
 };
 
@@ -23,6 +20,7 @@ use probed::{
 };
 use probed_tests::{
     l4::{collect, start_engine},
+    servers::Responder,
     topo::*,
     Netns, TestPins, Topology,
 };
@@ -136,46 +134,6 @@ fn xdp_path_silent_port_unreachable_and_rejected_v4_v6() {
 #[test]
 fn raw_socket_path_gives_the_same_udp_outcomes() {
     plain_mode_outcomes(TxChoice::Force(TxPath::Raw), TxPath::Raw);
-}
-
-/// A UDP service in the backend namespace that answers every datagram with `answer`
-/// followed by the request, until dropped.
-struct Responder {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Responder {
-    fn start(ns: &Netns, addr: &str, answer: &'static [u8]) -> Self {
-        let sock = ns.udp_bind(addr);
-        sock.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        // The socket belongs to the backend namespace; the thread serving it need not.
-        let thread = std::thread::spawn(move || {
-            let mut buf = [0u8; 1500];
-            while !flag.load(Ordering::Relaxed) {
-                if let Ok((n, from)) = sock.recv_from(&mut buf) {
-                    let mut reply = answer.to_vec();
-                    reply.extend_from_slice(&buf[..n]);
-                    let _ = sock.send_to(&reply, from);
-                }
-            }
-        });
-        Self {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Responder {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 fn rr_req(target: String, timeout_ms: u64) -> UdpRequest {

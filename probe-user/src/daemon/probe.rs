@@ -15,6 +15,8 @@ pub enum ProbeKind {
     L4(L4Proto),
     /// A request through the HTTP prober.
     Http(http::HttpProbe),
+    /// UDP request/response: a datagram whose reply must contain a string (a socket per probe).
+    UdpExchange(Arc<crate::probe::udp::UdpRequest>),
 }
 
 /// One check, independent of who owns it.
@@ -44,18 +46,24 @@ impl CheckSpec {
         let (kind, detail) = match &health.probe {
             Probe::Tcp => (ProbeKind::L4(L4Proto::Tcp), String::new()),
             Probe::Udp(udp) => {
-                if udp.response.is_some() {
-                    return Err(format!(
-                        "profile {:?}: UDP checks with a response string need the UDP request/response \
-                         prober, which is not built in yet; remove `response` to use silence-means-healthy",
-                        profile.name
-                    ));
-                }
                 let payload: Arc<[u8]> = Arc::from(udp.request.as_bytes());
-                (
-                    ProbeKind::L4(L4Proto::Udp { payload }),
-                    format!(" req={:?}", udp.request),
-                )
+                match &udp.response {
+                    // Request/response mode: the reply's content decides, so a socket reads it.
+                    Some(expect) => (
+                        ProbeKind::UdpExchange(Arc::new(crate::probe::udp::UdpRequest {
+                            target,
+                            send: payload,
+                            expect: Arc::from(expect.as_bytes()),
+                            timeout: health.timeout,
+                            source: None,
+                        })),
+                        format!(" req={:?} resp={:?}", udp.request, expect),
+                    ),
+                    None => (
+                        ProbeKind::L4(L4Proto::Udp { payload }),
+                        format!(" req={:?}", udp.request),
+                    ),
+                }
             }
             Probe::Http(_) => {
                 let (probe, detail) = http::HttpProbe::prepare(profile, endpoint)?;

@@ -124,6 +124,7 @@ pub(crate) struct Runner {
     l4_rx: Option<mpsc::UnboundedReceiver<L4Result>>,
     http: HttpProber,
     http_slots: Arc<Semaphore>,
+    udp: crate::probe::udp::UdpProber,
     http_tx: mpsc::UnboundedSender<(u64, ProbeReport)>,
     http_rx: mpsc::UnboundedReceiver<(u64, ProbeReport)>,
     events: EventSink,
@@ -153,6 +154,7 @@ impl Runner {
             l4_rx: None,
             http: HttpProber::new(),
             http_slots: Arc::new(Semaphore::new(HTTP_CONCURRENCY)),
+            udp: crate::probe::udp::UdpProber::default(),
             http_tx,
             http_rx,
             events,
@@ -499,6 +501,19 @@ impl Runner {
                             return;
                         };
                         let report = prober.probe(target, &probe).await;
+                        let _ = tx.send((token, report));
+                    });
+                }
+                ProbeKind::UdpExchange(req) => {
+                    // Results come back on the same channel as HTTP's: both are tasks.
+                    let (prober, tx, req) = (self.udp.clone(), self.http_tx.clone(), req.clone());
+                    tokio::spawn(async move {
+                        let r = prober.probe(&req).await;
+                        let report = ProbeReport {
+                            healthy: r.outcome.healthy(),
+                            elapsed: r.elapsed,
+                            reason: Arc::from(r.outcome.to_string()),
+                        };
                         let _ = tx.send((token, report));
                     });
                 }
