@@ -1,9 +1,11 @@
-//! probed's kernel programs: the XDP probe generator (`probe_tx`) and reply matcher (`probe_rx`).
+//! probed's kernel programs: the XDP probe generator (`probe_tx`) and reply matcher (`probe_rx`),
+//! plus `test_reflector`, a fixture for tests and benchmarks that the daemon never loads.
 #![no_std]
 #![no_main]
 
 mod maps;
 mod parse;
+mod reflector;
 mod rx;
 mod tx;
 

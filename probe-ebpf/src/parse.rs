@@ -1,5 +1,6 @@
 //! Bounds-checked packet access: every header read goes through `ptr_at`.
 use aya_ebpf::programs::XdpContext;
+use probe_common::packet::{Ipv4Hdr, Ipv6Hdr};
 
 /// Returns a pointer to a `T` at `offset` bytes into the frame, or `None` when the frame is
 /// too short. The explicit comparison against `data_end` is what the verifier needs to see.
@@ -22,3 +23,28 @@ pub fn read_at<T: Copy>(ctx: &XdpContext, offset: usize) -> Option<T> {
     // read_unaligned places no alignment demand on packet memory.
     Some(unsafe { core::ptr::read_unaligned(p) })
 }
+
+/// The network header of a frame, as far as matching needs it.
+pub struct L3 {
+    pub ipv6: bool,
+    pub saddr: [u8; 16],
+    pub daddr: [u8; 16],
+    pub proto: u8,
+    pub l4_off: usize,
+}
+
+#[inline(always)]
+pub fn parse_l3(ctx: &XdpContext, off: usize, ethertype_v6: bool) -> Option<L3> {
+    if ethertype_v6 {
+        let ip = read_at::<Ipv6Hdr>(ctx, off)?;
+        // Extension headers are not followed: probe replies never carry them.
+        Some(L3 { ipv6: true, saddr: ip.saddr, daddr: ip.daddr, proto: ip.next_hdr, l4_off: off + Ipv6Hdr::LEN })
+    } else {
+        let ip = read_at::<Ipv4Hdr>(ctx, off)?;
+        let (mut saddr, mut daddr) = ([0u8; 16], [0u8; 16]);
+        saddr[..4].copy_from_slice(&ip.saddr);
+        daddr[..4].copy_from_slice(&ip.daddr);
+        Some(L3 { ipv6: false, saddr, daddr, proto: ip.proto, l4_off: off + ip.header_len() })
+    }
+}
+

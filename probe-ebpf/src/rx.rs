@@ -18,7 +18,7 @@ use probe_common::{
 
 use crate::{
     maps::{is_probe_port, rx_counters, PROBE_EVENTS, PROBE_INFLIGHT},
-    parse::{ptr_at, read_at},
+    parse::{parse_l3, ptr_at, read_at, L3},
 };
 
 const PASS: u32 = xdp_action::XDP_PASS;
@@ -27,30 +27,6 @@ const DROP: u32 = xdp_action::XDP_DROP;
 #[xdp]
 pub fn probe_rx(ctx: XdpContext) -> u32 {
     try_probe_rx(&ctx).unwrap_or(PASS)
-}
-
-/// The network header of a frame, as far as matching needs it.
-struct L3 {
-    ipv6: bool,
-    saddr: [u8; 16],
-    daddr: [u8; 16],
-    proto: u8,
-    l4_off: usize,
-}
-
-#[inline(always)]
-fn parse_l3(ctx: &XdpContext, off: usize, ethertype_v6: bool) -> Option<L3> {
-    if ethertype_v6 {
-        let ip = read_at::<Ipv6Hdr>(ctx, off)?;
-        // Extension headers are not followed: probe replies never carry them.
-        Some(L3 { ipv6: true, saddr: ip.saddr, daddr: ip.daddr, proto: ip.next_hdr, l4_off: off + Ipv6Hdr::LEN })
-    } else {
-        let ip = read_at::<Ipv4Hdr>(ctx, off)?;
-        let (mut saddr, mut daddr) = ([0u8; 16], [0u8; 16]);
-        saddr[..4].copy_from_slice(&ip.saddr);
-        daddr[..4].copy_from_slice(&ip.daddr);
-        Some(L3 { ipv6: false, saddr, daddr, proto: ip.proto, l4_off: off + ip.header_len() })
-    }
 }
 
 #[inline(always)]

@@ -9,6 +9,7 @@ pub mod forge;
 pub mod http_server;
 pub mod l4;
 pub mod netns;
+pub mod reflector;
 pub mod servers;
 pub mod topo;
 

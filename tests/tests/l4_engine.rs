@@ -284,3 +284,27 @@ fn anyip_port80(n: u32) -> Vec<L4Request> {
         })
         .collect()
 }
+
+#[test]
+fn xdp_reflector_backend_answers_probes_without_the_backend_stack() {
+    // The benchmark's stand-in for a remote fleet: prove it answers like a stack would, and
+    // that the prober's RST is consumed by it.
+    let topo = Topology::new();
+    topo.anyip("198.19.0.0/22");
+    let _reflector = probed_tests::reflector::Reflector::attach(&topo.backend, BACKEND_IF, aya::programs::XdpMode::Skb);
+    let pins = TestPins::new();
+    let reqs = anyip_port80(500);
+    let results = topo.prober.enter(|| {
+        let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
+        engine.submit(reqs).unwrap();
+        let results = collect(&mut rx, 500, Duration::from_secs(10));
+        let snap = engine.snapshot().unwrap();
+        assert_eq!(snap.rx.rst_sent, 500, "{:?}", snap.rx);
+        results
+    });
+    assert_eq!(results.len(), 500);
+    assert!(
+        results.iter().all(|r| r.outcome == L4Outcome::Open),
+        "no listener exists: only the reflector answers"
+    );
+}

@@ -29,6 +29,8 @@ use crate::kernel::{
 const FIB_FWD_DISABLED: u8 = 5;
 /// How long to wait for the event of a probe whose entry the kernel already took.
 const CLAIM_GRACE: Duration = Duration::from_millis(200);
+/// How often the ring buffer is read while probes are on the wire.
+const EVENT_TICK: Duration = Duration::from_millis(1);
 /// Longest sleep between loop turns when nothing is due.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 
@@ -101,6 +103,8 @@ pub(crate) struct EngineState {
     events: Vec<ProbeEvent>,
     /// Requests waiting for room in the in-flight table.
     backlog: VecDeque<L4Request>,
+    /// When the current loop turn began.
+    last_turn: Instant,
     max_inflight: usize,
 }
 
@@ -153,6 +157,7 @@ impl EngineState {
             stats: EngineStats::default(),
             events: Vec::new(),
             backlog: VecDeque::new(),
+            last_turn: Instant::now(),
             max_inflight: cfg.max_inflight as usize,
         })
     }
@@ -163,6 +168,7 @@ impl EngineState {
 
     pub(crate) fn run(mut self, cmds: mpsc::Receiver<Cmd>) {
         loop {
+            self.last_turn = Instant::now();
             self.wake.reset();
             let mut batch = Vec::new();
             loop {
@@ -201,22 +207,32 @@ impl EngineState {
             Some(Reverse((due, _, _))) => due.saturating_duration_since(now).min(IDLE_WAIT),
             None => IDLE_WAIT,
         };
+        // At most one turn per tick reads the ring buffer: at fleet rates a wake-up per reply
+        // would cost more than the probe. When the last turn was less than a tick ago, only
+        // commands may cut the rest of the tick short. RTTs are stamped in the kernel, so the
+        // tick delays results by up to a millisecond without making them less exact.
+        let since = now.saturating_duration_since(self.last_turn);
+        let (nfds, wait) = if since < EVENT_TICK {
+            (1, (EVENT_TICK - since).min(wait))
+        } else {
+            (2, wait)
+        };
         let mut fds = [
             libc::pollfd {
-                fd: self.kernel.events_fd(),
+                fd: self.wake.fd.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             },
             libc::pollfd {
-                fd: self.wake.fd.as_raw_fd(),
+                fd: self.kernel.events_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             },
         ];
         // Round up so a deadline 0.4 ms away does not turn into a busy loop.
         let ms = wait.as_micros().div_ceil(1000) as i32;
-        // SAFETY: `fds` is a valid array of two pollfd for the duration of the call.
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        // SAFETY: `fds` is a valid array of at least `nfds` pollfd for the duration of the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), nfds, ms) };
     }
 
     fn alloc_slot(&mut self, live: Live) -> u32 {
