@@ -234,3 +234,29 @@ pub fn read_events(path: &Path) -> Vec<Event> {
 pub fn mono_ns() -> u64 {
     probed::daemon::mono_ns()
 }
+
+/// The value of one series in Prometheus text (`series` includes its labels).
+pub fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).map(|v| v.trim().parse().unwrap()))
+        .unwrap_or_else(|| panic!("no series {series}"))
+}
+
+/// The upper bound of the histogram bucket holding quantile `q` (what a bucketed histogram
+/// can say: "at most this").
+pub fn histogram_quantile(metrics: &str, name: &str, q: f64) -> f64 {
+    let buckets: Vec<(f64, f64)> = metrics
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(&format!("{name}_bucket{{le=\""))?;
+            let (le, count) = rest.split_once("\"} ")?;
+            Some((le.parse().unwrap_or(f64::INFINITY), count.parse().ok()?))
+        })
+        .collect();
+    let total = buckets.last().map(|b| b.1).unwrap_or(0.0);
+    buckets
+        .iter()
+        .find(|(_, c)| *c >= q * total)
+        .map(|b| b.0)
+        .unwrap_or(f64::NAN)
+}

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use probed::{config::Config, daemon::events::Event};
 use probed_tests::{
+    daemon::{histogram_quantile, metric},
     daemon::{mono_ns, DaemonFiles, RunningDaemon},
     http_server::Route,
     topo::*,
@@ -274,12 +275,6 @@ fn api_status_select_enable_disable_and_metrics() {
     assert!(rst_sent >= 1.0, "every open probe is reset by probe_rx:\n{metrics}");
     let paths = metric(&metrics, "probed_tx_path{path=\"xdp\"}") + metric(&metrics, "probed_tx_path{path=\"raw\"}");
     assert_eq!(paths, 1.0, "exactly one transmit path in use:\n{metrics}");
-}
-
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series).map(|v| v.trim().parse().unwrap()))
-        .unwrap_or_else(|| panic!("no series {series}"))
 }
 
 #[test]
@@ -573,22 +568,6 @@ fn backend_nftables_rules_admit_probes_and_refuse_everyone_else() {
 
 /// Quantile from a Prometheus histogram's cumulative buckets: the upper bound of the first
 /// bucket holding `q` of the observations.
-fn histogram_quantile(metrics: &str, name: &str, q: f64) -> f64 {
-    let buckets: Vec<(f64, f64)> = metrics
-        .lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix(&format!("{name}_bucket{{le=\""))?;
-            let (le, count) = rest.split_once("\"} ")?;
-            Some((le.parse().unwrap_or(f64::INFINITY), count.parse().ok()?))
-        })
-        .collect();
-    let total = buckets.last().map(|b| b.1).unwrap_or(0.0);
-    buckets
-        .iter()
-        .find(|(_, c)| *c >= q * total)
-        .map(|b| b.0)
-        .unwrap_or(f64::NAN)
-}
 
 #[test]
 fn ten_thousand_targets_are_probed_on_time() {

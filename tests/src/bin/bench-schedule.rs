@@ -1,0 +1,60 @@
+//! The live half of `cargo xtask bench schedule`: the daemon's scheduler driving the kernel
+//! engine for 10k and 100k TCP targets at a 1 s interval, and how late probes leave against
+//! their due time (the daemon's `probed_schedule_lateness_seconds` histogram, so figures are
+//! bucket bounds: "at most"). The fleet is answered by the XDP reflector, so the backend's
+//! own TCP work does not compete with the scheduler for this machine's two cores.
+use std::time::{Duration, Instant};
+
+use probed_tests::{
+    daemon::{histogram_quantile, metric, DaemonFiles, RunningDaemon},
+    reflector::Reflector,
+    topo::{BACKEND_IF, PROBER_IF},
+    Topology,
+};
+
+const RUN: Duration = Duration::from_secs(5);
+
+fn main() {
+    let fleets: Vec<usize> = std::env::args()
+        .nth(1)
+        .map(|s| s.split(',').filter_map(|v| v.parse().ok()).collect())
+        .unwrap_or_else(|| vec![10_000, 100_000]);
+    println!("| targets | run s | probes sent | probes/s | lateness p50 | p99 | max (bucket) |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    for n in fleets {
+        assert!(n <= 2 * 65_536, "two ports of one /16 of AnyIP targets at most");
+        let topo = Topology::new();
+        topo.anyip("198.19.0.0/16");
+        let _reflector = Reflector::attach(&topo.backend, BACKEND_IF, aya::programs::XdpMode::Skb);
+        let files = DaemonFiles::new();
+        let mut text = files.header(PROBER_IF)
+            + "[[profile]]\nname = \"fleet\"\ndialect = \"lb\"\nrouting = \"weighted\"\n\n[profile.health]\n\
+               protocol = \"tcp\"\nport = 80\ninterval = \"1s\"\ntimeout = \"500ms\"\n\
+               healthy_threshold = 2\nunhealthy_threshold = 2\n";
+        for i in 0..n {
+            let (ip, port) = (i % 65_536, [80, 443][i / 65_536]);
+            text += &format!(
+                "\n[[profile.endpoint]]\naddress = \"198.19.{}.{}\"\nport = {port}\n",
+                ip / 256,
+                ip % 256
+            );
+        }
+        let config = files.write_config(&text);
+        let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start the daemon");
+        let started = Instant::now();
+        std::thread::sleep(RUN);
+        let (_, metrics) = daemon.call("GET", "/metrics");
+        let elapsed = started.elapsed().as_secs_f64();
+        let metrics = metrics.as_str().unwrap().to_string();
+        daemon.stop();
+        let sent = metric(&metrics, "probed_probes_sent_total{kind=\"tcp\",profile=\"fleet\"}");
+        let q = |p| histogram_quantile(&metrics, "probed_schedule_lateness_seconds", p) * 1e3;
+        println!(
+            "| {n} | {elapsed:.1} | {sent:.0} | {:.0} | <= {} ms | <= {} ms | <= {} ms |",
+            sent / elapsed,
+            q(0.5),
+            q(0.99),
+            q(1.0)
+        );
+    }
+}
