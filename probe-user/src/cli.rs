@@ -73,7 +73,7 @@ enum Command {
         api: String,
     },
     /// Probe one target now: one line per probe; exit 0 only if every probe was healthy.
-    Check(check::CheckArgs),
+    Check(Box<check::CheckArgs>),
 }
 
 /// The API address when the config does not say otherwise.
@@ -115,7 +115,7 @@ pub fn main() -> ExitCode {
         Command::Run { config } => run(&config),
         Command::Status { profile, api, json } => status(profile.as_deref(), &api, json),
         Command::Reload { api } => reload(&api),
-        Command::Check(args) => check::run(args),
+        Command::Check(args) => check::run(*args),
     };
     match result {
         Ok(code) => code,
