@@ -644,3 +644,31 @@ fn identical_checks_of_two_profiles_are_probed_once_and_shared() {
         "one SYN per probe, not one per profile: {opened} replies for {blue} probes"
     );
 }
+
+#[test]
+fn fast_interval_shortens_the_fail_window() {
+    // lb with interval 300 ms, timeout 50 ms, unhealthy 3: the SPEC window is 50*3 + 300*2 =
+    // 750 ms. With fast_interval 20 ms the probes after the first failure come 20 ms apart,
+    // so the target goes down after 50*3 + 20*2 = 190 ms.
+    let topo = Topology::new();
+    let _listener = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    let files = DaemonFiles::new();
+    let health = "protocol = \"tcp\"\ninterval = \"300ms\"\ntimeout = \"100ms\"\nfast_interval = \"20ms\"\n\
+                  healthy_threshold = 2\nunhealthy_threshold = 3\n";
+    let text = files.header(PROBER_IF) + &profile("paced", "lb", health, &[("target", 8080)]);
+    let mut config = files.write_config(&text);
+    config.profiles[0].health.timeout = Duration::from_millis(50);
+    let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start the daemon");
+    daemon.wait_status("paced", "target", "Online", Duration::from_secs(3));
+    topo.backend.nft_drop("tcp", 8080);
+    let event = daemon.wait_event("target", "Unhealthy", Duration::from_secs(3));
+    eprintln!(
+        "paced fail window: measured {:.1} ms, plain-interval formula {:.1} ms",
+        event.measured_window_ms, event.formula_window_ms
+    );
+    assert_near("fail window with fast_interval", event.measured_window_ms, 190.0);
+    assert!(
+        event.formula_window_ms > 700.0,
+        "the formula still states the plain-interval window"
+    );
+}

@@ -160,6 +160,22 @@ pub struct HealthCheck {
     pub interval: Duration,
     pub timeout: Duration,
     pub thresholds: Thresholds,
+    /// Optional pacing beyond the plain interval (HAProxy fastinter/downinter, jitter).
+    /// When all of it is unset, the SPEC windows hold exactly.
+    pub pacing: Pacing,
+}
+
+/// Intervals and jitter that change when probes go out, all off by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Pacing {
+    /// Gap between probes while a state change is pending (a run toward a transition).
+    pub fast_interval: Option<Duration>,
+    /// Gap between probes while the target is settled Unhealthy.
+    pub down_interval: Option<Duration>,
+    /// Up to this much random extra delay before a target's very first probe.
+    pub initial_jitter: Duration,
+    /// Each gap is lengthened by up to this percentage of itself, drawn at random.
+    pub jitter_percent: u8,
 }
 
 impl HealthCheck {

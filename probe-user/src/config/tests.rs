@@ -654,3 +654,42 @@ fn missing_file_is_one_error() {
         "{errs}"
     );
 }
+
+// Pacing: fast/down intervals and jitter, off unless set.
+rule!(
+    fast_interval_zero,
+    cfg("lb", "", "fast_interval = \"0s\"", ""),
+    "profile[0].health.fast_interval"
+);
+rule!(
+    down_interval_too_long,
+    cfg("lb", "", "down_interval = \"301s\"", ""),
+    "profile[0].health.down_interval"
+);
+rule!(
+    initial_jitter_not_a_duration,
+    cfg("lb", "", "initial_jitter = \"soon\"", ""),
+    "profile[0].health.initial_jitter"
+);
+rule!(
+    jitter_percent_over_100,
+    cfg("lb", "", "jitter_percent = 101", ""),
+    "profile[0].health.jitter_percent"
+);
+
+#[test]
+fn pacing_is_off_by_default_and_read_when_set() {
+    let plain = ok(&cfg("lb", "", "", ""));
+    assert_eq!(plain.profiles[0].health.pacing, Pacing::default());
+    let paced = ok(&cfg(
+        "tm",
+        "",
+        "fast_interval = \"2s\"\ndown_interval = \"60s\"\ninitial_jitter = \"500ms\"\njitter_percent = 10",
+        "",
+    ));
+    let p = paced.profiles[0].health.pacing;
+    assert_eq!(p.fast_interval, Some(Duration::from_secs(2)));
+    assert_eq!(p.down_interval, Some(Duration::from_secs(60)));
+    assert_eq!(p.initial_jitter, Duration::from_millis(500));
+    assert_eq!(p.jitter_percent, 10);
+}

@@ -392,7 +392,7 @@ fn routing(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<Routing> {
     Some(routing)
 }
 
-const HEALTH_KEYS: [&str; 16] = [
+const HEALTH_KEYS: [&str; 20] = [
     "protocol",
     "port",
     "path",
@@ -409,6 +409,10 @@ const HEALTH_KEYS: [&str; 16] = [
     "request",
     "response",
     "body_match",
+    "fast_interval",
+    "down_interval",
+    "initial_jitter",
+    "jitter_percent",
 ];
 
 fn health(r: &mut Reader<'_>, v: &toml::Spanned<DeValue<'_>>, path: &str, d: Dialect) -> Option<HealthCheck> {
@@ -437,6 +441,7 @@ fn health(r: &mut Reader<'_>, v: &toml::Spanned<DeValue<'_>>, path: &str, d: Dia
     let port = r.int(&t, "port").and_then(|item| port_value(r, &item));
     let (interval, timeout) = interval_timeout(r, &t, d);
     let thresholds = thresholds(r, &t, d);
+    let pacing = pacing(r, &t);
     let probe = protocol.and_then(|p| probe(r, &t, d, p));
     (r.errors.len() == errors_before).then_some(())?;
     Some(HealthCheck {
@@ -445,7 +450,45 @@ fn health(r: &mut Reader<'_>, v: &toml::Spanned<DeValue<'_>>, path: &str, d: Dia
         interval: interval?,
         timeout: timeout?,
         thresholds: thresholds?,
+        pacing,
     })
+}
+
+/// The longest any pacing interval or jitter may be.
+const MAX_PACING: Duration = Duration::from_secs(300);
+
+/// fast_interval, down_interval, initial_jitter (durations) and jitter_percent; all optional
+/// and the same for every dialect, since none of the seeds has them.
+fn pacing(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Pacing {
+    let gap = |r: &mut Reader<'_>, key: &str, zero_ok: bool| -> Option<Duration> {
+        let item = r.string(t, key)?;
+        let v = duration(r, &item)?;
+        if (v.is_zero() && !zero_ok) || v > MAX_PACING {
+            let low = if zero_ok { "0s" } else { "more than 0s" };
+            r.bad(&item, format!("{key} allows {low} up to 300s"));
+            return None;
+        }
+        Some(v)
+    };
+    let fast_interval = gap(r, "fast_interval", false);
+    let down_interval = gap(r, "down_interval", false);
+    let initial_jitter = gap(r, "initial_jitter", true).unwrap_or_default();
+    let jitter_percent = match r.int(t, "jitter_percent") {
+        None => 0,
+        Some(item) => match u8::try_from(item.v).ok().filter(|p| *p <= 100) {
+            Some(p) => p,
+            None => {
+                r.bad(&item, "jitter_percent allows 0 to 100");
+                0
+            }
+        },
+    };
+    Pacing {
+        fast_interval,
+        down_interval,
+        initial_jitter,
+        jitter_percent,
+    }
 }
 
 fn names<T: Copy>(items: &[T], name: impl Fn(T) -> &'static str) -> String {

@@ -70,12 +70,15 @@ impl CheckSpec {
                 (ProbeKind::Http(probe), detail)
             }
         };
+        // Pacing is part of the key: two profiles may share a probe only if they would
+        // send it at the same moments.
         let key = format!(
-            "{} {} interval={}ms timeout={}ms{}",
+            "{} {} interval={}ms timeout={}ms pacing={:?}{}",
             health.protocol().name(),
             target,
             health.interval.as_millis(),
             health.timeout.as_millis(),
+            health.pacing,
             detail
         );
         Ok((

@@ -30,6 +30,18 @@ use crate::{
 
 /// The wheel's tick: the runner never wakes more often than this.
 const TICK_NS: u64 = 1_000_000;
+/// The scheduler's parameters for a profile's check: its interval and optional pacing.
+fn check_params(health: &crate::config::HealthCheck) -> CheckParams {
+    let p = health.pacing;
+    CheckParams {
+        interval: health.interval,
+        fastinter: p.fast_interval,
+        downinter: p.down_interval,
+        initial_jitter: p.initial_jitter,
+        jitter_percent: p.jitter_percent,
+    }
+}
+
 /// HTTP probes in flight at once; more wait for a slot (and show up as lateness).
 const HTTP_CONCURRENCY: usize = 256;
 /// The state file is rewritten at most this often while transitions happen.
@@ -316,7 +328,7 @@ impl Runner {
                         admin_override,
                         check_key,
                         spec: Arc::new(spec),
-                        params: CheckParams::new(profile.health.interval),
+                        params: check_params(&profile.health),
                         check: None,
                         tracker,
                         last,
