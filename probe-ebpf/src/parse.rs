@@ -38,13 +38,24 @@ pub fn parse_l3(ctx: &XdpContext, off: usize, ethertype_v6: bool) -> Option<L3> 
     if ethertype_v6 {
         let ip = read_at::<Ipv6Hdr>(ctx, off)?;
         // Extension headers are not followed: probe replies never carry them.
-        Some(L3 { ipv6: true, saddr: ip.saddr, daddr: ip.daddr, proto: ip.next_hdr, l4_off: off + Ipv6Hdr::LEN })
+        Some(L3 {
+            ipv6: true,
+            saddr: ip.saddr,
+            daddr: ip.daddr,
+            proto: ip.next_hdr,
+            l4_off: off + Ipv6Hdr::LEN,
+        })
     } else {
         let ip = read_at::<Ipv4Hdr>(ctx, off)?;
         let (mut saddr, mut daddr) = ([0u8; 16], [0u8; 16]);
         saddr[..4].copy_from_slice(&ip.saddr);
         daddr[..4].copy_from_slice(&ip.daddr);
-        Some(L3 { ipv6: false, saddr, daddr, proto: ip.proto, l4_off: off + ip.header_len() })
+        Some(L3 {
+            ipv6: false,
+            saddr,
+            daddr,
+            proto: ip.proto,
+            l4_off: off + ip.header_len(),
+        })
     }
 }
-

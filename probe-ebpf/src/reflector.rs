@@ -41,11 +41,25 @@ fn try_reflect(ctx: &XdpContext) -> Option<u32> {
     };
     let (sport, dport) = (tcp.dport(), tcp.sport());
     if v6 {
-        let e = Ends { smac: eth.dst, dmac: eth.src, saddr: l3.daddr, daddr: l3.saddr, sport, dport };
+        let e = Ends {
+            smac: eth.dst,
+            dmac: eth.src,
+            saddr: l3.daddr,
+            daddr: l3.saddr,
+            sport,
+            dport,
+        };
         write_segment_v6(shrink_to::<RstV6>(ctx)?, &e, seq, ack, flags);
     } else {
         let a = |x: &[u8; 16]| [x[0], x[1], x[2], x[3]];
-        let e = Ends { smac: eth.dst, dmac: eth.src, saddr: a(&l3.daddr), daddr: a(&l3.saddr), sport, dport };
+        let e = Ends {
+            smac: eth.dst,
+            dmac: eth.src,
+            saddr: a(&l3.daddr),
+            daddr: a(&l3.saddr),
+            sport,
+            dport,
+        };
         write_segment_v4(shrink_to::<RstV4>(ctx)?, &e, seq, ack, flags);
     }
     Some(xdp_action::XDP_TX)

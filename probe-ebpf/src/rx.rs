@@ -5,7 +5,9 @@
 //! - a matched RST or ICMP error is reported and dropped;
 //! - anything else is passed untouched (and counted as stale or forged when it aims at the
 //!   probe port range).
-use aya_ebpf::{bindings::xdp_action, helpers::bpf_ktime_get_ns, helpers::bpf_xdp_adjust_tail, macros::xdp, programs::XdpContext};
+use aya_ebpf::{
+    bindings::xdp_action, helpers::bpf_ktime_get_ns, helpers::bpf_xdp_adjust_tail, macros::xdp, programs::XdpContext,
+};
 use probe_common::{
     counters::RxCounters,
     frame::{write_rst_v4, write_rst_v6, Ends, RstV4, RstV6, FLOW_LABEL_MASK},
@@ -107,12 +109,26 @@ fn on_tcp(ctx: &XdpContext, eth: &EthHdr, l3: &L3, c: &mut RxCounters) -> Option
         return Some(PASS);
     }
     c.matched_open += 1;
-    let e = Ends { smac: eth.dst, dmac: eth.src, saddr: flow.saddr, daddr: flow.daddr, sport: flow.sport, dport: flow.dport };
+    let e = Ends {
+        smac: eth.dst,
+        dmac: eth.src,
+        saddr: flow.saddr,
+        daddr: flow.daddr,
+        sport: flow.sport,
+        dport: flow.dport,
+    };
     let seq = tcp.ack();
     if l3.ipv6 {
         write_rst_v6(shrink_to::<RstV6>(ctx)?, &e, seq);
     } else {
-        let e4 = Ends { smac: e.smac, dmac: e.dmac, saddr: flow.saddr_v4(), daddr: flow.daddr_v4(), sport: e.sport, dport: e.dport };
+        let e4 = Ends {
+            smac: e.smac,
+            dmac: e.dmac,
+            saddr: flow.saddr_v4(),
+            daddr: flow.daddr_v4(),
+            sport: e.sport,
+            dport: e.dport,
+        };
         write_rst_v4(shrink_to::<RstV4>(ctx)?, &e4, seq);
     }
     c.rst_sent += 1;

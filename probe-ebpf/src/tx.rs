@@ -57,7 +57,12 @@ fn try_probe_tx(ctx: &XdpContext) -> Option<u32> {
     // SAFETY: `fib` is a properly initialised parameter block on this stack frame and the
     // size passed is its own.
     let rc = unsafe {
-        bpf_fib_lookup(ctx.ctx as *mut _, &mut fib, core::mem::size_of::<FibParams>() as i32, BPF_FIB_LOOKUP_OUTPUT)
+        bpf_fib_lookup(
+            ctx.ctx as *mut _,
+            &mut fib,
+            core::mem::size_of::<FibParams>() as i32,
+            BPF_FIB_LOOKUP_OUTPUT,
+        )
     };
     if rc != 0 {
         let kind = if rc == BPF_FIB_LKUP_RET_NO_NEIGH as i64 {
@@ -81,7 +86,13 @@ fn try_probe_tx(ctx: &XdpContext) -> Option<u32> {
     }
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let sent_ns = unsafe { bpf_ktime_get_ns() };
-    let entry = Inflight { slot: job.slot, gen: job.gen, cookie, _pad: 0, sent_ns };
+    let entry = Inflight {
+        slot: job.slot,
+        gen: job.gen,
+        cookie,
+        _pad: 0,
+        sent_ns,
+    };
     if PROBE_INFLIGHT.insert(flow, &entry, 0).is_err() {
         counters.inflight_full += 1;
         return Some(xdp_action::XDP_DROP);
@@ -105,7 +116,14 @@ fn cookie_of(key: &[u64; 2], flow: &FlowKey, gen: u32) -> u32 {
 
 #[inline(never)]
 fn build_v4(ctx: &XdpContext, flow: &FlowKey, fib: &FibParams, cookie: u32, ctl: &TxCtl) -> bool {
-    let e = Ends { smac: fib.smac, dmac: fib.dmac, saddr: flow.saddr_v4(), daddr: flow.daddr_v4(), sport: flow.sport, dport: flow.dport };
+    let e = Ends {
+        smac: fib.smac,
+        dmac: fib.dmac,
+        saddr: flow.saddr_v4(),
+        daddr: flow.daddr_v4(),
+        sport: flow.sport,
+        dport: flow.dport,
+    };
     if flow.proto == IPPROTO_TCP {
         let Some(f) = frame_mut(ctx) else { return false };
         write_syn_v4(f, &e, cookie);
@@ -118,7 +136,14 @@ fn build_v4(ctx: &XdpContext, flow: &FlowKey, fib: &FibParams, cookie: u32, ctl:
 
 #[inline(never)]
 fn build_v6(ctx: &XdpContext, flow: &FlowKey, fib: &FibParams, cookie: u32, ctl: &TxCtl) -> bool {
-    let e = Ends { smac: fib.smac, dmac: fib.dmac, saddr: flow.saddr, daddr: flow.daddr, sport: flow.sport, dport: flow.dport };
+    let e = Ends {
+        smac: fib.smac,
+        dmac: fib.dmac,
+        saddr: flow.saddr,
+        daddr: flow.daddr,
+        sport: flow.sport,
+        dport: flow.dport,
+    };
     if flow.proto == IPPROTO_TCP {
         let Some(f) = frame_mut(ctx) else { return false };
         write_syn_v6(f, &e, cookie);
@@ -172,7 +197,14 @@ fn words(a: &[u8; 16]) -> [u32; 4] {
 #[inline(always)]
 fn report(job: &ProbeJob, kind: EventKind, rc: u8, counters: &mut probe_common::counters::TxCounters) {
     // The lookup result rides in icmp_code, for diagnostics.
-    let ev = ProbeEvent { rtt_ns: 0, slot: job.slot, gen: job.gen, kind: kind as u8, icmp_code: rc, ..Default::default() };
+    let ev = ProbeEvent {
+        rtt_ns: 0,
+        slot: job.slot,
+        gen: job.gen,
+        kind: kind as u8,
+        icmp_code: rc,
+        ..Default::default()
+    };
     if PROBE_EVENTS.output::<ProbeEvent>(&ev, 0).is_err() {
         counters.ringbuf_full += 1;
     }
