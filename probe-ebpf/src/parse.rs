@@ -1,5 +1,5 @@
 //! Bounds-checked packet access: every header read goes through `ptr_at`.
-use aya_ebpf::programs::XdpContext;
+use aya_ebpf::{helpers::bpf_xdp_adjust_tail, programs::XdpContext};
 use probe_common::packet::{Ipv4Hdr, Ipv6Hdr};
 
 /// Returns a pointer to a `T` at `offset` bytes into the frame, or `None` when the frame is
@@ -58,4 +58,25 @@ pub fn parse_l3(ctx: &XdpContext, off: usize, ethertype_v6: bool) -> Option<L3> 
             l4_off: off + ip.header_len(),
         })
     }
+}
+
+/// Shrinks the frame to `T`'s size and returns it as a `T` to be written in place.
+#[inline(always)]
+pub fn shrink_to<T>(ctx: &XdpContext) -> Option<&'static mut T> {
+    let len = (ctx.data_end() - ctx.data()) as i32;
+    let delta = core::mem::size_of::<T>() as i32 - len;
+    if delta > 0 {
+        return None;
+    }
+    if delta < 0 {
+        // SAFETY: shrinking the tail by a length the frame has is always valid; every packet
+        // pointer is re-derived below through ptr_at.
+        if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
+            return None;
+        }
+    }
+    let p = ptr_at::<T>(ctx, 0)?;
+    // SAFETY: ptr_at checked the bounds after the resize; every frame layout has alignment 1,
+    // and the reference lives only until the program returns.
+    Some(unsafe { &mut *p })
 }

@@ -3,13 +3,13 @@
 //! with a SYN+ACK (ack = seq + 1), every FIN with an RST, and every other segment (the
 //! prober's RST, a client's ACK) is consumed. On one machine the backend's own TCP work
 //! otherwise runs on the prober's CPUs and swamps what the prober itself costs.
-use aya_ebpf::{bindings::xdp_action, helpers::bpf_xdp_adjust_tail, macros::xdp, programs::XdpContext};
+use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use probe_common::{
     frame::{write_segment_v4, write_segment_v6, Ends, RstV4, RstV6},
     packet::{EthHdr, TcpHdr, ETH_P_IP, ETH_P_IPV6, IPPROTO_TCP, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN},
 };
 
-use crate::parse::{parse_l3, ptr_at, read_at};
+use crate::parse::{parse_l3, read_at, shrink_to};
 
 #[xdp]
 pub fn test_reflector(ctx: XdpContext) -> u32 {
@@ -63,21 +63,4 @@ fn try_reflect(ctx: &XdpContext) -> Option<u32> {
         write_segment_v4(shrink_to::<RstV4>(ctx)?, &e, seq, ack, flags);
     }
     Some(xdp_action::XDP_TX)
-}
-
-/// Shrinks the frame to a bare segment of layout `T`, to be written in place.
-#[inline(always)]
-fn shrink_to<T>(ctx: &XdpContext) -> Option<&'static mut T> {
-    let len = (ctx.data_end() - ctx.data()) as i32;
-    let delta = core::mem::size_of::<T>() as i32 - len;
-    if delta > 0 {
-        return None;
-    }
-    // SAFETY: shrinking by at most the frame's own length; pointers are re-derived below.
-    if delta < 0 && unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
-        return None;
-    }
-    let p = ptr_at::<T>(ctx, 0)?;
-    // SAFETY: bounds checked after the resize; frame layouts have alignment 1.
-    Some(unsafe { &mut *p })
 }

@@ -5,9 +5,7 @@
 //! - a matched RST or ICMP error is reported and dropped;
 //! - anything else is passed untouched (and counted as stale or forged when it aims at the
 //!   probe port range).
-use aya_ebpf::{
-    bindings::xdp_action, helpers::bpf_ktime_get_ns, helpers::bpf_xdp_adjust_tail, macros::xdp, programs::XdpContext,
-};
+use aya_ebpf::{bindings::xdp_action, helpers::bpf_ktime_get_ns, macros::xdp, programs::XdpContext};
 use probe_common::{
     counters::RxCounters,
     frame::{write_rst_v4, write_rst_v6, Ends, RstV4, RstV6, FLOW_LABEL_MASK},
@@ -20,7 +18,7 @@ use probe_common::{
 
 use crate::{
     maps::{is_probe_port, rx_counters, PROBE_EVENTS, PROBE_INFLIGHT},
-    parse::{parse_l3, ptr_at, read_at, L3},
+    parse::{parse_l3, read_at, shrink_to, L3},
 };
 
 const PASS: u32 = xdp_action::XDP_PASS;
@@ -133,27 +131,6 @@ fn on_tcp(ctx: &XdpContext, eth: &EthHdr, l3: &L3, c: &mut RxCounters) -> Option
     }
     c.rst_sent += 1;
     Some(xdp_action::XDP_TX)
-}
-
-/// Shrinks the frame to `T`'s size and returns it as a `T` to be written in place.
-#[inline(always)]
-fn shrink_to<T>(ctx: &XdpContext) -> Option<&'static mut T> {
-    let len = (ctx.data_end() - ctx.data()) as i32;
-    let delta = core::mem::size_of::<T>() as i32 - len;
-    if delta > 0 {
-        return None;
-    }
-    if delta < 0 {
-        // SAFETY: shrinking the tail by a length the frame has is always valid; every packet
-        // pointer is re-derived below through ptr_at.
-        if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
-            return None;
-        }
-    }
-    let p = ptr_at::<T>(ctx, 0)?;
-    // SAFETY: ptr_at checked the bounds after the resize; every frame layout has alignment 1,
-    // and the reference lives only until the program returns.
-    Some(unsafe { &mut *p })
 }
 
 #[inline(always)]

@@ -48,18 +48,7 @@ impl Netns {
     /// Packets matched so far by the counters of the input rules whose text contains `needle`.
     pub fn nft_rule_packets(&self, needle: &str) -> u64 {
         let listing = self.exec("nft", &["list", "chain", "inet", "probed_test", "input"]);
-        listing
-            .lines()
-            .filter(|l| l.contains(needle))
-            .filter_map(|l| {
-                l.split("counter packets ")
-                    .nth(1)?
-                    .split_whitespace()
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .sum()
+        counted_packets(&listing, needle)
     }
 
     /// Adds one rule to an input chain of this namespace's own table.
@@ -109,4 +98,20 @@ impl Drop for Responder {
             let _ = t.join();
         }
     }
+}
+
+/// Sums the `counter packets N` of the rules in an `nft list` listing whose text contains `needle`.
+pub fn counted_packets(listing: &str, needle: &str) -> u64 {
+    listing
+        .lines()
+        .filter(|l| l.contains(needle))
+        .filter_map(|l| {
+            l.split("counter packets ")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
 }

@@ -523,18 +523,7 @@ fn backend_nftables_rules_admit_probes_and_refuse_everyone_else() {
         let listing = topo
             .backend
             .exec("nft", &["list", "chain", "inet", "probed_backend", "input"]);
-        listing
-            .lines()
-            .filter(|l| l.contains("reject with tcp reset"))
-            .filter_map(|l| {
-                l.split("counter packets ")
-                    .nth(1)?
-                    .split_whitespace()
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .sum::<u64>()
+        probed_tests::servers::counted_packets(&listing, "reject with tcp reset")
     };
     let connect_from = |source: &str| {
         let source: std::net::SocketAddr = format!("{source}:0").parse().unwrap();
