@@ -87,7 +87,9 @@ pub fn save(path: &Path, targets: Vec<SavedTarget>, now_unix_ms: u64) -> Result<
         saved_unix_ms: now_unix_ms,
         targets,
     };
-    let text = serde_json::to_string_pretty(&file).expect("the state always encodes");
+    // Compact: at 100k targets pretty-printing cost the writer thread a core's worth of time
+    // during bursts of changes; `jq . state.json` reads it just as well.
+    let text = serde_json::to_string(&file).expect("the state always encodes");
     let tmp = temp_path(path);
     let mut f = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
     f.write_all(text.as_bytes())
