@@ -1,0 +1,142 @@
+//! `probed run` as an operator runs it: the real binary in the prober namespace, driven by
+//! signals. SIGHUP applies a good file and refuses a bad one (the old config keeps running,
+//! endpoints that stay keep their state); SIGTERM stops cleanly, removing pins and socket.
+use std::{
+    os::{fd::AsRawFd, unix::process::CommandExt},
+    process::{Child, Command},
+    time::{Duration, Instant},
+};
+
+use probed::api::client;
+use probed_tests::{daemon::DaemonFiles, probed_bin, topo::*, Netns, Topology};
+use serde_json::Value;
+
+const HEALTH: &str = "protocol = \"tcp\"\ninterval = \"100ms\"\ntimeout = \"100ms\"\n\
+                      healthy_threshold = 2\nunhealthy_threshold = 2\n";
+
+fn config(files: &DaemonFiles, endpoints: &[(&str, u16)]) -> String {
+    let mut text = files.header(PROBER_IF)
+        + &format!(
+            "[[profile]]\nname = \"web\"\ndialect = \"lb\"\nrouting = \"priority\"\n\n[profile.health]\n{HEALTH}\n"
+        );
+    for (i, (name, port)) in endpoints.iter().enumerate() {
+        text += &format!(
+            "\n[[profile.endpoint]]\nname = \"{name}\"\naddress = \"{BACKEND_V4}\"\nport = {port}\npriority = {}\n",
+            i + 1
+        );
+    }
+    text
+}
+
+/// The daemon process; killed if a test fails before it stops it.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `probed run` inside `ns`'s network namespace (and nothing else: it shares our
+/// mount namespace, so its pins are visible to the test).
+fn spawn(ns: &Netns, config: &std::path::Path) -> Proc {
+    let netns = std::fs::File::open(ns.path()).expect("open the namespace");
+    let mut cmd = Command::new(probed_bin());
+    cmd.arg("run").arg("--config").arg(config);
+    // SAFETY: the closure only calls setns(2), which is async-signal-safe, on an fd that stays
+    // open in the child until exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Proc(cmd.spawn().expect("spawn probed run"))
+}
+
+fn signal(p: &Proc, sig: libc::c_int) {
+    // SAFETY: kill(2) on the pid of a child we own and have not reaped.
+    assert_eq!(unsafe { libc::kill(p.0.id() as i32, sig) }, 0);
+}
+
+fn endpoint(files: &DaemonFiles, name: &str) -> Option<Value> {
+    let r = client::request(&files.api(), "GET", &format!("/v1/status/web/{name}")).ok()?;
+    serde_json::from_str(&r.body)
+        .ok()
+        .filter(|v: &Value| v.get("status").is_some())
+}
+
+fn wait_online(files: &DaemonFiles, name: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(v) = endpoint(files, name).filter(|v| v["status"] == "Online") {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} never came Online: {:?}",
+            endpoint(files, name)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sighup_applies_good_files_refuses_bad_ones_and_sigterm_cleans_up() {
+    let topo = Topology::new();
+    let _a = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    let _b = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8090"));
+    let files = DaemonFiles::new();
+    std::fs::write(files.config_path(), config(&files, &[("a", 8080)])).unwrap();
+    let mut daemon = spawn(&topo.prober, &files.config_path());
+    let a_before = wait_online(&files, "a");
+    assert!(
+        a_before["last_change"].is_object(),
+        "a has a last change to keep: {a_before}"
+    );
+
+    // A bad file: refused whole, the running configuration stays.
+    std::fs::write(
+        files.config_path(),
+        config(&files, &[("a", 8080)]) + "interval = \"soon\"\n[[oops",
+    )
+    .unwrap();
+    signal(&daemon, libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        daemon.0.try_wait().unwrap().is_none(),
+        "a bad reload must not stop the daemon"
+    );
+    assert_eq!(endpoint(&files, "a").expect("a still served")["status"], "Online");
+
+    // A good file: b is added, a keeps its state (same last change, no return to Checking).
+    std::fs::write(files.config_path(), config(&files, &[("a", 8080), ("b", 8090)])).unwrap();
+    signal(&daemon, libc::SIGHUP);
+    wait_online(&files, "b");
+    let a_after = endpoint(&files, "a").expect("a still served");
+    assert_eq!(a_after["status"], "Online");
+    assert_eq!(
+        a_after["last_change"], a_before["last_change"],
+        "a kept its state across the reload"
+    );
+
+    // SIGTERM: a clean exit that leaves no pins and no socket behind, and saves the state.
+    signal(&daemon, libc::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = daemon.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "probed did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "clean exit: {status:?}");
+    let pins_left = std::fs::read_dir(&files.pins.path).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(pins_left, 0, "no pins left in {}", files.pins.path.display());
+    assert!(!files.dir.join("api.sock").exists(), "API socket removed");
+    assert!(files.state().exists(), "last known health saved");
+    daemon.0.wait().ok();
+}
