@@ -612,10 +612,19 @@ impl Runner {
     }
 
     fn on_l4(&mut self, r: L4Result) {
+        // UDP results speak UDP's words ("port unreachable"), as `probed check udp://` does.
+        let udp = self
+            .inflight
+            .get(&r.token)
+            .is_some_and(|i| i.protocol == crate::config::Protocol::Udp);
+        let reason = match crate::probe::udp::UdpOutcome::try_from(r.outcome) {
+            Ok(u) if udp => u.to_string(),
+            _ => r.outcome.to_string(),
+        };
         let report = ProbeReport {
             healthy: r.outcome.healthy(),
             elapsed: r.elapsed,
-            reason: Arc::from(r.outcome.to_string()),
+            reason: Arc::from(reason),
         };
         self.on_result(r.token, report);
     }
