@@ -31,7 +31,7 @@ pub struct Server {
 impl Server {
     /// Binds `listen` and serves `control` until stopped.
     pub async fn start(listen: &ApiListen, control: Control) -> Result<Server, DaemonError> {
-        let (stop, mut stop_rx) = oneshot::channel::<()>();
+        let (stop, stop_rx) = oneshot::channel::<()>();
         match listen {
             ApiListen::Tcp(addr) => {
                 let listener = tokio::net::TcpListener::bind(addr)
@@ -42,14 +42,7 @@ impl Server {
                         source,
                     })?;
                 let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr.to_string());
-                let task = tokio::spawn(async move {
-                    loop {
-                        tokio::select! {
-                            _ = &mut stop_rx => break,
-                            Ok((stream, _)) = listener.accept() => serve(stream, control.clone()),
-                        }
-                    }
-                });
+                let task = accept_loop(listener, stop_rx, control);
                 Ok(Server {
                     addr: bound,
                     unix_path: None,
@@ -80,14 +73,7 @@ impl Server {
                 use std::os::unix::fs::PermissionsExt;
                 std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
                     .map_err(io("restrict the API socket"))?;
-                let task = tokio::spawn(async move {
-                    loop {
-                        tokio::select! {
-                            _ = &mut stop_rx => break,
-                            Ok((stream, _)) = listener.accept() => serve(stream, control.clone()),
-                        }
-                    }
-                });
+                let task = accept_loop(listener, stop_rx, control);
                 Ok(Server {
                     addr: format!("unix:{}", path.display()),
                     unix_path: Some(path.clone()),
@@ -121,6 +107,42 @@ impl Drop for Server {
             let _ = std::fs::remove_file(p);
         }
     }
+}
+
+/// A listener the API accepts connections on: loopback TCP or a unix socket.
+trait Listener: Send + 'static {
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    fn accept_stream(&self) -> impl std::future::Future<Output = std::io::Result<Self::Stream>> + Send;
+}
+
+impl Listener for tokio::net::TcpListener {
+    type Stream = tokio::net::TcpStream;
+    async fn accept_stream(&self) -> std::io::Result<Self::Stream> {
+        self.accept().await.map(|(s, _)| s)
+    }
+}
+
+impl Listener for tokio::net::UnixListener {
+    type Stream = tokio::net::UnixStream;
+    async fn accept_stream(&self) -> std::io::Result<Self::Stream> {
+        self.accept().await.map(|(s, _)| s)
+    }
+}
+
+/// Serves every connection `listener` accepts until `stop` fires.
+fn accept_loop<L: Listener>(
+    listener: L,
+    mut stop: oneshot::Receiver<()>,
+    control: Control,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = &mut stop => break,
+                Ok(stream) = listener.accept_stream() => serve(stream, control.clone()),
+            }
+        }
+    })
 }
 
 fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(stream: S, control: Control) {
