@@ -46,6 +46,13 @@ impl FlowKey {
         }
     }
 
+    /// True when the source address is left for probe_tx to pick (all zero): the route's
+    /// preferred source, from the same FIB lookup that finds the next hop.
+    #[inline(always)]
+    pub fn source_unset(&self) -> bool {
+        self.saddr.iter().fold(0u8, |acc, b| acc | b) == 0
+    }
+
     #[inline(always)]
     pub fn saddr_v4(&self) -> [u8; 4] {
         [self.saddr[0], self.saddr[1], self.saddr[2], self.saddr[3]]

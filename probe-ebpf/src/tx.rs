@@ -2,7 +2,9 @@
 //! Each run takes the next job, routes it (bpf_fib_lookup), writes a SYN or UDP probe over
 //! the template frame, records it in the in-flight table and transmits it.
 use aya_ebpf::{
-    bindings::{bpf_fib_lookup as FibParams, xdp_action, BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LOOKUP_OUTPUT},
+    bindings::{
+        bpf_fib_lookup as FibParams, xdp_action, BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LOOKUP_OUTPUT, BPF_FIB_LOOKUP_SRC,
+    },
     helpers::{bpf_fib_lookup, bpf_ktime_get_ns, bpf_redirect},
     macros::xdp,
     programs::XdpContext,
@@ -45,25 +47,18 @@ fn try_probe_tx(ctx: &XdpContext) -> Option<u32> {
         counters.no_job += 1;
         return Some(xdp_action::XDP_DROP);
     }
-    let job = PROBE_JOBS.get(idx as u32)?;
+    let job = PROBE_JOBS.get_ptr_mut(idx as u32)?;
+    // SAFETY: `job` points at an element of an array map; userspace does not touch the jobs
+    // while the generator runs, and this run is the only one reading this index.
+    let job = unsafe { &mut *job };
     // A key of zero means userspace has not started the engine: fail closed, send nothing.
     let key = &PROBE_KEY.get(0)?.k;
     if *key == [0, 0] {
         return Some(xdp_action::XDP_DROP);
     }
-    let flow = &job.flow;
     let ifindex = ctx.ingress_ifindex() as u32;
-    let mut fib = fib_params(flow, ifindex);
-    // SAFETY: `fib` is a properly initialised parameter block on this stack frame and the
-    // size passed is its own.
-    let rc = unsafe {
-        bpf_fib_lookup(
-            ctx.ctx as *mut _,
-            &mut fib,
-            core::mem::size_of::<FibParams>() as i32,
-            BPF_FIB_LOOKUP_OUTPUT,
-        )
-    };
+    let mut hop = Hop::default();
+    let rc = route(ctx, &mut job.flow, ifindex, &mut hop);
     if rc != 0 {
         let kind = if rc == BPF_FIB_LKUP_RET_NO_NEIGH as i64 {
             counters.no_neigh += 1;
@@ -75,11 +70,12 @@ fn try_probe_tx(ctx: &XdpContext) -> Option<u32> {
         report(job, kind, rc as u8, counters);
         return Some(xdp_action::XDP_DROP);
     }
+    let flow = &job.flow;
     let cookie = cookie_of(key, flow, job.gen);
     let built = if flow.family == FAMILY_V4 {
-        build_v4(ctx, flow, &fib, cookie, ctl)
+        build_v4(ctx, flow, &hop, cookie, ctl)
     } else {
-        build_v6(ctx, flow, &fib, cookie, ctl)
+        build_v6(ctx, flow, &hop, cookie, ctl)
     };
     if !built {
         return Some(xdp_action::XDP_DROP);
@@ -98,16 +94,58 @@ fn try_probe_tx(ctx: &XdpContext) -> Option<u32> {
         return Some(xdp_action::XDP_DROP);
     }
     counters.sent += 1;
-    if fib.ifindex == ifindex {
+    if hop.ifindex == ifindex {
         Some(xdp_action::XDP_TX)
     } else {
         // SAFETY: bpf_redirect only records the target ifindex for after the program returns.
-        Some(unsafe { bpf_redirect(fib.ifindex, 0) } as u32)
+        Some(unsafe { bpf_redirect(hop.ifindex, 0) } as u32)
     }
 }
 
-// The builders below are separate BPF functions (not inlined) so that their temporaries do
-// not share a stack frame with the route lookup: the verifier allows 512 bytes in all.
+// The route lookup and the builders below are separate BPF functions (not inlined) so that
+// their temporaries do not share one stack frame: the verifier allows 512 bytes in all.
+
+/// Where a routed probe goes: the MACs and the egress device.
+#[derive(Default)]
+struct Hop {
+    smac: [u8; 6],
+    dmac: [u8; 6],
+    ifindex: u32,
+}
+
+/// Routes `flow` with bpf_fib_lookup and fills `hop`; returns the helper's result (0 when
+/// the probe can go). A flow without a source address gets the route's preferred source
+/// from the same lookup (BPF_FIB_LOOKUP_SRC), written into `flow`, so userspace never
+/// resolves sources per target and follows route changes for free.
+#[inline(never)]
+fn route(ctx: &XdpContext, flow: &mut FlowKey, ifindex: u32, hop: &mut Hop) -> i64 {
+    let pick_source = flow.source_unset();
+    let mut fib = fib_params(flow, ifindex);
+    let flags = if pick_source {
+        BPF_FIB_LOOKUP_OUTPUT | BPF_FIB_LOOKUP_SRC
+    } else {
+        BPF_FIB_LOOKUP_OUTPUT
+    };
+    // SAFETY: `fib` is a properly initialised parameter block on this stack frame and the
+    // size passed is its own.
+    let rc = unsafe {
+        bpf_fib_lookup(
+            ctx.ctx as *mut _,
+            &mut fib,
+            core::mem::size_of::<FibParams>() as i32,
+            flags,
+        )
+    };
+    if rc == 0 {
+        if pick_source {
+            copy_source(&fib, flow);
+        }
+        hop.smac = fib.smac;
+        hop.dmac = fib.dmac;
+        hop.ifindex = fib.ifindex;
+    }
+    rc
+}
 
 #[inline(never)]
 fn cookie_of(key: &[u64; 2], flow: &FlowKey, gen: u32) -> u32 {
@@ -115,7 +153,7 @@ fn cookie_of(key: &[u64; 2], flow: &FlowKey, gen: u32) -> u32 {
 }
 
 #[inline(never)]
-fn build_v4(ctx: &XdpContext, flow: &FlowKey, fib: &FibParams, cookie: u32, ctl: &TxCtl) -> bool {
+fn build_v4(ctx: &XdpContext, flow: &FlowKey, fib: &Hop, cookie: u32, ctl: &TxCtl) -> bool {
     let e = Ends {
         smac: fib.smac,
         dmac: fib.dmac,
@@ -135,7 +173,7 @@ fn build_v4(ctx: &XdpContext, flow: &FlowKey, fib: &FibParams, cookie: u32, ctl:
 }
 
 #[inline(never)]
-fn build_v6(ctx: &XdpContext, flow: &FlowKey, fib: &FibParams, cookie: u32, ctl: &TxCtl) -> bool {
+fn build_v6(ctx: &XdpContext, flow: &FlowKey, fib: &Hop, cookie: u32, ctl: &TxCtl) -> bool {
     let e = Ends {
         smac: fib.smac,
         dmac: fib.dmac,
@@ -182,6 +220,22 @@ fn fib_params(flow: &FlowKey, ifindex: u32) -> FibParams {
         p.__bindgen_anon_4.ipv6_dst = words(&flow.daddr);
     }
     p
+}
+
+/// Copies the source address bpf_fib_lookup picked (BPF_FIB_LOOKUP_SRC) into `flow`.
+#[inline(always)]
+fn copy_source(fib: &FibParams, flow: &mut FlowKey) {
+    if flow.family == FAMILY_V4 {
+        // SAFETY: for AF_INET the lookup fills the ipv4 member of the union.
+        let src = unsafe { fib.__bindgen_anon_3.ipv4_src };
+        flow.saddr[..4].copy_from_slice(&src.to_ne_bytes());
+    } else {
+        // SAFETY: for AF_INET6 the lookup fills the ipv6 member of the union.
+        let src = unsafe { fib.__bindgen_anon_3.ipv6_src };
+        for (i, w) in src.iter().enumerate() {
+            flow.saddr[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+        }
+    }
 }
 
 #[inline(always)]

@@ -2,9 +2,8 @@
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Context;
-use aya::programs::XdpMode;
 use clap::{Parser, Subcommand, ValueEnum};
-use probed::kernel::{pin::PinDir, rx::RxProgram};
+use probed::kernel::{pin::PinDir, rx::RxProgram, AttachMode};
 
 mod check;
 mod check_l4;
@@ -31,7 +30,7 @@ enum Command {
         #[arg(long, default_value = "/sys/fs/bpf/probed")]
         pin_dir: PathBuf,
         /// XDP attach mode.
-        #[arg(long, value_enum, default_value_t = Mode::Skb)]
+        #[arg(long, value_enum, default_value_t = Mode::Auto)]
         mode: Mode,
         /// How often to print the counters, in milliseconds.
         #[arg(long, default_value_t = 1000)]
@@ -86,16 +85,16 @@ pub enum Mode {
     Skb,
     /// Native XDP in the driver.
     Driver,
-    /// Let the kernel choose.
+    /// Native when the driver takes it, else generic.
     Auto,
 }
 
-impl From<Mode> for XdpMode {
+impl From<Mode> for AttachMode {
     fn from(m: Mode) -> Self {
         match m {
-            Mode::Skb => XdpMode::Skb,
-            Mode::Driver => XdpMode::Driver,
-            Mode::Auto => XdpMode::Default,
+            Mode::Skb => AttachMode::Skb,
+            Mode::Driver => AttachMode::Driver,
+            Mode::Auto => AttachMode::Auto,
         }
     }
 }
@@ -157,8 +156,9 @@ fn attach(iface: &str, pin_dir: PathBuf, mode: Mode, every_ms: u64, duration_s: 
     let pins = PinDir::create(&pin_dir).with_context(|| format!("prepare pin directory {}", pin_dir.display()))?;
     let rx = RxProgram::attach(iface, mode.into(), pins).with_context(|| format!("attach probe_rx to {iface}"))?;
     println!(
-        "probe_rx attached to {} (maps pinned in {})",
+        "probe_rx attached to {} in {} mode (maps pinned in {})",
         rx.iface(),
+        rx.mode(),
         rx.pin_dir().display()
     );
     runtime()?.block_on(async {

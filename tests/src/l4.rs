@@ -19,11 +19,23 @@ pub fn start_engine_with(
 ) -> (L4Engine, tokio::sync::mpsc::UnboundedReceiver<L4Result>) {
     let mut cfg = EngineConfig::new(PROBER_IF, &pins.path);
     cfg.tx = tx;
+    cfg.mode = xdp_mode();
     adjust(&mut cfg);
-    if std::env::var("PROBED_XDP_MODE").as_deref() == Ok("driver") {
-        cfg.mode = aya::programs::XdpMode::Driver;
-    }
     L4Engine::start(cfg).unwrap_or_else(|e| panic!("start the L4 engine: {e:?}"))
+}
+
+/// The XDP mode tests attach in: `PROBED_XDP_MODE` (auto, driver or skb), else auto, which
+/// is what the daemon uses by default (native on veth).
+pub fn xdp_mode() -> probed::kernel::AttachMode {
+    match std::env::var("PROBED_XDP_MODE") {
+        Ok(v) => probed::kernel::AttachMode::parse(&v).unwrap_or_else(|| {
+            panic!(
+                "PROBED_XDP_MODE={v:?}: expected one of {:?}",
+                probed::kernel::AttachMode::NAMES
+            )
+        }),
+        Err(_) => probed::kernel::AttachMode::Auto,
+    }
 }
 
 /// Waits for `n` results, or until `within` has passed; returns what arrived.

@@ -1,10 +1,8 @@
 //! Attaches `test_reflector` (a SYN -> SYN+ACK responder in XDP, see probe-ebpf) to a
 //! backend interface: a stand-in for a remote fleet whose TCP work costs this machine almost
 //! nothing, so benchmarks can see what the prober itself costs.
-use aya::{
-    programs::{Xdp, XdpMode},
-    Ebpf,
-};
+use aya::{programs::Xdp, Ebpf};
+use probed::kernel::AttachMode;
 
 use crate::Netns;
 
@@ -14,7 +12,13 @@ pub struct Reflector {
 }
 
 impl Reflector {
-    pub fn attach(ns: &Netns, iface: &str, mode: XdpMode) -> Self {
+    /// Attaches in the mode the prober's tests use (`crate::l4::xdp_mode`): on veth, native
+    /// XDP_TX toward a peer needs the peer's NAPI, which a native program there provides.
+    pub fn attach(ns: &Netns, iface: &str) -> Self {
+        Self::attach_in(ns, iface, crate::l4::xdp_mode())
+    }
+
+    pub fn attach_in(ns: &Netns, iface: &str, mode: AttachMode) -> Self {
         ns.enter(|| {
             let mut ebpf = Ebpf::load(probed::kernel::BPF_OBJECT).expect("load the eBPF object");
             let prog: &mut Xdp = ebpf
@@ -23,7 +27,7 @@ impl Reflector {
                 .try_into()
                 .unwrap();
             prog.load().expect("load test_reflector");
-            prog.attach(iface, mode).expect("attach test_reflector");
+            probed::kernel::attach_xdp(prog, iface, mode).expect("attach test_reflector");
             Self { _ebpf: ebpf }
         })
     }

@@ -1,6 +1,5 @@
 //! A test that fails part-way leaves nothing behind: no namespace, no pinned map, no
 //! loaded program.
-use aya::programs::XdpMode;
 use probed::kernel::{pin::PinDir, rx::RxProgram};
 use probed_tests::{topo::PROBER_IF, Netns, TestPins, Topology};
 
@@ -19,7 +18,12 @@ fn failing_test_leaves_nothing_behind() {
         ))
         .unwrap();
         topo.prober.enter(|| {
-            let rx = RxProgram::attach(PROBER_IF, XdpMode::Skb, PinDir::create(&pins.path).unwrap()).unwrap();
+            let rx = RxProgram::attach(
+                PROBER_IF,
+                probed_tests::l4::xdp_mode(),
+                PinDir::create(&pins.path).unwrap(),
+            )
+            .unwrap();
             let id = rx.program_id().unwrap();
             tx.send((String::new(), String::new(), pins.path.clone(), id)).unwrap();
             assert!(program_loaded(id), "program {id} is loaded while attached");

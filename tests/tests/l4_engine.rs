@@ -291,7 +291,7 @@ fn xdp_reflector_backend_answers_probes_without_the_backend_stack() {
     // that the prober's RST is consumed by it.
     let topo = Topology::new();
     topo.anyip("198.19.0.0/22");
-    let _reflector = probed_tests::reflector::Reflector::attach(&topo.backend, BACKEND_IF, aya::programs::XdpMode::Skb);
+    let _reflector = probed_tests::reflector::Reflector::attach(&topo.backend, BACKEND_IF);
     let pins = TestPins::new();
     let reqs = anyip_port80(500);
     let results = topo.prober.enter(|| {
@@ -307,4 +307,105 @@ fn xdp_reflector_backend_answers_probes_without_the_backend_stack() {
         results.iter().all(|r| r.outcome == L4Outcome::Open),
         "no listener exists: only the reflector answers"
     );
+}
+
+/// With no source address configured, probe_tx's route lookup picks the route's preferred
+/// source, and a route change takes effect on the next probe, with no restart.
+#[test]
+fn generator_sends_from_the_routes_preferred_source_and_follows_route_changes() {
+    const PORT: u16 = 8090;
+    let topo = Topology::new();
+    topo.anyip("198.19.7.0/24");
+    topo.anyip("2001:2:0:7::/64");
+    let _listener = topo.backend.tcp_listen(&format!("[::]:{PORT}"));
+    let prober_mac = topo.prober.mac(PROBER_IF);
+    for (v4, v6) in [("198.18.0.9", "2001:2::9")] {
+        topo.prober.ip(&["addr", "add", &format!("{v4}/24"), "dev", PROBER_IF]);
+        topo.prober
+            .ip(&["-6", "addr", "add", &format!("{v6}/64"), "dev", PROBER_IF, "nodad"]);
+        for a in [v4, v6] {
+            topo.backend.ip(&[
+                "neigh",
+                "replace",
+                a,
+                "lladdr",
+                &prober_mac,
+                "dev",
+                BACKEND_IF,
+                "nud",
+                "permanent",
+            ]);
+        }
+    }
+    // One counter per source address: SYNs only (probe_rx's RSTs come from the same source).
+    for (fam, src) in [
+        ("ip", PROBER_V4),
+        ("ip", "198.18.0.9"),
+        ("ip6", PROBER_V6),
+        ("ip6", "2001:2::9"),
+    ] {
+        topo.backend.nft_input_rule(&format!(
+            "{fam} saddr {src} tcp dport {PORT} tcp flags & (syn | ack) == syn counter"
+        ));
+    }
+    let syns_from = |src: &str| topo.backend.nft_rule_packets(&format!("saddr {src} "));
+    let route = |src_v4: &str, src_v6: &str| {
+        topo.prober.ip(&[
+            "route",
+            "replace",
+            "198.19.7.0/24",
+            "via",
+            BACKEND_V4,
+            "dev",
+            PROBER_IF,
+            "src",
+            src_v4,
+        ]);
+        topo.prober.ip(&[
+            "-6",
+            "route",
+            "replace",
+            "2001:2:0:7::/64",
+            "via",
+            BACKEND_V6,
+            "dev",
+            PROBER_IF,
+            "src",
+            src_v6,
+        ]);
+    };
+    let pins = TestPins::new();
+    topo.prober.enter(|| {
+        let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
+        assert_eq!(engine.tx_path(), TxPath::Xdp, "{}", engine.tx_path_reason());
+        let mut round = |token: u64| {
+            engine
+                .submit(vec![
+                    tcp(token, &format!("198.19.7.5:{PORT}"), 1000),
+                    tcp(token + 1, &format!("[2001:2:0:7::5]:{PORT}"), 1000),
+                ])
+                .unwrap();
+            let results = collect(&mut rx, 2, Duration::from_secs(3));
+            assert_eq!(results.len(), 2, "{results:?}");
+            for r in &results {
+                assert_eq!(r.outcome, L4Outcome::Open, "{r:?}");
+            }
+        };
+        route("198.18.0.9", "2001:2::9");
+        round(1);
+        assert_eq!(
+            (syns_from("198.18.0.9"), syns_from("2001:2::9")),
+            (1, 1),
+            "the route's preferred sources"
+        );
+        assert_eq!((syns_from(PROBER_V4), syns_from(PROBER_V6)), (0, 0));
+        route(PROBER_V4, PROBER_V6);
+        round(3);
+        assert_eq!(
+            (syns_from(PROBER_V4), syns_from(PROBER_V6)),
+            (1, 1),
+            "the new route's sources, at once"
+        );
+        assert_eq!((syns_from("198.18.0.9"), syns_from("2001:2::9")), (1, 1));
+    });
 }

@@ -6,7 +6,6 @@ use std::{
     time::Duration,
 };
 
-use aya::programs::XdpMode;
 use probed::kernel::{pin::PinDir, rx::RxProgram};
 use probed_tests::{topo::*, TestPins, Topology};
 
@@ -29,8 +28,12 @@ fn counts_synack_rst_and_icmp_unreachable_exactly() {
     let pins = TestPins::new();
 
     topo.prober.enter(|| {
-        let rx = RxProgram::attach(PROBER_IF, XdpMode::Skb, PinDir::create(&pins.path).unwrap())
-            .unwrap_or_else(|e| panic!("attach probe_rx: {e:?}"));
+        let rx = RxProgram::attach(
+            PROBER_IF,
+            probed_tests::l4::xdp_mode(),
+            PinDir::create(&pins.path).unwrap(),
+        )
+        .unwrap_or_else(|e| panic!("attach probe_rx: {e:?}"));
         assert!(pins.path.join("PROBE_RX_COUNTERS").exists(), "counters map is pinned");
 
         let mut held = Vec::new();

@@ -54,7 +54,8 @@ pub fn start_for(
     })?;
     if !args.json {
         eprintln!(
-            "probing from {iface}, sending via {} ({})",
+            "probing from {iface}, probe_rx in {} mode, sending via {} ({})",
+            started.0.rx_mode(),
             started.0.tx_path(),
             started.0.tx_path_reason()
         );

@@ -62,6 +62,8 @@ pub struct Source {
     /// Source addresses; empty means the route's preferred source.
     pub addresses: Vec<IpAddr>,
     pub ports: PortRange,
+    /// How probe_rx attaches to the interface.
+    pub xdp_mode: crate::kernel::AttachMode,
 }
 
 impl Source {

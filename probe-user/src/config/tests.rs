@@ -87,6 +87,7 @@ rule!(
     "[source]\naddresses = [\"100.64.0.300\"]",
     "source.addresses[0]"
 );
+rule!(xdp_mode_unknown, "[source]\nxdp_mode = \"native\"", "source.xdp_mode");
 rule!(
     interface_name_bad,
     "[source]\ninterfaces = [\"a/b\"]",
@@ -538,7 +539,20 @@ fn empty_file_gets_defaults() {
             last: 65000
         }
     );
+    assert_eq!(c.source.xdp_mode, crate::kernel::AttachMode::Auto);
     assert!(c.profiles.is_empty());
+}
+
+#[test]
+fn xdp_mode_is_read() {
+    for (text, want) in [
+        ("auto", crate::kernel::AttachMode::Auto),
+        ("driver", crate::kernel::AttachMode::Driver),
+        ("skb", crate::kernel::AttachMode::Skb),
+    ] {
+        let c = ok(&format!("[source]\nxdp_mode = \"{text}\"\n"));
+        assert_eq!(c.source.xdp_mode, want, "{text}");
+    }
 }
 
 #[test]

@@ -8,6 +8,8 @@ use std::{
 };
 
 use ipnet::IpNet;
+
+use crate::kernel::AttachMode;
 use toml::de::{DeTable, DeValue};
 
 use super::{
@@ -195,12 +197,13 @@ fn api_listen(r: &mut Reader<'_>, item: &Item<String>, allow_remote: bool) -> Op
 }
 
 fn source(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option<Source> {
-    let keys = ["interfaces", "addresses", "port_range"];
+    let keys = ["interfaces", "addresses", "port_range", "xdp_mode"];
     let Some(t) = opt_table(r, v, "source", &keys)? else {
         return Some(Source {
             interfaces: Vec::new(),
             addresses: Vec::new(),
             ports: DEFAULT_PORTS,
+            xdp_mode: AttachMode::Auto,
         });
     };
     let mut ok = true;
@@ -235,11 +238,25 @@ fn source(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option<
         None => Some(DEFAULT_PORTS),
         Some(item) => port_range(r, &item),
     };
+    let xdp_mode = match r.string(&t, "xdp_mode") {
+        None => Some(AttachMode::Auto),
+        Some(item) => {
+            let mode = AttachMode::parse(&item.v);
+            if mode.is_none() {
+                r.bad(
+                    &item,
+                    "expected \"auto\" (native XDP when the driver takes it, else generic), \"driver\" or \"skb\"",
+                );
+            }
+            mode
+        }
+    };
     ok.then_some(())?;
     Some(Source {
         interfaces,
         addresses,
         ports: ports?,
+        xdp_mode: xdp_mode?,
     })
 }
 

@@ -496,6 +496,7 @@ impl Runner {
             IpAddr::V6(a) => Some(a),
             IpAddr::V4(_) => None,
         });
+        ec.mode = config.source.xdp_mode;
         ec.sport_min = config.source.ports.first;
         ec.sport_max = config.source.ports.last;
         let (engine, rx) = L4Engine::start(ec).map_err(|source| DaemonError::Engine {
@@ -503,7 +504,8 @@ impl Runner {
             source: Box::new(source),
         })?;
         log::info!(
-            "L4 engine on {iface}: {} ({})",
+            "L4 engine on {iface}: probe_rx in {} mode, sending via {} ({})",
+            engine.rx_mode(),
             engine.tx_path(),
             engine.tx_path_reason()
         );

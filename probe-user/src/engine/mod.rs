@@ -15,7 +15,6 @@ use std::{
     time::Duration,
 };
 
-use aya::programs::XdpMode;
 use probe_common::counters::{RxCounters, TxCounters};
 
 use crate::kernel::KernelError;
@@ -51,7 +50,8 @@ pub enum TxChoice {
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     pub iface: String,
-    pub mode: XdpMode,
+    /// How probe_rx attaches: native when the driver takes it, unless told otherwise.
+    pub mode: crate::kernel::AttachMode,
     /// Source addresses; None = whatever the routing table picks for each target.
     pub source_v4: Option<std::net::Ipv4Addr>,
     pub source_v6: Option<std::net::Ipv6Addr>,
@@ -68,7 +68,7 @@ impl EngineConfig {
     pub fn new(iface: impl Into<String>, pin_dir: impl Into<PathBuf>) -> Self {
         Self {
             iface: iface.into(),
-            mode: XdpMode::Skb,
+            mode: crate::kernel::AttachMode::Auto,
             source_v4: None,
             source_v6: None,
             sport_min: 61000,
@@ -201,6 +201,7 @@ pub struct L4Engine {
     wake: Arc<run::Waker>,
     path: TxPath,
     path_reason: String,
+    rx_mode: crate::kernel::AttachMode,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -219,6 +220,7 @@ impl L4Engine {
         let wake = Arc::new(run::Waker::new()?);
         let state = run::EngineState::new(&cfg, results_tx, wake.clone())?;
         let (path, path_reason) = state.path();
+        let rx_mode = state.rx_mode();
         let thread = std::thread::Builder::new()
             .name("probed-l4".into())
             .spawn(move || state.run(cmd_rx))
@@ -232,6 +234,7 @@ impl L4Engine {
                 wake,
                 path,
                 path_reason,
+                rx_mode,
                 thread: Some(thread),
             },
             results_rx,
@@ -241,6 +244,11 @@ impl L4Engine {
     /// Which sender the engine uses.
     pub fn tx_path(&self) -> TxPath {
         self.path
+    }
+
+    /// The mode probe_rx runs in (driver or skb).
+    pub fn rx_mode(&self) -> crate::kernel::AttachMode {
+        self.rx_mode
     }
 
     /// Why it uses that sender, in words for the operator.

@@ -74,6 +74,10 @@ type FrameShape = (bool, Option<Arc<[u8]>>);
 struct Live {
     token: u64,
     target: SocketAddr,
+    /// Its entry in `active_flows`: the flow as requested, with no source address when the
+    /// generator picks it.
+    key: FlowKey,
+    /// The flow on the wire, once the source is known: the in-flight table's key.
     flow: FlowKey,
     gen: u32,
     udp: bool,
@@ -160,6 +164,10 @@ impl EngineState {
             last_turn: Instant::now(),
             max_inflight: cfg.max_inflight as usize,
         })
+    }
+
+    pub(crate) fn rx_mode(&self) -> crate::kernel::AttachMode {
+        self.kernel.rx_mode()
     }
 
     pub(crate) fn path(&self) -> (TxPath, String) {
@@ -253,7 +261,7 @@ impl EngineState {
             return;
         };
         self.free.push(slot);
-        self.active_flows.remove(&live.flow);
+        self.active_flows.remove(&live.key);
         self.stats.completed += 1;
         let _ = self.results.send(L4Result {
             token: live.token,
@@ -273,15 +281,23 @@ impl EngineState {
         });
     }
 
-    /// A source port for this flow that no live probe uses.
-    fn pick_flow(&self, src: IpAddr, req: &L4Request, proto: u8, gen: u32) -> Option<FlowKey> {
+    /// A source port for this flow that no live probe uses. With no source address the
+    /// flow leaves it unset, for the generator to fill in, and the port is kept unique per
+    /// target and port alone.
+    fn pick_flow(&self, src: Option<IpAddr>, req: &L4Request, proto: u8, gen: u32) -> Option<FlowKey> {
         let seed = (gen as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ req.target.port() as u64;
         for attempt in 0..16u64 {
             let off = ((seed >> 17).wrapping_add(attempt * 7919) % self.sport_span as u64) as u16;
             let sport = self.sport_min + off;
             let flow = match (src, req.target.ip()) {
-                (IpAddr::V4(s), IpAddr::V4(d)) => FlowKey::v4(s.octets(), d.octets(), sport, req.target.port(), proto),
-                (IpAddr::V6(s), IpAddr::V6(d)) => FlowKey::v6(s.octets(), d.octets(), sport, req.target.port(), proto),
+                (Some(IpAddr::V4(s)), IpAddr::V4(d)) => {
+                    FlowKey::v4(s.octets(), d.octets(), sport, req.target.port(), proto)
+                }
+                (Some(IpAddr::V6(s)), IpAddr::V6(d)) => {
+                    FlowKey::v6(s.octets(), d.octets(), sport, req.target.port(), proto)
+                }
+                (None, IpAddr::V4(d)) => FlowKey::v4([0; 4], d.octets(), sport, req.target.port(), proto),
+                (None, IpAddr::V6(d)) => FlowKey::v6([0; 16], d.octets(), sport, req.target.port(), proto),
                 _ => return None,
             };
             if !self.active_flows.contains_key(&flow) {
@@ -307,9 +323,16 @@ impl EngineState {
         let mut groups: HashMap<FrameShape, Vec<ProbeJob>> = HashMap::new();
         let now = Instant::now();
         for req in reqs {
-            let Some(src) = self.sources.source_for(req.target.ip()) else {
-                self.reject(&req, L4Outcome::NoRoute);
-                continue;
+            // On the XDP path probe_tx's route lookup picks any source not configured.
+            let src = match self.path {
+                TxPath::Xdp => self.sources.configured(req.target.ip()),
+                TxPath::Raw => match self.sources.source_for(req.target.ip(), now) {
+                    Some(src) => Some(src),
+                    None => {
+                        self.reject(&req, L4Outcome::NoRoute);
+                        continue;
+                    }
+                },
             };
             let (proto, payload) = match &req.proto {
                 L4Proto::Tcp => (IPPROTO_TCP, None),
@@ -324,6 +347,7 @@ impl EngineState {
             let live = Live {
                 token: req.token,
                 target: req.target,
+                key: flow,
                 flow,
                 gen,
                 udp: payload.is_some(),
@@ -339,9 +363,9 @@ impl EngineState {
                 .or_default()
                 .push(ProbeJob { flow, slot, gen });
         }
-        for ((v4, payload), jobs) in groups {
+        for ((v4, payload), mut jobs) in groups {
             match self.path {
-                TxPath::Xdp => self.send_xdp(v4, payload.as_deref(), &jobs),
+                TxPath::Xdp => self.send_xdp(v4, payload.as_deref(), &mut jobs),
                 TxPath::Raw => {
                     for job in &jobs {
                         self.send_raw(job);
@@ -351,7 +375,7 @@ impl EngineState {
         }
     }
 
-    fn send_xdp(&mut self, v4: bool, payload: Option<&[u8]>, jobs: &[ProbeJob]) {
+    fn send_xdp(&mut self, v4: bool, payload: Option<&[u8]>, jobs: &mut [ProbeJob]) {
         let head = match (v4, payload.is_some()) {
             (true, false) => SynV4::LEN,
             (false, false) => SynV6::LEN,
@@ -366,14 +390,26 @@ impl EngineState {
             }
             None => (0, 0),
         };
-        for chunk in jobs.chunks(probe_common::l4::MAX_JOBS as usize) {
-            if let Err(e) = self.kernel.send(chunk, &template, psum, plen) {
-                log::warn!(
-                    "probe_tx run failed ({e}); sending {} probes through the raw socket",
-                    chunk.len()
-                );
-                for job in chunk {
-                    self.send_raw(job);
+        for chunk in jobs.chunks_mut(probe_common::l4::MAX_JOBS as usize) {
+            match self.kernel.send(chunk, &template, psum, plen) {
+                Ok(_) => {
+                    // Learn the flows as sent: their sources, where the generator picked them.
+                    for job in chunk.iter() {
+                        if let Some(live) = self.slots.get_mut(job.slot as usize).and_then(|l| l.as_mut()) {
+                            if live.gen == job.gen && !job.flow.source_unset() {
+                                live.flow = job.flow;
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    log::warn!(
+                        "probe_tx run failed ({e}); sending {} probes through the raw socket",
+                        chunk.len()
+                    );
+                    for job in chunk.iter() {
+                        self.send_raw(job);
+                    }
                 }
             }
         }
@@ -382,6 +418,21 @@ impl EngineState {
     /// Sends one probe through the stack: records it in the in-flight table under the same
     /// cookie the generator would use, then hands the IP packet to a raw socket.
     fn send_raw(&mut self, job: &ProbeJob) {
+        let mut job = *job;
+        if job.flow.source_unset() {
+            // The generator could not route it: ask the routing table for a source here.
+            let Some(src) = self.sources.source_for(ip_of(&job.flow), Instant::now()) else {
+                self.fail_now(job.slot, L4Outcome::NoRoute);
+                return;
+            };
+            match src {
+                IpAddr::V4(a) => job.flow.saddr[..4].copy_from_slice(&a.octets()),
+                IpAddr::V6(a) => job.flow.saddr = a.octets(),
+            }
+            if let Some(live) = self.slots.get_mut(job.slot as usize).and_then(|l| l.as_mut()) {
+                live.flow = job.flow;
+            }
+        }
         let cookie = probe_cookie(&self.key, &job.flow, job.gen);
         let entry = Inflight {
             slot: job.slot,
@@ -520,6 +571,15 @@ fn choose_path(iface: &str, choice: TxChoice) -> (TxPath, String) {
         _ => "",
     };
     (TxPath::Xdp, format!("{iface} supports XDP transmit{note}"))
+}
+
+/// The target address of a flow.
+fn ip_of(flow: &FlowKey) -> IpAddr {
+    if flow.family == probe_common::l4::FAMILY_V4 {
+        IpAddr::from(flow.daddr_v4())
+    } else {
+        IpAddr::from(flow.daddr)
+    }
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock bpf_ktime_get_ns reads.

@@ -4,17 +4,22 @@
 use std::{
     collections::HashMap,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket},
+    time::{Duration, Instant},
 };
 
-/// Picks and caches source addresses.
+/// Picks source addresses: the configured one for the family, else the route's preferred
+/// source. On the XDP path the generator's own route lookup picks it; this picker's route
+/// lookups serve the raw-socket path and the probes handed back to the stack.
 pub struct SourcePicker {
     v4: Option<Ipv4Addr>,
     v6: Option<Ipv6Addr>,
-    cache: HashMap<IpAddr, Option<IpAddr>>,
+    cache: HashMap<IpAddr, (Option<IpAddr>, Instant)>,
 }
 
 /// Most route lookups remembered; past that the cache starts over.
 const CACHE_MAX: usize = 1 << 20;
+/// How long a route lookup is trusted: routes change, and the next lookup follows them.
+const CACHE_TTL: Duration = Duration::from_secs(30);
 
 impl SourcePicker {
     pub fn new(v4: Option<Ipv4Addr>, v6: Option<Ipv6Addr>) -> Self {
@@ -25,17 +30,30 @@ impl SourcePicker {
         }
     }
 
-    /// The source address for probes to `target`, or None when there is no route.
-    pub fn source_for(&mut self, target: IpAddr) -> Option<IpAddr> {
+    /// The configured source address for `target`'s family, if any.
+    pub fn configured(&self, target: IpAddr) -> Option<IpAddr> {
         match target {
-            IpAddr::V4(_) if self.v4.is_some() => return self.v4.map(IpAddr::V4),
-            IpAddr::V6(_) if self.v6.is_some() => return self.v6.map(IpAddr::V6),
-            _ => {}
+            IpAddr::V4(_) => self.v4.map(IpAddr::V4),
+            IpAddr::V6(_) => self.v6.map(IpAddr::V6),
+        }
+    }
+
+    /// The source address for probes to `target`, or None when there is no route.
+    pub fn source_for(&mut self, target: IpAddr, now: Instant) -> Option<IpAddr> {
+        if let Some(src) = self.configured(target) {
+            return Some(src);
+        }
+        if let Some(&(src, at)) = self.cache.get(&target) {
+            if now.saturating_duration_since(at) < CACHE_TTL {
+                return src;
+            }
         }
         if self.cache.len() >= CACHE_MAX {
             self.cache.clear();
         }
-        *self.cache.entry(target).or_insert_with(|| route_source(target))
+        let src = route_source(target);
+        self.cache.insert(target, (src, now));
+        src
     }
 }
 

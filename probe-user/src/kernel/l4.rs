@@ -9,7 +9,7 @@ use std::{
 
 use aya::{
     maps::{Array, HashMap, Map, MapData, MapError, PerCpuArray, RingBuf},
-    programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp, XdpMode},
+    programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp},
     Ebpf, EbpfLoader,
 };
 use probe_common::{
@@ -17,7 +17,7 @@ use probe_common::{
     l4::{CookieKey, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, MAX_JOBS},
 };
 
-use super::{if_index, pin::PinDir, KernelError, BPF_OBJECT};
+use super::{attach_xdp, if_index, pin::PinDir, AttachMode, KernelError, BPF_OBJECT};
 
 const RX: &str = "probe_rx";
 const TX: &str = "probe_tx";
@@ -30,7 +30,7 @@ const LIVE_BATCH: u32 = 64;
 pub struct KernelConfig {
     /// Interface probes leave from and replies arrive on.
     pub iface: String,
-    pub mode: XdpMode,
+    pub mode: AttachMode,
     /// The reserved source-port range (inclusive).
     pub sport_min: u16,
     pub sport_max: u16,
@@ -44,6 +44,8 @@ pub struct KernelConfig {
 pub struct L4Kernel {
     ebpf: Ebpf,
     ifindex: u32,
+    /// The mode probe_rx runs in: Driver or Skb.
+    mode: AttachMode,
     jobs: JobsMmap,
     ctl: Array<MapData, TxCtl>,
     inflight: HashMap<MapData, FlowKey, Inflight>,
@@ -81,11 +83,7 @@ impl L4Kernel {
             prog.load().map_err(|source| KernelError::Verifier { name, source })?;
         }
         let rx: &mut Xdp = ebpf.program_mut(RX).unwrap().try_into().unwrap();
-        rx.attach(&cfg.iface, cfg.mode).map_err(|source| KernelError::Attach {
-            name: RX,
-            iface: cfg.iface.clone(),
-            source,
-        })?;
+        let mode = attach_xdp(rx, &cfg.iface, cfg.mode)?;
 
         for name in [
             "PROBE_JOBS",
@@ -107,6 +105,7 @@ impl L4Kernel {
         let jobs = JobsMmap::new(jobs_data)?;
         Ok(Self {
             ifindex,
+            mode,
             jobs,
             ctl: Array::try_from(take(&mut ebpf, "PROBE_TX_CTL")?).map_err(map_err("PROBE_TX_CTL"))?,
             inflight: HashMap::try_from(take(&mut ebpf, "PROBE_INFLIGHT")?).map_err(map_err("PROBE_INFLIGHT"))?,
@@ -120,16 +119,22 @@ impl L4Kernel {
         })
     }
 
+    /// The mode probe_rx was attached in (Driver or Skb).
+    pub fn rx_mode(&self) -> AttachMode {
+        self.mode
+    }
+
     pub fn pin_dir(&self) -> &Path {
         self._pins.path()
     }
 
     /// Sends up to MAX_JOBS probes of one frame shape: `template` is the frame the generator
     /// writes headers over (its length decides the shape; a UDP payload rides in its tail).
-    /// Returns how many the generator took.
+    /// Returns how many the generator took. Jobs without a source address come back with
+    /// the one the generator's route lookup picked (still unset when it found no route).
     pub fn send(
         &mut self,
-        jobs: &[ProbeJob],
+        jobs: &mut [ProbeJob],
         template: &[u8],
         payload_sum: u64,
         payload_len: u32,
@@ -165,6 +170,7 @@ impl L4Kernel {
         };
         prog.test_run(opts)
             .map_err(|source| KernelError::Run { name: TX, source })?;
+        self.jobs.read(&mut jobs[..n]);
         Ok(n as u32)
     }
 
@@ -291,6 +297,13 @@ impl JobsMmap {
         // SAFETY: the mapping holds MAX_JOBS records (checked above) and the kernel reads it
         // only during the test run that follows, on this thread.
         unsafe { std::ptr::copy_nonoverlapping(jobs.as_ptr(), self.ptr.as_ptr(), jobs.len()) };
+    }
+
+    /// Reads back what the generator wrote into the jobs (the sources it picked).
+    fn read(&self, jobs: &mut [ProbeJob]) {
+        assert!(jobs.len() <= MAX_JOBS as usize);
+        // SAFETY: as in write(); the test run that wrote them has returned.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr(), jobs.as_mut_ptr(), jobs.len()) };
     }
 }
 

@@ -68,6 +68,69 @@ fn privilege_hint(err: &aya::EbpfError) -> &'static str {
     ""
 }
 
+/// How probe_rx is attached to its interface.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttachMode {
+    /// Native (driver) XDP when the driver takes it, else generic: the production default.
+    #[default]
+    Auto,
+    /// Native XDP only: fail when the driver cannot run it.
+    Driver,
+    /// Generic (skb) XDP: works on every device, at the cost of an skb per packet.
+    Skb,
+}
+
+impl AttachMode {
+    pub const NAMES: [&'static str; 3] = ["auto", "driver", "skb"];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "auto" => Some(Self::Auto),
+            "driver" => Some(Self::Driver),
+            "skb" => Some(Self::Skb),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for AttachMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::Driver => "driver",
+            Self::Skb => "skb",
+        })
+    }
+}
+
+/// Attaches a loaded XDP program in `mode` and returns the mode it runs in (Driver or Skb).
+///
+/// `Auto` asks for native mode first: a driver may implement XDP yet refuse a given setup
+/// (MTU too large for one page, too few queues for XDP_TX), and generic mode then still works.
+pub fn attach_xdp(prog: &mut aya::programs::Xdp, iface: &str, mode: AttachMode) -> Result<AttachMode, KernelError> {
+    use aya::programs::XdpMode;
+    let attach = |prog: &mut aya::programs::Xdp, m: XdpMode| {
+        prog.attach(iface, m).map(drop).map_err(|source| KernelError::Attach {
+            name: "probe_rx",
+            iface: iface.to_string(),
+            source,
+        })
+    };
+    match mode {
+        AttachMode::Driver => attach(prog, XdpMode::Driver).map(|()| AttachMode::Driver),
+        AttachMode::Skb => attach(prog, XdpMode::Skb).map(|()| AttachMode::Skb),
+        AttachMode::Auto => match attach(prog, XdpMode::Driver) {
+            Ok(()) => Ok(AttachMode::Driver),
+            Err(e) => {
+                let why = std::error::Error::source(&e).map(|c| c.to_string()).unwrap_or_default();
+                log::info!("native XDP on {iface} refused ({why}); using generic (skb) mode");
+                attach(prog, XdpMode::Skb).map(|()| AttachMode::Skb)
+            }
+        },
+    }
+}
+
 /// Returns the interface index of `iface` in the caller's network namespace.
 pub fn if_index(iface: &str) -> Result<u32, KernelError> {
     let missing = || KernelError::NoSuchInterface {

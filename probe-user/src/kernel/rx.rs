@@ -1,12 +1,8 @@
 //! probe_rx: the XDP reply matcher on the probe interface, and its counters.
-use aya::{
-    maps::PerCpuArray,
-    programs::{Xdp, XdpMode},
-    Ebpf,
-};
+use aya::{maps::PerCpuArray, programs::Xdp, Ebpf};
 use probe_common::counters::RxCounters;
 
-use super::{if_index, pin::PinDir, KernelError, BPF_OBJECT};
+use super::{attach_xdp, if_index, pin::PinDir, AttachMode, KernelError, BPF_OBJECT};
 
 const PROG: &str = "probe_rx";
 const COUNTERS: &str = "PROBE_RX_COUNTERS";
@@ -15,6 +11,8 @@ const COUNTERS: &str = "PROBE_RX_COUNTERS";
 /// removes its pins.
 pub struct RxProgram {
     ebpf: Ebpf,
+    /// The mode it runs in: Driver or Skb.
+    mode: AttachMode,
     iface: String,
     // Declared last so the pins go after the program is detached.
     pins: PinDir,
@@ -22,7 +20,7 @@ pub struct RxProgram {
 
 impl RxProgram {
     /// Loads probe_rx, attaches it to `iface` in `mode`, and pins its maps in `pins`.
-    pub fn attach(iface: &str, mode: XdpMode, mut pins: PinDir) -> Result<Self, KernelError> {
+    pub fn attach(iface: &str, mode: AttachMode, mut pins: PinDir) -> Result<Self, KernelError> {
         if_index(iface)?;
         let mut ebpf = Ebpf::load(BPF_OBJECT).map_err(KernelError::Load)?;
         let prog: &mut Xdp = ebpf
@@ -32,18 +30,19 @@ impl RxProgram {
             .map_err(|source| KernelError::Verifier { name: PROG, source })?;
         prog.load()
             .map_err(|source| KernelError::Verifier { name: PROG, source })?;
-        prog.attach(iface, mode).map_err(|source| KernelError::Attach {
-            name: PROG,
-            iface: iface.to_string(),
-            source,
-        })?;
+        let mode = attach_xdp(prog, iface, mode)?;
         let map = ebpf.map(COUNTERS).ok_or(KernelError::MissingMap { name: COUNTERS })?;
         pins.pin_map(map, COUNTERS)?;
         Ok(Self {
             ebpf,
+            mode,
             iface: iface.to_string(),
             pins,
         })
+    }
+
+    pub fn mode(&self) -> AttachMode {
+        self.mode
     }
 
     pub fn iface(&self) -> &str {

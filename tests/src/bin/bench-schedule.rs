@@ -25,7 +25,7 @@ fn main() {
         assert!(n <= 2 * 65_536, "two ports of one /16 of AnyIP targets at most");
         let topo = Topology::new();
         topo.anyip("198.19.0.0/16");
-        let _reflector = Reflector::attach(&topo.backend, BACKEND_IF, aya::programs::XdpMode::Skb);
+        let _reflector = Reflector::attach(&topo.backend, BACKEND_IF);
         let files = DaemonFiles::new();
         let mut text = files.header(PROBER_IF)
             + "[[profile]]\nname = \"fleet\"\ndialect = \"lb\"\nrouting = \"weighted\"\n\n[profile.health]\n\
