@@ -9,6 +9,7 @@ pub mod api;
 pub mod config;
 pub mod daemon;
 pub mod engine;
+pub mod hash;
 pub mod health;
 pub mod kernel;
 pub mod metrics;

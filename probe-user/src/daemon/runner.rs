@@ -3,7 +3,7 @@
 //! trackers, writes transitions as events and answers `Control` requests between ticks.
 use std::{
     collections::HashMap,
-    hash::{BuildHasherDefault, Hash, Hasher},
+    hash::{Hash, Hasher},
     net::{IpAddr, SocketAddr},
     sync::Arc,
     time::Duration,
@@ -53,38 +53,7 @@ type OwnerId = u64;
 /// Maps keyed by integers the runner hands out itself (owner ids, tokens, check ids), looked
 /// up several times per probe. No key comes from outside, so SipHash's flooding resistance buys
 /// nothing there and its cost showed in profiles at 100k probes/s.
-type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
-
-/// FxHash's step (rotate, xor, multiply by an odd constant): distinct small integers get
-/// distinct low bits, and the multiply spreads them into the high bits the table tags with.
-#[derive(Default, Clone, Copy)]
-struct IdHasher(u64);
-
-impl IdHasher {
-    fn add(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.add(u64::from(b));
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.add(u64::from(n));
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.add(n);
-    }
-}
+type IdMap<K, V> = crate::hash::FastMap<K, V>;
 
 /// One endpoint of one profile.
 struct Target {

@@ -20,6 +20,7 @@ use super::{
     is_v4, raw::RawSender, source::SourcePicker, Cmd, EngineConfig, EngineError, EngineStats, L4Outcome, L4Proto,
     L4Request, L4Result, Snapshot, TxChoice, TxPath,
 };
+use crate::hash::FastMap;
 use crate::kernel::{
     l4::{KernelConfig, L4Kernel},
     pin::PinDir,
@@ -98,7 +99,7 @@ pub(crate) struct EngineState {
     sport_span: u32,
     slots: Vec<Option<Live>>,
     free: Vec<u32>,
-    active_flows: HashMap<FlowKey, u32>,
+    active_flows: FastMap<FlowKey, u32>,
     deadlines: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     next_gen: u32,
     results: tokio::sync::mpsc::UnboundedSender<L4Result>,
@@ -153,7 +154,7 @@ impl EngineState {
             sport_span: (cfg.sport_max - cfg.sport_min) as u32 + 1,
             slots: Vec::new(),
             free: Vec::new(),
-            active_flows: HashMap::new(),
+            active_flows: FastMap::default(),
             deadlines: BinaryHeap::new(),
             next_gen: 1,
             results,

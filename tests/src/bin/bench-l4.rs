@@ -309,6 +309,18 @@ fn main() {
                         TxChoice::Force(TxPath::Raw),
                         "probed raw-socket path",
                     ));
+                    // On veth a native XDP_TX (the reflector's) is only taken by a peer that
+                    // runs native XDP itself, so the connect prober runs with probe_rx
+                    // attached and idle, as it would be on a node running probed.
+                    let _rx = (backend == "XDP reflector").then(|| {
+                        let dir = probed::kernel::pin::PinDir::create(&pins.path).expect("pin directory");
+                        probed::kernel::rx::RxProgram::attach(
+                            probed_tests::topo::PROBER_IF,
+                            probed_tests::l4::xdp_mode(),
+                            dir,
+                        )
+                        .expect("attach probe_rx")
+                    });
                     run(connect_run(fleet, rounds));
                 }
             });
