@@ -14,8 +14,10 @@ pub const LATENESS_BUCKETS: &[f64] = &[
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
 
+/// Fixed-bucket observations: one series of a histogram family, or a batch of observations
+/// gathered off the registry and merged into it at once (`Registry::merge`).
 #[derive(Debug, Clone)]
-struct Histogram {
+pub struct Histogram {
     bounds: &'static [f64],
     /// Per bucket, not cumulative; cumulated when rendered.
     counts: Vec<u64>,
@@ -24,7 +26,7 @@ struct Histogram {
 }
 
 impl Histogram {
-    fn new(bounds: &'static [f64]) -> Self {
+    pub fn new(bounds: &'static [f64]) -> Self {
         Self {
             bounds,
             counts: vec![0; bounds.len()],
@@ -33,12 +35,24 @@ impl Histogram {
         }
     }
 
-    fn observe(&mut self, v: f64) {
+    pub fn observe(&mut self, v: f64) {
         if let Some(i) = self.bounds.iter().position(|b| v <= *b) {
             self.counts[i] += 1;
         }
         self.sum += v;
         self.count += 1;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    fn add(&mut self, other: &Histogram) {
+        for (c, o) in self.counts.iter_mut().zip(&other.counts) {
+            *c += o;
+        }
+        self.sum += other.sum;
+        self.count += other.count;
     }
 }
 
@@ -107,6 +121,18 @@ impl Registry {
             m.entry(labels)
                 .or_insert_with(|| Histogram::new(bounds))
                 .observe(v.as_secs_f64());
+        }
+    }
+
+    /// Adds a batch of observations (made with the same bounds) to a histogram series.
+    pub fn merge(&mut self, name: &'static str, help: &'static str, labels: Labels, batch: &Histogram) {
+        let (_, fam) = self
+            .families
+            .entry(name)
+            .or_insert_with(|| (help, Family::Histogram(batch.bounds, BTreeMap::new())));
+        if let Family::Histogram(bounds, m) = fam {
+            debug_assert_eq!(*bounds, batch.bounds, "{name}: merged with other bounds");
+            m.entry(labels).or_insert_with(|| Histogram::new(bounds)).add(batch);
         }
     }
 
@@ -216,5 +242,23 @@ mod tests {
         assert!(text.contains("probed_h_seconds_count 3\n"), "{text}");
         assert_eq!(r.counter("probed_x_total", &[("kind", "tcp")]), 3);
         assert_eq!(r.counter("probed_x_total", &[("kind", "udp")]), 0);
+    }
+
+    #[test]
+    fn a_merged_batch_counts_as_its_observations_would() {
+        const B: &[f64] = &[0.001, 0.01];
+        let mut one_by_one = Registry::new();
+        let mut batched = Registry::new();
+        let mut batch = Histogram::new(B);
+        for us in [500, 5_000, 50_000, 700] {
+            let d = Duration::from_micros(us);
+            one_by_one.observe("probed_h_seconds", "h", B, vec![("p", "a".into())], d);
+            batch.observe(d.as_secs_f64());
+        }
+        batched.merge("probed_h_seconds", "h", vec![("p", "a".into())], &batch);
+        assert_eq!(one_by_one.render(), batched.render());
+        assert!(batched
+            .render()
+            .contains("probed_h_seconds_bucket{p=\"a\",le=\"0.001\"} 2\n"));
     }
 }
