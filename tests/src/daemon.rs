@@ -245,14 +245,35 @@ pub fn metric(text: &str, series: &str) -> f64 {
 /// The upper bound of the histogram bucket holding quantile `q` (what a bucketed histogram
 /// can say: "at most this").
 pub fn histogram_quantile(metrics: &str, name: &str, q: f64) -> f64 {
-    let buckets: Vec<(f64, f64)> = metrics
+    bucket_quantile(&histogram_buckets(metrics, name), q)
+}
+
+/// As `histogram_quantile`, over the observations made between two scrapes.
+pub fn histogram_quantile_between(before: &str, after: &str, name: &str, q: f64) -> f64 {
+    let old = histogram_buckets(before, name);
+    let delta: Vec<(f64, f64)> = histogram_buckets(after, name)
+        .into_iter()
+        .map(|(le, c)| {
+            let was = old.iter().find(|(l, _)| *l == le).map_or(0.0, |b| b.1);
+            (le, c - was)
+        })
+        .collect();
+    bucket_quantile(&delta, q)
+}
+
+/// A histogram's cumulative buckets: (upper bound, count).
+fn histogram_buckets(metrics: &str, name: &str) -> Vec<(f64, f64)> {
+    metrics
         .lines()
         .filter_map(|l| {
             let rest = l.strip_prefix(&format!("{name}_bucket{{le=\""))?;
             let (le, count) = rest.split_once("\"} ")?;
             Some((le.parse().unwrap_or(f64::INFINITY), count.parse().ok()?))
         })
-        .collect();
+        .collect()
+}
+
+fn bucket_quantile(buckets: &[(f64, f64)], q: f64) -> f64 {
     let total = buckets.last().map(|b| b.1).unwrap_or(0.0);
     buckets
         .iter()

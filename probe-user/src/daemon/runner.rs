@@ -170,12 +170,13 @@ pub(crate) struct Runner {
     config: Config,
     options: Options,
     sched: Scheduler<SchedKey, OwnerId>,
-    due: IdMap<CheckId, u64>,
     profiles: Vec<ProfileEntry>,
     targets: IdMap<OwnerId, Target>,
     next_owner: OwnerId,
-    inflight: IdMap<u64, Inflight>,
-    next_token: u64,
+    /// The probe in flight of each check, by check index (a check has at most one). A probe's
+    /// token is its check id, so a result finds its probe without a hash lookup, and a result
+    /// for a check removed meanwhile finds a different generation and is dropped.
+    inflight: Vec<Option<Inflight>>,
     /// Shared only with a metrics scrape in progress, which reads its counters off this thread.
     engine: Option<Arc<L4Engine>>,
     l4_rx: Option<mpsc::UnboundedReceiver<L4Result>>,
@@ -190,7 +191,7 @@ pub(crate) struct Runner {
     state_dirty: bool,
     last_save_ns: u64,
     saver: state::Saver,
-    due_buf: Vec<CheckId>,
+    due_buf: Vec<(CheckId, u64)>,
     pending: PendingMetrics,
     cadence_buf: Vec<Cadence>,
 }
@@ -202,12 +203,10 @@ impl Runner {
         let (http_tx, http_rx) = mpsc::unbounded_channel();
         let mut runner = Runner {
             sched: Scheduler::new(SchedulerConfig::default()),
-            due: IdMap::default(),
             profiles: Vec::new(),
             targets: IdMap::default(),
             next_owner: 1,
-            inflight: IdMap::default(),
-            next_token: 1,
+            inflight: Vec::new(),
             engine: None,
             l4_rx: None,
             http: HttpProber::new(),
@@ -441,12 +440,7 @@ impl Runner {
             spec: t.spec.clone(),
         };
         match self.sched.add(owner, key, t.params, now) {
-            Ok(id) => {
-                t.check = Some(id);
-                if let Some(due) = self.sched.due(id) {
-                    self.due.insert(id, due);
-                }
-            }
+            Ok(id) => t.check = Some(id),
             Err(e) => log::error!("cannot schedule {}: {e}", t.check_key),
         }
     }
@@ -458,9 +452,7 @@ impl Runner {
         let Some(id) = t.check.take() else {
             return;
         };
-        if let Ok(true) = self.sched.remove(&owner, id) {
-            self.due.remove(&id);
-        }
+        let _ = self.sched.remove(&owner, id);
     }
 
     /// Starts the L4 engine the first time a configuration has TCP or UDP checks.
@@ -513,19 +505,17 @@ impl Runner {
     fn fire(&mut self, now: u64) {
         let mut due = std::mem::take(&mut self.due_buf);
         due.clear();
-        self.sched.pop_due(now, &mut due);
+        self.sched.pop_due_with(now, |id, due_ns| due.push((id, due_ns)));
         let mut batch = Vec::new();
         // Sent counts by (kind, profile), added to the registry once per tick: a per-probe
         // increment allocated its labels for every owner. Nothing scrapes in between, since
         // scrapes are answered on this thread.
         let mut sent: HashMap<(&'static str, &str), u64> = HashMap::new();
-        for &id in &due {
+        for &(id, due_ns) in &due {
             let Some(spec) = self.sched.key(id).map(|k| &k.spec) else {
                 continue;
             };
-            let due_ns = self.due.remove(&id).unwrap_or(now);
-            let token = self.next_token;
-            self.next_token += 1;
+            let token = id.to_u64();
             let kind = spec.protocol.name();
             self.pending
                 .lateness
@@ -536,14 +526,14 @@ impl Runner {
                     *sent.entry((kind, t.profile.as_str())).or_default() += 1;
                 }
             }
-            self.inflight.insert(
-                token,
-                Inflight {
-                    check: id,
-                    started_ns: now,
-                    protocol: spec.protocol,
-                },
-            );
+            if self.inflight.len() <= id.index() {
+                self.inflight.resize_with(id.index() + 1, || None);
+            }
+            self.inflight[id.index()] = Some(Inflight {
+                check: id,
+                started_ns: now,
+                protocol: spec.protocol,
+            });
             match &spec.kind {
                 ProbeKind::L4(proto) => batch.push(L4Request {
                     token,
@@ -606,8 +596,7 @@ impl Runner {
     fn on_l4(&mut self, r: L4Result) {
         // UDP results speak UDP's words ("port unreachable"), as `probed check udp://` does.
         let udp = self
-            .inflight
-            .get(&r.token)
+            .inflight_of(r.token)
             .is_some_and(|i| i.protocol == crate::config::Protocol::Udp);
         let reason = match crate::probe::udp::UdpOutcome::try_from(r.outcome) {
             Ok(u) if udp => u.to_string(),
@@ -623,7 +612,12 @@ impl Runner {
 
     /// Feeds one result to every owner of its check, then reschedules the check.
     fn on_result(&mut self, token: u64, report: ProbeReport) {
-        let Some(inflight) = self.inflight.remove(&token) else {
+        let check = CheckId::from_u64(token);
+        let Some(inflight) = self
+            .inflight
+            .get_mut(check.index())
+            .and_then(|slot| slot.take_if(|i| i.check == check))
+        else {
             return;
         };
         let finished = mono_ns();
@@ -716,9 +710,16 @@ impl Runner {
         let cadence = Cadence::combine(cadences.drain(..));
         self.cadence_buf = cadences;
         // None or an error: disabled, always-serve or removed meanwhile, nothing to schedule.
-        if let Ok(Some(due)) = self.sched.completed(inflight.check, finished, cadence) {
-            self.due.insert(inflight.check, due);
-        }
+        let _ = self.sched.completed(inflight.check, finished, cadence);
+    }
+
+    /// The probe a result's token names, if it is still the one in flight.
+    fn inflight_of(&self, token: u64) -> Option<&Inflight> {
+        let check = CheckId::from_u64(token);
+        self.inflight
+            .get(check.index())
+            .and_then(Option::as_ref)
+            .filter(|i| i.check == check)
     }
 
     /// Merges the metrics gathered since the last turn into the registry.

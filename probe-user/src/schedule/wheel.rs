@@ -126,7 +126,7 @@ impl Wheel {
 
     /// Removes every entry due at or before `now_ns` and hands each index to `emit`, slot by
     /// slot in time order (entries within one tick come in no particular order).
-    pub fn pop_due(&mut self, now_ns: u64, mut emit: impl FnMut(u32)) {
+    pub fn pop_due(&mut self, now_ns: u64, mut emit: impl FnMut(u32, u64)) {
         let now_tick = now_ns / self.tick_ns;
         let end_tick = now_tick.max(self.cursor_tick);
         // Past one rotation every slot has been looked at once; looking again finds nothing new.
@@ -140,13 +140,13 @@ impl Wheel {
         self.cursor_tick = end_tick;
     }
 
-    fn drain_slot(&mut self, slot: usize, now_ns: u64, emit: &mut impl FnMut(u32)) {
+    fn drain_slot(&mut self, slot: usize, now_ns: u64, emit: &mut impl FnMut(u32, u64)) {
         let mut idx = self.heads[slot];
         while idx != NIL {
             let link = self.links[idx as usize];
             if link.due_ns <= now_ns {
                 self.remove(idx);
-                emit(idx);
+                emit(idx, link.due_ns);
             }
             idx = link.next;
         }
@@ -220,14 +220,19 @@ mod tests {
         wheel.insert(3, 2_999);
         assert_eq!(wheel.next_due(), Some(2_000));
         let mut out = Vec::new();
-        wheel.pop_due(1_999, |i| out.push(i));
+        wheel.pop_due(1_999, |i, _| out.push(i));
         assert!(out.is_empty());
-        wheel.pop_due(2_500, |i| out.push(i));
+        wheel.pop_due(2_500, |i, _| out.push(i));
         assert_eq!(out, [2]);
         assert_eq!(wheel.next_due(), Some(2_999));
-        wheel.pop_due(10_000, |i| out.push(i));
+        wheel.pop_due(10_000, |i, _| out.push(i));
         assert_eq!(out, [2, 3, 1]);
         assert!(wheel.is_empty());
+        // Each entry comes out with the due time it went in with.
+        wheel.insert(4, 12_345);
+        let mut got = Vec::new();
+        wheel.pop_due(20_000, |i, due| got.push((i, due)));
+        assert_eq!(got, [(4, 12_345)]);
         assert_eq!(wheel.next_due(), None);
     }
 
@@ -237,23 +242,23 @@ mod tests {
         wheel.insert(7, 64 * 3 + 5);
         wheel.insert(8, 5);
         let mut out = Vec::new();
-        wheel.pop_due(100, |i| out.push(i));
+        wheel.pop_due(100, |i, _| out.push(i));
         assert_eq!(out, [8]);
         assert_eq!(wheel.next_due(), Some(64 * 3 + 5));
-        wheel.pop_due(64 * 3 + 4, |i| out.push(i));
+        wheel.pop_due(64 * 3 + 4, |i, _| out.push(i));
         assert_eq!(out, [8]);
-        wheel.pop_due(64 * 3 + 5, |i| out.push(i));
+        wheel.pop_due(64 * 3 + 5, |i, _| out.push(i));
         assert_eq!(out, [8, 7]);
     }
 
     #[test]
     fn past_due_inserts_pop_next_time() {
         let mut wheel = Wheel::new(10, 64);
-        wheel.pop_due(10_000, |_| unreachable!());
+        wheel.pop_due(10_000, |_, _| unreachable!());
         wheel.insert(0, 3);
         assert_eq!(wheel.next_due(), Some(3));
         let mut out = Vec::new();
-        wheel.pop_due(10_000, |i| out.push(i));
+        wheel.pop_due(10_000, |i, _| out.push(i));
         assert_eq!(out, [0]);
     }
 
@@ -289,7 +294,7 @@ mod tests {
                     Op::Advance(by) => {
                         now += by;
                         let mut got = Vec::new();
-                        wheel.pop_due(now, |i| got.push(i));
+                        wheel.pop_due(now, |i, _| got.push(i));
                         got.sort_unstable();
                         let want: Vec<u32> = model.iter().filter(|(_, &d)| d <= now).map(|(&i, _)| i).collect();
                         model.retain(|_, d| *d > now);

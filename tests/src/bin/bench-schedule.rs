@@ -3,24 +3,31 @@
 //! their due time (the daemon's `probed_schedule_lateness_seconds` histogram, so figures are
 //! bucket bounds: "at most"). The fleet is answered by the XDP reflector, so the backend's
 //! own TCP work does not compete with the scheduler for this machine's two cores.
+//!
+//! Two rows per fleet: the whole run from the daemon's start (the first round, every
+//! endpoint's first transitions and their events included), and the steady state, the
+//! difference between a scrape after WARMUP and one at the end.
 use std::time::{Duration, Instant};
 
 use probed_tests::{
-    daemon::{histogram_quantile, metric, DaemonFiles, RunningDaemon},
+    daemon::{histogram_quantile, histogram_quantile_between, metric, DaemonFiles, RunningDaemon},
     reflector::Reflector,
     topo::{BACKEND_IF, PROBER_IF},
     Topology,
 };
 
-const RUN: Duration = Duration::from_secs(5);
+const RUN: Duration = Duration::from_secs(8);
+/// The steady-state row starts this long after the daemon.
+const WARMUP: Duration = Duration::from_secs(3);
+const LATENESS: &str = "probed_schedule_lateness_seconds";
 
 fn main() {
     let fleets: Vec<usize> = std::env::args()
         .nth(1)
         .map(|s| s.split(',').filter_map(|v| v.parse().ok()).collect())
         .unwrap_or_else(|| vec![10_000, 100_000]);
-    println!("| targets | run s | probes sent | probes/s | lateness p50 | p99 | max (bucket) |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| targets | part | run s | probes sent | probes/s | lateness p50 | p99 | max (bucket) |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|");
     for n in fleets {
         assert!(n <= 2 * 65_536, "two ports of one /16 of AnyIP targets at most");
         let topo = Topology::new();
@@ -42,19 +49,33 @@ fn main() {
         let config = files.write_config(&text);
         let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start the daemon");
         let started = Instant::now();
-        std::thread::sleep(RUN);
-        let (_, metrics) = daemon.call("GET", "/metrics");
-        let elapsed = started.elapsed().as_secs_f64();
-        let metrics = metrics.as_str().unwrap().to_string();
+        let scrape = || {
+            let (_, metrics) = daemon.call("GET", "/metrics");
+            (Instant::now(), metrics.as_str().unwrap().to_string())
+        };
+        std::thread::sleep(WARMUP);
+        let (warm_at, warm) = scrape();
+        std::thread::sleep(RUN.saturating_sub(WARMUP));
+        let (end_at, end) = scrape();
         daemon.stop();
-        let sent = metric(&metrics, "probed_probes_sent_total{kind=\"tcp\",profile=\"fleet\"}");
-        let q = |p| histogram_quantile(&metrics, "probed_schedule_lateness_seconds", p) * 1e3;
-        println!(
-            "| {n} | {elapsed:.1} | {sent:.0} | {:.0} | <= {} ms | <= {} ms | <= {} ms |",
-            sent / elapsed,
-            q(0.5),
-            q(0.99),
-            q(1.0)
+        let sent = |m: &str| metric(m, "probed_probes_sent_total{kind=\"tcp\",profile=\"fleet\"}");
+        let whole = |p| histogram_quantile(&end, LATENESS, p) * 1e3;
+        let steady = |p| histogram_quantile_between(&warm, &end, LATENESS, p) * 1e3;
+        let row = |part: &str, secs: f64, n_sent: f64, q: &dyn Fn(f64) -> f64| {
+            println!(
+                "| {n} | {part} | {secs:.1} | {n_sent:.0} | {:.0} | <= {} ms | <= {} ms | <= {} ms |",
+                n_sent / secs,
+                q(0.5),
+                q(0.99),
+                q(1.0)
+            );
+        };
+        row("from start", (end_at - started).as_secs_f64(), sent(&end), &whole);
+        row(
+            "steady",
+            (end_at - warm_at).as_secs_f64(),
+            sent(&end) - sent(&warm),
+            &steady,
         );
     }
 }
