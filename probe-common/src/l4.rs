@@ -162,6 +162,12 @@ const _: () = assert!(core::mem::size_of::<CookieKey>() == 16);
 
 /// Most jobs one generator run takes (PROBE_JOBS entries).
 pub const MAX_JOBS: u32 = 65536;
+
+/// XDP metadata that marks a generator frame. The engine runs probe_rx itself with
+/// BPF_PROG_RUN (live frames) and puts these bytes in front of the template frame; frames
+/// from the wire carry no metadata (only a local XDP program could add it), so probe_rx
+/// tells the two roles apart without trusting anything a remote host can send.
+pub const GENERATOR_META: [u8; 8] = *b"probedTX";
 /// Default in-flight table size: the most probes on the wire at once (about 32 MiB of
 /// preallocated hash table). The engine holds further probes back until entries free up.
 pub const MAX_INFLIGHT: u32 = 1 << 18;

@@ -1,5 +1,6 @@
-//! probed's kernel programs: the XDP probe generator (`probe_tx`) and reply matcher (`probe_rx`),
-//! plus `test_reflector`, a fixture for tests and benchmarks that the daemon never loads.
+//! probed's kernel program `probe_rx`: the XDP reply matcher on the probe interface, which is
+//! also the probe generator for the frames userspace runs through it (see tx.rs), plus
+//! `test_reflector`, a fixture for tests and benchmarks that the daemon never loads.
 #![no_std]
 #![no_main]
 

@@ -242,6 +242,14 @@ fn forged_and_stale_replies_change_no_outcome() {
             snap.rx
         );
         assert_eq!(snap.rx.matched_open + snap.rx.matched_refused, 0);
+        // probe_rx is also the generator, for frames marked by metadata the wire cannot
+        // carry: none of the frames from the backend took that path.
+        assert_eq!(
+            (snap.tx.sent, snap.tx.no_job),
+            (1, 0),
+            "wire traffic reached the generator: {:?}",
+            snap.tx
+        );
     });
 }
 

@@ -13,8 +13,6 @@ pub fn run(which: &str) -> anyhow::Result<()> {
         "schedule" => {
             // The scheduler alone on a virtual clock (1M targets), then live on the kernel engine.
             sh(cargo().args(["run", "--release", "-p", "probe-user", "--example", "bench_schedule"]))?;
-            // The live part runs the real `probed run` binary: build it, or a stale one is measured.
-            sh(cargo().args(["build", "--release", "-p", "probe-user", "--bin", "probed"]))?;
             cmd.args(["run", "--release", "-p", "probed-tests", "--bin", "bench-schedule"])
         }
         other => bail!("unknown benchmark {other:?}: choose l4, http or schedule"),

@@ -1,6 +1,7 @@
-//! The L4 kernel engine's kernel side: probe_tx (generator, run with live frames) and
-//! probe_rx (matcher, attached to the probe interface), their maps, and the thin calls
-//! userspace makes on them. No policy here: `engine` decides what to send and when.
+//! The L4 kernel engine's kernel side: probe_rx, attached to the probe interface, matches
+//! replies and, run by userspace with live frames marked by GENERATOR_META, generates the
+//! probes; its maps, and the thin calls userspace makes on them. No policy here: `engine`
+//! decides what to send and when.
 use std::{
     os::fd::{AsFd, AsRawFd, RawFd},
     path::Path,
@@ -14,13 +15,12 @@ use aya::{
 };
 use probe_common::{
     counters::{RxCounters, TxCounters},
-    l4::{CookieKey, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, MAX_JOBS},
+    l4::{CookieKey, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, GENERATOR_META, MAX_JOBS},
 };
 
 use super::{attach_xdp, if_index, pin::PinDir, AttachMode, KernelError, BPF_OBJECT};
 
 const RX: &str = "probe_rx";
-const TX: &str = "probe_tx";
 
 /// Live-frames batch size: frames the kernel builds and flushes per pass.
 const LIVE_BATCH: u32 = 64;
@@ -64,8 +64,8 @@ fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, KernelError> {
 }
 
 impl L4Kernel {
-    /// Loads both programs, sets the key, attaches probe_rx to the interface and pins the
-    /// maps in `pins` for bpftool.
+    /// Loads probe_rx, sets the key, attaches it to the interface and pins the maps in `pins`
+    /// for bpftool.
     pub fn load(cfg: &KernelConfig, mut pins: PinDir) -> Result<Self, KernelError> {
         let ifindex = if_index(&cfg.iface)?;
         let mut ebpf = EbpfLoader::new()
@@ -74,15 +74,12 @@ impl L4Kernel {
             .map_max_entries("PROBE_INFLIGHT", cfg.max_inflight)
             .load(BPF_OBJECT)
             .map_err(KernelError::Load)?;
-        for name in [TX, RX] {
-            let prog: &mut Xdp = ebpf
-                .program_mut(name)
-                .ok_or(KernelError::MissingProgram { name })?
-                .try_into()
-                .map_err(|source| KernelError::Verifier { name, source })?;
-            prog.load().map_err(|source| KernelError::Verifier { name, source })?;
-        }
-        let rx: &mut Xdp = ebpf.program_mut(RX).unwrap().try_into().unwrap();
+        let rx: &mut Xdp = ebpf
+            .program_mut(RX)
+            .ok_or(KernelError::MissingProgram { name: RX })?
+            .try_into()
+            .map_err(|source| KernelError::Verifier { name: RX, source })?;
+        rx.load().map_err(|source| KernelError::Verifier { name: RX, source })?;
         let mode = attach_xdp(rx, &cfg.iface, cfg.mode)?;
 
         for name in [
@@ -130,6 +127,7 @@ impl L4Kernel {
 
     /// Sends up to MAX_JOBS probes of one frame shape: `template` is the frame the generator
     /// writes headers over (its length decides the shape; a UDP payload rides in its tail).
+    /// It runs the attached probe_rx, so the run changes nothing in the XDP dispatcher.
     /// Returns how many the generator took. Jobs without a source address come back with
     /// the one the generator's route lookup picked (still unset when it found no route).
     pub fn send(
@@ -152,24 +150,28 @@ impl L4Kernel {
             _pad: 0,
         };
         self.ctl.set(0, ctl, 0).map_err(map_err("PROBE_TX_CTL"))?;
+        // The metadata marks the frames as the generator's; it sits before the packet data.
+        let mut data_in = Vec::with_capacity(GENERATOR_META.len() + template.len());
+        data_in.extend_from_slice(&GENERATOR_META);
+        data_in.extend_from_slice(template);
         let xdp_md = XdpMd {
-            data: 0,
-            data_end: template.len() as u32,
+            data: GENERATOR_META.len() as u32,
+            data_end: data_in.len() as u32,
             data_meta: 0,
             ingress_ifindex: self.ifindex,
             rx_queue_index: 0,
             egress_ifindex: 0,
         };
-        let prog: &Xdp = self.ebpf.program(TX).unwrap().try_into().unwrap();
+        let prog: &Xdp = self.ebpf.program(RX).unwrap().try_into().unwrap();
         let opts = TestRunOptions {
-            data_in: Some(template),
+            data_in: Some(&data_in),
             ctx_in: Some(xdp_md.bytes()),
             repeat: n as u32,
             attrs: TestRunAttrs::new().xdp_live_frames(LIVE_BATCH),
             ..TestRunOptions::new()
         };
         prog.test_run(opts)
-            .map_err(|source| KernelError::Run { name: TX, source })?;
+            .map_err(|source| KernelError::Run { name: RX, source })?;
         self.jobs.read(&mut jobs[..n]);
         Ok(n as u32)
     }

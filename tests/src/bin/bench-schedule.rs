@@ -21,13 +21,22 @@ const RUN: Duration = Duration::from_secs(8);
 const WARMUP: Duration = Duration::from_secs(3);
 const LATENESS: &str = "probed_schedule_lateness_seconds";
 
+/// Results other than "open" so far (timeouts, mostly: replies lost on the way).
+fn not_open(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("probed_probe_results_total{") && !l.contains("outcome=\"open\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 fn main() {
     let fleets: Vec<usize> = std::env::args()
         .nth(1)
         .map(|s| s.split(',').filter_map(|v| v.parse().ok()).collect())
         .unwrap_or_else(|| vec![10_000, 100_000]);
-    println!("| targets | part | run s | probes sent | probes/s | lateness p50 | p99 | max (bucket) |");
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|");
+    println!("| targets | part | run s | probes sent | probes/s | not open | lateness p50 | p99 | max (bucket) |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     for n in fleets {
         assert!(n <= 2 * 65_536, "two ports of one /16 of AnyIP targets at most");
         let topo = Topology::new();
@@ -61,20 +70,27 @@ fn main() {
         let sent = |m: &str| metric(m, "probed_probes_sent_total{kind=\"tcp\",profile=\"fleet\"}");
         let whole = |p| histogram_quantile(&end, LATENESS, p) * 1e3;
         let steady = |p| histogram_quantile_between(&warm, &end, LATENESS, p) * 1e3;
-        let row = |part: &str, secs: f64, n_sent: f64, q: &dyn Fn(f64) -> f64| {
+        let row = |part: &str, secs: f64, n_sent: f64, failed: f64, q: &dyn Fn(f64) -> f64| {
             println!(
-                "| {n} | {part} | {secs:.1} | {n_sent:.0} | {:.0} | <= {} ms | <= {} ms | <= {} ms |",
+                "| {n} | {part} | {secs:.1} | {n_sent:.0} | {:.0} | {failed:.0} | <= {} ms | <= {} ms | <= {} ms |",
                 n_sent / secs,
                 q(0.5),
                 q(0.99),
                 q(1.0)
             );
         };
-        row("from start", (end_at - started).as_secs_f64(), sent(&end), &whole);
+        row(
+            "from start",
+            (end_at - started).as_secs_f64(),
+            sent(&end),
+            not_open(&end),
+            &whole,
+        );
         row(
             "steady",
             (end_at - warm_at).as_secs_f64(),
             sent(&end) - sent(&warm),
+            not_open(&end) - not_open(&warm),
             &steady,
         );
     }
