@@ -45,7 +45,7 @@ impl RxCounters {
     }
 }
 
-/// What probe_tx did, summed over CPUs.
+/// What the generator did, summed over CPUs.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TxCounters {

@@ -46,7 +46,7 @@ impl FlowKey {
         }
     }
 
-    /// True when the source address is left for probe_tx to pick (all zero): the route's
+    /// True when the source address is left for the generator to pick (all zero): the route's
     /// preferred source, from the same FIB lookup that finds the next hop.
     #[inline(always)]
     pub fn source_unset(&self) -> bool {

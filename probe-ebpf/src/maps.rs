@@ -13,7 +13,7 @@ use probe_common::{
 #[map]
 pub static PROBE_RX_COUNTERS: PerCpuArray<RxCounters> = PerCpuArray::with_max_entries(1, 0);
 
-/// What probe_tx did, one slot per CPU (index 0).
+/// What the generator did, one slot per CPU (index 0).
 #[map]
 pub static PROBE_TX_COUNTERS: PerCpuArray<TxCounters> = PerCpuArray::with_max_entries(1, 0);
 

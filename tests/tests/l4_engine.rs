@@ -1,4 +1,4 @@
-//! The L4 engine end to end: SYN probes crafted by probe_tx (live frames) or the raw-socket
+//! The L4 engine end to end: SYN probes crafted by the generator (probe_rx run with live frames) or the raw-socket
 //! path, replies matched by probe_rx, against the backend namespace's own TCP stack.
 use std::{
     net::SocketAddr,
@@ -77,7 +77,7 @@ fn outcomes_for_every_port_kind(tx: TxChoice, want_path: TxPath) {
             assert_eq!(
                 snap.tx.sent,
                 reqs.len() as u64,
-                "probe_tx built every frame: {:?}",
+                "the generator built every frame: {:?}",
                 snap.tx
             );
         }
@@ -317,7 +317,7 @@ fn xdp_reflector_backend_answers_probes_without_the_backend_stack() {
     );
 }
 
-/// With no source address configured, probe_tx's route lookup picks the route's preferred
+/// With no source address configured, the generator's route lookup picks the route's preferred
 /// source, and a route change takes effect on the next probe, with no restart.
 #[test]
 fn generator_sends_from_the_routes_preferred_source_and_follows_route_changes() {

@@ -86,7 +86,7 @@ fn plain_mode_outcomes(tx: TxChoice, want_path: TxPath) {
             assert_eq!(
                 snap.tx.sent,
                 reqs.len() as u64,
-                "probe_tx built every frame: {:?}",
+                "the generator built every frame: {:?}",
                 snap.tx
             );
         }

@@ -300,7 +300,7 @@ impl Runner {
         self.flush_metrics();
         self.save_if_due(true);
         self.saver.finish();
-        // Dropping the engine joins its thread, detaches probe_rx/probe_tx and removes the pins.
+        // Dropping the engine joins its thread, detaches probe_rx and removes the pins.
         drop(self.engine.take());
         Ok(())
     }
@@ -1260,7 +1260,7 @@ pub(crate) fn render_kernel(engine: &L4Engine) -> String {
     for (name, v) in tx {
         m.set(
             "probed_kernel_tx",
-            "probe_tx counters",
+            "The generator's counters (probe_rx's live-frames runs)",
             vec![("counter", name.into())],
             v as f64,
         );

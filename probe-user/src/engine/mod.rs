@@ -23,7 +23,7 @@ use crate::kernel::KernelError;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TxPath {
-    /// probe_tx run with BPF_PROG_TEST_RUN live frames: no socket, no stack.
+    /// The generator (probe_rx run with BPF_PROG_TEST_RUN live frames): no socket, no stack.
     Xdp,
     /// The same frames sent through a raw IP socket: for devices that cannot transmit XDP frames.
     Raw,
@@ -152,7 +152,7 @@ pub struct L4Result {
 pub struct EngineStats {
     pub submitted: u64,
     pub completed: u64,
-    /// Probes probe_tx handed back to the stack (neighbour not resolved yet, or forwarding
+    /// Probes the generator handed back to the stack (neighbour not resolved yet, or forwarding
     /// off for that family) and sent through the raw socket.
     pub stack_fallbacks: u64,
     /// Results whose kernel event never came after the entry vanished (should stay 0).

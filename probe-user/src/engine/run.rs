@@ -26,7 +26,7 @@ use crate::kernel::{
     pin::PinDir,
 };
 
-/// BPF_FIB_LKUP_RET_FWD_DISABLED, as probe_tx reports it in a NoRoute event.
+/// BPF_FIB_LKUP_RET_FWD_DISABLED, as the generator reports it in a NoRoute event.
 const FIB_FWD_DISABLED: u8 = 5;
 /// How long to wait for the event of a probe whose entry the kernel already took.
 const CLAIM_GRACE: Duration = Duration::from_millis(200);
@@ -324,7 +324,7 @@ impl EngineState {
         let mut groups: HashMap<FrameShape, Vec<ProbeJob>> = HashMap::new();
         let now = Instant::now();
         for req in reqs {
-            // On the XDP path probe_tx's route lookup picks any source not configured.
+            // On the XDP path the generator's route lookup picks any source not configured.
             let src = match self.path {
                 TxPath::Xdp => self.sources.configured(req.target.ip()),
                 TxPath::Raw => match self.sources.source_for(req.target.ip(), now) {
@@ -405,7 +405,7 @@ impl EngineState {
                 }
                 Err(e) => {
                     log::warn!(
-                        "probe_tx run failed ({e}); sending {} probes through the raw socket",
+                        "generator run failed ({e}); sending {} probes through the raw socket",
                         chunk.len()
                     );
                     for job in chunk.iter() {
@@ -481,7 +481,7 @@ impl EngineState {
                     code: ev.icmp_code,
                 },
                 Some(kind @ (EventKind::NoNeighbour | EventKind::NoRoute)) => {
-                    // probe_tx hands a probe back when the next hop has no resolved neighbour
+                    // The generator hands a probe back when the next hop has no resolved neighbour
                     // (the stack resolves it while sending; later probes take the XDP path
                     // again) or when bpf_fib_lookup refuses because forwarding is off for the
                     // family. Any other lookup failure means there is no route.

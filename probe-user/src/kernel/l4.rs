@@ -40,7 +40,7 @@ pub struct KernelConfig {
     pub max_inflight: u32,
 }
 
-/// probe_rx attached and probe_tx loaded, with handles on the maps the engine uses.
+/// probe_rx attached, with handles on the maps the engine uses.
 pub struct L4Kernel {
     ebpf: Ebpf,
     ifindex: u32,

@@ -1,6 +1,6 @@
 //! UDP probes: the outcome words both modes share, and the request/response prober.
 //!
-//! Plain mode (send a datagram, expect silence) runs on the kernel engine: probe_tx sends,
+//! Plain mode (send a datagram, expect silence) runs on the kernel engine: the generator sends,
 //! probe_rx matches the ICMP error that would mean "dead". Request/response mode (a reply
 //! containing a configured string means "alive") is answered here, in userspace, with one
 //! `connect`ed UDP socket per probe rather than a matcher in XDP, because:

@@ -27,7 +27,7 @@ fn not_open(metrics: &str) -> f64 {
         .lines()
         .filter(|l| l.starts_with("probed_probe_results_total{") && !l.contains("outcome=\"open\""))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        .fold(0.0, |a, b| a + b)
 }
 
 fn main() {
