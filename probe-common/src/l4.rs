@@ -163,6 +163,14 @@ const _: () = assert!(core::mem::size_of::<CookieKey>() == 16);
 /// Most jobs one generator run takes (PROBE_JOBS entries).
 pub const MAX_JOBS: u32 = 65536;
 
+/// The most interfaces probe_rx is attached to at once.
+pub const MAX_IFACES: u32 = 64;
+
+/// Reported as the lookup result of a NoRoute event when the route leaves by an interface
+/// probe_rx is not attached to (its replies could not be matched). Above every
+/// BPF_FIB_LKUP_RET_* code.
+pub const FIB_NOT_A_PROBE_IFACE: u8 = 200;
+
 /// XDP metadata that marks a generator frame. The engine runs probe_rx itself with
 /// BPF_PROG_RUN (live frames) and puts these bytes in front of the template frame; frames
 /// from the wire carry no metadata (only a local XDP program could add it), so probe_rx

@@ -6,7 +6,7 @@ use aya_ebpf::{
 };
 use probe_common::{
     counters::{RxCounters, TxCounters},
-    l4::{CookieKey, FlowKey, Inflight, ProbeJob, TxCtl, MAX_INFLIGHT, MAX_JOBS},
+    l4::{CookieKey, FlowKey, Inflight, ProbeJob, TxCtl, MAX_IFACES, MAX_INFLIGHT, MAX_JOBS},
 };
 
 /// What probe_rx saw, one slot per CPU (index 0).
@@ -29,6 +29,10 @@ pub static PROBE_TX_CTL: Array<TxCtl> = Array::with_max_entries(1, 0);
 /// The cookie key (index 0), random per daemon start. All zero means "not set yet".
 #[map]
 pub static PROBE_KEY: Array<CookieKey> = Array::with_max_entries(1, 0);
+
+/// The interfaces probe_rx is attached to, by ifindex: probes may leave only by these.
+#[map]
+pub static PROBE_IFACES: HashMap<u32, u32> = HashMap::with_max_entries(MAX_IFACES, 0);
 
 /// Probes on the wire, by flow.
 #[map]

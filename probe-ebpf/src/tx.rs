@@ -9,21 +9,19 @@
 //! here per run. The program attached to the interface (native mode) is already installed,
 //! so a test run of it changes nothing and returns as soon as the frames are out.
 use aya_ebpf::{
-    bindings::{
-        bpf_fib_lookup as FibParams, xdp_action, BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LOOKUP_OUTPUT, BPF_FIB_LOOKUP_SRC,
-    },
+    bindings::{bpf_fib_lookup as FibParams, xdp_action, BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LOOKUP_SRC},
     helpers::{bpf_fib_lookup, bpf_ktime_get_ns, bpf_redirect, bpf_xdp_adjust_meta},
     programs::XdpContext,
 };
 use probe_common::{
     cookie::probe_cookie,
     frame::{write_syn_v4, write_syn_v6, write_udp_v4, write_udp_v6, Ends},
-    l4::{EventKind, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, FAMILY_V4, GENERATOR_META},
+    l4::{EventKind, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, FAMILY_V4, FIB_NOT_A_PROBE_IFACE, GENERATOR_META},
     packet::IPPROTO_TCP,
 };
 
 use crate::{
-    maps::{tx_counters, PROBE_EVENTS, PROBE_INFLIGHT, PROBE_JOBS, PROBE_KEY, PROBE_TX_CTL},
+    maps::{tx_counters, PROBE_EVENTS, PROBE_IFACES, PROBE_INFLIGHT, PROBE_JOBS, PROBE_KEY, PROBE_TX_CTL},
     parse::ptr_at,
 };
 
@@ -143,15 +141,16 @@ struct Hop {
 /// the probe can go). A flow without a source address gets the route's preferred source
 /// from the same lookup (BPF_FIB_LOOKUP_SRC), written into `flow`, so userspace never
 /// resolves sources per target and follows route changes for free.
+///
+/// The lookup is made as if the probe had arrived on the generator's interface and were
+/// being forwarded (not BPF_FIB_LOOKUP_OUTPUT, which would only consider routes out of that
+/// one interface), so a probe leaves by whichever interface its route names, as long as
+/// probe_rx is attached there to match the reply (FIB_NOT_A_PROBE_IFACE otherwise).
 #[inline(never)]
 fn route(ctx: &XdpContext, flow: &mut FlowKey, ifindex: u32, hop: &mut Hop) -> i64 {
     let pick_source = flow.source_unset();
     let mut fib = fib_params(flow, ifindex);
-    let flags = if pick_source {
-        BPF_FIB_LOOKUP_OUTPUT | BPF_FIB_LOOKUP_SRC
-    } else {
-        BPF_FIB_LOOKUP_OUTPUT
-    };
+    let flags = if pick_source { BPF_FIB_LOOKUP_SRC } else { 0 };
     // SAFETY: `fib` is a properly initialised parameter block on this stack frame and the
     // size passed is its own.
     let rc = unsafe {
@@ -163,6 +162,9 @@ fn route(ctx: &XdpContext, flow: &mut FlowKey, ifindex: u32, hop: &mut Hop) -> i
         )
     };
     if rc == 0 {
+        if fib.ifindex != ifindex && PROBE_IFACES.get_ptr(&fib.ifindex).is_none() {
+            return FIB_NOT_A_PROBE_IFACE as i64;
+        }
         if pick_source {
             copy_source(&fib, flow);
         }

@@ -10,6 +10,10 @@ pub const BACKEND_V6: &str = "2001:2::2";
 /// Interface names inside the namespaces.
 pub const PROBER_IF: &str = "pr0";
 pub const BACKEND_IF: &str = "be0";
+/// The second link's ends (`Topology::second_link`) and the backend's address on it.
+pub const PROBER_IF2: &str = "pr1";
+pub const BACKEND_IF2: &str = "be1";
+pub const BACKEND2_V4: &str = "198.18.1.2";
 
 pub struct Topology {
     // Backend first: dropping it removes the veth pair before the prober goes.
@@ -64,6 +68,62 @@ impl Topology {
             }
         }
         topo
+    }
+
+    /// A second veth pair between the two namespaces, `pr1` (198.18.1.1/24) and `be1`
+    /// (198.18.1.2/24), set up like the first, for tests of probes that leave by another
+    /// interface. Removed with the namespaces.
+    pub fn second_link(&self) {
+        crate::run(
+            "ip",
+            &[
+                "link",
+                "add",
+                PROBER_IF2,
+                "netns",
+                &self.prober.name,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                BACKEND_IF2,
+                "netns",
+                &self.backend.name,
+            ],
+        );
+        for (ns, dev, v4) in [
+            (&self.prober, PROBER_IF2, "198.18.1.1"),
+            (&self.backend, BACKEND_IF2, BACKEND2_V4),
+        ] {
+            ns.ip(&["addr", "add", &format!("{v4}/24"), "dev", dev]);
+            ns.ip(&["link", "set", dev, "up"]);
+            ns.exec("ethtool", &["-K", dev, "gro", "on"]);
+        }
+        self.prober
+            .sysctl(&format!("net.ipv4.conf.{PROBER_IF2}.forwarding"), "1");
+        let (prober_mac, backend_mac) = (self.prober.mac(PROBER_IF2), self.backend.mac(BACKEND_IF2));
+        self.prober.ip(&[
+            "neigh",
+            "replace",
+            BACKEND2_V4,
+            "lladdr",
+            &backend_mac,
+            "dev",
+            PROBER_IF2,
+            "nud",
+            "permanent",
+        ]);
+        self.backend.ip(&[
+            "neigh",
+            "replace",
+            "198.18.1.1",
+            "lladdr",
+            &prober_mac,
+            "dev",
+            BACKEND_IF2,
+            "nud",
+            "permanent",
+        ]);
     }
 
     /// Makes `cidr` (e.g. "198.19.0.0/16" or "2001:2:0:1::/64") local to the backend and

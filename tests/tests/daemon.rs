@@ -661,3 +661,29 @@ fn fast_interval_shortens_the_fail_window() {
         "the formula still states the plain-interval window"
     );
 }
+
+#[test]
+fn endpoints_behind_a_second_listed_interface_are_probed() {
+    let topo = Topology::new();
+    topo.second_link();
+    let _first = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    let _second = topo.backend.tcp_listen(&format!("{BACKEND2_V4}:8080"));
+    let files = DaemonFiles::new();
+    let header = files.header(PROBER_IF).replace(
+        &format!("interfaces = [\"{PROBER_IF}\"]"),
+        &format!("interfaces = [\"{PROBER_IF}\", \"{PROBER_IF2}\"]"),
+    );
+    assert!(header.contains(PROBER_IF2), "{header}");
+    let mut text = header
+        + "[[profile]]\nname = \"two-links\"\ndialect = \"lb\"\nrouting = \"weighted\"\n\n[profile.health]\n\
+           protocol = \"tcp\"\ninterval = \"100ms\"\ntimeout = \"100ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n";
+    for (name, addr) in [("near", BACKEND_V4), ("far", BACKEND2_V4)] {
+        text += &format!("\n[[profile.endpoint]]\nname = \"{name}\"\naddress = \"{addr}\"\nport = 8080\n");
+    }
+    let config = files.write_config(&text);
+    let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start");
+    for name in ["near", "far"] {
+        let ep = daemon.wait_status("two-links", name, "Online", Duration::from_secs(5));
+        assert_eq!(ep.last_result.as_ref().map(|r| r.reason.as_str()), Some("open"));
+    }
+}

@@ -7,7 +7,7 @@ use std::{
 
 use probed::engine::{L4Outcome, L4Proto, L4Request, TxChoice, TxPath};
 use probed_tests::{
-    l4::{collect, start_engine},
+    l4::{collect, start_engine, start_engine_with},
     topo::*,
     TestPins, Topology,
 };
@@ -416,4 +416,49 @@ fn generator_sends_from_the_routes_preferred_source_and_follows_route_changes() 
         );
         assert_eq!((syns_from("198.18.0.9"), syns_from("2001:2::9")), (1, 1));
     });
+}
+
+/// Targets routed out of a second interface: the generator, running on the first, redirects
+/// their probes there when probe_rx is attached there too (to match the replies), and
+/// refuses them (no route) when it is not.
+#[test]
+fn probes_routed_out_of_a_second_interface_are_matched_there() {
+    const PORT: u16 = 8091;
+    let topo = Topology::new();
+    topo.second_link();
+    topo.anyip("198.19.7.0/24");
+    topo.backend
+        .ip(&["route", "add", "local", "198.19.9.0/24", "dev", "lo"]);
+    topo.prober
+        .ip(&["route", "add", "198.19.9.0/24", "via", BACKEND2_V4, "dev", PROBER_IF2]);
+    let _listener = topo.backend.tcp_listen(&format!("0.0.0.0:{PORT}"));
+    for dev in [BACKEND_IF, BACKEND_IF2] {
+        topo.backend.nft_input_rule(&format!(
+            "iifname \"{dev}\" tcp dport {PORT} tcp flags & (syn | ack) == syn counter"
+        ));
+    }
+    let syns_on = |dev: &str| topo.backend.nft_rule_packets(&format!("iifname \"{dev}\" "));
+    let pins = TestPins::new();
+    let round = |more: Vec<String>| {
+        topo.prober.enter(|| {
+            let (engine, mut rx) = start_engine_with(&pins, TxChoice::Auto, |c| c.more_ifaces = more);
+            assert_eq!(engine.tx_path(), TxPath::Xdp, "{}", engine.tx_path_reason());
+            engine
+                .submit(vec![
+                    tcp(1, &format!("198.19.7.5:{PORT}"), 500),
+                    tcp(2, &format!("198.19.9.5:{PORT}"), 500),
+                ])
+                .unwrap();
+            let mut results = collect(&mut rx, 2, Duration::from_secs(3));
+            results.sort_by_key(|r| r.token);
+            results.into_iter().map(|r| r.outcome).collect::<Vec<_>>()
+        })
+    };
+    // probe_rx on pr0 only: a probe routed out of pr1 could not have its reply matched, so
+    // it is not sent and reports no route.
+    assert_eq!(round(Vec::new()), [L4Outcome::Open, L4Outcome::NoRoute]);
+    assert_eq!((syns_on(BACKEND_IF), syns_on(BACKEND_IF2)), (1, 0));
+    // probe_rx on both: both open, each probe by its own link.
+    assert_eq!(round(vec![PROBER_IF2.into()]), [L4Outcome::Open, L4Outcome::Open]);
+    assert_eq!((syns_on(BACKEND_IF), syns_on(BACKEND_IF2)), (2, 1));
 }

@@ -499,10 +499,8 @@ impl Runner {
                 .and_then(crate::engine::source::iface_of)
                 .ok_or(DaemonError::NoInterface { target: first })?,
         };
-        if config.source.interfaces.len() > 1 {
-            log::warn!("probes leave from {iface} only; more than one interface is not supported yet");
-        }
         let mut ec = EngineConfig::new(&iface, &config.daemon.pin_dir);
+        ec.more_ifaces = config.source.interfaces.iter().skip(1).cloned().collect();
         ec.source_v4 = config.source.ipv4().find_map(|a| match a {
             IpAddr::V4(a) => Some(a),
             IpAddr::V6(_) => None,

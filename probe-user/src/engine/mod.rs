@@ -50,6 +50,9 @@ pub enum TxChoice {
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     pub iface: String,
+    /// Further interfaces probes may leave by (as routes say) and replies arrive on; probe_rx
+    /// is attached to each. The generator redirects probes to them from `iface`.
+    pub more_ifaces: Vec<String>,
     /// How probe_rx attaches: native when the driver takes it, unless told otherwise.
     pub mode: crate::kernel::AttachMode,
     /// Source addresses; None = whatever the routing table picks for each target.
@@ -68,6 +71,7 @@ impl EngineConfig {
     pub fn new(iface: impl Into<String>, pin_dir: impl Into<PathBuf>) -> Self {
         Self {
             iface: iface.into(),
+            more_ifaces: Vec::new(),
             mode: crate::kernel::AttachMode::Auto,
             source_v4: None,
             source_v6: None,

@@ -111,6 +111,8 @@ pub(crate) struct EngineState {
     /// When the current loop turn began.
     last_turn: Instant,
     max_inflight: usize,
+    /// The operator was told once that a route leaves by an interface without probe_rx.
+    warned_iface: bool,
 }
 
 fn random_key() -> [u64; 2] {
@@ -135,6 +137,7 @@ impl EngineState {
         let pins = PinDir::create(&cfg.pin_dir)?;
         let kcfg = KernelConfig {
             iface: cfg.iface.clone(),
+            more_ifaces: cfg.more_ifaces.clone(),
             mode: cfg.mode,
             sport_min: cfg.sport_min,
             sport_max: cfg.sport_max,
@@ -142,7 +145,7 @@ impl EngineState {
             max_inflight: cfg.max_inflight,
         };
         let kernel = L4Kernel::load(&kcfg, pins)?;
-        let (path, path_reason) = choose_path(&cfg.iface, cfg.tx);
+        let (path, path_reason) = choose_path(&cfg.iface, &cfg.more_ifaces, cfg.tx);
         Ok(Self {
             kernel,
             key,
@@ -164,6 +167,7 @@ impl EngineState {
             backlog: VecDeque::new(),
             last_turn: Instant::now(),
             max_inflight: cfg.max_inflight as usize,
+            warned_iface: false,
         })
     }
 
@@ -493,12 +497,24 @@ impl EngineState {
                             gen: ev.gen,
                         };
                         self.send_raw(&job);
+                    } else if ev.icmp_code == probe_common::l4::FIB_NOT_A_PROBE_IFACE {
+                        if !self.warned_iface {
+                            self.warned_iface = true;
+                            log::warn!(
+                                "the route to {} leaves by an interface probe_rx is not attached to; \
+                                 list every interface probes leave by in [source].interfaces \
+                                 (such targets are reported as no route)",
+                                live.target
+                            );
+                        }
                     } else {
                         log::debug!(
                             "no route for slot {} (bpf_fib_lookup returned {})",
                             ev.slot,
                             ev.icmp_code
                         );
+                    }
+                    if kind == EventKind::NoRoute && ev.icmp_code != FIB_FWD_DISABLED {
                         self.fail_now(ev.slot, L4Outcome::NoRoute);
                     }
                     continue;
@@ -544,17 +560,20 @@ impl EngineState {
     }
 }
 
-/// Picks the transmit path and says why, for the operator.
-fn choose_path(iface: &str, choice: TxChoice) -> (TxPath, String) {
+/// Picks the transmit path and says why, for the operator. Every interface a probe may
+/// leave by must take redirected XDP frames.
+fn choose_path(iface: &str, more: &[String], choice: TxChoice) -> (TxPath, String) {
     use super::source::{device_can_xmit_xdp, forwarding_enabled};
     if let TxChoice::Force(p) = choice {
         return (p, "chosen in the configuration".into());
     }
-    if !device_can_xmit_xdp(iface) {
-        return (
-            TxPath::Raw,
-            format!("{iface} does not advertise XDP transmit (ndo_xdp_xmit)"),
-        );
+    for dev in std::iter::once(iface).chain(more.iter().map(String::as_str)) {
+        if !device_can_xmit_xdp(dev) {
+            return (
+                TxPath::Raw,
+                format!("{dev} does not advertise XDP transmit (ndo_xdp_xmit)"),
+            );
+        }
     }
     let (v4, v6) = forwarding_enabled(iface);
     if !v4 && !v6 {

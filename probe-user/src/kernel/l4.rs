@@ -28,8 +28,11 @@ const LIVE_BATCH: u32 = 64;
 /// How the engine's kernel side is set up.
 #[derive(Clone, Debug)]
 pub struct KernelConfig {
-    /// Interface probes leave from and replies arrive on.
+    /// Interface the generator runs on; probes leave by whichever device the route names.
     pub iface: String,
+    /// Further interfaces replies may arrive on (routes out of them): probe_rx is attached
+    /// there too, with the same maps.
+    pub more_ifaces: Vec<String>,
     pub mode: AttachMode,
     /// The reserved source-port range (inclusive).
     pub sport_min: u16,
@@ -81,6 +84,11 @@ impl L4Kernel {
             .map_err(|source| KernelError::Verifier { name: RX, source })?;
         rx.load().map_err(|source| KernelError::Verifier { name: RX, source })?;
         let mode = attach_xdp(rx, &cfg.iface, cfg.mode)?;
+        for iface in &cfg.more_ifaces {
+            if_index(iface)?;
+            let m = attach_xdp(rx, iface, cfg.mode)?;
+            log::info!("probe_rx also on {iface}, in {m} mode");
+        }
 
         for name in [
             "PROBE_JOBS",
@@ -89,9 +97,16 @@ impl L4Kernel {
             "PROBE_RX_COUNTERS",
             "PROBE_TX_COUNTERS",
             "PROBE_KEY",
+            "PROBE_IFACES",
         ] {
             let map = ebpf.map(name).ok_or(KernelError::MissingMap { name })?;
             pins.pin_map(map, name)?;
+        }
+        // The generator sends only by interfaces whose replies probe_rx sees.
+        let mut ifaces: HashMap<MapData, u32, u32> =
+            HashMap::try_from(take(&mut ebpf, "PROBE_IFACES")?).map_err(map_err("PROBE_IFACES"))?;
+        for iface in std::iter::once(&cfg.iface).chain(&cfg.more_ifaces) {
+            ifaces.insert(if_index(iface)?, 1, 0).map_err(map_err("PROBE_IFACES"))?;
         }
         let mut key: Array<MapData, CookieKey> =
             Array::try_from(take(&mut ebpf, "PROBE_KEY")?).map_err(map_err("PROBE_KEY"))?;
