@@ -2,7 +2,7 @@
 //! flushed at once so a `tail -f` (or a test) sees it when it happens.
 use std::{
     fs::OpenOptions,
-    io::{LineWriter, Write},
+    io::{BufWriter, Write},
 };
 
 use serde::{Deserialize, Serialize};
@@ -49,7 +49,7 @@ pub struct EventSink {
 impl EventSink {
     pub fn open(target: &EventsOutput) -> Result<Self, DaemonError> {
         let out: Box<dyn Write + Send> = match target {
-            EventsOutput::Stdout => Box::new(LineWriter::new(std::io::stdout())),
+            EventsOutput::Stdout => Box::new(BufWriter::new(std::io::stdout())),
             EventsOutput::File(path) => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     std::fs::create_dir_all(dir).map_err(|source| DaemonError::Io {
@@ -67,7 +67,7 @@ impl EventSink {
                         path: path.display().to_string(),
                         source,
                     })?;
-                Box::new(LineWriter::new(file))
+                Box::new(BufWriter::new(file))
             }
         };
         Ok(Self {
@@ -85,8 +85,17 @@ impl EventSink {
                 return;
             }
         };
-        if let Err(e) = writeln!(self.out, "{line}").and_then(|_| self.out.flush()) {
+        if let Err(e) = writeln!(self.out, "{line}") {
             log::warn!("cannot write an event: {e}");
+        }
+    }
+
+    /// Writes out the buffered lines. The runner calls it once per loop turn, so a burst of
+    /// transitions (a rack going down, every endpoint's first round) costs one write, not
+    /// one per event, and no line waits longer than a turn.
+    pub fn flush(&mut self) {
+        if let Err(e) = self.out.flush() {
+            log::warn!("cannot write events: {e}");
         }
     }
 }

@@ -73,8 +73,10 @@ pub fn load(path: &Path, now_unix_ms: u64) -> Saved {
 }
 
 /// Writes the file atomically: a temporary beside it, fsync, rename.
-pub fn save(path: &Path, targets: Vec<SavedTarget>, now_unix_ms: u64) -> Result<(), DaemonError> {
+/// Writes the state file (targets in profile, endpoint order, so the file diffs cleanly).
+pub fn save(path: &Path, mut targets: Vec<SavedTarget>, now_unix_ms: u64) -> Result<(), DaemonError> {
     use std::io::Write;
+    targets.sort_by(|a, b| (&a.profile, &a.endpoint).cmp(&(&b.profile, &b.endpoint)));
     let io = |op: &'static str, p: &Path| {
         let path = p.display().to_string();
         move |source| DaemonError::Io { op, path, source }

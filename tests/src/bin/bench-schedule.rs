@@ -16,9 +16,9 @@ use probed_tests::{
     Topology,
 };
 
-const RUN: Duration = Duration::from_secs(8);
+const RUN: Duration = Duration::from_secs(10);
 /// The steady-state row starts this long after the daemon.
-const WARMUP: Duration = Duration::from_secs(3);
+const WARMUP: Duration = Duration::from_secs(5);
 const LATENESS: &str = "probed_schedule_lateness_seconds";
 
 /// Results other than "open" so far (timeouts, mostly: replies lost on the way).
