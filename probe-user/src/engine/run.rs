@@ -68,6 +68,12 @@ impl Waker {
     }
 }
 
+/// What ended a poll.
+struct Woke {
+    command: bool,
+    events: bool,
+}
+
 /// Probes that share one template frame: IPv4 or not, and the UDP payload (None for TCP).
 type FrameShape = (bool, Option<Arc<[u8]>>);
 
@@ -213,23 +219,30 @@ impl EngineState {
         }
     }
 
-    /// Sleeps until an event, a command or the next deadline.
+    /// Sleeps until a command, reply events or the next deadline.
+    ///
+    /// At most one turn per tick reads the ring buffer: at fleet rates a wake-up per reply
+    /// would cost more than the probe. So when replies wake the thread less than a tick after
+    /// the last turn, it lets the rest of the tick pass first (a command still cuts it
+    /// short). RTTs are stamped in the kernel, so the tick delays results by up to a
+    /// millisecond without making them less exact. With nothing arriving the thread sleeps
+    /// until the next deadline: an idle engine wakes a few times a second, not once a tick.
     fn wait(&mut self) {
-        let now = Instant::now();
         let wait = match self.deadlines.peek() {
-            Some(Reverse((due, _, _))) => due.saturating_duration_since(now).min(IDLE_WAIT),
+            Some(Reverse((due, _, _))) => due.saturating_duration_since(Instant::now()).min(IDLE_WAIT),
             None => IDLE_WAIT,
         };
-        // At most one turn per tick reads the ring buffer: at fleet rates a wake-up per reply
-        // would cost more than the probe. When the last turn was less than a tick ago, only
-        // commands may cut the rest of the tick short. RTTs are stamped in the kernel, so the
-        // tick delays results by up to a millisecond without making them less exact.
-        let since = now.saturating_duration_since(self.last_turn);
-        let (nfds, wait) = if since < EVENT_TICK {
-            (1, (EVENT_TICK - since).min(wait))
-        } else {
-            (2, wait)
-        };
+        let woke = self.poll(true, wait);
+        if woke.events && !woke.command {
+            let since = Instant::now().saturating_duration_since(self.last_turn);
+            if since < EVENT_TICK {
+                self.poll(false, EVENT_TICK - since);
+            }
+        }
+    }
+
+    /// One poll on the command eventfd and, when `events`, the ring buffer; says which fired.
+    fn poll(&self, events: bool, wait: Duration) -> Woke {
         let mut fds = [
             libc::pollfd {
                 fd: self.wake.fd.as_raw_fd(),
@@ -242,10 +255,15 @@ impl EngineState {
                 revents: 0,
             },
         ];
+        let nfds = if events { 2 } else { 1 };
         // Round up so a deadline 0.4 ms away does not turn into a busy loop.
         let ms = wait.as_micros().div_ceil(1000) as i32;
         // SAFETY: `fds` is a valid array of at least `nfds` pollfd for the duration of the call.
         unsafe { libc::poll(fds.as_mut_ptr(), nfds, ms) };
+        Woke {
+            command: fds[0].revents & libc::POLLIN != 0,
+            events: events && fds[1].revents & libc::POLLIN != 0,
+        }
     }
 
     fn alloc_slot(&mut self, live: Live) -> u32 {
