@@ -462,3 +462,35 @@ fn probes_routed_out_of_a_second_interface_are_matched_there() {
     assert_eq!(round(vec![PROBER_IF2.into()]), [L4Outcome::Open, L4Outcome::Open]);
     assert_eq!((syns_on(BACKEND_IF), syns_on(BACKEND_IF2)), (2, 1));
 }
+
+/// The probe interface disappearing under a running engine (a NIC unplugged, a veth of a
+/// container removed): probes still get exactly one result each, no route, and stopping
+/// the engine afterwards detaches cleanly.
+#[test]
+fn the_engine_survives_its_interface_being_deleted() {
+    let topo = backend();
+    let _listener = topo.backend.tcp_listen(&format!("{BACKEND_V4}:{OPEN}"));
+    let pins = TestPins::new();
+    let target = format!("{BACKEND_V4}:{OPEN}");
+    topo.prober.enter(|| {
+        let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
+        engine.submit(vec![tcp(1, &target, 300)]).unwrap();
+        let before = collect(&mut rx, 1, Duration::from_secs(2));
+        assert_eq!(before.first().map(|r| r.outcome), Some(L4Outcome::Open));
+        topo.prober.ip(&["link", "del", PROBER_IF]);
+        engine.submit(vec![tcp(2, &target, 300), tcp(3, &target, 300)]).unwrap();
+        let after = collect(&mut rx, 2, Duration::from_secs(3));
+        assert_eq!(
+            after.iter().map(|r| r.outcome).collect::<Vec<_>>(),
+            [L4Outcome::NoRoute, L4Outcome::NoRoute],
+            "{after:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(rx.try_recv().is_err(), "a probe produced a second result");
+        drop(engine);
+    });
+    assert!(
+        !pins.path.join("PROBE_INFLIGHT").exists(),
+        "the pins went with the engine"
+    );
+}

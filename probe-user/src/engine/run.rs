@@ -32,6 +32,8 @@ const FIB_FWD_DISABLED: u8 = 5;
 const CLAIM_GRACE: Duration = Duration::from_millis(200);
 /// How often the ring buffer is read while probes are on the wire.
 const EVENT_TICK: Duration = Duration::from_millis(1);
+/// Shortest gap between two warnings about failed generator runs.
+const WARN_EVERY: Duration = Duration::from_secs(10);
 /// Longest sleep between loop turns when nothing is due.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 
@@ -119,6 +121,9 @@ pub(crate) struct EngineState {
     max_inflight: usize,
     /// The operator was told once that a route leaves by an interface without probe_rx.
     warned_iface: bool,
+    /// Generator runs that failed, and when that was last logged.
+    failed_runs: u64,
+    last_run_warning: Option<Instant>,
 }
 
 fn random_key() -> [u64; 2] {
@@ -174,6 +179,8 @@ impl EngineState {
             last_turn: Instant::now(),
             max_inflight: cfg.max_inflight as usize,
             warned_iface: false,
+            failed_runs: 0,
+            last_run_warning: None,
         })
     }
 
@@ -426,10 +433,18 @@ impl EngineState {
                     }
                 }
                 Err(e) => {
-                    log::warn!(
-                        "generator run failed ({e}); sending {} probes through the raw socket",
-                        chunk.len()
-                    );
+                    // A run fails for every batch while the cause lasts (the interface was
+                    // deleted, say): say so at most every WARN_EVERY, not once per batch.
+                    self.failed_runs += 1;
+                    let now = Instant::now();
+                    if self.last_run_warning.is_none_or(|t| now - t >= WARN_EVERY) {
+                        log::warn!(
+                            "generator run failed ({e}); sending through the raw socket instead \
+                             ({} failed runs so far)",
+                            self.failed_runs
+                        );
+                        self.last_run_warning = Some(now);
+                    }
                     for job in chunk.iter() {
                         self.send_raw(job);
                     }
