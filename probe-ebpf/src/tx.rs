@@ -181,10 +181,10 @@ fn cookie_of(key: &[u64; 2], flow: &FlowKey, gen: u32) -> u32 {
 }
 
 #[inline(never)]
-fn build_v4(ctx: &XdpContext, flow: &FlowKey, fib: &Hop, cookie: u32, ctl: &TxCtl) -> bool {
+fn build_v4(ctx: &XdpContext, flow: &FlowKey, hop: &Hop, cookie: u32, ctl: &TxCtl) -> bool {
     let e = Ends {
-        smac: fib.smac,
-        dmac: fib.dmac,
+        smac: hop.smac,
+        dmac: hop.dmac,
         saddr: flow.saddr_v4(),
         daddr: flow.daddr_v4(),
         sport: flow.sport,
@@ -201,10 +201,10 @@ fn build_v4(ctx: &XdpContext, flow: &FlowKey, fib: &Hop, cookie: u32, ctl: &TxCt
 }
 
 #[inline(never)]
-fn build_v6(ctx: &XdpContext, flow: &FlowKey, fib: &Hop, cookie: u32, ctl: &TxCtl) -> bool {
+fn build_v6(ctx: &XdpContext, flow: &FlowKey, hop: &Hop, cookie: u32, ctl: &TxCtl) -> bool {
     let e = Ends {
-        smac: fib.smac,
-        dmac: fib.dmac,
+        smac: hop.smac,
+        dmac: hop.dmac,
         saddr: flow.saddr,
         daddr: flow.daddr,
         sport: flow.sport,

@@ -38,6 +38,19 @@ pub fn xdp_mode() -> probed::kernel::AttachMode {
     }
 }
 
+/// The end-of-run checks both transmit paths share: no reply counted forged or stale, and on
+/// the XDP path the generator built one frame per probe.
+pub fn assert_clean_run(snap: &probed::engine::Snapshot, path: probed::engine::TxPath, probes: usize) {
+    assert_eq!((snap.rx.forged, snap.rx.stale), (0, 0), "{:?}", snap.rx);
+    if path == probed::engine::TxPath::Xdp {
+        assert_eq!(
+            snap.tx.sent, probes as u64,
+            "the generator built every frame: {:?}",
+            snap.tx
+        );
+    }
+}
+
 /// Waits for `n` results, or until `within` has passed; returns what arrived.
 pub fn collect(rx: &mut tokio::sync::mpsc::UnboundedReceiver<L4Result>, n: usize, within: Duration) -> Vec<L4Result> {
     let deadline = Instant::now() + within;

@@ -27,7 +27,7 @@ impl Reflector {
                 .try_into()
                 .unwrap();
             prog.load().expect("load test_reflector");
-            probed::kernel::attach_xdp(prog, iface, mode).expect("attach test_reflector");
+            probed::kernel::attach_xdp(prog, "test_reflector", iface, mode).expect("attach test_reflector");
             Self { _ebpf: ebpf }
         })
     }

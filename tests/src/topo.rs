@@ -26,47 +26,10 @@ impl Topology {
         let prober = Netns::new("pdp");
         let backend = Netns::new("pdb");
         let topo = Self { backend, prober };
-        crate::run(
-            "ip",
-            &[
-                "link",
-                "add",
-                PROBER_IF,
-                "netns",
-                &topo.prober.name,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                BACKEND_IF,
-                "netns",
-                &topo.backend.name,
-            ],
+        topo.link(
+            (PROBER_IF, &[PROBER_V4, PROBER_V6]),
+            (BACKEND_IF, &[BACKEND_V4, BACKEND_V6]),
         );
-        for (ns, dev, v4, v6) in [
-            (&topo.prober, PROBER_IF, PROBER_V4, PROBER_V6),
-            (&topo.backend, BACKEND_IF, BACKEND_V4, BACKEND_V6),
-        ] {
-            ns.ip(&["addr", "add", &format!("{v4}/24"), "dev", dev]);
-            ns.ip(&["-6", "addr", "add", &format!("{v6}/64"), "dev", dev, "nodad"]);
-            ns.ip(&["link", "set", dev, "up"]);
-            ns.exec("ethtool", &["-K", dev, "gro", "on"]);
-        }
-        // A load-balancer node forwards; bpf_fib_lookup (the XDP path's router) requires it.
-        topo.prober
-            .sysctl(&format!("net.ipv4.conf.{PROBER_IF}.forwarding"), "1");
-        topo.prober
-            .sysctl(&format!("net.ipv6.conf.{PROBER_IF}.forwarding"), "1");
-        let prober_mac = topo.prober.mac(PROBER_IF);
-        let backend_mac = topo.backend.mac(BACKEND_IF);
-        for (ns, dev, addrs, mac) in [
-            (&topo.prober, PROBER_IF, [BACKEND_V4, BACKEND_V6], &backend_mac),
-            (&topo.backend, BACKEND_IF, [PROBER_V4, PROBER_V6], &prober_mac),
-        ] {
-            for a in addrs {
-                ns.ip(&["neigh", "replace", a, "lladdr", mac, "dev", dev, "nud", "permanent"]);
-            }
-        }
         topo
     }
 
@@ -74,56 +37,58 @@ impl Topology {
     /// (198.18.1.2/24), set up like the first, for tests of probes that leave by another
     /// interface. Removed with the namespaces.
     pub fn second_link(&self) {
+        self.link((PROBER_IF2, &["198.18.1.1"]), (BACKEND_IF2, &[BACKEND2_V4]));
+    }
+
+    /// One veth pair, prober end and backend end, each with its addresses (IPv4 /24, IPv6
+    /// /64), up with GRO on, forwarding on the prober's end and static neighbours both ways.
+    fn link(&self, (prober_if, prober_addrs): (&str, &[&str]), (backend_if, backend_addrs): (&str, &[&str])) {
         crate::run(
             "ip",
             &[
                 "link",
                 "add",
-                PROBER_IF2,
+                prober_if,
                 "netns",
                 &self.prober.name,
                 "type",
                 "veth",
                 "peer",
                 "name",
-                BACKEND_IF2,
+                backend_if,
                 "netns",
                 &self.backend.name,
             ],
         );
-        for (ns, dev, v4) in [
-            (&self.prober, PROBER_IF2, "198.18.1.1"),
-            (&self.backend, BACKEND_IF2, BACKEND2_V4),
+        for (ns, dev, addrs) in [
+            (&self.prober, prober_if, prober_addrs),
+            (&self.backend, backend_if, backend_addrs),
         ] {
-            ns.ip(&["addr", "add", &format!("{v4}/24"), "dev", dev]);
+            for a in addrs {
+                if a.contains(':') {
+                    ns.ip(&["-6", "addr", "add", &format!("{a}/64"), "dev", dev, "nodad"]);
+                } else {
+                    ns.ip(&["addr", "add", &format!("{a}/24"), "dev", dev]);
+                }
+            }
             ns.ip(&["link", "set", dev, "up"]);
             ns.exec("ethtool", &["-K", dev, "gro", "on"]);
         }
-        self.prober
-            .sysctl(&format!("net.ipv4.conf.{PROBER_IF2}.forwarding"), "1");
-        let (prober_mac, backend_mac) = (self.prober.mac(PROBER_IF2), self.backend.mac(BACKEND_IF2));
-        self.prober.ip(&[
-            "neigh",
-            "replace",
-            BACKEND2_V4,
-            "lladdr",
-            &backend_mac,
-            "dev",
-            PROBER_IF2,
-            "nud",
-            "permanent",
-        ]);
-        self.backend.ip(&[
-            "neigh",
-            "replace",
-            "198.18.1.1",
-            "lladdr",
-            &prober_mac,
-            "dev",
-            BACKEND_IF2,
-            "nud",
-            "permanent",
-        ]);
+        // A load-balancer node forwards; bpf_fib_lookup (the XDP path's router) requires it.
+        for family in ["ipv4", "ipv6"] {
+            self.prober
+                .sysctl(&format!("net.{family}.conf.{prober_if}.forwarding"), "1");
+        }
+        let prober_mac = self.prober.mac(prober_if);
+        let backend_mac = self.backend.mac(backend_if);
+        for (ns, dev, addrs, mac) in [
+            (&self.prober, prober_if, backend_addrs, &backend_mac),
+            (&self.backend, backend_if, prober_addrs, &prober_mac),
+        ] {
+            for a in addrs {
+                ns.ip(&["neigh", "replace", a, "lladdr", mac, "dev", dev, "nud", "permanent"]);
+            }
+        }
     }
 
     /// Makes `cidr` (e.g. "198.19.0.0/16" or "2001:2:0:1::/64") local to the backend and

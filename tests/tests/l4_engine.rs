@@ -72,15 +72,7 @@ fn outcomes_for_every_port_kind(tx: TxChoice, want_path: TxPath) {
             snap.rx
         );
         assert_eq!(snap.rx.rst_sent, 2, "one RST per open probe");
-        assert_eq!((snap.rx.forged, snap.rx.stale), (0, 0), "{:?}", snap.rx);
-        if want_path == TxPath::Xdp {
-            assert_eq!(
-                snap.tx.sent,
-                reqs.len() as u64,
-                "the generator built every frame: {:?}",
-                snap.tx
-            );
-        }
+        probed_tests::l4::assert_clean_run(&snap, want_path, reqs.len());
         results
     });
     assert_eq!(results.len(), reqs.len(), "one result per probe: {results:?}");

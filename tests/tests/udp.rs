@@ -81,15 +81,7 @@ fn plain_mode_outcomes(tx: TxChoice, want_path: TxPath) {
             "closed and rejected, both families: {:?}",
             snap.rx
         );
-        assert_eq!((snap.rx.forged, snap.rx.stale), (0, 0), "{:?}", snap.rx);
-        if want_path == TxPath::Xdp {
-            assert_eq!(
-                snap.tx.sent,
-                reqs.len() as u64,
-                "the generator built every frame: {:?}",
-                snap.tx
-            );
-        }
+        probed_tests::l4::assert_clean_run(&snap, want_path, reqs.len());
         results
     });
     assert_eq!(results.len(), reqs.len(), "one result per probe: {results:?}");

@@ -51,11 +51,6 @@ const SAVE_EVERY_NS: u64 = 1_000_000_000;
 
 type OwnerId = u64;
 
-/// Maps keyed by integers the runner hands out itself (owner ids, tokens, check ids), looked
-/// up several times per probe. No key comes from outside, so SipHash's flooding resistance buys
-/// nothing there and its cost showed in profiles at 100k probes/s.
-type IdMap<K, V> = crate::hash::FastMap<K, V>;
-
 /// One endpoint of one profile.
 struct Target {
     profile: String,
@@ -184,7 +179,7 @@ struct CheckSlot {
 /// The target table a configuration resolves to, before it is applied.
 struct Table {
     profiles: Vec<ProfileEntry>,
-    targets: IdMap<OwnerId, Target>,
+    targets: FastMap<OwnerId, Target>,
     kept: usize,
     added: usize,
 }
@@ -194,7 +189,7 @@ pub(crate) struct Runner {
     options: Options,
     sched: Scheduler<SchedKey, OwnerId>,
     profiles: Vec<ProfileEntry>,
-    targets: IdMap<OwnerId, Target>,
+    targets: FastMap<OwnerId, Target>,
     next_owner: OwnerId,
     /// Per check index. A probe's token is its check id, so a result finds its probe without
     /// a hash lookup, and a result for a check removed meanwhile finds a different generation
@@ -218,7 +213,6 @@ pub(crate) struct Runner {
     saver: state::Saver,
     due_buf: Vec<(CheckId, u64)>,
     pending: PendingMetrics,
-    cadence_buf: Vec<Cadence>,
 }
 
 impl Runner {
@@ -229,7 +223,7 @@ impl Runner {
         let mut runner = Runner {
             sched: Scheduler::new(SchedulerConfig::default()),
             profiles: Vec::new(),
-            targets: IdMap::default(),
+            targets: FastMap::default(),
             next_owner: 1,
             slots: Vec::new(),
             epoch: 0,
@@ -248,7 +242,6 @@ impl Runner {
             saver: state::Saver::new(),
             due_buf: Vec::new(),
             pending: PendingMetrics::default(),
-            cadence_buf: Vec::new(),
             options,
             config: config.clone(),
         };
@@ -315,7 +308,7 @@ impl Runner {
         let mut errors = Vec::new();
         let mut table = Table {
             profiles: Vec::new(),
-            targets: IdMap::default(),
+            targets: FastMap::default(),
             kept: 0,
             added: 0,
         };
@@ -690,8 +683,9 @@ impl Runner {
         };
         let proto = inflight.protocol;
         let owners = self.sched.owners(inflight.check);
-        let mut cadences = std::mem::take(&mut self.cadence_buf);
-        cadences.clear();
+        let at_unix_ms = unix_ms_at(finished);
+        // Shared checks follow the most urgent owner's cadence (Cadence::combine).
+        let mut cadence: Option<Cadence> = None;
         for owner in owners {
             let Some(t) = self.targets.get_mut(owner) else {
                 continue;
@@ -709,7 +703,6 @@ impl Runner {
                     .observe(report.elapsed.as_secs_f64());
                 t.last_rtt = Some(report.elapsed);
             }
-            let at_unix_ms = unix_ms_at(finished);
             match &mut t.last {
                 // The same reason as last time, as it mostly is: no new string.
                 Some(last) if *last.reason == *report.reason => {
@@ -765,10 +758,9 @@ impl Runner {
                 self.events.emit(&event);
                 self.state_dirty = true;
             }
-            cadences.push(t.tracker.cadence());
+            cadence = Some(Cadence::combine(cadence.into_iter().chain([t.tracker.cadence()])));
         }
-        let cadence = Cadence::combine(cadences.drain(..));
-        self.cadence_buf = cadences;
+        let cadence = cadence.unwrap_or(Cadence::Steady);
         // None or an error: disabled, always-serve or removed meanwhile, nothing to schedule.
         let _ = self.sched.completed(inflight.check, finished, cadence);
     }
@@ -1140,7 +1132,7 @@ impl Runner {
 
 /// Where the first TCP/UDP check of a table goes: the route to it names the interface when
 /// the config names none.
-fn first_l4(targets: &IdMap<OwnerId, Target>) -> Option<SocketAddr> {
+fn first_l4(targets: &FastMap<OwnerId, Target>) -> Option<SocketAddr> {
     targets
         .values()
         .find(|t| matches!(t.spec.kind, ProbeKind::L4(_)))

@@ -530,7 +530,9 @@ impl EngineState {
                             gen: ev.gen,
                         };
                         self.send_raw(&job);
-                    } else if ev.icmp_code == probe_common::l4::FIB_NOT_A_PROBE_IFACE {
+                        continue;
+                    }
+                    if ev.icmp_code == probe_common::l4::FIB_NOT_A_PROBE_IFACE {
                         if !self.warned_iface {
                             self.warned_iface = true;
                             log::warn!(
@@ -547,9 +549,7 @@ impl EngineState {
                             ev.icmp_code
                         );
                     }
-                    if kind == EventKind::NoRoute && ev.icmp_code != FIB_FWD_DISABLED {
-                        self.fail_now(ev.slot, L4Outcome::NoRoute);
-                    }
+                    self.fail_now(ev.slot, L4Outcome::NoRoute);
                     continue;
                 }
                 None => continue,

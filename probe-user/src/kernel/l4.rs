@@ -70,7 +70,12 @@ impl L4Kernel {
     /// Loads probe_rx, sets the key, attaches it to the interface and pins the maps in `pins`
     /// for bpftool.
     pub fn load(cfg: &KernelConfig, mut pins: PinDir) -> Result<Self, KernelError> {
-        let ifindex = if_index(&cfg.iface)?;
+        // Every name is checked before anything is loaded; the first is the generator's.
+        let ifindexes = std::iter::once(&cfg.iface)
+            .chain(&cfg.more_ifaces)
+            .map(|i| if_index(i))
+            .collect::<Result<Vec<u32>, _>>()?;
+        let ifindex = ifindexes[0];
         let mut ebpf = EbpfLoader::new()
             .override_global("PROBE_SPORT_MIN", &cfg.sport_min, true)
             .override_global("PROBE_SPORT_MAX", &cfg.sport_max, true)
@@ -83,10 +88,9 @@ impl L4Kernel {
             .try_into()
             .map_err(|source| KernelError::Verifier { name: RX, source })?;
         rx.load().map_err(|source| KernelError::Verifier { name: RX, source })?;
-        let mode = attach_xdp(rx, &cfg.iface, cfg.mode)?;
+        let mode = attach_xdp(rx, RX, &cfg.iface, cfg.mode)?;
         for iface in &cfg.more_ifaces {
-            if_index(iface)?;
-            let m = attach_xdp(rx, iface, cfg.mode)?;
+            let m = attach_xdp(rx, RX, iface, cfg.mode)?;
             log::info!("probe_rx also on {iface}, in {m} mode");
         }
 
@@ -102,11 +106,12 @@ impl L4Kernel {
             let map = ebpf.map(name).ok_or(KernelError::MissingMap { name })?;
             pins.pin_map(map, name)?;
         }
-        // The generator sends only by interfaces whose replies probe_rx sees.
+        // The generator sends only by interfaces whose replies probe_rx sees. The handle can
+        // go once filled: the program keeps the map alive.
         let mut ifaces: HashMap<MapData, u32, u32> =
             HashMap::try_from(take(&mut ebpf, "PROBE_IFACES")?).map_err(map_err("PROBE_IFACES"))?;
-        for iface in std::iter::once(&cfg.iface).chain(&cfg.more_ifaces) {
-            ifaces.insert(if_index(iface)?, 1, 0).map_err(map_err("PROBE_IFACES"))?;
+        for &index in &ifindexes {
+            ifaces.insert(index, 1, 0).map_err(map_err("PROBE_IFACES"))?;
         }
         let mut key: Array<MapData, CookieKey> =
             Array::try_from(take(&mut ebpf, "PROBE_KEY")?).map_err(map_err("PROBE_KEY"))?;

@@ -104,15 +104,21 @@ impl std::fmt::Display for AttachMode {
     }
 }
 
-/// Attaches a loaded XDP program in `mode` and returns the mode it runs in (Driver or Skb).
+/// Attaches a loaded XDP program (`name`, for errors) in `mode` and returns the mode it runs
+/// in (Driver or Skb).
 ///
 /// `Auto` asks for native mode first: a driver may implement XDP yet refuse a given setup
 /// (MTU too large for one page, too few queues for XDP_TX), and generic mode then still works.
-pub fn attach_xdp(prog: &mut aya::programs::Xdp, iface: &str, mode: AttachMode) -> Result<AttachMode, KernelError> {
+pub fn attach_xdp(
+    prog: &mut aya::programs::Xdp,
+    name: &'static str,
+    iface: &str,
+    mode: AttachMode,
+) -> Result<AttachMode, KernelError> {
     use aya::programs::XdpMode;
     let attach = |prog: &mut aya::programs::Xdp, m: XdpMode| {
         prog.attach(iface, m).map(drop).map_err(|source| KernelError::Attach {
-            name: "probe_rx",
+            name,
             iface: iface.to_string(),
             source,
         })

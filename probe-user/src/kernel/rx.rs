@@ -30,7 +30,7 @@ impl RxProgram {
             .map_err(|source| KernelError::Verifier { name: PROG, source })?;
         prog.load()
             .map_err(|source| KernelError::Verifier { name: PROG, source })?;
-        let mode = attach_xdp(prog, iface, mode)?;
+        let mode = attach_xdp(prog, PROG, iface, mode)?;
         let map = ebpf.map(COUNTERS).ok_or(KernelError::MissingMap { name: COUNTERS })?;
         pins.pin_map(map, COUNTERS)?;
         Ok(Self {

@@ -104,7 +104,8 @@ impl Registry {
         }
     }
 
-    /// Records one observation in a histogram with the given bucket bounds.
+    /// Records one observation in a histogram with the given bucket bounds (a batch of one;
+    /// hot paths gather a `Histogram` and `merge` it).
     pub fn observe(
         &mut self,
         name: &'static str,
@@ -113,15 +114,9 @@ impl Registry {
         labels: Labels,
         v: Duration,
     ) {
-        let (_, fam) = self
-            .families
-            .entry(name)
-            .or_insert_with(|| (help, Family::Histogram(bounds, BTreeMap::new())));
-        if let Family::Histogram(bounds, m) = fam {
-            m.entry(labels)
-                .or_insert_with(|| Histogram::new(bounds))
-                .observe(v.as_secs_f64());
-        }
+        let mut one = Histogram::new(bounds);
+        one.observe(v.as_secs_f64());
+        self.merge(name, help, labels, &one);
     }
 
     /// Adds a batch of observations (made with the same bounds) to a histogram series.
