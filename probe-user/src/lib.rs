@@ -6,6 +6,7 @@
 //! (monitor status and selection), and the product on top: `daemon` (runner, events,
 //! persistence), `api` (HTTP JSON), `metrics` (Prometheus).
 pub mod api;
+pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod engine;
@@ -14,5 +15,6 @@ pub mod health;
 pub mod kernel;
 pub mod metrics;
 pub mod probe;
+pub mod rng;
 pub mod schedule;
 pub mod status;

@@ -477,7 +477,7 @@ impl EngineState {
             gen: job.gen,
             cookie,
             _pad: 0,
-            sent_ns: monotonic_ns(),
+            sent_ns: crate::clock::mono_ns(),
         };
         if self.kernel.track(&job.flow, entry).is_err() {
             self.fail_now(job.slot, L4Outcome::NoRoute);
@@ -633,12 +633,4 @@ fn ip_of(flow: &FlowKey) -> IpAddr {
     } else {
         IpAddr::from(flow.daddr)
     }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: the clock bpf_ktime_get_ns reads.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec into `ts`.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -7,6 +7,8 @@ use std::{collections::HashMap, fmt, hash::Hash, time::Duration};
 
 use wheel::Wheel;
 
+use crate::rng::SplitMix64;
+
 /// Which interval applies to a check's next probe (HAProxy `inter` / `fastinter` / `downinter`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Cadence {
@@ -510,28 +512,6 @@ fn scale(fraction: u64, range: u64) -> u64 {
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// SplitMix64 (Steele, Lea, Flood): small, fast and good enough for jitter; not for secrets.
-#[derive(Debug, Clone)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(GOLDEN_GAMMA);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..bound`, or 0 for a zero bound (and no draw, so unset jitter costs nothing).
-    fn below(&mut self, bound: u64) -> u64 {
-        if bound == 0 {
-            return 0;
-        }
-        scale(self.next_u64(), bound)
-    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use ipnet::IpNet;
 use serde::Serialize;
 
 use super::{effective_eligibility, EndpointStatus};
+pub use crate::rng::SplitMix64;
 
 /// Region name that catches every query whose region has no endpoint of its own.
 pub const WORLD_REGION: &str = "world";
@@ -62,17 +63,9 @@ pub trait RandomSource {
     fn next_u64(&mut self) -> u64;
 }
 
-/// SplitMix64: small, fast, good enough to spread weighted answers.
-#[derive(Debug, Clone)]
-pub struct SplitMix64(pub u64);
-
 impl RandomSource for SplitMix64 {
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        SplitMix64::next_u64(self)
     }
 }
 
