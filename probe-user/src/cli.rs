@@ -195,12 +195,19 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let options = Options {
             config_path: Some(path.to_path_buf()),
-            no_api: false,
         };
+        let api_listen = config.daemon.api.clone();
         let mut daemon = Daemon::start(config, options)
             .await
             .context("start the daemon (run as root, or with the capabilities of dist/probed.service)")?;
-        log::info!("probed running; API on {}", daemon.api_addr().unwrap_or_default());
+        let api = match probed::api::Server::start(&api_listen, daemon.control()).await {
+            Ok(api) => api,
+            Err(e) => {
+                let _ = daemon.shutdown().await;
+                return Err(anyhow::Error::new(e).context("start the API"));
+            }
+        };
+        log::info!("probed running; API on {}", api.addr());
         let mut hup = signal(SignalKind::hangup()).context("install SIGHUP handler")?;
         let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
         let control = daemon.control();
@@ -222,6 +229,7 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
             }
         }
         log::info!("stopping: saving state, detaching programs, removing pins");
+        api.stop().await;
         daemon.shutdown().await.context("stop the daemon")?;
         anyhow::Ok(())
     })?;
@@ -259,7 +267,7 @@ fn status(profile: Option<&str>, api: &str, json: bool) -> anyhow::Result<ExitCo
     // SAFETY: isatty only inspects the descriptor.
     let tty = unsafe { libc::isatty(1) } == 1;
     let colour = tty && std::env::var_os("NO_COLOR").is_none();
-    print!("{}", probed::daemon::view::render_table(&views, colour));
+    print!("{}", probed::daemon::views::render_table(&views, colour));
     Ok(ExitCode::SUCCESS)
 }
 

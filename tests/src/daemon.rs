@@ -13,7 +13,8 @@ use std::{
 use probed::{
     api::client,
     config::Config,
-    daemon::{events::Event, Daemon, EndpointView, Options},
+    daemon::{events::Event, views::ChangeKind, Daemon, EndpointView, Options},
+    status::EndpointStatus,
 };
 use serde_json::Value;
 
@@ -100,8 +101,8 @@ impl RunningDaemon {
         };
         let options = Options {
             config_path: config_path.map(Path::to_path_buf),
-            no_api: false,
         };
+        let api_listen = config.daemon.api.clone();
         let (ready_tx, ready_rx) = mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
@@ -122,8 +123,18 @@ impl RunningDaemon {
                         return Err(msg);
                     }
                 };
-                let _ = ready_tx.send(Ok(daemon.api_addr().unwrap_or_default()));
+                // The API beside the core, as `probed run` starts it.
+                let api = match probed::api::Server::start(&api_listen, daemon.control()).await {
+                    Ok(api) => api,
+                    Err(e) => {
+                        let _ = daemon.shutdown().await;
+                        let _ = ready_tx.send(Err(e.to_string()));
+                        return Err(e.to_string());
+                    }
+                };
+                let _ = ready_tx.send(Ok(api.addr()));
                 let _ = stop_rx.await;
+                api.stop().await;
                 daemon.shutdown().await.map_err(|e| e.to_string())
             })
         });
@@ -177,7 +188,7 @@ impl RunningDaemon {
 
     /// Polls until the endpoint's monitor status is `status`; panics with the last view after
     /// `within`.
-    pub fn wait_status(&self, profile: &str, endpoint: &str, status: &str, within: Duration) -> EndpointView {
+    pub fn wait_status(&self, profile: &str, endpoint: &str, status: EndpointStatus, within: Duration) -> EndpointView {
         let deadline = Instant::now() + within;
         loop {
             let v = self.endpoint(profile, endpoint);
@@ -199,15 +210,19 @@ impl RunningDaemon {
         read_events(&self.events)
     }
 
-    /// Waits for an event about `endpoint` becoming `to`, returning it and when it was read.
-    pub fn wait_event(&self, endpoint: &str, to: &str, within: Duration) -> Event {
+    /// Waits for a health change of `endpoint` to status `to`, returning it.
+    pub fn wait_event(&self, endpoint: &str, to: EndpointStatus, within: Duration) -> Event {
         let deadline = Instant::now() + within;
         loop {
-            if let Some(e) = self.events().into_iter().find(|e| e.endpoint == endpoint && e.to == to) {
+            let found = self
+                .events()
+                .into_iter()
+                .find(|e| e.endpoint == endpoint && e.kind == ChangeKind::Health && e.to == Some(to));
+            if let Some(e) = found {
                 return e;
             }
             if Instant::now() > deadline {
-                panic!("no event {endpoint} -> {to} within {within:?}: {:#?}", self.events());
+                panic!("no event {endpoint} -> {to:?} within {within:?}: {:#?}", self.events());
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -232,7 +247,7 @@ pub fn read_events(path: &Path) -> Vec<Event> {
 
 /// CLOCK_MONOTONIC in nanoseconds, as the daemon and its events use it.
 pub fn mono_ns() -> u64 {
-    probed::daemon::mono_ns()
+    probed::clock::mono_ns()
 }
 
 /// The value of one series in Prometheus text (`series` includes its labels).

@@ -1,6 +1,7 @@
 //! The demo fleet: one backend namespace with a healthy, a dead (dropped), a refusing and a
 //! flapping TCP service, a fast and a slow HTTP service, an open and a closed UDP port, and the
 //! probed configuration that checks them all. Shared by `probed-demo` and the daemon tests.
+use probed::status::EndpointStatus;
 use std::net::{TcpListener, UdpSocket};
 
 use crate::{
@@ -15,15 +16,15 @@ const FLAP_TABLE: &str = "probed_flap";
 const FLAP_PORT: u16 = 8083;
 
 /// (profile, endpoint, monitor status once settled); the flapping endpoint has none.
-pub const EXPECTED: &[(&str, &str, &str)] = &[
-    ("tcp", "healthy", "Online"),
-    ("tcp", "dead", "Degraded"),
-    ("tcp", "refusing", "Degraded"),
-    ("http", "web-fast", "Online"),
-    ("http", "web-slow", "Degraded"),
-    ("udp", "dns-open", "Online"),
-    ("udp", "dns-closed", "Degraded"),
-    ("udp", "dns-spare", "Disabled"),
+pub const EXPECTED: &[(&str, &str, EndpointStatus)] = &[
+    ("tcp", "healthy", EndpointStatus::Online),
+    ("tcp", "dead", EndpointStatus::Degraded),
+    ("tcp", "refusing", EndpointStatus::Degraded),
+    ("http", "web-fast", EndpointStatus::Online),
+    ("http", "web-slow", EndpointStatus::Degraded),
+    ("udp", "dns-open", EndpointStatus::Online),
+    ("udp", "dns-closed", EndpointStatus::Degraded),
+    ("udp", "dns-spare", EndpointStatus::Disabled),
 ];
 
 pub struct Fleet {

@@ -2,7 +2,7 @@
 //! real targets, the API and metrics, reload, restart and shutdown cleanup.
 use std::time::Duration;
 
-use probed::{config::Config, daemon::events::Event};
+use probed::{config::Config, daemon::events::Event, status::EndpointStatus as S};
 use probed_tests::{
     daemon::{histogram_quantile, metric},
     daemon::{mono_ns, DaemonFiles, RunningDaemon},
@@ -52,12 +52,12 @@ fn fail_window(dialect: &str, health: &str, interval_ms: u64, timeout_ms: u64, w
     let mut config = files.write_config(&text);
     scale(&mut config, interval_ms, timeout_ms);
     let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start the daemon");
-    daemon.wait_event("target", "Healthy", Duration::from_secs(3));
+    daemon.wait_event("target", S::Online, Duration::from_secs(3));
 
     let before = mono_ns();
     topo.backend.nft_drop("tcp", 8080);
     let after = mono_ns();
-    let event = daemon.wait_event("target", "Unhealthy", Duration::from_secs(3));
+    let event = daemon.wait_event("target", S::Degraded, Duration::from_secs(3));
     let seen_at = mono_ns();
 
     eprintln!(
@@ -136,12 +136,12 @@ fn tcp_target_comes_back_within_the_success_window() {
     let mut config = files.write_config(&text);
     scale(&mut config, 20, 50);
     let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start the daemon");
-    daemon.wait_event("target", "Unhealthy", Duration::from_secs(3));
+    daemon.wait_event("target", S::Degraded, Duration::from_secs(3));
 
     let before = mono_ns();
     topo.backend.exec("nft", &["delete", "table", "inet", "probed_test"]);
     let after = mono_ns();
-    let event = daemon.wait_event("target", "Healthy", Duration::from_secs(3));
+    let event = daemon.wait_event("target", S::Online, Duration::from_secs(3));
     let seen_at = mono_ns();
     eprintln!(
         "tcp success window: measured {:.1} ms, formula {:.1} ms",
@@ -183,18 +183,18 @@ fn api_status_select_enable_disable_and_metrics() {
     let daemon = RunningDaemon::start(&topo.prober, config, Some(&files.config_path())).expect("start");
     let within = Duration::from_secs(5);
 
-    let healthy = daemon.wait_status("web", "healthy", "Online", within);
+    let healthy = daemon.wait_status("web", "healthy", S::Online, within);
     assert_eq!(
         healthy.last_result.as_ref().map(|r| (r.ok, r.reason.as_str())),
         Some((true, "open"))
     );
     assert!(healthy.eligible && healthy.probed);
     assert_eq!(healthy.windows.fail_window_ms, 300.0, "100 ms * 2 + 100 ms * 1");
-    let dead = daemon.wait_status("web", "dead", "Degraded", within);
+    let dead = daemon.wait_status("web", "dead", S::Degraded, within);
     assert_eq!(dead.last_result.as_ref().unwrap().reason, "timeout");
-    assert_eq!(dead.last_change.as_ref().unwrap().to, "Unhealthy");
+    assert_eq!(dead.last_change.as_ref().unwrap().to, S::Degraded);
     assert!(!dead.eligible);
-    let refusing = daemon.wait_status("web", "refusing", "Degraded", within);
+    let refusing = daemon.wait_status("web", "refusing", S::Degraded, within);
     assert_eq!(refusing.last_result.as_ref().unwrap().reason, "refused");
 
     let all = daemon.get("/v1/status");
@@ -214,7 +214,7 @@ fn api_status_select_enable_disable_and_metrics() {
     // Every endpoint left in the pool is Degraded: fail-open answers with the first of them.
     let sel = daemon.get("/v1/select/web?source=198.18.0.1");
     assert_eq!(sel["endpoints"], serde_json::json!(["dead"]), "fail-open: {sel}");
-    assert_eq!(daemon.get("/v1/status/web")[0]["fail_open"], true);
+    assert_eq!(daemon.get("/v1/status/web")["fail_open"], true);
 
     let (code, v) = daemon.call("POST", "/v1/endpoints/web/healthy/enable");
     assert_eq!(code, 200, "{v}");
@@ -222,7 +222,7 @@ fn api_status_select_enable_disable_and_metrics() {
         v["status"], "CheckingEndpoint",
         "a re-enabled endpoint starts over: {v}"
     );
-    daemon.wait_status("web", "healthy", "Online", within);
+    daemon.wait_status("web", "healthy", S::Online, within);
 
     // Always-serve: health checks off (Unmonitored), eligible, and no probe is sent any more.
     let (code, v) = daemon.call("POST", "/v1/endpoints/web/dead/always-serve");
@@ -265,13 +265,13 @@ fn api_status_select_enable_disable_and_metrics() {
         "probed_probe_rtt_seconds_bucket{kind=\"tcp\",profile=\"web\",le=\"+Inf\"}",
         "probed_transitions_total{profile=\"web\",to=\"Unhealthy\"}",
         "probed_schedule_lateness_seconds_bucket{le=\"0.001\"}",
-        "probed_kernel_rx{counter=\"forged\"} 0",
-        "probed_kernel_rx{counter=\"stale\"}",
+        "probed_kernel_rx_total{event=\"forged\"} 0",
+        "probed_kernel_rx_total{event=\"stale\"}",
         "probed_endpoints{profile=\"web\",status=\"Online\"} 1",
     ] {
         assert!(metrics.contains(needle), "metrics lack {needle}:\n{metrics}");
     }
-    let rst_sent = metric(&metrics, "probed_kernel_rx{counter=\"rst_sent\"}");
+    let rst_sent = metric(&metrics, "probed_kernel_rx_total{event=\"rst_sent\"}");
     assert!(rst_sent >= 1.0, "every open probe is reset by probe_rx:\n{metrics}");
     let paths = metric(&metrics, "probed_tx_path{path=\"xdp\"}") + metric(&metrics, "probed_tx_path{path=\"raw\"}");
     assert_eq!(paths, 1.0, "exactly one transmit path in use:\n{metrics}");
@@ -287,8 +287,8 @@ fn reload_keeps_state_of_endpoints_that_stay_and_refuses_a_bad_file() {
     let before = files.header(PROBER_IF) + &profile("web", "lb", health, &[("stays", 8080), ("goes", 8090)]);
     let config = files.write_config(&before);
     let daemon = RunningDaemon::start(&topo.prober, config, Some(&files.config_path())).expect("start");
-    daemon.wait_status("web", "stays", "Online", Duration::from_secs(5));
-    daemon.wait_status("web", "goes", "Online", Duration::from_secs(5));
+    daemon.wait_status("web", "stays", S::Online, Duration::from_secs(5));
+    daemon.wait_status("web", "goes", S::Online, Duration::from_secs(5));
     let events_before = daemon.events().len();
 
     let after = files.header(PROBER_IF) + &profile("web", "lb", health, &[("stays", 8080), ("new", 8090)]);
@@ -306,13 +306,14 @@ fn reload_keeps_state_of_endpoints_that_stay_and_refuses_a_bad_file() {
     );
     let stays = daemon.endpoint("web", "stays");
     assert_eq!(
-        stays.status, "Online",
+        stays.status,
+        S::Online,
         "an endpoint that stays keeps its state: {stays:#?}"
     );
-    assert_eq!(daemon.endpoint("web", "new").status, "CheckingEndpoint");
+    assert_eq!(daemon.endpoint("web", "new").status, S::CheckingEndpoint);
     let (code, _) = daemon.call("GET", "/v1/status/web/goes");
     assert_eq!(code, 404, "removed endpoints are gone");
-    daemon.wait_status("web", "new", "Online", Duration::from_secs(5));
+    daemon.wait_status("web", "new", S::Online, Duration::from_secs(5));
     let stays_events = daemon.events()[events_before..]
         .iter()
         .filter(|e| e.endpoint == "stays")
@@ -332,8 +333,8 @@ fn reload_keeps_state_of_endpoints_that_stay_and_refuses_a_bad_file() {
         "the refusal names the field: {v}"
     );
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(daemon.endpoint("web", "stays").status, "Online");
-    assert_eq!(daemon.endpoint("web", "new").status, "Online");
+    assert_eq!(daemon.endpoint("web", "stays").status, S::Online);
+    assert_eq!(daemon.endpoint("web", "new").status, S::Online);
 }
 
 #[test]
@@ -344,8 +345,8 @@ fn restart_resumes_last_known_health_without_a_flap_and_cleans_up() {
     let files = DaemonFiles::new();
     let config = files.write_config(&fleet_config(&files));
     let daemon = RunningDaemon::start(&topo.prober, config.clone(), None).expect("start");
-    daemon.wait_status("web", "healthy", "Online", Duration::from_secs(5));
-    daemon.wait_status("web", "dead", "Degraded", Duration::from_secs(5));
+    daemon.wait_status("web", "healthy", S::Online, Duration::from_secs(5));
+    daemon.wait_status("web", "dead", S::Degraded, Duration::from_secs(5));
     let (code, _) = daemon.call("POST", "/v1/endpoints/web/refusing/disable");
     assert_eq!(code, 200);
     daemon.stop();
@@ -356,17 +357,17 @@ fn restart_resumes_last_known_health_without_a_flap_and_cleans_up() {
 
     let daemon = RunningDaemon::start(&topo.prober, config, None).expect("restart");
     // Straight after the restart, before any probe could have decided anything.
-    assert_eq!(daemon.endpoint("web", "healthy").status, "Online");
-    assert_eq!(daemon.endpoint("web", "dead").status, "Degraded");
+    assert_eq!(daemon.endpoint("web", "healthy").status, S::Online);
+    assert_eq!(daemon.endpoint("web", "dead").status, S::Degraded);
     let refusing = daemon.endpoint("web", "refusing");
     assert_eq!(
-        (refusing.status.as_str(), refusing.admin_from_api),
-        ("Disabled", true),
+        (refusing.status, refusing.admin_from_api),
+        (S::Disabled, true),
         "API override survives"
     );
     std::thread::sleep(Duration::from_millis(600));
-    assert_eq!(daemon.endpoint("web", "healthy").status, "Online");
-    assert_eq!(daemon.endpoint("web", "dead").status, "Degraded");
+    assert_eq!(daemon.endpoint("web", "healthy").status, S::Online);
+    assert_eq!(daemon.endpoint("web", "dead").status, S::Degraded);
     let after = daemon.events();
     assert_eq!(
         after.len(),
@@ -389,9 +390,9 @@ fn udp_request_response_checks_decide_by_the_reply() {
     let mut config = files.write_config(&text);
     scale(&mut config, 20, 100);
     let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start the daemon");
-    daemon.wait_status("dns", "good", "Online", Duration::from_secs(3));
-    let bad = daemon.wait_status("dns", "bad", "Degraded", Duration::from_secs(3));
-    let event = daemon.wait_event("bad", "Unhealthy", Duration::from_secs(1));
+    daemon.wait_status("dns", "good", S::Online, Duration::from_secs(3));
+    let bad = daemon.wait_status("dns", "bad", S::Degraded, Duration::from_secs(3));
+    let event = daemon.wait_event("bad", S::Degraded, Duration::from_secs(1));
     assert!(
         event.results.iter().all(|r| r.reason == "reply mismatch"),
         "{event:#?} {bad:?}"
@@ -411,13 +412,13 @@ fn http_target_comes_back_after_70ms_scaled() {
     let mut config = files.write_config(&text);
     scale(&mut config, 20, 50);
     let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start the daemon");
-    let down = daemon.wait_event("web", "Unhealthy", Duration::from_secs(3));
+    let down = daemon.wait_event("web", S::Degraded, Duration::from_secs(3));
     assert!(down.results.iter().all(|r| r.reason == "status 503"), "{down:#?}");
 
     let before = mono_ns();
     server.route("/health", Route::status(200).delayed(Duration::from_millis(10)));
     let after = mono_ns();
-    let event = daemon.wait_event("web", "Healthy", Duration::from_secs(3));
+    let event = daemon.wait_event("web", S::Online, Duration::from_secs(3));
     let seen_at = mono_ns();
     eprintln!(
         "http success window: measured {:.1} ms, formula {:.1} ms (mean response {:.1} ms)",
@@ -432,7 +433,7 @@ fn http_target_comes_back_after_70ms_scaled() {
     // A probe may be waiting in the 503 responder when the route changes: one probe + interval.
     check_clock(&event, before, after, seen_at, 20 + 50);
     let view = daemon.endpoint("scaled", "web");
-    assert_eq!((view.status.as_str(), view.protocol.as_str()), ("Online", "http"));
+    assert_eq!((view.status, view.protocol.name()), (S::Online, "http"));
 }
 
 #[test]
@@ -441,8 +442,8 @@ fn demo_fleet_reaches_expected_statuses() {
     let config = fleet.files.write_config(&fleet.config_text());
     let daemon = RunningDaemon::start(&fleet.topo.prober, config, Some(&fleet.files.config_path())).expect("start");
     for (profile, endpoint, status) in probed_tests::fleet::EXPECTED {
-        let v = daemon.wait_status(profile, endpoint, status, Duration::from_secs(5));
-        if *status == "Degraded" {
+        let v = daemon.wait_status(profile, endpoint, *status, Duration::from_secs(5));
+        if *status == S::Degraded {
             assert!(!v.last_result.as_ref().unwrap().ok, "{v:#?}");
         }
     }
@@ -455,11 +456,11 @@ fn demo_fleet_reaches_expected_statuses() {
         daemon.endpoint("udp", "dns-closed").last_result.unwrap().reason,
         "port unreachable"
     );
-    daemon.wait_status("tcp", "flapping", "Online", Duration::from_secs(5));
+    daemon.wait_status("tcp", "flapping", S::Online, Duration::from_secs(5));
     fleet.set_flapping_down(true);
-    daemon.wait_status("tcp", "flapping", "Degraded", Duration::from_secs(5));
+    daemon.wait_status("tcp", "flapping", S::Degraded, Duration::from_secs(5));
     fleet.set_flapping_down(false);
-    daemon.wait_status("tcp", "flapping", "Online", Duration::from_secs(5));
+    daemon.wait_status("tcp", "flapping", S::Online, Duration::from_secs(5));
     // Priority routing: "dead" (priority 1) is out, "healthy" (2) answers.
     assert_eq!(
         daemon.get("/v1/select/tcp?source=198.18.0.1")["endpoints"],
@@ -517,7 +518,7 @@ fn backend_nftables_rules_admit_probes_and_refuse_everyone_else() {
         + &profile("web", "lb", health, &[("svc", 8080)]);
     let config = files.write_config(&text);
     let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start");
-    daemon.wait_status("web", "svc", "Online", Duration::from_secs(5));
+    daemon.wait_status("web", "svc", S::Online, Duration::from_secs(5));
 
     let reject_count = || {
         let listing = topo
@@ -585,7 +586,7 @@ fn ten_thousand_targets_are_probed_on_time() {
     let elapsed = started.elapsed().as_secs_f64();
     let metrics = metrics.as_str().unwrap();
     let status = daemon.get("/v1/status/fleet");
-    let endpoints = status[0]["endpoints"].as_array().unwrap();
+    let endpoints = status["endpoints"].as_array().unwrap();
     let online = endpoints.iter().filter(|e| e["status"] == "Online").count();
     let sent = metric(metrics, "probed_probes_sent_total{kind=\"tcp\",profile=\"fleet\"}");
     let p50 = histogram_quantile(metrics, "probed_schedule_lateness_seconds", 0.5) * 1e3;
@@ -619,15 +620,15 @@ fn identical_checks_of_two_profiles_are_probed_once_and_shared() {
         + &profile("green", "lb", health, &[("svc", 8080)]);
     let config = files.write_config(&text);
     let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start");
-    daemon.wait_status("blue", "svc", "Online", Duration::from_secs(5));
-    daemon.wait_status("green", "svc", "Online", Duration::from_secs(5));
+    daemon.wait_status("blue", "svc", S::Online, Duration::from_secs(5));
+    daemon.wait_status("green", "svc", S::Online, Duration::from_secs(5));
     let (_, metrics) = daemon.call("GET", "/metrics");
     let metrics = metrics.as_str().unwrap();
     assert_eq!(metric(metrics, "probed_checks"), 1.0, "one check for both profiles");
     let blue = metric(metrics, "probed_probes_sent_total{kind=\"tcp\",profile=\"blue\"}");
     let green = metric(metrics, "probed_probes_sent_total{kind=\"tcp\",profile=\"green\"}");
     assert_eq!(blue, green, "each result is fanned out to both owners");
-    let opened = metric(metrics, "probed_kernel_rx{counter=\"matched_open\"}");
+    let opened = metric(metrics, "probed_kernel_rx_total{event=\"matched_open\"}");
     assert!(
         opened <= blue + 1.0,
         "one SYN per probe, not one per profile: {opened} replies for {blue} probes"
@@ -648,9 +649,9 @@ fn fast_interval_shortens_the_fail_window() {
     let mut config = files.write_config(&text);
     config.profiles[0].health.timeout = Duration::from_millis(50);
     let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start the daemon");
-    daemon.wait_status("paced", "target", "Online", Duration::from_secs(3));
+    daemon.wait_status("paced", "target", S::Online, Duration::from_secs(3));
     topo.backend.nft_drop("tcp", 8080);
-    let event = daemon.wait_event("target", "Unhealthy", Duration::from_secs(3));
+    let event = daemon.wait_event("target", S::Degraded, Duration::from_secs(3));
     eprintln!(
         "paced fail window: measured {:.1} ms, plain-interval formula {:.1} ms",
         event.measured_window_ms, event.formula_window_ms
@@ -683,7 +684,7 @@ fn endpoints_behind_a_second_listed_interface_are_probed() {
     let config = files.write_config(&text);
     let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start");
     for name in ["near", "far"] {
-        let ep = daemon.wait_status("two-links", name, "Online", Duration::from_secs(5));
+        let ep = daemon.wait_status("two-links", name, S::Online, Duration::from_secs(5));
         assert_eq!(ep.last_result.as_ref().map(|r| r.reason.as_str()), Some("open"));
     }
 }

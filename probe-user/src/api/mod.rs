@@ -38,7 +38,7 @@ impl Server {
                     .await
                     .map_err(|source| DaemonError::Io {
                         op: "listen for the API on",
-                        path: addr.to_string(),
+                        path: Some(addr.to_string().into()),
                         source,
                     })?;
                 let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr.to_string());
@@ -52,7 +52,7 @@ impl Server {
             }
             ApiListen::Unix(path) => {
                 let io = |op: &'static str| {
-                    let path = path.display().to_string();
+                    let path = Some(path.clone());
                     move |source| DaemonError::Io { op, path, source }
                 };
                 if let Some(dir) = path.parent() {
@@ -174,8 +174,8 @@ async fn route(req: Request<Incoming>, control: Control) -> Reply {
     let query = req.uri().query().unwrap_or("").to_string();
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
     match (&method, segs.as_slice()) {
-        (&Method::GET, ["v1", "status"]) => json(control.status(None).await),
-        (&Method::GET, ["v1", "status", profile]) => json(control.status(Some(profile.to_string())).await),
+        (&Method::GET, ["v1", "status"]) => json(control.status().await),
+        (&Method::GET, ["v1", "status", profile]) => json(control.profile(profile).await),
         (&Method::GET, ["v1", "status", profile, endpoint]) => json(control.endpoint(profile, endpoint).await),
         (&Method::GET, ["v1", "select", profile]) => {
             let source = param(&query, "source");

@@ -1,49 +1,83 @@
-//! Transition events: one JSON object per line, to standard output or appended to a file, each
-//! flushed at once so a `tail -f` (or a test) sees it when it happens.
+//! The events file, the change stream's first subscriber: one JSON object per endpoint change,
+//! to standard output or appended to a file, written by a thread of its own so that a slow
+//! disk or a blocked pipe never holds up probing. Lines are written a batch at a time and
+//! flushed after each batch, so a `tail -f` (or a test) sees a change within milliseconds.
 use std::{
     fs::OpenOptions,
     io::{BufWriter, Write},
+    sync::mpsc,
+    time::Duration,
 };
 
 use serde::{Deserialize, Serialize};
 
-use super::DaemonError;
-use crate::config::EventsOutput;
+use super::{
+    changes::{Change, ChangeKind, EndpointChange, RunResult, Subscription},
+    DaemonError,
+};
+use crate::{config::EventsOutput, status::EndpointStatus};
 
-/// One probe result of the run that caused a transition.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EventResult {
-    pub ok: bool,
-    pub reason: String,
-    pub rtt_ms: f64,
-    /// CLOCK_MONOTONIC, nanoseconds: comparable with the kernel's and the runner's clock.
-    pub started_ns: u64,
-    pub finished_ns: u64,
-}
+/// How many endpoints' changes may wait for the writer before changes are lost. Changes of
+/// one endpoint fold into one, so this is only reached when that many endpoints change
+/// while the writer is stuck.
+pub const QUEUE_CAPACITY: usize = 1 << 20;
 
-/// One state transition.
+/// One line of the events file: a change of one endpoint's monitor status or eligibility.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub at_unix_ms: u64,
-    /// CLOCK_MONOTONIC of the transition (the end of the last result of the run).
+    /// CLOCK_MONOTONIC of the change (for a health change, the end of the run's last result).
     pub at_ns: u64,
+    pub kind: ChangeKind,
     /// `address:port/protocol`.
     pub target: String,
     pub profile: String,
     pub endpoint: String,
-    pub from: String,
-    pub to: String,
-    pub results: Vec<EventResult>,
-    /// Start of the first result of the run to the transition.
+    /// Endpoint monitor status before and after; None for an endpoint that a reload added
+    /// (`from`) or removed (`to`).
+    pub from: Option<EndpointStatus>,
+    pub to: Option<EndpointStatus>,
+    /// May receive new traffic after the change, fail-open included.
+    pub eligible: bool,
+    /// The consecutive results that decided a health change; empty for other kinds.
+    pub results: Vec<RunResult>,
+    /// Start of the first result of the run to the change (health changes only).
     pub measured_window_ms: f64,
-    /// What the SPEC section 3 formula gives for the same settings.
+    /// What the SPEC section 3 formula gives for the same settings (health changes only).
     pub formula_window_ms: f64,
 }
 
-/// Where events go.
+impl Event {
+    pub fn of(c: &EndpointChange) -> Event {
+        let state = c.state.as_ref();
+        let target = state.map_or_else(String::new, |s| {
+            format!("{}/{}", std::net::SocketAddr::new(s.address, s.port), s.protocol.name())
+        });
+        let (results, measured, formula) = match &c.transition {
+            Some(t) => (t.results.clone(), t.measured_window_ms, t.formula_window_ms),
+            None => (Vec::new(), 0.0, 0.0),
+        };
+        Event {
+            at_unix_ms: c.at_unix_ms,
+            at_ns: c.at_ns,
+            kind: c.kind,
+            target,
+            profile: c.profile.to_string(),
+            endpoint: c.endpoint.to_string(),
+            from: c.from,
+            to: state.map(|s| s.status),
+            eligible: state.is_some_and(|s| s.eligible),
+            results,
+            measured_window_ms: measured,
+            formula_window_ms: formula,
+        }
+    }
+}
+
+/// An open events destination.
 pub struct EventSink {
     out: Box<dyn Write + Send>,
-    pub(crate) target: EventsOutput,
+    target: EventsOutput,
 }
 
 impl EventSink {
@@ -54,7 +88,7 @@ impl EventSink {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     std::fs::create_dir_all(dir).map_err(|source| DaemonError::Io {
                         op: "create the events directory",
-                        path: dir.display().to_string(),
+                        path: Some(dir.to_path_buf()),
                         source,
                     })?;
                 }
@@ -64,7 +98,7 @@ impl EventSink {
                     .open(path)
                     .map_err(|source| DaemonError::Io {
                         op: "open the events file",
-                        path: path.display().to_string(),
+                        path: Some(path.clone()),
                         source,
                     })?;
                 Box::new(BufWriter::new(file))
@@ -77,25 +111,96 @@ impl EventSink {
     }
 
     /// Writes one line. A full disk must not stop health checking, so failures are logged only.
-    pub fn emit(&mut self, event: &Event) {
-        let line = match serde_json::to_string(event) {
-            Ok(l) => l,
-            Err(e) => {
-                log::warn!("cannot encode an event: {e}");
-                return;
-            }
-        };
-        if let Err(e) = writeln!(self.out, "{line}") {
+    fn emit(&mut self, event: &Event) {
+        let written = serde_json::to_writer(&mut self.out, event)
+            .map_err(std::io::Error::from)
+            .and_then(|()| self.out.write_all(b"\n"));
+        if let Err(e) = written {
             log::warn!("cannot write an event: {e}");
         }
     }
 
-    /// Writes out the buffered lines. The runner calls it once per loop turn, so a burst of
-    /// transitions (a rack going down, every endpoint's first round) costs one write, not
-    /// one per event, and no line waits longer than a turn.
-    pub fn flush(&mut self) {
+    fn flush(&mut self) {
         if let Err(e) = self.out.flush() {
             log::warn!("cannot write events: {e}");
         }
     }
+}
+
+/// The writer thread and the way to point it at another destination on reload.
+pub struct EventWriter {
+    target: EventsOutput,
+    swap: Option<mpsc::Sender<EventSink>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl EventWriter {
+    /// Starts writing what `changes` delivers to `sink`.
+    pub fn start(sink: EventSink, changes: Subscription) -> Result<Self, DaemonError> {
+        let target = sink.target.clone();
+        let (swap, swaps) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("probed-events".into())
+            .spawn(move || write_loop(sink, &changes, &swaps))
+            .map_err(|source| DaemonError::Io {
+                op: "spawn the events thread",
+                path: None,
+                source,
+            })?;
+        Ok(Self {
+            target,
+            swap: Some(swap),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn target(&self) -> &EventsOutput {
+        &self.target
+    }
+
+    /// Sends later events to `sink` (already opened, so a reload fails before it applies).
+    pub fn switch(&mut self, sink: EventSink) {
+        self.target = sink.target.clone();
+        if let Some(tx) = &self.swap {
+            let _ = tx.send(sink);
+        }
+    }
+
+    /// Waits for the thread to write what is queued; it ends once the runner's bus is gone.
+    pub fn finish(&mut self) {
+        drop(self.swap.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for EventWriter {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+fn write_loop(mut sink: EventSink, changes: &Subscription, swaps: &mpsc::Receiver<EventSink>) {
+    while let Some(batch) = changes.recv_blocking(Duration::from_millis(200)) {
+        while let Ok(next) = swaps.try_recv() {
+            sink.flush();
+            sink = next;
+        }
+        if batch.lost > 0 {
+            log::warn!(
+                "the events file misses {} changes: its writer fell {QUEUE_CAPACITY} endpoints behind",
+                batch.lost
+            );
+        }
+        for change in &batch.changes {
+            if let Change::Endpoint(c) = change {
+                sink.emit(&Event::of(c));
+            }
+        }
+        if !batch.changes.is_empty() {
+            sink.flush();
+        }
+    }
+    sink.flush();
 }

@@ -1,23 +1,49 @@
-//! The daemon: turns a `Config` into running health checks. `Daemon::start` spawns the runner
-//! (scheduler, probers, trackers, status) and the API; everything talks to the runner through
-//! `Control`, so the runner owns all state and needs no locks.
+//! The daemon's core: turns a `Config` into running health checks and publishes every state
+//! change. `Daemon::start` spawns the runner; everything talks to it through `Control`, so the
+//! runner owns all state and needs no locks. The API (`crate::api`) is started beside it by
+//! the binary and serves `Control`; it is not part of the core.
+//!
+//! # Threads and runtimes
+//!
+//! | thread | runs | why apart |
+//! |---|---|---|
+//! | caller's runtime (`probed run`: current-thread) | the API server, signal handlers | a status of 100k endpoints is megabytes of JSON: it must never delay a probe |
+//! | `probed-runner` (current-thread runtime) | the runner loop; HTTP(S) and UDP request/response probes as tasks | owns every piece of state, so no locks |
+//! | `probed-l4` (`engine/`) | the kernel engine: batches to the generator, ring-buffer reads, timeouts | blocking bpf() calls and a 1 ms reply tick |
+//! | `probed-events` | the events file, the change stream's first subscriber | a slow disk or a blocked stdout must not hold up probing |
+//! | `probed-state` | the state file (sort, encode, fsync, rename) | an fsync can take tens of ms |
+//!
+//! # Data flow
+//!
+//! ```text
+//! config --> table::build --> runner/apply --> scheduler --> runner/fire --> L4 port (kernel engine) / tasks (HTTP, UDP)
+//!                                                                                   |
+//!     runner/results <--------------------------------------------------------------+
+//!          | Tracker::observe (health/) -> verdict
+//!          v
+//!     runner/publish: endpoint status, profile counts, fail-open --> changes::Bus --> events file, consumers
+//!                                                                             \--> views (requests/status)
+//! ```
+pub mod changes;
+pub mod control;
 pub mod events;
+mod metrics;
+pub mod ports;
 pub mod probe;
-pub mod runner;
+mod requests;
+mod runner;
 pub mod state;
-pub mod view;
+mod table;
+pub mod views;
 
-use std::{net::IpAddr, path::PathBuf, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use tokio::sync::{mpsc, oneshot};
 
-pub use view::{EndpointView, ProfileView, ReloadReport, SelectView};
+pub use control::{Control, RequestError};
+pub use views::{EndpointView, ProfileView, ReloadReport, SelectView};
 
-use crate::{
-    config::{Config, ConfigErrors},
-    engine::EngineError,
-    status::AdminState,
-};
+use crate::{config::Config, engine::EngineError};
 
 /// Errors starting or running the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -32,10 +58,10 @@ pub enum DaemonError {
     NoInterface { target: std::net::SocketAddr },
     #[error("{0}")]
     Unsupported(String),
-    #[error("{op} {path}")]
+    #[error("{op}{}", path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default())]
     Io {
         op: &'static str,
-        path: String,
+        path: Option<PathBuf>,
         #[source]
         source: std::io::Error,
     },
@@ -43,142 +69,35 @@ pub enum DaemonError {
     Stopped,
 }
 
-/// Why an API request could not be served.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RequestError {
-    #[error("no profile named {0:?}")]
-    NoProfile(String),
-    #[error("profile {profile:?} has no endpoint named {endpoint:?}")]
-    NoEndpoint { profile: String, endpoint: String },
-    #[error("the new configuration was refused; the running one is unchanged:\n{0}")]
-    Refused(String),
-    #[error("the daemon has stopped")]
-    Stopped,
-}
-
-impl From<ConfigErrors> for RequestError {
-    fn from(e: ConfigErrors) -> Self {
-        RequestError::Refused(e.to_string())
-    }
-}
-
 /// Settings that do not come from the config file.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     /// Re-read on reload requests that carry no config (SIGHUP, `POST /v1/reload`).
     pub config_path: Option<PathBuf>,
-    /// Do not start the API server (tests that drive `Control` directly).
-    pub no_api: bool,
 }
 
-type Reply<T> = oneshot::Sender<Result<T, RequestError>>;
-
-/// A request to the runner.
-pub(crate) enum Command {
-    Status(Option<String>, Reply<Vec<ProfileView>>),
-    Endpoint(String, String, Reply<EndpointView>),
-    Select(String, IpAddr, Option<String>, Reply<SelectView>),
-    SetAdmin(String, String, AdminState, Reply<EndpointView>),
-    Reload(Option<Box<Config>>, Reply<ReloadReport>),
-    Metrics(Reply<(String, Option<std::sync::Arc<crate::engine::L4Engine>>)>),
-}
-
-/// A cheap, cloneable handle to the running daemon.
-#[derive(Clone)]
-pub struct Control {
-    tx: mpsc::Sender<Command>,
-}
-
-impl Control {
-    async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, RequestError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx.send(make(reply)).await.map_err(|_| RequestError::Stopped)?;
-        rx.await.map_err(|_| RequestError::Stopped)?
-    }
-
-    /// Every profile, or one.
-    pub async fn status(&self, profile: Option<String>) -> Result<Vec<ProfileView>, RequestError> {
-        self.ask(|r| Command::Status(profile, r)).await
-    }
-
-    /// One endpoint: the GetHealthStatus of SPEC section 5.
-    pub async fn endpoint(&self, profile: &str, endpoint: &str) -> Result<EndpointView, RequestError> {
-        self.ask(|r| Command::Endpoint(profile.into(), endpoint.into(), r))
-            .await
-    }
-
-    /// Which endpoints would answer a query from `source` now.
-    pub async fn select(
-        &self,
-        profile: &str,
-        source: IpAddr,
-        region: Option<String>,
-    ) -> Result<SelectView, RequestError> {
-        self.ask(|r| Command::Select(profile.into(), source, region, r)).await
-    }
-
-    /// Enables, disables or sets an endpoint to always-serve at runtime.
-    pub async fn set_admin(
-        &self,
-        profile: &str,
-        endpoint: &str,
-        state: AdminState,
-    ) -> Result<EndpointView, RequestError> {
-        self.ask(|r| Command::SetAdmin(profile.into(), endpoint.into(), state, r))
-            .await
-    }
-
-    /// Applies `config`, or re-reads the file the daemon was started with.
-    pub async fn reload(&self, config: Option<Config>) -> Result<ReloadReport, RequestError> {
-        self.ask(|r| Command::Reload(config.map(Box::new), r)).await
-    }
-
-    /// The Prometheus exposition text.
-    pub async fn metrics(&self) -> Result<String, RequestError> {
-        let (mut text, engine) = self.ask(Command::Metrics).await?;
-        if let Some(engine) = engine {
-            let kernel = tokio::task::spawn_blocking(move || runner::render_kernel(&engine))
-                .await
-                .unwrap_or_default();
-            text.push_str(&kernel);
-        }
-        Ok(text)
-    }
-}
-
-/// A running daemon: the runner task and, unless disabled, the API server.
+/// A running daemon core: the runner on its thread.
 pub struct Daemon {
     control: Control,
     stop: Option<oneshot::Sender<()>>,
     /// The runner's result, once it ends.
     done: oneshot::Receiver<Result<(), DaemonError>>,
     thread: Option<std::thread::JoinHandle<()>>,
-    api: Option<crate::api::Server>,
 }
 
 impl Daemon {
-    /// Starts everything; call it inside a tokio runtime, in the network namespace of the
-    /// probe interface. Nothing is left running when it fails.
+    /// Starts the runner with the kernel engine; call it in the network namespace of the
+    /// probe interface (the runner's thread inherits it, so probes leave from there).
+    /// Nothing is left running when it fails.
     pub async fn start(config: Config, options: Options) -> Result<Daemon, DaemonError> {
+        Self::start_with(config, options, ports::Ports::system())
+    }
+
+    /// Starts the runner with the given ports.
+    pub fn start_with(config: Config, options: Options, ports: ports::Ports) -> Result<Daemon, DaemonError> {
         let (tx, rx) = mpsc::channel(64);
-        let control = Control { tx };
-        let api_listen = config.daemon.api.clone();
-        let runner = runner::Runner::new(config, options.clone())?;
+        let runner = runner::Runner::new(config, options, ports)?;
         let (stop, stop_rx) = oneshot::channel();
-        let api = if options.no_api {
-            None
-        } else {
-            match crate::api::Server::start(&api_listen, control.clone()).await {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    drop(runner);
-                    return Err(e);
-                }
-            }
-        };
-        // The runner gets a thread and a runtime of its own: API requests (a status of 10,000
-        // endpoints is megabytes of JSON) must never delay a probe. A thread inherits the
-        // caller's network namespace, so probes still leave from the right one.
         let (done_tx, done) = oneshot::channel();
         let thread = std::thread::Builder::new()
             .name("probed-runner".into())
@@ -187,7 +106,7 @@ impl Daemon {
                     Ok(rt) => rt.block_on(runner.run(rx, stop_rx)),
                     Err(source) => Err(DaemonError::Io {
                         op: "start the runner's runtime",
-                        path: String::new(),
+                        path: None,
                         source,
                     }),
                 };
@@ -195,15 +114,14 @@ impl Daemon {
             })
             .map_err(|source| DaemonError::Io {
                 op: "spawn the runner thread",
-                path: String::new(),
+                path: None,
                 source,
             })?;
         Ok(Daemon {
-            control,
+            control: Control { tx },
             stop: Some(stop),
             done,
             thread: Some(thread),
-            api,
         })
     }
 
@@ -211,22 +129,14 @@ impl Daemon {
         self.control.clone()
     }
 
-    /// Where the API listens, when it runs.
-    pub fn api_addr(&self) -> Option<String> {
-        self.api.as_ref().map(|a| a.addr())
-    }
-
     /// Waits until the runner ends by itself (it only does on an error).
     pub async fn wait(&mut self) -> Result<(), DaemonError> {
         (&mut self.done).await.map_err(|_| DaemonError::Stopped)?
     }
 
-    /// Stops probing, saves the last known health, detaches the programs and removes the pins
-    /// and the API socket; returns once all of that is done.
+    /// Stops probing, saves the last known health, writes the queued events, detaches the
+    /// programs and removes the pins; returns once all of that is done.
     pub async fn shutdown(mut self) -> Result<(), DaemonError> {
-        if let Some(api) = self.api.take() {
-            api.stop().await;
-        }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -242,6 +152,3 @@ impl Daemon {
         }
     }
 }
-
-pub(crate) use crate::clock::ms;
-pub use crate::clock::{mono_ns, unix_ms, unix_ms_at};

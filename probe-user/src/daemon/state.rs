@@ -10,9 +10,12 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::{view::LastChange, DaemonError};
+use super::{views::LastChange, DaemonError};
+use crate::status::{AdminState, Health};
 
-const VERSION: u32 = 1;
+/// Version 2: health, admin and the last change are typed enums (version 1 stored free
+/// strings, and its `last_change` mixed two vocabularies). Other versions are refused.
+const VERSION: u32 = 2;
 
 /// A saved state older than this is ignored: the backend may have changed many times since.
 pub const MAX_AGE_MS: u64 = 10 * 60 * 1000;
@@ -24,10 +27,9 @@ pub struct SavedTarget {
     pub endpoint: String,
     /// The check key: health is resumed only for the very same check.
     pub check: String,
-    /// CheckingEndpoint, Healthy or Unhealthy.
-    pub health: String,
-    /// enabled / disabled / always-serve when set through the API, so it survives a restart.
-    pub admin_override: Option<String>,
+    pub health: Health,
+    /// Set through the API, so it survives a restart.
+    pub admin_override: Option<AdminState>,
     pub last_change: Option<LastChange>,
 }
 
@@ -52,6 +54,26 @@ pub fn load(path: &Path, now_unix_ms: u64) -> Saved {
             return Saved::new();
         }
     };
+    #[derive(Deserialize)]
+    struct Version {
+        version: u32,
+    }
+    match serde_json::from_str::<Version>(&text) {
+        Ok(v) if v.version == VERSION => {}
+        Ok(v) => {
+            log::warn!(
+                "state file {} is version {}, this probed reads version {VERSION} only; starting every \
+                 endpoint afresh (it is rewritten in the new version)",
+                path.display(),
+                v.version
+            );
+            return Saved::new();
+        }
+        Err(e) => {
+            log::warn!("state file {} is not valid ({e}); starting afresh", path.display());
+            return Saved::new();
+        }
+    }
     let file: StateFile = match serde_json::from_str(&text) {
         Ok(f) => f,
         Err(e) => {
@@ -59,10 +81,11 @@ pub fn load(path: &Path, now_unix_ms: u64) -> Saved {
             return Saved::new();
         }
     };
-    if file.version != VERSION || now_unix_ms.saturating_sub(file.saved_unix_ms) > MAX_AGE_MS {
+    if now_unix_ms.saturating_sub(file.saved_unix_ms) > MAX_AGE_MS {
         log::info!(
-            "state file {} is stale or of another version; starting afresh",
-            path.display()
+            "state file {} is older than {} minutes; starting afresh",
+            path.display(),
+            MAX_AGE_MS / 60_000
         );
         return Saved::new();
     }
@@ -72,13 +95,13 @@ pub fn load(path: &Path, now_unix_ms: u64) -> Saved {
         .collect()
 }
 
-/// Writes the file atomically: a temporary beside it, fsync, rename.
-/// Writes the state file (targets in profile, endpoint order, so the file diffs cleanly).
+/// Writes the file atomically (a temporary beside it, fsync, rename), targets in profile and
+/// endpoint order so that it diffs cleanly.
 pub fn save(path: &Path, mut targets: Vec<SavedTarget>, now_unix_ms: u64) -> Result<(), DaemonError> {
     use std::io::Write;
     targets.sort_by(|a, b| (&a.profile, &a.endpoint).cmp(&(&b.profile, &b.endpoint)));
     let io = |op: &'static str, p: &Path| {
-        let path = p.display().to_string();
+        let path = Some(p.to_path_buf());
         move |source| DaemonError::Io { op, path, source }
     };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -117,7 +140,7 @@ impl Saver {
                     while let Ok(newer) = rx.try_recv() {
                         job = newer;
                     }
-                    if let Err(e) = save(&job.0, job.1, crate::daemon::unix_ms()) {
+                    if let Err(e) = save(&job.0, job.1, crate::clock::unix_ms()) {
                         log::warn!("cannot save state: {e}");
                     }
                 }
@@ -164,13 +187,13 @@ fn temp_path(path: &Path) -> PathBuf {
 mod tests {
     use super::*;
 
-    fn target(health: &str) -> SavedTarget {
+    fn target(health: Health) -> SavedTarget {
         SavedTarget {
             profile: "web".into(),
             endpoint: "a".into(),
-            check: "tcp 10.0.0.1:80".into(),
-            health: health.into(),
-            admin_override: None,
+            check: "tcp 198.18.0.1:80".into(),
+            health,
+            admin_override: Some(AdminState::Disabled),
             last_change: None,
         }
     }
@@ -179,9 +202,17 @@ mod tests {
     fn round_trip_and_staleness() {
         let dir = std::env::temp_dir().join(format!("probed-state-{}", std::process::id()));
         let path = dir.join("state.json");
-        save(&path, vec![target("Healthy")], 1_000_000).unwrap();
+        save(&path, vec![target(Health::Healthy)], 1_000_000).unwrap();
         let got = load(&path, 1_000_500);
-        assert_eq!(got[&("web".to_string(), "a".to_string())], target("Healthy"));
+        assert_eq!(got[&("web".to_string(), "a".to_string())], target(Health::Healthy));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains(r#""health":"Healthy","admin_override":"disabled""#),
+            "enums on the wire: {text}"
+        );
+        let v1 = text.replace(r#""version":2"#, r#""version":1"#);
+        std::fs::write(&path, v1).unwrap();
+        assert!(load(&path, 1_000_500).is_empty(), "a version 1 file is refused");
         assert!(
             load(&path, 1_000_000 + MAX_AGE_MS + 1).is_empty(),
             "stale state is ignored"

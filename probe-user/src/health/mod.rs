@@ -11,14 +11,9 @@ pub use window::{fail_window, mean_response_time, success_window, ProbeTiming};
 
 use crate::schedule::Cadence;
 
-/// Where a target stands; a new or re-enabled target starts in `CheckingEndpoint`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HealthState {
-    /// No threshold reached yet; the target is eligible for traffic meanwhile (tm).
-    CheckingEndpoint,
-    Healthy,
-    Unhealthy,
-}
+/// Where a target stands (a new or re-enabled target starts in `CheckingEndpoint`): the
+/// status model's `Health`, so no copy of it is kept here.
+pub use crate::status::Health as HealthState;
 
 /// One probe result, with the caller's monotonic (or virtual) times in nanoseconds.
 #[derive(Debug, Clone, PartialEq, Eq)]

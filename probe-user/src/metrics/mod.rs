@@ -1,6 +1,13 @@
 //! Prometheus text exposition (format 0.0.4) without a client library: labelled counters,
-//! gauges and fixed-bucket histograms, owned by the runner and rendered on request.
+//! gauges and fixed-bucket histograms, owned by the runner and rendered on request. Every
+//! metric is declared once in `catalog`; the registry takes those declarations, so a name,
+//! its kind, help and labels cannot drift apart between call sites.
+pub mod catalog;
+pub mod kernel;
+
 use std::{collections::BTreeMap, fmt::Write, time::Duration};
+
+pub use catalog::{Kind, Metric};
 
 /// Label pairs in the order they are written.
 pub type Labels = Vec<(&'static str, String)>;
@@ -63,10 +70,10 @@ enum Family {
     Histogram(&'static [f64], BTreeMap<Labels, Histogram>),
 }
 
-/// Every metric by name, with its help line. Names are fixed at the call sites.
+/// Every metric by name, with its declaration.
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
-    families: BTreeMap<&'static str, (&'static str, Family)>,
+    families: BTreeMap<&'static str, (&'static Metric, Family)>,
 }
 
 impl Registry {
@@ -74,60 +81,80 @@ impl Registry {
         Self::default()
     }
 
+    fn family(&mut self, metric: &'static Metric, labels: &Labels) -> &mut Family {
+        debug_assert!(
+            labels.len() == metric.labels.len() && labels.iter().zip(metric.labels).all(|((k, _), want)| k == want),
+            "{}: labels {labels:?}, declared {:?}",
+            metric.name,
+            metric.labels
+        );
+        let (_, fam) = self.families.entry(metric.name).or_insert_with(|| {
+            let fam = match metric.kind {
+                Kind::Counter => Family::Counter(BTreeMap::new()),
+                Kind::Gauge => Family::Gauge(BTreeMap::new()),
+                Kind::Histogram(bounds) => Family::Histogram(bounds, BTreeMap::new()),
+            };
+            (metric, fam)
+        });
+        fam
+    }
+
     /// Adds `by` to a counter.
-    pub fn inc(&mut self, name: &'static str, help: &'static str, labels: Labels, by: u64) {
-        let (_, fam) = self
-            .families
-            .entry(name)
-            .or_insert_with(|| (help, Family::Counter(BTreeMap::new())));
-        if let Family::Counter(m) = fam {
-            *m.entry(labels).or_default() += by;
+    pub fn inc(&mut self, metric: &'static Metric, labels: Labels, by: u64) {
+        match self.family(metric, &labels) {
+            Family::Counter(m) => *m.entry(labels).or_default() += by,
+            _ => debug_assert!(false, "{} is not a counter", metric.name),
+        }
+    }
+
+    /// Sets a counter to a total counted elsewhere (the kernel's counters).
+    pub fn set_total(&mut self, metric: &'static Metric, labels: Labels, total: u64) {
+        match self.family(metric, &labels) {
+            Family::Counter(m) => {
+                m.insert(labels, total);
+            }
+            _ => debug_assert!(false, "{} is not a counter", metric.name),
         }
     }
 
     /// Sets a gauge.
-    pub fn set(&mut self, name: &'static str, help: &'static str, labels: Labels, v: f64) {
-        let (_, fam) = self
-            .families
-            .entry(name)
-            .or_insert_with(|| (help, Family::Gauge(BTreeMap::new())));
-        if let Family::Gauge(m) = fam {
-            m.insert(labels, v);
+    pub fn set(&mut self, metric: &'static Metric, labels: Labels, v: f64) {
+        match self.family(metric, &labels) {
+            Family::Gauge(m) => {
+                m.insert(labels, v);
+            }
+            _ => debug_assert!(false, "{} is not a gauge", metric.name),
         }
     }
 
     /// Drops every series of a gauge, before it is set afresh (e.g. per-profile statuses
     /// after a reload removed a profile).
-    pub fn clear_gauge(&mut self, name: &'static str) {
-        if let Some((_, Family::Gauge(m))) = self.families.get_mut(name) {
+    pub fn clear_gauge(&mut self, metric: &'static Metric) {
+        if let Some((_, Family::Gauge(m))) = self.families.get_mut(metric.name) {
             m.clear();
         }
     }
 
-    /// Records one observation in a histogram with the given bucket bounds (a batch of one;
-    /// hot paths gather a `Histogram` and `merge` it).
-    pub fn observe(
-        &mut self,
-        name: &'static str,
-        help: &'static str,
-        bounds: &'static [f64],
-        labels: Labels,
-        v: Duration,
-    ) {
+    /// Records one observation in a histogram (a batch of one; hot paths gather a
+    /// `Histogram` and `merge` it).
+    pub fn observe(&mut self, metric: &'static Metric, labels: Labels, v: Duration) {
+        let Kind::Histogram(bounds) = metric.kind else {
+            debug_assert!(false, "{} is not a histogram", metric.name);
+            return;
+        };
         let mut one = Histogram::new(bounds);
         one.observe(v.as_secs_f64());
-        self.merge(name, help, labels, &one);
+        self.merge(metric, labels, &one);
     }
 
-    /// Adds a batch of observations (made with the same bounds) to a histogram series.
-    pub fn merge(&mut self, name: &'static str, help: &'static str, labels: Labels, batch: &Histogram) {
-        let (_, fam) = self
-            .families
-            .entry(name)
-            .or_insert_with(|| (help, Family::Histogram(batch.bounds, BTreeMap::new())));
-        if let Family::Histogram(bounds, m) = fam {
-            debug_assert_eq!(*bounds, batch.bounds, "{name}: merged with other bounds");
-            m.entry(labels).or_insert_with(|| Histogram::new(bounds)).add(batch);
+    /// Adds a batch of observations (made with the metric's bounds) to a histogram series.
+    pub fn merge(&mut self, metric: &'static Metric, labels: Labels, batch: &Histogram) {
+        match self.family(metric, &labels) {
+            Family::Histogram(bounds, m) => {
+                debug_assert_eq!(*bounds, batch.bounds, "{}: merged with other bounds", metric.name);
+                m.entry(labels).or_insert_with(|| Histogram::new(bounds)).add(batch);
+            }
+            _ => debug_assert!(false, "{} is not a histogram", metric.name),
         }
     }
 
@@ -146,14 +173,9 @@ impl Registry {
     /// The exposition text.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        for (name, (help, fam)) in &self.families {
-            let kind = match fam {
-                Family::Counter(_) => "counter",
-                Family::Gauge(_) => "gauge",
-                Family::Histogram(..) => "histogram",
-            };
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (name, (metric, fam)) in &self.families {
+            let _ = writeln!(out, "# HELP {name} {}", metric.help);
+            let _ = writeln!(out, "# TYPE {name} {}", metric.kind.name());
             match fam {
                 Family::Counter(m) => {
                     for (labels, v) in m {
@@ -204,27 +226,20 @@ fn escape(v: &str) -> String {
 mod tests {
     use super::*;
 
+    const X: Metric = Metric::counter("probed_x_total", "x", &["kind"]);
+    const G: Metric = Metric::gauge("probed_g", "g", &["path"]);
+    const H: Metric = Metric::histogram("probed_h_seconds", "h", &[0.001, 0.01], &[]);
+    const HP: Metric = Metric::histogram("probed_h_seconds", "h", &[0.001, 0.01], &["p"]);
+
     #[test]
     fn renders_counters_gauges_and_cumulative_histograms() {
         let mut r = Registry::new();
-        r.inc("probed_x_total", "x", vec![("kind", "tcp".into())], 2);
-        r.inc("probed_x_total", "x", vec![("kind", "tcp".into())], 1);
-        r.set("probed_g", "g", vec![("path", "a\"b".into())], 1.0);
-        r.observe(
-            "probed_h_seconds",
-            "h",
-            &[0.001, 0.01],
-            vec![],
-            Duration::from_micros(500),
-        );
-        r.observe(
-            "probed_h_seconds",
-            "h",
-            &[0.001, 0.01],
-            vec![],
-            Duration::from_millis(5),
-        );
-        r.observe("probed_h_seconds", "h", &[0.001, 0.01], vec![], Duration::from_secs(1));
+        r.inc(&X, vec![("kind", "tcp".into())], 2);
+        r.inc(&X, vec![("kind", "tcp".into())], 1);
+        r.set(&G, vec![("path", "a\"b".into())], 1.0);
+        r.observe(&H, vec![], Duration::from_micros(500));
+        r.observe(&H, vec![], Duration::from_millis(5));
+        r.observe(&H, vec![], Duration::from_secs(1));
         let text = r.render();
         assert!(
             text.contains("# TYPE probed_x_total counter\nprobed_x_total{kind=\"tcp\"} 3\n"),
@@ -241,16 +256,18 @@ mod tests {
 
     #[test]
     fn a_merged_batch_counts_as_its_observations_would() {
-        const B: &[f64] = &[0.001, 0.01];
+        let Kind::Histogram(bounds) = HP.kind else {
+            unreachable!()
+        };
         let mut one_by_one = Registry::new();
         let mut batched = Registry::new();
-        let mut batch = Histogram::new(B);
+        let mut batch = Histogram::new(bounds);
         for us in [500, 5_000, 50_000, 700] {
             let d = Duration::from_micros(us);
-            one_by_one.observe("probed_h_seconds", "h", B, vec![("p", "a".into())], d);
+            one_by_one.observe(&HP, vec![("p", "a".into())], d);
             batch.observe(d.as_secs_f64());
         }
-        batched.merge("probed_h_seconds", "h", vec![("p", "a".into())], &batch);
+        batched.merge(&HP, vec![("p", "a".into())], &batch);
         assert_eq!(one_by_one.render(), batched.render());
         assert!(batched
             .render()

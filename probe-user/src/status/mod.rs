@@ -2,12 +2,12 @@
 //! health, never set by hand. Pure and clock-free; `select` picks endpoints for a query.
 pub mod select;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use select::{select, Answer, Candidate, Query, RandomSource, Routing, SplitMix64};
 
 /// Administrative state of an endpoint, as the operator configures it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AdminState {
     Enabled,
@@ -16,8 +16,9 @@ pub enum AdminState {
     AlwaysServe,
 }
 
-/// What the health checks say about an endpoint. The integrator maps its state machine onto this.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+/// What the health checks say about an endpoint: the state of its threshold machine
+/// (`health::Tracker`). A new or re-enabled endpoint starts in `CheckingEndpoint`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Health {
     /// Probed, but no verdict yet (new or re-enabled target).
     CheckingEndpoint,
@@ -26,7 +27,7 @@ pub enum Health {
 }
 
 /// Endpoint monitor status, the first table of SPEC.md section 4.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum EndpointStatus {
     Inactive,
     Disabled,
@@ -38,13 +39,62 @@ pub enum EndpointStatus {
 }
 
 /// Profile monitor status, the second table of SPEC.md section 4.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ProfileStatus {
     Disabled,
     Degraded,
     Online,
     CheckingEndpoints,
     Inactive,
+}
+
+impl EndpointStatus {
+    pub const ALL: [EndpointStatus; 7] = [
+        EndpointStatus::Inactive,
+        EndpointStatus::Disabled,
+        EndpointStatus::CheckingEndpoint,
+        EndpointStatus::Online,
+        EndpointStatus::Degraded,
+        EndpointStatus::Stopped,
+        EndpointStatus::Unmonitored,
+    ];
+
+    /// The name on the wire (API, events, metrics labels), as SPEC section 4 spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndpointStatus::Inactive => "Inactive",
+            EndpointStatus::Disabled => "Disabled",
+            EndpointStatus::CheckingEndpoint => "CheckingEndpoint",
+            EndpointStatus::Online => "Online",
+            EndpointStatus::Degraded => "Degraded",
+            EndpointStatus::Stopped => "Stopped",
+            EndpointStatus::Unmonitored => "Unmonitored",
+        }
+    }
+}
+
+impl std::fmt::Display for EndpointStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl ProfileStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProfileStatus::Disabled => "Disabled",
+            ProfileStatus::Degraded => "Degraded",
+            ProfileStatus::Online => "Online",
+            ProfileStatus::CheckingEndpoints => "CheckingEndpoints",
+            ProfileStatus::Inactive => "Inactive",
+        }
+    }
+}
+
+impl std::fmt::Display for ProfileStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
 }
 
 /// Everything the endpoint status depends on.
@@ -107,39 +157,83 @@ fn in_pool(status: EndpointStatus) -> bool {
     eligible_alone(status) || status == EndpointStatus::Degraded
 }
 
-/// True when fail-open applies: there is at least one endpoint in the pool and every one of
-/// them is Degraded. Answering with all of them beats answering with none (SPEC.md 4).
+/// How many endpoints of a profile are in each status: everything the profile's status and
+/// fail-open depend on, kept up to date one change at a time so that a transition costs O(1)
+/// however large the profile is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatusCounts([u32; 7]);
+
+impl StatusCounts {
+    pub fn of(statuses: &[EndpointStatus]) -> Self {
+        let mut c = Self::default();
+        for s in statuses {
+            c.add(*s);
+        }
+        c
+    }
+
+    pub fn add(&mut self, s: EndpointStatus) {
+        self.0[s as usize] += 1;
+    }
+
+    pub fn remove(&mut self, s: EndpointStatus) {
+        self.0[s as usize] = self.0[s as usize].saturating_sub(1);
+    }
+
+    pub fn get(&self, s: EndpointStatus) -> u32 {
+        self.0[s as usize]
+    }
+
+    /// True when fail-open applies: there is at least one endpoint in the pool and every one
+    /// of them is Degraded. Answering with all of them beats answering with none (SPEC.md 4).
+    pub fn fail_open(&self) -> bool {
+        let pool: u32 = EndpointStatus::ALL
+            .iter()
+            .filter(|s| in_pool(**s))
+            .map(|s| self.get(*s))
+            .sum();
+        pool > 0 && pool == self.get(EndpointStatus::Degraded)
+    }
+
+    /// The profile's status (SPEC.md 4, second table).
+    ///
+    /// SPEC.md leaves out a profile whose endpoints are all Unmonitored; such endpoints carry
+    /// traffic, so they count as Online here.
+    pub fn profile_status(&self, profile_enabled: bool) -> ProfileStatus {
+        let has = |want: EndpointStatus| self.get(want) > 0;
+        if !profile_enabled {
+            ProfileStatus::Disabled
+        } else if has(EndpointStatus::Degraded) {
+            ProfileStatus::Degraded
+        } else if has(EndpointStatus::Online) || has(EndpointStatus::Unmonitored) {
+            ProfileStatus::Online
+        } else if has(EndpointStatus::CheckingEndpoint) {
+            ProfileStatus::CheckingEndpoints
+        } else {
+            ProfileStatus::Inactive
+        }
+    }
+}
+
+/// Eligibility of one endpoint once its profile's fail-open is known.
+pub fn eligible(status: EndpointStatus, fail_open: bool) -> bool {
+    eligible_alone(status) || (fail_open && status == EndpointStatus::Degraded)
+}
+
+/// True when fail-open applies to these statuses (see `StatusCounts::fail_open`).
 pub fn fail_open(statuses: &[EndpointStatus]) -> bool {
-    let mut pool = statuses.iter().copied().filter(|s| in_pool(*s)).peekable();
-    pool.peek().is_some() && pool.all(|s| s == EndpointStatus::Degraded)
+    StatusCounts::of(statuses).fail_open()
 }
 
 /// Eligibility of every endpoint of a profile, with fail-open applied.
 pub fn effective_eligibility(statuses: &[EndpointStatus]) -> Vec<bool> {
     let open = fail_open(statuses);
-    statuses
-        .iter()
-        .map(|s| eligible_alone(*s) || (open && *s == EndpointStatus::Degraded))
-        .collect()
+    statuses.iter().map(|s| eligible(*s, open)).collect()
 }
 
 /// Derives a profile's status from its endpoints' statuses.
-///
-/// SPEC.md leaves out a profile whose endpoints are all Unmonitored; such endpoints carry traffic,
-/// so they count as Online here.
 pub fn profile_status(profile_enabled: bool, endpoints: &[EndpointStatus]) -> ProfileStatus {
-    let has = |want: EndpointStatus| endpoints.contains(&want);
-    if !profile_enabled {
-        ProfileStatus::Disabled
-    } else if has(EndpointStatus::Degraded) {
-        ProfileStatus::Degraded
-    } else if has(EndpointStatus::Online) || has(EndpointStatus::Unmonitored) {
-        ProfileStatus::Online
-    } else if has(EndpointStatus::CheckingEndpoint) {
-        ProfileStatus::CheckingEndpoints
-    } else {
-        ProfileStatus::Inactive
-    }
+    StatusCounts::of(endpoints).profile_status(profile_enabled)
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::{net::IpAddr, time::Duration};
 
 use ipnet::IpNet;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{effective_eligibility, EndpointStatus};
 pub use crate::rng::SplitMix64;
@@ -12,7 +12,7 @@ pub use crate::rng::SplitMix64;
 pub const WORLD_REGION: &str = "world";
 
 /// How a profile picks among its eligible endpoints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "method")]
 pub enum Routing {
     /// The first eligible endpoint by priority (lowest number first).

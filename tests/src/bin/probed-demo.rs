@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use probed::daemon::{view::render_table, ProfileView};
+use probed::daemon::{views::render_table, ProfileView};
 use probed_tests::{daemon::RunningDaemon, fleet::Fleet};
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -72,8 +72,8 @@ fn main() {
                 "  {}/{} {} -> {} after {:.0} ms (formula {:.0} ms), last result: {}",
                 e.profile,
                 e.endpoint,
-                e.from,
-                e.to,
+                e.from.map_or("new", |s| s.as_str()),
+                e.to.map_or("removed", |s| s.as_str()),
                 e.measured_window_ms,
                 e.formula_window_ms,
                 e.results.last().map(|r| r.reason.as_str()).unwrap_or("-")

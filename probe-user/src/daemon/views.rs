@@ -1,6 +1,13 @@
 //! What the API returns, as plain serializable structs; also what `probed status` renders, so
-//! they derive `Deserialize` too.
+//! they derive `Deserialize` too. Every state is a serde enum of `status` (SPEC section 4's
+//! names), never a `Debug` string.
 use serde::{Deserialize, Serialize};
+
+pub use super::changes::ChangeKind;
+use crate::{
+    config::Protocol,
+    status::{AdminState, EndpointStatus, Health, ProfileStatus, Routing},
+};
 
 /// The result of the latest probe of an endpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -13,14 +20,17 @@ pub struct LastResult {
     pub at_unix_ms: u64,
 }
 
-/// The latest state change of an endpoint.
+/// The latest change of an endpoint's monitor status. `from` and `to` always speak the
+/// endpoint status vocabulary (Online, Degraded, Disabled, ...); `kind` says what caused it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LastChange {
     pub at_unix_ms: u64,
-    pub from: String,
-    pub to: String,
-    /// From the start of the first probe of the deciding run to the change; 0 when the change
-    /// came from the operator (enable/disable) or from a restart.
+    pub kind: ChangeKind,
+    /// None when the endpoint had just appeared (new in the configuration).
+    pub from: Option<EndpointStatus>,
+    pub to: EndpointStatus,
+    /// From the start of the first probe of the deciding run to the change; 0 unless `kind`
+    /// is `health`.
     pub measured_window_ms: f64,
     pub formula_window_ms: f64,
 }
@@ -45,15 +55,15 @@ pub struct EndpointView {
     pub name: String,
     pub address: String,
     pub port: u16,
-    pub protocol: String,
+    pub protocol: Protocol,
     /// enabled, disabled or always-serve, as in force now.
-    pub admin: String,
+    pub admin: AdminState,
     /// True when `admin` was set through the API rather than the config file.
     pub admin_from_api: bool,
     /// Endpoint monitor status (SPEC section 4).
-    pub status: String,
+    pub status: EndpointStatus,
     /// Health of the threshold state machine: CheckingEndpoint, Healthy, Unhealthy.
-    pub health: String,
+    pub health: Health,
     pub probed: bool,
     /// Eligible for traffic now, fail-open included.
     pub eligible: bool,
@@ -70,9 +80,9 @@ pub struct ProfileView {
     pub name: String,
     pub enabled: bool,
     pub dialect: String,
-    pub routing: String,
+    pub routing: Routing,
     /// Profile monitor status (SPEC section 4).
-    pub status: String,
+    pub status: ProfileStatus,
     /// Every eligible endpoint is Degraded, so all of them answer.
     pub fail_open: bool,
     pub endpoints: Vec<EndpointView>,
@@ -124,15 +134,15 @@ pub fn render_table(profiles: &[ProfileView], colour: bool) -> String {
         let status = if p.fail_open {
             format!("{} (fail-open)", p.status)
         } else {
-            p.status.clone()
+            p.status.to_string()
         };
         let _ = writeln!(
             out,
             "{}  [{} {}]  {}",
             p.name,
             p.dialect,
-            p.routing,
-            paint(&p.status, status)
+            routing_name(p.routing),
+            paint(p.status.as_str(), status)
         );
         let _ = writeln!(
             out,
@@ -153,11 +163,17 @@ pub fn render_table(profiles: &[ProfileView], colour: bool) -> String {
                 None => ("-".to_string(), "-".to_string()),
             };
             let change = match &e.last_change {
-                Some(c) if c.measured_window_ms > 0.0 => format!(
-                    "{} -> {} in {:.0} ms (formula {:.0} ms)",
-                    c.from, c.to, c.measured_window_ms, c.formula_window_ms
-                ),
-                Some(c) => format!("{} -> {}", c.from, c.to),
+                Some(c) => {
+                    let from = c.from.map_or("new", EndpointStatus::as_str);
+                    if c.kind == ChangeKind::Health {
+                        format!(
+                            "{from} -> {} in {:.0} ms (formula {:.0} ms)",
+                            c.to, c.measured_window_ms, c.formula_window_ms
+                        )
+                    } else {
+                        format!("{from} -> {} ({})", c.to, kind_name(c.kind))
+                    }
+                }
                 None => "-".to_string(),
             };
             let status = format!("{:<17}", e.status);
@@ -166,8 +182,8 @@ pub fn render_table(profiles: &[ProfileView], colour: bool) -> String {
                 "  {:<18} {:<24} {:<5} {} {:<4} {:<22} {:>9}  {}",
                 truncate(&e.name, 18),
                 addr,
-                e.protocol,
-                paint(&e.status, status),
+                e.protocol.name(),
+                paint(e.status.as_str(), status),
                 if e.eligible { "yes" } else { "no" },
                 truncate(&last, 22),
                 rtt,
@@ -185,5 +201,26 @@ fn truncate(s: &str, n: usize) -> String {
         let mut t: String = s.chars().take(n - 1).collect();
         t.push('~');
         t
+    }
+}
+
+/// Routing as the table shows it: `multivalue(2)`.
+fn routing_name(r: Routing) -> String {
+    match r {
+        Routing::Priority => "priority".into(),
+        Routing::Weighted => "weighted".into(),
+        Routing::Multivalue { max_answers } => format!("multivalue({max_answers})"),
+        Routing::Subnet => "subnet".into(),
+        Routing::Geographic => "geographic".into(),
+        Routing::Performance => "performance".into(),
+    }
+}
+
+fn kind_name(k: ChangeKind) -> &'static str {
+    match k {
+        ChangeKind::Health => "health",
+        ChangeKind::Admin => "admin",
+        ChangeKind::Config => "config",
+        ChangeKind::FailOpen => "fail-open",
     }
 }

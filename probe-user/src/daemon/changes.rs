@@ -1,0 +1,482 @@
+//! The change stream: every change of an endpoint's or a profile's state, published once by
+//! the runner as a typed value, delivered to each subscriber through a queue of its own.
+//!
+//! A subscriber's queue holds at most one pending change per endpoint or profile: a newer
+//! change for the same key is merged into the waiting one (the newest state wins, the oldest
+//! `from` is kept), so a slow consumer sees fewer, later states, never stale ones, and the
+//! queue never grows past the number of keys. Past `capacity` distinct keys, new keys are
+//! dropped and the consumer is told how many on its next batch: it then reconciles from a
+//! fresh snapshot. Publishing never blocks and never waits for a consumer; it runs only on
+//! state changes, not per probe.
+use std::{
+    collections::VecDeque,
+    net::IpAddr,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Condvar, Mutex, MutexGuard,
+    },
+    time::Duration,
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    config::Protocol,
+    hash::FastMap,
+    status::{AdminState, EndpointStatus, Health, ProfileStatus},
+};
+
+/// What caused a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChangeKind {
+    /// The threshold machine reached a verdict (the `transition` says on which results).
+    Health,
+    /// An operator set the admin state through the API.
+    Admin,
+    /// A reload added, removed or changed the endpoint (or its profile).
+    Config,
+    /// The profile entered or left fail-open: the endpoint's eligibility changed alone.
+    FailOpen,
+}
+
+/// An endpoint's state as consumers need it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndpointState {
+    pub address: IpAddr,
+    pub port: u16,
+    pub protocol: Protocol,
+    pub weight: u32,
+    pub priority: u32,
+    pub admin: AdminState,
+    pub health: Health,
+    pub status: EndpointStatus,
+    /// May receive new traffic now, fail-open included.
+    pub eligible: bool,
+}
+
+/// One probe of the run that decided a health change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    pub ok: bool,
+    pub reason: String,
+    pub rtt_ms: f64,
+    /// CLOCK_MONOTONIC, nanoseconds: comparable with the kernel's and the runner's clock.
+    pub started_ns: u64,
+    pub finished_ns: u64,
+}
+
+/// The evidence for a health change, and its windows (SPEC section 3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransitionDetail {
+    pub results: Vec<RunResult>,
+    /// Start of the first result of the run to the change.
+    pub measured_window_ms: f64,
+    /// What the SPEC formula gives for the same settings.
+    pub formula_window_ms: f64,
+}
+
+/// An endpoint changed, appeared (`from` is None) or went away (`state` is None).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointChange {
+    pub seq: u64,
+    pub at_unix_ms: u64,
+    /// CLOCK_MONOTONIC of the change.
+    pub at_ns: u64,
+    pub kind: ChangeKind,
+    pub profile: Arc<str>,
+    pub endpoint: Arc<str>,
+    pub from: Option<EndpointStatus>,
+    pub state: Option<EndpointState>,
+    pub transition: Option<Arc<TransitionDetail>>,
+}
+
+/// A profile's status or fail-open changed; `to` is None when a reload removed it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProfileChange {
+    pub seq: u64,
+    pub at_unix_ms: u64,
+    pub profile: Arc<str>,
+    pub from: Option<ProfileStatus>,
+    pub to: Option<ProfileStatus>,
+    pub fail_open: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    Endpoint(EndpointChange),
+    Profile(ProfileChange),
+}
+
+/// What a change is about: at most one change per key waits in a queue.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Endpoint(Arc<str>, Arc<str>),
+    Profile(Arc<str>),
+}
+
+impl Change {
+    fn key(&self) -> Key {
+        match self {
+            Change::Endpoint(e) => Key::Endpoint(e.profile.clone(), e.endpoint.clone()),
+            Change::Profile(p) => Key::Profile(p.profile.clone()),
+        }
+    }
+
+    pub fn seq(&self) -> u64 {
+        match self {
+            Change::Endpoint(e) => e.seq,
+            Change::Profile(p) => p.seq,
+        }
+    }
+
+    /// Folds a newer change of the same key into this one: the newer state, the older `from`.
+    fn absorb(&mut self, newer: Change) {
+        match (self, newer) {
+            (Change::Endpoint(old), Change::Endpoint(new)) => {
+                let from = old.from;
+                *old = new;
+                old.from = from;
+            }
+            (Change::Profile(old), Change::Profile(new)) => {
+                let from = old.from;
+                *old = new;
+                old.from = from;
+            }
+            (old, new) => *old = new,
+        }
+    }
+}
+
+/// The state of every endpoint and profile at one point of the stream: a new subscriber's
+/// starting point, after which its queue carries every change with a larger `seq`.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// The `seq` of the last change already reflected here.
+    pub seq: u64,
+    pub profiles: Vec<(Arc<str>, ProfileStatus, bool)>,
+    pub endpoints: Vec<(Arc<str>, Arc<str>, EndpointState)>,
+}
+
+/// Changes taken from a queue at once, oldest first.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub changes: Vec<Change>,
+    /// Changes dropped since the last batch because the queue was full: the consumer's view
+    /// is incomplete and should be rebuilt from a snapshot.
+    pub lost: u64,
+}
+
+/// Counters of one subscriber, read by the metrics scrape.
+#[derive(Debug, Default)]
+pub struct QueueStats {
+    pub published: AtomicU64,
+    pub coalesced: AtomicU64,
+    pub dropped: AtomicU64,
+    pub delivered: AtomicU64,
+}
+
+#[derive(Default)]
+struct Queue {
+    order: VecDeque<Key>,
+    pending: FastMap<Key, (Change, u64)>,
+    lost: u64,
+    closed: bool,
+}
+
+struct Shared {
+    name: String,
+    capacity: usize,
+    queue: Mutex<Queue>,
+    ready: Condvar,
+    notify: tokio::sync::Notify,
+    stats: QueueStats,
+    /// CLOCK_MONOTONIC of the oldest change waiting, 0 when none: the subscriber's lag.
+    oldest_ns: AtomicU64,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // A consumer that panicked while holding the lock left a consistent queue (every
+        // change to it is one statement), so the poison flag carries no information.
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take(&self, q: &mut Queue) -> Batch {
+        let mut changes = Vec::with_capacity(q.order.len());
+        while let Some(key) = q.order.pop_front() {
+            if let Some((c, _)) = q.pending.remove(&key) {
+                changes.push(c);
+            }
+        }
+        self.oldest_ns.store(0, Ordering::Relaxed);
+        self.stats.delivered.fetch_add(changes.len() as u64, Ordering::Relaxed);
+        Batch {
+            changes,
+            lost: std::mem::take(&mut q.lost),
+        }
+    }
+}
+
+/// A consumer's end of the stream.
+pub struct Subscription {
+    shared: Arc<Shared>,
+}
+
+impl Subscription {
+    /// The next batch; None once the runner has stopped and everything was taken.
+    pub async fn recv(&self) -> Option<Batch> {
+        loop {
+            let notified = self.shared.notify.notified();
+            {
+                let mut q = self.shared.lock();
+                if !q.order.is_empty() || q.lost > 0 {
+                    return Some(self.shared.take(&mut q));
+                }
+                if q.closed {
+                    return None;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// The next batch, waiting at most `timeout`: an empty batch when nothing came; None once
+    /// the runner has stopped and everything was taken. For consumers on threads of their own.
+    pub fn recv_blocking(&self, timeout: Duration) -> Option<Batch> {
+        let mut q = self.shared.lock();
+        if q.order.is_empty() && q.lost == 0 && !q.closed {
+            q = self
+                .shared
+                .ready
+                .wait_timeout(q, timeout)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        if q.order.is_empty() && q.lost == 0 && q.closed {
+            return None;
+        }
+        Some(self.shared.take(&mut q))
+    }
+}
+
+/// The runner's end: fans each change out to every subscriber.
+#[derive(Default)]
+pub struct Bus {
+    subscribers: Vec<Arc<Shared>>,
+    seq: u64,
+}
+
+/// One subscriber's figures for the metrics scrape.
+pub struct SubscriberStats<'a> {
+    pub name: &'a str,
+    pub pending: usize,
+    pub lag: Duration,
+    pub stats: &'a QueueStats,
+}
+
+impl Bus {
+    /// The next sequence number; the runner stamps each change with one.
+    pub fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// The sequence number of the last change published.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    pub fn subscribe(&mut self, name: &str, capacity: usize) -> Subscription {
+        let shared = Arc::new(Shared {
+            name: name.into(),
+            capacity: capacity.max(1),
+            queue: Mutex::new(Queue::default()),
+            ready: Condvar::new(),
+            notify: tokio::sync::Notify::new(),
+            stats: QueueStats::default(),
+            oldest_ns: AtomicU64::new(0),
+        });
+        self.subscribers.push(shared.clone());
+        Subscription { shared }
+    }
+
+    pub fn has_subscribers(&self) -> bool {
+        !self.subscribers.is_empty()
+    }
+
+    /// Hands `change` to every subscriber; `now_ns` dates it for the lag metric.
+    pub fn publish(&mut self, change: Change, now_ns: u64) {
+        // A subscriber whose consumer is gone (its Subscription dropped) costs nothing more.
+        self.subscribers.retain(|s| Arc::strong_count(s) > 1);
+        let key = change.key();
+        for s in &self.subscribers {
+            s.stats.published.fetch_add(1, Ordering::Relaxed);
+            let mut q = s.lock();
+            if let Some((waiting, _)) = q.pending.get_mut(&key) {
+                waiting.absorb(change.clone());
+                s.stats.coalesced.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if q.pending.len() >= s.capacity {
+                q.lost += 1;
+                s.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            } else {
+                q.order.push_back(key.clone());
+                q.pending.insert(key.clone(), (change.clone(), now_ns));
+                let _ = s
+                    .oldest_ns
+                    .compare_exchange(0, now_ns.max(1), Ordering::Relaxed, Ordering::Relaxed);
+            }
+            drop(q);
+            s.ready.notify_one();
+            s.notify.notify_one();
+        }
+    }
+
+    /// Per-subscriber queue figures at `now_ns`.
+    pub fn stats(&self, now_ns: u64) -> Vec<SubscriberStats<'_>> {
+        self.subscribers
+            .iter()
+            .map(|s| {
+                let oldest = s.oldest_ns.load(Ordering::Relaxed);
+                SubscriberStats {
+                    name: &s.name,
+                    pending: s.lock().order.len(),
+                    lag: if oldest == 0 {
+                        Duration::ZERO
+                    } else {
+                        Duration::from_nanos(now_ns.saturating_sub(oldest))
+                    },
+                    stats: &s.stats,
+                }
+            })
+            .collect()
+    }
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        for s in &self.subscribers {
+            s.lock().closed = true;
+            s.ready.notify_all();
+            s.notify.notify_one();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(status: EndpointStatus) -> EndpointState {
+        EndpointState {
+            address: "198.18.0.1".parse().unwrap(),
+            port: 80,
+            protocol: Protocol::Tcp,
+            weight: 1,
+            priority: 1,
+            admin: AdminState::Enabled,
+            health: Health::Healthy,
+            status,
+            eligible: status == EndpointStatus::Online,
+        }
+    }
+
+    fn change(bus: &mut Bus, endpoint: &str, from: EndpointStatus, to: EndpointStatus) -> Change {
+        Change::Endpoint(EndpointChange {
+            seq: bus.next_seq(),
+            at_unix_ms: 0,
+            at_ns: 0,
+            kind: ChangeKind::Health,
+            profile: "web".into(),
+            endpoint: endpoint.into(),
+            from: Some(from),
+            state: Some(state(to)),
+            transition: None,
+        })
+    }
+
+    fn endpoint(c: &Change) -> &EndpointChange {
+        match c {
+            Change::Endpoint(e) => e,
+            Change::Profile(_) => panic!("expected an endpoint change, got {c:?}"),
+        }
+    }
+
+    #[test]
+    fn newest_state_per_endpoint_wins_and_keeps_the_oldest_from() {
+        use EndpointStatus::*;
+        let mut bus = Bus::default();
+        let sub = bus.subscribe("test", 16);
+        for (ep, from, to) in [
+            ("a", CheckingEndpoint, Online),
+            ("b", CheckingEndpoint, Online),
+            ("a", Online, Degraded),
+        ] {
+            let c = change(&mut bus, ep, from, to);
+            bus.publish(c, 1);
+        }
+        let batch = sub.recv_blocking(Duration::ZERO).expect("open");
+        assert_eq!(batch.lost, 0);
+        let got: Vec<_> = batch
+            .changes
+            .iter()
+            .map(|c| {
+                let e = endpoint(c);
+                (&*e.endpoint, e.from, e.state.as_ref().map(|s| s.status), e.seq)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("a", Some(CheckingEndpoint), Some(Degraded), 3),
+                ("b", Some(CheckingEndpoint), Some(Online), 2)
+            ]
+        );
+        let stats = bus.stats(1);
+        assert_eq!(stats[0].stats.coalesced.load(Ordering::Relaxed), 1);
+        assert_eq!(stats[0].stats.delivered.load(Ordering::Relaxed), 2);
+        assert_eq!(stats[0].pending, 0);
+    }
+
+    #[test]
+    fn a_full_queue_drops_new_keys_and_says_so() {
+        use EndpointStatus::*;
+        let mut bus = Bus::default();
+        let sub = bus.subscribe("slow", 2);
+        for ep in ["a", "b", "c", "d"] {
+            let c = change(&mut bus, ep, CheckingEndpoint, Online);
+            bus.publish(c, 5);
+        }
+        // A waiting key still takes newer states while the queue is full.
+        let c = change(&mut bus, "a", Online, Degraded);
+        bus.publish(c, 6);
+        let stats = bus.stats(1_000_000_005);
+        assert_eq!((stats[0].pending, stats[0].lag), (2, Duration::from_secs(1)));
+        assert_eq!(stats[0].stats.dropped.load(Ordering::Relaxed), 2);
+        let batch = sub.recv_blocking(Duration::ZERO).expect("open");
+        assert_eq!(batch.lost, 2);
+        assert_eq!(batch.changes.len(), 2);
+        assert_eq!(endpoint(&batch.changes[0]).state.as_ref().unwrap().status, Degraded);
+        let again = sub.recv_blocking(Duration::ZERO).expect("open");
+        assert_eq!((again.changes.len(), again.lost), (0, 0), "lost is reported once");
+    }
+
+    #[test]
+    fn subscribers_are_independent_and_see_the_end() {
+        use EndpointStatus::*;
+        let mut bus = Bus::default();
+        let fast = bus.subscribe("fast", 8);
+        let gone = bus.subscribe("gone", 8);
+        drop(gone);
+        let c = change(&mut bus, "a", CheckingEndpoint, Online);
+        bus.publish(c, 1);
+        assert_eq!(bus.stats(1).len(), 1, "a dropped subscription is forgotten");
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let batch = rt.block_on(fast.recv()).expect("a batch");
+        assert_eq!(batch.changes.len(), 1);
+        drop(bus);
+        assert!(rt.block_on(fast.recv()).is_none(), "closed once the bus is gone");
+    }
+}

@@ -1,0 +1,137 @@
+//! The one way into the runner: `Control` sends a `Command` and awaits its reply. The API, the
+//! signal handlers, the tests and (later) the sinks depend on this file, never on the runner.
+use std::{net::IpAddr, sync::Arc};
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::{
+    changes::{Snapshot, Subscription},
+    views::{EndpointView, ProfileView, ReloadReport, SelectView},
+};
+use crate::{
+    config::{Config, ConfigErrors},
+    engine::L4Engine,
+    status::AdminState,
+};
+
+/// Why a request could not be served.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("no profile named {0:?}")]
+    NoProfile(String),
+    #[error("profile {profile:?} has no endpoint named {endpoint:?}")]
+    NoEndpoint { profile: String, endpoint: String },
+    #[error("the new configuration was refused; the running one is unchanged:\n{0}")]
+    Refused(String),
+    #[error("the daemon has stopped")]
+    Stopped,
+}
+
+impl From<ConfigErrors> for RequestError {
+    fn from(e: ConfigErrors) -> Self {
+        RequestError::Refused(e.to_string())
+    }
+}
+
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, RequestError>>;
+
+/// What a metrics scrape gets from the runner: its own text, and the engine whose kernel
+/// counters the caller reads off the runner's thread.
+pub(crate) type MetricsReply = (String, Option<Arc<L4Engine>>);
+
+/// A request to the runner; one handler per variant under `requests/`.
+pub(crate) enum Command {
+    Status(Option<String>, Reply<Vec<ProfileView>>),
+    Endpoint(String, String, Reply<EndpointView>),
+    Select(String, IpAddr, Option<String>, Reply<SelectView>),
+    SetAdmin(String, String, AdminState, Reply<EndpointView>),
+    Reload(Option<Box<Config>>, Reply<ReloadReport>),
+    Metrics(Reply<MetricsReply>),
+    Subscribe(SubscribeRequest, Reply<(Snapshot, Subscription)>),
+}
+
+/// A new consumer of the change stream.
+pub(crate) struct SubscribeRequest {
+    pub name: String,
+    pub capacity: usize,
+}
+
+/// A cheap, cloneable handle to the running daemon.
+#[derive(Clone)]
+pub struct Control {
+    pub(crate) tx: mpsc::Sender<Command>,
+}
+
+impl Control {
+    async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, RequestError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(make(reply)).await.map_err(|_| RequestError::Stopped)?;
+        rx.await.map_err(|_| RequestError::Stopped)?
+    }
+
+    /// Every profile.
+    pub async fn status(&self) -> Result<Vec<ProfileView>, RequestError> {
+        self.ask(|r| Command::Status(None, r)).await
+    }
+
+    /// One profile.
+    pub async fn profile(&self, profile: &str) -> Result<ProfileView, RequestError> {
+        let mut views = self.ask(|r| Command::Status(Some(profile.into()), r)).await?;
+        views.pop().ok_or_else(|| RequestError::NoProfile(profile.into()))
+    }
+
+    /// One endpoint: the GetHealthStatus of SPEC section 5.
+    pub async fn endpoint(&self, profile: &str, endpoint: &str) -> Result<EndpointView, RequestError> {
+        self.ask(|r| Command::Endpoint(profile.into(), endpoint.into(), r))
+            .await
+    }
+
+    /// Which endpoints would answer a query from `source` now.
+    pub async fn select(
+        &self,
+        profile: &str,
+        source: IpAddr,
+        region: Option<String>,
+    ) -> Result<SelectView, RequestError> {
+        self.ask(|r| Command::Select(profile.into(), source, region, r)).await
+    }
+
+    /// Enables, disables or sets an endpoint to always-serve at runtime.
+    pub async fn set_admin(
+        &self,
+        profile: &str,
+        endpoint: &str,
+        state: AdminState,
+    ) -> Result<EndpointView, RequestError> {
+        self.ask(|r| Command::SetAdmin(profile.into(), endpoint.into(), state, r))
+            .await
+    }
+
+    /// Applies `config`, or re-reads the file the daemon was started with.
+    pub async fn reload(&self, config: Option<Config>) -> Result<ReloadReport, RequestError> {
+        self.ask(|r| Command::Reload(config.map(Box::new), r)).await
+    }
+
+    /// Joins the change stream: the state of every endpoint and profile now, and every change
+    /// after it, in order. `capacity` bounds how many distinct endpoints and profiles may wait
+    /// in the queue; a consumer slower than that loses changes (counted, and told so).
+    pub async fn subscribe(&self, name: &str, capacity: usize) -> Result<(Snapshot, Subscription), RequestError> {
+        let request = SubscribeRequest {
+            name: name.into(),
+            capacity,
+        };
+        self.ask(|r| Command::Subscribe(request, r)).await
+    }
+
+    /// The Prometheus exposition text.
+    pub async fn metrics(&self) -> Result<String, RequestError> {
+        let (mut text, engine) = self.ask(Command::Metrics).await?;
+        if let Some(engine) = engine {
+            let kernel = tokio::task::spawn_blocking(move || crate::metrics::kernel::render(&engine))
+                .await
+                .unwrap_or_default();
+            text.push_str(&kernel);
+        }
+        Ok(text)
+    }
+}

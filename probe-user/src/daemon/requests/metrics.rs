@@ -1,0 +1,10 @@
+//! `GET /metrics`: the runner's own metrics now; the caller adds the kernel's counters.
+use crate::daemon::{control::MetricsReply, runner::Runner};
+
+impl Runner {
+    pub(super) fn render_metrics(&mut self) -> MetricsReply {
+        let now = self.now();
+        let text = self.metrics.render(&self.table, self.sched.len(), &self.changes, now);
+        (text, self.l4.port.as_ref().and_then(|p| p.kernel()))
+    }
+}

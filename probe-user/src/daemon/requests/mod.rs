@@ -1,0 +1,40 @@
+//! The runner's requests, one file per kind; the dispatch is the match below. Status and
+//! selection are pure functions over the live table; the others change it.
+mod admin;
+mod metrics;
+mod reload;
+mod select;
+mod status;
+mod subscribe;
+
+use super::{control::Command, runner::Runner};
+
+impl Runner {
+    pub(crate) fn command(&mut self, cmd: Command) {
+        // Scrapes and reloads see every result so far, under the profile indices they had.
+        self.metrics.flush(&self.table.profiles);
+        match cmd {
+            Command::Status(profile, reply) => {
+                let _ = reply.send(status::profiles(&self.table, profile.as_deref()));
+            }
+            Command::Endpoint(p, e, reply) => {
+                let _ = reply.send(status::endpoint(&self.table, &p, &e));
+            }
+            Command::Select(p, source, region, reply) => {
+                let _ = reply.send(select::select(&self.table, &mut self.rng, &p, source, region));
+            }
+            Command::SetAdmin(p, e, state, reply) => {
+                let _ = reply.send(self.set_admin(&p, &e, state));
+            }
+            Command::Reload(config, reply) => {
+                let _ = reply.send(self.reload(config.map(|c| *c)));
+            }
+            Command::Metrics(reply) => {
+                let _ = reply.send(Ok(self.render_metrics()));
+            }
+            Command::Subscribe(request, reply) => {
+                let _ = reply.send(Ok(self.subscribe(&request.name, request.capacity)));
+            }
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! `POST /v1/reload` and SIGHUP: a new configuration applies whole or not at all. Everything
+//! that can fail (the file, building the table, opening a new events file, starting the L4
+//! engine) happens before anything changes.
+use crate::{
+    config::Config,
+    daemon::{
+        control::RequestError,
+        events::EventSink,
+        runner::{first_l4, Runner},
+        state::Saved,
+        table,
+        views::ReloadReport,
+    },
+};
+
+impl Runner {
+    pub(super) fn reload(&mut self, config: Option<Config>) -> Result<ReloadReport, RequestError> {
+        let config = match config {
+            Some(c) => c,
+            None => {
+                let path = self.options.config_path.clone().ok_or_else(|| {
+                    RequestError::Refused("the daemon was started without a config file to re-read".into())
+                })?;
+                Config::load(&path)?
+            }
+        };
+        let restart_needed = restart_needed(&self.config, &config, self.l4.port.is_some());
+        let mut next_owner = self.next_owner;
+        let table = table::build(&config, &Saved::new(), &self.table.targets, &mut next_owner)
+            .map_err(|e| RequestError::Refused(e.to_string()))?;
+        let events = self
+            .events
+            .as_ref()
+            .filter(|w| *w.target() != config.daemon.events)
+            .map(|_| EventSink::open(&config.daemon.events))
+            .transpose()
+            .map_err(|e| RequestError::Refused(error_chain(&e)))?;
+        let removed = self
+            .table
+            .targets
+            .keys()
+            .filter(|id| !table.targets.contains_key(id))
+            .count();
+        let report = ReloadReport {
+            kept: table.kept,
+            added: table.added,
+            removed,
+            restart_needed,
+        };
+        // The engine must run before the table goes live; if it cannot start, nothing changes.
+        self.ensure_l4(&config, first_l4(&table))
+            .map_err(|e| RequestError::Refused(error_chain(&e)))?;
+        if let (Some(sink), Some(writer)) = (events, self.events.as_mut()) {
+            writer.switch(sink);
+        }
+        self.next_owner = next_owner;
+        self.apply(table);
+        self.config = config;
+        log::info!(
+            "configuration reloaded: {} kept, {} added, {} removed",
+            report.kept,
+            report.added,
+            report.removed
+        );
+        Ok(report)
+    }
+}
+
+/// Settings that only a restart applies, by their config names.
+fn restart_needed(old: &Config, new: &Config, engine_running: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    if new.daemon.api != old.daemon.api {
+        out.push("daemon.api_listen".to_string());
+    }
+    if new.daemon.pin_dir != old.daemon.pin_dir {
+        out.push("daemon.pin_dir".to_string());
+    }
+    if new.daemon.state_file != old.daemon.state_file {
+        out.push("daemon.state_file".to_string());
+    }
+    if new.source != old.source && engine_running {
+        out.push("source".to_string());
+    }
+    out
+}
+
+/// An error and its causes on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cur = c.source();
+    }
+    out
+}

@@ -1,0 +1,84 @@
+//! `GET /v1/status[/{profile}[/{endpoint}]]`: views of the live table (SPEC section 5).
+use crate::{
+    clock::ms,
+    daemon::{
+        control::RequestError,
+        table::{OwnerId, ProfileEntry, Table},
+        views::{EndpointView, ProfileView, Windows},
+    },
+    health::{fail_window, success_window},
+};
+
+/// Every profile, or the one named.
+pub(super) fn profiles(table: &Table, profile: Option<&str>) -> Result<Vec<ProfileView>, RequestError> {
+    match profile {
+        None => Ok(table.profiles.iter().map(|p| profile_view(table, p)).collect()),
+        Some(name) => {
+            let (_, p) = table
+                .profile(name)
+                .ok_or_else(|| RequestError::NoProfile(name.into()))?;
+            Ok(vec![profile_view(table, p)])
+        }
+    }
+}
+
+pub(super) fn endpoint(table: &Table, profile: &str, endpoint: &str) -> Result<EndpointView, RequestError> {
+    find(table, profile, endpoint).map(|id| endpoint_view(table, id))
+}
+
+/// The endpoint named, or the error that says which name is unknown.
+pub(super) fn find(table: &Table, profile: &str, endpoint: &str) -> Result<OwnerId, RequestError> {
+    table
+        .profile(profile)
+        .ok_or_else(|| RequestError::NoProfile(profile.into()))?;
+    table.find(profile, endpoint).ok_or_else(|| RequestError::NoEndpoint {
+        profile: profile.into(),
+        endpoint: endpoint.into(),
+    })
+}
+
+fn profile_view(table: &Table, p: &ProfileEntry) -> ProfileView {
+    ProfileView {
+        name: p.cfg.name.clone(),
+        enabled: p.cfg.enabled,
+        dialect: p.cfg.dialect.name().into(),
+        routing: p.cfg.routing,
+        status: p.status,
+        fail_open: p.fail_open,
+        endpoints: p.owners.iter().map(|id| endpoint_view(table, *id)).collect(),
+    }
+}
+
+pub(super) fn endpoint_view(table: &Table, id: OwnerId) -> EndpointView {
+    let t = &table.targets[&id];
+    let timing = t.tracker.timing();
+    let th = t.tracker.thresholds();
+    EndpointView {
+        profile: t.profile.to_string(),
+        name: t.name.to_string(),
+        address: t.endpoint.address.to_string(),
+        port: t.endpoint.port,
+        protocol: t.spec.protocol,
+        admin: t.admin(),
+        admin_from_api: t.admin_override.is_some(),
+        status: t.status,
+        health: t.health(),
+        probed: t.should_probe(),
+        eligible: t.eligible,
+        pending: t.tracker.pending(),
+        last_result: t.last.clone(),
+        last_change: t.last_change.clone(),
+        windows: Windows {
+            interval_ms: ms(timing.interval),
+            timeout_ms: ms(timing.timeout),
+            healthy_threshold: th.healthy(),
+            unhealthy_threshold: th.unhealthy(),
+            fail_window_ms: ms(fail_window(timing.timeout, timing.interval, th.unhealthy())),
+            success_window_ms: ms(success_window(
+                t.last_rtt.unwrap_or_default(),
+                timing.interval,
+                th.healthy(),
+            )),
+        },
+    }
+}

@@ -1,0 +1,192 @@
+//! Swapping in a built table: checks of endpoints that stay keep their schedule, the rest are
+//! registered or removed, and every endpoint or profile whose state changed is published.
+use std::sync::Arc;
+
+use super::{Runner, SchedKey};
+use crate::{
+    daemon::{
+        changes::{Change, ChangeKind, EndpointChange, ProfileChange},
+        table::{OwnerId, Table},
+    },
+    hash::FastMap,
+    status::{EndpointStatus, ProfileStatus},
+};
+
+/// What the running table said of an endpoint before a new one replaced it.
+struct Before {
+    probed: bool,
+    status: EndpointStatus,
+    eligible: bool,
+}
+
+impl Runner {
+    pub(in crate::daemon) fn apply(&mut self, mut table: Table) {
+        // Profile indices may change even for targets whose checks stay.
+        self.epoch += 1;
+        let now = self.now();
+        let old_ids: Vec<OwnerId> = self.table.targets.keys().copied().collect();
+        for id in old_ids {
+            let keep = table.targets.get(&id).is_some_and(|t| t.should_probe());
+            let check = self.table.targets[&id].check;
+            match (check, table.targets.get_mut(&id)) {
+                (Some(check), Some(new)) if keep => new.check = Some(check),
+                (Some(_), new) => {
+                    self.unregister(id);
+                    if let Some(new) = new {
+                        new.check = None;
+                    }
+                }
+                (None, _) => {}
+            }
+        }
+        let before: FastMap<OwnerId, Before> = self
+            .table
+            .targets
+            .iter()
+            .map(|(id, t)| {
+                let b = Before {
+                    probed: t.should_probe(),
+                    status: t.status,
+                    eligible: t.eligible,
+                };
+                (*id, b)
+            })
+            .collect();
+        let profiles_before: Vec<(Arc<str>, ProfileStatus, bool)> = self
+            .table
+            .profiles
+            .iter()
+            .map(|p| (p.name.clone(), p.status, p.fail_open))
+            .collect();
+        let old = std::mem::replace(&mut self.table, table);
+        let mut reset = false;
+        let ids: Vec<OwnerId> = self.table.targets.keys().copied().collect();
+        for id in ids {
+            let t = &self.table.targets[&id];
+            if t.should_probe() && t.check.is_none() {
+                // A target that was known but not probed comes back: SPEC "re-enabled starts in
+                // CheckingEndpoint". A new or resumed one keeps what `build` gave it.
+                if before.get(&id).is_some_and(|b| !b.probed) {
+                    self.table.targets.get_mut(&id).expect("listed").tracker.reset();
+                    reset = true;
+                }
+                self.register(id, now);
+            }
+        }
+        if reset {
+            self.table.settle();
+        }
+        self.publish_table_changes(&old, &before, &profiles_before, now);
+        self.persist.dirty = true;
+    }
+
+    /// Publishes what changed between the old table and the one now live.
+    fn publish_table_changes(
+        &mut self,
+        old: &Table,
+        before: &FastMap<OwnerId, Before>,
+        profiles_before: &[(Arc<str>, ProfileStatus, bool)],
+        now: u64,
+    ) {
+        let at_unix_ms = self.ports.clock.unix_ms();
+        let mut changes = Vec::new();
+        for p in &self.table.profiles {
+            for id in &p.owners {
+                let t = self.table.targets.get_mut(id).expect("owners are targets");
+                let from = before.get(id);
+                if from.is_some_and(|b| b.status == t.status && b.eligible == t.eligible) {
+                    continue;
+                }
+                if from.is_none_or(|b| b.status != t.status) {
+                    t.last_change = Some(crate::daemon::views::LastChange {
+                        at_unix_ms,
+                        kind: ChangeKind::Config,
+                        from: from.map(|b| b.status),
+                        to: t.status,
+                        measured_window_ms: 0.0,
+                        formula_window_ms: 0.0,
+                    });
+                }
+                changes.push(Change::Endpoint(EndpointChange {
+                    seq: 0,
+                    at_unix_ms,
+                    at_ns: now,
+                    kind: ChangeKind::Config,
+                    profile: t.profile.clone(),
+                    endpoint: t.name.clone(),
+                    from: from.map(|b| b.status),
+                    state: Some(t.state()),
+                    transition: None,
+                }));
+            }
+        }
+        for (id, t) in &old.targets {
+            if !self.table.targets.contains_key(id) {
+                changes.push(Change::Endpoint(EndpointChange {
+                    seq: 0,
+                    at_unix_ms,
+                    at_ns: now,
+                    kind: ChangeKind::Config,
+                    profile: t.profile.clone(),
+                    endpoint: t.name.clone(),
+                    from: Some(t.status),
+                    state: None,
+                    transition: None,
+                }));
+            }
+        }
+        for p in &self.table.profiles {
+            let was = profiles_before.iter().find(|(name, ..)| *name == p.name);
+            if was.is_some_and(|(_, status, open)| *status == p.status && *open == p.fail_open) {
+                continue;
+            }
+            changes.push(Change::Profile(ProfileChange {
+                seq: 0,
+                at_unix_ms,
+                profile: p.name.clone(),
+                from: was.map(|(_, status, _)| *status),
+                to: Some(p.status),
+                fail_open: p.fail_open,
+            }));
+        }
+        for (name, status, _) in profiles_before {
+            if self.table.profile(name).is_none() {
+                changes.push(Change::Profile(ProfileChange {
+                    seq: 0,
+                    at_unix_ms,
+                    profile: name.clone(),
+                    from: Some(*status),
+                    to: None,
+                    fail_open: false,
+                }));
+            }
+        }
+        for c in changes {
+            self.publish(c, now);
+        }
+    }
+
+    pub(in crate::daemon) fn register(&mut self, owner: OwnerId, now: u64) {
+        self.epoch += 1;
+        let t = self.table.targets.get_mut(&owner).expect("registered targets exist");
+        let key = SchedKey {
+            key: t.check_key.clone(),
+            spec: t.spec.clone(),
+        };
+        match self.sched.add(owner, key, t.params, now) {
+            Ok(id) => t.check = Some(id),
+            Err(e) => log::error!("cannot schedule {}: {e}", t.check_key),
+        }
+    }
+
+    pub(in crate::daemon) fn unregister(&mut self, owner: OwnerId) {
+        self.epoch += 1;
+        let Some(t) = self.table.targets.get_mut(&owner) else {
+            return;
+        };
+        let Some(id) = t.check.take() else {
+            return;
+        };
+        let _ = self.sched.remove(&owner, id);
+    }
+}

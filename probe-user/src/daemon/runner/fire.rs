@@ -1,0 +1,131 @@
+//! Sending what is due: L4 checks in one batch to the L4 port, HTTP(S) and UDP
+//! request/response checks as tasks whose reports come back on the runner's channel.
+use std::sync::Arc;
+
+use super::{CheckSlot, Inflight, Runner, SlotCache};
+use crate::{
+    daemon::probe::{ProbeKind, ProbeReport},
+    engine::L4Request,
+    schedule::CheckId,
+};
+
+impl Runner {
+    /// Sends every check due at `now`.
+    pub(super) fn fire(&mut self, now: u64) {
+        let mut due = std::mem::take(&mut self.due_buf);
+        due.clear();
+        self.sched.pop_due_with(now, |id, due_ns| due.push((id, due_ns)));
+        let mut batch = Vec::new();
+        for &(id, due_ns) in &due {
+            let fresh = self
+                .slots
+                .get(id.index())
+                .and_then(|s| s.cache.as_ref())
+                .is_some_and(|c| c.check == id && c.epoch == self.epoch);
+            if !fresh {
+                let Some(cache) = self.slot_cache(id) else {
+                    continue;
+                };
+                if self.slots.len() <= id.index() {
+                    self.slots.resize_with(id.index() + 1, CheckSlot::default);
+                }
+                self.slots[id.index()].cache = Some(cache);
+            }
+            let token = id.to_u64();
+            let slot = &mut self.slots[id.index()];
+            let cache = slot.cache.as_ref().expect("filled above");
+            self.metrics.sent(
+                cache.protocol,
+                cache.first_profile.iter().chain(&cache.more_profiles),
+                now.saturating_sub(due_ns),
+            );
+            slot.inflight = Some(Inflight {
+                check: id,
+                started_ns: now,
+                protocol: cache.protocol,
+            });
+            match &cache.l4 {
+                Some((target, proto, timeout)) => batch.push(L4Request {
+                    token,
+                    target: *target,
+                    proto: proto.clone(),
+                    timeout: *timeout,
+                }),
+                None => self.spawn_task(id, token),
+            }
+        }
+        self.due_buf = due;
+        if batch.is_empty() {
+            return;
+        }
+        let failed = match &self.l4.port {
+            Some(port) => port.submit(batch).err().map(|e| e.to_string()),
+            None => Some("the L4 engine is not running".to_string()),
+        };
+        if let Some(why) = failed {
+            log::error!("cannot send probes: {why}");
+        }
+    }
+
+    /// Fills a check's send cache from its spec and its owners' targets.
+    fn slot_cache(&self, id: CheckId) -> Option<SlotCache> {
+        let spec = &self.sched.key(id)?.spec;
+        let mut profiles = self
+            .sched
+            .owners(id)
+            .iter()
+            .filter_map(|o| self.table.targets.get(o))
+            .map(|t| t.profile_ix);
+        let l4 = match &spec.kind {
+            ProbeKind::L4(proto) => Some((spec.target, proto.clone(), spec.timeout)),
+            ProbeKind::Http(_) | ProbeKind::UdpExchange(_) => None,
+        };
+        Some(SlotCache {
+            check: id,
+            epoch: self.epoch,
+            protocol: spec.protocol,
+            first_profile: profiles.next(),
+            more_profiles: profiles.collect(),
+            l4,
+        })
+    }
+
+    /// Starts a check that runs as a task (HTTP, UDP exchange); its report comes back on
+    /// `tasks.rx` under `token`.
+    fn spawn_task(&self, id: CheckId, token: u64) {
+        let Some(spec) = self.sched.key(id).map(|k| &k.spec) else {
+            return;
+        };
+        let tx = self.tasks.tx.clone();
+        match &spec.kind {
+            ProbeKind::L4(_) => {}
+            ProbeKind::Http(probe) => {
+                let (prober, slots, probe, target) = (
+                    self.tasks.http.clone(),
+                    self.tasks.http_slots.clone(),
+                    probe.clone(),
+                    spec.target,
+                );
+                tokio::spawn(async move {
+                    let Ok(_permit) = slots.acquire_owned().await else {
+                        return;
+                    };
+                    let report = prober.probe(target, &probe).await;
+                    let _ = tx.send((token, report));
+                });
+            }
+            ProbeKind::UdpExchange(req) => {
+                let (prober, req) = (self.tasks.udp.clone(), req.clone());
+                tokio::spawn(async move {
+                    let r = prober.probe(&req).await;
+                    let report = ProbeReport {
+                        healthy: r.outcome.healthy(),
+                        elapsed: r.elapsed,
+                        reason: Arc::from(r.outcome.to_string()),
+                    };
+                    let _ = tx.send((token, report));
+                });
+            }
+        }
+    }
+}

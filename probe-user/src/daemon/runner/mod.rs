@@ -1,0 +1,312 @@
+//! The runner: one task on a thread of its own that owns the live table, the scheduler, the
+//! probers, every endpoint's tracker, the change stream and the runner's metrics, so none of
+//! it needs a lock. Each loop turn does one of: send what is due (`fire.rs`), take results
+//! (`results.rs`), or serve a request (`../requests/`); then it merges metrics and saves state
+//! when due. Changes are published from one place (`publish.rs`); applying a table is
+//! `apply.rs`.
+mod apply;
+mod fire;
+mod publish;
+mod results;
+#[cfg(test)]
+mod tests;
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use super::{
+    changes::Bus,
+    control::Command,
+    events::{EventSink, EventWriter, QUEUE_CAPACITY},
+    metrics::RunnerMetrics,
+    ports::{L4Port, Ports},
+    probe::{http::HttpProber, ProbeKind, ProbeReport},
+    state::{self, SavedTarget},
+    table::{self, OwnerId, Table},
+    DaemonError, Options,
+};
+use crate::{
+    config::{Config, Protocol},
+    engine::L4Result,
+    hash::FastMap,
+    rng::SplitMix64,
+    schedule::{CheckId, Scheduler, SchedulerConfig},
+};
+
+/// The wheel's tick: the runner never wakes more often than this.
+const TICK_NS: u64 = 1_000_000;
+/// HTTP probes in flight at once; more wait for a slot (and show up as lateness).
+const HTTP_CONCURRENCY: usize = 256;
+/// The state file is rewritten at most this often while changes happen.
+const SAVE_EVERY_NS: u64 = 1_000_000_000;
+
+/// The scheduler's key: identical checks share one entry by `key` alone, and the spec of the
+/// first owner rides along. Sending reads the spec from the entry `pop_due` has just touched,
+/// instead of hashing the key string into a side map for every probe.
+#[derive(Clone)]
+pub(crate) struct SchedKey {
+    key: String,
+    spec: Arc<super::probe::CheckSpec>,
+}
+
+impl PartialEq for SchedKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
+impl Eq for SchedKey {}
+
+impl std::hash::Hash for SchedKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.key.hash(state);
+    }
+}
+
+/// A probe on its way.
+struct Inflight {
+    check: CheckId,
+    started_ns: u64,
+    protocol: Protocol,
+}
+
+/// What sending a check needs, by check index, so that the send path reads one dense slot
+/// instead of the check's spec and every owner's target (each a cache miss at 100k probes/s).
+/// Filled the first time a check fires after any registration change (`Runner::epoch`).
+struct SlotCache {
+    check: CheckId,
+    epoch: u64,
+    protocol: Protocol,
+    /// The owners' profile indices, for the per-profile sent counter: the first inline.
+    first_profile: Option<u32>,
+    more_profiles: Vec<u32>,
+    /// The request for the L4 engine; None for checks that run as tasks (HTTP, UDP exchange).
+    l4: Option<(SocketAddr, crate::engine::L4Proto, Duration)>,
+}
+
+/// One check's slot: its send cache and its probe in flight (a check has at most one).
+#[derive(Default)]
+struct CheckSlot {
+    cache: Option<SlotCache>,
+    inflight: Option<Inflight>,
+}
+
+/// Probes that run as tasks on the runner's runtime (HTTP(S), UDP request/response); their
+/// reports come back on `rx` under the check's token.
+struct Tasks {
+    http: HttpProber,
+    http_slots: Arc<Semaphore>,
+    udp: crate::probe::udp::UdpProber,
+    tx: mpsc::UnboundedSender<(u64, ProbeReport)>,
+    rx: mpsc::UnboundedReceiver<(u64, ProbeReport)>,
+}
+
+/// The L4 port once started, and its results.
+#[derive(Default)]
+pub(super) struct L4 {
+    pub(super) port: Option<Arc<dyn L4Port>>,
+    rx: Option<mpsc::UnboundedReceiver<L4Result>>,
+}
+
+/// The state file: rewritten by the saver's thread at most once per `SAVE_EVERY_NS`.
+pub(super) struct Persist {
+    pub(super) dirty: bool,
+    last_save_ns: u64,
+    saver: state::Saver,
+}
+
+pub(crate) struct Runner {
+    pub(super) config: Config,
+    pub(super) options: Options,
+    pub(super) ports: Ports,
+    /// The live table: profiles, endpoints and their state.
+    pub(super) table: Table,
+    pub(super) next_owner: OwnerId,
+    pub(super) sched: Scheduler<SchedKey, OwnerId>,
+    /// Per check index. A probe's token is its check id, so a result finds its probe without
+    /// a hash lookup, and a result for a check removed meanwhile finds a different generation
+    /// and is dropped.
+    slots: Vec<CheckSlot>,
+    /// Bumped by every registration change: slot caches of older epochs are refilled.
+    epoch: u64,
+    due_buf: Vec<(CheckId, u64)>,
+    pub(super) l4: L4,
+    tasks: Tasks,
+    pub(super) changes: Bus,
+    pub(super) events: Option<EventWriter>,
+    pub(super) metrics: RunnerMetrics,
+    pub(super) persist: Persist,
+    pub(super) rng: SplitMix64,
+}
+
+impl Runner {
+    /// Resolves `config`, resumes saved health, starts the L4 port if any check needs it and
+    /// the events writer.
+    pub(crate) fn new(config: Config, options: Options, ports: Ports) -> Result<Self, DaemonError> {
+        let sink = EventSink::open(&config.daemon.events)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let now = ports.clock.mono_ns();
+        let saved = state::load(&config.daemon.state_file, ports.clock.unix_ms());
+        let mut next_owner = 1;
+        let table = table::build(&config, &saved, &FastMap::default(), &mut next_owner)
+            .map_err(|e| DaemonError::Unsupported(e.to_string()))?;
+        let mut runner = Runner {
+            sched: Scheduler::new(SchedulerConfig::default()),
+            table: Table {
+                profiles: Vec::new(),
+                targets: FastMap::default(),
+                kept: 0,
+                added: 0,
+            },
+            next_owner,
+            slots: Vec::new(),
+            epoch: 0,
+            due_buf: Vec::new(),
+            l4: L4::default(),
+            tasks: Tasks {
+                http: HttpProber::new(),
+                http_slots: Arc::new(Semaphore::new(HTTP_CONCURRENCY)),
+                udp: crate::probe::udp::UdpProber::default(),
+                tx,
+                rx,
+            },
+            changes: Bus::default(),
+            events: None,
+            metrics: RunnerMetrics::default(),
+            persist: Persist {
+                dirty: false,
+                last_save_ns: 0,
+                saver: state::Saver::new(),
+            },
+            rng: SplitMix64(now),
+            options,
+            ports,
+            config: config.clone(),
+        };
+        runner.ensure_l4(&config, first_l4(&table))?;
+        runner.apply(table);
+        // After the first table: the events file records changes, not the starting state.
+        let events = runner.changes.subscribe("events", QUEUE_CAPACITY);
+        runner.events = Some(EventWriter::start(sink, events)?);
+        Ok(runner)
+    }
+
+    /// The loop; ends on `stop` (after saving state and dropping the engine) or on an error.
+    pub(crate) async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut stop: oneshot::Receiver<()>,
+    ) -> Result<(), DaemonError> {
+        let mut last_wake = 0u64;
+        loop {
+            let now = self.now();
+            // Wake at most once per tick and pop the whole tick (see schedule::next_due).
+            let wake_ns = self.sched.next_due().map(|d| d.max(last_wake + TICK_NS));
+            let sleep = async {
+                match wake_ns {
+                    Some(w) => tokio::time::sleep(Duration::from_nanos(w.saturating_sub(now))).await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = &mut stop => break,
+                cmd = commands.recv() => match cmd {
+                    Some(cmd) => self.command(cmd),
+                    None => break,
+                },
+                Some(r) = recv_l4(&mut self.l4.rx) => {
+                    self.on_l4(r);
+                    while let Some(r) = self.l4.rx.as_mut().and_then(|rx| rx.try_recv().ok()) {
+                        self.on_l4(r);
+                    }
+                }
+                Some((token, report)) = self.tasks.rx.recv() => self.on_result(token, report),
+                _ = sleep => {
+                    last_wake = self.now();
+                    self.fire(last_wake);
+                }
+            }
+            self.end_turn(false);
+        }
+        self.end_turn(true);
+        self.persist.saver.finish();
+        // The events writer ends once the bus is gone, after writing what is queued.
+        drop(std::mem::take(&mut self.changes));
+        if let Some(mut events) = self.events.take() {
+            events.finish();
+        }
+        // Dropping the engine joins its thread, detaches probe_rx and removes the pins.
+        drop(self.l4.port.take());
+        Ok(())
+    }
+
+    pub(super) fn now(&self) -> u64 {
+        self.ports.clock.mono_ns()
+    }
+
+    /// What every loop turn ends with: metrics merged, state saved when due.
+    pub(super) fn end_turn(&mut self, force_save: bool) {
+        self.metrics.flush(&self.table.profiles);
+        self.save_if_due(force_save);
+    }
+
+    /// Starts the L4 port the first time a configuration has TCP or UDP checks.
+    pub(super) fn ensure_l4(&mut self, config: &Config, first: Option<SocketAddr>) -> Result<(), DaemonError> {
+        if self.l4.port.is_some() {
+            return Ok(());
+        }
+        let Some(first) = first else {
+            return Ok(());
+        };
+        let (port, rx) = (self.ports.start_l4)(config, first)?;
+        self.l4 = L4 {
+            port: Some(port),
+            rx: Some(rx),
+        };
+        Ok(())
+    }
+
+    fn save_if_due(&mut self, force: bool) {
+        let now = self.now();
+        let p = &mut self.persist;
+        if !p.dirty || (!force && now.saturating_sub(p.last_save_ns) < SAVE_EVERY_NS) {
+            return;
+        }
+        // Sorting and serialising happen on the saver's thread: at 100k targets the sort
+        // alone held this loop up for tens of milliseconds.
+        let targets: Vec<SavedTarget> = self
+            .table
+            .targets
+            .values()
+            .map(|t| SavedTarget {
+                profile: t.profile.to_string(),
+                endpoint: t.name.to_string(),
+                check: t.check_key.clone(),
+                health: t.health(),
+                admin_override: t.admin_override,
+                last_change: t.last_change.clone(),
+            })
+            .collect();
+        p.saver.save(&self.config.daemon.state_file, targets);
+        p.dirty = false;
+        p.last_save_ns = now;
+    }
+}
+
+/// Where the first TCP/UDP check of a table goes: the route to it names the interface when
+/// the config names none.
+pub(super) fn first_l4(table: &Table) -> Option<SocketAddr> {
+    table
+        .targets
+        .values()
+        .find(|t| matches!(t.spec.kind, ProbeKind::L4(_)))
+        .map(|t| t.spec.target)
+}
+
+async fn recv_l4(rx: &mut Option<mpsc::UnboundedReceiver<L4Result>>) -> Option<L4Result> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}

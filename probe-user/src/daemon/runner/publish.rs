@@ -1,0 +1,130 @@
+//! The one place where an endpoint's status, its profile's aggregate and fail-open catch up
+//! with a change of their inputs, and where the resulting changes enter the stream.
+use std::sync::Arc;
+
+use super::Runner;
+use crate::{
+    daemon::{
+        changes::{Change, ChangeKind, EndpointChange, ProfileChange, TransitionDetail},
+        table::OwnerId,
+        views::LastChange,
+    },
+    status::{self, EndpointStatus},
+};
+
+impl Runner {
+    /// Stamps `change` with the next sequence number and hands it to every subscriber.
+    pub(super) fn publish(&mut self, mut change: Change, now: u64) {
+        let seq = self.changes.next_seq();
+        match &mut change {
+            Change::Endpoint(c) => c.seq = seq,
+            Change::Profile(c) => c.seq = seq,
+        }
+        if self.changes.has_subscribers() {
+            self.changes.publish(change, now);
+        }
+    }
+
+    /// Brings endpoint `id` up to date after its health or admin state changed (at `at_ns`),
+    /// and publishes what changed: the endpoint, the other endpoints of its profile whose
+    /// eligibility fail-open flipped, and the profile. O(1) unless fail-open flips.
+    pub(in crate::daemon) fn restatus(
+        &mut self,
+        id: OwnerId,
+        kind: ChangeKind,
+        at_ns: u64,
+        detail: Option<Arc<TransitionDetail>>,
+    ) {
+        let now = self.now();
+        let at_unix_ms = self.ports.clock.unix_ms_at(at_ns);
+        let Some(t) = self.table.targets.get_mut(&id) else {
+            return;
+        };
+        let Some(p) = self.table.profiles.get_mut(t.profile_ix as usize) else {
+            return;
+        };
+        let (old_status, old_eligible) = (t.status, t.eligible);
+        let new_status = t.derive_status();
+        if new_status != old_status {
+            p.counts.remove(old_status);
+            p.counts.add(new_status);
+            t.status = new_status;
+        }
+        let (old_profile, old_fail_open) = p.recount();
+        t.eligible = status::eligible(new_status, p.fail_open);
+        if new_status != old_status {
+            t.last_change = Some(LastChange {
+                at_unix_ms,
+                kind,
+                from: Some(old_status),
+                to: new_status,
+                measured_window_ms: detail.as_ref().map_or(0.0, |d| d.measured_window_ms),
+                formula_window_ms: detail.as_ref().map_or(0.0, |d| d.formula_window_ms),
+            });
+            self.persist.dirty = true;
+        }
+        if new_status == old_status && t.eligible == old_eligible && detail.is_none() {
+            return;
+        }
+        let change = Change::Endpoint(EndpointChange {
+            seq: 0,
+            at_unix_ms,
+            at_ns,
+            kind,
+            profile: t.profile.clone(),
+            endpoint: t.name.clone(),
+            from: Some(old_status),
+            state: Some(t.state()),
+            transition: detail,
+        });
+        let profile_ix = t.profile_ix as usize;
+        self.publish(change, now);
+        let p = &self.table.profiles[profile_ix];
+        let (profile_status, fail_open, name) = (p.status, p.fail_open, p.name.clone());
+        if fail_open != old_fail_open {
+            self.flip_fail_open(profile_ix, id, at_ns);
+        }
+        if (profile_status, fail_open) != (old_profile, old_fail_open) {
+            let change = Change::Profile(ProfileChange {
+                seq: 0,
+                at_unix_ms,
+                profile: name,
+                from: Some(old_profile),
+                to: Some(profile_status),
+                fail_open,
+            });
+            self.publish(change, now);
+        }
+    }
+
+    /// Fail-open of a profile flipped: every Degraded endpoint but `except` (already published)
+    /// changed eligibility without changing status.
+    fn flip_fail_open(&mut self, profile_ix: usize, except: OwnerId, at_ns: u64) {
+        let now = self.now();
+        let at_unix_ms = self.ports.clock.unix_ms_at(at_ns);
+        let p = &self.table.profiles[profile_ix];
+        let fail_open = p.fail_open;
+        let mut changes = Vec::new();
+        for id in p.owners.iter().filter(|id| **id != except) {
+            let t = self.table.targets.get_mut(id).expect("owners are targets");
+            if t.status != EndpointStatus::Degraded {
+                continue;
+            }
+            t.eligible = status::eligible(t.status, fail_open);
+            changes.push(Change::Endpoint(EndpointChange {
+                seq: 0,
+                at_unix_ms,
+                at_ns,
+                kind: ChangeKind::FailOpen,
+                profile: t.profile.clone(),
+                endpoint: t.name.clone(),
+                from: Some(t.status),
+                state: Some(t.state()),
+                transition: None,
+            }));
+        }
+        for c in changes {
+            self.publish(c, now);
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Taking results: each report goes to every owner of its check (a shared check has several),
+//! through the owner's threshold machine; a verdict becomes a health change on the stream.
+//! Then the check is rescheduled at the cadence its owners need.
+use std::sync::Arc;
+
+use super::{Inflight, Runner};
+use crate::{
+    clock::ms,
+    config::Protocol,
+    daemon::{
+        changes::{ChangeKind, RunResult, TransitionDetail},
+        probe::ProbeReport,
+        views::LastResult,
+    },
+    engine::L4Result,
+    health::{Observation, Transition},
+    schedule::{Cadence, CheckId},
+};
+
+impl Runner {
+    pub(super) fn on_l4(&mut self, r: L4Result) {
+        // UDP results speak UDP's words ("port unreachable"), as `probed check udp://` does.
+        let udp = self.inflight_of(r.token).is_some_and(|i| i.protocol == Protocol::Udp);
+        let reason = match crate::probe::udp::UdpOutcome::try_from(r.outcome) {
+            Ok(u) if udp => u.to_string(),
+            _ => r.outcome.to_string(),
+        };
+        let report = ProbeReport {
+            healthy: r.outcome.healthy(),
+            elapsed: r.elapsed,
+            reason: Arc::from(reason),
+        };
+        self.on_result(r.token, report);
+    }
+
+    /// Feeds one result to every owner of its check, then reschedules the check.
+    pub(super) fn on_result(&mut self, token: u64, report: ProbeReport) {
+        let check = CheckId::from_u64(token);
+        let Some(inflight) = self
+            .slots
+            .get_mut(check.index())
+            .and_then(|slot| slot.inflight.take_if(|i| i.check == check))
+        else {
+            return;
+        };
+        let finished = self.now();
+        let obs = Observation {
+            success: report.healthy,
+            started_ns: inflight.started_ns,
+            finished_ns: finished,
+            response_time: report.elapsed,
+            reason: report.reason.clone(),
+        };
+        let proto = inflight.protocol;
+        let at_unix_ms = self.ports.clock.unix_ms_at(finished);
+        // Shared checks follow the most urgent owner's cadence (Cadence::combine).
+        let mut cadence: Option<Cadence> = None;
+        let mut verdicts = Vec::new();
+        for &owner in self.sched.owners(inflight.check) {
+            let Some(t) = self.table.targets.get_mut(&owner) else {
+                continue;
+            };
+            self.metrics.result(proto, t.profile_ix, &report);
+            if report.healthy {
+                t.last_rtt = Some(report.elapsed);
+            }
+            match &mut t.last {
+                // The same reason as last time, as it mostly is: no new string.
+                Some(last) if *last.reason == *report.reason => {
+                    last.ok = report.healthy;
+                    last.rtt_ms = ms(report.elapsed);
+                    last.at_unix_ms = at_unix_ms;
+                }
+                last => {
+                    *last = Some(LastResult {
+                        ok: report.healthy,
+                        reason: report.reason.to_string(),
+                        rtt_ms: ms(report.elapsed),
+                        at_unix_ms,
+                    });
+                }
+            }
+            if let Some(tr) = t.tracker.observe(obs.clone()) {
+                verdicts.push((owner, tr));
+            }
+            cadence = Some(Cadence::combine(cadence.into_iter().chain([t.tracker.cadence()])));
+        }
+        for (owner, tr) in verdicts {
+            self.on_verdict(owner, tr);
+        }
+        let cadence = cadence.unwrap_or(Cadence::Steady);
+        // None or an error: disabled, always-serve or removed meanwhile, nothing to schedule.
+        let _ = self.sched.completed(inflight.check, finished, cadence);
+    }
+
+    /// A threshold was reached: the endpoint's status changes, and the stream hears of it.
+    fn on_verdict(&mut self, owner: u64, tr: Transition) {
+        if let Some(t) = self.table.targets.get(&owner) {
+            self.metrics.transition(&t.profile, tr.to);
+        }
+        let detail = TransitionDetail {
+            results: tr
+                .run
+                .iter()
+                .map(|o| RunResult {
+                    ok: o.success,
+                    reason: o.reason.to_string(),
+                    rtt_ms: ms(o.response_time),
+                    started_ns: o.started_ns,
+                    finished_ns: o.finished_ns,
+                })
+                .collect(),
+            measured_window_ms: ms(tr.measured_window),
+            formula_window_ms: ms(tr.formula_window),
+        };
+        self.restatus(owner, ChangeKind::Health, tr.at_ns, Some(Arc::new(detail)));
+    }
+
+    /// The probe a result's token names, if it is still the one in flight.
+    fn inflight_of(&self, token: u64) -> Option<&Inflight> {
+        let check = CheckId::from_u64(token);
+        self.slots
+            .get(check.index())
+            .and_then(|s| s.inflight.as_ref())
+            .filter(|i| i.check == check)
+    }
+}

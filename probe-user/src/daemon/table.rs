@@ -1,0 +1,323 @@
+//! The target table a configuration resolves to, and an endpoint's lifecycle in one place:
+//! its admin state (config and API override), whether it is probed, its derived status and
+//! eligibility, and what it carries over across a reload or a restart. Pure: no clock, no I/O.
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use super::{
+    changes::EndpointState,
+    probe::CheckSpec,
+    state::Saved,
+    views::{LastChange, LastResult},
+};
+use crate::{
+    config::{Config, Endpoint, HealthCheck, Profile},
+    hash::FastMap,
+    health::{ProbeTiming, Thresholds, Tracker},
+    schedule::{CheckId, CheckParams},
+    status::{self, AdminState, EndpointInput, EndpointStatus, Health, ProfileStatus, StatusCounts},
+};
+
+/// Identifies one endpoint of one profile for as long as it keeps its check.
+pub type OwnerId = u64;
+
+/// One endpoint of one profile.
+pub(crate) struct Target {
+    pub profile: Arc<str>,
+    /// Index of its profile in `Table::profiles`, for per-profile metrics.
+    pub profile_ix: u32,
+    pub name: Arc<str>,
+    pub endpoint: Endpoint,
+    pub profile_enabled: bool,
+    /// The configured admin state, and the API's override of it.
+    pub config_admin: AdminState,
+    pub admin_override: Option<AdminState>,
+    pub check_key: String,
+    pub spec: Arc<CheckSpec>,
+    pub params: CheckParams,
+    /// Registered with the scheduler: only while probed.
+    pub check: Option<CheckId>,
+    pub tracker: Tracker,
+    pub last: Option<LastResult>,
+    pub last_rtt: Option<Duration>,
+    pub last_change: Option<LastChange>,
+    /// The status and eligibility last published for it (see `Table::settle`).
+    pub status: EndpointStatus,
+    pub eligible: bool,
+}
+
+impl Target {
+    pub fn admin(&self) -> AdminState {
+        self.admin_override.unwrap_or(self.config_admin)
+    }
+
+    pub fn should_probe(&self) -> bool {
+        self.profile_enabled && self.admin() == AdminState::Enabled
+    }
+
+    pub fn health(&self) -> Health {
+        self.tracker.state()
+    }
+
+    /// The status its inputs give now (SPEC section 4), which `status` catches up with.
+    pub fn derive_status(&self) -> EndpointStatus {
+        status::endpoint_view(EndpointInput {
+            profile_enabled: self.profile_enabled,
+            admin: self.admin(),
+            stopped: false,
+            health: self.health(),
+        })
+        .status
+    }
+
+    /// Sets the admin override the API asked for; None when it equals the configured state.
+    pub fn set_admin(&mut self, state: AdminState) {
+        self.admin_override = (state != self.config_admin).then_some(state);
+    }
+
+    pub fn state(&self) -> EndpointState {
+        EndpointState {
+            address: self.endpoint.address,
+            port: self.endpoint.port,
+            protocol: self.spec.protocol,
+            weight: self.endpoint.weight,
+            priority: self.endpoint.priority,
+            admin: self.admin(),
+            health: self.health(),
+            status: self.status,
+            eligible: self.eligible,
+        }
+    }
+}
+
+/// One profile: its config, its endpoints in config order, and the aggregate of their
+/// statuses, kept in step one change at a time.
+pub(crate) struct ProfileEntry {
+    pub cfg: Profile,
+    pub name: Arc<str>,
+    pub owners: Vec<OwnerId>,
+    pub counts: StatusCounts,
+    pub status: ProfileStatus,
+    pub fail_open: bool,
+}
+
+impl ProfileEntry {
+    /// Recomputes status and fail-open from the counts; returns the old pair.
+    pub fn recount(&mut self) -> (ProfileStatus, bool) {
+        let old = (self.status, self.fail_open);
+        self.status = self.counts.profile_status(self.cfg.enabled);
+        self.fail_open = self.counts.fail_open();
+        old
+    }
+}
+
+/// A resolved configuration, before it is applied.
+pub(crate) struct Table {
+    pub profiles: Vec<ProfileEntry>,
+    pub targets: FastMap<OwnerId, Target>,
+    /// Endpoints that kept their state, and endpoints that start afresh (or from the state file).
+    pub kept: usize,
+    pub added: usize,
+}
+
+/// Why a configuration cannot be applied: one line per problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.join("\n"))]
+pub struct BuildError(pub Vec<String>);
+
+/// The scheduler's parameters for a profile's check: its interval and optional pacing.
+pub(crate) fn check_params(health: &HealthCheck) -> CheckParams {
+    let p = health.pacing;
+    CheckParams {
+        interval: health.interval,
+        fastinter: p.fast_interval,
+        downinter: p.down_interval,
+        initial_jitter: p.initial_jitter,
+        jitter_percent: p.jitter_percent,
+    }
+}
+
+/// What an endpoint starts with: carried over from the running table, resumed from the
+/// state file, or fresh.
+struct Start {
+    id: OwnerId,
+    tracker: Tracker,
+    last: Option<LastResult>,
+    last_rtt: Option<Duration>,
+    last_change: Option<LastChange>,
+    admin_override: Option<AdminState>,
+    kept: bool,
+}
+
+/// Resolves every endpoint of `config`. An endpoint that stays (same profile, name and check
+/// key) keeps its id, health and history from `old`; a new one resumes from `saved` when the
+/// saved check is the same, else starts in CheckingEndpoint. New ids come from `next_id`.
+pub(crate) fn build(
+    config: &Config,
+    saved: &Saved,
+    old: &FastMap<OwnerId, Target>,
+    next_id: &mut OwnerId,
+) -> Result<Table, BuildError> {
+    let mut errors = Vec::new();
+    let mut table = Table {
+        profiles: Vec::new(),
+        targets: FastMap::default(),
+        kept: 0,
+        added: 0,
+    };
+    let old_by_name: HashMap<(&str, &str), OwnerId> =
+        old.iter().map(|(&id, t)| ((&*t.profile, &*t.name), id)).collect();
+    for profile in &config.profiles {
+        let h = profile.health.thresholds;
+        let thresholds = match Thresholds::lb(u32::from(h.healthy), u32::from(h.unhealthy)) {
+            Ok(t) => t,
+            Err(e) => {
+                errors.push(format!("profile {:?}: {e}", profile.name));
+                continue;
+            }
+        };
+        let timing = ProbeTiming {
+            interval: profile.health.interval,
+            timeout: profile.health.timeout,
+        };
+        let name: Arc<str> = Arc::from(profile.name.as_str());
+        let mut entry = ProfileEntry {
+            cfg: profile.clone(),
+            name: name.clone(),
+            owners: Vec::new(),
+            counts: StatusCounts::default(),
+            status: ProfileStatus::Inactive,
+            fail_open: false,
+        };
+        for endpoint in &profile.endpoints {
+            let (check_key, spec) = match CheckSpec::resolve(profile, endpoint) {
+                Ok(r) => r,
+                Err(e) => {
+                    let e = e.to_string();
+                    if !errors.contains(&e) {
+                        errors.push(e);
+                    }
+                    continue;
+                }
+            };
+            let running = old_by_name
+                .get(&(profile.name.as_str(), endpoint.name.as_str()))
+                .and_then(|id| old.get(id).map(|t| (*id, t)))
+                .filter(|(_, t)| t.check_key == check_key);
+            let start = match running {
+                Some((id, t)) => carry_over(id, t, endpoint, thresholds, timing),
+                None => {
+                    let id = *next_id;
+                    *next_id += 1;
+                    resume(id, saved, profile, endpoint, &check_key, thresholds, timing)
+                }
+            };
+            if start.kept {
+                table.kept += 1;
+            } else {
+                table.added += 1;
+            }
+            entry.owners.push(start.id);
+            table.targets.insert(
+                start.id,
+                Target {
+                    profile: name.clone(),
+                    profile_ix: table.profiles.len() as u32,
+                    name: Arc::from(endpoint.name.as_str()),
+                    endpoint: endpoint.clone(),
+                    profile_enabled: profile.enabled,
+                    config_admin: endpoint.state,
+                    admin_override: start.admin_override,
+                    check_key,
+                    spec: Arc::new(spec),
+                    params: check_params(&profile.health),
+                    check: None,
+                    tracker: start.tracker,
+                    last: start.last,
+                    last_rtt: start.last_rtt,
+                    last_change: start.last_change,
+                    status: EndpointStatus::Inactive,
+                    eligible: false,
+                },
+            );
+        }
+        table.profiles.push(entry);
+    }
+    if !errors.is_empty() {
+        return Err(BuildError(errors));
+    }
+    table.settle();
+    Ok(table)
+}
+
+/// An endpoint that stays: its health and history carry over. The operator's API override
+/// stands unless the file changed that endpoint's admin state itself.
+fn carry_over(id: OwnerId, t: &Target, endpoint: &Endpoint, thresholds: Thresholds, timing: ProbeTiming) -> Start {
+    let tracker = if t.tracker.thresholds() == thresholds && t.tracker.timing() == timing {
+        t.tracker.clone()
+    } else {
+        Tracker::resume(thresholds, timing, t.tracker.state())
+    };
+    Start {
+        id,
+        tracker,
+        last: t.last.clone(),
+        last_rtt: t.last_rtt,
+        last_change: t.last_change.clone(),
+        admin_override: t.admin_override.filter(|_| t.config_admin == endpoint.state),
+        kept: true,
+    }
+}
+
+/// A new endpoint: its saved state when the state file has the very same check.
+fn resume(
+    id: OwnerId,
+    saved: &Saved,
+    profile: &Profile,
+    endpoint: &Endpoint,
+    check_key: &str,
+    thresholds: Thresholds,
+    timing: ProbeTiming,
+) -> Start {
+    let saved = saved
+        .get(&(profile.name.clone(), endpoint.name.clone()))
+        .filter(|s| s.check == check_key);
+    Start {
+        id,
+        tracker: Tracker::resume(thresholds, timing, saved.map_or(Health::CheckingEndpoint, |s| s.health)),
+        last: None,
+        last_rtt: None,
+        last_change: saved.and_then(|s| s.last_change.clone()),
+        admin_override: saved.and_then(|s| s.admin_override),
+        kept: false,
+    }
+}
+
+impl Table {
+    /// Derives every endpoint's status and eligibility and every profile's aggregate.
+    pub fn settle(&mut self) {
+        for p in &mut self.profiles {
+            p.counts = StatusCounts::default();
+            for id in &p.owners {
+                let t = self.targets.get_mut(id).expect("owners are targets");
+                t.status = t.derive_status();
+                p.counts.add(t.status);
+            }
+            p.recount();
+            for id in &p.owners {
+                let t = self.targets.get_mut(id).expect("owners are targets");
+                t.eligible = status::eligible(t.status, p.fail_open);
+            }
+        }
+    }
+
+    /// The profile named `name` and its index.
+    pub fn profile(&self, name: &str) -> Option<(usize, &ProfileEntry)> {
+        self.profiles.iter().enumerate().find(|(_, p)| &*p.name == name)
+    }
+
+    /// The endpoint `endpoint` of profile `profile`.
+    pub fn find(&self, profile: &str, endpoint: &str) -> Option<OwnerId> {
+        let (_, p) = self.profile(profile)?;
+        p.owners.iter().copied().find(|id| &*self.targets[id].name == endpoint)
+    }
+}

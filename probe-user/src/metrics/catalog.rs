@@ -1,0 +1,203 @@
+//! Every metric probed exports, declared once: name, kind, help and label names. Monotonic
+//! counts are counters named `*_total` (the kernel's included); values that go up and down
+//! are gauges. `docs/operations.md` lists them for operators.
+use super::{LATENESS_BUCKETS, RTT_BUCKETS};
+
+/// What kind of series a metric is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    /// With its bucket upper bounds, in seconds.
+    Histogram(&'static [f64]),
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram(_) => "histogram",
+        }
+    }
+}
+
+/// One metric's declaration.
+#[derive(Debug, PartialEq)]
+pub struct Metric {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub help: &'static str,
+    /// Label names, in the order every series gives them.
+    pub labels: &'static [&'static str],
+}
+
+impl Metric {
+    pub const fn counter(name: &'static str, help: &'static str, labels: &'static [&'static str]) -> Metric {
+        Metric {
+            name,
+            kind: Kind::Counter,
+            help,
+            labels,
+        }
+    }
+
+    pub const fn gauge(name: &'static str, help: &'static str, labels: &'static [&'static str]) -> Metric {
+        Metric {
+            name,
+            kind: Kind::Gauge,
+            help,
+            labels,
+        }
+    }
+
+    pub const fn histogram(
+        name: &'static str,
+        help: &'static str,
+        bounds: &'static [f64],
+        labels: &'static [&'static str],
+    ) -> Metric {
+        Metric {
+            name,
+            kind: Kind::Histogram(bounds),
+            help,
+            labels,
+        }
+    }
+}
+
+// ---- probing (the runner) ----
+
+pub const PROBES_SENT: Metric = Metric::counter(
+    "probed_probes_sent_total",
+    "Probes sent, by kind and profile",
+    &["kind", "profile"],
+);
+pub const PROBE_RESULTS: Metric = Metric::counter(
+    "probed_probe_results_total",
+    "Probe results, by kind, profile and outcome",
+    &["kind", "profile", "outcome"],
+);
+pub const PROBE_RTT: Metric = Metric::histogram(
+    "probed_probe_rtt_seconds",
+    "Round-trip time of successful probes",
+    RTT_BUCKETS,
+    &["kind", "profile"],
+);
+pub const SCHEDULE_LATENESS: Metric = Metric::histogram(
+    "probed_schedule_lateness_seconds",
+    "Time from a probe's due time to its send",
+    LATENESS_BUCKETS,
+    &[],
+);
+pub const TRANSITIONS: Metric = Metric::counter(
+    "probed_transitions_total",
+    "Verdicts of the threshold machine, by profile and new health",
+    &["profile", "to"],
+);
+pub const ENDPOINTS: Metric = Metric::gauge(
+    "probed_endpoints",
+    "Endpoints by profile and monitor status",
+    &["profile", "status"],
+);
+pub const CHECKS: Metric = Metric::gauge(
+    "probed_checks",
+    "Distinct checks scheduled (identical checks are shared)",
+    &[],
+);
+
+// ---- the change stream, per subscriber ----
+
+pub const CHANGES_PUBLISHED: Metric = Metric::counter(
+    "probed_changes_published_total",
+    "State changes handed to a subscriber's queue",
+    &["subscriber"],
+);
+pub const CHANGES_COALESCED: Metric = Metric::counter(
+    "probed_changes_coalesced_total",
+    "State changes folded into one already waiting for the same endpoint or profile",
+    &["subscriber"],
+);
+pub const CHANGES_DROPPED: Metric = Metric::counter(
+    "probed_changes_dropped_total",
+    "State changes lost because the subscriber's queue was full",
+    &["subscriber"],
+);
+pub const CHANGES_PENDING: Metric = Metric::gauge(
+    "probed_changes_pending",
+    "State changes waiting in a subscriber's queue",
+    &["subscriber"],
+);
+pub const CHANGES_LAG: Metric = Metric::gauge(
+    "probed_changes_lag_seconds",
+    "Age of the oldest change waiting in a subscriber's queue",
+    &["subscriber"],
+);
+
+// ---- the kernel engine ----
+
+pub const TX_PATH: Metric = Metric::gauge(
+    "probed_tx_path",
+    "Transmit path in use (1) for L4 probes: xdp live frames, or the raw-socket fallback",
+    &["path"],
+);
+pub const KERNEL_RX: Metric = Metric::counter(
+    "probed_kernel_rx_total",
+    "probe_rx events: matched replies, forged and stale replies, RSTs sent",
+    &["event"],
+);
+pub const KERNEL_TX: Metric = Metric::counter(
+    "probed_kernel_tx_total",
+    "Generator events (probe_rx's live-frames runs): probes sent and why others were not",
+    &["event"],
+);
+pub const ENGINE_STACK_FALLBACKS: Metric = Metric::counter(
+    "probed_engine_stack_fallbacks_total",
+    "L4 probes handed to the raw socket because XDP could not route them",
+    &[],
+);
+pub const ENGINE_INFLIGHT: Metric = Metric::gauge("probed_engine_inflight", "L4 probes in flight", &[]);
+
+/// Every declaration, for the documentation test.
+pub const ALL: &[&Metric] = &[
+    &PROBES_SENT,
+    &PROBE_RESULTS,
+    &PROBE_RTT,
+    &SCHEDULE_LATENESS,
+    &TRANSITIONS,
+    &ENDPOINTS,
+    &CHECKS,
+    &CHANGES_PUBLISHED,
+    &CHANGES_COALESCED,
+    &CHANGES_DROPPED,
+    &CHANGES_PENDING,
+    &CHANGES_LAG,
+    &TX_PATH,
+    &KERNEL_RX,
+    &KERNEL_TX,
+    &ENGINE_STACK_FALLBACKS,
+    &ENGINE_INFLIGHT,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_conventions_and_are_unique() {
+        let mut names: Vec<&str> = ALL.iter().map(|m| m.name).collect();
+        for m in ALL {
+            assert!(m.name.starts_with("probed_"), "{}", m.name);
+            assert_eq!(
+                m.kind == Kind::Counter,
+                m.name.ends_with("_total"),
+                "{}: counters and only counters end in _total",
+                m.name
+            );
+            assert!(!m.help.is_empty() && !m.help.ends_with('.'), "{}", m.name);
+        }
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ALL.len(), "a name is declared twice");
+    }
+}
