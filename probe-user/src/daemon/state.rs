@@ -123,16 +123,23 @@ pub fn save(path: &Path, mut targets: Vec<SavedTarget>, now_unix_ms: u64) -> Res
     std::fs::rename(&tmp, path).map_err(io("rename the state file into", path))
 }
 
+/// One queued save.
+struct Job {
+    path: PathBuf,
+    targets: Vec<SavedTarget>,
+    at_unix_ms: u64,
+}
+
 /// Writes the state file on a thread of its own: an fsync can take tens of milliseconds on a busy
 /// disk, which the probe loop must never wait for. Only the newest pending state is written.
 pub struct Saver {
-    tx: Option<std::sync::mpsc::Sender<(PathBuf, Vec<SavedTarget>)>>,
+    tx: Option<std::sync::mpsc::Sender<Job>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Saver {
     pub fn new() -> Self {
-        let (tx, rx) = std::sync::mpsc::channel::<(PathBuf, Vec<SavedTarget>)>();
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
         let thread = std::thread::Builder::new()
             .name("probed-state".into())
             .spawn(move || {
@@ -140,7 +147,7 @@ impl Saver {
                     while let Ok(newer) = rx.try_recv() {
                         job = newer;
                     }
-                    if let Err(e) = save(&job.0, job.1, crate::clock::unix_ms()) {
+                    if let Err(e) = save(&job.path, job.targets, job.at_unix_ms) {
                         log::warn!("cannot save state: {e}");
                     }
                 }
@@ -149,10 +156,14 @@ impl Saver {
         Self { tx: Some(tx), thread }
     }
 
-    /// Queues a save; returns at once.
-    pub fn save(&self, path: &Path, targets: Vec<SavedTarget>) {
+    /// Queues a save of the state as of `at_unix_ms`; returns at once.
+    pub fn save(&self, path: &Path, targets: Vec<SavedTarget>, at_unix_ms: u64) {
         if let Some(tx) = &self.tx {
-            let _ = tx.send((path.to_path_buf(), targets));
+            let _ = tx.send(Job {
+                path: path.to_path_buf(),
+                targets,
+                at_unix_ms,
+            });
         }
     }
 

@@ -7,7 +7,7 @@ use crate::{
 };
 
 impl Runner {
-    pub(super) fn set_admin(
+    pub(in crate::daemon) fn set_admin(
         &mut self,
         profile: &str,
         endpoint: &str,

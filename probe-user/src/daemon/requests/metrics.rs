@@ -2,7 +2,7 @@
 use crate::daemon::{control::MetricsReply, runner::Runner};
 
 impl Runner {
-    pub(super) fn render_metrics(&mut self) -> MetricsReply {
+    pub(in crate::daemon) fn render_metrics(&mut self) -> MetricsReply {
         let now = self.now();
         let text = self.metrics.render(&self.table, self.sched.len(), &self.changes, now);
         (text, self.l4.port.as_ref().and_then(|p| p.kernel()))

@@ -38,3 +38,9 @@ impl Runner {
         }
     }
 }
+
+/// The view of endpoint `endpoint` of profile "web", for the runner's unit tests.
+#[cfg(test)]
+pub(crate) fn status_view(runner: &Runner, endpoint: &str) -> super::views::EndpointView {
+    status::endpoint(&runner.table, "web", endpoint).expect("the endpoint exists")
+}

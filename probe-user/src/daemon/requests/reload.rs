@@ -14,7 +14,7 @@ use crate::{
 };
 
 impl Runner {
-    pub(super) fn reload(&mut self, config: Option<Config>) -> Result<ReloadReport, RequestError> {
+    pub(in crate::daemon) fn reload(&mut self, config: Option<Config>) -> Result<ReloadReport, RequestError> {
         let config = match config {
             Some(c) => c,
             None => {

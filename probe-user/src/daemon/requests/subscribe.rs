@@ -7,7 +7,7 @@ use crate::daemon::{
 };
 
 impl Runner {
-    pub(super) fn subscribe(&mut self, name: &str, capacity: usize) -> (Snapshot, Subscription) {
+    pub(in crate::daemon) fn subscribe(&mut self, name: &str, capacity: usize) -> (Snapshot, Subscription) {
         let snapshot = Snapshot {
             seq: self.changes.seq(),
             profiles: self

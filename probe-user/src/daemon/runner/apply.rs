@@ -1,6 +1,9 @@
 //! Swapping in a built table: checks of endpoints that stay keep their schedule, the rest are
 //! registered or removed, and every endpoint or profile whose state changed is published.
-use std::sync::Arc;
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use super::{Runner, SchedKey};
 use crate::{
@@ -12,12 +15,15 @@ use crate::{
     status::{EndpointStatus, ProfileStatus},
 };
 
-/// What the running table said of an endpoint before a new one replaced it.
+/// What the running table said of an endpoint before a new one replaced it, by name: an
+/// endpoint whose check changed gets a new id but is the same endpoint to consumers.
+#[derive(Clone, Copy)]
 struct Before {
-    probed: bool,
     status: EndpointStatus,
     eligible: bool,
 }
+
+type Name = (Arc<str>, Arc<str>);
 
 impl Runner {
     pub(in crate::daemon) fn apply(&mut self, mut table: Table) {
@@ -39,17 +45,22 @@ impl Runner {
                 (None, _) => {}
             }
         }
-        let before: FastMap<OwnerId, Before> = self
+        let was_probed: FastMap<OwnerId, bool> = self
             .table
             .targets
             .iter()
-            .map(|(id, t)| {
+            .map(|(id, t)| (*id, t.should_probe()))
+            .collect();
+        let before: HashMap<Name, Before> = self
+            .table
+            .targets
+            .values()
+            .map(|t| {
                 let b = Before {
-                    probed: t.should_probe(),
                     status: t.status,
                     eligible: t.eligible,
                 };
-                (*id, b)
+                ((t.profile.clone(), t.name.clone()), b)
             })
             .collect();
         let profiles_before: Vec<(Arc<str>, ProfileStatus, bool)> = self
@@ -66,7 +77,7 @@ impl Runner {
             if t.should_probe() && t.check.is_none() {
                 // A target that was known but not probed comes back: SPEC "re-enabled starts in
                 // CheckingEndpoint". A new or resumed one keeps what `build` gave it.
-                if before.get(&id).is_some_and(|b| !b.probed) {
+                if was_probed.get(&id) == Some(&false) {
                     self.table.targets.get_mut(&id).expect("listed").tracker.reset();
                     reset = true;
                 }
@@ -84,24 +95,44 @@ impl Runner {
     fn publish_table_changes(
         &mut self,
         old: &Table,
-        before: &FastMap<OwnerId, Before>,
+        before: &HashMap<Name, Before>,
         profiles_before: &[(Arc<str>, ProfileStatus, bool)],
         now: u64,
     ) {
         let at_unix_ms = self.ports.clock.unix_ms();
         let mut changes = Vec::new();
+        // Endpoints gone first: an endpoint whose check changed is published once, below.
+        let live: HashSet<(&str, &str)> = self.table.targets.values().map(|t| (&*t.profile, &*t.name)).collect();
+        for t in old.targets.values() {
+            if !live.contains(&(&*t.profile, &*t.name)) {
+                changes.push(Change::Endpoint(EndpointChange {
+                    seq: 0,
+                    at_unix_ms,
+                    at_ns: now,
+                    kind: ChangeKind::Config,
+                    profile: t.profile.clone(),
+                    endpoint: t.name.clone(),
+                    from: Some(t.status),
+                    state: None,
+                    transition: None,
+                }));
+            }
+        }
+        drop(live);
         for p in &self.table.profiles {
             for id in &p.owners {
                 let t = self.table.targets.get_mut(id).expect("owners are targets");
-                let from = before.get(id);
+                let from = before.get(&(t.profile.clone(), t.name.clone()));
                 if from.is_some_and(|b| b.status == t.status && b.eligible == t.eligible) {
                     continue;
                 }
-                if from.is_none_or(|b| b.status != t.status) {
+                // An endpoint that appears has no status to change from: its last change stays
+                // what it was (none, or the one resumed from the state file).
+                if let Some(b) = from.filter(|b| b.status != t.status) {
                     t.last_change = Some(crate::daemon::views::LastChange {
                         at_unix_ms,
                         kind: ChangeKind::Config,
-                        from: from.map(|b| b.status),
+                        from: Some(b.status),
                         to: t.status,
                         measured_window_ms: 0.0,
                         formula_window_ms: 0.0,
@@ -116,21 +147,6 @@ impl Runner {
                     endpoint: t.name.clone(),
                     from: from.map(|b| b.status),
                     state: Some(t.state()),
-                    transition: None,
-                }));
-            }
-        }
-        for (id, t) in &old.targets {
-            if !self.table.targets.contains_key(id) {
-                changes.push(Change::Endpoint(EndpointChange {
-                    seq: 0,
-                    at_unix_ms,
-                    at_ns: now,
-                    kind: ChangeKind::Config,
-                    profile: t.profile.clone(),
-                    endpoint: t.name.clone(),
-                    from: Some(t.status),
-                    state: None,
                     transition: None,
                 }));
             }

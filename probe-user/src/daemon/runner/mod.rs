@@ -288,7 +288,8 @@ impl Runner {
                 last_change: t.last_change.clone(),
             })
             .collect();
-        p.saver.save(&self.config.daemon.state_file, targets);
+        p.saver
+            .save(&self.config.daemon.state_file, targets, self.ports.clock.unix_ms());
         p.dirty = false;
         p.last_save_ns = now;
     }

@@ -1,1 +1,415 @@
+//! The runner without root: the L4 engine is `FakeL4` (probes are answered here), time is a
+//! `FakeClock`, and the change stream is read through a subscription. Each test drives the
+//! runner's own functions (fire, on_l4, requests) the way its loop would.
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
+use super::Runner;
+use crate::{
+    config::Config,
+    daemon::{
+        changes::{Change, ChangeKind, EndpointChange, ProfileChange, Subscription},
+        ports::{
+            fake::{starter, FakeClock, FakeL4},
+            Ports,
+        },
+        Options,
+    },
+    engine::{L4Outcome, L4Proto, L4Result},
+    status::{AdminState, EndpointStatus as S, Health, ProfileStatus},
+};
+
+/// A runner on a virtual clock with its files in a private directory.
+struct Harness {
+    runner: Runner,
+    l4: Arc<FakeL4>,
+    clock: FakeClock,
+    dir: PathBuf,
+    changes: Subscription,
+}
+
+/// lb, TCP, interval 1 s, timeout 500 ms, 2 results either way; one endpoint per name, at
+/// 198.18.1.<n>:<port>.
+fn config_text(dir: &std::path::Path, endpoints: &[(&str, u16)]) -> String {
+    let mut text = format!(
+        "[daemon]\nevents = \"{}\"\nstate_file = \"{}\"\npin_dir = \"/sys/fs/bpf/probed-unit\"\n\n\
+         [[profile]]\nname = \"web\"\ndialect = \"lb\"\nrouting = \"priority\"\n\n[profile.health]\n\
+         protocol = \"tcp\"\ninterval = \"1s\"\ntimeout = \"500ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n",
+        dir.join("events.jsonl").display(),
+        dir.join("state.json").display()
+    );
+    for (i, (name, port)) in endpoints.iter().enumerate() {
+        text.push_str(&format!(
+            "\n[[profile.endpoint]]\nname = \"{name}\"\naddress = \"198.18.1.{}\"\nport = {port}\npriority = {}\n",
+            i + 1,
+            i + 1
+        ));
+    }
+    text
+}
+
+fn parse(text: &str) -> Config {
+    Config::parse(text, "unit.toml").unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+impl Harness {
+    fn new(name: &str, endpoints: &[(&str, u16)]) -> Harness {
+        let dir = std::env::temp_dir().join(format!("probed-runner-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self::start(dir, endpoints)
+    }
+
+    /// A runner over `dir` (a restart when a runner used it before).
+    fn start(dir: PathBuf, endpoints: &[(&str, u16)]) -> Harness {
+        let l4 = Arc::new(FakeL4::default());
+        let clock = FakeClock::default();
+        clock.set_ns(1_000_000_000);
+        let ports = Ports {
+            clock: Box::new(clock.clone()),
+            start_l4: starter(l4.clone()),
+        };
+        let config = parse(&config_text(&dir, endpoints));
+        let mut runner = Runner::new(config, Options::default(), ports).expect("runner starts");
+        let (_, changes) = runner.subscribe("test", 1024);
+        Harness {
+            runner,
+            l4,
+            clock,
+            dir,
+            changes,
+        }
+    }
+
+    /// Runs the loop's work until `ms` from now: fires what is due and answers every probe
+    /// 1 ms later with `answer(target)`.
+    fn run_for(&mut self, ms: u64, answer: impl Fn(SocketAddr) -> L4Outcome) {
+        let until = self.clock.now() + ms * 1_000_000;
+        while let Some(due) = self.runner.sched.next_due().filter(|d| *d <= until) {
+            self.clock.set_ns(due.max(self.clock.now()));
+            self.runner.fire(self.clock.now());
+            self.clock.advance_ms(1);
+            for req in self.l4.take() {
+                let outcome = answer(req.target);
+                self.runner.on_l4(L4Result {
+                    token: req.token,
+                    target: req.target,
+                    outcome,
+                    elapsed: Duration::from_millis(1),
+                });
+            }
+        }
+        self.clock.set_ns(until.max(self.clock.now()));
+    }
+
+    fn status(&self, endpoint: &str) -> (S, bool) {
+        let id = self.runner.table.find("web", endpoint).expect("endpoint exists");
+        let t = &self.runner.table.targets[&id];
+        (t.status, t.eligible)
+    }
+
+    fn profile(&self) -> (ProfileStatus, bool) {
+        let p = &self.runner.table.profiles[0];
+        (p.status, p.fail_open)
+    }
+
+    /// Every change published since the last call, oldest first.
+    fn changes(&self) -> Vec<Change> {
+        self.changes
+            .recv_blocking(Duration::ZERO)
+            .map(|b| b.changes)
+            .unwrap_or_default()
+    }
+
+    fn reload(
+        &mut self,
+        endpoints: &[(&str, u16)],
+    ) -> Result<crate::daemon::ReloadReport, crate::daemon::RequestError> {
+        let config = parse(&config_text(&self.dir, endpoints));
+        self.runner.reload(Some(config))
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// An endpoint change as (endpoint, kind, from, to, eligible after).
+type Summary<'a> = (&'a str, ChangeKind, Option<S>, Option<S>, bool);
+
+fn endpoint_changes(changes: &[Change]) -> Vec<Summary<'_>> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Endpoint(e) => Some(summary(e)),
+            Change::Profile(_) => None,
+        })
+        .collect()
+}
+
+fn summary(e: &EndpointChange) -> Summary<'_> {
+    let state = e.state.as_ref();
+    (
+        &e.endpoint,
+        e.kind,
+        e.from,
+        state.map(|s| s.status),
+        state.is_some_and(|s| s.eligible),
+    )
+}
+
+fn profile_changes(changes: &[Change]) -> Vec<&ProfileChange> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Profile(p) => Some(p),
+            Change::Endpoint(_) => None,
+        })
+        .collect()
+}
+
+const OPEN: fn(SocketAddr) -> L4Outcome = |_| L4Outcome::Open;
+
+#[test]
+fn probes_go_through_the_port_and_verdicts_become_changes() {
+    let mut h = Harness::new("verdicts", &[("a", 80), ("b", 80)]);
+    assert_eq!(h.status("a"), (S::CheckingEndpoint, true));
+    assert_eq!(h.profile(), (ProfileStatus::CheckingEndpoints, false));
+    assert_eq!(h.l4.starts.load(std::sync::atomic::Ordering::Relaxed), 1);
+
+    // The first request shows what the port is handed.
+    h.clock.set_ns(h.runner.sched.next_due().unwrap());
+    h.runner.fire(h.clock.now());
+    let sent = h.l4.take();
+    assert_eq!(sent.len(), 1, "first probes are spread over the interval");
+    assert_eq!(sent[0].timeout, Duration::from_millis(500));
+    assert!(matches!(sent[0].proto, L4Proto::Tcp));
+    h.runner.on_l4(L4Result {
+        token: sent[0].token,
+        target: sent[0].target,
+        outcome: L4Outcome::Open,
+        elapsed: Duration::from_millis(1),
+    });
+
+    h.run_for(4000, OPEN);
+    assert_eq!(h.status("a"), (S::Online, true));
+    assert_eq!(h.status("b"), (S::Online, true));
+    assert_eq!(h.profile(), (ProfileStatus::Online, false));
+    let changes = h.changes();
+    let mut got = endpoint_changes(&changes);
+    got.sort_by_key(|c| c.0);
+    assert_eq!(
+        got,
+        [
+            (
+                "a",
+                ChangeKind::Health,
+                Some(S::CheckingEndpoint),
+                Some(S::Online),
+                true
+            ),
+            (
+                "b",
+                ChangeKind::Health,
+                Some(S::CheckingEndpoint),
+                Some(S::Online),
+                true
+            ),
+        ]
+    );
+    let Change::Endpoint(a) = changes
+        .iter()
+        .find(|c| matches!(c, Change::Endpoint(e) if &*e.endpoint == "a"))
+        .unwrap()
+    else {
+        unreachable!()
+    };
+    let detail = a.transition.as_ref().expect("a health change carries its run");
+    assert_eq!(detail.results.len(), 2, "healthy_threshold results");
+    // Two probes back to back: 1 ms, the 1 s interval, 1 ms (plus the wheel's tick).
+    assert!(
+        (1001.0..=1004.0).contains(&detail.measured_window_ms),
+        "measured {} ms",
+        detail.measured_window_ms
+    );
+    let profile = profile_changes(&changes);
+    assert_eq!(profile.len(), 1, "{profile:?}");
+    assert_eq!(
+        (profile[0].from, profile[0].to),
+        (Some(ProfileStatus::CheckingEndpoints), Some(ProfileStatus::Online))
+    );
+    let view = crate::daemon::requests::status_view(&h.runner, "a");
+    let last = view.last_change.expect("a has changed");
+    assert_eq!(
+        (last.kind, last.from, last.to),
+        (ChangeKind::Health, Some(S::CheckingEndpoint), S::Online)
+    );
+    assert_eq!(view.health, Health::Healthy);
+}
+
+#[test]
+fn fail_open_flips_the_eligibility_of_every_degraded_endpoint() {
+    let mut h = Harness::new("fail-open", &[("a", 80), ("b", 81)]);
+    h.run_for(4000, OPEN);
+    h.changes();
+    // a fails: Degraded and out of rotation, b carries the traffic.
+    h.run_for(4000, |t| {
+        if t.port() == 80 {
+            L4Outcome::Timeout
+        } else {
+            L4Outcome::Open
+        }
+    });
+    assert_eq!(
+        (h.status("a"), h.status("b")),
+        ((S::Degraded, false), (S::Online, true))
+    );
+    assert_eq!(h.profile(), (ProfileStatus::Degraded, false));
+    h.changes();
+    // b fails too: every endpoint in the pool is Degraded, so all of them answer.
+    h.run_for(4000, |_| L4Outcome::Timeout);
+    assert_eq!(
+        (h.status("a"), h.status("b")),
+        ((S::Degraded, true), (S::Degraded, true))
+    );
+    assert_eq!(h.profile(), (ProfileStatus::Degraded, true));
+    let changes = h.changes();
+    assert_eq!(
+        endpoint_changes(&changes),
+        [
+            ("b", ChangeKind::Health, Some(S::Online), Some(S::Degraded), true),
+            ("a", ChangeKind::FailOpen, Some(S::Degraded), Some(S::Degraded), true),
+        ]
+    );
+    let profile = profile_changes(&changes);
+    assert_eq!(profile.len(), 1);
+    assert!(profile[0].fail_open);
+    // b recovers: fail-open ends and a leaves rotation again.
+    h.run_for(4000, |t| {
+        if t.port() == 80 {
+            L4Outcome::Timeout
+        } else {
+            L4Outcome::Open
+        }
+    });
+    assert_eq!(
+        (h.status("a"), h.status("b")),
+        ((S::Degraded, false), (S::Online, true))
+    );
+    assert_eq!(
+        endpoint_changes(&h.changes()),
+        [
+            ("b", ChangeKind::Health, Some(S::Degraded), Some(S::Online), true),
+            ("a", ChangeKind::FailOpen, Some(S::Degraded), Some(S::Degraded), false),
+        ]
+    );
+}
+
+#[test]
+fn admin_changes_stop_and_restart_probing() {
+    let mut h = Harness::new("admin", &[("a", 80), ("b", 81)]);
+    h.run_for(4000, OPEN);
+    h.changes();
+    let view = h.runner.set_admin("web", "a", AdminState::Disabled).unwrap();
+    assert_eq!(
+        (view.status, view.admin_from_api, view.probed),
+        (S::Disabled, true, false)
+    );
+    assert_eq!(
+        endpoint_changes(&h.changes()),
+        [("a", ChangeKind::Admin, Some(S::Online), Some(S::Disabled), false)]
+    );
+    h.run_for(5000, |t| {
+        assert_ne!(t.port(), 80, "a disabled endpoint is not probed");
+        L4Outcome::Open
+    });
+    // Re-enabled: CheckingEndpoint (and eligible) until the threshold is met again.
+    let view = h.runner.set_admin("web", "a", AdminState::Enabled).unwrap();
+    assert_eq!(
+        (view.status, view.admin_from_api, view.pending),
+        (S::CheckingEndpoint, false, 0)
+    );
+    h.run_for(4000, OPEN);
+    assert_eq!(h.status("a"), (S::Online, true));
+    let view = h.runner.set_admin("web", "b", AdminState::AlwaysServe).unwrap();
+    assert_eq!((view.status, view.eligible, view.probed), (S::Unmonitored, true, false));
+    assert_eq!(
+        h.runner.set_admin("web", "zz", AdminState::Disabled).unwrap_err(),
+        crate::daemon::RequestError::NoEndpoint {
+            profile: "web".into(),
+            endpoint: "zz".into()
+        }
+    );
+}
+
+#[test]
+fn reload_carries_state_over_and_publishes_what_changed() {
+    let mut h = Harness::new("reload", &[("a", 80), ("b", 80), ("c", 80)]);
+    h.run_for(4000, OPEN);
+    h.changes();
+    // a stays, b changes its port (a new check), c goes, d comes.
+    let report = h.reload(&[("a", 80), ("b", 81), ("d", 80)]).expect("applied");
+    assert_eq!((report.kept, report.added, report.removed), (1, 2, 2));
+    assert_eq!(h.status("a"), (S::Online, true), "a keeps its state");
+    assert_eq!(h.status("b"), (S::CheckingEndpoint, true), "a new check starts over");
+    let changes = h.changes();
+    let mut got = endpoint_changes(&changes);
+    got.sort_by_key(|c| c.0);
+    assert_eq!(
+        got,
+        [
+            (
+                "b",
+                ChangeKind::Config,
+                Some(S::Online),
+                Some(S::CheckingEndpoint),
+                true
+            ),
+            ("c", ChangeKind::Config, Some(S::Online), None, false),
+            ("d", ChangeKind::Config, None, Some(S::CheckingEndpoint), true),
+        ]
+    );
+    h.changes();
+    // A configuration that cannot be applied changes nothing, and says why.
+    let mut bad = parse(&config_text(&h.dir, &[("a", 80)]));
+    bad.profiles[0].health.thresholds.healthy = 0;
+    let err = h.runner.reload(Some(bad)).unwrap_err().to_string();
+    assert!(err.contains("healthy_threshold = 0"), "{err}");
+    assert!(h.runner.table.find("web", "d").is_some(), "the running table stays");
+    assert!(h.changes().is_empty());
+    h.run_for(4000, OPEN);
+    assert_eq!(h.status("d"), (S::Online, true));
+}
+
+#[test]
+fn a_restart_resumes_saved_health_without_probing_first() {
+    let mut h = Harness::new("restart", &[("a", 80), ("b", 81), ("c", 82)]);
+    h.run_for(4000, |t| {
+        if t.port() == 81 {
+            L4Outcome::Refused
+        } else {
+            L4Outcome::Open
+        }
+    });
+    h.runner.set_admin("web", "c", AdminState::Disabled).unwrap();
+    h.runner.save_if_due(true);
+    h.runner.persist.saver.finish();
+    let dir = h.dir.clone();
+    // The second runner takes over the directory; the first must not remove it.
+    h.dir = std::env::temp_dir().join("probed-runner-none");
+    drop(h);
+
+    let h = Harness::start(dir, &[("a", 80), ("b", 81), ("c", 82)]);
+    assert_eq!(h.status("a"), (S::Online, true));
+    assert_eq!(h.status("b"), (S::Degraded, false));
+    assert_eq!(h.status("c"), (S::Disabled, false));
+    let c = crate::daemon::requests::status_view(&h.runner, "c");
+    assert!(c.admin_from_api, "the API's override survives a restart");
+    assert_eq!(
+        c.last_change.map(|l| (l.kind, l.to)),
+        Some((ChangeKind::Admin, S::Disabled))
+    );
+    assert!(h.changes().is_empty(), "resuming is not a change");
+    assert!(h.l4.take().is_empty(), "nothing was sent yet");
+}
