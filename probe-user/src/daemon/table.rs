@@ -4,7 +4,7 @@
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use super::{
-    changes::EndpointState,
+    changes::{ChangeKind, EndpointChange, EndpointState},
     probe::CheckSpec,
     state::Saved,
     views::{LastChange, LastResult},
@@ -72,6 +72,29 @@ impl Target {
     /// Sets the admin override the API asked for; None when it equals the configured state.
     pub fn set_admin(&mut self, state: AdminState) {
         self.admin_override = (state != self.config_admin).then_some(state);
+    }
+
+    /// A change of this endpoint for the stream, from status `from`; `removed` for an endpoint
+    /// a reload took away. The runner stamps the sequence number when it publishes.
+    pub fn change(
+        &self,
+        kind: ChangeKind,
+        from: Option<EndpointStatus>,
+        removed: bool,
+        at_unix_ms: u64,
+        at_ns: u64,
+    ) -> EndpointChange {
+        EndpointChange {
+            seq: 0,
+            at_unix_ms,
+            at_ns,
+            kind,
+            profile: self.profile.clone(),
+            endpoint: self.name.clone(),
+            from,
+            state: (!removed).then(|| self.state()),
+            transition: None,
+        }
     }
 
     pub fn state(&self) -> EndpointState {

@@ -8,7 +8,7 @@ use std::{
 use super::{Runner, SchedKey};
 use crate::{
     daemon::{
-        changes::{Change, ChangeKind, EndpointChange, ProfileChange},
+        changes::{Change, ChangeKind, ProfileChange},
         table::{OwnerId, Table},
     },
     hash::FastMap,
@@ -105,17 +105,13 @@ impl Runner {
         let live: HashSet<(&str, &str)> = self.table.targets.values().map(|t| (&*t.profile, &*t.name)).collect();
         for t in old.targets.values() {
             if !live.contains(&(&*t.profile, &*t.name)) {
-                changes.push(Change::Endpoint(EndpointChange {
-                    seq: 0,
+                changes.push(Change::Endpoint(t.change(
+                    ChangeKind::Config,
+                    Some(t.status),
+                    true,
                     at_unix_ms,
-                    at_ns: now,
-                    kind: ChangeKind::Config,
-                    profile: t.profile.clone(),
-                    endpoint: t.name.clone(),
-                    from: Some(t.status),
-                    state: None,
-                    transition: None,
-                }));
+                    now,
+                )));
             }
         }
         drop(live);
@@ -138,17 +134,14 @@ impl Runner {
                         formula_window_ms: 0.0,
                     });
                 }
-                changes.push(Change::Endpoint(EndpointChange {
-                    seq: 0,
+                let from = from.map(|b| b.status);
+                changes.push(Change::Endpoint(t.change(
+                    ChangeKind::Config,
+                    from,
+                    false,
                     at_unix_ms,
-                    at_ns: now,
-                    kind: ChangeKind::Config,
-                    profile: t.profile.clone(),
-                    endpoint: t.name.clone(),
-                    from: from.map(|b| b.status),
-                    state: Some(t.state()),
-                    transition: None,
-                }));
+                    now,
+                )));
             }
         }
         for p in &self.table.profiles {

@@ -67,15 +67,8 @@ impl Runner {
             return;
         }
         let change = Change::Endpoint(EndpointChange {
-            seq: 0,
-            at_unix_ms,
-            at_ns,
-            kind,
-            profile: t.profile.clone(),
-            endpoint: t.name.clone(),
-            from: Some(old_status),
-            state: Some(t.state()),
             transition: detail,
+            ..t.change(kind, Some(old_status), false, at_unix_ms, at_ns)
         });
         let profile_ix = t.profile_ix as usize;
         self.publish(change, now);
@@ -111,17 +104,13 @@ impl Runner {
                 continue;
             }
             t.eligible = status::eligible(t.status, fail_open);
-            changes.push(Change::Endpoint(EndpointChange {
-                seq: 0,
+            changes.push(Change::Endpoint(t.change(
+                ChangeKind::FailOpen,
+                Some(t.status),
+                false,
                 at_unix_ms,
                 at_ns,
-                kind: ChangeKind::FailOpen,
-                profile: t.profile.clone(),
-                endpoint: t.name.clone(),
-                from: Some(t.status),
-                state: Some(t.state()),
-                transition: None,
-            }));
+            )));
         }
         for c in changes {
             self.publish(c, now);
