@@ -1,10 +1,15 @@
-//! The kernel-facing layer: the embedded eBPF object, loading, attaching and pinning.
+//! The kernel-facing layer: the embedded eBPF object, loading, attaching and pinning, the
+//! netdev netlink query and the socket and interface system calls.
 //!
-//! Everything that talks to the bpf() syscall or netlink lives under this module and is kept
-//! thin; callers get typed handles and errors that say what to try.
+//! Everything that talks to the bpf() syscall, netlink or libc lives under this module and is
+//! kept thin; callers get typed handles and errors that say what to try.
 pub mod l4;
+pub mod netlink;
 pub mod pin;
 pub mod rx;
+pub mod sys;
+
+pub use sys::if_index;
 
 use std::path::PathBuf;
 
@@ -135,18 +140,4 @@ pub fn attach_xdp(
             }
         },
     }
-}
-
-/// Returns the interface index of `iface` in the caller's network namespace.
-pub fn if_index(iface: &str) -> Result<u32, KernelError> {
-    let missing = || KernelError::NoSuchInterface {
-        iface: iface.to_string(),
-    };
-    let name = std::ffi::CString::new(iface).map_err(|_| missing())?;
-    // SAFETY: `name` is a valid NUL-terminated string that outlives the call.
-    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    if index == 0 {
-        return Err(missing());
-    }
-    Ok(index)
 }
