@@ -14,7 +14,12 @@ pub use sys::if_index;
 use std::path::PathBuf;
 
 /// The eBPF object built by `build.rs` from probe-ebpf, embedded so the daemon is one file.
+/// It holds probe_rx only: test fixtures are built into an object of their own.
 pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probe.bpf.o"));
+
+/// The fixtures' eBPF object (test_reflector), for the tests crate and the benchmarks only.
+#[cfg(feature = "fixtures")]
+pub static FIXTURE_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fixtures.bpf.o"));
 
 /// Errors from loading, attaching or pinning the kernel programs.
 #[derive(Debug, thiserror::Error)]
