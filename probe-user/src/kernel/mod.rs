@@ -30,6 +30,18 @@ pub enum KernelError {
     MissingProgram { name: &'static str },
     #[error("map {name} is missing from the eBPF object")]
     MissingMap { name: &'static str },
+    #[error("program {name} in the eBPF object is not an XDP program")]
+    WrongProgramType {
+        name: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("reading the kernel's record of program {name}")]
+    ProgramInfo {
+        name: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
     #[error("the kernel refused to load program {name}")]
     Verifier {
         name: &'static str,
@@ -49,6 +61,12 @@ pub enum KernelError {
     Pin {
         op: &'static str,
         path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("mapping map {name} into memory (mmap) failed")]
+    Mmap {
+        name: &'static str,
         #[source]
         source: std::io::Error,
     },
