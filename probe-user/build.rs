@@ -1,4 +1,5 @@
-//! Builds the eBPF object (probe-ebpf) so the daemon embeds it and ships as one binary.
+//! Builds the eBPF object (probe-ebpf) so the daemon embeds it and ships as one binary, and,
+//! with the `fixtures` feature (the tests crate's), the fixtures' object beside it.
 //!
 //! The eBPF crate needs `-Z build-std=core` for `bpfel-unknown-none`, which needs the source
 //! of `core`: Debian's rustc-web toolchain ships it, the machine's rustup toolchain does not.
@@ -11,6 +12,10 @@ use std::{
 
 const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
 const DEBIAN_CARGO: &str = "/usr/bin/cargo";
+/// probe_rx, embedded by the daemon as `BPF_OBJECT`.
+const OBJECT: &str = "probe.bpf.o";
+/// test_reflector, embedded as `FIXTURE_OBJECT` with the `fixtures` feature only.
+const FIXTURES_OBJECT: &str = "fixtures.bpf.o";
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
@@ -22,11 +27,23 @@ fn main() {
     }
     println!("cargo:rerun-if-changed={}", ebpf_dir.join("Cargo.toml").display());
     println!("cargo:rerun-if-env-changed=PROBED_EBPF_OBJ");
+    println!("cargo:rerun-if-env-changed=PROBED_EBPF_FIXTURES_OBJ");
+    // The fixtures' object is built only when a crate that loads it (the tests) asks.
+    let fixtures = env::var_os("CARGO_FEATURE_FIXTURES").is_some();
 
-    let dest = out_dir.join("probe.bpf.o");
-    // An already built object may be handed in (packaging, cross builds).
+    // Objects built elsewhere may be handed in (packaging, cross builds).
     if let Ok(prebuilt) = env::var("PROBED_EBPF_OBJ") {
-        std::fs::copy(&prebuilt, &dest).unwrap_or_else(|e| panic!("copy PROBED_EBPF_OBJ={prebuilt}: {e}"));
+        copy(Path::new(&prebuilt), &out_dir.join(OBJECT), "PROBED_EBPF_OBJ");
+        if fixtures {
+            let Ok(prebuilt) = env::var("PROBED_EBPF_FIXTURES_OBJ") else {
+                panic!("PROBED_EBPF_OBJ is set and the `fixtures` feature is on: set PROBED_EBPF_FIXTURES_OBJ too");
+            };
+            copy(
+                Path::new(&prebuilt),
+                &out_dir.join(FIXTURES_OBJECT),
+                "PROBED_EBPF_FIXTURES_OBJ",
+            );
+        }
         return;
     }
     for tool in [DEBIAN_RUSTC, DEBIAN_CARGO] {
@@ -74,13 +91,30 @@ fn main() {
             "bpfel-unknown-none",
             "-Z",
             "build-std=core",
+            "--bin",
+            "probe",
             "--target-dir",
         ])
         .arg(&target_dir);
+    if fixtures {
+        // Same invocation, so core and the shared parsers are compiled once for both.
+        cmd.args(["--bin", "probe-fixtures"]);
+    }
     let status = cmd.status().unwrap_or_else(|e| panic!("run {DEBIAN_CARGO}: {e}"));
     if !status.success() {
         panic!("building probe-ebpf failed ({status}); see the compiler output above");
     }
-    let obj = target_dir.join("bpfel-unknown-none/release/probe");
-    std::fs::copy(&obj, &dest).unwrap_or_else(|e| panic!("copy {}: {e}", obj.display()));
+    let built = target_dir.join("bpfel-unknown-none/release");
+    copy(&built.join("probe"), &out_dir.join(OBJECT), "the built probe object");
+    if fixtures {
+        copy(
+            &built.join("probe-fixtures"),
+            &out_dir.join(FIXTURES_OBJECT),
+            "the built fixtures object",
+        );
+    }
+}
+
+fn copy(from: &Path, to: &Path, what: &str) {
+    std::fs::copy(from, to).unwrap_or_else(|e| panic!("copy {what} ({}): {e}", from.display()));
 }

@@ -3,9 +3,9 @@
 //! the next job, routes it (bpf_fib_lookup), writes a SYN or UDP probe over the template
 //! frame, records it in the in-flight table and transmits it.
 //!
-//! One program for both roles, rather than a probe_tx of its own: an XDP test run installs
-//! its program in the kernel's XDP dispatcher and removes it afterwards, and each change
-//! rewrites kernel text (IPIs to every CPU) and waits for an RCU grace period, 15-50 ms
+//! One program for both roles, rather than a separate generator program: an XDP test run
+//! installs its program in the kernel's XDP dispatcher and removes it afterwards, and each
+//! change rewrites kernel text (IPIs to every CPU) and waits for an RCU grace period, 15-50 ms
 //! here per run. The program attached to the interface (native mode) is already installed,
 //! so a test run of it changes nothing and returns as soon as the frames are out.
 use aya_ebpf::{
@@ -50,11 +50,11 @@ pub fn generate(ctx: &XdpContext) -> u32 {
     if unsafe { bpf_xdp_adjust_meta(ctx.ctx, GENERATOR_META.len() as i32) } != 0 {
         return xdp_action::XDP_DROP;
     }
-    try_probe_tx(ctx).unwrap_or(xdp_action::XDP_DROP)
+    try_generate(ctx).unwrap_or(xdp_action::XDP_DROP)
 }
 
 #[inline(always)]
-fn try_probe_tx(ctx: &XdpContext) -> Option<u32> {
+fn try_generate(ctx: &XdpContext) -> Option<u32> {
     let counters = tx_counters()?;
     let ctl = PROBE_TX_CTL.get_ptr_mut(0)?;
     // SAFETY: `ctl` points at the single, always-present slot of an array map. A plain

@@ -6,7 +6,6 @@ use clap::{Parser, Subcommand, ValueEnum};
 use probed::kernel::{pin::PinDir, rx::RxProgram, AttachMode};
 
 mod check;
-mod check_l4;
 
 #[derive(Parser)]
 #[command(

@@ -1,4 +1,4 @@
-//! Attaches `test_reflector` (a SYN -> SYN+ACK responder in XDP, see probe-ebpf) to a
+//! Attaches `test_reflector` (a SYN -> SYN+ACK responder in XDP, probe-ebpf/src/fixtures) to a
 //! backend interface: a stand-in for a remote fleet whose TCP work costs this machine almost
 //! nothing, so benchmarks can see what the prober itself costs.
 use aya::{programs::Xdp, Ebpf};
@@ -20,7 +20,7 @@ impl Reflector {
 
     pub fn attach_in(ns: &Netns, iface: &str, mode: AttachMode) -> Self {
         ns.enter(|| {
-            let mut ebpf = Ebpf::load(probed::kernel::BPF_OBJECT).expect("load the eBPF object");
+            let mut ebpf = Ebpf::load(probed::kernel::FIXTURE_OBJECT).expect("load the fixtures' eBPF object");
             let prog: &mut Xdp = ebpf
                 .program_mut("test_reflector")
                 .expect("test_reflector")

@@ -309,6 +309,19 @@ fn xdp_reflector_backend_answers_probes_without_the_backend_stack() {
     );
 }
 
+#[test]
+fn the_daemons_object_holds_probe_rx_and_the_fixtures_object_the_reflector() {
+    // The reflector answers every SYN: it must never be loadable from what the daemon embeds.
+    let names = |obj: &[u8]| -> Vec<String> {
+        let ebpf = aya::Ebpf::load(obj).expect("load the eBPF object (root needed)");
+        let mut names: Vec<String> = ebpf.programs().map(|(name, _)| name.to_string()).collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names(probed::kernel::BPF_OBJECT), ["probe_rx"]);
+    assert_eq!(names(probed::kernel::FIXTURE_OBJECT), ["test_reflector"]);
+}
+
 /// With no source address configured, the generator's route lookup picks the route's preferred
 /// source, and a route change takes effect on the next probe, with no restart.
 #[test]

@@ -17,8 +17,10 @@ use probe_common::{
 };
 
 use super::{
-    is_v4, raw::RawSender, source::SourcePicker, Cmd, EngineConfig, EngineError, EngineStats, L4Outcome, L4Proto,
-    L4Request, L4Result, Snapshot, TxChoice, TxPath,
+    is_v4,
+    raw::RawSender,
+    source::{choose_path, SourcePicker},
+    Cmd, EngineConfig, EngineError, EngineStats, L4Outcome, L4Proto, L4Request, L4Result, Snapshot, TxPath,
 };
 use crate::hash::FastMap;
 use crate::kernel::{
@@ -591,39 +593,6 @@ impl EngineState {
             }
         }
     }
-}
-
-/// Picks the transmit path and says why, for the operator. Every interface a probe may
-/// leave by must take redirected XDP frames.
-fn choose_path(iface: &str, more: &[String], choice: TxChoice) -> (TxPath, String) {
-    use super::source::{device_can_xmit_xdp, forwarding_enabled};
-    if let TxChoice::Force(p) = choice {
-        return (p, "chosen in the configuration".into());
-    }
-    for dev in std::iter::once(iface).chain(more.iter().map(String::as_str)) {
-        if !device_can_xmit_xdp(dev) {
-            return (
-                TxPath::Raw,
-                format!("{dev} does not advertise XDP transmit (ndo_xdp_xmit)"),
-            );
-        }
-    }
-    let (v4, v6) = forwarding_enabled(iface);
-    if !v4 && !v6 {
-        return (
-            TxPath::Raw,
-            format!(
-                "forwarding is off on {iface}, so bpf_fib_lookup cannot route probes; set \
-                 net.ipv4.conf.{iface}.forwarding=1 (and net.ipv6.conf.{iface}.forwarding=1) for the XDP path"
-            ),
-        );
-    }
-    let note = match (v4, v6) {
-        (true, false) => "; IPv6 probes go through the raw socket (IPv6 forwarding is off)",
-        (false, true) => "; IPv4 probes go through the raw socket (IPv4 forwarding is off)",
-        _ => "",
-    };
-    (TxPath::Xdp, format!("{iface} supports XDP transmit{note}"))
 }
 
 /// The target address of a flow.

@@ -86,7 +86,7 @@ impl L4Kernel {
             .program_mut(RX)
             .ok_or(KernelError::MissingProgram { name: RX })?
             .try_into()
-            .map_err(|source| KernelError::Verifier { name: RX, source })?;
+            .map_err(|source| KernelError::WrongProgramType { name: RX, source })?;
         rx.load().map_err(|source| KernelError::Verifier { name: RX, source })?;
         let mode = attach_xdp(rx, RX, &cfg.iface, cfg.mode)?;
         for iface in &cfg.more_ifaces {
@@ -301,9 +301,8 @@ impl JobsMmap {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(KernelError::Pin {
-                op: "mmap PROBE_JOBS",
-                path: "PROBE_JOBS".into(),
+            return Err(KernelError::Mmap {
+                name: "PROBE_JOBS",
                 source: std::io::Error::last_os_error(),
             });
         }

@@ -1,15 +1,25 @@
-//! The kernel-facing layer: the embedded eBPF object, loading, attaching and pinning.
+//! The kernel-facing layer: the embedded eBPF object, loading, attaching and pinning, the
+//! netdev netlink query and the socket and interface system calls.
 //!
-//! Everything that talks to the bpf() syscall or netlink lives under this module and is kept
-//! thin; callers get typed handles and errors that say what to try.
+//! Everything that talks to the bpf() syscall, netlink or libc lives under this module and is
+//! kept thin; callers get typed handles and errors that say what to try.
 pub mod l4;
+pub mod netlink;
 pub mod pin;
 pub mod rx;
+pub mod sys;
+
+pub use sys::if_index;
 
 use std::path::PathBuf;
 
 /// The eBPF object built by `build.rs` from probe-ebpf, embedded so the daemon is one file.
+/// It holds probe_rx only: test fixtures are built into an object of their own.
 pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probe.bpf.o"));
+
+/// The fixtures' eBPF object (test_reflector), for the tests crate and the benchmarks only.
+#[cfg(feature = "fixtures")]
+pub static FIXTURE_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fixtures.bpf.o"));
 
 /// Errors from loading, attaching or pinning the kernel programs.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +30,18 @@ pub enum KernelError {
     MissingProgram { name: &'static str },
     #[error("map {name} is missing from the eBPF object")]
     MissingMap { name: &'static str },
+    #[error("program {name} in the eBPF object is not an XDP program")]
+    WrongProgramType {
+        name: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("reading the kernel's record of program {name}")]
+    ProgramInfo {
+        name: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
     #[error("the kernel refused to load program {name}")]
     Verifier {
         name: &'static str,
@@ -39,6 +61,12 @@ pub enum KernelError {
     Pin {
         op: &'static str,
         path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("mapping map {name} into memory (mmap) failed")]
+    Mmap {
+        name: &'static str,
         #[source]
         source: std::io::Error,
     },
@@ -135,18 +163,4 @@ pub fn attach_xdp(
             }
         },
     }
-}
-
-/// Returns the interface index of `iface` in the caller's network namespace.
-pub fn if_index(iface: &str) -> Result<u32, KernelError> {
-    let missing = || KernelError::NoSuchInterface {
-        iface: iface.to_string(),
-    };
-    let name = std::ffi::CString::new(iface).map_err(|_| missing())?;
-    // SAFETY: `name` is a valid NUL-terminated string that outlives the call.
-    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    if index == 0 {
-        return Err(missing());
-    }
-    Ok(index)
 }

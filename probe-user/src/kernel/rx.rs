@@ -27,7 +27,7 @@ impl RxProgram {
             .program_mut(PROG)
             .ok_or(KernelError::MissingProgram { name: PROG })?
             .try_into()
-            .map_err(|source| KernelError::Verifier { name: PROG, source })?;
+            .map_err(|source| KernelError::WrongProgramType { name: PROG, source })?;
         prog.load()
             .map_err(|source| KernelError::Verifier { name: PROG, source })?;
         let mode = attach_xdp(prog, PROG, iface, mode)?;
@@ -80,10 +80,10 @@ impl RxProgram {
             .program(PROG)
             .ok_or(KernelError::MissingProgram { name: PROG })?
             .try_into()
-            .map_err(|source| KernelError::Verifier { name: PROG, source })?;
+            .map_err(|source| KernelError::WrongProgramType { name: PROG, source })?;
         let info = prog
             .info()
-            .map_err(|source| KernelError::Verifier { name: PROG, source })?;
+            .map_err(|source| KernelError::ProgramInfo { name: PROG, source })?;
         Ok(info.id())
     }
 }

@@ -19,7 +19,7 @@
 //! The cost is one file descriptor per probe in flight, so probes take a permit from a
 //! semaphore first (the open-file limit is finite); the timeout starts after the permit.
 use std::{
-    io,
+    io::{self, Read},
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     os::fd::AsRawFd,
     sync::Arc,
@@ -202,17 +202,10 @@ async fn exchange(req: &UdpRequest) -> UdpOutcome {
     let mut buf = vec![0u8; MAX_REPLY];
     // Wait for READABLE or ERROR: an ICMP error raises only EPOLLERR, and tokio's own
     // `recv` waits for READABLE alone (and its `try_recv` would not even try without it).
-    let fd = sock.as_raw_fd();
+    // The socket is non-blocking, so a plain read returns WouldBlock instead of waiting.
+    let raw = socket2::SockRef::from(&sock);
     let got = sock
-        .async_io(Interest::READABLE | Interest::ERROR, || {
-            // SAFETY: `buf` is valid for its length; MSG_DONTWAIT keeps the call from blocking.
-            let n = unsafe { libc::recv(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(n as usize)
-            }
-        })
+        .async_io(Interest::READABLE | Interest::ERROR, || (&*raw).read(&mut buf))
         .await;
     match got {
         Ok(n) if contains(&buf[..n], &req.expect) => UdpOutcome::Reply,
@@ -231,28 +224,7 @@ fn open(req: &UdpRequest) -> io::Result<UdpSocket> {
         (None, true) => SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0),
         (None, false) => SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0),
     };
-    let std_sock = std::net::UdpSocket::bind(local)?;
-    let (level, name) = if v4 {
-        (libc::SOL_IP, libc::IP_RECVERR)
-    } else {
-        (libc::SOL_IPV6, libc::IPV6_RECVERR)
-    };
-    let on: libc::c_int = 1;
-    // SAFETY: sets an int option from a valid c_int on a socket we own.
-    let rc = unsafe {
-        libc::setsockopt(
-            std_sock.as_raw_fd(),
-            level,
-            name,
-            &on as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    std_sock.connect(req.target)?;
-    std_sock.set_nonblocking(true)?;
+    let std_sock = crate::kernel::sys::connected_udp_with_recverr(local, req.target)?;
     UdpSocket::from_std(std_sock)
 }
 

@@ -7,12 +7,9 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use probed::engine::{
-    source::{iface_of, route_source},
-    EngineConfig, L4Engine, L4Proto, L4Request, L4Result, TxChoice, TxPath,
-};
+use probed::engine::{source::probe_iface, EngineConfig, L4Engine, L4Proto, L4Request, L4Result, TxChoice, TxPath};
 
-use super::check::CheckArgs;
+use super::{render::Line, CheckArgs};
 
 /// Resolves `host` (an IP literal, or a name the resolver knows) with `port`.
 fn resolve(host: &str, port: u16) -> anyhow::Result<SocketAddr> {
@@ -35,17 +32,12 @@ fn tx_choice(tx: &str) -> anyhow::Result<TxChoice> {
 }
 
 /// Starts an engine on the interface that reaches `target` (or `--iface`).
-pub fn start_for(
+fn start_for(
     args: &CheckArgs,
     target: SocketAddr,
 ) -> anyhow::Result<(L4Engine, tokio::sync::mpsc::UnboundedReceiver<L4Result>)> {
-    let iface = match &args.iface {
-        Some(i) => i.clone(),
-        None => {
-            let src = route_source(target.ip()).with_context(|| format!("no route to {}", target.ip()))?;
-            iface_of(src).with_context(|| format!("no interface holds the source address {src}; pass --iface"))?
-        }
-    };
+    let iface = probe_iface(args.iface.as_slice(), target.ip())
+        .with_context(|| format!("find the interface that reaches {}; name one with --iface", target.ip()))?;
     let pin_dir = format!("/sys/fs/bpf/probed-check-{}", std::process::id());
     let mut cfg = EngineConfig::new(&iface, pin_dir);
     cfg.tx = tx_choice(&args.tx)?;
@@ -63,7 +55,7 @@ pub fn start_for(
     Ok(started)
 }
 
-pub fn check_tcp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Result<ExitCode> {
+pub(super) fn check_tcp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Result<ExitCode> {
     let target = resolve(host, port)?;
     let (engine, mut results) = start_for(args, target)?;
     let timeout = Duration::from_millis(args.timeout);
@@ -80,7 +72,7 @@ pub fn check_tcp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Result<Exit
         }])?;
         let result = results.blocking_recv().context("the engine stopped")?;
         all_healthy &= result.outcome.healthy();
-        println!("{}", render(&args.url, &result, args.json));
+        println!("{}", Line::l4(&args.url, &result).render(args.json));
     }
     Ok(if all_healthy {
         ExitCode::SUCCESS
@@ -89,38 +81,9 @@ pub fn check_tcp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Result<Exit
     })
 }
 
-/// One line per probe, in the shape every `check` prints.
-pub fn render(url: &str, r: &L4Result, json: bool) -> String {
-    line(
-        url,
-        r.target,
-        r.outcome.healthy(),
-        &r.outcome.to_string(),
-        r.elapsed,
-        json,
-    )
-}
-
-fn line(url: &str, addr: SocketAddr, healthy: bool, outcome: &str, elapsed: Duration, json: bool) -> String {
-    let verdict = if healthy { "healthy" } else { "unhealthy" };
-    let ms = elapsed.as_secs_f64() * 1000.0;
-    if json {
-        serde_json::json!({
-            "target": url,
-            "address": addr.to_string(),
-            "verdict": verdict,
-            "outcome": outcome,
-            "time_ms": (ms * 1000.0).round() / 1000.0,
-        })
-        .to_string()
-    } else {
-        format!("{url} ({addr}) {verdict} {outcome} {ms:.2}ms")
-    }
-}
-
 /// `probed check udp://...`: plain mode through the kernel engine (silence is success),
 /// request/response mode (`--expect`) through a connected socket.
-pub fn check_udp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Result<ExitCode> {
+pub(super) fn check_udp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Result<ExitCode> {
     use probed::probe::udp::{UdpOutcome, UdpProber, UdpRequest};
     let target = resolve(host, port)?;
     let timeout = Duration::from_millis(args.timeout);
@@ -128,17 +91,7 @@ pub fn check_udp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Result<Exit
     let mut all_healthy = true;
     let mut print = |outcome: UdpOutcome, elapsed: Duration| {
         all_healthy &= outcome.healthy();
-        println!(
-            "{}",
-            line(
-                &args.url,
-                target,
-                outcome.healthy(),
-                &outcome.to_string(),
-                elapsed,
-                args.json
-            )
-        );
+        println!("{}", Line::udp(&args.url, target, outcome, elapsed).render(args.json));
     };
     if let Some(expect) = &args.expect {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

@@ -1,0 +1,80 @@
+//! `probed check http://...` and `https://...`: the URL and flags become an HttpCheck, run
+//! --count times through the same prober the daemon uses.
+use std::{net::SocketAddr, process::ExitCode, time::Duration};
+
+use anyhow::{bail, Context};
+use probed::probe::http::{Dialect, HttpCheck, HttpCheckSpec, HttpProber, Method, Scheme, TlsVerify};
+
+use super::{render::Line, CheckArgs};
+
+pub(super) fn check_http(
+    args: &CheckArgs,
+    scheme: Scheme,
+    host: &str,
+    port: u16,
+    path: String,
+) -> anyhow::Result<ExitCode> {
+    let dialect: Dialect = args.dialect.parse()?;
+    let mut spec = HttpCheckSpec::new(scheme, dialect, Duration::from_millis(args.timeout));
+    spec.method = args.method.clone();
+    spec.path = Some(path);
+    spec.domain = args.host.clone();
+    spec.endpoint_headers = args.headers.clone();
+    spec.expect_status = args.expect_status.clone();
+    spec.expect_body = args.expect_body.clone();
+    if spec.expect_body.is_some() && spec.method.is_none() && Method::default_for(dialect) == Method::Head {
+        // Asking for a body only makes sense with GET; say so instead of failing.
+        spec.method = Some("GET".into());
+    }
+    let ip = host.parse::<std::net::IpAddr>().ok();
+    let named_host_header =
+        args.host.is_none() && !args.headers.iter().any(|h| h.to_ascii_lowercase().starts_with("host:"));
+    if ip.is_none() && named_host_header {
+        // A name in the URL is what a browser would send as Host.
+        let value = if port == scheme.default_port() {
+            host.to_string()
+        } else {
+            format!("{host}:{port}")
+        };
+        spec.profile_headers.push(format!("Host:{value}"));
+    }
+    if scheme == Scheme::Https {
+        if let Some(ca) = &args.ca {
+            spec.tls = TlsVerify::strict_ca_file(ca)?;
+        } else if args.strict_tls {
+            spec.tls = TlsVerify::strict_system()?;
+        }
+    } else if args.strict_tls || args.ca.is_some() {
+        bail!("--strict-tls and --ca apply to https:// targets only");
+    }
+    let check = HttpCheck::new(&spec)?;
+    if args.count == 0 {
+        bail!("count \"0\" is not allowed: at least 1 probe");
+    }
+    let rt = crate::cli::runtime()?;
+    rt.block_on(async {
+        let target = match ip {
+            Some(ip) => SocketAddr::new(ip, port),
+            None => tokio::net::lookup_host((host, port))
+                .await
+                .with_context(|| format!("resolve {host}"))?
+                .next()
+                .with_context(|| format!("{host} has no address"))?,
+        };
+        let prober = HttpProber::new().with_keep_alive(args.keep_alive);
+        let mut all_healthy = true;
+        for i in 0..args.count {
+            if i > 0 {
+                tokio::time::sleep(Duration::from_millis(args.interval)).await;
+            }
+            let report = prober.probe(target, &check).await;
+            all_healthy &= report.healthy();
+            println!("{}", Line::http(&args.url, target, &report).render(args.json));
+        }
+        Ok(if all_healthy {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
+    })
+}

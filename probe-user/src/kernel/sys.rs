@@ -1,0 +1,176 @@
+//! Sockets, interface addresses, routing questions and sysctls: the system calls userspace
+//! makes outside bpf() and netlink. socket2 covers the socket calls; the few it lacks
+//! (getifaddrs, IP_RECVERR, if_nametoindex) are the remaining libc FFI, each with its SAFETY.
+use std::{
+    ffi::{CStr, CString},
+    io,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket},
+    os::fd::AsRawFd,
+};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use super::KernelError;
+
+/// Returns the interface index of `iface` in the caller's network namespace.
+pub fn if_index(iface: &str) -> Result<u32, KernelError> {
+    let missing = || KernelError::NoSuchInterface {
+        iface: iface.to_string(),
+    };
+    let name = CString::new(iface).map_err(|_| missing())?;
+    // SAFETY: `name` is a valid NUL-terminated string that outlives the call.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if index == 0 {
+        return Err(missing());
+    }
+    Ok(index)
+}
+
+/// The address the kernel would send from to reach `target`: connecting a UDP socket
+/// routes it without sending anything.
+pub fn route_source(target: IpAddr) -> Option<IpAddr> {
+    let bind = match target {
+        IpAddr::V4(_) => SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0),
+        IpAddr::V6(_) => SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0),
+    };
+    let sock = UdpSocket::bind(bind).ok()?;
+    // Port 9 (discard) only because connect wants one; nothing is sent.
+    sock.connect(SocketAddr::new(target, 9)).ok()?;
+    Some(sock.local_addr().ok()?.ip())
+}
+
+/// The name of the interface that holds `addr`.
+pub fn iface_of(addr: IpAddr) -> Option<String> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list we free below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = list;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, valid until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        // SAFETY: ifa_addr is null or points at a sockaddr owned by the list.
+        if unsafe { ip_of_sockaddr(ifa.ifa_addr) } == Some(addr) {
+            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+            found = Some(unsafe { CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned());
+            break;
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: frees exactly the list getifaddrs allocated; nothing borrowed from it survives.
+    unsafe { libc::freeifaddrs(list) };
+    found
+}
+
+/// The IP address in `sa`, for the two families that carry one.
+///
+/// # Safety
+/// `sa` is null or points at a valid sockaddr whose family says which struct it is.
+unsafe fn ip_of_sockaddr(sa: *const libc::sockaddr) -> Option<IpAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: the caller promises a valid sockaddr; the family field is common to all of them,
+    // and it decides which larger struct the pointer may be read as.
+    unsafe {
+        match i32::from((*sa).sa_family) {
+            libc::AF_INET => {
+                let sa = &*(sa as *const libc::sockaddr_in);
+                Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr))))
+            }
+            libc::AF_INET6 => {
+                let sa = &*(sa as *const libc::sockaddr_in6);
+                Some(IpAddr::V6(Ipv6Addr::from(sa.sin6_addr.s6_addr)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Whether IPv4 and IPv6 forwarding are on for `iface` (bpf_fib_lookup requires it).
+pub fn forwarding_enabled(iface: &str) -> (bool, bool) {
+    let read = |path: String| std::fs::read_to_string(path).is_ok_and(|v| v.trim() != "0");
+    (
+        read(format!("/proc/sys/net/ipv4/conf/{iface}/forwarding")),
+        read(format!("/proc/sys/net/ipv6/conf/{iface}/forwarding")),
+    )
+}
+
+/// A raw IP socket for whole packets: IPPROTO_RAW implies that the caller writes the IP
+/// header (IP_HDRINCL / IPV6_HDRINCL), and the stack only routes and transmits it.
+pub struct RawIpSocket(Socket);
+
+impl RawIpSocket {
+    /// Opens one for IPv4 or IPv6 (needs CAP_NET_RAW).
+    pub fn open(v6: bool) -> io::Result<Self> {
+        let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
+        Socket::new(domain, Type::RAW, Some(Protocol::from(libc::IPPROTO_RAW))).map(Self)
+    }
+
+    /// Sends one packet, IP header included, toward `dst`.
+    pub fn send_to(&self, packet: &[u8], dst: IpAddr) -> io::Result<()> {
+        // The port must be 0 on a raw socket; the destination only picks the route.
+        self.0.send_to(packet, &SockAddr::from(SocketAddr::new(dst, 0)))?;
+        Ok(())
+    }
+}
+
+/// A non-blocking UDP socket bound to `local`, connected to `target`, with IP_RECVERR (or
+/// IPV6_RECVERR) on: ICMP errors quoting its datagrams then land on its error queue with
+/// their type and code, not only as a bare errno.
+pub fn connected_udp_with_recverr(local: SocketAddr, target: SocketAddr) -> io::Result<UdpSocket> {
+    let v4 = target.is_ipv4();
+    let domain = if v4 { Domain::IPV4 } else { Domain::IPV6 };
+    let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    sock.bind(&local.into())?;
+    let (level, name) = if v4 {
+        (libc::SOL_IP, libc::IP_RECVERR)
+    } else {
+        (libc::SOL_IPV6, libc::IPV6_RECVERR)
+    };
+    // socket2 has no setter for IP_RECVERR, so this one option is set by hand.
+    let on: libc::c_int = 1;
+    // SAFETY: sets an int option from a valid c_int that outlives the call, on a socket we own.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            level,
+            name,
+            (&raw const on).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    sock.connect(&target.into())?;
+    sock.set_nonblocking(true)?;
+    Ok(sock.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_routes_from_loopback_on_lo() {
+        let src = route_source(Ipv4Addr::LOCALHOST.into()).expect("a route to 127.0.0.1");
+        assert!(src.is_loopback(), "{src}");
+        assert_eq!(iface_of(src).as_deref(), Some("lo"));
+        assert!(if_index("lo").is_ok());
+        assert!(matches!(
+            if_index("no-such-if0"),
+            Err(KernelError::NoSuchInterface { .. })
+        ));
+    }
+
+    #[test]
+    fn recverr_socket_is_connected() {
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let target = peer.local_addr().unwrap();
+        let sock = connected_udp_with_recverr("127.0.0.1:0".parse().unwrap(), target).unwrap();
+        assert_eq!(sock.peer_addr().unwrap(), target);
+    }
+}
