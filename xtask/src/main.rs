@@ -6,6 +6,7 @@ mod bench;
 mod build;
 mod demo;
 mod inspect;
+mod lint;
 mod setup;
 mod test;
 mod util;
@@ -41,6 +42,8 @@ enum Command {
     },
     /// Benchmarks (not tests): `l4`, `http`, `schedule`.
     Bench { which: String },
+    /// cargo fmt --check and clippy -D warnings, probe-ebpf included (CI runs it first).
+    Lint,
     /// Show loaded probe programs and pinned maps with bpftool.
     Inspect {
         /// Pin directory to dump.
@@ -58,6 +61,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo { seconds } => demo::run(seconds),
         Command::Bench { which } => bench::run(&which),
         Command::Inspect { pin_dir } => inspect::run(&pin_dir),
+        Command::Lint => lint::run(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

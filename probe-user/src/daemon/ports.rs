@@ -91,12 +91,8 @@ impl Ports {
 /// Starts the kernel L4 engine on the configured interfaces, or on the one the route to
 /// `first` leaves by.
 fn start_kernel_engine(config: &Config, first: SocketAddr) -> Result<StartedL4, DaemonError> {
-    let iface = match config.source.interfaces.first() {
-        Some(i) => i.clone(),
-        None => crate::engine::source::route_source(first.ip())
-            .and_then(crate::engine::source::iface_of)
-            .ok_or(DaemonError::NoInterface { target: first })?,
-    };
+    let iface = crate::engine::source::probe_iface(&config.source.interfaces, first.ip())
+        .map_err(|_| DaemonError::NoInterface { target: first })?;
     let mut ec = EngineConfig::new(&iface, &config.daemon.pin_dir);
     ec.more_ifaces = config.source.interfaces.iter().skip(1).cloned().collect();
     ec.source_v4 = config.source.ipv4().find_map(|a| match a {

@@ -8,8 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-// Re-exported so callers that asked engine::source for these keep working.
-pub use crate::kernel::sys::{forwarding_enabled, iface_of, route_source};
+use crate::kernel::sys::{forwarding_enabled, iface_of, route_source};
 
 use super::{TxChoice, TxPath};
 
