@@ -1,8 +1,8 @@
 //! The daemon: turns a `Config` into running health checks. `Daemon::start` spawns the runner
 //! (scheduler, probers, trackers, status) and the API; everything talks to the runner through
 //! `Control`, so the runner owns all state and needs no locks.
+pub mod checks;
 pub mod events;
-pub mod probe;
 pub mod runner;
 pub mod state;
 pub mod view;

@@ -12,9 +12,9 @@ use std::{
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::{
+    checks::{http::HttpProber, CheckSpec, ProbeKind, ProbeReport},
     events::{Event, EventResult, EventSink},
     mono_ns, ms,
-    probe::{http::HttpProber, CheckSpec, ProbeKind, ProbeReport},
     state::{self, SavedTarget},
     unix_ms, unix_ms_at,
     view::{EndpointView, LastChange, LastResult, ProfileView, ReloadReport, SelectView, Windows},
@@ -318,7 +318,7 @@ impl Runner {
         }
         for profile in &config.profiles {
             let h = profile.health.thresholds;
-            let thresholds = match Thresholds::lb(u32::from(h.healthy), u32::from(h.unhealthy)) {
+            let thresholds = match Thresholds::lb(h.healthy(), h.unhealthy()) {
                 Ok(t) => t,
                 Err(e) => {
                     errors.push(format!("profile {:?}: {e}", profile.name));
@@ -334,7 +334,7 @@ impl Runner {
                 owners: Vec::new(),
             };
             for endpoint in &profile.endpoints {
-                let (check_key, spec) = match CheckSpec::resolve(profile, endpoint) {
+                let (check_key, spec) = match CheckSpec::resolve(profile, endpoint).map_err(|e| e.to_string()) {
                     Ok(r) => r,
                     Err(e) => {
                         if !errors.contains(&e) {

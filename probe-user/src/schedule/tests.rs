@@ -1,6 +1,6 @@
 //! Scheduler tests on a virtual clock: spacing, spread, cadences, dedupe, enable/disable, scale.
 use super::*;
-use crate::health::{Dialect, HealthState, Observation, ProbeTiming, Tracker};
+use crate::health::{HealthState, Observation, ProbeTiming, Thresholds, Tracker};
 use std::{
     cmp::Reverse,
     collections::{BinaryHeap, HashMap, HashSet},
@@ -171,7 +171,7 @@ fn fail_window_through_the_scheduler(params: CheckParams, timeout_ms: u64) -> (D
         interval: params.interval,
         timeout: ms(timeout_ms),
     };
-    let mut tracker = Tracker::from_dialect(Dialect::LB_DEFAULT, timing).unwrap();
+    let mut tracker = Tracker::new(Thresholds::default(), timing);
     let mut sched = sched();
     let id = sched.add("lb", 7, params, 0).unwrap();
     let mut out = Vec::new();
