@@ -2,7 +2,8 @@
 //!
 //! `kernel` is the thin, documented layer over the eBPF programs; everything above it is
 //! plain Rust: `engine` (L4 probes), `probe` (HTTP/HTTPS and UDP request/response),
-//! `health` (threshold state and windows), `schedule` (timer wheel), `config`, `status`
+//! `health` (threshold state and windows), `schedule` (timer wheel), `config`, `rules` (the
+//! dialects, thresholds and HTTP limits that `config` and `probe` share), `status`
 //! (monitor status and selection), and the product on top: `daemon` (runner, events,
 //! persistence), `api` (HTTP JSON), `metrics` (Prometheus).
 pub mod api;
@@ -16,5 +17,6 @@ pub mod kernel;
 pub mod metrics;
 pub mod probe;
 pub mod rng;
+pub mod rules;
 pub mod schedule;
 pub mod status;

@@ -1,14 +1,13 @@
 //! The TOML configuration: `Config::load` reads, checks and resolves a file in one go, and
 //! reports every problem at once with its line, column, field, value and the allowed values.
-mod dialect;
 mod model;
 mod read;
 mod validate;
 
 use std::{fmt, path::Path};
 
-pub use dialect::parse_duration;
 pub use model::*;
+pub use read::parse_duration;
 
 /// One problem in a configuration file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

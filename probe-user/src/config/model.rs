@@ -9,7 +9,7 @@ use std::{
 use ipnet::IpNet;
 use serde::Serialize;
 
-pub use super::dialect::Dialect;
+pub use crate::rules::{Dialect, Header, HostName, HttpPath, Method, Protocol, StatusRange, Thresholds};
 pub use crate::status::{AdminState, Routing};
 
 /// The whole file.
@@ -112,45 +112,6 @@ impl Profile {
     pub fn thresholds(&self) -> Thresholds {
         self.health.thresholds
     }
-
-    /// Headers for an HTTP(S) probe of `endpoint`: profile headers, then the endpoint's, an
-    /// endpoint header replacing a profile header of the same name.
-    pub fn request_headers(&self, endpoint: &Endpoint) -> Vec<Header> {
-        let mut out: Vec<Header> = self
-            .health
-            .http()
-            .map(|h| h.headers.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|h| !endpoint.headers.iter().any(|e| e.name.eq_ignore_ascii_case(&h.name)))
-            .collect();
-        out.extend(endpoint.headers.iter().cloned());
-        out
-    }
-
-    /// The Host an HTTP(S) probe of `endpoint` sends: a Host header if any, the configured host,
-    /// else the endpoint's address (ga's default).
-    pub fn host_for(&self, endpoint: &Endpoint) -> String {
-        let header = self
-            .request_headers(endpoint)
-            .into_iter()
-            .find(|h| h.name.eq_ignore_ascii_case("host"))
-            .map(|h| h.value);
-        let configured = self.health.http().and_then(|h| h.host.clone());
-        header.or(configured).unwrap_or_else(|| match endpoint.address {
-            IpAddr::V4(a) => a.to_string(),
-            IpAddr::V6(a) => format!("[{a}]"),
-        })
-    }
-}
-
-/// Consecutive results needed to change state, resolved from the dialect's own knobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Thresholds {
-    /// Consecutive successes that make an unhealthy (or new) target healthy.
-    pub healthy: u8,
-    /// Consecutive failures that make a healthy target unhealthy.
-    pub unhealthy: u8,
 }
 
 /// The health check of a profile.
@@ -206,32 +167,6 @@ pub enum Probe {
     Http(HttpCheck),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    Tcp,
-    Udp,
-    Http,
-    Https,
-}
-
-impl Protocol {
-    pub const ALL: [Protocol; 4] = [Protocol::Tcp, Protocol::Udp, Protocol::Http, Protocol::Https];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-            Protocol::Http => "http",
-            Protocol::Https => "https",
-        }
-    }
-
-    pub fn is_http(self) -> bool {
-        matches!(self, Protocol::Http | Protocol::Https)
-    }
-}
-
 /// UDP probe payloads. Without a response string, silence means healthy (lb semantics).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UdpCheck {
@@ -242,10 +177,10 @@ pub struct UdpCheck {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HttpCheck {
     pub tls: bool,
-    pub method: HttpMethod,
-    pub path: String,
+    pub method: Method,
+    pub path: HttpPath,
     /// Host header from `host`; None means the endpoint's address, unless a Host header is set.
-    pub host: Option<String>,
+    pub host: Option<HostName>,
     pub headers: Vec<Header>,
     pub healthy_status: Vec<StatusRange>,
     pub body_match: Option<String>,
@@ -254,40 +189,6 @@ pub struct HttpCheck {
 impl HttpCheck {
     pub fn status_ok(&self, code: u16) -> bool {
         self.healthy_status.iter().any(|r| r.contains(code))
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum HttpMethod {
-    Head,
-    Get,
-}
-
-impl HttpMethod {
-    pub fn name(self) -> &'static str {
-        match self {
-            HttpMethod::Head => "HEAD",
-            HttpMethod::Get => "GET",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Header {
-    pub name: String,
-    pub value: String,
-}
-
-/// Inclusive range of HTTP status codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct StatusRange {
-    pub first: u16,
-    pub last: u16,
-}
-
-impl StatusRange {
-    pub fn contains(&self, code: u16) -> bool {
-        (self.first..=self.last).contains(&code)
     }
 }
 

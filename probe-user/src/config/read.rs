@@ -1,6 +1,6 @@
 //! Tolerant reading of the spanned TOML tree: a wrong type or an unknown key becomes an error
-//! on the list and reading goes on, so one run reports everything.
-use std::ops::Range;
+//! on the list and reading goes on, so one run reports everything. Also the duration syntax.
+use std::{ops::Range, time::Duration};
 
 use toml::{
     de::{DeTable, DeValue},
@@ -202,6 +202,37 @@ impl<'t> Reader<'t> {
                 self.error(v.span(), &path, Some(show(other)), "expected an array of strings");
                 None
             }
+        }
+    }
+}
+
+/// Parses `"500ms"` or `"2s"`. Whole numbers only: fractions invite rounding surprises.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let (digits, scale) = if let Some(d) = s.strip_suffix("ms") {
+        (d, 1)
+    } else if let Some(d) = s.strip_suffix('s') {
+        (d, 1000)
+    } else {
+        return None;
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(Duration::from_millis(n.checked_mul(scale)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("2s"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("0ms"), Some(Duration::ZERO));
+        for bad in ["", "s", "2", "2 s", "1.5s", "-1s", "2m", "ms"] {
+            assert_eq!(parse_duration(bad), None, "{bad:?}");
         }
     }
 }

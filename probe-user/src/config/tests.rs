@@ -34,6 +34,11 @@ fn expect_error(text: &str, field: &str) {
     assert_eq!(errs.len(), 1, "expected one error on {field}, got:\n{errs}");
 }
 
+/// The (healthy, unhealthy) thresholds the engine gets.
+fn both(t: Thresholds) -> (u32, u32) {
+    (t.healthy(), t.unhealthy())
+}
+
 fn ok(text: &str) -> Config {
     Config::parse(text, "t.toml").unwrap_or_else(|e| panic!("refused:\n{e}\n--- config:\n{text}"))
 }
@@ -217,6 +222,26 @@ rule!(
     headers_in_lb,
     cfg("lb", "", "headers = [\"X-A:b\"]", ""),
     "profile[0].health.headers"
+);
+rule!(
+    header_the_prober_sets,
+    cfg("tm", "", "headers = [\"Content-Length:5\"]", ""),
+    "profile[0].health.headers[0]"
+);
+rule!(
+    header_without_value,
+    cfg("tm", "", "headers = [\"X-Probe:\"]", ""),
+    "profile[0].health.headers[0]"
+);
+rule!(
+    header_twice_in_one_level,
+    cfg("tm", "", "headers = [\"X-A:1\", \"x-a:2\"]", ""),
+    "profile[0].health.headers"
+);
+rule!(
+    status_empty,
+    cfg("tm", "", "status = []", ""),
+    "profile[0].health.status"
 );
 rule!(
     host_in_tm,
@@ -569,28 +594,16 @@ fn tm_defaults_and_thresholds() {
     let p = &c.profiles[0];
     assert_eq!(p.health.interval, Duration::from_secs(30));
     assert_eq!(p.health.timeout, Duration::from_secs(10));
-    assert_eq!(
-        p.thresholds(),
-        Thresholds {
-            healthy: 1,
-            unhealthy: 4
-        }
-    );
+    assert_eq!(both(p.thresholds()), (1, 4));
     let http = p.health.http().unwrap();
-    assert_eq!((http.method, http.path.as_str()), (HttpMethod::Get, "/"));
+    assert_eq!((http.method, http.path.as_str()), (Method::Get, "/"));
     assert!(http.status_ok(200) && !http.status_ok(204) && !http.status_ok(301));
     assert_eq!(p.endpoints[0].port, 80);
     assert_eq!(p.routing, Routing::Priority);
 
     let fast = ok(&cfg("tm", "", "interval = \"10s\"\ntolerated_failures = 0", ""));
     assert_eq!(fast.profiles[0].health.timeout, Duration::from_secs(9));
-    assert_eq!(
-        fast.profiles[0].thresholds(),
-        Thresholds {
-            healthy: 1,
-            unhealthy: 1
-        }
-    );
+    assert_eq!(both(fast.profiles[0].thresholds()), (1, 1));
 }
 
 #[test]
@@ -601,15 +614,9 @@ fn lb_and_ga_defaults() {
         (h.interval, h.timeout),
         (Duration::from_secs(2), Duration::from_secs(5))
     );
-    assert_eq!(
-        h.thresholds,
-        Thresholds {
-            healthy: 3,
-            unhealthy: 3
-        }
-    );
+    assert_eq!(both(h.thresholds), (3, 3));
     let http = h.http().unwrap();
-    assert_eq!(http.method, HttpMethod::Head);
+    assert_eq!(http.method, Method::Head);
     assert!(http.status_ok(204) && http.status_ok(302) && !http.status_ok(404));
 
     let ga = ok(&cfg("ga", "", "threshold = 5", ""));
@@ -618,16 +625,7 @@ fn lb_and_ga_defaults() {
         (h.interval, h.timeout),
         (Duration::from_secs(2), Duration::from_secs(3))
     );
-    assert_eq!(
-        h.thresholds,
-        Thresholds {
-            healthy: 5,
-            unhealthy: 5
-        }
-    );
-    // ga's default Host is the endpoint's address.
-    let p = &ga.profiles[0];
-    assert_eq!(p.host_for(&p.endpoints[0]), "192.0.2.1");
+    assert_eq!(both(h.thresholds), (5, 5));
 }
 
 #[test]
@@ -637,18 +635,12 @@ fn example_config_parses() {
     assert_eq!(c.profiles.len(), 6);
     assert_eq!(c.endpoint_count(), 16);
     let api = c.profile("api").unwrap();
-    assert_eq!(
-        api.thresholds(),
-        Thresholds {
-            healthy: 1,
-            unhealthy: 4
-        }
-    );
+    assert_eq!(both(api.thresholds()), (1, 4));
     assert_eq!(api.endpoints[2].state, AdminState::AlwaysServe);
-    // The endpoint's Host header replaces the profile's.
-    assert_eq!(api.host_for(&api.endpoints[1]), "api-b.example.com");
-    assert_eq!(api.host_for(&api.endpoints[0]), "api.example.com");
-    assert_eq!(api.request_headers(&api.endpoints[1]).len(), 2);
+    assert_eq!(
+        api.endpoints[1].headers,
+        [Header::parse("Host:api-b.example.com").unwrap()]
+    );
     let dns = c.profile("dns").unwrap();
     assert_eq!(dns.routing, Routing::Multivalue { max_answers: 2 });
     assert_eq!(dns.endpoints[2].address, "2001:db8::53".parse::<IpAddr>().unwrap());
@@ -706,4 +698,30 @@ fn pacing_is_off_by_default_and_read_when_set() {
     assert_eq!(p.down_interval, Some(Duration::from_secs(60)));
     assert_eq!(p.initial_jitter, Duration::from_millis(500));
     assert_eq!(p.jitter_percent, 10);
+}
+
+#[test]
+fn hosts_may_carry_a_port_or_be_an_address() {
+    for host in ["a.example.com:8080", "198.18.0.2", "[2001:2::2]:8443"] {
+        let c = ok(&cfg("lb", "", &format!("host = \"{host}\""), ""));
+        let http = c.profiles[0].health.http().unwrap();
+        assert_eq!(http.host.as_ref().map(HostName::as_str), Some(host));
+    }
+}
+
+#[test]
+fn rule_messages_come_from_the_shared_rules() {
+    let errs = refused(&cfg("tm", "", "headers = [\"Connection:close\"]", ""));
+    assert_eq!(
+        errs.0[0].problem,
+        "the prober sets connection itself; any header but content-length, transfer-encoding, connection, \
+         upgrade, te is allowed"
+    );
+    let errs = refused(&cfg("ga", "", "path = \"/a b\"", ""));
+    assert!(
+        errs.0[0]
+            .problem
+            .starts_with("' ' is not allowed; use letters, digits and - / ."),
+        "{errs}"
+    );
 }

@@ -13,12 +13,18 @@ use crate::kernel::AttachMode;
 use toml::de::{DeTable, DeValue};
 
 use super::{
-    dialect::{parse_duration, Dialect},
     model::*,
-    read::{Item, Reader, Table},
+    read::{parse_duration, Item, Reader, Table},
     ConfigError, ConfigErrors,
 };
-use crate::status::{select::WORLD_REGION, AdminState, Routing};
+use crate::{
+    rules::{
+        check_header_level,
+        limits::{MAX_HEADERS, MAX_STATUS_RANGES},
+        Rule, RuleError, ThresholdError,
+    },
+    status::{select::WORLD_REGION, AdminState, Routing},
+};
 
 /// The kernel's default `net.ipv4.ip_local_port_range`; probe ports must stay clear of it so
 /// probes never collide with the node's own outgoing connections.
@@ -30,11 +36,8 @@ const DEFAULT_PORTS: PortRange = PortRange {
 const DEFAULT_API: &str = "127.0.0.1:9180";
 const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/probed";
 const DEFAULT_STATE_FILE: &str = "/var/lib/probed/state.json";
-const MAX_HEADERS: usize = 8;
-const MAX_STATUS_RANGES: usize = 8;
 const MAX_UDP_PAYLOAD: usize = 500;
 const MAX_BODY_MATCH: usize = 1024;
-const PATH_SPECIALS: &str = "-/.%?#&_;~!()*[]@$^:',+";
 
 pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigErrors> {
     let mut r = Reader {
@@ -540,8 +543,8 @@ fn interval_timeout(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect) -> (Optio
         None => Some(d.default_interval()),
         Some(item) => duration(r, &item).and_then(|v| match d.check_interval(v) {
             Ok(()) => Some(v),
-            Err(rule) => {
-                r.bad(&item, rule);
+            Err(e) => {
+                broke(r, &item, e);
                 None
             }
         }),
@@ -555,8 +558,8 @@ fn interval_timeout(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect) -> (Optio
         None => Some(d.default_timeout(interval)),
         Some(item) => duration(r, &item).and_then(|v| match d.check_timeout(interval, v) {
             Ok(()) => Some(v),
-            Err(rule) => {
-                r.bad(&item, rule);
+            Err(e) => {
+                broke(r, &item, e);
                 None
             }
         }),
@@ -564,47 +567,59 @@ fn interval_timeout(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect) -> (Optio
     (Some(interval), timeout)
 }
 
+/// A shared rule broken by `item`: the config error already names the field and the value,
+/// so only what is allowed is added.
+fn broke<T>(r: &mut Reader<'_>, item: &Item<T>, e: RuleError) {
+    r.bad(item, e.rule.to_string());
+}
+
+/// Every threshold key of any dialect; each dialect reads only its own.
+const THRESHOLD_KEYS: [&str; 4] = [
+    "healthy_threshold",
+    "unhealthy_threshold",
+    "tolerated_failures",
+    "threshold",
+];
+
 fn thresholds(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect) -> Option<Thresholds> {
     let mut ok = true;
-    let mut read = |r: &mut Reader<'_>, key: &str, mine: bool, range: (u8, u8), default: u8| -> u8 {
-        let Some(item) = r.int(t, key) else {
-            return default;
-        };
-        if !mine {
+    let mine = d.threshold_keys();
+    for key in THRESHOLD_KEYS
+        .into_iter()
+        .filter(|k| !mine.iter().any(|m| m.name == *k))
+    {
+        if let Some(item) = r.int(t, key) {
             r.bad(
                 &item,
-                format!("{} does not use {key}; it uses {}", d.name(), d.threshold_keys()),
+                format!("{d} does not use {key}; it uses {}", d.threshold_key_names()),
             );
             ok = false;
-            return default;
         }
-        match u8::try_from(item.v).ok().filter(|n| (range.0..=range.1).contains(n)) {
-            Some(n) => n,
-            None => {
-                r.bad(&item, format!("{} allows {} to {}", d.name(), range.0, range.1));
+    }
+    let mut values = Vec::with_capacity(mine.len());
+    for key in mine {
+        let value = match r.int(t, key.name) {
+            None => key.default,
+            Some(item) => key.check(d, item.v).unwrap_or_else(|e| {
+                let problem = match e {
+                    ThresholdError::OutOfRange { min, max, .. } => format!("{d} allows {min} to {max}"),
+                    other => other.to_string(),
+                };
+                r.bad(&item, problem);
                 ok = false;
-                default
-            }
-        }
-    };
-    let (lb, tm, ga) = (d == Dialect::Lb, d == Dialect::Tm, d == Dialect::Ga);
-    let healthy = read(r, "healthy_threshold", lb, (1, 10), 3);
-    let unhealthy = read(r, "unhealthy_threshold", lb, (1, 10), 3);
-    let tolerated = read(r, "tolerated_failures", tm, (0, 9), 3);
-    let both = read(r, "threshold", ga, (2, 10), 3);
+                key.default
+            }),
+        };
+        values.push(value);
+    }
     ok.then_some(())?;
-    Some(match d {
-        Dialect::Lb => Thresholds { healthy, unhealthy },
-        // tm: Degraded at the (tolerated+1)-th consecutive failure, back on the first success.
-        Dialect::Tm => Thresholds {
-            healthy: 1,
-            unhealthy: tolerated + 1,
-        },
-        Dialect::Ga => Thresholds {
-            healthy: both,
-            unhealthy: both,
-        },
-    })
+    match d.thresholds(&values) {
+        Ok(thresholds) => Some(thresholds),
+        Err(e) => {
+            r.missing(t, mine[0].name, e.to_string());
+            None
+        }
+    }
 }
 
 /// Reports every key in `keys` that is set although `protocol` does not use it.
@@ -665,31 +680,21 @@ fn probe(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Opti
 fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, tls: bool) -> Option<HttpCheck> {
     let before = r.errors.len();
     let path = match r.string(t, "path") {
-        None => "/".to_string(),
-        Some(item) => {
-            if let Err(rule) = check_path(&item.v) {
-                r.bad(&item, rule);
-            }
-            item.v
-        }
+        None => HttpPath::root(),
+        Some(item) => HttpPath::parse(&item.v).unwrap_or_else(|e| {
+            broke(r, &item, e);
+            HttpPath::root()
+        }),
     };
     let method = match r.string(t, "method") {
-        None => d.default_method(),
-        Some(item) => {
-            let m = [HttpMethod::Head, HttpMethod::Get]
-                .into_iter()
-                .find(|m| m.name().eq_ignore_ascii_case(&item.v));
-            match m {
-                Some(m) if d.methods().contains(&m) => m,
-                _ => {
-                    r.bad(
-                        &item,
-                        format!("{} allows {}", d.name(), names(d.methods(), |m| m.name())),
-                    );
-                    d.default_method()
-                }
+        None => Method::default_for(d),
+        Some(item) => match item.v.parse::<Method>() {
+            Ok(m) if d.methods().contains(&m) => m,
+            _ => {
+                r.bad(&item, format!("{d} allows {}", names(d.methods(), Method::name)));
+                Method::default_for(d)
             }
-        }
+        },
     };
     let host = match r.string(t, "host") {
         None => None,
@@ -697,12 +702,13 @@ fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, tls: bool) -> Option<
             r.bad(&item, "tm sets the Host through headers = [\"Host:name\"]");
             None
         }
-        Some(item) => {
-            if let Err(rule) = check_host(&item.v) {
-                r.bad(&item, rule);
-            }
-            Some(item.v)
-        }
+        Some(item) => HostName::parse(&item.v).map_or_else(
+            |e| {
+                broke(r, &item, e);
+                None
+            },
+            Some,
+        ),
     };
     let headers = match r.strings(t, "headers") {
         None => Vec::new(),
@@ -713,12 +719,12 @@ fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, tls: bool) -> Option<
         Some(list) => headers(r, &list),
     };
     let healthy_status = match r.strings(t, "status") {
-        None => d.default_status(),
+        None => d.default_status().to_vec(),
         Some(list) => status(r, &list, d),
     };
     let body_match = match r.string(t, "body_match") {
         None => None,
-        Some(item) if method == HttpMethod::Head => {
+        Some(item) if method == Method::Head => {
             r.bad(&item, "a HEAD response has no body; set method = \"GET\"");
             None
         }
@@ -739,69 +745,22 @@ fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, tls: bool) -> Option<
     })
 }
 
-fn check_path(path: &str) -> Result<(), String> {
-    let allowed = |c: char| c.is_ascii_alphanumeric() || PATH_SPECIALS.contains(c);
-    if !(1..=80).contains(&path.chars().count()) || !path.starts_with('/') {
-        Err("expected 1 to 80 characters starting with '/'".to_string())
-    } else if let Some(c) = path.chars().find(|c| !allowed(*c)) {
-        Err(format!(
-            "{c:?} is not allowed; use letters, digits and {}",
-            PATH_SPECIALS.chars().map(String::from).collect::<Vec<_>>().join(" ")
-        ))
-    } else {
-        Ok(())
-    }
-}
-
-fn check_host(host: &str) -> Result<(), String> {
-    if host.contains('*') {
-        return Err("'*' is not allowed in a Host".to_string());
-    }
-    let label_ok = |l: &str| {
-        (1..=63).contains(&l.len())
-            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    // An optional :port, as a Host header may carry one.
-    let name = match host.rsplit_once(':') {
-        Some((name, port)) if port.parse::<u16>().is_ok() => name,
-        _ => host,
-    };
-    if (1..=253).contains(&name.len()) && name.split('.').all(label_ok) {
-        Ok(())
-    } else {
-        Err("expected a domain name like \"www.example.com\"".to_string())
-    }
-}
-
+/// One level of `name:value` headers, by the rules the prober follows too.
 fn headers(r: &mut Reader<'_>, list: &Item<Vec<Item<String>>>) -> Vec<Header> {
-    if list.v.len() > MAX_HEADERS {
-        r.bad(list, format!("at most {MAX_HEADERS} headers"));
-    }
-    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
     let mut out = Vec::new();
     for item in &list.v {
-        let Some((name, value)) = item.v.split_once(':') else {
-            r.bad(item, "expected \"name:value\"");
-            continue;
-        };
-        let (name, value) = (name.trim(), value.trim());
-        if name.is_empty() || !name.bytes().all(token) {
-            r.bad(
-                item,
-                "the header name must be an HTTP token (letters, digits, '-', ...)",
-            );
-        } else if value.bytes().any(|b| b.is_ascii_control()) {
-            r.bad(item, "the header value must not hold control characters");
-        } else if name.eq_ignore_ascii_case("host") && value.contains('*') {
-            r.bad(item, "'*' is not allowed in a Host header");
-        } else {
-            out.push(Header {
-                name: name.to_string(),
-                value: value.to_string(),
-            });
+        match Header::parse(&item.v) {
+            Ok(h) => out.push(h),
+            Err(e) => broke(r, item, e),
         }
+    }
+    // Count and repeated names are rules of the whole level, so they go on the list.
+    if out.len() == list.v.len() {
+        if let Err(e) = check_header_level(&out) {
+            broke(r, list, e);
+        }
+    } else if list.v.len() > MAX_HEADERS {
+        r.bad(list, Rule::TooManyHeaders.to_string());
     }
     out
 }
@@ -812,16 +771,13 @@ fn status(r: &mut Reader<'_>, list: &Item<Vec<Item<String>>>, d: Dialect) -> Vec
         Dialect::Ga => {
             r.bad(list, "ga has no configurable status codes");
         }
+        // Nothing would ever be healthy.
+        Dialect::Lb | Dialect::Tm if list.v.is_empty() => r.bad(list, Rule::NoStatus.to_string()),
         Dialect::Lb => {
             for item in &list.v {
-                match item.v.as_str() {
-                    c @ ("2xx" | "3xx" | "4xx" | "5xx") => {
-                        let first = u16::from(c.as_bytes()[0] - b'0') * 100;
-                        out.push(StatusRange {
-                            first,
-                            last: first + 99,
-                        });
-                    }
+                match StatusRange::parse_class(&item.v) {
+                    // 1xx is never a final answer to a request.
+                    Ok(class) if class.first() >= 200 => out.push(class),
                     _ => r.bad(item, "lb takes status classes 2xx, 3xx, 4xx or 5xx"),
                 }
             }
@@ -833,9 +789,9 @@ fn status(r: &mut Reader<'_>, list: &Item<Vec<Item<String>>>, d: Dialect) -> Vec
                 r.bad(list, format!("tm allows at most {MAX_STATUS_RANGES} ranges"));
             }
             for part in parts {
-                match status_range(part) {
-                    Some(range) => out.push(range),
-                    None => r.bad(
+                match StatusRange::parse_range(part) {
+                    Ok(range) => out.push(range),
+                    Err(_) => r.bad(
                         list,
                         format!("{part:?}: tm takes ranges like \"200-299\" within 100-599"),
                     ),
@@ -844,12 +800,6 @@ fn status(r: &mut Reader<'_>, list: &Item<Vec<Item<String>>>, d: Dialect) -> Vec
         }
     }
     out
-}
-
-fn status_range(s: &str) -> Option<StatusRange> {
-    let (a, b) = s.split_once('-').unwrap_or((s, s));
-    let (first, last) = (a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?);
-    (100 <= first && first <= last && last <= 599).then_some(StatusRange { first, last })
 }
 
 const ENDPOINT_KEYS: [&str; 9] = [

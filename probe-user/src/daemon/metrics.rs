@@ -7,7 +7,7 @@ use std::{sync::Arc, time::Duration};
 
 use super::{
     changes::Bus,
-    probe::ProbeReport,
+    checks::ProbeReport,
     table::{ProfileEntry, Table},
 };
 use crate::{

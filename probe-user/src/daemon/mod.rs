@@ -25,11 +25,11 @@
 //!                                                                             \--> views (requests/status)
 //! ```
 pub mod changes;
+pub mod checks;
 pub mod control;
 pub mod events;
 mod metrics;
 pub mod ports;
-pub mod probe;
 mod requests;
 mod runner;
 pub mod state;

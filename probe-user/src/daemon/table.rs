@@ -5,7 +5,7 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use super::{
     changes::{ChangeKind, EndpointChange, EndpointState},
-    probe::CheckSpec,
+    checks::CheckSpec,
     state::Saved,
     views::{LastChange, LastResult},
 };
@@ -190,14 +190,8 @@ pub(crate) fn build(
     let old_by_name: HashMap<(&str, &str), OwnerId> =
         old.iter().map(|(&id, t)| ((&*t.profile, &*t.name), id)).collect();
     for profile in &config.profiles {
-        let h = profile.health.thresholds;
-        let thresholds = match Thresholds::lb(u32::from(h.healthy), u32::from(h.unhealthy)) {
-            Ok(t) => t,
-            Err(e) => {
-                errors.push(format!("profile {:?}: {e}", profile.name));
-                continue;
-            }
-        };
+        // Validated when the config was read: one Thresholds type from file to tracker.
+        let thresholds = profile.health.thresholds;
         let timing = ProbeTiming {
             interval: profile.health.interval,
             timeout: profile.health.timeout,

@@ -1,12 +1,11 @@
 //! The per-target threshold state machine: probe results in, state transitions out.
 //!
 //! Pure and clock-free: times come in with each [`Observation`] and go out in each [`Transition`].
-pub mod dialect;
 pub mod window;
 
 use std::{sync::Arc, time::Duration};
 
-pub use dialect::{Dialect, ThresholdError, Thresholds};
+pub use crate::rules::{ThresholdError, Thresholds};
 pub use window::{fail_window, mean_response_time, success_window, ProbeTiming};
 
 use crate::schedule::Cadence;
@@ -82,11 +81,6 @@ impl Tracker {
         let mut t = Self::new(thresholds, timing);
         t.state = state;
         t
-    }
-
-    /// Validates a dialect's thresholds and builds a tracker from them.
-    pub fn from_dialect(dialect: Dialect, timing: ProbeTiming) -> Result<Self, ThresholdError> {
-        Ok(Self::new(dialect.thresholds()?, timing))
     }
 
     pub fn state(&self) -> HealthState {

@@ -1,5 +1,6 @@
 //! Tests of the threshold state machine on a virtual clock, and a property test against a model.
 use super::*;
+use crate::rules::Dialect;
 use proptest::prelude::*;
 
 const MS: Duration = Duration::from_millis(1);
@@ -43,16 +44,16 @@ fn timing(interval: Duration, timeout: Duration) -> ProbeTiming {
     ProbeTiming { interval, timeout }
 }
 
-/// Every threshold setting each dialect accepts.
-fn all_dialects() -> Vec<Dialect> {
+/// Thresholds from every setting each dialect accepts.
+fn all_dialects() -> Vec<Thresholds> {
     let mut all = Vec::new();
     for healthy in 1..=10 {
         for unhealthy in 1..=10 {
-            all.push(Dialect::Lb { healthy, unhealthy });
+            all.push(Thresholds::lb(healthy, unhealthy).unwrap());
         }
     }
-    all.extend((0..=9).map(|tolerated_failures| Dialect::Tm { tolerated_failures }));
-    all.extend((2..=10).map(|threshold| Dialect::Ga { threshold }));
+    all.extend((0..=9).map(|tolerated| Thresholds::tm(tolerated).unwrap()));
+    all.extend((2..=10).map(|threshold| Thresholds::ga(threshold).unwrap()));
     all
 }
 
@@ -76,37 +77,36 @@ fn transitions_after(tracker: &mut Tracker, prober: &mut VirtualProber, success:
 #[test]
 fn every_threshold_of_every_dialect_transitions_exactly_at_the_threshold() {
     let timing = timing(20 * MS, 50 * MS);
-    for dialect in all_dialects() {
-        let th = dialect.thresholds().unwrap();
+    for th in all_dialects() {
         let (h, u) = (th.healthy(), th.unhealthy());
 
         // From CheckingEndpoint, in both directions.
         for success in [true, false] {
-            let mut tracker = Tracker::from_dialect(dialect, timing).unwrap();
+            let mut tracker = Tracker::new(th, timing);
             let mut prober = VirtualProber::new(timing, 0);
             let want = th.for_result(success);
             assert_eq!(
                 transitions_after(&mut tracker, &mut prober, success, want + 5),
                 Some(want),
-                "{dialect:?} from CheckingEndpoint, success={success}"
+                "{th} from CheckingEndpoint, success={success}"
             );
         }
 
         // Healthy -> Unhealthy -> Healthy.
-        let mut tracker = Tracker::from_dialect(dialect, timing).unwrap();
+        let mut tracker = Tracker::new(th, timing);
         let mut prober = VirtualProber::new(timing, 0);
         transitions_after(&mut tracker, &mut prober, true, h);
         assert_eq!(tracker.state(), HealthState::Healthy);
         assert_eq!(
             transitions_after(&mut tracker, &mut prober, false, u + 3),
             Some(u),
-            "{dialect:?}"
+            "{th}"
         );
         assert_eq!(tracker.state(), HealthState::Unhealthy);
         assert_eq!(
             transitions_after(&mut tracker, &mut prober, true, h + 3),
             Some(h),
-            "{dialect:?}"
+            "{th}"
         );
         assert_eq!(tracker.state(), HealthState::Healthy);
     }
@@ -180,7 +180,7 @@ fn reset_returns_to_checking_endpoint() {
 
 /// Runs `n` results of one kind back to back from t0 and returns the transition they cause.
 fn run_to_transition(dialect: Dialect, timing: ProbeTiming, success: bool, rt: Duration) -> Transition {
-    let mut tracker = Tracker::from_dialect(dialect, timing).unwrap();
+    let mut tracker = Tracker::new(dialect.default_thresholds(), timing);
     // Start somewhere arbitrary: the windows are relative to the first probe of the run.
     let mut prober = VirtualProber::new(timing, 1_234_567_890);
     if !success {
@@ -200,7 +200,7 @@ fn run_to_transition(dialect: Dialect, timing: ProbeTiming, success: bool, rt: D
 
 #[test]
 fn worked_example_lb_fail_19s() {
-    let t = run_to_transition(Dialect::LB_DEFAULT, timing(2 * S, 5 * S), false, MS);
+    let t = run_to_transition(Dialect::Lb, timing(2 * S, 5 * S), false, MS);
     assert_eq!(t.to, HealthState::Unhealthy);
     assert_eq!(t.measured_window, 19 * S);
     assert_eq!(t.formula_window, 19 * S);
@@ -208,7 +208,7 @@ fn worked_example_lb_fail_19s() {
 
 #[test]
 fn worked_example_lb_success_7s() {
-    let t = run_to_transition(Dialect::LB_DEFAULT, timing(2 * S, 5 * S), true, S);
+    let t = run_to_transition(Dialect::Lb, timing(2 * S, 5 * S), true, S);
     assert_eq!((t.from, t.to), (HealthState::CheckingEndpoint, HealthState::Healthy));
     assert_eq!(t.measured_window, 7 * S);
     assert_eq!(t.formula_window, 7 * S);
@@ -217,20 +217,20 @@ fn worked_example_lb_success_7s() {
 #[test]
 fn worked_example_ga_13s_and_7s() {
     let ga = timing(2 * S, 3 * S);
-    let down = run_to_transition(Dialect::GA_DEFAULT, ga, false, MS);
+    let down = run_to_transition(Dialect::Ga, ga, false, MS);
     assert_eq!((down.measured_window, down.formula_window), (13 * S, 13 * S));
-    let up = run_to_transition(Dialect::GA_DEFAULT, ga, true, S);
+    let up = run_to_transition(Dialect::Ga, ga, true, S);
     assert_eq!((up.measured_window, up.formula_window), (7 * S, 7 * S));
 }
 
 #[test]
 fn worked_example_tm_degraded_at_the_fourth_failure() {
     let tm = timing(30 * S, 10 * S);
-    let t = run_to_transition(Dialect::TM_DEFAULT, tm, false, MS);
+    let t = run_to_transition(Dialect::Tm, tm, false, MS);
     assert_eq!(t.run.len(), 4);
     assert_eq!((t.measured_window, t.formula_window), (130 * S, 130 * S));
     // And one success brings it back.
-    let mut tracker = Tracker::from_dialect(Dialect::TM_DEFAULT, tm).unwrap();
+    let mut tracker = Tracker::new(Dialect::Tm.default_thresholds(), tm);
     let mut prober = VirtualProber::new(tm, 0);
     assert_eq!(transitions_after(&mut tracker, &mut prober, false, 4), Some(4));
     assert_eq!(transitions_after(&mut tracker, &mut prober, true, 1), Some(1));

@@ -224,18 +224,8 @@ struct Check<K, O> {
     key: K,
     owners: Owners<O>,
     params: CheckParams,
-    enabled: bool,
-    always_serve: bool,
     /// Handed out by `pop_due` and not yet `completed`; never in the wheel meanwhile.
     in_flight: bool,
-    /// One gap after the last probe finished: a quick disable/enable must not probe sooner.
-    not_before_ns: u64,
-}
-
-impl<K, O> Check<K, O> {
-    fn probed(&self) -> bool {
-        self.enabled && !self.always_serve
-    }
 }
 
 #[derive(Debug)]
@@ -285,7 +275,7 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
         self.live == 0
     }
 
-    /// Number of checks waiting in the wheel (neither in flight, disabled nor always-serve).
+    /// Number of checks waiting in the wheel (not in flight).
     pub fn scheduled(&self) -> usize {
         self.wheel.len()
     }
@@ -311,10 +301,7 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
             key: key.clone(),
             owners: Owners::One(owner),
             params,
-            enabled: true,
-            always_serve: false,
             in_flight: false,
-            not_before_ns: 0,
         });
         self.by_key.insert(key, index);
         self.live += 1;
@@ -367,18 +354,6 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
         self.wheel.due(id.index)
     }
 
-    /// Enables or disables probing. Re-enabling starts afresh, spread over the interval from
-    /// `now_ns` but never sooner than one gap after the last probe finished (the caller also
-    /// resets the target's tracker to CheckingEndpoint).
-    pub fn set_enabled(&mut self, id: CheckId, enabled: bool, now_ns: u64) -> Result<(), ScheduleError> {
-        self.update(id, now_ns, |c| c.enabled = enabled)
-    }
-
-    /// Always-serve checks are not probed (the endpoint is Unmonitored and stays eligible).
-    pub fn set_always_serve(&mut self, id: CheckId, always_serve: bool, now_ns: u64) -> Result<(), ScheduleError> {
-        self.update(id, now_ns, |c| c.always_serve = always_serve)
-    }
-
     /// The earliest time at which `pop_due` will hand out a check. It walks the first occupied
     /// wheel slot, so a driver should wake at most once per tick and pop the whole tick.
     pub fn next_due(&self) -> Option<u64> {
@@ -408,9 +383,11 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
     }
 
     /// Reports that the probe handed out by `pop_due` finished at `finished_ns` (answer or
-    /// timeout); the next one is due one gap for `cadence` later. Returns that due time, or
-    /// `None` when the check was disabled or set to always-serve meanwhile.
-    pub fn completed(&mut self, id: CheckId, finished_ns: u64, cadence: Cadence) -> Result<Option<u64>, ScheduleError> {
+    /// timeout); the next one is due one gap for `cadence` later. Returns that due time.
+    ///
+    /// A disabled or always-serve endpoint is not paused here: its owner removes it, so the
+    /// scheduler only ever holds checks that are probed.
+    pub fn completed(&mut self, id: CheckId, finished_ns: u64, cadence: Cadence) -> Result<u64, ScheduleError> {
         let check = self.check_mut(id)?;
         if !check.in_flight {
             return Err(ScheduleError::NotInFlight { id });
@@ -418,38 +395,17 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
         check.in_flight = false;
         let params = check.params;
         let gap = nanos(params.gap(cadence));
-        check.not_before_ns = finished_ns.saturating_add(gap);
-        if !check.probed() {
-            return Ok(None);
-        }
         let jitter = self
             .rng
             .below(gap.saturating_mul(u64::from(params.jitter_percent)) / 100);
         let due = finished_ns.saturating_add(gap).saturating_add(jitter);
         self.wheel.insert(id.index, due);
-        Ok(Some(due))
-    }
-
-    fn update(&mut self, id: CheckId, now_ns: u64, change: impl FnOnce(&mut Check<K, O>)) -> Result<(), ScheduleError> {
-        let check = self.check_mut(id)?;
-        let was = check.probed();
-        change(check);
-        let now = check.probed();
-        // In flight, `completed` decides: it reschedules only if the check is probed by then.
-        if was == now || check.in_flight {
-            return Ok(());
-        }
-        if now {
-            self.schedule_first(id.index, now_ns);
-        } else {
-            self.wheel.remove(id.index);
-        }
-        Ok(())
+        Ok(due)
     }
 
     fn schedule_first(&mut self, index: u32, now_ns: u64) {
         let check = self.entries[index as usize].check.as_ref().expect("live");
-        let (params, not_before) = (check.params, check.not_before_ns);
+        let params = check.params;
         let interval = nanos(params.interval);
         let offset = if self.config.spread_first {
             self.spread = self.spread.wrapping_add(GOLDEN_GAMMA);
@@ -459,7 +415,7 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
         };
         let jitter = self.rng.below(nanos(params.initial_jitter));
         let due = now_ns.saturating_add(offset).saturating_add(jitter);
-        self.wheel.insert(index, due.max(not_before));
+        self.wheel.insert(index, due);
     }
 
     fn allocate(&mut self) -> Result<u32, ScheduleError> {

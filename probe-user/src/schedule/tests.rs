@@ -1,6 +1,6 @@
 //! Scheduler tests on a virtual clock: spacing, spread, cadences, dedupe, enable/disable, scale.
 use super::*;
-use crate::health::{Dialect, HealthState, Observation, ProbeTiming, Tracker};
+use crate::health::{HealthState, Observation, ProbeTiming, Thresholds, Tracker};
 use std::{
     cmp::Reverse,
     collections::{BinaryHeap, HashMap, HashSet},
@@ -150,8 +150,8 @@ fn cadence_picks_fastinter_downinter_or_interval() {
         sched.pop_due(now, &mut out);
         out.sort();
         assert_eq!(out, [plain, tuned]);
-        assert_eq!(sched.completed(plain, now, cadence), Ok(Some(now + plain_gap * MS)));
-        assert_eq!(sched.completed(tuned, now, cadence), Ok(Some(now + tuned_gap * MS)));
+        assert_eq!(sched.completed(plain, now, cadence), Ok(now + plain_gap * MS));
+        assert_eq!(sched.completed(tuned, now, cadence), Ok(now + tuned_gap * MS));
     }
 }
 
@@ -171,7 +171,7 @@ fn fail_window_through_the_scheduler(params: CheckParams, timeout_ms: u64) -> (D
         interval: params.interval,
         timeout: ms(timeout_ms),
     };
-    let mut tracker = Tracker::from_dialect(Dialect::LB_DEFAULT, timing).unwrap();
+    let mut tracker = Tracker::new(Thresholds::default(), timing);
     let mut sched = sched();
     let id = sched.add("lb", 7, params, 0).unwrap();
     let mut out = Vec::new();
@@ -253,7 +253,7 @@ fn identical_checks_are_scheduled_once_and_owned_by_all() {
     let c = sched.add("profile-c", 443, params, 0).unwrap();
     assert_ne!(c, a);
     assert_eq!(
-        sched.set_enabled(a, false, 0),
+        sched.completed(a, 0, Cadence::Steady),
         Err(ScheduleError::UnknownCheck { id: a })
     );
 }
@@ -286,65 +286,11 @@ fn completing_twice_is_refused() {
     );
     let mut out = Vec::new();
     sched.pop_due(S, &mut out);
-    assert!(sched.completed(id, S, Cadence::Steady).unwrap().is_some());
+    assert_eq!(sched.completed(id, S, Cadence::Steady), Ok(S + 100 * MS));
     assert_eq!(
         sched.completed(id, S, Cadence::Steady),
         Err(ScheduleError::NotInFlight { id })
     );
-}
-
-#[test]
-fn disabled_and_always_serve_checks_are_not_probed() {
-    let mut sched = sched();
-    let on = sched.add("o", 1, CheckParams::new(ms(100)), 0).unwrap();
-    let off = sched.add("o", 2, CheckParams::new(ms(100)), 0).unwrap();
-    let serve = sched.add("o", 3, CheckParams::new(ms(100)), 0).unwrap();
-    sched.set_enabled(off, false, 0).unwrap();
-    sched.set_always_serve(serve, true, 0).unwrap();
-    assert_eq!(sched.scheduled(), 1);
-    let probes = drive(&mut sched, 5 * S, |_, _| MS);
-    assert_eq!(probes.keys().collect::<Vec<_>>(), [&on]);
-
-    // Re-enabled, each is probed again within one interval.
-    sched.set_enabled(off, true, 5 * S).unwrap();
-    sched.set_always_serve(serve, false, 5 * S).unwrap();
-    for id in [off, serve] {
-        let due = sched.due(id).unwrap();
-        assert!((5 * S..5 * S + 100 * MS).contains(&due), "{id} due at {due}");
-    }
-}
-
-#[test]
-fn disabling_during_a_probe_stops_rescheduling_and_reenabling_does_not_double_book() {
-    let mut sched = sched();
-    let id = sched.add("o", 1, CheckParams::new(ms(100)), 0).unwrap();
-    let mut out = Vec::new();
-    sched.pop_due(S, &mut out);
-    sched.set_enabled(id, false, S).unwrap();
-    assert_eq!(sched.completed(id, S + MS, Cadence::Steady), Ok(None));
-    assert_eq!(sched.next_due(), None);
-
-    sched.set_enabled(id, true, 2 * S).unwrap();
-    out.clear();
-    sched.pop_due(3 * S, &mut out);
-    assert_eq!(out, [id]);
-    // Off and on again while in flight: still exactly one outstanding probe.
-    sched.set_enabled(id, false, 3 * S).unwrap();
-    sched.set_enabled(id, true, 3 * S).unwrap();
-    assert_eq!(sched.scheduled(), 0);
-    assert_eq!(sched.completed(id, 3 * S, Cadence::Steady), Ok(Some(3 * S + 100 * MS)));
-}
-
-#[test]
-fn a_quick_disable_and_enable_does_not_probe_sooner_than_one_interval() {
-    let mut sched = sched();
-    let id = sched.add("o", 1, CheckParams::new(ms(100)), 0).unwrap();
-    let mut out = Vec::new();
-    sched.pop_due(S, &mut out);
-    sched.completed(id, S, Cadence::Steady).unwrap();
-    sched.set_enabled(id, false, S).unwrap();
-    sched.set_enabled(id, true, S + MS).unwrap();
-    assert_eq!(sched.due(id), Some(S + 100 * MS));
 }
 
 #[test]
@@ -475,7 +421,6 @@ mod properties {
     enum Op {
         Add(u32, &'static str),
         Remove(u32, &'static str),
-        Enable(u32, bool),
         Advance(u64),
     }
 
@@ -484,7 +429,6 @@ mod properties {
         prop_oneof![
             (0u32..12, owner.clone()).prop_map(|(k, o)| Op::Add(k, o)),
             (0u32..12, owner).prop_map(|(k, o)| Op::Remove(k, o)),
-            (0u32..12, any::<bool>()).prop_map(|(k, e)| Op::Enable(k, e)),
             (0u64..400).prop_map(|ms| Op::Advance(ms * MS)),
         ]
     }
@@ -492,17 +436,16 @@ mod properties {
     /// What the test knows about one check.
     #[derive(Default)]
     struct Seen {
-        enabled: bool,
         finishing_at: Option<u64>,
         last_finished: Option<u64>,
     }
 
     proptest! {
-        /// Whatever the sequence of registrations, removals, toggles and time steps: a check is
-        /// handed out only when live, enabled and idle, and never sooner than one interval
-        /// after its previous probe finished.
+        /// Whatever the sequence of registrations, removals and time steps: a check is handed
+        /// out only when live and idle, and never sooner than one interval after its previous
+        /// probe finished.
         #[test]
-        fn scheduler_never_double_books_or_probes_the_disabled(ops in proptest::collection::vec(op(), 0..150)) {
+        fn scheduler_never_double_books(ops in proptest::collection::vec(op(), 0..150)) {
             let interval = 100 * MS;
             let mut sched = sched();
             let mut seen: HashMap<CheckId, Seen> = HashMap::new();
@@ -512,7 +455,7 @@ mod properties {
                 match op {
                     Op::Add(key, owner) => {
                         let id = sched.add(owner, key, CheckParams::new(ms(100)), now).unwrap();
-                        seen.entry(id).or_insert(Seen { enabled: true, ..Seen::default() });
+                        seen.entry(id).or_default();
                     }
                     Op::Remove(key, owner) => {
                         if let Some(id) = sched.lookup(&key) {
@@ -521,12 +464,6 @@ mod properties {
                             if sched.key(id).is_none() {
                                 seen.remove(&id);
                             }
-                        }
-                    }
-                    Op::Enable(key, enabled) => {
-                        if let Some(id) = sched.lookup(&key) {
-                            sched.set_enabled(id, enabled, now).unwrap();
-                            seen.get_mut(&id).unwrap().enabled = enabled;
                         }
                     }
                     Op::Advance(by) => {
@@ -544,14 +481,13 @@ mod properties {
                                     s.finishing_at = None;
                                     s.last_finished = Some(now);
                                     let next = sched.completed(id, now, Cadence::Steady).unwrap();
-                                    prop_assert_eq!(next.is_some(), s.enabled);
+                                    prop_assert_eq!(next, now + interval);
                                 }
                             }
                             out.clear();
                             sched.pop_due(now, &mut out);
                             for id in &out {
                                 let s = seen.get_mut(id).expect("only live checks are handed out");
-                                prop_assert!(s.enabled, "{} handed out while disabled", id);
                                 prop_assert!(s.finishing_at.is_none(), "{} handed out while in flight", id);
                                 if let Some(last) = s.last_finished {
                                     prop_assert!(now >= last + interval, "{} probed too soon", id);

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::{CheckSlot, Inflight, Runner, SlotCache};
 use crate::{
-    daemon::probe::{ProbeKind, ProbeReport},
+    daemon::checks::{ProbeKind, ProbeReport},
     engine::L4Request,
     schedule::CheckId,
 };

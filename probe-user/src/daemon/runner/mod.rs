@@ -17,11 +17,11 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::{
     changes::Bus,
+    checks::{http::HttpProber, ProbeKind, ProbeReport},
     control::Command,
     events::{EventSink, EventWriter, QUEUE_CAPACITY},
     metrics::RunnerMetrics,
     ports::{L4Port, Ports},
-    probe::{http::HttpProber, ProbeKind, ProbeReport},
     state::{self, SavedTarget},
     table::{self, OwnerId, Table},
     DaemonError, Options,
@@ -47,7 +47,7 @@ const SAVE_EVERY_NS: u64 = 1_000_000_000;
 #[derive(Clone)]
 pub(crate) struct SchedKey {
     key: String,
-    spec: Arc<super::probe::CheckSpec>,
+    spec: Arc<super::checks::CheckSpec>,
 }
 
 impl PartialEq for SchedKey {

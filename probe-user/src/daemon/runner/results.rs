@@ -9,7 +9,7 @@ use crate::{
     config::Protocol,
     daemon::{
         changes::{ChangeKind, RunResult, TransitionDetail},
-        probe::ProbeReport,
+        checks::ProbeReport,
         views::LastResult,
     },
     engine::L4Result,

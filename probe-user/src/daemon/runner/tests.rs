@@ -371,11 +371,14 @@ fn reload_carries_state_over_and_publishes_what_changed() {
         ]
     );
     h.changes();
-    // A configuration that cannot be applied changes nothing, and says why.
+    // A configuration that cannot be applied changes nothing, and says why: here its events
+    // file cannot be opened (its directory would be under a regular file).
     let mut bad = parse(&config_text(&h.dir, &[("a", 80)]));
-    bad.profiles[0].health.thresholds.healthy = 0;
+    let blocker = h.dir.join("not-a-dir");
+    std::fs::write(&blocker, "").unwrap();
+    bad.daemon.events = crate::config::EventsOutput::File(blocker.join("events.jsonl"));
     let err = h.runner.reload(Some(bad)).unwrap_err().to_string();
-    assert!(err.contains("healthy_threshold = 0"), "{err}");
+    assert!(err.contains("create the events directory"), "{err}");
     assert!(h.runner.table.find("web", "d").is_some(), "the running table stays");
     assert!(h.changes().is_empty());
     h.run_for(4000, OPEN);

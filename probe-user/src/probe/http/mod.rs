@@ -2,6 +2,7 @@
 //! HTTP/1.1 client, TLS by rustls, one deadline for connect, handshake and response head.
 //!
 //! `HttpCheck` (request.rs) says what to send and expect; `HttpProber` runs it.
+pub mod error;
 pub mod request;
 pub mod status;
 pub mod tls;
@@ -20,9 +21,12 @@ use hyper::{body::Incoming, client::conn::http1::SendRequest, header, Request, R
 use hyper_util::rt::TokioIo;
 use tokio::{net::TcpStream, task::JoinHandle, time::Instant};
 
-pub use request::{Dialect, HttpCheck, HttpCheckError, HttpCheckSpec, Method, Scheme};
+pub use error::HttpCheckError;
+pub use request::{HttpCheck, HttpCheckParts, HttpCheckSpec, Scheme};
 pub use status::StatusSet;
 pub use tls::TlsVerify;
+
+pub use crate::rules::{Dialect, Method};
 
 /// Idle connections kept per target in keep-alive mode; probes to one target are
 /// sequential, so more than two would only hold sockets open on the backend.
@@ -282,8 +286,11 @@ impl HttpProber {
 
     fn request(&self, target: SocketAddr, check: &HttpCheck) -> Request<Empty<Bytes>> {
         let mut req = Request::new(Empty::new());
-        *req.method_mut() = check.method().as_hyper();
-        *req.uri_mut() = check.path().parse().expect("validated path is a valid request target");
+        *req.method_mut() = match check.method() {
+            Method::Head => hyper::Method::HEAD,
+            Method::Get => hyper::Method::GET,
+        };
+        *req.uri_mut() = check.uri().clone();
         let h = req.headers_mut();
         let host = check.host_header(target);
         h.insert(

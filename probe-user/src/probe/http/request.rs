@@ -1,72 +1,19 @@
-//! What one HTTP(S) check sends and expects: the validated `HttpCheck`, built from the
-//! operator's textual settings, and the rules that reject a bad setting before it is used.
-use std::{fmt, net::SocketAddr, str::FromStr, time::Duration};
+//! What one HTTP(S) check sends and expects: `HttpCheck`, built from typed values
+//! (`HttpCheckParts`, what the resolved config hands over), and `HttpCheckSpec`, the command
+//! line's front door that parses its strings into those same values.
+use std::{fmt, net::SocketAddr, time::Duration};
 
 use hyper::header::{HeaderName, HeaderValue};
 
-use super::{status::StatusSet, tls::TlsVerify};
+use super::{error::HttpCheckError, status::StatusSet, tls::TlsVerify};
+use crate::rules::{check_header_level, Dialect, Header, HostName, HttpPath, Method, RuleError, StatusRange};
 
-/// Both header levels hold at most this many pairs (tm).
-pub const MAX_HEADERS: usize = 8;
-/// SPEC: a path is 1-80 characters.
-pub const MAX_PATH_LEN: usize = 80;
 /// How much of a body a GET reads, by default, looking for `expect_body`.
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
 /// The most a check may read; a health check is not a download.
 pub const MAX_BODY_LIMIT: usize = 1024 * 1024;
 /// The longest accepted timeout; longer than any dialect allows, short enough to catch typos.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
-const PATH_PUNCTUATION: &str = "-/.%?#&_;~!()*[]@$^:',+";
-/// Headers the prober sets itself: a custom value would break framing or the close policy.
-const RESERVED_HEADERS: [&str; 5] = ["content-length", "transfer-encoding", "connection", "upgrade", "te"];
-
-/// A configuration value that is not allowed: names the field, the value and what is allowed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum HttpCheckError {
-    #[error("{field} {value:?} is not allowed: {allowed}")]
-    Invalid {
-        field: &'static str,
-        value: String,
-        allowed: String,
-    },
-    #[error("{field} {path:?}: {reason}")]
-    Roots {
-        field: &'static str,
-        path: String,
-        reason: String,
-    },
-}
-
-impl HttpCheckError {
-    pub(crate) fn invalid(field: &'static str, value: impl Into<String>, allowed: impl Into<String>) -> Self {
-        Self::Invalid {
-            field,
-            value: value.into(),
-            allowed: allowed.into(),
-        }
-    }
-}
-
-/// Which product's rules fill in the defaults.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Dialect {
-    /// The load balancer: HEAD, healthy = 2xx and 3xx.
-    #[default]
-    Lb,
-    /// The traffic manager: GET, healthy = 200 only.
-    Tm,
-}
-
-impl FromStr for Dialect {
-    type Err = HttpCheckError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_lowercase().as_str() {
-            "lb" => Ok(Self::Lb),
-            "tm" => Ok(Self::Tm),
-            _ => Err(HttpCheckError::invalid("dialect", s, "lb or tm")),
-        }
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Scheme {
@@ -92,47 +39,27 @@ impl fmt::Display for Scheme {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Method {
-    Head,
-    Get,
+/// Everything a check is made of, as typed values that already passed the shared rules.
+#[derive(Clone, Debug)]
+pub struct HttpCheckParts {
+    pub scheme: Scheme,
+    pub method: Method,
+    pub path: HttpPath,
+    /// Sent as the Host header (and used as the TLS name) instead of the target IP.
+    pub host: Option<HostName>,
+    pub profile_headers: Vec<Header>,
+    /// They replace profile headers of the same name.
+    pub endpoint_headers: Vec<Header>,
+    pub status: Vec<StatusRange>,
+    /// A substring the body must contain (GET only).
+    pub body_match: Option<String>,
+    pub body_limit: usize,
+    pub timeout: Duration,
+    pub tls: TlsVerify,
 }
 
-impl Method {
-    pub fn default_for(dialect: Dialect) -> Self {
-        match dialect {
-            Dialect::Lb => Self::Head,
-            Dialect::Tm => Self::Get,
-        }
-    }
-
-    pub(crate) fn as_hyper(self) -> hyper::Method {
-        match self {
-            Self::Head => hyper::Method::HEAD,
-            Self::Get => hyper::Method::GET,
-        }
-    }
-}
-
-impl FromStr for Method {
-    type Err = HttpCheckError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_uppercase().as_str() {
-            "HEAD" => Ok(Self::Head),
-            "GET" => Ok(Self::Get),
-            _ => Err(HttpCheckError::invalid("method", s, "HEAD or GET")),
-        }
-    }
-}
-
-impl fmt::Display for Method {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_hyper().as_str())
-    }
-}
-
-/// The operator's settings for one check, as written in a profile or on the command line.
-/// `HttpCheck::new` validates them; `None` means the dialect's default.
+/// The command line's settings for one check, as typed by the operator; `None` means the
+/// dialect's default. `HttpCheck::new` parses them with the rules the config reader uses.
 #[derive(Clone, Debug)]
 pub struct HttpCheckSpec {
     pub scheme: Scheme,
@@ -141,9 +68,9 @@ pub struct HttpCheckSpec {
     pub path: Option<String>,
     /// Sent as the Host header (and used as SNI) instead of the target IP.
     pub domain: Option<String>,
-    /// `name:value` pairs from the profile.
+    /// `name:value` pairs of the first level.
     pub profile_headers: Vec<String>,
-    /// `name:value` pairs from the endpoint; they replace profile headers of the same name.
+    /// `name:value` pairs that replace profile headers of the same name.
     pub endpoint_headers: Vec<String>,
     pub expect_status: Option<String>,
     /// A substring the body must contain (GET only).
@@ -170,15 +97,63 @@ impl HttpCheckSpec {
             tls: TlsVerify::Presented,
         }
     }
+
+    /// The typed values, defaults filled in from the dialect.
+    pub fn parts(&self) -> Result<HttpCheckParts, HttpCheckError> {
+        let method = match &self.method {
+            Some(m) => m.parse()?,
+            None => Method::default_for(self.dialect),
+        };
+        let path = match &self.path {
+            Some(p) => HttpPath::parse(p)?,
+            None => HttpPath::root(),
+        };
+        let host = self
+            .domain
+            .as_deref()
+            .map(HostName::parse)
+            .transpose()
+            .map_err(|e| e.in_field("domain"))?;
+        let status = match &self.expect_status {
+            Some(s) => StatusSet::parse("expect_status", s)?.ranges().to_vec(),
+            None => self.dialect.default_status().to_vec(),
+        };
+        Ok(HttpCheckParts {
+            scheme: self.scheme,
+            method,
+            path,
+            host,
+            profile_headers: header_level("profile_headers", &self.profile_headers)?,
+            endpoint_headers: header_level("endpoint_headers", &self.endpoint_headers)?,
+            status,
+            body_match: self.expect_body.clone(),
+            body_limit: self.body_limit.unwrap_or(DEFAULT_BODY_LIMIT),
+            timeout: self.timeout,
+            tls: self.tls.clone(),
+        })
+    }
 }
 
-/// A validated HTTP(S) check: nothing in it can fail at probe time except the network.
+/// Parses one level of `name:value` pairs; errors carry the level's name.
+fn header_level(field: &'static str, pairs: &[String]) -> Result<Vec<Header>, RuleError> {
+    let headers = pairs
+        .iter()
+        .map(|p| Header::parse(p))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.in_field(field))?;
+    check_header_level(&headers).map_err(|e| e.in_field(field))?;
+    Ok(headers)
+}
+
+/// A ready HTTP(S) check: nothing in it can fail at probe time except the network.
 #[derive(Clone, Debug)]
 pub struct HttpCheck {
     scheme: Scheme,
     method: Method,
-    path: String,
-    domain: Option<String>,
+    path: HttpPath,
+    /// The path as hyper's request target, converted once.
+    uri: hyper::Uri,
+    domain: Option<HostName>,
     /// Merged headers, endpoint over profile; a custom Host is kept apart.
     headers: Vec<(HeaderName, HeaderValue)>,
     host_override: Option<String>,
@@ -190,82 +165,80 @@ pub struct HttpCheck {
 }
 
 impl HttpCheck {
+    /// The command line's way in: parses `spec`, then builds as `from_parts` does.
     pub fn new(spec: &HttpCheckSpec) -> Result<Self, HttpCheckError> {
-        let method = match &spec.method {
-            Some(m) => m.parse()?,
-            None => Method::default_for(spec.dialect),
-        };
-        let path = match &spec.path {
-            Some(p) => validate_path(p)?.to_string(),
-            None => "/".to_string(),
-        };
-        let domain = spec.domain.as_deref().map(validate_domain).transpose()?;
-        let profile = parse_headers("profile_headers", &spec.profile_headers)?;
-        let endpoint = parse_headers("endpoint_headers", &spec.endpoint_headers)?;
-        let mut headers = profile;
-        for (name, value) in endpoint {
-            headers.retain(|(n, _)| *n != name);
-            headers.push((name, value));
-        }
+        Self::from_parts(spec.parts()?)
+    }
+
+    /// Builds a check from typed values. Only what the prober alone knows is checked here
+    /// (header levels as a whole, body, timeout); each value passed its own rule when it was made.
+    pub fn from_parts(p: HttpCheckParts) -> Result<Self, HttpCheckError> {
+        check_header_level(&p.profile_headers).map_err(|e| e.in_field("profile_headers"))?;
+        check_header_level(&p.endpoint_headers).map_err(|e| e.in_field("endpoint_headers"))?;
         let mut host_override = None;
-        headers.retain(|(n, v)| {
-            if *n == hyper::header::HOST {
-                // Validated as visible ASCII by parse_headers.
-                host_override = Some(v.to_str().unwrap_or_default().to_string());
-                false
+        let mut headers = Vec::new();
+        let kept = p
+            .profile_headers
+            .iter()
+            .filter(|h| !p.endpoint_headers.iter().any(|e| e.same_name(h.name())));
+        for h in kept.chain(&p.endpoint_headers) {
+            if h.is_host() {
+                host_override = Some(h.value().to_string());
             } else {
-                true
+                headers.push(wire_header(h)?);
             }
-        });
-        let status = match &spec.expect_status {
-            Some(s) => StatusSet::parse("expect_status", s)?,
-            None => StatusSet::default_for(spec.dialect),
-        };
-        let body_limit = spec.body_limit.unwrap_or(DEFAULT_BODY_LIMIT);
-        if body_limit == 0 || body_limit > MAX_BODY_LIMIT {
+        }
+        let uri = p
+            .path
+            .as_str()
+            .parse::<hyper::Uri>()
+            .map_err(|e| HttpCheckError::invalid("path", p.path.as_str(), format!("a request target ({e})")))?;
+        let status = StatusSet::new(p.status)?;
+        if p.body_limit == 0 || p.body_limit > MAX_BODY_LIMIT {
             return Err(HttpCheckError::invalid(
                 "body_limit",
-                body_limit.to_string(),
+                p.body_limit.to_string(),
                 format!("1-{MAX_BODY_LIMIT} bytes"),
             ));
         }
-        let expect_body = match &spec.expect_body {
+        let expect_body = match p.body_match {
             None => None,
-            Some(b) if method != Method::Get => {
+            Some(b) if p.method != Method::Get => {
                 return Err(HttpCheckError::invalid(
                     "expect_body",
                     b,
                     "only with method GET (HEAD has no body)",
                 ))
             }
-            Some(b) if b.is_empty() || b.len() > body_limit => {
+            Some(b) if b.is_empty() || b.len() > p.body_limit => {
                 return Err(HttpCheckError::invalid(
                     "expect_body",
                     b,
-                    format!("1 to body_limit ({body_limit}) bytes"),
+                    format!("1 to body_limit ({}) bytes", p.body_limit),
                 ))
             }
-            Some(b) => Some(b.as_bytes().to_vec()),
+            Some(b) => Some(b.into_bytes()),
         };
-        if spec.timeout.is_zero() || spec.timeout > MAX_TIMEOUT {
+        if p.timeout.is_zero() || p.timeout > MAX_TIMEOUT {
             return Err(HttpCheckError::invalid(
                 "timeout",
-                format!("{:?}", spec.timeout),
+                format!("{:?}", p.timeout),
                 format!("more than 0 and at most {}s", MAX_TIMEOUT.as_secs()),
             ));
         }
         Ok(Self {
-            scheme: spec.scheme,
-            method,
-            path,
-            domain,
+            scheme: p.scheme,
+            method: p.method,
+            path: p.path,
+            uri,
+            domain: p.host,
             headers,
             host_override,
             status,
             expect_body,
-            body_limit,
-            timeout: spec.timeout,
-            tls: spec.tls.clone(),
+            body_limit: p.body_limit,
+            timeout: p.timeout,
+            tls: p.tls,
         })
     }
 
@@ -276,7 +249,10 @@ impl HttpCheck {
         self.method
     }
     pub fn path(&self) -> &str {
-        &self.path
+        self.path.as_str()
+    }
+    pub(crate) fn uri(&self) -> &hyper::Uri {
+        &self.uri
     }
     pub fn status(&self) -> &StatusSet {
         &self.status
@@ -301,8 +277,8 @@ impl HttpCheck {
     /// The Host header for `target`: a custom Host header, else the domain, else the target
     /// IP with `:port` when the port is not the scheme's default (IPv6 in brackets).
     pub fn host_header(&self, target: SocketAddr) -> String {
-        if let Some(h) = self.host_override.as_ref().or(self.domain.as_ref()) {
-            return h.clone();
+        if let Some(h) = self.custom_host() {
+            return h.to_string();
         }
         let ip = match target {
             SocketAddr::V4(a) => a.ip().to_string(),
@@ -315,11 +291,17 @@ impl HttpCheck {
         }
     }
 
+    fn custom_host(&self) -> Option<&str> {
+        self.host_override
+            .as_deref()
+            .or(self.domain.as_ref().map(HostName::as_str))
+    }
+
     /// The TLS server name: the host part of the Host header when it is a DNS name, else the
     /// target IP (which rustls never sends as SNI, but strict mode checks it against the
     /// certificate's IP addresses).
     pub fn server_name(&self, target: SocketAddr) -> rustls_pki_types::ServerName<'static> {
-        let named = self.host_override.as_ref().or(self.domain.as_ref()).and_then(|h| {
+        let named = self.custom_host().and_then(|h| {
             let host = host_part(h);
             if host.parse::<std::net::IpAddr>().is_ok() {
                 return None;
@@ -333,6 +315,17 @@ impl HttpCheck {
     }
 }
 
+/// A header as hyper sends it; the shared rules admit only what converts, so an error here
+/// means those rules and hyper disagree.
+fn wire_header(h: &Header) -> Result<(HeaderName, HeaderValue), HttpCheckError> {
+    let bad = |e: &dyn std::error::Error| {
+        HttpCheckError::invalid("headers", h.to_string(), format!("a header hyper can send ({e})"))
+    };
+    let name = HeaderName::from_bytes(h.name().as_bytes()).map_err(|e| bad(&e))?;
+    let value = HeaderValue::from_str(h.value()).map_err(|e| bad(&e))?;
+    Ok((name, value))
+}
+
 /// `name`, `name:port`, `[v6]` or `[v6]:port` without the port and brackets.
 fn host_part(h: &str) -> &str {
     if let Some(rest) = h.strip_prefix('[') {
@@ -342,101 +335,6 @@ fn host_part(h: &str) -> &str {
         Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !host.contains(':') => host,
         _ => h,
     }
-}
-
-/// SPEC (ga): 1-80 characters, a leading `/`, letters, digits and a fixed punctuation set.
-pub fn validate_path(path: &str) -> Result<&str, HttpCheckError> {
-    let ok = (1..=MAX_PATH_LEN).contains(&path.len())
-        && path.starts_with('/')
-        && path
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || PATH_PUNCTUATION.contains(c))
-        // Belt and braces: the request line is built from it.
-        && path.parse::<hyper::Uri>().is_ok();
-    if ok {
-        Ok(path)
-    } else {
-        Err(HttpCheckError::invalid(
-            "path",
-            path,
-            format!("1-{MAX_PATH_LEN} characters starting with '/', letters, digits and {PATH_PUNCTUATION}"),
-        ))
-    }
-}
-
-/// A DNS name (labels of letters, digits and `-`) or an IP literal, 1-253 characters.
-fn validate_domain(d: &str) -> Result<String, HttpCheckError> {
-    let allowed = "a DNS name (letters, digits, '-' and '.', at most 253 characters) or an IP address; no '*'";
-    let is_ip = d.parse::<std::net::IpAddr>().is_ok();
-    let is_name = (1..=253).contains(&d.len())
-        && d.trim_end_matches('.').split('.').all(|l| {
-            (1..=63).contains(&l.len())
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        });
-    if is_ip || is_name {
-        Ok(d.to_string())
-    } else {
-        Err(HttpCheckError::invalid("domain", d, allowed))
-    }
-}
-
-/// Parses up to `MAX_HEADERS` `name:value` pairs of one level.
-fn parse_headers(field: &'static str, pairs: &[String]) -> Result<Vec<(HeaderName, HeaderValue)>, HttpCheckError> {
-    if pairs.len() > MAX_HEADERS {
-        return Err(HttpCheckError::invalid(
-            field,
-            pairs.join(", "),
-            format!("at most {MAX_HEADERS} name:value pairs"),
-        ));
-    }
-    let mut out: Vec<(HeaderName, HeaderValue)> = Vec::with_capacity(pairs.len());
-    for pair in pairs {
-        let (name, value) = parse_header(field, pair)?;
-        if out.iter().any(|(n, _)| *n == name) {
-            return Err(HttpCheckError::invalid(field, pair, "each header name once per level"));
-        }
-        out.push((name, value));
-    }
-    Ok(out)
-}
-
-/// One `name:value` pair: a token name (not one the prober sets itself) and a value of
-/// visible ASCII and spaces; a Host value may not contain `*`.
-pub fn parse_header(field: &'static str, pair: &str) -> Result<(HeaderName, HeaderValue), HttpCheckError> {
-    let Some((name, value)) = pair.split_once(':') else {
-        return Err(HttpCheckError::invalid(field, pair, "name:value"));
-    };
-    let (name, value) = (name.trim(), value.trim());
-    let name = HeaderName::from_bytes(name.as_bytes())
-        .map_err(|_| HttpCheckError::invalid(field, pair, "a header name made of token characters"))?;
-    if RESERVED_HEADERS.contains(&name.as_str()) {
-        return Err(HttpCheckError::invalid(
-            field,
-            pair,
-            format!(
-                "any header except {} (the prober sets them)",
-                RESERVED_HEADERS.join(", ")
-            ),
-        ));
-    }
-    let visible = value
-        .bytes()
-        .all(|b| b == b' ' || b == b'\t' || (0x21..0x7f).contains(&b));
-    if value.is_empty() || !visible {
-        return Err(HttpCheckError::invalid(
-            field,
-            pair,
-            "a non-empty value of visible ASCII characters and spaces",
-        ));
-    }
-    if name == hyper::header::HOST && value.contains('*') {
-        return Err(HttpCheckError::invalid(field, pair, "a Host value without '*'"));
-    }
-    let value =
-        HeaderValue::from_str(value).map_err(|_| HttpCheckError::invalid(field, pair, "a valid header value"))?;
-    Ok((name, value))
 }
 
 #[cfg(test)]
@@ -471,7 +369,9 @@ mod tests {
             "/~!()*[]@$^:',+;",
             &"/".repeat(80),
         ] {
-            assert_eq!(validate_path(good).unwrap(), good);
+            let mut s = spec();
+            s.path = Some(good.to_string());
+            assert_eq!(HttpCheck::new(&s).unwrap().path(), good);
         }
         for bad in [
             "",
@@ -488,8 +388,11 @@ mod tests {
             let mut s = spec();
             s.path = Some(bad.to_string());
             let msg = err_of(s);
-            assert!(msg.starts_with(&format!("path {bad:?}")), "{msg}");
-            assert!(msg.contains("1-80 characters"), "{msg}");
+            assert!(msg.starts_with(&format!("path {bad:?} is not allowed: ")), "{msg}");
+            assert!(
+                msg.contains("1 to 80 characters") || msg.contains("use letters, digits"),
+                "{msg}"
+            );
         }
     }
 
@@ -499,11 +402,11 @@ mod tests {
         let mut s = spec();
         s.method = Some("POST".into());
         assert_eq!(err_of(s), "method \"POST\" is not allowed: HEAD or GET");
-        assert!("ga"
+        assert!("xx"
             .parse::<Dialect>()
             .unwrap_err()
             .to_string()
-            .starts_with("dialect \"ga\""));
+            .starts_with("dialect \"xx\""));
     }
 
     #[test]
@@ -564,13 +467,13 @@ mod tests {
     fn bad_headers_name_the_level_and_pair() {
         let cases: [(&str, &str); 8] = [
             ("no-colon", "name:value"),
-            ("Bad Name: x", "token characters"),
-            (": x", "token characters"),
-            ("X-Empty:", "non-empty value"),
+            ("Bad Name: x", "HTTP token"),
+            (": x", "HTTP token"),
+            ("X-Empty:", "non-empty"),
             ("X-Ctl: a\u{7}b", "visible ASCII"),
-            ("Host: *.example.test", "without '*'"),
-            ("Content-Length: 5", "the prober sets them"),
-            ("Connection: keep-alive", "the prober sets them"),
+            ("Host: *.example.test", "'*' is not allowed in a Host header"),
+            ("Content-Length: 5", "the prober sets content-length itself"),
+            ("Connection: keep-alive", "the prober sets connection itself"),
         ];
         for (pair, allowed) in cases {
             for endpoint in [false, true] {
@@ -583,7 +486,7 @@ mod tests {
                     "profile_headers"
                 };
                 let msg = err_of(s);
-                assert!(msg.starts_with(&format!("{field} {pair:?}")), "{msg}");
+                assert!(msg.starts_with(&format!("{field} {pair:?} is not allowed: ")), "{msg}");
                 assert!(msg.contains(allowed), "{msg}");
             }
         }
@@ -616,5 +519,59 @@ mod tests {
         let mut s = spec();
         s.expect_status = Some("200-299, 301-301, 7xx".into());
         assert!(err_of(s).starts_with("expect_status \"200-299, 301-301, 7xx\""));
+    }
+
+    #[test]
+    fn typed_parts_and_the_command_line_build_the_same_check() {
+        let mut s = HttpCheckSpec::new(Scheme::Https, Dialect::Tm, Duration::from_secs(9));
+        s.path = Some("/status/ready".into());
+        s.profile_headers = vec!["Host:api.example.com".into(), "X-Probe:probed".into()];
+        s.endpoint_headers = vec!["Host:api-b.example.com".into()];
+        s.expect_status = Some("200-299,301-301".into());
+        let from_text = HttpCheck::new(&s).unwrap();
+        let header = |n, v| Header::new(n, v).unwrap();
+        let typed = HttpCheck::from_parts(HttpCheckParts {
+            scheme: Scheme::Https,
+            method: Method::Get,
+            path: HttpPath::parse("/status/ready").unwrap(),
+            host: None,
+            profile_headers: vec![header("Host", "api.example.com"), header("X-Probe", "probed")],
+            endpoint_headers: vec![header("Host", "api-b.example.com")],
+            status: vec![StatusRange::CLASS_2XX, StatusRange::new(301, 301).unwrap()],
+            body_match: None,
+            body_limit: DEFAULT_BODY_LIMIT,
+            timeout: Duration::from_secs(9),
+            tls: TlsVerify::Presented,
+        })
+        .unwrap();
+        let target: SocketAddr = "192.0.2.20:443".parse().unwrap();
+        for c in [&from_text, &typed] {
+            assert_eq!(
+                (c.method(), c.path(), c.timeout()),
+                (Method::Get, "/status/ready", Duration::from_secs(9))
+            );
+            assert_eq!(c.host_header(target), "api-b.example.com");
+            assert_eq!(c.status().to_string(), "2xx, 301-301");
+            assert_eq!(c.headers().len(), 1);
+            assert_eq!(c.uri().path(), "/status/ready");
+        }
+    }
+
+    #[test]
+    fn typed_parts_still_meet_the_level_and_body_rules() {
+        let mut p = spec().parts().unwrap();
+        p.endpoint_headers = vec![Header::new("X-A", "1").unwrap(), Header::new("x-a", "2").unwrap()];
+        let msg = HttpCheck::from_parts(p).unwrap_err().to_string();
+        assert!(msg.starts_with("endpoint_headers \"X-A:1, x-a:2\""), "{msg}");
+        assert!(msg.contains("set twice"), "{msg}");
+        let mut p = spec().parts().unwrap();
+        p.status.clear();
+        assert!(HttpCheck::from_parts(p).is_err(), "no healthy status at all");
+        let mut p = spec().parts().unwrap();
+        p.body_match = Some("ok".into());
+        assert!(HttpCheck::from_parts(p)
+            .unwrap_err()
+            .to_string()
+            .contains("only with method GET"));
     }
 }

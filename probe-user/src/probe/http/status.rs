@@ -1,102 +1,78 @@
-//! The set of HTTP status codes a probe counts as healthy: classes (`2xx`) and inclusive
-//! ranges (`200-299, 301-301`), as the lb and tm dialects write them.
-use std::{fmt, ops::RangeInclusive, str::FromStr};
+//! The set of HTTP status codes a probe counts as healthy: built from typed ranges (the resolved
+//! config) or from the command line's text (`2xx,3xx`, `200-299, 301-301`, `204`).
+use std::{fmt, str::FromStr};
 
-use super::request::{Dialect, HttpCheckError};
+use crate::rules::{limits::MAX_STATUS_RANGES, Dialect, Rule, RuleError, StatusRange};
 
-/// tm allows at most 8 ranges; classes count as one range each.
-pub const MAX_STATUS_RANGES: usize = 8;
-const ALLOWED: &str = "a comma-separated list of at most 8 items, each a class 1xx-5xx, a code 100-599 \
-                       or a range A-B with 100 <= A <= B <= 599";
-
-/// Healthy status codes: a short list of inclusive ranges.
+/// Healthy status codes: one to `MAX_STATUS_RANGES` inclusive ranges.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StatusSet {
-    ranges: Vec<RangeInclusive<u16>>,
+    ranges: Vec<StatusRange>,
 }
 
 impl StatusSet {
-    /// The dialect's default: lb takes every 2xx and 3xx, tm takes 200 alone (so 204 and
-    /// redirects fail there).
+    /// The dialect's default: lb and ga take every 2xx and 3xx, tm takes 200 alone.
     pub fn default_for(dialect: Dialect) -> Self {
-        match dialect {
-            Dialect::Lb => Self {
-                ranges: vec![200..=299, 300..=399],
-            },
-            Dialect::Tm => Self {
-                ranges: vec![200..=200],
-            },
+        Self {
+            ranges: dialect.default_status().to_vec(),
         }
     }
 
-    /// Parses `2xx,3xx`, `200-299, 301-301`, `200` or any mix; `field` names the setting in
-    /// errors (the config key or the CLI flag).
-    pub fn parse(field: &'static str, text: &str) -> Result<Self, HttpCheckError> {
-        let bad = || HttpCheckError::invalid(field, text, ALLOWED);
-        let items: Vec<&str> = text.split(',').map(str::trim).collect();
-        if items.len() > MAX_STATUS_RANGES || items.iter().any(|i| i.is_empty()) {
-            return Err(bad());
+    pub fn new(ranges: Vec<StatusRange>) -> Result<Self, RuleError> {
+        let shown = || ranges.iter().map(show).collect::<Vec<_>>().join(", ");
+        if ranges.is_empty() {
+            return Err(RuleError::new("status", shown(), Rule::NoStatus));
         }
-        let mut ranges = Vec::with_capacity(items.len());
-        for item in items {
-            let lower = item.to_ascii_lowercase();
-            let range = if let Some(class) = lower.strip_suffix("xx") {
-                let digit: u16 = class.parse().map_err(|_| bad())?;
-                if !(1..=5).contains(&digit) || class.len() != 1 {
-                    return Err(bad());
-                }
-                digit * 100..=digit * 100 + 99
-            } else if let Some((a, b)) = lower.split_once('-') {
-                let a = code(a.trim()).ok_or_else(bad)?;
-                let b = code(b.trim()).ok_or_else(bad)?;
-                if a > b {
-                    return Err(bad());
-                }
-                a..=b
-            } else {
-                let c = code(&lower).ok_or_else(bad)?;
-                c..=c
-            };
-            ranges.push(range);
+        if ranges.len() > MAX_STATUS_RANGES {
+            return Err(RuleError::new("status", shown(), Rule::TooManyRanges));
         }
         Ok(Self { ranges })
     }
 
-    pub fn contains(&self, status: u16) -> bool {
-        self.ranges.iter().any(|r| r.contains(&status))
+    /// Parses `2xx,3xx`, `200-299, 301-301`, `200` or any mix; `field` names the setting in
+    /// errors (the command-line flag).
+    pub fn parse(field: &'static str, text: &str) -> Result<Self, RuleError> {
+        let bad = || RuleError::new(field, text, Rule::StatusList);
+        let items: Vec<&str> = text.split(',').map(str::trim).collect();
+        if items.len() > MAX_STATUS_RANGES {
+            return Err(bad());
+        }
+        let ranges = items
+            .into_iter()
+            .map(|item| StatusRange::parse_class(item).or_else(|_| StatusRange::parse_range(item)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| bad())?;
+        Self::new(ranges).map_err(|_| bad())
     }
 
-    pub fn ranges(&self) -> &[RangeInclusive<u16>] {
+    pub fn contains(&self, status: u16) -> bool {
+        self.ranges.iter().any(|r| r.contains(status))
+    }
+
+    pub fn ranges(&self) -> &[StatusRange] {
         &self.ranges
     }
 }
 
-fn code(s: &str) -> Option<u16> {
-    if s.len() != 3 || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+/// A class as `2xx`, anything else as `first-last`.
+fn show(r: &StatusRange) -> String {
+    if r.is_class() {
+        format!("{}xx", r.first() / 100)
+    } else {
+        format!("{}-{}", r.first(), r.last())
     }
-    s.parse().ok().filter(|c| (100..=599).contains(c))
 }
 
 impl fmt::Display for StatusSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, r) in self.ranges.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            if r.start() % 100 == 0 && *r.end() == r.start() + 99 {
-                write!(f, "{}xx", r.start() / 100)?;
-            } else {
-                write!(f, "{}-{}", r.start(), r.end())?;
-            }
-        }
-        Ok(())
+        let all: Vec<String> = self.ranges.iter().map(show).collect();
+        f.write_str(&all.join(", "))
     }
 }
 
 /// Parses with the field named `expect_status`.
 impl FromStr for StatusSet {
-    type Err = HttpCheckError;
+    type Err = RuleError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Self::parse("expect_status", s)
     }
@@ -110,6 +86,7 @@ mod tests {
     fn dialect_defaults() {
         let lb = StatusSet::default_for(Dialect::Lb);
         let tm = StatusSet::default_for(Dialect::Tm);
+        let ga = StatusSet::default_for(Dialect::Ga);
         for (code, in_lb, in_tm) in [
             (200, true, true),
             (204, true, false),
@@ -118,6 +95,7 @@ mod tests {
             (503, false, false),
         ] {
             assert_eq!(lb.contains(code), in_lb, "lb {code}");
+            assert_eq!(ga.contains(code), in_lb, "ga {code}");
             assert_eq!(tm.contains(code), in_tm, "tm {code}");
         }
     }
@@ -131,6 +109,14 @@ mod tests {
         assert_eq!(s.to_string(), "2xx, 404-404");
         let eight = ["200"; 8].join(",");
         assert!(StatusSet::parse("expect_status", &eight).is_ok());
+    }
+
+    #[test]
+    fn typed_ranges_are_counted() {
+        assert!(StatusSet::new(vec![StatusRange::CLASS_2XX]).is_ok());
+        assert_eq!(StatusSet::new(Vec::new()).unwrap_err().rule, Rule::NoStatus);
+        let nine = vec![StatusRange::ONLY_200; 9];
+        assert_eq!(StatusSet::new(nine).unwrap_err().rule, Rule::TooManyRanges);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use rustls::{
     ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
 
-use super::request::HttpCheckError;
+use super::error::HttpCheckError;
 
 /// How an HTTPS probe treats the server's certificate.
 #[derive(Clone, Default)]

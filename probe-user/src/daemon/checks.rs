@@ -1,0 +1,354 @@
+//! What a check sends, per kind: TCP and UDP go to the kernel L4 engine in batches, HTTP(S)
+//! to the HTTP prober as tasks. `CheckSpec::resolve` turns a profile and endpoint of the
+//! resolved config into one, with the key that makes identical checks (same address, port,
+//! kind and parameters) shared.
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use crate::{
+    config::{Endpoint, Probe, Profile, Protocol},
+    engine::L4Proto,
+    probe::http::HttpCheckError,
+};
+
+/// A check the resolved config describes but this build cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckSpecError {
+    /// The HTTP prober refused values the config reader accepted; both follow `crate::rules`,
+    /// so this means a prober-only limit (body, timeout) was crossed.
+    #[error("profile {profile:?} endpoint {endpoint:?}: {source}")]
+    Http {
+        profile: String,
+        endpoint: String,
+        source: HttpCheckError,
+    },
+}
+
+/// The kind-specific part of a check.
+#[derive(Clone, Debug)]
+pub enum ProbeKind {
+    /// SYN or one UDP datagram through the L4 engine.
+    L4(L4Proto),
+    /// A request through the HTTP prober.
+    Http(http::HttpProbe),
+    /// UDP request/response: a datagram whose reply must contain a string (a socket per probe).
+    UdpExchange(Arc<crate::probe::udp::UdpRequest>),
+}
+
+/// One check, independent of who owns it.
+#[derive(Clone, Debug)]
+pub struct CheckSpec {
+    pub target: SocketAddr,
+    pub protocol: Protocol,
+    pub timeout: Duration,
+    pub kind: ProbeKind,
+}
+
+/// The verdict of one probe, whatever its kind.
+#[derive(Clone, Debug)]
+pub struct ProbeReport {
+    pub healthy: bool,
+    /// Reply round-trip time, or how long the probe waited.
+    pub elapsed: Duration,
+    pub reason: Arc<str>,
+}
+
+impl CheckSpec {
+    /// The check for `endpoint` of `profile`, and its sharing key.
+    ///
+    /// The key is stored in the state file to decide whether saved health can be resumed: it
+    /// must not change for an unchanged check, and must change with any parameter.
+    pub fn resolve(profile: &Profile, endpoint: &Endpoint) -> Result<(String, CheckSpec), CheckSpecError> {
+        let health = &profile.health;
+        let target = endpoint.socket_addr();
+        let (kind, detail) = match &health.probe {
+            Probe::Tcp => (ProbeKind::L4(L4Proto::Tcp), String::new()),
+            Probe::Udp(udp) => {
+                let payload: Arc<[u8]> = Arc::from(udp.request.as_bytes());
+                match &udp.response {
+                    // Request/response mode: the reply's content decides, so a socket reads it.
+                    Some(expect) => (
+                        ProbeKind::UdpExchange(Arc::new(crate::probe::udp::UdpRequest {
+                            target,
+                            send: payload,
+                            expect: Arc::from(expect.as_bytes()),
+                            timeout: health.timeout,
+                            source: None,
+                        })),
+                        format!(" req={:?} resp={:?}", udp.request, expect),
+                    ),
+                    None => (
+                        ProbeKind::L4(L4Proto::Udp { payload }),
+                        format!(" req={:?}", udp.request),
+                    ),
+                }
+            }
+            Probe::Http(h) => {
+                let probe =
+                    http::HttpProbe::prepare(h, health.timeout, endpoint).map_err(|source| CheckSpecError::Http {
+                        profile: profile.name.clone(),
+                        endpoint: endpoint.name.clone(),
+                        source,
+                    })?;
+                (ProbeKind::Http(probe), http::key_detail(h, endpoint))
+            }
+        };
+        // Pacing is part of the key: two profiles may share a probe only if they would
+        // send it at the same moments.
+        let key = format!(
+            "{} {} interval={}ms timeout={}ms pacing={:?}{}",
+            health.protocol().name(),
+            target,
+            health.interval.as_millis(),
+            health.timeout.as_millis(),
+            health.pacing,
+            detail
+        );
+        Ok((
+            key,
+            CheckSpec {
+                target,
+                protocol: health.protocol(),
+                timeout: health.timeout,
+                kind,
+            },
+        ))
+    }
+}
+
+/// HTTP(S) checks through `crate::probe::http`: the resolved config's typed values are handed
+/// over as they are, so neither the prober's dialect defaults nor its text parsing apply.
+pub mod http {
+    use std::{sync::Arc, time::Duration};
+
+    use super::ProbeReport;
+    use crate::{
+        config::{Endpoint, HostName, HttpCheck as HttpSettings},
+        probe::http::{request::DEFAULT_BODY_LIMIT, HttpCheck, HttpCheckError, HttpCheckParts, Scheme, TlsVerify},
+    };
+
+    /// A ready HTTP(S) check, shared by every probe of one check.
+    #[derive(Clone, Debug)]
+    pub struct HttpProbe {
+        check: Arc<HttpCheck>,
+    }
+
+    impl HttpProbe {
+        /// The check the profile's HTTP settings describe for `endpoint`.
+        pub fn prepare(h: &HttpSettings, timeout: Duration, endpoint: &Endpoint) -> Result<HttpProbe, HttpCheckError> {
+            let check = HttpCheck::from_parts(HttpCheckParts {
+                scheme: if h.tls { Scheme::Https } else { Scheme::Http },
+                method: h.method,
+                path: h.path.clone(),
+                host: h.host.clone(),
+                profile_headers: h.headers.clone(),
+                endpoint_headers: endpoint.headers.clone(),
+                status: h.healthy_status.clone(),
+                body_match: h.body_match.clone(),
+                body_limit: DEFAULT_BODY_LIMIT,
+                timeout,
+                // SPEC 1 (tm): the certificate must be present but is not validated.
+                tls: TlsVerify::Presented,
+            })?;
+            Ok(HttpProbe { check: Arc::new(check) })
+        }
+
+        pub fn check(&self) -> &HttpCheck {
+            &self.check
+        }
+    }
+
+    /// The part of the sharing key that HTTP adds. Its format predates the typed hand-over
+    /// and is kept as it was, so keys in existing state files still match.
+    pub(super) fn key_detail(h: &HttpSettings, endpoint: &Endpoint) -> String {
+        let headers: Vec<String> = h
+            .headers
+            .iter()
+            .chain(&endpoint.headers)
+            .map(ToString::to_string)
+            .collect();
+        let status: Vec<String> = h
+            .healthy_status
+            .iter()
+            .map(|r| format!("{}-{}", r.first(), r.last()))
+            .collect();
+        format!(
+            " {} {} host={:?} headers={:?} status={:?} body={:?}",
+            h.method.name(),
+            h.path,
+            h.host.as_ref().map(HostName::as_str),
+            headers,
+            Some(status.join(",")),
+            h.body_match
+        )
+    }
+
+    /// Runs HTTP(S) probes; cheap to clone into each probe task.
+    #[derive(Clone, Default)]
+    pub struct HttpProber(Arc<crate::probe::http::HttpProber>);
+
+    impl HttpProber {
+        pub fn new() -> Self {
+            Self(Arc::new(crate::probe::http::HttpProber::new()))
+        }
+
+        pub async fn probe(&self, target: std::net::SocketAddr, probe: &HttpProbe) -> ProbeReport {
+            let r = self.0.probe(target, &probe.check).await;
+            ProbeReport {
+                healthy: r.healthy(),
+                elapsed: r.elapsed,
+                reason: Arc::from(r.outcome.to_string()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn example() -> Config {
+        Config::load(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/probed.toml")).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn key_of(c: &Config, profile: &str, endpoint: &str) -> String {
+        let p = c.profile(profile).unwrap();
+        let e = p.endpoints.iter().find(|e| e.name == endpoint).unwrap();
+        CheckSpec::resolve(p, e).unwrap_or_else(|e| panic!("{e}")).0
+    }
+
+    /// Keys as the string round trip made them before the typed hand-over: state files written
+    /// then must still resume.
+    #[test]
+    fn keys_are_those_of_earlier_releases() {
+        let c = example();
+        for (at, want) in [
+            (
+                "web/web-1",
+                r#"http 10.0.0.11:8080 interval=2000ms timeout=5000ms pacing=Pacing { fast_interval: Some(500ms), down_interval: Some(10s), initial_jitter: 0ns, jitter_percent: 10 } HEAD /healthz host=Some("www.example.com") headers=[] status=Some("200-299,300-399") body=None"#,
+            ),
+            (
+                "dns/10.0.1.1:53",
+                r#"udp 10.0.1.1:53 interval=1000ms timeout=2000ms pacing=Pacing { fast_interval: None, down_interval: None, initial_jitter: 0ns, jitter_percent: 0 } req="ping" resp="pong""#,
+            ),
+            (
+                "dns/10.0.1.2:53",
+                r#"udp 10.0.1.2:53 interval=1000ms timeout=2000ms pacing=Pacing { fast_interval: None, down_interval: None, initial_jitter: 0ns, jitter_percent: 0 } req="ping" resp="pong""#,
+            ),
+            (
+                "api/primary",
+                r#"https 192.0.2.10:443 interval=10000ms timeout=9000ms pacing=Pacing { fast_interval: None, down_interval: None, initial_jitter: 0ns, jitter_percent: 0 } GET /status/ready host=None headers=["Host:api.example.com", "X-Probe:probed"] status=Some("200-299,301-301") body=None"#,
+            ),
+            (
+                "api/secondary",
+                r#"https 192.0.2.20:443 interval=10000ms timeout=9000ms pacing=Pacing { fast_interval: None, down_interval: None, initial_jitter: 0ns, jitter_percent: 0 } GET /status/ready host=None headers=["Host:api.example.com", "X-Probe:probed", "Host:api-b.example.com"] status=Some("200-299,301-301") body=None"#,
+            ),
+            (
+                "intranet/office",
+                "tcp 10.1.0.5:22 interval=30000ms timeout=10000ms pacing=Pacing { fast_interval: None, down_interval: None, initial_jitter: 0ns, jitter_percent: 0 }",
+            ),
+            (
+                "edge/edge-eu",
+                r#"http 203.0.113.10:80 interval=2000ms timeout=3000ms pacing=Pacing { fast_interval: None, down_interval: None, initial_jitter: 0ns, jitter_percent: 0 } GET /ping host=None headers=[] status=Some("200-299,300-399") body=None"#,
+            ),
+        ] {
+            let (profile, endpoint) = at.split_once('/').unwrap();
+            assert_eq!(key_of(&c, profile, endpoint), want, "{at}");
+        }
+    }
+
+    #[test]
+    fn every_parameter_changes_the_key() {
+        use crate::config::{Header, HostName, HttpPath, Method, Probe, StatusRange};
+        let base = example();
+        let key = |c: &Config| key_of(c, "web", "web-1");
+        let udp_key = |c: &Config| key_of(c, "dns", "10.0.1.1:53");
+        let same = example();
+        assert_eq!(key(&same), key(&base), "identical checks share a key");
+        fn http(c: &mut Config) -> &mut crate::config::HttpCheck {
+            match &mut c.profiles[0].health.probe {
+                Probe::Http(h) => h,
+                _ => unreachable!("web is an HTTP profile"),
+            }
+        }
+        type Change = Box<dyn Fn(&mut Config)>;
+        let changes: Vec<(&str, Change)> = vec![
+            ("tls", Box::new(|c| http(c).tls = true)),
+            ("method", Box::new(|c| http(c).method = Method::Get)),
+            ("path", Box::new(|c| http(c).path = HttpPath::parse("/other").unwrap())),
+            (
+                "host",
+                Box::new(|c| http(c).host = Some(HostName::parse("other.example.com").unwrap())),
+            ),
+            ("no host", Box::new(|c| http(c).host = None)),
+            (
+                "headers",
+                Box::new(|c| http(c).headers = vec![Header::parse("X-A:1").unwrap()]),
+            ),
+            (
+                "status",
+                Box::new(|c| http(c).healthy_status = vec![StatusRange::CLASS_2XX]),
+            ),
+            (
+                "endpoint headers",
+                Box::new(|c| c.profiles[0].endpoints[0].headers = vec![Header::parse("X-A:1").unwrap()]),
+            ),
+            ("port", Box::new(|c| c.profiles[0].endpoints[0].port = 8081)),
+            ("interval", Box::new(|c| c.profiles[0].health.interval *= 2)),
+            ("timeout", Box::new(|c| c.profiles[0].health.timeout *= 2)),
+            ("pacing", Box::new(|c| c.profiles[0].health.pacing.jitter_percent = 11)),
+        ];
+        for (what, change) in &changes {
+            let mut c = example();
+            change(&mut c);
+            assert_ne!(key(&c), key(&base), "{what}");
+        }
+        // A body needs GET, so the body's own effect is measured against a GET check.
+        let mut get = example();
+        http(&mut get).method = Method::Get;
+        let mut with_body = get.clone();
+        http(&mut with_body).body_match = Some("ok".into());
+        assert_ne!(key(&with_body), key(&get), "body");
+        let mut c = example();
+        let dns = c.profiles.iter_mut().find(|p| p.name == "dns").unwrap();
+        let Probe::Udp(u) = &mut dns.health.probe else {
+            unreachable!("dns is a UDP profile")
+        };
+        u.response = Some("other".into());
+        assert_ne!(udp_key(&c), udp_key(&base), "udp response");
+    }
+
+    #[test]
+    fn http_checks_get_the_configured_values() {
+        let c = example();
+        let check = |profile: &str, endpoint: &str| {
+            let p = c.profile(profile).unwrap();
+            let e = p.endpoints.iter().find(|e| e.name == endpoint).unwrap();
+            match CheckSpec::resolve(p, e).unwrap().1.kind {
+                ProbeKind::Http(probe) => probe,
+                other => panic!("{profile}/{endpoint}: {other:?}"),
+            }
+        };
+        // The endpoint's Host header replaces the profile's; the other profile header stays.
+        let secondary = check("api", "secondary");
+        let target = "192.0.2.20:443".parse().unwrap();
+        assert_eq!(secondary.check().host_header(target), "api-b.example.com");
+        assert_eq!(secondary.check().headers().len(), 1);
+        assert_eq!(check("api", "primary").check().host_header(target), "api.example.com");
+        // tm's configured ranges, not the prober's dialect default of 200 alone.
+        assert!(secondary.check().status().contains(301) && !secondary.check().status().contains(302));
+        // lb: HEAD, the configured host; ga: GET, and the endpoint's address as Host.
+        let web = check("web", "web-1");
+        assert_eq!(web.check().method(), crate::config::Method::Head);
+        assert_eq!(
+            web.check().host_header("10.0.0.11:8080".parse().unwrap()),
+            "www.example.com"
+        );
+        let edge = check("edge", "edge-eu");
+        assert_eq!(edge.check().method(), crate::config::Method::Get);
+        assert_eq!(
+            edge.check().host_header("203.0.113.10:80".parse().unwrap()),
+            "203.0.113.10"
+        );
+    }
+}

@@ -1,0 +1,22 @@
+//! Limits shared by the config reader and the probers. SPEC section 2 unless a comment says
+//! the bound is ours.
+
+/// Custom headers per level (profile or endpoint); tm allows 8 `header:value` pairs.
+pub const MAX_HEADERS: usize = 8;
+/// Healthy status ranges; tm allows 8 (an lb class counts as one range).
+pub const MAX_STATUS_RANGES: usize = 8;
+/// ga: a path is 1 to 80 characters.
+pub const MAX_PATH_LEN: usize = 80;
+/// ga: the punctuation a path may hold besides ASCII letters and digits.
+pub const PATH_CHARS: &str = "-/.%?#&_;~!()*[]@$^:',+";
+/// A DNS name as sent in a Host header (RFC 1035), and one label of it.
+pub const MAX_HOST_LEN: usize = 253;
+pub const MAX_LABEL_LEN: usize = 63;
+/// The status codes a healthy set may name.
+pub const STATUS_CODES: (u16, u16) = (100, 599);
+/// RFC 9110 token characters besides ASCII letters and digits: what a header name is made of.
+pub const TOKEN_PUNCTUATION: &str = "!#$%&'*+-.^_`|~";
+/// Headers the prober sets itself: a custom value would break framing or its close policy.
+pub const RESERVED_HEADERS: [&str; 5] = ["content-length", "transfer-encoding", "connection", "upgrade", "te"];
+/// The largest threshold any dialect accepts.
+pub const THRESHOLD_MAX: u32 = 10;
