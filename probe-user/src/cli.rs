@@ -261,8 +261,12 @@ fn status(profile: Option<&str>, api: &str, json: bool) -> anyhow::Result<ExitCo
         println!("{}", resp.body);
         return Ok(ExitCode::SUCCESS);
     }
-    let views: Vec<probed::daemon::ProfileView> =
-        serde_json::from_str(&resp.body).context("decode the status (is the daemon the same version?)")?;
+    // One profile comes as the object itself, every profile as a list.
+    let views: Vec<probed::daemon::ProfileView> = match profile {
+        Some(_) => serde_json::from_str(&resp.body).map(|v| vec![v]),
+        None => serde_json::from_str(&resp.body),
+    }
+    .context("decode the status (is the daemon the same version?)")?;
     // SAFETY: isatty only inspects the descriptor.
     let tty = unsafe { libc::isatty(1) } == 1;
     let colour = tty && std::env::var_os("NO_COLOR").is_none();

@@ -15,6 +15,7 @@ pub mod hash;
 pub mod health;
 pub mod kernel;
 pub mod metrics;
+pub mod outcome;
 pub mod probe;
 pub mod rng;
 pub mod rules;

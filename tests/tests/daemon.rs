@@ -452,9 +452,10 @@ fn demo_fleet_reaches_expected_statuses() {
         slow.last_result.unwrap().reason.starts_with("timeout"),
         "slow HTTP times out"
     );
+    let closed = daemon.endpoint("udp", "dns-closed").last_result.unwrap();
     assert_eq!(
-        daemon.endpoint("udp", "dns-closed").last_result.unwrap().reason,
-        "port unreachable"
+        (closed.outcome, closed.reason.as_str()),
+        (probed::outcome::Outcome::PortUnreachable, "port unreachable")
     );
     daemon.wait_status("tcp", "flapping", S::Online, Duration::from_secs(5));
     fleet.set_flapping_down(true);

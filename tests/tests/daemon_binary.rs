@@ -123,6 +123,26 @@ fn sighup_applies_good_files_refuses_bad_ones_and_sigterm_cleans_up() {
         "a kept its state across the reload"
     );
 
+    // `probed status` as an operator types it: every profile, then one.
+    for args in [&["status"][..], &["status", "web"][..]] {
+        let out = Command::new(probed_bin())
+            .args(args)
+            .arg("--api")
+            .arg(files.api())
+            .output()
+            .expect("run probed status");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "probed {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.lines().filter(|l| l.contains("Online")).count() >= 3,
+            "the profile and a and b are Online:\n{text}"
+        );
+    }
+
     // SIGTERM: a clean exit that leaves no pins and no socket behind, and saves the state.
     signal(&daemon, libc::SIGTERM);
     let deadline = Instant::now() + Duration::from_secs(10);

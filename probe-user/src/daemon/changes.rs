@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     config::Protocol,
     hash::FastMap,
+    outcome::Outcome,
     status::{AdminState, EndpointStatus, Health, ProfileStatus},
 };
 
@@ -38,6 +39,18 @@ pub enum ChangeKind {
     Config,
     /// The profile entered or left fail-open: the endpoint's eligibility changed alone.
     FailOpen,
+}
+
+impl ChangeKind {
+    /// Which cause a coalesced change keeps: the one that says most about what happened.
+    fn weight(self) -> u8 {
+        match self {
+            ChangeKind::Health => 3,
+            ChangeKind::Admin => 2,
+            ChangeKind::Config => 1,
+            ChangeKind::FailOpen => 0,
+        }
+    }
 }
 
 /// An endpoint's state as consumers need it.
@@ -59,6 +72,7 @@ pub struct EndpointState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
     pub ok: bool,
+    pub outcome: Outcome,
     pub reason: String,
     pub rtt_ms: f64,
     /// CLOCK_MONOTONIC, nanoseconds: comparable with the kernel's and the runner's clock.
@@ -76,7 +90,8 @@ pub struct TransitionDetail {
     pub formula_window_ms: f64,
 }
 
-/// An endpoint changed, appeared (`from` is None) or went away (`state` is None).
+/// An endpoint changed, appeared (`from` is None) or went away (`removed`; `state` is then
+/// its last state, so that a consumer knows which address to take out).
 #[derive(Debug, Clone, PartialEq)]
 pub struct EndpointChange {
     pub seq: u64,
@@ -87,7 +102,8 @@ pub struct EndpointChange {
     pub profile: Arc<str>,
     pub endpoint: Arc<str>,
     pub from: Option<EndpointStatus>,
-    pub state: Option<EndpointState>,
+    pub state: EndpointState,
+    pub removed: bool,
     pub transition: Option<Arc<TransitionDetail>>,
 }
 
@@ -130,13 +146,21 @@ impl Change {
         }
     }
 
-    /// Folds a newer change of the same key into this one: the newer state, the older `from`.
+    /// Folds a newer change of the same key into this one: the newer state, the older `from`,
+    /// and the weightier cause: a health verdict and its evidence survive a fail-open or
+    /// admin change that follows it in the same queue.
     fn absorb(&mut self, newer: Change) {
         match (self, newer) {
             (Change::Endpoint(old), Change::Endpoint(new)) => {
-                let from = old.from;
+                let (from, kind, transition) = (old.from, old.kind, old.transition.take());
                 *old = new;
                 old.from = from;
+                if kind.weight() > old.kind.weight() {
+                    old.kind = kind;
+                }
+                if old.transition.is_none() {
+                    old.transition = transition;
+                }
             }
             (Change::Profile(old), Change::Profile(new)) => {
                 let from = old.from;
@@ -179,7 +203,7 @@ pub struct QueueStats {
 #[derive(Default)]
 struct Queue {
     order: VecDeque<Key>,
-    pending: FastMap<Key, (Change, u64)>,
+    pending: FastMap<Key, Change>,
     lost: u64,
     closed: bool,
 }
@@ -202,19 +226,17 @@ impl Shared {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn take(&self, q: &mut Queue) -> Batch {
-        let mut changes = Vec::with_capacity(q.order.len());
-        while let Some(key) = q.order.pop_front() {
-            if let Some((c, _)) = q.pending.remove(&key) {
-                changes.push(c);
-            }
-        }
+    /// Empties the queue; the batch is put in order after the lock is released, so that a
+    /// large batch never holds up the runner's next publish.
+    fn take(&self, mut q: MutexGuard<'_, Queue>) -> Batch {
+        let order = std::mem::take(&mut q.order);
+        let mut pending = std::mem::take(&mut q.pending);
+        let lost = std::mem::take(&mut q.lost);
         self.oldest_ns.store(0, Ordering::Relaxed);
+        drop(q);
+        let changes: Vec<Change> = order.iter().filter_map(|key| pending.remove(key)).collect();
         self.stats.delivered.fetch_add(changes.len() as u64, Ordering::Relaxed);
-        Batch {
-            changes,
-            lost: std::mem::take(&mut q.lost),
-        }
+        Batch { changes, lost }
     }
 }
 
@@ -229,9 +251,9 @@ impl Subscription {
         loop {
             let notified = self.shared.notify.notified();
             {
-                let mut q = self.shared.lock();
+                let q = self.shared.lock();
                 if !q.order.is_empty() || q.lost > 0 {
-                    return Some(self.shared.take(&mut q));
+                    return Some(self.shared.take(q));
                 }
                 if q.closed {
                     return None;
@@ -256,7 +278,7 @@ impl Subscription {
         if q.order.is_empty() && q.lost == 0 && q.closed {
             return None;
         }
-        Some(self.shared.take(&mut q))
+        Some(self.shared.take(q))
     }
 }
 
@@ -287,9 +309,16 @@ impl Bus {
         self.seq
     }
 
+    /// A new queue; its name labels its metrics (`name#2`, `name#3`, ... when taken).
     pub fn subscribe(&mut self, name: &str, capacity: usize) -> Subscription {
+        let mut unique = name.to_string();
+        let mut n = 1;
+        while self.subscribers.iter().any(|s| s.name == unique) {
+            n += 1;
+            unique = format!("{name}#{n}");
+        }
         let shared = Arc::new(Shared {
-            name: name.into(),
+            name: unique,
             capacity: capacity.max(1),
             queue: Mutex::new(Queue::default()),
             ready: Condvar::new(),
@@ -313,7 +342,7 @@ impl Bus {
         for s in &self.subscribers {
             s.stats.published.fetch_add(1, Ordering::Relaxed);
             let mut q = s.lock();
-            if let Some((waiting, _)) = q.pending.get_mut(&key) {
+            if let Some(waiting) = q.pending.get_mut(&key) {
                 waiting.absorb(change.clone());
                 s.stats.coalesced.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -323,7 +352,7 @@ impl Bus {
                 s.stats.dropped.fetch_add(1, Ordering::Relaxed);
             } else {
                 q.order.push_back(key.clone());
-                q.pending.insert(key.clone(), (change.clone(), now_ns));
+                q.pending.insert(key.clone(), change.clone());
                 let _ = s
                     .oldest_ns
                     .compare_exchange(0, now_ns.max(1), Ordering::Relaxed, Ordering::Relaxed);
@@ -392,7 +421,8 @@ mod tests {
             profile: "web".into(),
             endpoint: endpoint.into(),
             from: Some(from),
-            state: Some(state(to)),
+            state: state(to),
+            removed: false,
             transition: None,
         })
     }
@@ -424,20 +454,58 @@ mod tests {
             .iter()
             .map(|c| {
                 let e = endpoint(c);
-                (&*e.endpoint, e.from, e.state.as_ref().map(|s| s.status), e.seq)
+                (&*e.endpoint, e.from, e.state.status, e.seq)
             })
             .collect();
         assert_eq!(
             got,
             vec![
-                ("a", Some(CheckingEndpoint), Some(Degraded), 3),
-                ("b", Some(CheckingEndpoint), Some(Online), 2)
+                ("a", Some(CheckingEndpoint), Degraded, 3),
+                ("b", Some(CheckingEndpoint), Online, 2)
             ]
         );
         let stats = bus.stats(1);
         assert_eq!(stats[0].stats.coalesced.load(Ordering::Relaxed), 1);
         assert_eq!(stats[0].stats.delivered.load(Ordering::Relaxed), 2);
         assert_eq!(stats[0].pending, 0);
+    }
+
+    #[test]
+    fn a_verdict_keeps_its_evidence_when_a_fail_open_change_follows_it() {
+        use EndpointStatus::*;
+        let mut bus = Bus::default();
+        let sub = bus.subscribe("test", 16);
+        let Change::Endpoint(mut verdict) = change(&mut bus, "b", Online, Degraded) else {
+            unreachable!()
+        };
+        verdict.transition = Some(Arc::new(TransitionDetail {
+            results: Vec::new(),
+            measured_window_ms: 12.0,
+            formula_window_ms: 10.0,
+        }));
+        bus.publish(Change::Endpoint(verdict), 1);
+        let Change::Endpoint(mut flip) = change(&mut bus, "b", Degraded, Degraded) else {
+            unreachable!()
+        };
+        flip.kind = ChangeKind::FailOpen;
+        flip.state.eligible = true;
+        bus.publish(Change::Endpoint(flip), 2);
+        let batch = sub.recv_blocking(Duration::ZERO).expect("open");
+        let e = endpoint(&batch.changes[0]);
+        assert_eq!(
+            (e.kind, e.from, e.state.status, e.state.eligible),
+            (ChangeKind::Health, Some(Online), Degraded, true)
+        );
+        assert_eq!(e.transition.as_ref().map(|t| t.measured_window_ms), Some(12.0));
+    }
+
+    #[test]
+    fn a_second_subscriber_of_a_name_gets_its_own_label() {
+        let mut bus = Bus::default();
+        let _a = bus.subscribe("sink", 4);
+        let _b = bus.subscribe("sink", 4);
+        let names: Vec<&str> = bus.stats(0).iter().map(|s| s.name).collect();
+        assert_eq!(names, ["sink", "sink#2"]);
     }
 
     #[test]
@@ -458,7 +526,7 @@ mod tests {
         let batch = sub.recv_blocking(Duration::ZERO).expect("open");
         assert_eq!(batch.lost, 2);
         assert_eq!(batch.changes.len(), 2);
-        assert_eq!(endpoint(&batch.changes[0]).state.as_ref().unwrap().status, Degraded);
+        assert_eq!(endpoint(&batch.changes[0]).state.status, Degraded);
         let again = sub.recv_blocking(Duration::ZERO).expect("open");
         assert_eq!((again.changes.len(), again.lost), (0, 0), "lost is reported once");
     }

@@ -47,6 +47,7 @@ pub struct CheckSpec {
 #[derive(Clone, Debug)]
 pub struct ProbeReport {
     pub healthy: bool,
+    pub outcome: crate::outcome::Outcome,
     /// Reply round-trip time, or how long the probe waited.
     pub elapsed: Duration,
     pub reason: Arc<str>,
@@ -195,6 +196,7 @@ pub mod http {
             let r = self.0.probe(target, &probe.check).await;
             ProbeReport {
                 healthy: r.healthy(),
+                outcome: (&r.outcome).into(),
                 elapsed: r.elapsed,
                 reason: Arc::from(r.outcome.to_string()),
             }

@@ -49,10 +49,8 @@ pub struct Event {
 
 impl Event {
     pub fn of(c: &EndpointChange) -> Event {
-        let state = c.state.as_ref();
-        let target = state.map_or_else(String::new, |s| {
-            format!("{}/{}", std::net::SocketAddr::new(s.address, s.port), s.protocol.name())
-        });
+        let s = &c.state;
+        let target = format!("{}/{}", std::net::SocketAddr::new(s.address, s.port), s.protocol.name());
         let (results, measured, formula) = match &c.transition {
             Some(t) => (t.results.clone(), t.measured_window_ms, t.formula_window_ms),
             None => (Vec::new(), 0.0, 0.0),
@@ -65,8 +63,8 @@ impl Event {
             profile: c.profile.to_string(),
             endpoint: c.endpoint.to_string(),
             from: c.from,
-            to: state.map(|s| s.status),
-            eligible: state.is_some_and(|s| s.eligible),
+            to: (!c.removed).then_some(s.status),
+            eligible: !c.removed && s.eligible,
             results,
             measured_window_ms: measured,
             formula_window_ms: formula,
@@ -127,10 +125,16 @@ impl EventSink {
     }
 }
 
+/// A new destination for the changes after sequence number `after`.
+struct Swap {
+    sink: EventSink,
+    after: u64,
+}
+
 /// The writer thread and the way to point it at another destination on reload.
 pub struct EventWriter {
     target: EventsOutput,
-    swap: Option<mpsc::Sender<EventSink>>,
+    swap: Option<mpsc::Sender<Swap>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -158,11 +162,12 @@ impl EventWriter {
         &self.target
     }
 
-    /// Sends later events to `sink` (already opened, so a reload fails before it applies).
-    pub fn switch(&mut self, sink: EventSink) {
+    /// Sends the changes after sequence number `after` to `sink` (already opened, so that a
+    /// reload fails before it applies); earlier ones still go to the current destination.
+    pub fn switch(&mut self, sink: EventSink, after: u64) {
         self.target = sink.target.clone();
         if let Some(tx) = &self.swap {
-            let _ = tx.send(sink);
+            let _ = tx.send(Swap { sink, after });
         }
     }
 
@@ -181,12 +186,9 @@ impl Drop for EventWriter {
     }
 }
 
-fn write_loop(mut sink: EventSink, changes: &Subscription, swaps: &mpsc::Receiver<EventSink>) {
+fn write_loop(mut sink: EventSink, changes: &Subscription, swaps: &mpsc::Receiver<Swap>) {
+    let mut next: Option<Swap> = None;
     while let Some(batch) = changes.recv_blocking(Duration::from_millis(200)) {
-        while let Ok(next) = swaps.try_recv() {
-            sink.flush();
-            sink = next;
-        }
         if batch.lost > 0 {
             log::warn!(
                 "the events file misses {} changes: its writer fell {QUEUE_CAPACITY} endpoints behind",
@@ -194,6 +196,23 @@ fn write_loop(mut sink: EventSink, changes: &Subscription, swaps: &mpsc::Receive
             );
         }
         for change in &batch.changes {
+            // A destination a reload opened takes the changes published after it was opened;
+            // the runner sends it before it publishes any of them.
+            loop {
+                if next.is_none() {
+                    next = swaps.try_recv().ok();
+                }
+                match next.take() {
+                    Some(n) if change.seq() > n.after => {
+                        sink.flush();
+                        sink = n.sink;
+                    }
+                    later => {
+                        next = later;
+                        break;
+                    }
+                }
+            }
             if let Change::Endpoint(c) = change {
                 sink.emit(&Event::of(c));
             }

@@ -3,7 +3,7 @@
 //! probe (label vectors, string keys, tree lookups) was most of the runner's cost per result
 //! at 100k probes/s. Scrapes go through a request, which flushes first, so none sees a
 //! partial turn.
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use super::{
     changes::Bus,
@@ -15,12 +15,13 @@ use crate::{
     hash::FastMap,
     health::HealthState,
     metrics::{catalog, Histogram, Kind, Registry},
+    outcome::Outcome,
 };
 
 #[derive(Default)]
 struct Pending {
-    /// Results by kind, profile index and reason (the outcome label is its first word).
-    results: FastMap<(Protocol, u32, Arc<str>), u64>,
+    /// Results by kind, profile index and outcome.
+    results: FastMap<(Protocol, u32, Outcome), u64>,
     /// Round-trip times of successful probes, by kind and profile index.
     rtt: FastMap<(Protocol, u32), Histogram>,
     /// Scheduler lateness (due time to send).
@@ -59,7 +60,7 @@ impl RunnerMetrics {
         *self
             .pending
             .results
-            .entry((protocol, profile_ix, report.reason.clone()))
+            .entry((protocol, profile_ix, report.outcome))
             .or_default() += 1;
         if report.healthy {
             self.pending
@@ -99,14 +100,13 @@ impl RunnerMetrics {
                 n,
             );
         }
-        for ((proto, ix, reason), n) in pending.results.drain() {
-            let outcome = reason.split_whitespace().next().unwrap_or("unknown").to_string();
+        for ((proto, ix, outcome), n) in pending.results.drain() {
             registry.inc(
                 &catalog::PROBE_RESULTS,
                 vec![
                     ("kind", proto.name().into()),
                     ("profile", profile(ix)),
-                    ("outcome", outcome),
+                    ("outcome", outcome.as_str().into()),
                 ],
                 n,
             );
@@ -124,7 +124,7 @@ impl RunnerMetrics {
     /// the caller off the runner's thread (`metrics::kernel`).
     pub fn render(&mut self, table: &Table, checks: usize, bus: &Bus, now_ns: u64) -> String {
         let r = &mut self.registry;
-        r.clear_gauge(&catalog::ENDPOINTS);
+        r.clear(&catalog::ENDPOINTS);
         for p in &table.profiles {
             for status in crate::status::EndpointStatus::ALL {
                 let n = p.counts.get(status);
@@ -138,8 +138,15 @@ impl RunnerMetrics {
             }
         }
         r.set(&catalog::CHECKS, vec![], checks as f64);
-        r.clear_gauge(&catalog::CHANGES_PENDING);
-        r.clear_gauge(&catalog::CHANGES_LAG);
+        for m in [
+            &catalog::CHANGES_PUBLISHED,
+            &catalog::CHANGES_COALESCED,
+            &catalog::CHANGES_DROPPED,
+            &catalog::CHANGES_PENDING,
+            &catalog::CHANGES_LAG,
+        ] {
+            r.clear(m);
+        }
         for s in bus.stats(now_ns) {
             let label = || vec![("subscriber", s.name.to_string())];
             let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);

@@ -44,7 +44,8 @@ struct StateFile {
 pub type Saved = HashMap<(String, String), SavedTarget>;
 
 /// Reads the file; a missing, unreadable, foreign-version or stale file gives nothing (and a
-/// warning), because starting over in CheckingEndpoint is always safe.
+/// warning), because starting over in CheckingEndpoint is always safe. A version 1 file gives
+/// its health and API overrides (see `parse`).
 pub fn load(path: &Path, now_unix_ms: u64) -> Saved {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
@@ -54,30 +55,10 @@ pub fn load(path: &Path, now_unix_ms: u64) -> Saved {
             return Saved::new();
         }
     };
-    #[derive(Deserialize)]
-    struct Version {
-        version: u32,
-    }
-    match serde_json::from_str::<Version>(&text) {
-        Ok(v) if v.version == VERSION => {}
-        Ok(v) => {
-            log::warn!(
-                "state file {} is version {}, this probed reads version {VERSION} only; starting every \
-                 endpoint afresh (it is rewritten in the new version)",
-                path.display(),
-                v.version
-            );
-            return Saved::new();
-        }
-        Err(e) => {
-            log::warn!("state file {} is not valid ({e}); starting afresh", path.display());
-            return Saved::new();
-        }
-    }
-    let file: StateFile = match serde_json::from_str(&text) {
+    let file = match parse(&text) {
         Ok(f) => f,
-        Err(e) => {
-            log::warn!("state file {} is not valid ({e}); starting afresh", path.display());
+        Err(why) => {
+            log::warn!("state file {}: {why}; starting every endpoint afresh", path.display());
             return Saved::new();
         }
     };
@@ -93,6 +74,57 @@ pub fn load(path: &Path, now_unix_ms: u64) -> Saved {
         .into_iter()
         .map(|t| ((t.profile.clone(), t.endpoint.clone()), t))
         .collect()
+}
+
+/// The file's targets, from version 2, or from version 1 without its last changes.
+///
+/// Version 1 stored health and the API override as the same names the enums use now, so they
+/// carry over: an upgrade must not put back into rotation an endpoint an operator disabled for
+/// maintenance. Its `last_change` mixed two vocabularies and is dropped. Other versions (a
+/// newer probed's file after a downgrade) are refused.
+fn parse(text: &str) -> Result<StateFile, String> {
+    #[derive(Deserialize)]
+    struct Version {
+        version: u32,
+    }
+    #[derive(Deserialize)]
+    struct V1Target {
+        profile: String,
+        endpoint: String,
+        check: String,
+        health: Health,
+        admin_override: Option<AdminState>,
+    }
+    #[derive(Deserialize)]
+    struct V1File {
+        saved_unix_ms: u64,
+        targets: Vec<V1Target>,
+    }
+    let invalid = |e: serde_json::Error| format!("not valid ({e})");
+    match serde_json::from_str::<Version>(text).map_err(invalid)?.version {
+        VERSION => serde_json::from_str(text).map_err(invalid),
+        1 => {
+            let v1: V1File = serde_json::from_str(text).map_err(invalid)?;
+            log::warn!("state file of version 1: health and API overrides resumed, last changes dropped");
+            Ok(StateFile {
+                version: VERSION,
+                saved_unix_ms: v1.saved_unix_ms,
+                targets: v1
+                    .targets
+                    .into_iter()
+                    .map(|t| SavedTarget {
+                        profile: t.profile,
+                        endpoint: t.endpoint,
+                        check: t.check,
+                        health: t.health,
+                        admin_override: t.admin_override,
+                        last_change: None,
+                    })
+                    .collect(),
+            })
+        }
+        v => Err(format!("version {v}, this probed reads versions 1 and {VERSION}")),
+    }
 }
 
 /// Writes the file atomically (a temporary beside it, fsync, rename), targets in profile and
@@ -221,9 +253,22 @@ mod tests {
             text.contains(r#""health":"Healthy","admin_override":"disabled""#),
             "enums on the wire: {text}"
         );
-        let v1 = text.replace(r#""version":2"#, r#""version":1"#);
+        let v3 = text.replace(r#""version":2"#, r#""version":3"#);
+        std::fs::write(&path, v3).unwrap();
+        assert!(
+            load(&path, 1_000_500).is_empty(),
+            "a file of an unknown version is refused"
+        );
+        // Version 1, as the first cut wrote it: health and the override carry over.
+        let v1 = r#"{"version":1,"saved_unix_ms":1000000,"targets":[{"profile":"web","endpoint":"a",
+            "check":"tcp 198.18.0.1:80","health":"Healthy","admin_override":"disabled",
+            "last_change":{"at_unix_ms":999000,"from":"CheckingEndpoint","to":"Healthy",
+            "measured_window_ms":1.0,"formula_window_ms":1.0}}]}"#;
         std::fs::write(&path, v1).unwrap();
-        assert!(load(&path, 1_000_500).is_empty(), "a version 1 file is refused");
+        assert_eq!(
+            load(&path, 1_000_500)[&("web".to_string(), "a".to_string())],
+            target(Health::Healthy)
+        );
         assert!(
             load(&path, 1_000_000 + MAX_AGE_MS + 1).is_empty(),
             "stale state is ignored"

@@ -92,7 +92,8 @@ impl Target {
             profile: self.profile.clone(),
             endpoint: self.name.clone(),
             from,
-            state: (!removed).then(|| self.state()),
+            state: self.state(),
+            removed,
             transition: None,
         }
     }

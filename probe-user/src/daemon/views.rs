@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 pub use super::changes::ChangeKind;
 use crate::{
     config::Protocol,
+    outcome::Outcome,
     status::{AdminState, EndpointStatus, Health, ProfileStatus, Routing},
 };
 
@@ -13,6 +14,7 @@ use crate::{
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LastResult {
     pub ok: bool,
+    pub outcome: Outcome,
     /// Short cause: "open", "refused", "timeout", "http 503", ...
     pub reason: String,
     /// Round-trip time of a reply, or how long the probe waited.

@@ -141,6 +141,20 @@ impl std::fmt::Display for L4Outcome {
     }
 }
 
+/// The probe vocabulary's name for it.
+impl From<L4Outcome> for crate::outcome::Outcome {
+    fn from(o: L4Outcome) -> Self {
+        match o {
+            L4Outcome::Open => crate::outcome::Outcome::Open,
+            L4Outcome::Refused => crate::outcome::Outcome::Refused,
+            L4Outcome::Unreachable { .. } => crate::outcome::Outcome::Unreachable,
+            L4Outcome::Timeout => crate::outcome::Outcome::Timeout,
+            L4Outcome::Silent => crate::outcome::Outcome::Silent,
+            L4Outcome::NoRoute => crate::outcome::Outcome::NoRoute,
+        }
+    }
+}
+
 /// The outcome of one request.
 #[derive(Clone, Debug)]
 pub struct L4Result {

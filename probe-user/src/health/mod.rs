@@ -22,7 +22,8 @@ pub struct Observation {
     /// When the answer came or the timeout fired.
     pub finished_ns: u64,
     pub response_time: Duration,
-    /// Short cause, e.g. "syn-ack", "rst", "timeout", "http 503".
+    pub outcome: crate::outcome::Outcome,
+    /// The detail behind the outcome, e.g. "open", "timeout connect", "status 503".
     pub reason: Arc<str>,
 }
 

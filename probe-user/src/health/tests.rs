@@ -1,5 +1,6 @@
 //! Tests of the threshold state machine on a virtual clock, and a property test against a model.
 use super::*;
+use crate::outcome::Outcome;
 use crate::rules::Dialect;
 use proptest::prelude::*;
 
@@ -31,7 +32,8 @@ impl VirtualProber {
             started_ns,
             finished_ns,
             response_time: took,
-            reason: if success { "ok".into() } else { "timeout".into() },
+            outcome: if success { Outcome::Open } else { Outcome::Timeout },
+            reason: if success { "open".into() } else { "timeout".into() },
         }
     }
 }

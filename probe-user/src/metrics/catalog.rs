@@ -110,7 +110,7 @@ pub const CHECKS: Metric = Metric::gauge(
 
 pub const CHANGES_PUBLISHED: Metric = Metric::counter(
     "probed_changes_published_total",
-    "State changes handed to a subscriber's queue",
+    "State changes offered to a subscriber's queue, folded and dropped ones included",
     &["subscriber"],
 );
 pub const CHANGES_COALESCED: Metric = Metric::counter(

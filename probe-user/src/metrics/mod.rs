@@ -127,11 +127,14 @@ impl Registry {
         }
     }
 
-    /// Drops every series of a gauge, before it is set afresh (e.g. per-profile statuses
-    /// after a reload removed a profile).
-    pub fn clear_gauge(&mut self, metric: &'static Metric) {
-        if let Some((_, Family::Gauge(m))) = self.families.get_mut(metric.name) {
-            m.clear();
+    /// Drops every series of a metric, before it is set afresh (per-profile statuses after a
+    /// reload removed a profile, the queues of a consumer that has gone).
+    pub fn clear(&mut self, metric: &'static Metric) {
+        match self.families.get_mut(metric.name) {
+            Some((_, Family::Gauge(m))) => m.clear(),
+            Some((_, Family::Counter(m))) => m.clear(),
+            Some((_, Family::Histogram(_, m))) => m.clear(),
+            None => {}
         }
     }
 

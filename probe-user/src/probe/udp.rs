@@ -65,6 +65,21 @@ pub enum UdpOutcome {
     SocketError(i32),
 }
 
+impl From<&UdpOutcome> for crate::outcome::Outcome {
+    fn from(o: &UdpOutcome) -> Self {
+        match o {
+            UdpOutcome::Silent => crate::outcome::Outcome::Silent,
+            UdpOutcome::PortUnreachable => crate::outcome::Outcome::PortUnreachable,
+            UdpOutcome::Unreachable { .. } => crate::outcome::Outcome::Unreachable,
+            UdpOutcome::Reply => crate::outcome::Outcome::Reply,
+            UdpOutcome::ReplyMismatch => crate::outcome::Outcome::ReplyMismatch,
+            UdpOutcome::Timeout => crate::outcome::Outcome::Timeout,
+            UdpOutcome::NoRoute => crate::outcome::Outcome::NoRoute,
+            UdpOutcome::SocketError(_) => crate::outcome::Outcome::SocketError,
+        }
+    }
+}
+
 impl UdpOutcome {
     /// The verdict of SPEC section 1: silence in plain mode, a matching reply otherwise.
     pub fn healthy(&self) -> bool {

@@ -188,7 +188,12 @@ fn fail_window_through_the_scheduler(params: CheckParams, timeout_ms: u64) -> (D
             started_ns: now,
             finished_ns: now + took,
             response_time: Duration::from_nanos(took),
-            reason: if success { "syn-ack".into() } else { "timeout".into() },
+            outcome: if success {
+                crate::outcome::Outcome::Open
+            } else {
+                crate::outcome::Outcome::Timeout
+            },
+            reason: if success { "open".into() } else { "timeout".into() },
         };
         let transition = tracker.observe(obs);
         sched.completed(id, now + took, tracker.cadence()).unwrap();

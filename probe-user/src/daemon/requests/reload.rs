@@ -51,7 +51,7 @@ impl Runner {
         self.ensure_l4(&config, first_l4(&table))
             .map_err(|e| RequestError::Refused(error_chain(&e)))?;
         if let (Some(sink), Some(writer)) = (events, self.events.as_mut()) {
-            writer.switch(sink);
+            writer.switch(sink, self.changes.seq());
         }
         self.next_owner = next_owner;
         self.apply(table);

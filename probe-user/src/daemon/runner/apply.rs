@@ -8,19 +8,18 @@ use std::{
 use super::{Runner, SchedKey};
 use crate::{
     daemon::{
-        changes::{Change, ChangeKind, ProfileChange},
+        changes::{Change, ChangeKind, EndpointState, ProfileChange},
         table::{OwnerId, Table},
     },
     hash::FastMap,
-    status::{EndpointStatus, ProfileStatus},
+    status::ProfileStatus,
 };
 
 /// What the running table said of an endpoint before a new one replaced it, by name: an
 /// endpoint whose check changed gets a new id but is the same endpoint to consumers.
-#[derive(Clone, Copy)]
 struct Before {
-    status: EndpointStatus,
-    eligible: bool,
+    id: OwnerId,
+    state: EndpointState,
 }
 
 type Name = (Arc<str>, Arc<str>);
@@ -54,11 +53,11 @@ impl Runner {
         let before: HashMap<Name, Before> = self
             .table
             .targets
-            .values()
-            .map(|t| {
+            .iter()
+            .map(|(id, t)| {
                 let b = Before {
-                    status: t.status,
-                    eligible: t.eligible,
+                    id: *id,
+                    state: t.state(),
                 };
                 ((t.profile.clone(), t.name.clone()), b)
             })
@@ -118,23 +117,25 @@ impl Runner {
         for p in &self.table.profiles {
             for id in &p.owners {
                 let t = self.table.targets.get_mut(id).expect("owners are targets");
+                // Anything a consumer sees (address, port, weight, admin, status, eligibility)
+                // or a new check (a new id) is a change.
                 let from = before.get(&(t.profile.clone(), t.name.clone()));
-                if from.is_some_and(|b| b.status == t.status && b.eligible == t.eligible) {
+                if from.is_some_and(|b| b.id == *id && b.state == t.state()) {
                     continue;
                 }
                 // An endpoint that appears has no status to change from: its last change stays
                 // what it was (none, or the one resumed from the state file).
-                if let Some(b) = from.filter(|b| b.status != t.status) {
+                if let Some(b) = from.filter(|b| b.state.status != t.status) {
                     t.last_change = Some(crate::daemon::views::LastChange {
                         at_unix_ms,
                         kind: ChangeKind::Config,
-                        from: Some(b.status),
+                        from: Some(b.state.status),
                         to: t.status,
                         measured_window_ms: 0.0,
                         formula_window_ms: 0.0,
                     });
                 }
-                let from = from.map(|b| b.status);
+                let from = from.map(|b| b.state.status);
                 changes.push(Change::Endpoint(t.change(
                     ChangeKind::Config,
                     from,

@@ -120,6 +120,7 @@ impl Runner {
                     let r = prober.probe(&req).await;
                     let report = ProbeReport {
                         healthy: r.outcome.healthy(),
+                        outcome: (&r.outcome).into(),
                         elapsed: r.elapsed,
                         reason: Arc::from(r.outcome.to_string()),
                     };

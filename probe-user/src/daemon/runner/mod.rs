@@ -133,6 +133,8 @@ pub(crate) struct Runner {
     due_buf: Vec<(CheckId, u64)>,
     pub(super) l4: L4,
     tasks: Tasks,
+    /// Declared before `events`: fields drop in order, and the events thread ends only once
+    /// the bus is gone (`run` also drops them in that order explicitly).
     pub(super) changes: Bus,
     pub(super) events: Option<EventWriter>,
     pub(super) metrics: RunnerMetrics,

@@ -43,7 +43,7 @@ impl Runner {
         let Some(p) = self.table.profiles.get_mut(t.profile_ix as usize) else {
             return;
         };
-        let (old_status, old_eligible) = (t.status, t.eligible);
+        let (old_status, old_state) = (t.status, t.state());
         let new_status = t.derive_status();
         if new_status != old_status {
             p.counts.remove(old_status);
@@ -63,7 +63,9 @@ impl Runner {
             });
             self.persist.dirty = true;
         }
-        if new_status == old_status && t.eligible == old_eligible && detail.is_none() {
+        // An admin change that leaves the status alone (under a disabled profile, say) is
+        // still a change of what consumers see.
+        if detail.is_none() && t.state() == old_state {
             return;
         }
         let change = Change::Endpoint(EndpointChange {

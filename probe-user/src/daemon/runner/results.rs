@@ -21,12 +21,13 @@ impl Runner {
     pub(super) fn on_l4(&mut self, r: L4Result) {
         // UDP results speak UDP's words ("port unreachable"), as `probed check udp://` does.
         let udp = self.inflight_of(r.token).is_some_and(|i| i.protocol == Protocol::Udp);
-        let reason = match crate::probe::udp::UdpOutcome::try_from(r.outcome) {
-            Ok(u) if udp => u.to_string(),
-            _ => r.outcome.to_string(),
+        let (outcome, reason) = match crate::probe::udp::UdpOutcome::try_from(r.outcome) {
+            Ok(u) if udp => ((&u).into(), u.to_string()),
+            _ => (r.outcome.into(), r.outcome.to_string()),
         };
         let report = ProbeReport {
             healthy: r.outcome.healthy(),
+            outcome,
             elapsed: r.elapsed,
             reason: Arc::from(reason),
         };
@@ -49,6 +50,7 @@ impl Runner {
             started_ns: inflight.started_ns,
             finished_ns: finished,
             response_time: report.elapsed,
+            outcome: report.outcome,
             reason: report.reason.clone(),
         };
         let proto = inflight.protocol;
@@ -68,12 +70,14 @@ impl Runner {
                 // The same reason as last time, as it mostly is: no new string.
                 Some(last) if *last.reason == *report.reason => {
                     last.ok = report.healthy;
+                    last.outcome = report.outcome;
                     last.rtt_ms = ms(report.elapsed);
                     last.at_unix_ms = at_unix_ms;
                 }
                 last => {
                     *last = Some(LastResult {
                         ok: report.healthy,
+                        outcome: report.outcome,
                         reason: report.reason.to_string(),
                         rtt_ms: ms(report.elapsed),
                         at_unix_ms,
@@ -104,6 +108,7 @@ impl Runner {
                 .iter()
                 .map(|o| RunResult {
                     ok: o.success,
+                    outcome: o.outcome,
                     reason: o.reason.to_string(),
                     rtt_ms: ms(o.response_time),
                     started_ns: o.started_ns,

@@ -149,14 +149,8 @@ fn endpoint_changes(changes: &[Change]) -> Vec<Summary<'_>> {
 }
 
 fn summary(e: &EndpointChange) -> Summary<'_> {
-    let state = e.state.as_ref();
-    (
-        &e.endpoint,
-        e.kind,
-        e.from,
-        state.map(|s| s.status),
-        state.is_some_and(|s| s.eligible),
-    )
+    let to = (!e.removed).then_some(e.state.status);
+    (&e.endpoint, e.kind, e.from, to, !e.removed && e.state.eligible)
 }
 
 fn profile_changes(changes: &[Change]) -> Vec<&ProfileChange> {
@@ -370,7 +364,20 @@ fn reload_carries_state_over_and_publishes_what_changed() {
             ("d", ChangeKind::Config, None, Some(S::CheckingEndpoint), true),
         ]
     );
-    h.changes();
+    // A new weight changes no status, but a data-path consumer must see it.
+    let text =
+        config_text(&h.dir, &[("a", 80), ("b", 81), ("d", 80)]).replace("name = \"a\"\n", "name = \"a\"\nweight = 5\n");
+    let report = h.runner.reload(Some(parse(&text))).expect("applied");
+    assert_eq!((report.kept, report.added, report.removed), (3, 0, 0));
+    let changes = h.changes();
+    assert_eq!(
+        endpoint_changes(&changes),
+        [("a", ChangeKind::Config, Some(S::Online), Some(S::Online), true)]
+    );
+    let Change::Endpoint(a) = &changes[0] else {
+        unreachable!()
+    };
+    assert_eq!(a.state.weight, 5);
     // A configuration that cannot be applied changes nothing, and says why: here its events
     // file cannot be opened (its directory would be under a regular file).
     let mut bad = parse(&config_text(&h.dir, &[("a", 80)]));

@@ -81,6 +81,24 @@ pub enum HttpOutcome {
     Protocol(String),
 }
 
+impl From<&HttpOutcome> for crate::outcome::Outcome {
+    fn from(o: &HttpOutcome) -> Self {
+        match o {
+            HttpOutcome::Passed(_) => crate::outcome::Outcome::Status,
+            HttpOutcome::BadStatus(_) => crate::outcome::Outcome::BadStatus,
+            HttpOutcome::BodyMismatch(_) => crate::outcome::Outcome::BodyMismatch,
+            HttpOutcome::Timeout(_) => crate::outcome::Outcome::Timeout,
+            HttpOutcome::Refused => crate::outcome::Outcome::Refused,
+            HttpOutcome::Reset => crate::outcome::Outcome::Reset,
+            HttpOutcome::Closed => crate::outcome::Outcome::Closed,
+            HttpOutcome::Unreachable => crate::outcome::Outcome::Unreachable,
+            HttpOutcome::Tls(_) => crate::outcome::Outcome::Tls,
+            HttpOutcome::Connect(_) => crate::outcome::Outcome::ConnectError,
+            HttpOutcome::Protocol(_) => crate::outcome::Outcome::HttpError,
+        }
+    }
+}
+
 impl HttpOutcome {
     pub fn healthy(&self) -> bool {
         matches!(self, Self::Passed(_))

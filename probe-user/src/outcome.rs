@@ -1,0 +1,89 @@
+//! What a probe found, as one vocabulary for every kind: the `outcome` of a result in the API,
+//! the events and the `probed_probe_results_total` label. The human detail (which status,
+//! which ICMP code, which TLS error) stays in the result's `reason`.
+//! Each prober maps its own outcome onto this next to where that outcome is defined.
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// TCP: SYN+ACK.
+    Open,
+    /// TCP: RST to the SYN.
+    Refused,
+    /// TCP: reset after the connection was established (HTTP).
+    Reset,
+    /// The server closed the connection without a complete response (HTTP).
+    Closed,
+    /// ICMP destination unreachable other than port unreachable.
+    Unreachable,
+    /// UDP: ICMP port unreachable.
+    PortUnreachable,
+    /// No route to the target from this node.
+    NoRoute,
+    /// No answer within the timeout (the reason names the phase for HTTP).
+    Timeout,
+    /// UDP plain mode: no ICMP error within the timeout (healthy).
+    Silent,
+    /// UDP request/response: a reply with the expected content (healthy).
+    Reply,
+    /// UDP request/response: a reply without it.
+    ReplyMismatch,
+    /// HTTP: a status in the healthy set (healthy).
+    Status,
+    /// HTTP: a status outside the healthy set.
+    BadStatus,
+    /// HTTP: a healthy status whose body lacks the expected string.
+    BodyMismatch,
+    /// HTTP: the TLS handshake failed.
+    Tls,
+    /// HTTP: another connect error.
+    ConnectError,
+    /// HTTP: a response that could not be parsed.
+    HttpError,
+    /// The probe's own socket failed: it says nothing about the target.
+    SocketError,
+}
+
+impl Outcome {
+    /// The name on the wire and in metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Open => "open",
+            Outcome::Refused => "refused",
+            Outcome::Reset => "reset",
+            Outcome::Closed => "closed",
+            Outcome::Unreachable => "unreachable",
+            Outcome::PortUnreachable => "port-unreachable",
+            Outcome::NoRoute => "no-route",
+            Outcome::Timeout => "timeout",
+            Outcome::Silent => "silent",
+            Outcome::Reply => "reply",
+            Outcome::ReplyMismatch => "reply-mismatch",
+            Outcome::Status => "status",
+            Outcome::BadStatus => "bad-status",
+            Outcome::BodyMismatch => "body-mismatch",
+            Outcome::Tls => "tls",
+            Outcome::ConnectError => "connect-error",
+            Outcome::HttpError => "http-error",
+            Outcome::SocketError => "socket-error",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_names_match_serde() {
+        for o in [
+            Outcome::PortUnreachable,
+            Outcome::NoRoute,
+            Outcome::BadStatus,
+            Outcome::Open,
+        ] {
+            assert_eq!(serde_json::to_string(&o).unwrap(), format!("\"{}\"", o.as_str()));
+        }
+    }
+}
