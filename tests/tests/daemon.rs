@@ -275,6 +275,29 @@ fn api_status_select_enable_disable_and_metrics() {
     assert!(rst_sent >= 1.0, "every open probe is reset by probe_rx:\n{metrics}");
     let paths = metric(&metrics, "probed_tx_path{path=\"xdp\"}") + metric(&metrics, "probed_tx_path{path=\"raw\"}");
     assert_eq!(paths, 1.0, "exactly one transmit path in use:\n{metrics}");
+    promtool_accepts(&metrics);
+}
+
+/// Prometheus's own linter (`promtool check metrics`, installed by `cargo xtask setup`) finds
+/// nothing to say about the exposition: names, types, `_total` on counters, help lines.
+fn promtool_accepts(metrics: &str) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run promtool (cargo xtask setup installs the prometheus package)");
+    child.stdin.take().unwrap().write_all(metrics.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics: {:?}\n{}{}\n{metrics}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -19,7 +19,8 @@ const PACKAGES: &[&str] = &[
     "nftables", // drop/reject rules in tests, backend rules
     "ethtool",  // GRO on veth (needed for XDP_TX on veth)
     "iputils-ping",
-    "procps", // sysctl inside test namespaces
+    "procps",     // sysctl inside test namespaces
+    "prometheus", // promtool: the tests lint the metrics exposition with it
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
