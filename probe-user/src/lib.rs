@@ -20,4 +20,5 @@ pub mod probe;
 pub mod rng;
 pub mod rules;
 pub mod schedule;
+pub mod sinks;
 pub mod status;
