@@ -75,9 +75,34 @@ fn endpoint(
 ) -> Option<Endpoint> {
     let t = r.table(v, path.to_string(), &ENDPOINT_KEYS)?;
     let before = r.errors.len();
-    let address = match r.string(&t, "address") {
+    // The order is the order errors at the same place are reported in.
+    let address = address(r, &t);
+    let port = port(r, &t, health);
+    let weight = bounded(r, &t, "weight", 1, 1000, 1);
+    let priority = priority(r, &t, index, routing, taken);
+    let state = state(r, &t);
+    let headers = own_headers(r, &t, health.protocol(), dialect);
+    let subnets = subnets(r, &t, routing, index, taken);
+    let region = region(r, &t, routing, taken);
+    let name = name(r, &t, address, port, taken);
+    (r.errors.len() == before).then_some(())?;
+    Some(Endpoint {
+        name: name?,
+        address: address?,
+        port: port?,
+        weight: weight?,
+        priority: priority?,
+        state: state?,
+        headers,
+        subnets: subnets?,
+        region: region?,
+    })
+}
+
+fn address(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<IpAddr> {
+    match r.string(t, "address") {
         None => {
-            r.missing(&t, "address", "every endpoint needs an address");
+            r.missing(t, "address", "every endpoint needs an address");
             None
         }
         Some(item) => match item.v.parse::<IpAddr>() {
@@ -87,17 +112,21 @@ fn endpoint(
                 None
             }
         },
-    };
-    let own_port = r.int(&t, "port").and_then(|item| port_value(r, &item));
+    }
+}
+
+/// The endpoint's own port, else the health check's, else the protocol's well-known one.
+fn port(r: &mut Reader<'_>, t: &Table<'_, '_>, health: &HealthCheck) -> Option<u16> {
+    let own_port = r.int(t, "port").and_then(|item| port_value(r, &item));
     let protocol = health.protocol();
     let port = own_port.or(health.port).or(match protocol {
         Protocol::Http => Some(80),
         Protocol::Https => Some(443),
         Protocol::Tcp | Protocol::Udp => None,
     });
-    if port.is_none() && r.int(&t, "port").is_none() {
+    if port.is_none() && r.int(t, "port").is_none() {
         r.missing(
-            &t,
+            t,
             "port",
             format!(
                 "a {} check needs a port: set health.port or the endpoint's port",
@@ -105,22 +134,31 @@ fn endpoint(
             ),
         );
     }
-    let weight = bounded(r, &t, "weight", 1, 1000, 1);
-    let priority = bounded(r, &t, "priority", 1, 1000, u32::try_from(index + 1).unwrap_or(u32::MAX));
+    port
+}
+
+/// The priority, by default the endpoint's position; unique within the profile under
+/// priority routing, where it decides which endpoint answers.
+fn priority(r: &mut Reader<'_>, t: &Table<'_, '_>, index: usize, routing: Routing, taken: &mut Taken) -> Option<u32> {
+    let priority = bounded(r, t, "priority", 1, 1000, u32::try_from(index + 1).unwrap_or(u32::MAX));
     if let (Some(p), Routing::Priority) = (priority, routing) {
         if !taken.priorities.insert(p) {
-            let item = r.int(&t, "priority");
+            let item = r.int(t, "priority");
             match item {
                 Some(item) => r.bad(&item, "another endpoint of this profile has this priority"),
                 None => r.missing(
-                    &t,
+                    t,
                     "priority",
                     "the default priority (position) collides with another endpoint's; set priority",
                 ),
             }
         }
     }
-    let state = match r.string(&t, "state") {
+    priority
+}
+
+fn state(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<AdminState> {
+    match r.string(t, "state") {
         None => Some(AdminState::Enabled),
         Some(item) => match item.v.as_str() {
             "enabled" => Some(AdminState::Enabled),
@@ -131,8 +169,12 @@ fn endpoint(
                 None
             }
         },
-    };
-    let headers = match r.strings(&t, "headers") {
+    }
+}
+
+/// The endpoint's own level of headers: only tm HTTP(S) checks have one.
+fn own_headers(r: &mut Reader<'_>, t: &Table<'_, '_>, protocol: Protocol, dialect: Dialect) -> Vec<Header> {
+    match r.strings(t, "headers") {
         None => Vec::new(),
         Some(list) if !protocol.is_http() => {
             r.bad(
@@ -149,10 +191,18 @@ fn endpoint(
             Vec::new()
         }
         Some(list) => headers(r, &list),
-    };
-    let subnets = subnets(r, &t, routing, index, taken);
-    let region = region(r, &t, routing, taken);
-    let name = match r.string(&t, "name") {
+    }
+}
+
+/// The name, by default `address:port`; unique within the profile either way.
+fn name(
+    r: &mut Reader<'_>,
+    t: &Table<'_, '_>,
+    address: Option<IpAddr>,
+    port: Option<u16>,
+    taken: &mut Taken,
+) -> Option<String> {
+    match r.string(t, "name") {
         Some(item) if !valid_name(&item.v) => {
             r.bad(&item, "expected 1-63 letters, digits, '-', '_' or '.'");
             None
@@ -167,25 +217,13 @@ fn endpoint(
             (Some(a), Some(p)) => {
                 let name = SocketAddr::new(a, p).to_string();
                 if !taken.names.insert(name.clone()) {
-                    r.missing(&t, "address", format!("{name} is listed twice in this profile"));
+                    r.missing(t, "address", format!("{name} is listed twice in this profile"));
                 }
                 Some(name)
             }
             _ => None,
         },
-    };
-    (r.errors.len() == before).then_some(())?;
-    Some(Endpoint {
-        name: name?,
-        address: address?,
-        port: port?,
-        weight: weight?,
-        priority: priority?,
-        state: state?,
-        headers,
-        subnets: subnets?,
-        region: region?,
-    })
+    }
 }
 
 fn bounded(r: &mut Reader<'_>, t: &Table<'_, '_>, key: &str, lo: u32, hi: u32, default: u32) -> Option<u32> {
