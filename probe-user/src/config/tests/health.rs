@@ -1,0 +1,196 @@
+//! `[profile.health]` tests outside HTTP: protocol, port, interval and timeout, thresholds,
+//! UDP payloads and pacing, and each dialect's defaults.
+use std::time::Duration;
+
+use super::*;
+
+rule!(
+    protocol_missing,
+    "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n[profile.health]\nport = 1",
+    "profile[0].health.protocol"
+);
+rule!(
+    protocol_udp_in_tm,
+    cfg("tm", "", "protocol = \"udp\"\nport = 53", ""),
+    "profile[0].health.protocol"
+);
+rule!(
+    protocol_udp_in_ga,
+    cfg("ga", "", "protocol = \"udp\"\nport = 53", ""),
+    "profile[0].health.protocol"
+);
+rule!(port_zero, cfg("lb", "", "port = 0", ""), "profile[0].health.port");
+rule!(
+    port_too_big,
+    cfg("lb", "", "port = 70000", ""),
+    "profile[0].health.port"
+);
+rule!(
+    interval_syntax,
+    cfg("lb", "", "interval = \"2 seconds\"", ""),
+    "profile[0].health.interval"
+);
+rule!(
+    interval_tm_not_10_or_30,
+    cfg("tm", "", "interval = \"45s\"", ""),
+    "profile[0].health.interval"
+);
+rule!(
+    interval_ga_over_50,
+    cfg("ga", "", "interval = \"51s\"", ""),
+    "profile[0].health.interval"
+);
+rule!(
+    interval_ga_fraction,
+    cfg("ga", "", "interval = \"1500ms\"", ""),
+    "profile[0].health.interval"
+);
+rule!(
+    interval_lb_too_long,
+    cfg("lb", "", "interval = \"301s\"", ""),
+    "profile[0].health.interval"
+);
+rule!(
+    timeout_tm_over_10,
+    cfg("tm", "", "interval = \"30s\"\ntimeout = \"11s\"", ""),
+    "profile[0].health.timeout"
+);
+rule!(
+    timeout_tm_fast_over_9,
+    cfg("tm", "", "interval = \"10s\"\ntimeout = \"10s\"", ""),
+    "profile[0].health.timeout"
+);
+rule!(
+    timeout_tm_under_5,
+    cfg("tm", "", "timeout = \"4s\"", ""),
+    "profile[0].health.timeout"
+);
+rule!(
+    timeout_ga_not_3,
+    cfg("ga", "", "timeout = \"5s\"", ""),
+    "profile[0].health.timeout"
+);
+rule!(
+    timeout_lb_too_long,
+    cfg("lb", "", "timeout = \"61s\"", ""),
+    "profile[0].health.timeout"
+);
+rule!(
+    healthy_threshold_lb_zero,
+    cfg("lb", "", "healthy_threshold = 0", ""),
+    "profile[0].health.healthy_threshold"
+);
+rule!(
+    unhealthy_threshold_lb_eleven,
+    cfg("lb", "", "unhealthy_threshold = 11", ""),
+    "profile[0].health.unhealthy_threshold"
+);
+rule!(
+    tolerated_failures_tm_ten,
+    cfg("tm", "", "tolerated_failures = 10", ""),
+    "profile[0].health.tolerated_failures"
+);
+rule!(
+    threshold_ga_one,
+    cfg("ga", "", "threshold = 1", ""),
+    "profile[0].health.threshold"
+);
+rule!(
+    threshold_of_other_dialect,
+    cfg("lb", "", "tolerated_failures = 2", ""),
+    "profile[0].health.tolerated_failures"
+);
+rule!(
+    udp_request_with_http,
+    cfg("lb", "", "request = \"ping\"", ""),
+    "profile[0].health.request"
+);
+rule!(
+    udp_request_too_long,
+    cfg(
+        "lb",
+        "",
+        &format!("protocol = \"udp\"\nport = 53\nrequest = \"{}\"", "x".repeat(501)),
+        ""
+    ),
+    "profile[0].health.request"
+);
+
+#[test]
+fn tm_defaults_and_thresholds() {
+    let c = ok(&cfg("tm", "", "", ""));
+    let p = &c.profiles[0];
+    assert_eq!(p.health.interval, Duration::from_secs(30));
+    assert_eq!(p.health.timeout, Duration::from_secs(10));
+    assert_eq!(both(p.thresholds()), (1, 4));
+    let http = p.health.http().unwrap();
+    assert_eq!((http.method, http.path.as_str()), (Method::Get, "/"));
+    assert!(http.status_ok(200) && !http.status_ok(204) && !http.status_ok(301));
+    assert_eq!(p.endpoints[0].port, 80);
+    assert_eq!(p.routing, Routing::Priority);
+
+    let fast = ok(&cfg("tm", "", "interval = \"10s\"\ntolerated_failures = 0", ""));
+    assert_eq!(fast.profiles[0].health.timeout, Duration::from_secs(9));
+    assert_eq!(both(fast.profiles[0].thresholds()), (1, 1));
+}
+
+#[test]
+fn lb_and_ga_defaults() {
+    let lb = ok(&cfg("lb", "", "", ""));
+    let h = &lb.profiles[0].health;
+    assert_eq!(
+        (h.interval, h.timeout),
+        (Duration::from_secs(2), Duration::from_secs(5))
+    );
+    assert_eq!(both(h.thresholds), (3, 3));
+    let http = h.http().unwrap();
+    assert_eq!(http.method, Method::Head);
+    assert!(http.status_ok(204) && http.status_ok(302) && !http.status_ok(404));
+
+    let ga = ok(&cfg("ga", "", "threshold = 5", ""));
+    let h = &ga.profiles[0].health;
+    assert_eq!(
+        (h.interval, h.timeout),
+        (Duration::from_secs(2), Duration::from_secs(3))
+    );
+    assert_eq!(both(h.thresholds), (5, 5));
+}
+
+// Pacing: fast/down intervals and jitter, off unless set.
+rule!(
+    fast_interval_zero,
+    cfg("lb", "", "fast_interval = \"0s\"", ""),
+    "profile[0].health.fast_interval"
+);
+rule!(
+    down_interval_too_long,
+    cfg("lb", "", "down_interval = \"301s\"", ""),
+    "profile[0].health.down_interval"
+);
+rule!(
+    initial_jitter_not_a_duration,
+    cfg("lb", "", "initial_jitter = \"soon\"", ""),
+    "profile[0].health.initial_jitter"
+);
+rule!(
+    jitter_percent_over_100,
+    cfg("lb", "", "jitter_percent = 101", ""),
+    "profile[0].health.jitter_percent"
+);
+
+#[test]
+fn pacing_is_off_by_default_and_read_when_set() {
+    let plain = ok(&cfg("lb", "", "", ""));
+    assert_eq!(plain.profiles[0].health.pacing, Pacing::default());
+    let paced = ok(&cfg(
+        "tm",
+        "",
+        "fast_interval = \"2s\"\ndown_interval = \"60s\"\ninitial_jitter = \"500ms\"\njitter_percent = 10",
+        "",
+    ));
+    let p = paced.profiles[0].health.pacing;
+    assert_eq!(p.fast_interval, Some(Duration::from_secs(2)));
+    assert_eq!(p.down_interval, Some(Duration::from_secs(60)));
+    assert_eq!(p.initial_jitter, Duration::from_millis(500));
+    assert_eq!(p.jitter_percent, 10);
+}

@@ -1,0 +1,182 @@
+//! Configuration tests: one per rule, each checking the exact field the error names. One file
+//! per section, as in `validate/`; here the helpers and the tests of the file as a whole.
+use std::net::IpAddr;
+
+use super::*;
+use crate::status::{AdminState, Routing};
+
+/// One profile with one endpoint; `health` gets `protocol = "http"` unless it sets a protocol.
+fn cfg(dialect: &str, profile: &str, health: &str, endpoint: &str) -> String {
+    let protocol = if health.contains("protocol") {
+        ""
+    } else {
+        "protocol = \"http\"\n"
+    };
+    format!(
+        "[[profile]]\nname = \"web\"\ndialect = \"{dialect}\"\n{profile}\n[profile.health]\n{protocol}{health}\n\
+         [[profile.endpoint]]\naddress = \"192.0.2.1\"\n{endpoint}\n"
+    )
+}
+
+fn refused(text: &str) -> ConfigErrors {
+    match Config::parse(text, "t.toml") {
+        Ok(c) => panic!("accepted a bad config: {c:?}\n{text}"),
+        Err(e) => e,
+    }
+}
+
+/// The config is refused with exactly one error, on `field`.
+fn expect_error(text: &str, field: &str) {
+    let errs = refused(text);
+    assert!(
+        errs.iter().any(|e| e.field == field),
+        "no error on {field}; got:\n{errs}\n--- config:\n{text}"
+    );
+    assert_eq!(errs.len(), 1, "expected one error on {field}, got:\n{errs}");
+}
+
+/// The (healthy, unhealthy) thresholds the engine gets.
+fn both(t: Thresholds) -> (u32, u32) {
+    (t.healthy(), t.unhealthy())
+}
+
+fn ok(text: &str) -> Config {
+    Config::parse(text, "t.toml").unwrap_or_else(|e| panic!("refused:\n{e}\n--- config:\n{text}"))
+}
+
+macro_rules! rule {
+    ($name:ident, $text:expr, $field:expr) => {
+        #[test]
+        fn $name() {
+            expect_error(&$text, $field);
+        }
+    };
+}
+
+// Declared after `rule!` so the section files can use it.
+mod daemon;
+mod endpoint;
+mod health;
+mod http;
+mod profile;
+mod source;
+
+// File-level rules.
+rule!(syntax_error_has_a_place, "[daemon\napi_listen = 1", "");
+rule!(unknown_key, "[daemon]\napi_listn = \"127.0.0.1:1\"", "daemon.api_listn");
+rule!(wrong_type, cfg("lb", "", "port = \"80\"", ""), "profile[0].health.port");
+
+#[test]
+fn every_error_is_reported_at_once() {
+    let text = r#"
+[daemon]
+api_listen = "0.0.0.0:80"
+
+[source]
+port_range = "40000-41000"
+
+[[profile]]
+name = "web"
+dialect = "tm"
+
+[profile.health]
+protocol = "tcp"
+path = "/"
+interval = "45s"
+tolerated_failures = 12
+
+[[profile.endpoint]]
+address = "nowhere"
+port = 0
+"#;
+    let errs = refused(text);
+    let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+    for want in [
+        "daemon.api_listen",
+        "source.port_range",
+        "profile[0].health.path",
+        "profile[0].health.interval",
+        "profile[0].health.tolerated_failures",
+    ] {
+        assert!(fields.contains(&want), "{want} missing from:\n{errs}");
+    }
+    assert_eq!(errs.len(), 5, "{errs}");
+}
+
+#[test]
+fn error_names_file_line_column_field_value_and_range() {
+    let text = cfg("tm", "", "interval = \"45s\"", "");
+    let errs = refused(&text);
+    let e = &errs.0[0];
+    assert_eq!((e.line, e.column), (7, 12), "{e}");
+    assert_eq!(e.profile.as_deref(), Some("web"));
+    assert_eq!(e.value.as_deref(), Some("\"45s\""));
+    assert_eq!(
+        e.to_string(),
+        "t.toml:7:12: profile \"web\" health.interval = \"45s\": tm allows 10s or 30s"
+    );
+}
+
+#[test]
+fn bad_health_check_still_reports_its_own_error() {
+    let errs = refused(&cfg("tm", "", "interval = \"45s\"", "state = \"on\""));
+    let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+    // Endpoint rules need a valid health check (the port default comes from it), so they wait.
+    assert!(fields.contains(&"profile[0].health.interval"), "{errs}");
+}
+
+#[test]
+fn syntax_error_points_at_the_line() {
+    let errs = refused("[daemon]\napi_listen = \n");
+    assert_eq!(errs.0[0].line, 2, "{errs}");
+}
+
+#[test]
+fn empty_file_gets_defaults() {
+    let c = ok("");
+    assert_eq!(c.daemon.api, ApiListen::Tcp("127.0.0.1:9180".parse().unwrap()));
+    assert_eq!(c.daemon.events, EventsOutput::Stdout);
+    assert_eq!(c.daemon.pin_dir, std::path::PathBuf::from("/sys/fs/bpf/probed"));
+    assert_eq!(
+        c.source.ports,
+        PortRange {
+            first: 61000,
+            last: 65000
+        }
+    );
+    assert_eq!(c.source.xdp_mode, crate::kernel::AttachMode::Auto);
+    assert!(c.profiles.is_empty());
+}
+
+#[test]
+fn example_config_parses() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/probed.toml");
+    let c = Config::load(path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.profiles.len(), 6);
+    assert_eq!(c.endpoint_count(), 16);
+    let api = c.profile("api").unwrap();
+    assert_eq!(both(api.thresholds()), (1, 4));
+    assert_eq!(api.endpoints[2].state, AdminState::AlwaysServe);
+    assert_eq!(
+        api.endpoints[1].headers,
+        [Header::parse("Host:api-b.example.com").unwrap()]
+    );
+    let dns = c.profile("dns").unwrap();
+    assert_eq!(dns.routing, Routing::Multivalue { max_answers: 2 });
+    assert_eq!(dns.endpoints[2].address, "2001:db8::53".parse::<IpAddr>().unwrap());
+    assert_eq!(dns.endpoints[2].name, "[2001:db8::53]:53");
+    assert_eq!(c.source.ipv6().count(), 1);
+    assert!(!c.profile("staging").unwrap().enabled);
+}
+
+#[test]
+fn missing_file_is_one_error() {
+    let errs = Config::load("/nonexistent/probed.toml").unwrap_err();
+    assert_eq!(errs.len(), 1);
+    assert!(
+        errs.0[0]
+            .to_string()
+            .starts_with("/nonexistent/probed.toml: cannot read"),
+        "{errs}"
+    );
+}

@@ -1,0 +1,317 @@
+//! `[[profile.endpoint]]`: address, port, weight and priority, admin state, headers and the
+//! routing keys (subnets, region), each checked against what earlier endpoints of the profile
+//! already claimed.
+use std::{
+    collections::{HashMap, HashSet},
+    net::{IpAddr, SocketAddr},
+};
+
+use ipnet::IpNet;
+use toml::de::DeValue;
+
+use super::{http::headers, port_value, valid_name};
+use crate::config::{
+    model::*,
+    read::{Reader, Table},
+};
+use crate::status::{select::WORLD_REGION, AdminState, Routing};
+
+const ENDPOINT_KEYS: [&str; 9] = [
+    "name", "address", "port", "weight", "priority", "state", "headers", "subnets", "region",
+];
+
+pub(super) fn endpoints(
+    r: &mut Reader<'_>,
+    list: &toml::Spanned<DeValue<'_>>,
+    path: &str,
+    health: &HealthCheck,
+    dialect: Dialect,
+    routing: Routing,
+) -> Option<Vec<Endpoint>> {
+    let DeValue::Array(items) = list.get_ref() else {
+        r.error(
+            list.span(),
+            path,
+            Some(crate::config::read::show(list.get_ref())),
+            "expected [[profile.endpoint]] tables",
+        );
+        return None;
+    };
+    let before = r.errors.len();
+    let mut out = Vec::new();
+    let mut taken = Taken::default();
+    for (i, item) in items.iter().enumerate() {
+        if let Some(ep) = endpoint(
+            r,
+            item,
+            &format!("{path}[{i}]"),
+            i,
+            (health, dialect, routing),
+            &mut taken,
+        ) {
+            out.push(ep);
+        }
+    }
+    (r.errors.len() == before).then_some(out)
+}
+
+/// What earlier endpoints of the same profile already claimed.
+#[derive(Default)]
+struct Taken {
+    names: HashSet<String>,
+    priorities: HashSet<u32>,
+    subnets: HashMap<IpNet, usize>,
+    catch_all: bool,
+    regions: HashSet<String>,
+}
+
+fn endpoint(
+    r: &mut Reader<'_>,
+    v: &toml::Spanned<DeValue<'_>>,
+    path: &str,
+    index: usize,
+    (health, dialect, routing): (&HealthCheck, Dialect, Routing),
+    taken: &mut Taken,
+) -> Option<Endpoint> {
+    let t = r.table(v, path.to_string(), &ENDPOINT_KEYS)?;
+    let before = r.errors.len();
+    // The order is the order errors at the same place are reported in.
+    let address = address(r, &t);
+    let port = port(r, &t, health);
+    let weight = bounded(r, &t, "weight", 1, 1000, 1);
+    let priority = priority(r, &t, index, routing, taken);
+    let state = state(r, &t);
+    let headers = own_headers(r, &t, health.protocol(), dialect);
+    let subnets = subnets(r, &t, routing, index, taken);
+    let region = region(r, &t, routing, taken);
+    let name = name(r, &t, address, port, taken);
+    (r.errors.len() == before).then_some(())?;
+    Some(Endpoint {
+        name: name?,
+        address: address?,
+        port: port?,
+        weight: weight?,
+        priority: priority?,
+        state: state?,
+        headers,
+        subnets: subnets?,
+        region: region?,
+    })
+}
+
+fn address(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<IpAddr> {
+    match r.string(t, "address") {
+        None => {
+            r.missing(t, "address", "every endpoint needs an address");
+            None
+        }
+        Some(item) => match item.v.parse::<IpAddr>() {
+            Ok(ip) if !ip.is_unspecified() && !ip.is_multicast() => Some(ip),
+            _ => {
+                r.bad(&item, "expected a unicast IPv4 or IPv6 address");
+                None
+            }
+        },
+    }
+}
+
+/// The endpoint's own port, else the health check's, else the protocol's well-known one.
+fn port(r: &mut Reader<'_>, t: &Table<'_, '_>, health: &HealthCheck) -> Option<u16> {
+    let own_port = r.int(t, "port").and_then(|item| port_value(r, &item));
+    let protocol = health.protocol();
+    let port = own_port.or(health.port).or(match protocol {
+        Protocol::Http => Some(80),
+        Protocol::Https => Some(443),
+        Protocol::Tcp | Protocol::Udp => None,
+    });
+    if port.is_none() && r.int(t, "port").is_none() {
+        r.missing(
+            t,
+            "port",
+            format!(
+                "a {} check needs a port: set health.port or the endpoint's port",
+                protocol.name()
+            ),
+        );
+    }
+    port
+}
+
+/// The priority, by default the endpoint's position; unique within the profile under
+/// priority routing, where it decides which endpoint answers.
+fn priority(r: &mut Reader<'_>, t: &Table<'_, '_>, index: usize, routing: Routing, taken: &mut Taken) -> Option<u32> {
+    let priority = bounded(r, t, "priority", 1, 1000, u32::try_from(index + 1).unwrap_or(u32::MAX));
+    if let (Some(p), Routing::Priority) = (priority, routing) {
+        if !taken.priorities.insert(p) {
+            let item = r.int(t, "priority");
+            match item {
+                Some(item) => r.bad(&item, "another endpoint of this profile has this priority"),
+                None => r.missing(
+                    t,
+                    "priority",
+                    "the default priority (position) collides with another endpoint's; set priority",
+                ),
+            }
+        }
+    }
+    priority
+}
+
+fn state(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<AdminState> {
+    match r.string(t, "state") {
+        None => Some(AdminState::Enabled),
+        Some(item) => match item.v.as_str() {
+            "enabled" => Some(AdminState::Enabled),
+            "disabled" => Some(AdminState::Disabled),
+            "always-serve" => Some(AdminState::AlwaysServe),
+            _ => {
+                r.bad(&item, "expected enabled, disabled or always-serve");
+                None
+            }
+        },
+    }
+}
+
+/// The endpoint's own level of headers: only tm HTTP(S) checks have one.
+fn own_headers(r: &mut Reader<'_>, t: &Table<'_, '_>, protocol: Protocol, dialect: Dialect) -> Vec<Header> {
+    match r.strings(t, "headers") {
+        None => Vec::new(),
+        Some(list) if !protocol.is_http() => {
+            r.bad(
+                &list,
+                format!(
+                    "only HTTP and HTTPS checks send headers; the protocol is {}",
+                    protocol.name()
+                ),
+            );
+            Vec::new()
+        }
+        Some(list) if dialect != Dialect::Tm => {
+            r.bad(&list, format!("{} has no custom headers", dialect.name()));
+            Vec::new()
+        }
+        Some(list) => headers(r, &list),
+    }
+}
+
+/// The name, by default `address:port`; unique within the profile either way.
+fn name(
+    r: &mut Reader<'_>,
+    t: &Table<'_, '_>,
+    address: Option<IpAddr>,
+    port: Option<u16>,
+    taken: &mut Taken,
+) -> Option<String> {
+    match r.string(t, "name") {
+        Some(item) if !valid_name(&item.v) => {
+            r.bad(&item, "expected 1-63 letters, digits, '-', '_' or '.'");
+            None
+        }
+        Some(item) => {
+            if !taken.names.insert(item.v.clone()) {
+                r.bad(&item, "another endpoint of this profile has this name");
+            }
+            Some(item.v)
+        }
+        None => match (address, port) {
+            (Some(a), Some(p)) => {
+                let name = SocketAddr::new(a, p).to_string();
+                if !taken.names.insert(name.clone()) {
+                    r.missing(t, "address", format!("{name} is listed twice in this profile"));
+                }
+                Some(name)
+            }
+            _ => None,
+        },
+    }
+}
+
+fn bounded(r: &mut Reader<'_>, t: &Table<'_, '_>, key: &str, lo: u32, hi: u32, default: u32) -> Option<u32> {
+    let Some(item) = r.int(t, key) else {
+        return Some(default);
+    };
+    match u32::try_from(item.v).ok().filter(|n| (lo..=hi).contains(n)) {
+        Some(n) => Some(n),
+        None => {
+            r.bad(&item, format!("expected {lo} to {hi}"));
+            None
+        }
+    }
+}
+
+fn subnets(
+    r: &mut Reader<'_>,
+    t: &Table<'_, '_>,
+    routing: Routing,
+    index: usize,
+    taken: &mut Taken,
+) -> Option<Vec<IpNet>> {
+    let list = r.strings(t, "subnets");
+    if routing != Routing::Subnet {
+        if let Some(list) = list {
+            r.bad(&list, "subnets only apply to routing = \"subnet\"");
+            return None;
+        }
+        return Some(Vec::new());
+    }
+    let Some(list) = list.filter(|l| !l.v.is_empty()) else {
+        // One endpoint without subnets catches every unmapped source.
+        if std::mem::replace(&mut taken.catch_all, true) {
+            r.missing(
+                t,
+                "subnets",
+                "another endpoint already catches unmapped sources; give this one subnets",
+            );
+            return None;
+        }
+        return Some(Vec::new());
+    };
+    let mut out = Vec::new();
+    for item in &list.v {
+        match item.v.parse::<IpNet>() {
+            Ok(net) => {
+                let net = net.trunc();
+                if let Some(other) = taken.subnets.insert(net, index) {
+                    r.bad(item, format!("endpoint[{other}] already maps this subnet"));
+                }
+                out.push(net);
+            }
+            Err(_) => r.bad(item, "expected a CIDR like \"10.0.0.0/8\" or \"2001:db8::/32\""),
+        }
+    }
+    Some(out)
+}
+
+fn region(r: &mut Reader<'_>, t: &Table<'_, '_>, routing: Routing, taken: &mut Taken) -> Option<Option<String>> {
+    let item = r.string(t, "region");
+    match (item, routing) {
+        (None, Routing::Geographic) => {
+            r.missing(
+                t,
+                "region",
+                format!("geographic routing needs a region (or {WORLD_REGION:?})"),
+            );
+            None
+        }
+        (None, _) => Some(None),
+        (Some(item), Routing::Geographic) => {
+            let ok = valid_name(&item.v) && item.v.bytes().all(|b| !b.is_ascii_uppercase());
+            if !ok {
+                r.bad(&item, "expected a lower-case region name like \"eu-west\"");
+                None
+            } else if !taken.regions.insert(item.v.clone()) {
+                r.bad(
+                    &item,
+                    "another endpoint already serves this region; a region maps to one endpoint",
+                );
+                None
+            } else {
+                Some(Some(item.v))
+            }
+        }
+        (Some(item), _) => {
+            r.bad(&item, "region only applies to routing = \"geographic\"");
+            None
+        }
+    }
+}

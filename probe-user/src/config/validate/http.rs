@@ -1,0 +1,139 @@
+//! The HTTP(S) keys of `[profile.health]`: path, method, host, headers, status codes and body
+//! match, by the dialect's rules. Endpoint headers go through `headers` too.
+use super::{broke, names};
+use crate::config::{
+    model::*,
+    read::{Item, Reader, Table},
+};
+use crate::rules::{
+    check_header_level,
+    limits::{MAX_HEADERS, MAX_STATUS_RANGES},
+    Rule,
+};
+
+const MAX_BODY_MATCH: usize = 1024;
+
+pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, tls: bool) -> Option<HttpCheck> {
+    let before = r.errors.len();
+    let path = match r.string(t, "path") {
+        None => HttpPath::root(),
+        Some(item) => HttpPath::parse(&item.v).unwrap_or_else(|e| {
+            broke(r, &item, e);
+            HttpPath::root()
+        }),
+    };
+    let method = match r.string(t, "method") {
+        None => Method::default_for(d),
+        Some(item) => match item.v.parse::<Method>() {
+            Ok(m) if d.methods().contains(&m) => m,
+            _ => {
+                r.bad(&item, format!("{d} allows {}", names(d.methods(), Method::name)));
+                Method::default_for(d)
+            }
+        },
+    };
+    let host = match r.string(t, "host") {
+        None => None,
+        Some(item) if d == Dialect::Tm => {
+            r.bad(&item, "tm sets the Host through headers = [\"Host:name\"]");
+            None
+        }
+        Some(item) => HostName::parse(&item.v).map_or_else(
+            |e| {
+                broke(r, &item, e);
+                None
+            },
+            Some,
+        ),
+    };
+    let headers = match r.strings(t, "headers") {
+        None => Vec::new(),
+        Some(list) if d != Dialect::Tm => {
+            r.bad(&list, format!("{} has no custom headers; use host", d.name()));
+            Vec::new()
+        }
+        Some(list) => headers(r, &list),
+    };
+    let healthy_status = match r.strings(t, "status") {
+        None => d.default_status().to_vec(),
+        Some(list) => status(r, &list, d),
+    };
+    let body_match = match r.string(t, "body_match") {
+        None => None,
+        Some(item) if method == Method::Head => {
+            r.bad(&item, "a HEAD response has no body; set method = \"GET\"");
+            None
+        }
+        Some(item) if item.v.is_empty() || item.v.len() > MAX_BODY_MATCH => {
+            r.bad(&item, format!("expected 1 to {MAX_BODY_MATCH} bytes"));
+            None
+        }
+        Some(item) => Some(item.v),
+    };
+    (r.errors.len() == before).then_some(HttpCheck {
+        tls,
+        method,
+        path,
+        host,
+        headers,
+        healthy_status,
+        body_match,
+    })
+}
+
+/// One level of `name:value` headers, by the rules the prober follows too.
+pub(super) fn headers(r: &mut Reader<'_>, list: &Item<Vec<Item<String>>>) -> Vec<Header> {
+    let mut out = Vec::new();
+    for item in &list.v {
+        match Header::parse(&item.v) {
+            Ok(h) => out.push(h),
+            Err(e) => broke(r, item, e),
+        }
+    }
+    // Count and repeated names are rules of the whole level, so they go on the list.
+    if out.len() == list.v.len() {
+        if let Err(e) = check_header_level(&out) {
+            broke(r, list, e);
+        }
+    } else if list.v.len() > MAX_HEADERS {
+        r.bad(list, Rule::TooManyHeaders.to_string());
+    }
+    out
+}
+
+fn status(r: &mut Reader<'_>, list: &Item<Vec<Item<String>>>, d: Dialect) -> Vec<StatusRange> {
+    let mut out = Vec::new();
+    match d {
+        Dialect::Ga => {
+            r.bad(list, "ga has no configurable status codes");
+        }
+        // Nothing would ever be healthy.
+        Dialect::Lb | Dialect::Tm if list.v.is_empty() => r.bad(list, Rule::NoStatus.to_string()),
+        Dialect::Lb => {
+            for item in &list.v {
+                match StatusRange::parse_class(&item.v) {
+                    // 1xx is never a final answer to a request.
+                    Ok(class) if class.first() >= 200 => out.push(class),
+                    _ => r.bad(item, "lb takes status classes 2xx, 3xx, 4xx or 5xx"),
+                }
+            }
+        }
+        Dialect::Tm => {
+            // Accept the seed's own notation too: one string "200-299, 301-301".
+            let parts: Vec<&str> = list.v.iter().flat_map(|i| i.v.split(',')).map(str::trim).collect();
+            if parts.len() > MAX_STATUS_RANGES {
+                r.bad(list, format!("tm allows at most {MAX_STATUS_RANGES} ranges"));
+            }
+            for part in parts {
+                match StatusRange::parse_range(part) {
+                    Ok(range) => out.push(range),
+                    Err(_) => r.bad(
+                        list,
+                        format!("{part:?}: tm takes ranges like \"200-299\" within 100-599"),
+                    ),
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,136 @@
+//! The rules: turns the spanned TOML tree into a resolved `Config`, or into the full list of
+//! what is wrong with it. One file per part of the file it checks; the helpers here are the
+//! ones more than one part uses.
+mod daemon;
+mod endpoint;
+mod health;
+mod http;
+mod profile;
+mod source;
+
+use std::collections::HashSet;
+
+use toml::de::{DeTable, DeValue};
+
+use super::{
+    model::*,
+    read::{Item, Reader, Table},
+    ConfigError, ConfigErrors,
+};
+use crate::rules::RuleError;
+use daemon::daemon;
+use profile::profile;
+use source::source;
+
+pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigErrors> {
+    let mut r = Reader {
+        text,
+        file,
+        errors: Vec::new(),
+    };
+    let root = match DeTable::parse(text) {
+        Ok(root) => root,
+        Err(e) => {
+            let span = e.span().unwrap_or(0..0);
+            r.error(span, "", None, format!("not valid TOML: {}", e.message().trim_end()));
+            return Err(ConfigErrors(r.errors));
+        }
+    };
+    let root_value = toml::Spanned::new(root.span(), DeValue::Table(root.into_inner()));
+    let config = read_config(&mut r, &root_value);
+    // Rules run in dependency order; the operator reads the file top to bottom.
+    r.errors.sort_by_key(|e| (e.line, e.column));
+    match config {
+        Some(config) if r.errors.is_empty() => Ok(config),
+        _ => Err(ConfigErrors(r.errors)),
+    }
+}
+
+fn read_config(r: &mut Reader<'_>, root: &toml::Spanned<DeValue<'_>>) -> Option<Config> {
+    let top = r.table(root, String::new(), &["daemon", "source", "profile"])?;
+    let daemon = daemon(r, Reader::get(&top, "daemon"));
+    let source = source(r, Reader::get(&top, "source"));
+    let mut profiles = Vec::new();
+    let mut names: Vec<Option<String>> = Vec::new();
+    if let Some(list) = Reader::get(&top, "profile") {
+        match list.get_ref() {
+            DeValue::Array(items) => {
+                let mut seen = HashSet::new();
+                for (i, item) in items.iter().enumerate() {
+                    let (profile, name) = profile(r, item, i, &mut seen);
+                    names.push(name);
+                    profiles.push(profile);
+                }
+            }
+            other => r.error(
+                list.span(),
+                "profile",
+                Some(super::read::show(other)),
+                "expected [[profile]] tables",
+            ),
+        }
+    }
+    name_profiles(&mut r.errors, &names);
+    Some(Config {
+        daemon: daemon?,
+        source: source?,
+        profiles: profiles.into_iter().collect::<Option<Vec<_>>>()?,
+    })
+}
+
+/// Labels errors under `profile[i]` with that profile's name, for readable messages.
+fn name_profiles(errors: &mut [ConfigError], names: &[Option<String>]) {
+    for e in errors {
+        let Some(rest) = e.field.strip_prefix("profile[") else {
+            continue;
+        };
+        let index = rest.split(']').next().and_then(|i| i.parse::<usize>().ok());
+        if let Some(name) = index.and_then(|i| names.get(i)).and_then(Clone::clone) {
+            e.profile = Some(name);
+        }
+    }
+}
+
+fn opt_table<'a, 'i>(
+    r: &mut Reader<'_>,
+    v: Option<&'a toml::Spanned<DeValue<'i>>>,
+    path: &str,
+    keys: &[&str],
+) -> Option<Option<Table<'a, 'i>>> {
+    match v {
+        None => Some(None),
+        Some(v) => r.table(v, path.to_string(), keys).map(Some),
+    }
+}
+
+/// Names of profiles and endpoints end up in URLs and metric labels.
+fn valid_name(s: &str) -> bool {
+    (1..=63).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'[' | b']'))
+}
+
+fn names<T: Copy>(items: &[T], name: impl Fn(T) -> &'static str) -> String {
+    let all: Vec<&str> = items.iter().map(|i| name(*i)).collect();
+    match all.as_slice() {
+        [one] => one.to_string(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+        [] => "nothing".to_string(),
+    }
+}
+
+fn port_value(r: &mut Reader<'_>, item: &Item<i64>) -> Option<u16> {
+    match u16::try_from(item.v).ok().filter(|p| *p >= 1) {
+        Some(p) => Some(p),
+        None => {
+            r.bad(item, "expected a port from 1 to 65535");
+            None
+        }
+    }
+}
+
+/// A shared rule broken by `item`: the config error already names the field and the value,
+/// so only what is allowed is added.
+fn broke<T>(r: &mut Reader<'_>, item: &Item<T>, e: RuleError) {
+    r.bad(item, e.rule.to_string());
+}

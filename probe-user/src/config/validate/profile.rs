@@ -1,0 +1,129 @@
+//! `[[profile]]`: its name, dialect and routing; its health check and endpoints are read by
+//! their own files, with the dialect and routing found here.
+use std::collections::HashSet;
+
+use toml::de::DeValue;
+
+use super::{endpoint::endpoints, health::health, valid_name};
+use crate::config::{
+    model::*,
+    read::{Reader, Table},
+};
+use crate::status::Routing;
+
+const PROFILE_KEYS: [&str; 7] = [
+    "name",
+    "enabled",
+    "dialect",
+    "routing",
+    "max_answers",
+    "health",
+    "endpoint",
+];
+
+pub(super) fn profile(
+    r: &mut Reader<'_>,
+    v: &toml::Spanned<DeValue<'_>>,
+    index: usize,
+    seen: &mut HashSet<String>,
+) -> (Option<Profile>, Option<String>) {
+    let Some(t) = r.table(v, format!("profile[{index}]"), &PROFILE_KEYS) else {
+        return (None, None);
+    };
+    let mut ok = true;
+    let name = match r.string(&t, "name") {
+        None => {
+            r.missing(&t, "name", "every profile needs a name");
+            None
+        }
+        Some(item) if !valid_name(&item.v) => {
+            r.bad(&item, "expected 1-63 letters, digits, '-', '_' or '.'");
+            None
+        }
+        Some(item) if !seen.insert(item.v.clone()) => {
+            r.bad(&item, "another profile already has this name");
+            None
+        }
+        Some(item) => Some(item.v),
+    };
+    let enabled = r.boolean(&t, "enabled").is_none_or(|b| b.v);
+    let dialect = match r.string(&t, "dialect") {
+        None => {
+            r.missing(&t, "dialect", "every profile needs a dialect: lb, tm or ga");
+            None
+        }
+        Some(item) => Dialect::parse(&item.v).or_else(|| {
+            r.bad(&item, "expected lb, tm or ga");
+            None
+        }),
+    };
+    let routing = routing(r, &t);
+    let health = match (Reader::get(&t, "health"), dialect) {
+        (None, _) => {
+            r.missing(&t, "health", "every profile needs a [profile.health] table");
+            None
+        }
+        // Without a dialect there are no rules to check the health check against.
+        (Some(_), None) => None,
+        (Some(h), Some(d)) => health(r, h, &t.child("health"), d),
+    };
+    let endpoints = match (Reader::get(&t, "endpoint"), health.as_ref(), dialect, routing) {
+        (None, ..) => Some(Vec::new()),
+        (Some(list), Some(health), Some(dialect), Some(routing)) => {
+            endpoints(r, list, &t.child("endpoint"), health, dialect, routing)
+        }
+        (Some(_), ..) => {
+            ok = false;
+            None
+        }
+    };
+    let shown_name = name.clone();
+    let profile = ok.then_some(()).and_then(|()| {
+        Some(Profile {
+            name: name?,
+            enabled,
+            dialect: dialect?,
+            routing: routing?,
+            health: health?,
+            endpoints: endpoints?,
+        })
+    });
+    (profile, shown_name)
+}
+
+fn routing(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<Routing> {
+    let max = r.int(t, "max_answers");
+    let method = r.string(t, "routing");
+    let routing = match method.as_ref().map(|m| m.v.as_str()) {
+        None | Some("priority") => Routing::Priority,
+        Some("weighted") => Routing::Weighted,
+        Some("subnet") => Routing::Subnet,
+        Some("geographic") => Routing::Geographic,
+        Some("performance") => Routing::Performance,
+        Some("multivalue") => {
+            let max_answers = match &max {
+                None => 2,
+                Some(item) => match u8::try_from(item.v).ok().filter(|n| (1..=8).contains(n)) {
+                    Some(n) => n,
+                    None => {
+                        r.bad(item, "multivalue allows 1 to 8 answers");
+                        return None;
+                    }
+                },
+            };
+            return Some(Routing::Multivalue { max_answers });
+        }
+        Some(_) => {
+            r.bad(
+                method.as_ref().expect("matched Some"),
+                "expected priority, weighted, multivalue, subnet, geographic or performance",
+            );
+            return None;
+        }
+    };
+    if let Some(item) = &max {
+        r.bad(item, "max_answers only applies to routing = \"multivalue\"");
+        return None;
+    }
+    Some(routing)
+}

@@ -1,0 +1,219 @@
+//! The engine thread: send, match, time out. It owns the kernel side and is the only
+//! thread that runs the generator. This file holds its state and its loop; sending, replies
+//! and timeouts, and sleeping between turns have their own files.
+mod replies;
+mod send;
+mod wait;
+
+use std::{
+    cmp::Reverse,
+    collections::{BinaryHeap, VecDeque},
+    net::SocketAddr,
+    sync::{mpsc, Arc},
+    time::{Duration, Instant},
+};
+
+use probe_common::l4::{FlowKey, ProbeEvent};
+
+pub(crate) use wait::Waker;
+
+use super::{
+    raw::RawSender,
+    source::{choose_path, SourcePicker},
+    Cmd, EngineConfig, EngineError, EngineStats, L4Outcome, L4Request, L4Result, Snapshot, TxPath,
+};
+use crate::hash::FastMap;
+use crate::kernel::{
+    l4::{KernelConfig, L4Kernel},
+    pin::PinDir,
+};
+
+/// A probe on the wire.
+struct Live {
+    token: u64,
+    target: SocketAddr,
+    /// Its entry in `active_flows`: the flow as requested, with no source address when the
+    /// generator picks it.
+    key: FlowKey,
+    /// The flow on the wire, once the source is known: the in-flight table's key.
+    flow: FlowKey,
+    gen: u32,
+    udp: bool,
+    sent: Instant,
+    /// The kernel took the entry before our timeout did: its event is on the way.
+    claimed: bool,
+    payload: Option<Arc<[u8]>>,
+}
+
+pub(crate) struct EngineState {
+    kernel: L4Kernel,
+    key: [u64; 2],
+    path: TxPath,
+    path_reason: String,
+    raw: RawSender,
+    sources: SourcePicker,
+    sport_min: u16,
+    sport_span: u32,
+    slots: Vec<Option<Live>>,
+    free: Vec<u32>,
+    active_flows: FastMap<FlowKey, u32>,
+    deadlines: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    next_gen: u32,
+    results: tokio::sync::mpsc::UnboundedSender<L4Result>,
+    wake: Arc<Waker>,
+    stats: EngineStats,
+    events: Vec<ProbeEvent>,
+    /// Requests waiting for room in the in-flight table.
+    backlog: VecDeque<L4Request>,
+    /// When the current loop turn began.
+    last_turn: Instant,
+    max_inflight: usize,
+    /// The operator was told once that a route leaves by an interface without probe_rx.
+    warned_iface: bool,
+    /// Generator runs that failed, and when that was last logged.
+    failed_runs: u64,
+    last_run_warning: Option<Instant>,
+}
+
+fn random_key() -> [u64; 2] {
+    let mut k = [0u64; 2];
+    // SAFETY: getrandom writes at most the 16 bytes we pass, into `k`.
+    let n = unsafe { libc::getrandom(k.as_mut_ptr() as *mut _, 16, 0) };
+    if n != 16 || k == [0, 0] {
+        // getrandom cannot fail for 16 bytes once the pool is ready; never run with a zero key.
+        let t = Instant::now().elapsed().as_nanos() as u64 ^ std::process::id() as u64;
+        k = [t | 1, t.rotate_left(17) | 1];
+    }
+    k
+}
+
+impl EngineState {
+    pub(crate) fn new(
+        cfg: &EngineConfig,
+        results: tokio::sync::mpsc::UnboundedSender<L4Result>,
+        wake: Arc<Waker>,
+    ) -> Result<Self, EngineError> {
+        let key = random_key();
+        let pins = PinDir::create(&cfg.pin_dir)?;
+        let kcfg = KernelConfig {
+            iface: cfg.iface.clone(),
+            more_ifaces: cfg.more_ifaces.clone(),
+            mode: cfg.mode,
+            sport_min: cfg.sport_min,
+            sport_max: cfg.sport_max,
+            key,
+            max_inflight: cfg.max_inflight,
+        };
+        let kernel = L4Kernel::load(&kcfg, pins)?;
+        let (path, path_reason) = choose_path(&cfg.iface, &cfg.more_ifaces, cfg.tx);
+        Ok(Self {
+            kernel,
+            key,
+            path,
+            path_reason,
+            raw: RawSender::new()?,
+            sources: SourcePicker::new(cfg.source_v4, cfg.source_v6),
+            sport_min: cfg.sport_min,
+            sport_span: (cfg.sport_max - cfg.sport_min) as u32 + 1,
+            slots: Vec::new(),
+            free: Vec::new(),
+            active_flows: FastMap::default(),
+            deadlines: BinaryHeap::new(),
+            next_gen: 1,
+            results,
+            wake,
+            stats: EngineStats::default(),
+            events: Vec::new(),
+            backlog: VecDeque::new(),
+            last_turn: Instant::now(),
+            max_inflight: cfg.max_inflight as usize,
+            warned_iface: false,
+            failed_runs: 0,
+            last_run_warning: None,
+        })
+    }
+
+    pub(crate) fn rx_mode(&self) -> crate::kernel::AttachMode {
+        self.kernel.rx_mode()
+    }
+
+    pub(crate) fn path(&self) -> (TxPath, String) {
+        (self.path, self.path_reason.clone())
+    }
+
+    pub(crate) fn run(mut self, cmds: mpsc::Receiver<Cmd>) {
+        loop {
+            self.last_turn = Instant::now();
+            self.wake.reset();
+            let mut batch = Vec::new();
+            loop {
+                match cmds.try_recv() {
+                    Ok(Cmd::Probe(reqs)) => batch.extend(reqs),
+                    Ok(Cmd::Snapshot(reply)) => {
+                        let _ = reply.send(self.snapshot());
+                    }
+                    Ok(Cmd::Stop) | Err(mpsc::TryRecvError::Disconnected) => return,
+                    Err(mpsc::TryRecvError::Empty) => break,
+                }
+            }
+            self.stats.submitted += batch.len() as u64;
+            self.backlog.extend(batch);
+            self.pump();
+            self.read_events();
+            self.expire(Instant::now());
+            self.pump();
+            self.wait();
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            rx: self.kernel.rx_counters().unwrap_or_default(),
+            tx: self.kernel.tx_counters().unwrap_or_default(),
+            engine: self.stats,
+            inflight: self.active_flows.len(),
+        }
+    }
+
+    fn alloc_slot(&mut self, live: Live) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(live);
+                i
+            }
+            None => {
+                self.slots.push(Some(live));
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    fn finish(&mut self, slot: u32, outcome: L4Outcome, elapsed: Duration) {
+        let Some(live) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
+            return;
+        };
+        self.free.push(slot);
+        self.active_flows.remove(&live.key);
+        self.stats.completed += 1;
+        let _ = self.results.send(L4Result {
+            token: live.token,
+            target: live.target,
+            outcome,
+            elapsed,
+        });
+    }
+
+    fn reject(&mut self, req: &L4Request, outcome: L4Outcome) {
+        self.stats.rejected += 1;
+        let _ = self.results.send(L4Result {
+            token: req.token,
+            target: req.target,
+            outcome,
+            elapsed: Duration::ZERO,
+        });
+    }
+
+    fn fail_now(&mut self, slot: u32, outcome: L4Outcome) {
+        self.finish(slot, outcome, Duration::ZERO);
+    }
+}

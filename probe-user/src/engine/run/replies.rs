@@ -1,0 +1,110 @@
+//! Replies and timeouts: outcomes read from the ring buffer, and probes whose deadline
+//! passed claimed back from the kernel, racing the reply that may still come.
+use std::{
+    cmp::Reverse,
+    time::{Duration, Instant},
+};
+
+use probe_common::l4::{EventKind, ProbeJob};
+
+use super::EngineState;
+use crate::engine::L4Outcome;
+
+/// BPF_FIB_LKUP_RET_FWD_DISABLED, as the generator reports it in a NoRoute event.
+const FIB_FWD_DISABLED: u8 = 5;
+/// How long to wait for the event of a probe whose entry the kernel already took.
+const CLAIM_GRACE: Duration = Duration::from_millis(200);
+
+impl EngineState {
+    pub(super) fn read_events(&mut self) {
+        let mut events = std::mem::take(&mut self.events);
+        self.kernel.drain_events(&mut events);
+        for ev in events.drain(..) {
+            let Some(live) = self.slots.get(ev.slot as usize).and_then(|l| l.as_ref()) else {
+                continue;
+            };
+            if live.gen != ev.gen {
+                continue;
+            }
+            let outcome = match EventKind::from_u8(ev.kind) {
+                Some(EventKind::Open) => L4Outcome::Open,
+                Some(EventKind::Refused) => L4Outcome::Refused,
+                Some(EventKind::Unreachable) => L4Outcome::Unreachable {
+                    icmp_type: ev.icmp_type,
+                    code: ev.icmp_code,
+                },
+                Some(kind @ (EventKind::NoNeighbour | EventKind::NoRoute)) => {
+                    // The generator hands a probe back when the next hop has no resolved neighbour
+                    // (the stack resolves it while sending; later probes take the XDP path
+                    // again) or when bpf_fib_lookup refuses because forwarding is off for the
+                    // family. Any other lookup failure means there is no route.
+                    if kind == EventKind::NoNeighbour || ev.icmp_code == FIB_FWD_DISABLED {
+                        self.stats.stack_fallbacks += 1;
+                        let job = ProbeJob {
+                            flow: live.flow,
+                            slot: ev.slot,
+                            gen: ev.gen,
+                        };
+                        self.send_raw(&job);
+                        continue;
+                    }
+                    if ev.icmp_code == probe_common::l4::FIB_NOT_A_PROBE_IFACE {
+                        if !self.warned_iface {
+                            self.warned_iface = true;
+                            log::warn!(
+                                "the route to {} leaves by an interface probe_rx is not attached to; \
+                                 list every interface probes leave by in [source].interfaces \
+                                 (such targets are reported as no route)",
+                                live.target
+                            );
+                        }
+                    } else {
+                        log::debug!(
+                            "no route for slot {} (bpf_fib_lookup returned {})",
+                            ev.slot,
+                            ev.icmp_code
+                        );
+                    }
+                    self.fail_now(ev.slot, L4Outcome::NoRoute);
+                    continue;
+                }
+                None => continue,
+            };
+            self.finish(ev.slot, outcome, Duration::from_nanos(ev.rtt_ns));
+        }
+        self.events = events;
+    }
+
+    pub(super) fn expire(&mut self, now: Instant) {
+        while let Some(Reverse((due, slot, gen))) = self.deadlines.peek().copied() {
+            if due > now {
+                break;
+            }
+            self.deadlines.pop();
+            let Some(live) = self.slots.get_mut(slot as usize).and_then(|l| l.as_mut()) else {
+                continue;
+            };
+            if live.gen != gen {
+                continue;
+            }
+            if live.claimed {
+                // The kernel took it but its event never came (it always should).
+                self.stats.lost += 1;
+                let elapsed = now - live.sent;
+                self.finish(slot, L4Outcome::Timeout, elapsed);
+                continue;
+            }
+            let flow = live.flow;
+            let udp = live.udp;
+            let elapsed = now - live.sent;
+            if self.kernel.claim(&flow) {
+                self.finish(slot, if udp { L4Outcome::Silent } else { L4Outcome::Timeout }, elapsed);
+            } else {
+                // A reply won the race: its event is in the ring buffer or about to be.
+                live.claimed = true;
+                self.deadlines.push(Reverse((now + CLAIM_GRACE, slot, gen)));
+                self.read_events();
+            }
+        }
+    }
+}

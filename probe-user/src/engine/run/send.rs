@@ -1,0 +1,221 @@
+//! Sending: the backlog goes out as far as the in-flight table has room, grouped by frame
+//! shape through the generator, or one by one through the raw socket when it cannot.
+use std::{
+    cmp::Reverse,
+    collections::HashMap,
+    net::IpAddr,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use probe_common::{
+    cookie::probe_cookie,
+    frame::{payload_sum, SynV4, SynV6, UdpV4, UdpV6},
+    l4::{FlowKey, Inflight, ProbeJob},
+    packet::{IPPROTO_TCP, IPPROTO_UDP},
+};
+
+use super::{EngineState, Live};
+use crate::engine::{is_v4, L4Outcome, L4Proto, L4Request, TxPath};
+
+/// Shortest gap between two warnings about failed generator runs.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Probes that share one template frame: IPv4 or not, and the UDP payload (None for TCP).
+type FrameShape = (bool, Option<Arc<[u8]>>);
+
+impl EngineState {
+    /// A source port for this flow that no live probe uses. With no source address the
+    /// flow leaves it unset, for the generator to fill in, and the port is kept unique per
+    /// target and port alone.
+    fn pick_flow(&self, src: Option<IpAddr>, req: &L4Request, proto: u8, gen: u32) -> Option<FlowKey> {
+        let seed = (gen as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ req.target.port() as u64;
+        for attempt in 0..16u64 {
+            let off = ((seed >> 17).wrapping_add(attempt * 7919) % self.sport_span as u64) as u16;
+            let sport = self.sport_min + off;
+            let flow = match (src, req.target.ip()) {
+                (Some(IpAddr::V4(s)), IpAddr::V4(d)) => {
+                    FlowKey::v4(s.octets(), d.octets(), sport, req.target.port(), proto)
+                }
+                (Some(IpAddr::V6(s)), IpAddr::V6(d)) => {
+                    FlowKey::v6(s.octets(), d.octets(), sport, req.target.port(), proto)
+                }
+                (None, IpAddr::V4(d)) => FlowKey::v4([0; 4], d.octets(), sport, req.target.port(), proto),
+                (None, IpAddr::V6(d)) => FlowKey::v6([0; 16], d.octets(), sport, req.target.port(), proto),
+                _ => return None,
+            };
+            if !self.active_flows.contains_key(&flow) {
+                return Some(flow);
+            }
+        }
+        None
+    }
+
+    /// Sends as much of the backlog as the in-flight table has room for.
+    pub(super) fn pump(&mut self) {
+        let room = self.max_inflight.saturating_sub(self.active_flows.len());
+        let n = room.min(self.backlog.len());
+        if n > 0 {
+            let batch: Vec<_> = self.backlog.drain(..n).collect();
+            self.send(batch);
+        }
+        self.stats.backlog = self.backlog.len() as u64;
+    }
+
+    fn send(&mut self, reqs: Vec<L4Request>) {
+        // Group by frame shape: family and transport (and payload for UDP).
+        let mut groups: HashMap<FrameShape, Vec<ProbeJob>> = HashMap::new();
+        let now = Instant::now();
+        for req in reqs {
+            // On the XDP path the generator's route lookup picks any source not configured.
+            let src = match self.path {
+                TxPath::Xdp => self.sources.configured(req.target.ip()),
+                TxPath::Raw => match self.sources.source_for(req.target.ip(), now) {
+                    Some(src) => Some(src),
+                    None => {
+                        self.reject(&req, L4Outcome::NoRoute);
+                        continue;
+                    }
+                },
+            };
+            let (proto, payload) = match &req.proto {
+                L4Proto::Tcp => (IPPROTO_TCP, None),
+                L4Proto::Udp { payload } => (IPPROTO_UDP, Some(payload.clone())),
+            };
+            let gen = self.next_gen;
+            self.next_gen = self.next_gen.wrapping_add(1).max(1);
+            let Some(flow) = self.pick_flow(src, &req, proto, gen) else {
+                self.reject(&req, L4Outcome::NoRoute);
+                continue;
+            };
+            let live = Live {
+                token: req.token,
+                target: req.target,
+                key: flow,
+                flow,
+                gen,
+                udp: payload.is_some(),
+                sent: now,
+                claimed: false,
+                payload: payload.clone(),
+            };
+            let slot = self.alloc_slot(live);
+            self.active_flows.insert(flow, slot);
+            self.deadlines.push(Reverse((now + req.timeout, slot, gen)));
+            groups
+                .entry((is_v4(&req.target.ip()), payload))
+                .or_default()
+                .push(ProbeJob { flow, slot, gen });
+        }
+        for ((v4, payload), mut jobs) in groups {
+            match self.path {
+                TxPath::Xdp => self.send_xdp(v4, payload.as_deref(), &mut jobs),
+                TxPath::Raw => {
+                    for job in &jobs {
+                        self.send_raw(job);
+                    }
+                }
+            }
+        }
+    }
+
+    fn send_xdp(&mut self, v4: bool, payload: Option<&[u8]>, jobs: &mut [ProbeJob]) {
+        let head = match (v4, payload.is_some()) {
+            (true, false) => SynV4::LEN,
+            (false, false) => SynV6::LEN,
+            (true, true) => UdpV4::LEN,
+            (false, true) => UdpV6::LEN,
+        };
+        let mut template = vec![0u8; head];
+        let (psum, plen) = match payload {
+            Some(p) => {
+                template.extend_from_slice(p);
+                (payload_sum(p), p.len() as u32)
+            }
+            None => (0, 0),
+        };
+        for chunk in jobs.chunks_mut(probe_common::l4::MAX_JOBS as usize) {
+            match self.kernel.send(chunk, &template, psum, plen) {
+                Ok(_) => {
+                    // Learn the flows as sent: their sources, where the generator picked them.
+                    for job in chunk.iter() {
+                        if let Some(live) = self.slots.get_mut(job.slot as usize).and_then(|l| l.as_mut()) {
+                            if live.gen == job.gen && !job.flow.source_unset() {
+                                live.flow = job.flow;
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    // A run fails for every batch while the cause lasts (the interface was
+                    // deleted, say): say so at most every WARN_EVERY, not once per batch.
+                    self.failed_runs += 1;
+                    let now = Instant::now();
+                    if self.last_run_warning.is_none_or(|t| now - t >= WARN_EVERY) {
+                        log::warn!(
+                            "generator run failed ({e}); sending through the raw socket instead \
+                             ({} failed runs so far)",
+                            self.failed_runs
+                        );
+                        self.last_run_warning = Some(now);
+                    }
+                    for job in chunk.iter() {
+                        self.send_raw(job);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends one probe through the stack: records it in the in-flight table under the same
+    /// cookie the generator would use, then hands the IP packet to a raw socket.
+    pub(super) fn send_raw(&mut self, job: &ProbeJob) {
+        let mut job = *job;
+        if job.flow.source_unset() {
+            // The generator could not route it: ask the routing table for a source here.
+            let Some(src) = self.sources.source_for(ip_of(&job.flow), Instant::now()) else {
+                self.fail_now(job.slot, L4Outcome::NoRoute);
+                return;
+            };
+            match src {
+                IpAddr::V4(a) => job.flow.saddr[..4].copy_from_slice(&a.octets()),
+                IpAddr::V6(a) => job.flow.saddr = a.octets(),
+            }
+            if let Some(live) = self.slots.get_mut(job.slot as usize).and_then(|l| l.as_mut()) {
+                live.flow = job.flow;
+            }
+        }
+        let cookie = probe_cookie(&self.key, &job.flow, job.gen);
+        let entry = Inflight {
+            slot: job.slot,
+            gen: job.gen,
+            cookie,
+            _pad: 0,
+            sent_ns: crate::clock::mono_ns(),
+        };
+        if self.kernel.track(&job.flow, entry).is_err() {
+            self.fail_now(job.slot, L4Outcome::NoRoute);
+            return;
+        }
+        let payload = self
+            .slots
+            .get(job.slot as usize)
+            .and_then(|l| l.as_ref())
+            .and_then(|l| l.payload.clone());
+        if let Err(e) = self.raw.send(&job.flow, cookie, payload.as_deref()) {
+            log::debug!("raw send to slot {} failed: {e}", job.slot);
+            if self.kernel.claim(&job.flow) {
+                self.fail_now(job.slot, L4Outcome::NoRoute);
+            }
+        }
+    }
+}
+
+/// The target address of a flow.
+fn ip_of(flow: &FlowKey) -> IpAddr {
+    if flow.family == probe_common::l4::FAMILY_V4 {
+        IpAddr::from(flow.daddr_v4())
+    } else {
+        IpAddr::from(flow.daddr)
+    }
+}
