@@ -106,3 +106,10 @@ rule!(
     two("ga", "routing = \"geographic\"", "region = \"eu\"", "region = \"eu\""),
     "profile[0].endpoint[1].region"
 );
+
+// A wrong-typed endpoint port is one error: not a second "expected an integer", nor "missing".
+rule!(
+    endpoint_port_wrong_type_is_one_error,
+    cfg("lb", "", "protocol = \"tcp\"", "port = \"80\""),
+    "profile[0].endpoint[0].port"
+);

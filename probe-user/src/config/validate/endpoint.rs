@@ -117,6 +117,8 @@ fn address(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<IpAddr> {
 
 /// The endpoint's own port, else the health check's, else the protocol's well-known one.
 fn port(r: &mut Reader<'_>, t: &Table<'_, '_>, health: &HealthCheck) -> Option<u16> {
+    // Read once: a wrong-typed port is one error, and it is not also "missing".
+    let given = Reader::get(t, "port").is_some();
     let own_port = r.int(t, "port").and_then(|item| port_value(r, &item));
     let protocol = health.protocol();
     let port = own_port.or(health.port).or(match protocol {
@@ -124,7 +126,7 @@ fn port(r: &mut Reader<'_>, t: &Table<'_, '_>, health: &HealthCheck) -> Option<u
         Protocol::Https => Some(443),
         Protocol::Tcp | Protocol::Udp => None,
     });
-    if port.is_none() && r.int(t, "port").is_none() {
+    if port.is_none() && !given {
         r.missing(
             t,
             "port",

@@ -1,0 +1,152 @@
+//! The change stream's queues: coalescing, capacity, independence of subscribers.
+use super::*;
+
+fn state(status: EndpointStatus) -> EndpointState {
+    EndpointState {
+        address: "198.18.0.1".parse().unwrap(),
+        port: 80,
+        protocol: Protocol::Tcp,
+        weight: 1,
+        priority: 1,
+        admin: AdminState::Enabled,
+        health: Health::Healthy,
+        status,
+        eligible: status == EndpointStatus::Online,
+    }
+}
+
+fn change(bus: &mut Bus, endpoint: &str, from: EndpointStatus, to: EndpointStatus) -> Change {
+    Change::Endpoint(EndpointChange {
+        seq: bus.next_seq(),
+        at_unix_ms: 0,
+        at_ns: 0,
+        kind: ChangeKind::Health,
+        profile: "web".into(),
+        endpoint: endpoint.into(),
+        from: Some(from),
+        state: state(to),
+        removed: false,
+        transition: None,
+    })
+}
+
+fn endpoint(c: &Change) -> &EndpointChange {
+    match c {
+        Change::Endpoint(e) => e,
+        Change::Profile(_) => panic!("expected an endpoint change, got {c:?}"),
+    }
+}
+
+#[test]
+fn newest_state_per_endpoint_wins_and_keeps_the_oldest_from() {
+    use EndpointStatus::*;
+    let mut bus = Bus::default();
+    let sub = bus.subscribe("test", 16);
+    for (ep, from, to) in [
+        ("a", CheckingEndpoint, Online),
+        ("b", CheckingEndpoint, Online),
+        ("a", Online, Degraded),
+    ] {
+        let c = change(&mut bus, ep, from, to);
+        bus.publish(c, 1);
+    }
+    let batch = sub.recv_blocking(Duration::ZERO).expect("open");
+    assert_eq!(batch.lost, 0);
+    let got: Vec<_> = batch
+        .changes
+        .iter()
+        .map(|c| {
+            let e = endpoint(c);
+            (&*e.endpoint, e.from, e.state.status, e.seq)
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("a", Some(CheckingEndpoint), Degraded, 3),
+            ("b", Some(CheckingEndpoint), Online, 2)
+        ]
+    );
+    let stats = bus.stats(1);
+    assert_eq!(stats[0].stats.coalesced.load(Ordering::Relaxed), 1);
+    assert_eq!(stats[0].stats.delivered.load(Ordering::Relaxed), 2);
+    assert_eq!(stats[0].pending, 0);
+}
+
+#[test]
+fn a_verdict_keeps_its_evidence_when_a_fail_open_change_follows_it() {
+    use EndpointStatus::*;
+    let mut bus = Bus::default();
+    let sub = bus.subscribe("test", 16);
+    let Change::Endpoint(mut verdict) = change(&mut bus, "b", Online, Degraded) else {
+        unreachable!()
+    };
+    verdict.transition = Some(Arc::new(TransitionDetail {
+        results: Vec::new(),
+        measured_window_ms: 12.0,
+        formula_window_ms: 10.0,
+    }));
+    bus.publish(Change::Endpoint(verdict), 1);
+    let Change::Endpoint(mut flip) = change(&mut bus, "b", Degraded, Degraded) else {
+        unreachable!()
+    };
+    flip.kind = ChangeKind::FailOpen;
+    flip.state.eligible = true;
+    bus.publish(Change::Endpoint(flip), 2);
+    let batch = sub.recv_blocking(Duration::ZERO).expect("open");
+    let e = endpoint(&batch.changes[0]);
+    assert_eq!(
+        (e.kind, e.from, e.state.status, e.state.eligible),
+        (ChangeKind::Health, Some(Online), Degraded, true)
+    );
+    assert_eq!(e.transition.as_ref().map(|t| t.measured_window_ms), Some(12.0));
+}
+
+#[test]
+fn a_second_subscriber_of_a_name_gets_its_own_label() {
+    let mut bus = Bus::default();
+    let _a = bus.subscribe("sink", 4);
+    let _b = bus.subscribe("sink", 4);
+    let names: Vec<&str> = bus.stats(0).iter().map(|s| s.name).collect();
+    assert_eq!(names, ["sink", "sink#2"]);
+}
+
+#[test]
+fn a_full_queue_drops_new_keys_and_says_so() {
+    use EndpointStatus::*;
+    let mut bus = Bus::default();
+    let sub = bus.subscribe("slow", 2);
+    for ep in ["a", "b", "c", "d"] {
+        let c = change(&mut bus, ep, CheckingEndpoint, Online);
+        bus.publish(c, 5);
+    }
+    // A waiting key still takes newer states while the queue is full.
+    let c = change(&mut bus, "a", Online, Degraded);
+    bus.publish(c, 6);
+    let stats = bus.stats(1_000_000_005);
+    assert_eq!((stats[0].pending, stats[0].lag), (2, Duration::from_secs(1)));
+    assert_eq!(stats[0].stats.dropped.load(Ordering::Relaxed), 2);
+    let batch = sub.recv_blocking(Duration::ZERO).expect("open");
+    assert_eq!(batch.lost, 2);
+    assert_eq!(batch.changes.len(), 2);
+    assert_eq!(endpoint(&batch.changes[0]).state.status, Degraded);
+    let again = sub.recv_blocking(Duration::ZERO).expect("open");
+    assert_eq!((again.changes.len(), again.lost), (0, 0), "lost is reported once");
+}
+
+#[test]
+fn subscribers_are_independent_and_see_the_end() {
+    use EndpointStatus::*;
+    let mut bus = Bus::default();
+    let fast = bus.subscribe("fast", 8);
+    let gone = bus.subscribe("gone", 8);
+    drop(gone);
+    let c = change(&mut bus, "a", CheckingEndpoint, Online);
+    bus.publish(c, 1);
+    assert_eq!(bus.stats(1).len(), 1, "a dropped subscription is forgotten");
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let batch = rt.block_on(fast.recv()).expect("a batch");
+    assert_eq!(batch.changes.len(), 1);
+    drop(bus);
+    assert!(rt.block_on(fast.recv()).is_none(), "closed once the bus is gone");
+}
