@@ -65,7 +65,7 @@ pub fn probe_cookie(key: &[u64; 2], flow: &FlowKey, gen: u32) -> u32 {
         u64::from_le_bytes([s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15]]),
         u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]]),
         u64::from_le_bytes([d[8], d[9], d[10], d[11], d[12], d[13], d[14], d[15]]),
-        (flow.sport as u64) | (flow.dport as u64) << 16 | (flow.proto as u64) << 32 | (gen as u64) << 40,
+        u64::from(flow.sport) | u64::from(flow.dport) << 16 | u64::from(flow.proto) << 32 | u64::from(gen) << 40,
     ];
     let h = siphash13_5(key, &m);
     (h ^ (h >> 32)) as u32

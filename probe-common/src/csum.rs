@@ -6,11 +6,11 @@
 pub fn add_bytes<const N: usize>(mut sum: u64, bytes: &[u8; N]) -> u64 {
     let mut i = 0;
     while i + 1 < N {
-        sum += u16::from_be_bytes([bytes[i], bytes[i + 1]]) as u64;
+        sum += u64::from(u16::from_be_bytes([bytes[i], bytes[i + 1]]));
         i += 2;
     }
     if N % 2 == 1 {
-        sum += (bytes[N - 1] as u64) << 8;
+        sum += u64::from(bytes[N - 1]) << 8;
     }
     sum
 }
@@ -28,13 +28,13 @@ pub fn finish(mut sum: u64) -> u16 {
 /// The IPv4 pseudo-header sum for a transport checksum.
 #[inline(always)]
 pub fn pseudo_v4(saddr: &[u8; 4], daddr: &[u8; 4], proto: u8, len: u16) -> u64 {
-    add_bytes(add_bytes(0, saddr), daddr) + proto as u64 + len as u64
+    add_bytes(add_bytes(0, saddr), daddr) + u64::from(proto) + u64::from(len)
 }
 
 /// The IPv6 pseudo-header sum for a transport checksum.
 #[inline(always)]
 pub fn pseudo_v6(saddr: &[u8; 16], daddr: &[u8; 16], next_hdr: u8, len: u32) -> u64 {
-    add_bytes(add_bytes(0, saddr), daddr) + next_hdr as u64 + (len >> 16) as u64 + (len & 0xffff) as u64
+    add_bytes(add_bytes(0, saddr), daddr) + u64::from(next_hdr) + u64::from(len >> 16) + u64::from(len & 0xffff)
 }
 
 #[cfg(test)]

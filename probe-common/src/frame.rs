@@ -75,7 +75,7 @@ fn eth<A>(e: &Ends<A>, ethertype: u16) -> EthHdr {
 pub fn ipv4(saddr: [u8; 4], daddr: [u8; 4], proto: u8, payload_len: u16, id: u16) -> Ipv4Hdr {
     let tot_len = Ipv4Hdr::LEN as u16 + payload_len;
     let frag: u16 = 0x4000;
-    let mut sum = 0x4500u64 + tot_len as u64 + id as u64 + frag as u64 + (((TTL as u64) << 8) | proto as u64);
+    let mut sum = 0x4500u64 + u64::from(tot_len) + u64::from(id) + u64::from(frag) + ((u64::from(TTL) << 8) | u64::from(proto));
     sum = add_bytes(add_bytes(sum, &saddr), &daddr);
     Ipv4Hdr {
         ver_ihl: 0x45,
@@ -114,7 +114,7 @@ fn tcp_sum(t: &TcpHdr) -> u64 {
     sum = add_bytes(sum, &t.dport_be);
     sum = add_bytes(sum, &t.seq_be);
     sum = add_bytes(sum, &t.ack_be);
-    sum += ((t.doff_res as u64) << 8) | t.flags as u64;
+    sum += (u64::from(t.doff_res) << 8) | u64::from(t.flags);
     sum = add_bytes(sum, &t.window_be);
     add_bytes(sum, &t.urg_be)
 }
@@ -254,7 +254,7 @@ pub fn write_udp_v4(f: &mut UdpV4, e: &Ends<[u8; 4]>, ip_id: u16, payload_len: u
     f.eth = eth(e, ETH_P_IP);
     f.ip = ipv4(e.saddr, e.daddr, IPPROTO_UDP, len, ip_id);
     f.udp = udp(e.sport, e.dport, len);
-    let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_UDP, len) + e.sport as u64 + e.dport as u64 + len as u64;
+    let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_UDP, len) + u64::from(e.sport) + u64::from(e.dport) + u64::from(len);
     f.udp.csum_be = udp_csum(sum + payload_sum);
 }
 
@@ -266,7 +266,7 @@ pub fn write_udp_v6(f: &mut UdpV6, e: &Ends<[u8; 16]>, flow_label: u32, payload_
     f.eth = eth(e, ETH_P_IPV6);
     f.ip = ipv6(e.saddr, e.daddr, IPPROTO_UDP, len, flow_label);
     f.udp = udp(e.sport, e.dport, len);
-    let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_UDP, len as u32) + e.sport as u64 + e.dport as u64 + len as u64;
+    let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_UDP, u32::from(len)) + u64::from(e.sport) + u64::from(e.dport) + u64::from(len);
     f.udp.csum_be = udp_csum(sum + payload_sum);
 }
 
@@ -287,7 +287,7 @@ pub fn udp_v6(e: &Ends<[u8; 16]>, flow_label: u32, payload_len: u16, payload_sum
 pub fn payload_sum(payload: &[u8]) -> u64 {
     payload
         .chunks(2)
-        .map(|c| u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)]) as u64)
+        .map(|c| u64::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)])))
         .sum()
 }
 

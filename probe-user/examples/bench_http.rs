@@ -168,7 +168,7 @@ fn cpu_time() -> Duration {
     // SAFETY: getrusage writes one rusage struct into the zeroed value we own.
     let ru = unsafe {
         let mut ru: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut ru), 0);
+        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &raw mut ru), 0);
         ru
     };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);

@@ -118,7 +118,7 @@ impl RunningDaemon {
                 let daemon = match Daemon::start(config, options).await {
                     Ok(d) => d,
                     Err(e) => {
-                        let msg = format!("{e}: {:?}", std::error::Error::source(&e).map(|s| s.to_string()));
+                        let msg = format!("{e}: {:?}", std::error::Error::source(&e).map(std::string::ToString::to_string));
                         let _ = ready_tx.send(Err(msg.clone()));
                         return Err(msg);
                     }
@@ -289,10 +289,9 @@ fn histogram_buckets(metrics: &str, name: &str) -> Vec<(f64, f64)> {
 }
 
 fn bucket_quantile(buckets: &[(f64, f64)], q: f64) -> f64 {
-    let total = buckets.last().map(|b| b.1).unwrap_or(0.0);
+    let total = buckets.last().map_or(0.0, |b| b.1);
     buckets
         .iter()
         .find(|(_, c)| *c >= q * total)
-        .map(|b| b.0)
-        .unwrap_or(f64::NAN)
+        .map_or(f64::NAN, |b| b.0)
 }

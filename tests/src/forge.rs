@@ -27,10 +27,10 @@ pub fn send_raw_v4(dst: Ipv4Addr, packet: &[u8]) {
     let rc = unsafe {
         libc::sendto(
             fd.as_raw_fd(),
-            packet.as_ptr() as *const _,
+            packet.as_ptr().cast(),
             packet.len(),
             0,
-            &sa as *const _ as *const libc::sockaddr,
+            (&raw const sa).cast::<libc::sockaddr>(),
             std::mem::size_of_val(&sa) as u32,
         )
     };

@@ -93,7 +93,7 @@ pub struct SelfSigned {
 impl SelfSigned {
     /// `names` may mix DNS names and IP addresses; IPs become IP SANs.
     pub fn new(names: &[&str]) -> Self {
-        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let names: Vec<String> = names.iter().map(std::string::ToString::to_string).collect();
         let certified = rcgen::generate_simple_self_signed(names).expect("rcgen makes a certificate");
         Self {
             cert_pem: certified.cert.pem(),

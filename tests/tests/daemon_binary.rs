@@ -154,7 +154,7 @@ fn sighup_applies_good_files_refuses_bad_ones_and_sigterm_cleans_up() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "clean exit: {status:?}");
-    let pins_left = std::fs::read_dir(&files.pins.path).map(|d| d.count()).unwrap_or(0);
+    let pins_left = std::fs::read_dir(&files.pins.path).map_or(0, std::iter::Iterator::count);
     assert_eq!(pins_left, 0, "no pins left in {}", files.pins.path.display());
     assert!(!files.dir.join("api.sock").exists(), "API socket removed");
     assert!(files.state().exists(), "last known health saved");

@@ -224,7 +224,7 @@ fn each_failure_has_its_own_reason() {
                 std::os::fd::AsRawFd::as_raw_fd(&conn),
                 libc::SOL_SOCKET,
                 libc::SO_LINGER,
-                (&l as *const libc::linger).cast(),
+                (&raw const l).cast(),
                 size_of::<libc::linger>() as libc::socklen_t,
             )
         };
@@ -290,7 +290,7 @@ fn each_failure_has_its_own_reason() {
         assert!(!report.healthy(), "{name}: {report:?}");
         match (&expected, &report.outcome) {
             (HttpOutcome::Tls(_), HttpOutcome::Tls(msg)) => {
-                assert!(report.outcome.to_string().starts_with("tls error: "), "{name}: {msg}")
+                assert!(report.outcome.to_string().starts_with("tls error: "), "{name}: {msg}");
             }
             _ => assert_eq!(report.outcome, expected, "{name}: {report:?}"),
         }

@@ -276,7 +276,7 @@ fn anyip_port80(n: u32) -> Vec<L4Request> {
         .map(|i| {
             let ip = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(198, 19, 0, 0)) + i);
             L4Request {
-                token: i as u64,
+                token: u64::from(i),
                 target: SocketAddr::new(ip.into(), 80),
                 proto: L4Proto::Tcp,
                 timeout: Duration::from_secs(2),

@@ -327,13 +327,13 @@ fn inject(pkt: &[u8], flow: &FlowKey) {
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let len = if v4 {
         // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr.
-        let sa = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
+        let sa = unsafe { &mut *(&raw mut ss).cast::<libc::sockaddr_in>() };
         sa.sin_family = libc::AF_INET as u16;
         sa.sin_addr.s_addr = u32::from_ne_bytes(flow.saddr_v4());
         std::mem::size_of::<libc::sockaddr_in>()
     } else {
         // SAFETY: as above.
-        let sa = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
+        let sa = unsafe { &mut *(&raw mut ss).cast::<libc::sockaddr_in6>() };
         sa.sin6_family = libc::AF_INET6 as u16;
         sa.sin6_addr.s6_addr = flow.saddr;
         std::mem::size_of::<libc::sockaddr_in6>()
@@ -342,10 +342,10 @@ fn inject(pkt: &[u8], flow: &FlowKey) {
     let rc = unsafe {
         libc::sendto(
             fd.as_raw_fd(),
-            pkt.as_ptr() as *const _,
+            pkt.as_ptr().cast(),
             pkt.len(),
             0,
-            &ss as *const _ as *const libc::sockaddr,
+            (&raw const ss).cast::<libc::sockaddr>(),
             len as u32,
         )
     };
@@ -555,11 +555,10 @@ fn check_command_plain_and_request_response() {
         "JSON line: {out}"
     );
     let leftover = std::fs::read_dir("/sys/fs/bpf")
-        .map(|d| {
+        .map_or(0, |d| {
             d.flatten()
                 .filter(|e| e.file_name().to_string_lossy().starts_with("probed-check-"))
                 .count()
-        })
-        .unwrap_or(0);
+        });
     assert_eq!(leftover, 0, "the check removed its pin directory");
 }

@@ -51,7 +51,7 @@ fn cpu_time() -> Duration {
     // SAFETY: getrusage fills the struct we pass.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut ru) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
@@ -162,19 +162,19 @@ fn engine_run(fleet: usize, rounds: u32, pins: &TestPins, tx: TxChoice, name: &'
             while let Ok(r) = rx.try_recv() {
                 meter.result();
                 got += 1;
-                unhealthy += (r.outcome != L4Outcome::Open) as u64;
+                unhealthy += u64::from(r.outcome != L4Outcome::Open);
             }
             meter.sample();
         }
     }
-    let sent = fleet as u64 * rounds as u64;
+    let sent = fleet as u64 * u64::from(rounds);
     let deadline = Instant::now() + TIMEOUT + Duration::from_secs(1);
     while got < sent && Instant::now() < deadline {
         match rx.try_recv() {
             Ok(r) => {
                 meter.result();
                 got += 1;
-                unhealthy += (r.outcome != L4Outcome::Open) as u64;
+                unhealthy += u64::from(r.outcome != L4Outcome::Open);
             }
             Err(_) => std::thread::sleep(Duration::from_millis(1)),
         }
@@ -217,12 +217,12 @@ fn connect_run(fleet: usize, rounds: u32) -> Row {
             }
         }
         drop(done_tx);
-        let sent = fleet as u64 * rounds as u64;
+        let sent = fleet as u64 * u64::from(rounds);
         let (mut got, mut unhealthy) = (0u64, 0u64);
         while let Ok(Some(ok)) = tokio::time::timeout(TIMEOUT * 2, done_rx.recv()).await {
             meter.result();
             got += 1;
-            unhealthy += (!ok) as u64;
+            unhealthy += u64::from(!ok);
         }
         meter.row(fleet, "tokio connect()", sent, sent - got, unhealthy)
     })
@@ -244,7 +244,7 @@ fn drain(listener: std::net::TcpListener) {
             listener.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_RCVTIMEO,
-            &tv as *const _ as *const _,
+            (&raw const tv).cast(),
             std::mem::size_of_val(&tv) as u32,
         )
     };
@@ -263,9 +263,7 @@ fn drain(listener: std::net::TcpListener) {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let fleets: Vec<usize> = args
-        .get(1)
-        .map(|s| s.split(',').filter_map(|v| v.parse().ok()).collect())
-        .unwrap_or_else(|| vec![1_000, 10_000, 100_000]);
+        .get(1).map_or_else(|| vec![1_000, 10_000, 100_000], |s| s.split(',').filter_map(|v| v.parse().ok()).collect());
     let rounds: u32 = args.get(2).and_then(|v| v.parse().ok()).unwrap_or(3);
     let mut rows = Vec::new();
     for &fleet in &fleets {

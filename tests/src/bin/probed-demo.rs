@@ -76,7 +76,7 @@ fn main() {
                 e.to.map_or("removed", |s| s.as_str()),
                 e.measured_window_ms,
                 e.formula_window_ms,
-                e.results.last().map(|r| r.reason.as_str()).unwrap_or("-")
+                e.results.last().map_or("-", |r| r.reason.as_str())
             );
         }
         seen_events = events.len().max(seen_events);

@@ -65,7 +65,7 @@ pub(super) fn check_tcp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Resu
             std::thread::sleep(Duration::from_millis(args.interval));
         }
         engine.submit(vec![L4Request {
-            token: i as u64,
+            token: u64::from(i),
             target,
             proto: L4Proto::Tcp,
             timeout,
@@ -118,7 +118,7 @@ pub(super) fn check_udp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Resu
             }
             let proto = L4Proto::Udp { payload: send.clone() };
             engine.submit(vec![L4Request {
-                token: i as u64,
+                token: u64::from(i),
                 target,
                 proto,
                 timeout,
