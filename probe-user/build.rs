@@ -51,7 +51,10 @@ fn main() {
             panic!("{tool} is missing: the eBPF build needs Debian's rustc-web toolchain; run `cargo xtask setup`");
         }
     }
-    let cargo_home = env::var("CARGO_HOME").map_or_else(|_| PathBuf::from(env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cargo"), PathBuf::from);
+    let cargo_home = env::var("CARGO_HOME").map_or_else(
+        |_| PathBuf::from(env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cargo"),
+        PathBuf::from,
+    );
     let linker_dir = cargo_home.join("bin");
     if !linker_dir.join("bpf-linker").exists() {
         panic!(

@@ -75,7 +75,8 @@ fn eth<A>(e: &Ends<A>, ethertype: u16) -> EthHdr {
 pub fn ipv4(saddr: [u8; 4], daddr: [u8; 4], proto: u8, payload_len: u16, id: u16) -> Ipv4Hdr {
     let tot_len = Ipv4Hdr::LEN as u16 + payload_len;
     let frag: u16 = 0x4000;
-    let mut sum = 0x4500u64 + u64::from(tot_len) + u64::from(id) + u64::from(frag) + ((u64::from(TTL) << 8) | u64::from(proto));
+    let mut sum =
+        0x4500u64 + u64::from(tot_len) + u64::from(id) + u64::from(frag) + ((u64::from(TTL) << 8) | u64::from(proto));
     sum = add_bytes(add_bytes(sum, &saddr), &daddr);
     Ipv4Hdr {
         ver_ihl: 0x45,
@@ -254,7 +255,8 @@ pub fn write_udp_v4(f: &mut UdpV4, e: &Ends<[u8; 4]>, ip_id: u16, payload_len: u
     f.eth = eth(e, ETH_P_IP);
     f.ip = ipv4(e.saddr, e.daddr, IPPROTO_UDP, len, ip_id);
     f.udp = udp(e.sport, e.dport, len);
-    let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_UDP, len) + u64::from(e.sport) + u64::from(e.dport) + u64::from(len);
+    let sum =
+        pseudo_v4(&e.saddr, &e.daddr, IPPROTO_UDP, len) + u64::from(e.sport) + u64::from(e.dport) + u64::from(len);
     f.udp.csum_be = udp_csum(sum + payload_sum);
 }
 
@@ -266,7 +268,10 @@ pub fn write_udp_v6(f: &mut UdpV6, e: &Ends<[u8; 16]>, flow_label: u32, payload_
     f.eth = eth(e, ETH_P_IPV6);
     f.ip = ipv6(e.saddr, e.daddr, IPPROTO_UDP, len, flow_label);
     f.udp = udp(e.sport, e.dport, len);
-    let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_UDP, u32::from(len)) + u64::from(e.sport) + u64::from(e.dport) + u64::from(len);
+    let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_UDP, u32::from(len))
+        + u64::from(e.sport)
+        + u64::from(e.dport)
+        + u64::from(len);
     f.udp.csum_be = udp_csum(sum + payload_sum);
 }
 

@@ -118,7 +118,10 @@ impl RunningDaemon {
                 let daemon = match Daemon::start(config, options).await {
                     Ok(d) => d,
                     Err(e) => {
-                        let msg = format!("{e}: {:?}", std::error::Error::source(&e).map(std::string::ToString::to_string));
+                        let msg = format!(
+                            "{e}: {:?}",
+                            std::error::Error::source(&e).map(std::string::ToString::to_string)
+                        );
                         let _ = ready_tx.send(Err(msg.clone()));
                         return Err(msg);
                     }
@@ -290,8 +293,5 @@ fn histogram_buckets(metrics: &str, name: &str) -> Vec<(f64, f64)> {
 
 fn bucket_quantile(buckets: &[(f64, f64)], q: f64) -> f64 {
     let total = buckets.last().map_or(0.0, |b| b.1);
-    buckets
-        .iter()
-        .find(|(_, c)| *c >= q * total)
-        .map_or(f64::NAN, |b| b.0)
+    buckets.iter().find(|(_, c)| *c >= q * total).map_or(f64::NAN, |b| b.0)
 }

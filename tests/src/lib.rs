@@ -76,7 +76,10 @@ impl Drop for TestPins {
 
 /// The `probed` binary of this workspace's build (`cargo xtask test` builds it first).
 pub fn probed_bin() -> std::path::PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"), std::path::PathBuf::from);
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        std::path::PathBuf::from,
+    );
     let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
     let bin = target.join(profile).join("probed");
     assert!(

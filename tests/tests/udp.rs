@@ -554,11 +554,10 @@ fn check_command_plain_and_request_response() {
         out.contains(r#""verdict":"unhealthy""#) && out.contains(r#""outcome":"port unreachable""#),
         "JSON line: {out}"
     );
-    let leftover = std::fs::read_dir("/sys/fs/bpf")
-        .map_or(0, |d| {
-            d.flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with("probed-check-"))
-                .count()
-        });
+    let leftover = std::fs::read_dir("/sys/fs/bpf").map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("probed-check-"))
+            .count()
+    });
     assert_eq!(leftover, 0, "the check removed its pin directory");
 }

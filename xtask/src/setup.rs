@@ -73,7 +73,10 @@ fn install_packages(pkgs: &[&str]) -> anyhow::Result<()> {
 }
 
 fn cargo_bin() -> PathBuf {
-    let home = std::env::var("CARGO_HOME").map_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cargo"), PathBuf::from);
+    let home = std::env::var("CARGO_HOME").map_or_else(
+        |_| PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cargo"),
+        PathBuf::from,
+    );
     home.join("bin")
 }
 

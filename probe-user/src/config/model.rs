@@ -18,6 +18,8 @@ pub struct Config {
     pub daemon: Daemon,
     pub source: Source,
     pub profiles: Vec<Profile>,
+    /// `[[sink]]`: what the node's data path is told, per profile.
+    pub sinks: Vec<Sink>,
 }
 
 impl Config {
@@ -212,4 +214,75 @@ impl Endpoint {
     pub fn socket_addr(&self) -> SocketAddr {
         SocketAddr::new(self.address, self.port)
     }
+}
+
+/// `[[sink]]`: one forwarding structure kept in step with one profile's eligible set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Sink {
+    /// Unique among sinks; labels its metrics and its entry in `/v1/sinks`.
+    pub name: String,
+    pub profile: String,
+    /// What stopping probed does to the data path: leave it as it is, or empty it.
+    pub on_stop: OnStop,
+    pub kind: SinkKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnStop {
+    /// Fail-static: the data path keeps the last eligible set.
+    Keep,
+    Clear,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SinkKind {
+    Nftables(NftSink),
+    Bpf(BpfSink),
+}
+
+/// An nftables map (slot table) or set (eligible addresses) in the operator's ruleset; probed
+/// owns its elements only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NftSink {
+    pub family: NftFamily,
+    pub table: String,
+    pub target: NftTarget,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NftFamily {
+    Ip,
+    Ip6,
+    Inet,
+}
+
+impl NftFamily {
+    pub fn name(self) -> &'static str {
+        match self {
+            NftFamily::Ip => "ip",
+            NftFamily::Ip6 => "ip6",
+            NftFamily::Inet => "inet",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NftTarget {
+    /// `map NAME { typeof numgen inc mod N : ip daddr [. tcp dport]; }`: slot -> backend.
+    Map { name: String, slots: u32 },
+    /// `set NAME { typeof ip daddr; }`: the eligible addresses.
+    Set { name: String },
+}
+
+/// A pinned BPF array of backend records under the daemon's pin directory (ABI in
+/// `probe_common::slots`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BpfSink {
+    /// The pin's file name under `daemon.pin_dir`/sinks/.
+    pub map: String,
+    pub slots: u32,
 }

@@ -262,8 +262,10 @@ fn drain(listener: std::net::TcpListener) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let fleets: Vec<usize> = args
-        .get(1).map_or_else(|| vec![1_000, 10_000, 100_000], |s| s.split(',').filter_map(|v| v.parse().ok()).collect());
+    let fleets: Vec<usize> = args.get(1).map_or_else(
+        || vec![1_000, 10_000, 100_000],
+        |s| s.split(',').filter_map(|v| v.parse().ok()).collect(),
+    );
     let rounds: u32 = args.get(2).and_then(|v| v.parse().ok()).unwrap_or(3);
     let mut rows = Vec::new();
     for &fleet in &fleets {

@@ -31,8 +31,10 @@ fn not_open(metrics: &str) -> f64 {
 }
 
 fn main() {
-    let fleets: Vec<usize> = std::env::args()
-        .nth(1).map_or_else(|| vec![10_000, 100_000], |s| s.split(',').filter_map(|v| v.parse().ok()).collect());
+    let fleets: Vec<usize> = std::env::args().nth(1).map_or_else(
+        || vec![10_000, 100_000],
+        |s| s.split(',').filter_map(|v| v.parse().ok()).collect(),
+    );
     println!("| targets | part | run s | probes sent | probes/s | not open | lateness p50 | p99 | max (bucket) |");
     println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     for n in fleets {

@@ -59,6 +59,7 @@ mod endpoint;
 mod health;
 mod http;
 mod profile;
+mod sink;
 mod source;
 
 // File-level rules.

@@ -6,6 +6,7 @@ mod endpoint;
 mod health;
 mod http;
 mod profile;
+mod sink;
 mod source;
 
 use std::collections::HashSet;
@@ -47,7 +48,7 @@ pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigErrors> {
 }
 
 fn read_config(r: &mut Reader<'_>, root: &toml::Spanned<DeValue<'_>>) -> Option<Config> {
-    let top = r.table(root, String::new(), &["daemon", "source", "profile"])?;
+    let top = r.table(root, String::new(), &["daemon", "source", "profile", "sink"])?;
     let daemon = daemon(r, Reader::get(&top, "daemon"));
     let source = source(r, Reader::get(&top, "source"));
     let mut profiles = Vec::new();
@@ -70,11 +71,13 @@ fn read_config(r: &mut Reader<'_>, root: &toml::Spanned<DeValue<'_>>) -> Option<
             ),
         }
     }
+    let sinks = sink::sinks(r, Reader::get(&top, "sink"), &names);
     name_profiles(&mut r.errors, &names);
     Some(Config {
         daemon: daemon?,
         source: source?,
         profiles: profiles.into_iter().collect::<Option<Vec<_>>>()?,
+        sinks: sinks?,
     })
 }
 

@@ -1,0 +1,266 @@
+//! `[[sink]]`: which forwarding structure follows which profile. The names given here end up
+//! in nft scripts and pin paths, so they are held to a strict alphabet.
+use std::collections::HashSet;
+
+use toml::de::DeValue;
+
+use crate::{
+    config::{
+        model::*,
+        read::{Item, Reader, Table},
+    },
+    sinks::slots::{DEFAULT_SLOTS, MAX_SLOTS},
+};
+
+const SINK_KEYS: [&str; 9] = [
+    "name", "profile", "kind", "on_stop", "family", "table", "map", "set", "slots",
+];
+const KINDS: &str = "nftables or bpf";
+
+/// Every `[[sink]]`, checked against the profiles that exist.
+pub(super) fn sinks(
+    r: &mut Reader<'_>,
+    list: Option<&toml::Spanned<DeValue<'_>>>,
+    profiles: &[Option<String>],
+) -> Option<Vec<Sink>> {
+    let Some(list) = list else {
+        return Some(Vec::new());
+    };
+    let DeValue::Array(items) = list.get_ref() else {
+        r.error(
+            list.span(),
+            "sink",
+            Some(crate::config::read::show(list.get_ref())),
+            "expected [[sink]] tables",
+        );
+        return None;
+    };
+    let mut names = HashSet::new();
+    let mut out = Vec::new();
+    let mut ok = true;
+    for (i, item) in items.iter().enumerate() {
+        match sink(r, item, i, profiles, &mut names) {
+            Some(s) => out.push(s),
+            None => ok = false,
+        }
+    }
+    ok.then_some(out)
+}
+
+fn sink(
+    r: &mut Reader<'_>,
+    v: &toml::Spanned<DeValue<'_>>,
+    index: usize,
+    profiles: &[Option<String>],
+    names: &mut HashSet<String>,
+) -> Option<Sink> {
+    let t = r.table(v, format!("sink[{index}]"), &SINK_KEYS)?;
+    let profile = match r.string(&t, "profile") {
+        None => {
+            r.missing(&t, "profile", "every sink follows one profile: set profile = \"NAME\"");
+            None
+        }
+        Some(item) if !profiles.iter().flatten().any(|p| *p == item.v) => {
+            let known: Vec<&str> = profiles.iter().flatten().map(String::as_str).collect();
+            r.bad(&item, format!("no profile has this name; profiles: {}", list(&known)));
+            None
+        }
+        Some(item) => Some(item.v),
+    };
+    let on_stop = match r.string(&t, "on_stop") {
+        None => Some(OnStop::Keep),
+        Some(item) => match item.v.as_str() {
+            "keep" => Some(OnStop::Keep),
+            "clear" => Some(OnStop::Clear),
+            _ => {
+                r.bad(&item, "expected keep (leave the data path as it is) or clear");
+                None
+            }
+        },
+    };
+    let (kind, default_name) = match r.string(&t, "kind") {
+        None => {
+            r.missing(&t, "kind", format!("every sink needs a kind: {KINDS}"));
+            (None, None)
+        }
+        Some(item) => match item.v.as_str() {
+            "nftables" => nftables(r, &t),
+            "bpf" => bpf(r, &t),
+            _ => {
+                r.bad(&item, format!("expected {KINDS}"));
+                (None, None)
+            }
+        },
+    };
+    let name = match r.string(&t, "name") {
+        Some(item) if !ident(&item.v) => {
+            r.bad(&item, IDENT_RULE);
+            None
+        }
+        Some(item) if !names.insert(item.v.clone()) => {
+            r.bad(&item, "another sink already has this name");
+            None
+        }
+        Some(item) => Some(item.v),
+        None => match default_name {
+            Some(n) if !names.insert(n.clone()) => {
+                r.missing(
+                    &t,
+                    "name",
+                    format!("another sink is also called {n:?}: give each a name"),
+                );
+                None
+            }
+            other => other,
+        },
+    };
+    Some(Sink {
+        name: name?,
+        profile: profile?,
+        on_stop: on_stop?,
+        kind: kind?,
+    })
+}
+
+/// `kind = "nftables"`, and its default name (the map's or set's).
+fn nftables(r: &mut Reader<'_>, t: &Table<'_, '_>) -> (Option<SinkKind>, Option<String>) {
+    let family = match r.string(t, "family") {
+        None => {
+            r.missing(
+                t,
+                "family",
+                "an nftables sink needs the table's family: ip, ip6 or inet",
+            );
+            None
+        }
+        Some(item) => match item.v.as_str() {
+            "ip" => Some(NftFamily::Ip),
+            "ip6" => Some(NftFamily::Ip6),
+            "inet" => Some(NftFamily::Inet),
+            _ => {
+                r.bad(&item, "expected ip, ip6 or inet");
+                None
+            }
+        },
+    };
+    let table = required_ident(
+        r,
+        t,
+        "table",
+        "an nftables sink needs the table that holds its map or set",
+    );
+    let map = r.string(t, "map");
+    let set = r.string(t, "set");
+    let target = match (map, set) {
+        (Some(map), None) => {
+            let slots = slots(r, t);
+            named(r, &map)
+                .zip(slots)
+                .map(|(name, slots)| NftTarget::Map { name, slots })
+        }
+        (None, Some(set)) => {
+            if let Some(item) = r.int(t, "slots") {
+                r.bad(
+                    &item,
+                    "slots applies to a map; a set holds the eligible addresses themselves",
+                );
+                None
+            } else {
+                named(r, &set).map(|name| NftTarget::Set { name })
+            }
+        }
+        (Some(_), Some(set)) => {
+            r.bad(
+                &set,
+                "set one of map (a slot table) or set (the eligible addresses), not both",
+            );
+            None
+        }
+        (None, None) => {
+            r.missing(
+                t,
+                "map",
+                "an nftables sink needs map = \"NAME\" (with slots) or set = \"NAME\"",
+            );
+            None
+        }
+    };
+    let name = target.as_ref().map(|t| match t {
+        NftTarget::Map { name, .. } | NftTarget::Set { name } => name.clone(),
+    });
+    let kind = family
+        .zip(table)
+        .zip(target)
+        .map(|((family, table), target)| SinkKind::Nftables(NftSink { family, table, target }));
+    (kind, name)
+}
+
+/// `kind = "bpf"`, and its default name (the pin's).
+fn bpf(r: &mut Reader<'_>, t: &Table<'_, '_>) -> (Option<SinkKind>, Option<String>) {
+    for key in ["family", "table", "set"] {
+        if let Some(item) = r.string(t, key) {
+            r.bad(&item, format!("{key} applies to nftables sinks"));
+        }
+    }
+    let map = required_ident(
+        r,
+        t,
+        "map",
+        "a bpf sink needs map = \"NAME\", the pin's name under pin_dir/sinks/",
+    );
+    let slots = slots(r, t);
+    let name = map.clone();
+    (
+        map.zip(slots).map(|(map, slots)| SinkKind::Bpf(BpfSink { map, slots })),
+        name,
+    )
+}
+
+fn slots(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<u32> {
+    match r.int(t, "slots") {
+        None => Some(DEFAULT_SLOTS),
+        Some(item) => match u32::try_from(item.v).ok().filter(|n| (1..=MAX_SLOTS).contains(n)) {
+            Some(n) => Some(n),
+            None => {
+                r.bad(&item, format!("expected 1 to {MAX_SLOTS} slots"));
+                None
+            }
+        },
+    }
+}
+
+const IDENT_RULE: &str = "expected 1-63 letters, digits, '_' or '-', starting with a letter";
+
+/// nftables and pin names: no quoting, no path separators, nothing a script could misread.
+fn ident(s: &str) -> bool {
+    (1..=63).contains(&s.len())
+        && s.starts_with(|c: char| c.is_ascii_alphabetic())
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn named(r: &mut Reader<'_>, item: &Item<String>) -> Option<String> {
+    if ident(&item.v) {
+        Some(item.v.clone())
+    } else {
+        r.bad(item, IDENT_RULE);
+        None
+    }
+}
+
+fn required_ident(r: &mut Reader<'_>, t: &Table<'_, '_>, key: &str, why: &str) -> Option<String> {
+    match r.string(t, key) {
+        None => {
+            r.missing(t, key, why);
+            None
+        }
+        Some(item) => named(r, &item),
+    }
+}
+
+fn list(names: &[&str]) -> String {
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
+    }
+}
