@@ -64,6 +64,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show each sink of a running daemon: what it follows, what its structure holds, whether
+    /// that is what it should hold, and its errors.
+    Sinks {
+        /// The daemon's API: loopback `HOST:PORT` or `unix:/path`.
+        #[arg(long, default_value = DEFAULT_API)]
+        api: String,
+        /// Print the API's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Ask a running daemon to re-read its configuration file and apply it (like SIGHUP).
     Reload {
         /// The daemon's API: loopback `HOST:PORT` or `unix:/path`.
@@ -113,6 +123,7 @@ pub fn main() -> ExitCode {
         Command::Run { config } => run(&config),
         Command::Status { profile, api, json } => status(profile.as_deref(), &api, json),
         Command::Reload { api } => reload(&api),
+        Command::Sinks { api, json } => sinks(&api, json),
         Command::Check(args) => check::run(*args),
     };
     match result {
@@ -272,6 +283,37 @@ fn status(profile: Option<&str>, api: &str, json: bool) -> anyhow::Result<ExitCo
     let colour = tty && std::env::var_os("NO_COLOR").is_none();
     print!("{}", probed::daemon::views::render_table(&views, colour));
     Ok(ExitCode::SUCCESS)
+}
+
+fn sinks(api: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let resp = api_get(api, "GET", "/v1/sinks")?;
+    if resp.status != 200 {
+        anyhow::bail!("{}", api_error(&resp.body));
+    }
+    if json {
+        println!("{}", resp.body);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let views: Vec<probed::sinks::SinkView> = serde_json::from_str(&resp.body).context("decode the sinks")?;
+    println!(
+        "{:<16} {:<12} {:>6} {:>8} {:<8} {:>7}  TARGET / LAST ERROR",
+        "SINK", "PROFILE", "GEN", "ENTRIES", "IN SYNC", "ERRORS"
+    );
+    for v in &views {
+        println!(
+            "{:<16} {:<12} {:>6} {:>8} {:<8} {:>7}  {}{}",
+            v.name,
+            v.profile,
+            v.generation,
+            v.entries,
+            if v.in_sync { "yes" } else { "NO" },
+            v.errors_total,
+            v.target,
+            v.last_error.as_ref().map(|e| format!("; {e}")).unwrap_or_default()
+        );
+    }
+    // Exit 1 when any sink does not hold what it should, for scripts and monitoring.
+    Ok(if views.iter().all(|v| v.in_sync) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 fn reload(api: &str) -> anyhow::Result<ExitCode> {

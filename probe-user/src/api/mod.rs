@@ -197,6 +197,7 @@ async fn route(req: Request<Incoming>, control: Control) -> Reply {
             json(control.set_admin(profile, endpoint, state).await)
         }
         (&Method::POST, ["v1", "reload"]) => json(control.reload(None).await),
+        (&Method::GET, ["v1", "sinks"]) => json(control.sinks().await),
         (&Method::GET, ["metrics"]) => match control.metrics().await {
             Ok(text) => Response::builder()
                 .header(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")

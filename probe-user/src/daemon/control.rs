@@ -48,6 +48,7 @@ pub(crate) enum Command {
     Reload(Option<Box<Config>>, Reply<ReloadReport>),
     Metrics(Reply<MetricsReply>),
     Subscribe(SubscribeRequest, Reply<(Snapshot, Subscription)>),
+    Sinks(Reply<Vec<crate::sinks::SinkView>>),
 }
 
 /// A new consumer of the change stream.
@@ -121,6 +122,11 @@ impl Control {
             capacity,
         };
         self.ask(|r| Command::Subscribe(request, r)).await
+    }
+
+    /// Every sink: what it follows, what it holds, how its last syncs went.
+    pub async fn sinks(&self) -> Result<Vec<crate::sinks::SinkView>, RequestError> {
+        self.ask(Command::Sinks).await
     }
 
     /// The Prometheus exposition text.

@@ -16,6 +16,7 @@ use crate::{
     health::HealthState,
     metrics::{catalog, Histogram, Kind, Registry},
     outcome::Outcome,
+    sinks::SinkView,
 };
 
 #[derive(Default)]
@@ -122,8 +123,27 @@ impl RunnerMetrics {
 
     /// The runner's metrics text, with the gauges computed now. Kernel counters are read by
     /// the caller off the runner's thread (`metrics::kernel`).
-    pub fn render(&mut self, table: &Table, checks: usize, bus: &Bus, now_ns: u64) -> String {
+    pub fn render(&mut self, table: &Table, checks: usize, bus: &Bus, sinks: &[SinkView], now_ns: u64) -> String {
         let r = &mut self.registry;
+        for m in [
+            &catalog::SINK_SYNCS,
+            &catalog::SINK_ERRORS,
+            &catalog::SINK_DRIFT,
+            &catalog::SINK_ENTRIES,
+            &catalog::SINK_IN_SYNC,
+            &catalog::SINK_GENERATION,
+        ] {
+            r.clear(m);
+        }
+        for s in sinks {
+            let label = || vec![("sink", s.name.clone())];
+            r.set_total(&catalog::SINK_SYNCS, label(), s.syncs_total);
+            r.set_total(&catalog::SINK_ERRORS, label(), s.errors_total);
+            r.set_total(&catalog::SINK_DRIFT, label(), s.drift_total);
+            r.set(&catalog::SINK_ENTRIES, label(), s.entries as f64);
+            r.set(&catalog::SINK_IN_SYNC, label(), if s.in_sync { 1.0 } else { 0.0 });
+            r.set(&catalog::SINK_GENERATION, label(), s.generation as f64);
+        }
         r.clear(&catalog::ENDPOINTS);
         for p in &table.profiles {
             for status in crate::status::EndpointStatus::ALL {

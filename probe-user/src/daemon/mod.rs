@@ -12,6 +12,7 @@
 //! | `probed-l4` (`engine/`) | the kernel engine: batches to the generator, ring-buffer reads, timeouts | blocking bpf() calls and a 1 ms reply tick |
 //! | `probed-events` | the events file, the change stream's first subscriber | a slow disk or a blocked stdout must not hold up probing |
 //! | `probed-state` | the state file (sort, encode, fsync, rename) | an fsync can take tens of ms |
+//! | `probed-sink-NAME` | one `[[sink]]`: syncs its nft map or set with its profile's eligible set | a failing data path must never hold up probing or another sink |
 //!
 //! # Data flow
 //!
@@ -65,6 +66,8 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    #[error("sink {name}: {reason}")]
+    Sink { name: String, reason: String },
     #[error("the daemon has stopped")]
     Stopped,
 }

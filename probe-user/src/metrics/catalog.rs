@@ -134,6 +134,35 @@ pub const CHANGES_LAG: Metric = Metric::gauge(
     &["subscriber"],
 );
 
+// ---- sinks, per sink ----
+
+pub const SINK_SYNCS: Metric = Metric::counter(
+    "probed_sink_syncs_total",
+    "Successful syncs of a sink's structure with its profile's eligible set",
+    &["sink"],
+);
+pub const SINK_ERRORS: Metric = Metric::counter(
+    "probed_sink_errors_total",
+    "Failed syncs and read-backs of a sink (retried with backoff)",
+    &["sink"],
+);
+pub const SINK_DRIFT: Metric = Metric::counter(
+    "probed_sink_drift_total",
+    "Read-backs that found a sink's structure edited by someone else (undone by the next sync)",
+    &["sink"],
+);
+pub const SINK_ENTRIES: Metric = Metric::gauge("probed_sink_entries", "Elements a sink's structure holds", &["sink"]);
+pub const SINK_IN_SYNC: Metric = Metric::gauge(
+    "probed_sink_in_sync",
+    "1 when a sink's structure held what it should at the last sync or read-back",
+    &["sink"],
+);
+pub const SINK_GENERATION: Metric = Metric::gauge(
+    "probed_sink_generation",
+    "Successful syncs of a sink since it started: the generation its structure holds",
+    &["sink"],
+);
+
 // ---- the kernel engine ----
 
 pub const TX_PATH: Metric = Metric::gauge(
@@ -172,6 +201,12 @@ pub const ALL: &[&Metric] = &[
     &CHANGES_DROPPED,
     &CHANGES_PENDING,
     &CHANGES_LAG,
+    &SINK_SYNCS,
+    &SINK_ERRORS,
+    &SINK_DRIFT,
+    &SINK_ENTRIES,
+    &SINK_IN_SYNC,
+    &SINK_GENERATION,
     &TX_PATH,
     &KERNEL_RX,
     &KERNEL_TX,

@@ -1,5 +1,253 @@
-//! Sinks: what the node's data path is told about health. Each sink follows the daemon's
-//! change stream for one profile and keeps a forwarding structure in step with the profile's
-//! eligible set.
+//! Sinks: the node's data path, told about health. Each `[[sink]]` follows the daemon's change
+//! stream for one profile on a thread of its own and keeps one forwarding structure (an nft
+//! map or set) equal to what the profile's eligible set asks for.
+//!
+//! - Start: a sink checks its structure exists (a missing table or map stops the start, and
+//!   refuses a reload), then syncs from the resumed state, writing only what differs: a
+//!   restart with the same health rewrites nothing.
+//! - Changes: every batch from the stream is one sync, and one sync is one transaction.
+//! - Failure (the table deleted, the library missing): the sink retries with backoff, from a
+//!   fresh read of the data path; probing and other sinks never wait for it. Every few
+//!   seconds it also reads the data path back, so that someone else's edit is undone.
+//! - Stop: the structure is left as it is (fail-static), or emptied with `on_stop = "clear"`.
 pub mod model;
+pub mod nftables;
 pub mod slots;
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    config::{OnStop, Sink as SinkConfig, SinkKind},
+    daemon::changes::{EndpointState, Snapshot, Subscription},
+};
+use model::ProfileModel;
+
+/// A sink reads its structure back this often, and after every failed sync.
+const VERIFY_EVERY: Duration = Duration::from_secs(5);
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SinkError {
+    #[error("{0}")]
+    Setup(String),
+    #[error("{0}")]
+    Missing(String),
+    #[error("{0}")]
+    WrongType(String),
+    #[error("{0}")]
+    Data(String),
+    #[error("write: {0}")]
+    Write(String),
+}
+
+/// What one sync did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Elements written (changed slots, added or removed addresses).
+    pub written: usize,
+    /// Elements the structure holds now.
+    pub entries: usize,
+}
+
+/// One forwarding structure. Calls block; each sink runs on its own thread.
+pub trait Sink: Send {
+    /// `nftables map ip lb web_slots (64 slots)`.
+    fn describe(&self) -> String;
+    /// The structure exists and holds what probed writes.
+    fn check(&mut self) -> Result<(), SinkError>;
+    /// Makes the structure hold what `model` asks for, in one transaction, writing only what
+    /// differs from what it holds.
+    fn sync(&mut self, model: &ProfileModel) -> Result<SyncReport, SinkError>;
+    /// Reads the structure back: does it hold what `model` asks for?
+    fn verify(&mut self, model: &ProfileModel) -> Result<bool, SinkError>;
+    /// Empties the structure.
+    fn clear(&mut self) -> Result<(), SinkError>;
+}
+
+/// The slot table a profile asks for: its eligible endpoints that `fits` (the structure's
+/// address family), by weight (see `slots`).
+pub fn desired_slots(model: &ProfileModel, slots: u32, fits: impl Fn(&EndpointState) -> bool) -> Vec<Option<SocketAddr>> {
+    let chosen: Vec<(&str, &EndpointState)> = model.eligible().filter(|(_, s)| fits(s)).collect();
+    let candidates: Vec<slots::Candidate<'_>> = chosen
+        .iter()
+        .map(|(name, s)| slots::Candidate { name, weight: s.weight })
+        .collect();
+    slots::build(&candidates, slots)
+        .into_iter()
+        .map(|i| i.map(|i| SocketAddr::new(chosen[i].1.address, chosen[i].1.port)))
+        .collect()
+}
+
+/// Opens the sink a config names: fails when its structure is missing or of the wrong type.
+pub fn open(cfg: &SinkConfig) -> Result<Box<dyn Sink>, SinkError> {
+    match &cfg.kind {
+        SinkKind::Nftables(n) => Ok(Box::new(nftables::NftablesSink::open(n)?)),
+        SinkKind::Bpf(_) => Err(SinkError::Setup("bpf sinks are not available in this build yet".into())),
+    }
+}
+
+/// What `/v1/sinks` and the metrics show of one sink.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SinkView {
+    pub name: String,
+    pub profile: String,
+    pub target: String,
+    /// Successful syncs so far; the data path holds generation `generation`'s set.
+    pub generation: u64,
+    /// Elements held after the last sync, and elements written by it.
+    pub entries: usize,
+    pub last_written: usize,
+    /// The data path held what it should at the last read-back.
+    pub in_sync: bool,
+    pub syncs_total: u64,
+    pub errors_total: u64,
+    /// Read-backs that found someone else's edit (undone by the next sync).
+    pub drift_total: u64,
+    pub last_error: Option<String>,
+    /// Change stream sequence number the last successful sync reflects.
+    pub seq: u64,
+    /// From the newest change in a batch to the end of its sync, for the last sync.
+    pub last_latency_ms: f64,
+}
+
+/// A running sink: its thread, and its view shared with the runner.
+pub struct Running {
+    pub cfg: SinkConfig,
+    pub view: Arc<Mutex<SinkView>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Starts following `changes` (which begin after `snapshot`) on a thread of its own; the
+    /// first sync brings the structure to the snapshot's state.
+    pub fn start(cfg: SinkConfig, sink: Box<dyn Sink>, snapshot: &Snapshot, changes: Subscription) -> Running {
+        let model = ProfileModel::from_snapshot(&cfg.profile, snapshot);
+        let view = Arc::new(Mutex::new(SinkView {
+            name: cfg.name.clone(),
+            profile: cfg.profile.clone(),
+            target: sink.describe(),
+            generation: 0,
+            entries: 0,
+            last_written: 0,
+            in_sync: false,
+            syncs_total: 0,
+            errors_total: 0,
+            drift_total: 0,
+            last_error: None,
+            seq: 0,
+            last_latency_ms: 0.0,
+        }));
+        let shared = view.clone();
+        let on_stop = cfg.on_stop;
+        let thread = std::thread::Builder::new()
+            .name(format!("probed-sink-{}", cfg.name))
+            .spawn(move || follow(sink, model, &changes, &shared, on_stop))
+            .map_err(|e| log::error!("cannot start a thread for sink {}: {e}", cfg.name))
+            .ok();
+        Running { cfg, view, thread }
+    }
+
+    pub fn view(&self) -> SinkView {
+        lock(&self.view).clone()
+    }
+
+    /// Waits for the thread, which ends once its subscription is closed.
+    pub fn join(&mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn lock(view: &Mutex<SinkView>) -> std::sync::MutexGuard<'_, SinkView> {
+    // The view is plain data written field by field: a panic mid-update leaves it usable.
+    view.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The sink's loop: sync on every batch, retry with backoff, read back every few seconds.
+fn follow(mut sink: Box<dyn Sink>, mut model: ProfileModel, changes: &Subscription, view: &Mutex<SinkView>, on_stop: OnStop) {
+    let mut dirty = true;
+    let mut backoff = BACKOFF_FIRST;
+    let mut retry_at = Instant::now();
+    let mut verify_at = Instant::now() + VERIFY_EVERY;
+    let mut newest_change: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        if dirty && now >= retry_at {
+            match sink.sync(&model) {
+                Ok(report) => {
+                    dirty = false;
+                    backoff = BACKOFF_FIRST;
+                    let mut v = lock(view);
+                    v.generation += 1;
+                    v.syncs_total += 1;
+                    v.entries = report.entries;
+                    v.last_written = report.written;
+                    v.in_sync = true;
+                    v.last_error = None;
+                    v.seq = model.seq;
+                    if let Some(t) = newest_change.take() {
+                        v.last_latency_ms = t.elapsed().as_secs_f64() * 1e3;
+                    }
+                }
+                Err(e) => {
+                    log::warn!("sink {}: {e}; retrying in {backoff:?}", lock(view).name);
+                    let mut v = lock(view);
+                    v.errors_total += 1;
+                    v.in_sync = false;
+                    v.last_error = Some(e.to_string());
+                    retry_at = now + backoff;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+        }
+        if now >= verify_at && !dirty {
+            match sink.verify(&model) {
+                Ok(true) => {}
+                Ok(false) => {
+                    dirty = true;
+                    let mut v = lock(view);
+                    v.drift_total += 1;
+                    v.in_sync = false;
+                }
+                Err(e) => {
+                    dirty = true;
+                    let mut v = lock(view);
+                    v.errors_total += 1;
+                    v.in_sync = false;
+                    v.last_error = Some(e.to_string());
+                }
+            }
+            verify_at = now + VERIFY_EVERY;
+        }
+        let until = if dirty { retry_at.min(verify_at) } else { verify_at };
+        let Some(batch) = changes.recv_blocking(until.saturating_duration_since(Instant::now())) else {
+            break;
+        };
+        let received = Instant::now();
+        if batch.lost > 0 {
+            // The queue holds one change per endpoint of the profile and is sized beyond any
+            // profile; if it ever overflows, the next read-back finds the difference.
+            log::error!("sink {}: {} changes lost; reading the data path back", lock(view).name, batch.lost);
+            verify_at = received;
+        }
+        for c in &batch.changes {
+            if model.apply(c) {
+                dirty = true;
+                newest_change = Some(received);
+            }
+        }
+    }
+    if on_stop == OnStop::Clear {
+        if let Err(e) = sink.clear() {
+            log::warn!("sink {}: could not clear on stop: {e}", lock(view).name);
+        }
+    }
+}

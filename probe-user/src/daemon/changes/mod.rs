@@ -210,6 +210,8 @@ struct Queue {
 
 struct Shared {
     name: String,
+    /// Only this profile's changes, when set.
+    profile: Option<Arc<str>>,
     capacity: usize,
     queue: Mutex<Queue>,
     ready: Condvar,
@@ -246,6 +248,11 @@ pub struct Subscription {
 }
 
 impl Subscription {
+    /// The name its metrics carry (unique among the bus's subscribers).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
     /// The next batch; None once the runner has stopped and everything was taken.
     pub async fn recv(&self) -> Option<Batch> {
         loop {
@@ -311,6 +318,11 @@ impl Bus {
 
     /// A new queue; its name labels its metrics (`name#2`, `name#3`, ... when taken).
     pub fn subscribe(&mut self, name: &str, capacity: usize) -> Subscription {
+        self.subscribe_to(name, capacity, None)
+    }
+
+    /// A new queue for the changes of one profile only (None: every change).
+    pub fn subscribe_to(&mut self, name: &str, capacity: usize, profile: Option<&str>) -> Subscription {
         let mut unique = name.to_string();
         let mut n = 1;
         while self.subscribers.iter().any(|s| s.name == unique) {
@@ -319,6 +331,7 @@ impl Bus {
         }
         let shared = Arc::new(Shared {
             name: unique,
+            profile: profile.map(Arc::from),
             capacity: capacity.max(1),
             queue: Mutex::new(Queue::default()),
             ready: Condvar::new(),
@@ -339,7 +352,11 @@ impl Bus {
         // A subscriber whose consumer is gone (its Subscription dropped) costs nothing more.
         self.subscribers.retain(|s| Arc::strong_count(s) > 1);
         let key = change.key();
-        for s in &self.subscribers {
+        let profile = match &change {
+            Change::Endpoint(e) => &e.profile,
+            Change::Profile(p) => &p.profile,
+        };
+        for s in self.subscribers.iter().filter(|s| s.profile.as_ref().is_none_or(|p| p == profile)) {
             s.stats.published.fetch_add(1, Ordering::Relaxed);
             let mut q = s.lock();
             if let Some(waiting) = q.pending.get_mut(&key) {
@@ -381,6 +398,21 @@ impl Bus {
                 }
             })
             .collect()
+    }
+}
+
+impl Bus {
+    /// Ends the subscription named `name`: its consumer gets what is queued, then None.
+    pub fn close(&mut self, name: &str) {
+        self.subscribers.retain(|s| {
+            if s.name != name {
+                return true;
+            }
+            s.lock().closed = true;
+            s.ready.notify_all();
+            s.notify.notify_one();
+            false
+        });
     }
 }
 

@@ -32,6 +32,9 @@ impl Runner {
             Command::Metrics(reply) => {
                 let _ = reply.send(Ok(self.render_metrics()));
             }
+            Command::Sinks(reply) => {
+                let _ = reply.send(Ok(self.sinks.iter().map(crate::sinks::Running::view).collect()));
+            }
             Command::Subscribe(request, reply) => {
                 let _ = reply.send(Ok(self.subscribe(&request.name, request.capacity)));
             }

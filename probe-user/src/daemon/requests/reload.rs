@@ -47,7 +47,11 @@ impl Runner {
             removed,
             restart_needed,
         };
-        // The engine must run before the table goes live; if it cannot start, nothing changes.
+        // The engine must run and new sinks must find their structures before the table goes
+        // live; if either fails, nothing changes.
+        let sinks = self
+            .prepare_sinks(&config.sinks)
+            .map_err(|e| RequestError::Refused(error_chain(&e)))?;
         self.ensure_l4(&config, first_l4(&table))
             .map_err(|e| RequestError::Refused(error_chain(&e)))?;
         if let (Some(sink), Some(writer)) = (events, self.events.as_mut()) {
@@ -55,6 +59,7 @@ impl Runner {
         }
         self.next_owner = next_owner;
         self.apply(table);
+        self.start_sinks(&config.sinks, sinks);
         self.config = config;
         log::info!(
             "configuration reloaded: {} kept, {} added, {} removed",

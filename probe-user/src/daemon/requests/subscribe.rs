@@ -8,18 +8,31 @@ use crate::daemon::{
 
 impl Runner {
     pub(in crate::daemon) fn subscribe(&mut self, name: &str, capacity: usize) -> (Snapshot, Subscription) {
+        self.subscribe_to(name, capacity, None)
+    }
+
+    /// As `subscribe`, for one profile's changes only (the snapshot then holds that profile).
+    pub(in crate::daemon) fn subscribe_to(
+        &mut self,
+        name: &str,
+        capacity: usize,
+        profile: Option<&str>,
+    ) -> (Snapshot, Subscription) {
+        let wanted = |p: &str| profile.is_none_or(|want| want == p);
         let snapshot = Snapshot {
             seq: self.changes.seq(),
             profiles: self
                 .table
                 .profiles
                 .iter()
+                .filter(|p| wanted(&p.name))
                 .map(|p| (p.name.clone(), p.status, p.fail_open))
                 .collect(),
             endpoints: self
                 .table
                 .profiles
                 .iter()
+                .filter(|p| wanted(&p.name))
                 .flat_map(|p| p.owners.iter())
                 .map(|id| {
                     let t = &self.table.targets[id];
@@ -27,6 +40,6 @@ impl Runner {
                 })
                 .collect(),
         };
-        (snapshot, self.changes.subscribe(name, capacity))
+        (snapshot, self.changes.subscribe_to(name, capacity, profile))
     }
 }

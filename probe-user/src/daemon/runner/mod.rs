@@ -8,6 +8,7 @@ mod apply;
 mod fire;
 mod publish;
 mod results;
+mod sinks;
 #[cfg(test)]
 mod tests;
 
@@ -137,6 +138,8 @@ pub(crate) struct Runner {
     /// the bus is gone (`run` also drops them in that order explicitly).
     pub(super) changes: Bus,
     pub(super) events: Option<EventWriter>,
+    /// The `[[sink]]`s, each on its own thread, following its profile's changes.
+    pub(super) sinks: Vec<crate::sinks::Running>,
     pub(super) metrics: RunnerMetrics,
     pub(super) persist: Persist,
     pub(super) rng: SplitMix64,
@@ -175,6 +178,7 @@ impl Runner {
             },
             changes: Bus::default(),
             events: None,
+            sinks: Vec::new(),
             metrics: RunnerMetrics::default(),
             persist: Persist {
                 dirty: false,
@@ -187,7 +191,9 @@ impl Runner {
             config: config.clone(),
         };
         runner.ensure_l4(&config, first_l4(&table))?;
+        let sinks = runner.prepare_sinks(&config.sinks)?;
         runner.apply(table);
+        runner.start_sinks(&config.sinks, sinks);
         // After the first table: the events file records changes, not the starting state.
         let events = runner.changes.subscribe("events", QUEUE_CAPACITY);
         runner.events = Some(EventWriter::start(sink, events)?);
@@ -233,10 +239,14 @@ impl Runner {
         }
         self.end_turn(true);
         self.persist.saver.finish();
-        // The events writer ends once the bus is gone, after writing what is queued.
+        // The events writer and the sinks end once the bus is gone, after taking what is
+        // queued (a sink with on_stop = "clear" empties its structure then).
         drop(std::mem::take(&mut self.changes));
         if let Some(mut events) = self.events.take() {
             events.finish();
+        }
+        for sink in &mut self.sinks {
+            sink.join();
         }
         // Dropping the engine joins its thread, detaches probe_rx and removes the pins.
         drop(self.l4.port.take());
