@@ -313,7 +313,11 @@ fn sinks(api: &str, json: bool) -> anyhow::Result<ExitCode> {
         );
     }
     // Exit 1 when any sink does not hold what it should, for scripts and monitoring.
-    Ok(if views.iter().all(|v| v.in_sync) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if views.iter().all(|v| v.in_sync) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn reload(api: &str) -> anyhow::Result<ExitCode> {

@@ -15,7 +15,6 @@ pub mod nftables;
 pub mod slots;
 
 use std::{
-    net::SocketAddr,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -72,16 +71,22 @@ pub trait Sink: Send {
 }
 
 /// The slot table a profile asks for: its eligible endpoints that `fits` (the structure's
-/// address family), by weight (see `slots`).
-pub fn desired_slots(model: &ProfileModel, slots: u32, fits: impl Fn(&EndpointState) -> bool) -> Vec<Option<SocketAddr>> {
+/// address family), by weight, moved as little as possible from `previous` (the endpoints
+/// the structure holds now, by name; see `slots::rebalance`).
+pub fn desired_slots<'m>(
+    model: &'m ProfileModel,
+    slots: u32,
+    fits: impl Fn(&EndpointState) -> bool,
+    previous: &[Option<&str>],
+) -> Vec<Option<(&'m str, &'m EndpointState)>> {
     let chosen: Vec<(&str, &EndpointState)> = model.eligible().filter(|(_, s)| fits(s)).collect();
     let candidates: Vec<slots::Candidate<'_>> = chosen
         .iter()
         .map(|(name, s)| slots::Candidate { name, weight: s.weight })
         .collect();
-    slots::build(&candidates, slots)
+    slots::rebalance(previous, &candidates, slots)
         .into_iter()
-        .map(|i| i.map(|i| SocketAddr::new(chosen[i].1.address, chosen[i].1.port)))
+        .map(|i| i.map(|i| chosen[i]))
         .collect()
 }
 
@@ -172,7 +177,13 @@ fn lock(view: &Mutex<SinkView>) -> std::sync::MutexGuard<'_, SinkView> {
 }
 
 /// The sink's loop: sync on every batch, retry with backoff, read back every few seconds.
-fn follow(mut sink: Box<dyn Sink>, mut model: ProfileModel, changes: &Subscription, view: &Mutex<SinkView>, on_stop: OnStop) {
+fn follow(
+    mut sink: Box<dyn Sink>,
+    mut model: ProfileModel,
+    changes: &Subscription,
+    view: &Mutex<SinkView>,
+    on_stop: OnStop,
+) {
     let mut dirty = true;
     let mut backoff = BACKOFF_FIRST;
     let mut retry_at = Instant::now();
@@ -235,7 +246,11 @@ fn follow(mut sink: Box<dyn Sink>, mut model: ProfileModel, changes: &Subscripti
         if batch.lost > 0 {
             // The queue holds one change per endpoint of the profile and is sized beyond any
             // profile; if it ever overflows, the next read-back finds the difference.
-            log::error!("sink {}: {} changes lost; reading the data path back", lock(view).name, batch.lost);
+            log::error!(
+                "sink {}: {} changes lost; reading the data path back",
+                lock(view).name,
+                batch.lost
+            );
             verify_at = received;
         }
         for c in &batch.changes {

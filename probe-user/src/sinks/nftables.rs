@@ -3,11 +3,7 @@
 //! ruleset. The operator declares the table, the map or set and the rule that uses it; probed
 //! owns the elements only. Each sync is one transaction holding only the elements that
 //! differ from what the data path holds.
-use std::{
-    collections::BTreeSet,
-    fmt::Write,
-    net::IpAddr,
-};
+use std::{collections::BTreeSet, fmt::Write, net::IpAddr};
 
 use serde_json::Value;
 
@@ -118,16 +114,26 @@ impl NftablesSink {
         }
     }
 
-    fn want(&self, model: &ProfileModel) -> Held {
+    /// What the structure should hold; a slot table moves as little as it can from `held`.
+    fn want(&self, model: &ProfileModel, held: &Held) -> Held {
         let fits = |a: &IpAddr| a.is_ipv6() == self.value.v6;
         let port = |p: u16| self.value.with_port.then_some(p);
         match self.cfg.target {
-            NftTarget::Map { slots, .. } => Held::Slots(
-                desired_slots(model, slots, |s| fits(&s.address))
-                    .into_iter()
-                    .map(|b| b.map(|s| (s.ip(), port(s.port()))))
-                    .collect(),
-            ),
+            NftTarget::Map { slots, .. } => {
+                // The slots held, by the name of the endpoint whose address they hold.
+                let names: std::collections::HashMap<Backend, &str> =
+                    model.eligible().map(|(n, s)| ((s.address, port(s.port)), n)).collect();
+                let previous: Vec<Option<&str>> = match held {
+                    Held::Slots(h) => h.iter().map(|b| b.and_then(|b| names.get(&b).copied())).collect(),
+                    Held::Set(_) => Vec::new(),
+                };
+                Held::Slots(
+                    desired_slots(model, slots, |s| fits(&s.address), &previous)
+                        .into_iter()
+                        .map(|b| b.map(|(_, s)| (s.address, port(s.port))))
+                        .collect(),
+                )
+            }
             NftTarget::Set { .. } => Held::Set(
                 model
                     .eligible()
@@ -220,7 +226,7 @@ impl Sink for NftablesSink {
             Some(h) => h,
             None => self.read()?,
         };
-        let want = self.want(model);
+        let want = self.want(model, &held);
         let (script, written) = self.diff(&held, &want);
         if !script.is_empty() {
             if let Err(e) = self.nft.run(&script) {
@@ -234,7 +240,7 @@ impl Sink for NftablesSink {
 
     fn verify(&mut self, model: &ProfileModel) -> Result<bool, SinkError> {
         let held = self.read()?;
-        let same = held == self.want(model);
+        let same = held == self.want(model, &held);
         self.held = Some(held);
         Ok(same)
     }
@@ -242,7 +248,10 @@ impl Sink for NftablesSink {
     fn clear(&mut self) -> Result<(), SinkError> {
         let command = format!("flush {} {}", self.noun(), self.object());
         self.held = None;
-        self.nft.run(&command).map(drop).map_err(|e| SinkError::Write(e.to_string()))
+        self.nft
+            .run(&command)
+            .map(drop)
+            .map_err(|e| SinkError::Write(e.to_string()))
     }
 }
 
@@ -306,14 +315,23 @@ mod tests {
     fn reads_nft_json_values_and_types() {
         let v: Value = serde_json::from_str(r#"{"concat": ["198.18.1.1", 80]}"#).unwrap();
         assert_eq!(backend(&v).map(socket), Some("198.18.1.1:80".parse().unwrap()));
-        assert_eq!(backend(&Value::String("2001:2::1".into())), Some(("2001:2::1".parse().unwrap(), None)));
+        assert_eq!(
+            backend(&Value::String("2001:2::1".into())),
+            Some(("2001:2::1".parse().unwrap(), None))
+        );
         assert_eq!(
             value_type(&Value::String("ipv4_addr . inet_service".into())),
-            Some(ValueType { v6: false, with_port: true })
+            Some(ValueType {
+                v6: false,
+                with_port: true
+            })
         );
         assert_eq!(
             value_type(&serde_json::json!(["ipv6_addr", "inet_service"])),
-            Some(ValueType { v6: true, with_port: true })
+            Some(ValueType {
+                v6: true,
+                with_port: true
+            })
         );
         assert_eq!(value_type(&Value::String("ether_addr".into())), None);
         assert_eq!(value_type(&Value::String("ipv4_addr . ether_addr".into())), None);

@@ -356,7 +356,11 @@ impl Bus {
             Change::Endpoint(e) => &e.profile,
             Change::Profile(p) => &p.profile,
         };
-        for s in self.subscribers.iter().filter(|s| s.profile.as_ref().is_none_or(|p| p == profile)) {
+        for s in self
+            .subscribers
+            .iter()
+            .filter(|s| s.profile.as_ref().is_none_or(|p| p == profile))
+        {
             s.stats.published.fetch_add(1, Ordering::Relaxed);
             let mut q = s.lock();
             if let Some(waiting) = q.pending.get_mut(&key) {

@@ -36,8 +36,9 @@ impl Runner {
     /// Stops the sinks `wanted` no longer has as they are and starts the prepared ones, each
     /// from the live table's state now.
     pub(in crate::daemon) fn start_sinks(&mut self, wanted: &[SinkConfig], prepared: Prepared) {
-        let (keep, mut stop): (Vec<Running>, Vec<Running>) =
-            std::mem::take(&mut self.sinks).into_iter().partition(|r| wanted.contains(&r.cfg));
+        let (keep, mut stop): (Vec<Running>, Vec<Running>) = std::mem::take(&mut self.sinks)
+            .into_iter()
+            .partition(|r| wanted.contains(&r.cfg));
         for r in &mut stop {
             self.changes.close(&format!("sink:{}", r.cfg.name));
             r.join();
