@@ -14,6 +14,14 @@ pub const BACKEND_IF: &str = "be0";
 pub const PROBER_IF2: &str = "pr1";
 pub const BACKEND_IF2: &str = "be1";
 pub const BACKEND2_V4: &str = "198.18.1.2";
+/// A client namespace behind the prober (`Topology::client`), for load-balancer tests: the
+/// prober's namespace is then the LB node, forwarding between client and backends.
+pub const CLIENT_V4: &str = "198.18.200.2";
+pub const LB_CLIENT_V4: &str = "198.18.200.1";
+pub const CLIENT_V6: &str = "2001:2:200::2";
+pub const LB_CLIENT_V6: &str = "2001:2:200::1";
+pub const LB_IF: &str = "lb0";
+pub const CLIENT_IF: &str = "cl0";
 
 pub struct Topology {
     // Backend first: dropping it removes the veth pair before the prober goes.
@@ -40,57 +48,85 @@ impl Topology {
         self.link((PROBER_IF2, &["198.18.1.1"]), (BACKEND_IF2, &[BACKEND2_V4]));
     }
 
-    /// One veth pair, prober end and backend end, each with its addresses (IPv4 /24, IPv6
-    /// /64), up with GRO on, forwarding on the prober's end and static neighbours both ways.
-    fn link(&self, (prober_if, prober_addrs): (&str, &[&str]), (backend_if, backend_addrs): (&str, &[&str])) {
-        crate::run(
-            "ip",
-            &[
-                "link",
-                "add",
-                prober_if,
-                "netns",
-                &self.prober.name,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                backend_if,
-                "netns",
-                &self.backend.name,
-            ],
+    /// A client namespace linked to the prober's (`lb0` 198.18.200.1 / 2001:2:200::1, `cl0`
+    /// 198.18.200.2 / 2001:2:200::2), routed through the prober to the backend and back: the
+    /// prober's namespace becomes a load balancer between the two. Removed when dropped.
+    pub fn client(&self) -> Netns {
+        let client = Netns::new("pdc");
+        link(
+            &self.prober,
+            (LB_IF, &[LB_CLIENT_V4, LB_CLIENT_V6]),
+            &client,
+            (CLIENT_IF, &[CLIENT_V4, CLIENT_V6]),
         );
-        for (ns, dev, addrs) in [
-            (&self.prober, prober_if, prober_addrs),
-            (&self.backend, backend_if, backend_addrs),
-        ] {
-            for a in addrs {
-                if a.contains(':') {
-                    ns.ip(&["-6", "addr", "add", &format!("{a}/64"), "dev", dev, "nodad"]);
-                } else {
-                    ns.ip(&["addr", "add", &format!("{a}/24"), "dev", dev]);
-                }
-            }
-            ns.ip(&["link", "set", dev, "up"]);
-            ns.exec("ethtool", &["-K", dev, "gro", "on"]);
-        }
-        // A load-balancer node forwards; bpf_fib_lookup (the XDP path's router) requires it.
+        // The node routes between its links; IPv6 forwards only with the global switch on.
         for family in ["ipv4", "ipv6"] {
-            self.prober
-                .sysctl(&format!("net.{family}.conf.{prober_if}.forwarding"), "1");
+            self.prober.sysctl(&format!("net.{family}.conf.all.forwarding"), "1");
         }
-        let prober_mac = self.prober.mac(prober_if);
-        let backend_mac = self.backend.mac(backend_if);
-        for (ns, dev, addrs, mac) in [
-            (&self.prober, prober_if, backend_addrs, &backend_mac),
-            (&self.backend, backend_if, prober_addrs, &prober_mac),
-        ] {
-            for a in addrs {
-                ns.ip(&["neigh", "replace", a, "lladdr", mac, "dev", dev, "nud", "permanent"]);
-            }
-        }
+        client.ip(&["route", "add", "default", "via", LB_CLIENT_V4, "dev", CLIENT_IF]);
+        client.ip(&["-6", "route", "add", "default", "via", LB_CLIENT_V6, "dev", CLIENT_IF]);
+        self.backend
+            .ip(&["route", "add", "198.18.200.0/24", "via", PROBER_V4, "dev", BACKEND_IF]);
+        self.backend.ip(&[
+            "-6",
+            "route",
+            "add",
+            "2001:2:200::/64",
+            "via",
+            PROBER_V6,
+            "dev",
+            BACKEND_IF,
+        ]);
+        client
     }
 
+    fn link(&self, prober_end: (&str, &[&str]), backend_end: (&str, &[&str])) {
+        link(&self.prober, prober_end, &self.backend, backend_end);
+    }
+}
+
+/// One veth pair between `a` (the forwarding side) and `b`, each end with its addresses (IPv4
+/// /24, IPv6 /64), up with GRO on, forwarding on a's end and static neighbours both ways.
+fn link(
+    a: &Netns,
+    (prober_if, prober_addrs): (&str, &[&str]),
+    b: &Netns,
+    (backend_if, backend_addrs): (&str, &[&str]),
+) {
+    crate::run(
+        "ip",
+        &[
+            "link", "add", prober_if, "netns", &a.name, "type", "veth", "peer", "name", backend_if, "netns", &b.name,
+        ],
+    );
+    for (ns, dev, addrs) in [(a, prober_if, prober_addrs), (b, backend_if, backend_addrs)] {
+        for addr in addrs {
+            if addr.contains(':') {
+                ns.ip(&["-6", "addr", "add", &format!("{addr}/64"), "dev", dev, "nodad"]);
+            } else {
+                ns.ip(&["addr", "add", &format!("{addr}/24"), "dev", dev]);
+            }
+        }
+        ns.ip(&["link", "set", dev, "up"]);
+        ns.exec("ethtool", &["-K", dev, "gro", "on"]);
+    }
+    // A load-balancer node forwards; bpf_fib_lookup (the XDP path's router) requires it.
+    for family in ["ipv4", "ipv6"] {
+        a.sysctl(&format!("net.{family}.conf.{prober_if}.forwarding"), "1");
+    }
+    let prober_mac = a.mac(prober_if);
+    let backend_mac = b.mac(backend_if);
+    for (ns, dev, addrs, mac) in [
+        (a, prober_if, backend_addrs, &backend_mac),
+        (b, backend_if, prober_addrs, &prober_mac),
+    ] {
+        for addr in addrs {
+            ns.ip(&["neigh", "replace", addr, "lladdr", mac, "dev", dev, "nud", "permanent"]);
+        }
+    }
+}
+
+impl Topology {
     /// Makes `cidr` (e.g. "198.19.0.0/16" or "2001:2:0:1::/64") local to the backend and
     /// routes it from the prober through the veth.
     pub fn anyip(&self, cidr: &str) {
