@@ -8,6 +8,7 @@ pub mod fleet;
 pub mod forge;
 pub mod http_server;
 pub mod l4;
+pub mod lb;
 pub mod netns;
 pub mod reflector;
 pub mod servers;
@@ -65,12 +66,8 @@ impl Default for TestPins {
 
 impl Drop for TestPins {
     fn drop(&mut self) {
-        if let Ok(entries) = std::fs::read_dir(&self.path) {
-            for e in entries.flatten() {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-        let _ = std::fs::remove_dir(&self.path);
+        // Sinks pin under a subdirectory (`sinks/`), which outlives the daemon on purpose.
+        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
 

@@ -4,20 +4,12 @@
 //! fail window (no new connection reaches it, and no other slot moves), and comes back after
 //! its success window. The same over IPv6, an nft set of eligible addresses, a restart that
 //! rewrites nothing, and the errors of a sink whose structure is missing or of the wrong type.
-use std::{
-    collections::BTreeMap,
-    net::{SocketAddr, TcpListener, TcpStream},
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
-    },
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeMap, time::Duration};
 
 use probed::status::EndpointStatus as S;
 use probed_tests::{
     daemon::{DaemonFiles, RunningDaemon},
-    servers::counted_packets,
+    lb::{connect_many, count_ruleset, syns, wait_until, Backend},
     topo::*,
     Netns,
 };
@@ -52,81 +44,6 @@ fn lb_ruleset_v6() -> String {
     )
 }
 
-/// Counts the client's SYNs at each backend (before anything there can drop them).
-fn count_ruleset(backends: &[&str]) -> String {
-    let mut rules = String::new();
-    for b in backends {
-        let (fam, client) = if b.contains(':') {
-            ("ip6", CLIENT_V6)
-        } else {
-            ("ip", CLIENT_V4)
-        };
-        rules += &format!("\t\t{fam} saddr {client} {fam} daddr {b} tcp dport 80 tcp flags syn counter\n");
-    }
-    format!(
-        "table inet count {{\n\tchain input {{\n\t\ttype filter hook input priority -10; policy accept;\n{rules}\t}}\n}}\n"
-    )
-}
-
-fn syns(backend_ns: &Netns, backend: &str) -> u64 {
-    let listing = backend_ns.exec("nft", &["list", "table", "inet", "count"]);
-    counted_packets(&listing, &format!("daddr {backend} tcp"))
-}
-
-/// Accepts and closes connections on the backend's port 80 until dropped.
-struct Backend {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Backend {
-    fn start(ns: &Netns, addr: &str) -> Backend {
-        let listener: TcpListener = ns.tcp_listen(&format!("{}:80", bracket(addr)));
-        listener.set_nonblocking(true).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((s, _)) => drop(s),
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        });
-        Backend {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn bracket(a: &str) -> String {
-    if a.contains(':') {
-        format!("[{a}]")
-    } else {
-        a.to_string()
-    }
-}
-
-/// `n` short connections from the client to the VIP; how many succeeded.
-fn connect_many(client: &Netns, vip: &str, n: usize) -> usize {
-    let vip: SocketAddr = format!("{}:80", bracket(vip)).parse().unwrap();
-    client.enter(move || {
-        (0..n)
-            .filter(|_| TcpStream::connect_timeout(&vip, Duration::from_millis(500)).is_ok())
-            .count()
-    })
-}
-
 /// The slot table the LB namespace's map holds: slot -> backend address.
 fn slots(lb: &Netns, family: &str, table: &str, map: &str) -> BTreeMap<u64, String> {
     let json = lb.exec("nft", &["-j", "list", "map", family, table, map]);
@@ -142,14 +59,6 @@ fn slots(lb: &Netns, family: &str, table: &str, map: &str) -> BTreeMap<u64, Stri
         .iter()
         .map(|e| (e[0].as_u64().unwrap(), e[1].as_str().unwrap().to_string()))
         .collect()
-}
-
-fn wait_until(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !ok() {
-        assert!(Instant::now() < deadline, "{what} within {within:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn config(files: &DaemonFiles, backends: &[&str], sinks: &str) -> String {

@@ -1,6 +1,6 @@
 //! Sinks: the node's data path, told about health. Each `[[sink]]` follows the daemon's change
 //! stream for one profile on a thread of its own and keeps one forwarding structure (an nft
-//! map or set) equal to what the profile's eligible set asks for.
+//! map or set, a pinned BPF slot table) equal to what the profile's eligible set asks for.
 //!
 //! - Start: a sink checks its structure exists (a missing table or map stops the start, and
 //!   refuses a reload), then syncs from the resumed state, writing only what differs: a
@@ -10,6 +10,7 @@
 //!   fresh read of the data path; probing and other sinks never wait for it. Every few
 //!   seconds it also reads the data path back, so that someone else's edit is undone.
 //! - Stop: the structure is left as it is (fail-static), or emptied with `on_stop = "clear"`.
+pub mod bpf;
 pub mod model;
 pub mod nftables;
 pub mod slots;
@@ -91,10 +92,11 @@ pub fn desired_slots<'m>(
 }
 
 /// Opens the sink a config names: fails when its structure is missing or of the wrong type.
-pub fn open(cfg: &SinkConfig) -> Result<Box<dyn Sink>, SinkError> {
+/// bpf sinks pin under `pin_dir`.
+pub fn open(cfg: &SinkConfig, pin_dir: &std::path::Path) -> Result<Box<dyn Sink>, SinkError> {
     match &cfg.kind {
         SinkKind::Nftables(n) => Ok(Box::new(nftables::NftablesSink::open(n)?)),
-        SinkKind::Bpf(_) => Err(SinkError::Setup("bpf sinks are not available in this build yet".into())),
+        SinkKind::Bpf(b) => Ok(Box::new(bpf::BpfSink::open(b, pin_dir)?)),
     }
 }
 

@@ -24,7 +24,7 @@ impl Runner {
             if self.sinks.iter().any(|r| r.cfg == *cfg) {
                 continue;
             }
-            let sink = sinks::open(cfg).map_err(|e| DaemonError::Sink {
+            let sink = sinks::open(cfg, &self.config.daemon.pin_dir).map_err(|e| DaemonError::Sink {
                 name: cfg.name.clone(),
                 reason: e.to_string(),
             })?;

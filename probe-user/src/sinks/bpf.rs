@@ -1,0 +1,217 @@
+//! The bpf sink: a pinned slot table for an XDP or TC load balancer on the node, in the layout
+//! and with the update protocol of `probe_common::slots` (two halves, a control entry that
+//! names the live one). probed creates the two arrays under `<pin_dir>/sinks/` the first time
+//! and leaves them there: a restart reopens them, and stopping leaves them holding the last
+//! eligible set (fail-static) so the load balancer keeps forwarding.
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use aya::maps::{Array, Map, MapData};
+use probe_common::slots::{SlotBackend, SlotControl, SLOT_ABI_VERSION, SLOT_MIN_FLIP_NS};
+
+use super::{desired_slots, Sink, SinkError, SyncReport};
+use crate::{config::BpfSink as BpfConfig, sinks::model::ProfileModel};
+
+pub struct BpfSink {
+    cfg: BpfConfig,
+    paths: (PathBuf, PathBuf),
+    table: Array<MapData, SlotBackend>,
+    ctl: Array<MapData, SlotControl>,
+    /// The earliest the next flip may happen (`SLOT_MIN_FLIP_NS` after the last).
+    next_flip: Instant,
+}
+
+/// The pins of sink map `name` under `pin_dir`: the table and its control entry.
+pub fn pin_paths(pin_dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let dir = pin_dir.join("sinks");
+    (dir.join(name), dir.join(format!("{name}_ctl")))
+}
+
+impl BpfSink {
+    /// Opens the pinned table, or creates and pins it (empty, generation 0).
+    pub fn open(cfg: &BpfConfig, pin_dir: &Path) -> Result<BpfSink, SinkError> {
+        let paths = pin_paths(pin_dir, &cfg.map);
+        if !paths.0.exists() {
+            create(&paths, cfg.slots)?;
+        }
+        let table: Array<MapData, SlotBackend> = open_array(&paths.0)?;
+        let ctl: Array<MapData, SlotControl> = open_array(&paths.1)?;
+        let mut sink = BpfSink {
+            cfg: cfg.clone(),
+            paths,
+            table,
+            ctl,
+            next_flip: Instant::now(),
+        };
+        sink.check()?;
+        Ok(sink)
+    }
+
+    fn control(&self) -> Result<SlotControl, SinkError> {
+        self.ctl
+            .get(&0, 0)
+            .map_err(|e| SinkError::Data(format!("read {}: {e}", self.paths.1.display())))
+    }
+
+    /// The live half, as backends.
+    fn read(&self, ctl: &SlotControl) -> Result<Vec<Option<SocketAddr>>, SinkError> {
+        let base = ctl.active * ctl.slots;
+        (0..ctl.slots)
+            .map(|i| {
+                self.table
+                    .get(&(base + i), 0)
+                    .map(|b| backend(&b))
+                    .map_err(|e| SinkError::Data(format!("read {}: {e}", self.paths.0.display())))
+            })
+            .collect()
+    }
+
+    fn want(&self, model: &ProfileModel, held: &[Option<SocketAddr>]) -> Vec<Option<SocketAddr>> {
+        let names: std::collections::HashMap<SocketAddr, &str> = model
+            .eligible()
+            .map(|(n, s)| (SocketAddr::new(s.address, s.port), n))
+            .collect();
+        let previous: Vec<Option<&str>> = held.iter().map(|b| b.and_then(|b| names.get(&b).copied())).collect();
+        desired_slots(model, self.cfg.slots, |_| true, &previous)
+            .into_iter()
+            .map(|b| b.map(|(_, s)| SocketAddr::new(s.address, s.port)))
+            .collect()
+    }
+
+    /// Writes `want` into the idle half, then makes it the live one.
+    fn publish(&mut self, ctl: SlotControl, want: &[Option<SocketAddr>]) -> Result<(), SinkError> {
+        let idle = 1 - ctl.active;
+        let base = idle * ctl.slots;
+        for (i, b) in want.iter().enumerate() {
+            let entry = b.map(entry).unwrap_or_default();
+            self.table
+                .set(base + i as u32, entry, 0)
+                .map_err(|e| SinkError::Write(format!("{}: {e}", self.paths.0.display())))?;
+        }
+        // The half just retired must stay untouched for a while: readers may be in it.
+        let wait = self.next_flip.saturating_duration_since(Instant::now());
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+        let next = SlotControl {
+            active: idle,
+            generation: ctl.generation + 1,
+            ..ctl
+        };
+        self.ctl
+            .set(0, next, 0)
+            .map_err(|e| SinkError::Write(format!("{}: {e}", self.paths.1.display())))?;
+        self.next_flip = Instant::now() + Duration::from_nanos(SLOT_MIN_FLIP_NS);
+        Ok(())
+    }
+}
+
+impl Sink for BpfSink {
+    fn describe(&self) -> String {
+        format!("bpf slot table {} ({} slots)", self.paths.0.display(), self.cfg.slots)
+    }
+
+    fn check(&mut self) -> Result<(), SinkError> {
+        let ctl = self.control()?;
+        if ctl.version != SLOT_ABI_VERSION || ctl.slots != self.cfg.slots || self.table.len() != 2 * self.cfg.slots {
+            return Err(SinkError::WrongType(format!(
+                "{} holds ABI version {} with {} slots in {} entries; this sink writes version {SLOT_ABI_VERSION} with \
+                 {} slots: remove the two pins (rm {} {}) or change slots",
+                self.paths.0.display(),
+                ctl.version,
+                ctl.slots,
+                self.table.len(),
+                self.cfg.slots,
+                self.paths.0.display(),
+                self.paths.1.display()
+            )));
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self, model: &ProfileModel) -> Result<SyncReport, SinkError> {
+        let ctl = self.control()?;
+        let held = self.read(&ctl)?;
+        let want = self.want(model, &held);
+        let written = held.iter().zip(&want).filter(|(a, b)| a != b).count();
+        if written > 0 {
+            self.publish(ctl, &want)?;
+        }
+        Ok(SyncReport {
+            written,
+            entries: want.iter().flatten().count(),
+        })
+    }
+
+    fn verify(&mut self, model: &ProfileModel) -> Result<bool, SinkError> {
+        let ctl = self.control()?;
+        let held = self.read(&ctl)?;
+        Ok(self.want(model, &held) == held)
+    }
+
+    fn clear(&mut self) -> Result<(), SinkError> {
+        let ctl = self.control()?;
+        self.publish(ctl, &vec![None; self.cfg.slots as usize])
+    }
+}
+
+fn entry(b: SocketAddr) -> SlotBackend {
+    match b.ip() {
+        IpAddr::V4(a) => SlotBackend::v4(a.octets(), b.port()),
+        IpAddr::V6(a) => SlotBackend::v6(a.octets(), b.port()),
+    }
+}
+
+fn backend(b: &SlotBackend) -> Option<SocketAddr> {
+    if !b.is_valid() {
+        return None;
+    }
+    let port = u16::from_be(b.port_be);
+    match b.family {
+        probe_common::slots::SLOT_FAMILY_V4 => {
+            let a: [u8; 4] = b.addr[..4].try_into().expect("four bytes");
+            Some(SocketAddr::new(IpAddr::from(a), port))
+        }
+        probe_common::slots::SLOT_FAMILY_V6 => Some(SocketAddr::new(IpAddr::from(b.addr), port)),
+        _ => None,
+    }
+}
+
+/// Creates the two arrays, writes the control entry and pins both.
+fn create((table_path, ctl_path): &(PathBuf, PathBuf), slots: u32) -> Result<(), SinkError> {
+    let setup = |what: &str, e: &dyn std::fmt::Display| SinkError::Setup(format!("{what}: {e}"));
+    if let Some(dir) = table_path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| setup(&format!("create {}", dir.display()), &e))?;
+    }
+    let table = Array::<MapData, SlotBackend>::create(2 * slots, 0).map_err(|e| setup("create the slot array", &e))?;
+    let mut ctl = Array::<MapData, SlotControl>::create(1, 0).map_err(|e| setup("create the control array", &e))?;
+    let first = SlotControl {
+        version: SLOT_ABI_VERSION,
+        slots,
+        ..SlotControl::default()
+    };
+    ctl.set(0, first, 0).map_err(|e| setup("write the control entry", &e))?;
+    table
+        .pin(table_path)
+        .map_err(|e| setup(&format!("pin {}", table_path.display()), &e))?;
+    ctl.pin(ctl_path).map_err(|e| {
+        let _ = std::fs::remove_file(table_path);
+        setup(&format!("pin {}", ctl_path.display()), &e)
+    })
+}
+
+fn open_array<V: aya::Pod>(path: &Path) -> Result<Array<MapData, V>, SinkError> {
+    let fail = |e: &dyn std::fmt::Display| SinkError::Missing(format!("{}: {e}", path.display()));
+    let data = MapData::from_pin(path).map_err(|e| fail(&e))?;
+    let map = Map::from_map_data(data).map_err(|e| fail(&e))?;
+    Array::try_from(map).map_err(|e| {
+        SinkError::WrongType(format!(
+            "{} is not an array of {}-byte values: {e}",
+            path.display(),
+            std::mem::size_of::<V>()
+        ))
+    })
+}

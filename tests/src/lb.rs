@@ -1,0 +1,142 @@
+//! Pieces of the load-balancer tests (`sinks_*.rs`): backends that accept and close, a client
+//! that makes many short connections through a VIP, SYN counters at the backends.
+use std::{
+    net::{SocketAddr, TcpListener, TcpStream},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use crate::{
+    servers::counted_packets,
+    topo::{CLIENT_V4, CLIENT_V6},
+    Netns,
+};
+
+/// Counts the client's SYNs at each backend (before anything there can drop them).
+pub fn count_ruleset(backends: &[&str]) -> String {
+    let mut rules = String::new();
+    for b in backends {
+        let (fam, client) = if b.contains(':') {
+            ("ip6", CLIENT_V6)
+        } else {
+            ("ip", CLIENT_V4)
+        };
+        rules += &format!("\t\t{fam} saddr {client} {fam} daddr {b} tcp dport 80 tcp flags syn counter\n");
+    }
+    format!(
+        "table inet count {{\n\tchain input {{\n\t\ttype filter hook input priority -10; policy accept;\n{rules}\t}}\n}}\n"
+    )
+}
+
+pub fn syns(backend_ns: &Netns, backend: &str) -> u64 {
+    let listing = backend_ns.exec("nft", &["list", "table", "inet", "count"]);
+    counted_packets(&listing, &format!("daddr {backend} tcp"))
+}
+
+/// Accepts and closes connections on the backend's port 80 until dropped.
+pub struct Backend {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Backend {
+    pub fn start(ns: &Netns, addr: &str) -> Backend {
+        let listener: TcpListener = ns.tcp_listen(&format!("{}:80", bracket(addr)));
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((s, _)) => drop(s),
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        Backend {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+pub fn bracket(a: &str) -> String {
+    if a.contains(':') {
+        format!("[{a}]")
+    } else {
+        a.to_string()
+    }
+}
+
+/// `n` short connections from the client to the VIP; how many succeeded.
+pub fn connect_many(client: &Netns, vip: &str, n: usize) -> usize {
+    let vip: SocketAddr = format!("{}:80", bracket(vip)).parse().unwrap();
+    client.enter(move || {
+        (0..n)
+            .filter(|_| TcpStream::connect_timeout(&vip, Duration::from_millis(500)).is_ok())
+            .count()
+    })
+}
+
+pub fn wait_until(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ok() {
+        assert!(Instant::now() < deadline, "{what} within {within:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `n` connection attempts to the VIP that only need their SYN to leave: for load balancers
+/// that do not translate replies back (the XDP fixture), where no handshake completes.
+pub fn send_syns(client: &Netns, vip: &str, n: usize) {
+    let vip: SocketAddr = format!("{}:80", bracket(vip)).parse().unwrap();
+    client.enter(move || {
+        for _ in 0..n {
+            let _ = TcpStream::connect_timeout(&vip, Duration::from_millis(5));
+        }
+    });
+}
+
+/// `test_slot_lb` (probe-ebpf/src/fixtures/slot_lb.rs), an XDP load balancer that reads a bpf
+/// sink's pinned slot table, attached to `iface` for `vip`:80; detached when dropped.
+pub struct SlotLb {
+    _ebpf: aya::Ebpf,
+}
+
+impl SlotLb {
+    pub fn attach(ns: &Netns, iface: &str, vip: [u8; 4], table: &std::path::Path, ctl: &std::path::Path) -> SlotLb {
+        let (table, ctl) = (table.to_path_buf(), ctl.to_path_buf());
+        let iface = iface.to_string();
+        ns.enter(move || {
+            let port_be = u16::from_ne_bytes(80u16.to_be_bytes());
+            let mut ebpf = aya::EbpfLoader::new()
+                .map_pin_path("LB_SLOTS", table.as_path())
+                .map_pin_path("LB_SLOTS_CTL", ctl.as_path())
+                .override_global("LB_VIP", &vip, true)
+                .override_global("LB_PORT_BE", &port_be, true)
+                .load(probed::kernel::FIXTURE_OBJECT)
+                .expect("load the fixtures' object with the sink's pins");
+            let prog: &mut aya::programs::Xdp = ebpf
+                .program_mut("test_slot_lb")
+                .expect("test_slot_lb")
+                .try_into()
+                .unwrap();
+            prog.load().expect("load test_slot_lb");
+            probed::kernel::attach_xdp(prog, "test_slot_lb", &iface, probed::kernel::AttachMode::Skb)
+                .expect("attach test_slot_lb");
+            SlotLb { _ebpf: ebpf }
+        })
+    }
+}
