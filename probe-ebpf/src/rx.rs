@@ -25,9 +25,9 @@ const PASS: u32 = xdp_action::XDP_PASS;
 const DROP: u32 = xdp_action::XDP_DROP;
 
 #[xdp]
-pub fn probe_rx(ctx: XdpContext) -> u32 {
+pub fn probe_rx(mut ctx: XdpContext) -> u32 {
     if crate::tx::is_generator_frame(&ctx) {
-        return crate::tx::generate(&ctx);
+        return crate::tx::generate(&mut ctx);
     }
     try_probe_rx(&ctx).unwrap_or(PASS)
 }
