@@ -42,7 +42,7 @@ macro_rules! frame {
                 // SAFETY: the struct is repr(C) of byte arrays and byte-array headers
                 // (alignment 1, size asserted above), so it has no padding and all of its
                 // LEN bytes are initialised.
-                unsafe { core::slice::from_raw_parts(self as *const Self as *const u8, Self::LEN) }
+                unsafe { core::slice::from_raw_parts(core::ptr::from_ref(self).cast::<u8>(), Self::LEN) }
             }
         }
     };

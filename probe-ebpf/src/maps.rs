@@ -55,8 +55,8 @@ pub fn is_probe_port(port: u16) -> bool {
     // SAFETY: volatile reads of statics the loader patched before load; they never change.
     let (lo, hi) = unsafe {
         (
-            core::ptr::read_volatile(&PROBE_SPORT_MIN),
-            core::ptr::read_volatile(&PROBE_SPORT_MAX),
+            core::ptr::read_volatile(&raw const PROBE_SPORT_MIN),
+            core::ptr::read_volatile(&raw const PROBE_SPORT_MAX),
         )
     };
     port >= lo && port <= hi

@@ -60,9 +60,10 @@ pub fn parse_l3(ctx: &XdpContext, off: usize, ethertype_v6: bool) -> Option<L3> 
     }
 }
 
-/// Shrinks the frame to `T`'s size and returns it as a `T` to be written in place.
+/// Shrinks the frame to `T`'s size and returns it as a `T` to be written in place, borrowed
+/// from the context exclusively (as tx.rs's frame_mut).
 #[inline(always)]
-pub fn shrink_to<T>(ctx: &XdpContext) -> Option<&'static mut T> {
+pub fn shrink_to<T>(ctx: &mut XdpContext) -> Option<&mut T> {
     let len = (ctx.data_end() - ctx.data()) as i32;
     let delta = core::mem::size_of::<T>() as i32 - len;
     if delta > 0 {
@@ -76,7 +77,8 @@ pub fn shrink_to<T>(ctx: &XdpContext) -> Option<&'static mut T> {
         }
     }
     let p = ptr_at::<T>(ctx, 0)?;
-    // SAFETY: ptr_at checked the bounds after the resize; every frame layout has alignment 1,
-    // and the reference lives only until the program returns.
+    // SAFETY: ptr_at checked the bounds after the resize; every frame layout has alignment 1;
+    // the packet is reached only through `ctx`, which the returned reference borrows
+    // mutably, so no other reference to it can exist.
     Some(unsafe { &mut *p })
 }

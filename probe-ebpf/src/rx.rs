@@ -25,17 +25,17 @@ const PASS: u32 = xdp_action::XDP_PASS;
 const DROP: u32 = xdp_action::XDP_DROP;
 
 #[xdp]
-pub fn probe_rx(ctx: XdpContext) -> u32 {
+pub fn probe_rx(mut ctx: XdpContext) -> u32 {
     if crate::tx::is_generator_frame(&ctx) {
-        return crate::tx::generate(&ctx);
+        return crate::tx::generate(&mut ctx);
     }
-    try_probe_rx(&ctx).unwrap_or(PASS)
+    try_probe_rx(&mut ctx).unwrap_or(PASS)
 }
 
 /// The matcher. Not inlined into the entry point, so the generator's call chain does not
 /// carry the matcher's stack frame (the verifier allows 512 bytes along any chain).
 #[inline(never)]
-fn try_probe_rx(ctx: &XdpContext) -> Option<u32> {
+fn try_probe_rx(ctx: &mut XdpContext) -> Option<u32> {
     let c = rx_counters()?;
     let eth = read_at::<EthHdr>(ctx, 0)?;
     let v6 = match eth.ethertype() {
@@ -68,7 +68,7 @@ fn family(ipv6: bool) -> u8 {
 }
 
 #[inline(always)]
-fn on_tcp(ctx: &XdpContext, eth: &EthHdr, l3: &L3, c: &mut RxCounters) -> Option<u32> {
+fn on_tcp(ctx: &mut XdpContext, eth: &EthHdr, l3: &L3, c: &mut RxCounters) -> Option<u32> {
     let tcp = read_at::<TcpHdr>(ctx, l3.l4_off)?;
     let class = classify_tcp_flags(tcp.flags);
     match class {

@@ -43,7 +43,7 @@ pub fn is_generator_frame(ctx: &XdpContext) -> bool {
 /// Sends the next job as a probe. Separate BPF function: its stack is not added to the
 /// matcher's.
 #[inline(never)]
-pub fn generate(ctx: &XdpContext) -> u32 {
+pub fn generate(ctx: &mut XdpContext) -> u32 {
     // The metadata only marked the frame for this program: drop it before the frame leaves,
     // so that a peer's XDP program (on veth) never mistakes a probe for a generator frame.
     // SAFETY: shrinking the metadata to nothing is always within the frame.
@@ -54,7 +54,7 @@ pub fn generate(ctx: &XdpContext) -> u32 {
 }
 
 #[inline(always)]
-fn try_generate(ctx: &XdpContext) -> Option<u32> {
+fn try_generate(ctx: &mut XdpContext) -> Option<u32> {
     let counters = tx_counters()?;
     let ctl = PROBE_TX_CTL.get_ptr_mut(0)?;
     // SAFETY: `ctl` points at the single, always-present slot of an array map. A plain
@@ -84,7 +84,7 @@ fn try_generate(ctx: &XdpContext) -> Option<u32> {
     let mut hop = Hop::default();
     let rc = route(ctx, &mut job.flow, ifindex, &mut hop);
     if rc != 0 {
-        let kind = if rc == BPF_FIB_LKUP_RET_NO_NEIGH as i64 {
+        let kind = if rc == i64::from(BPF_FIB_LKUP_RET_NO_NEIGH) {
             counters.no_neigh += 1;
             EventKind::NoNeighbour
         } else {
@@ -113,7 +113,7 @@ fn try_generate(ctx: &XdpContext) -> Option<u32> {
         _pad: 0,
         sent_ns,
     };
-    if PROBE_INFLIGHT.insert(flow, &entry, 0).is_err() {
+    if PROBE_INFLIGHT.insert(flow, entry, 0).is_err() {
         counters.inflight_full += 1;
         return Some(xdp_action::XDP_DROP);
     }
@@ -155,15 +155,15 @@ fn route(ctx: &XdpContext, flow: &mut FlowKey, ifindex: u32, hop: &mut Hop) -> i
     // size passed is its own.
     let rc = unsafe {
         bpf_fib_lookup(
-            ctx.ctx as *mut _,
-            &mut fib,
+            ctx.ctx.cast(),
+            &raw mut fib,
             core::mem::size_of::<FibParams>() as i32,
             flags,
         )
     };
     if rc == 0 {
-        if fib.ifindex != ifindex && PROBE_IFACES.get_ptr(&fib.ifindex).is_none() {
-            return FIB_NOT_A_PROBE_IFACE as i64;
+        if fib.ifindex != ifindex && PROBE_IFACES.get_ptr(fib.ifindex).is_none() {
+            return i64::from(FIB_NOT_A_PROBE_IFACE);
         }
         if pick_source {
             copy_source(&fib, flow);
@@ -181,7 +181,7 @@ fn cookie_of(key: &[u64; 2], flow: &FlowKey, gen: u32) -> u32 {
 }
 
 #[inline(never)]
-fn build_v4(ctx: &XdpContext, flow: &FlowKey, hop: &Hop, cookie: u32, ctl: &TxCtl) -> bool {
+fn build_v4(ctx: &mut XdpContext, flow: &FlowKey, hop: &Hop, cookie: u32, ctl: &TxCtl) -> bool {
     let e = Ends {
         smac: hop.smac,
         dmac: hop.dmac,
@@ -201,7 +201,7 @@ fn build_v4(ctx: &XdpContext, flow: &FlowKey, hop: &Hop, cookie: u32, ctl: &TxCt
 }
 
 #[inline(never)]
-fn build_v6(ctx: &XdpContext, flow: &FlowKey, hop: &Hop, cookie: u32, ctl: &TxCtl) -> bool {
+fn build_v6(ctx: &mut XdpContext, flow: &FlowKey, hop: &Hop, cookie: u32, ctl: &TxCtl) -> bool {
     let e = Ends {
         smac: hop.smac,
         dmac: hop.dmac,
@@ -221,11 +221,14 @@ fn build_v6(ctx: &XdpContext, flow: &FlowKey, hop: &Hop, cookie: u32, ctl: &TxCt
 }
 
 /// The start of the packet as a frame layout `T`; None if the template frame is too short.
+/// The frame is reached through the context, so it is borrowed from it exclusively: while
+/// the frame is being written, nothing else can derive a pointer into the packet.
 #[inline(always)]
-fn frame_mut<T>(ctx: &XdpContext) -> Option<&mut T> {
+fn frame_mut<T>(ctx: &mut XdpContext) -> Option<&mut T> {
     let p = ptr_at::<T>(ctx, 0)?;
     // SAFETY: ptr_at checked the frame holds size_of::<T>() bytes; every frame layout has
-    // alignment 1 (asserted in probe-common) and no other reference to the packet exists.
+    // alignment 1 (asserted in probe-common), and the packet is reached only through `ctx`,
+    // which the returned reference borrows mutably, so no other reference to it can exist.
     Some(unsafe { &mut *p })
 }
 

@@ -101,7 +101,7 @@ impl<'t> Reader<'t> {
             span: v.span(),
             path,
         };
-        for (key, value) in entries.iter() {
+        for (key, value) in entries {
             if !allowed.contains(&key.get_ref().as_ref()) {
                 let field = table.child(key.get_ref());
                 self.error(
@@ -123,12 +123,12 @@ impl<'t> Reader<'t> {
             .map(|(_, v)| v)
     }
 
-    fn typed<T>(
+    fn typed<'i, T>(
         &mut self,
-        v: &Spanned<DeValue<'_>>,
+        v: &Spanned<DeValue<'i>>,
         path: String,
         want: &str,
-        convert: impl FnOnce(&DeValue<'_>) -> Option<T>,
+        convert: impl FnOnce(&DeValue<'i>) -> Option<T>,
     ) -> Option<Item<T>> {
         let shown = show(v.get_ref());
         match convert(v.get_ref()) {
@@ -160,7 +160,7 @@ impl<'t> Reader<'t> {
 
     pub fn boolean(&mut self, table: &Table<'_, '_>, key: &str) -> Option<Item<bool>> {
         let v = Self::get(table, key)?;
-        self.typed(v, table.child(key), "true or false", |v| v.as_bool())
+        self.typed(v, table.child(key), "true or false", DeValue::as_bool)
     }
 
     /// An array of strings; a single string counts as a list of one.

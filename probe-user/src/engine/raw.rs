@@ -30,7 +30,7 @@ impl RawSender {
     pub(crate) fn send(&self, flow: &FlowKey, cookie: u32, payload: Option<&[u8]>) -> std::io::Result<()> {
         let mut pkt = Vec::with_capacity(96);
         let tcp = flow.proto == IPPROTO_TCP;
-        let (plen, psum) = payload.map(|p| (p.len() as u16, payload_sum(p))).unwrap_or((0, 0));
+        let (plen, psum) = payload.map_or((0, 0), |p| (p.len() as u16, payload_sum(p)));
         if flow.family == FAMILY_V4 {
             let e = Ends {
                 smac: [0; 6],

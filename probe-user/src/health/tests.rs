@@ -270,10 +270,12 @@ impl Model {
             self.successes = 0;
         }
         let to = match self.state {
-            HealthState::CheckingEndpoint if self.successes == self.healthy => HealthState::Healthy,
-            HealthState::CheckingEndpoint if self.failures == self.unhealthy => HealthState::Unhealthy,
-            HealthState::Healthy if self.failures == self.unhealthy => HealthState::Unhealthy,
-            HealthState::Unhealthy if self.successes == self.healthy => HealthState::Healthy,
+            HealthState::CheckingEndpoint | HealthState::Unhealthy if self.successes == self.healthy => {
+                HealthState::Healthy
+            }
+            HealthState::CheckingEndpoint | HealthState::Healthy if self.failures == self.unhealthy => {
+                HealthState::Unhealthy
+            }
             _ => return None,
         };
         let from = self.state;

@@ -55,7 +55,7 @@ pub struct L4Kernel {
     events: RingBuf<MapData>,
     rx_counters: PerCpuArray<MapData, RxCounters>,
     tx_counters: PerCpuArray<MapData, TxCounters>,
-    _pins: PinDir,
+    pins: PinDir,
 }
 
 fn map_err(name: &'static str) -> impl Fn(MapError) -> KernelError {
@@ -132,7 +132,7 @@ impl L4Kernel {
             tx_counters: PerCpuArray::try_from(take(&mut ebpf, "PROBE_TX_COUNTERS")?)
                 .map_err(map_err("PROBE_TX_COUNTERS"))?,
             ebpf,
-            _pins: pins,
+            pins,
         })
     }
 
@@ -142,7 +142,7 @@ impl L4Kernel {
     }
 
     pub fn pin_dir(&self) -> &Path {
-        self._pins.path()
+        self.pins.path()
     }
 
     /// Sends up to MAX_JOBS probes of one frame shape: `template` is the frame the generator
@@ -212,7 +212,7 @@ impl L4Kernel {
             if item.len() >= std::mem::size_of::<ProbeEvent>() {
                 // SAFETY: the kernel writes whole ProbeEvent records; read_unaligned copes
                 // with the ring buffer's 8-byte record alignment either way.
-                out.push(unsafe { std::ptr::read_unaligned(item.as_ptr() as *const ProbeEvent) });
+                out.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<ProbeEvent>()) });
             }
         }
     }
@@ -268,7 +268,7 @@ struct XdpMd {
 impl XdpMd {
     fn bytes(&self) -> &[u8] {
         // SAFETY: six u32 fields, repr(C), no padding: all 24 bytes are initialised.
-        unsafe { std::slice::from_raw_parts(self as *const Self as *const u8, std::mem::size_of::<Self>()) }
+        unsafe { std::slice::from_raw_parts(std::ptr::from_ref(self).cast::<u8>(), std::mem::size_of::<Self>()) }
     }
 }
 
@@ -307,7 +307,7 @@ impl JobsMmap {
             });
         }
         Ok(Self {
-            ptr: NonNull::new(p as *mut ProbeJob).unwrap(),
+            ptr: NonNull::new(p.cast::<ProbeJob>()).unwrap(),
             len,
             _map: map,
         })
@@ -331,6 +331,6 @@ impl JobsMmap {
 impl Drop for JobsMmap {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the region mapped in new().
-        unsafe { libc::munmap(self.ptr.as_ptr() as *mut _, self.len) };
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }

@@ -158,7 +158,9 @@ pub fn attach_xdp(
         AttachMode::Auto => match attach(prog, XdpMode::Driver) {
             Ok(()) => Ok(AttachMode::Driver),
             Err(e) => {
-                let why = std::error::Error::source(&e).map(|c| c.to_string()).unwrap_or_default();
+                let why = std::error::Error::source(&e)
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
                 log::info!("native XDP on {iface} refused ({why}); using generic (skb) mode");
                 attach(prog, XdpMode::Skb).map(|()| AttachMode::Skb)
             }

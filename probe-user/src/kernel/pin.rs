@@ -78,7 +78,7 @@ fn is_bpffs(path: &Path) -> bool {
     // the call, and `buf` is a valid out-pointer.
     let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: see above.
-    let rc = unsafe { libc::statfs(cpath.as_ptr(), &mut buf) };
+    let rc = unsafe { libc::statfs(cpath.as_ptr(), &raw mut buf) };
     rc == 0 && buf.f_type as i64 == BPF_FS_MAGIC
 }
 

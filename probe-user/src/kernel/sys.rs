@@ -43,7 +43,7 @@ pub fn route_source(target: IpAddr) -> Option<IpAddr> {
 pub fn iface_of(addr: IpAddr) -> Option<String> {
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `list` with a linked list we free below.
-    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+    if unsafe { libc::getifaddrs(&raw mut list) } != 0 {
         return None;
     }
     let mut found = None;
@@ -77,11 +77,11 @@ unsafe fn ip_of_sockaddr(sa: *const libc::sockaddr) -> Option<IpAddr> {
     unsafe {
         match i32::from((*sa).sa_family) {
             libc::AF_INET => {
-                let sa = &*(sa as *const libc::sockaddr_in);
+                let sa = &*sa.cast::<libc::sockaddr_in>();
                 Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr))))
             }
             libc::AF_INET6 => {
-                let sa = &*(sa as *const libc::sockaddr_in6);
+                let sa = &*sa.cast::<libc::sockaddr_in6>();
                 Some(IpAddr::V6(Ipv6Addr::from(sa.sin6_addr.s6_addr)))
             }
             _ => None,

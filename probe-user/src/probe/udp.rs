@@ -250,7 +250,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 /// An error from socket setup or sending, where no ICMP detail can exist.
 fn io_outcome(e: io::Error) -> UdpOutcome {
     match e.raw_os_error() {
-        Some(libc::ENETUNREACH) | Some(libc::EHOSTUNREACH) => UdpOutcome::NoRoute,
+        Some(libc::ENETUNREACH | libc::EHOSTUNREACH) => UdpOutcome::NoRoute,
         Some(errno) => UdpOutcome::SocketError(errno),
         None => UdpOutcome::SocketError(libc::EIO),
     }
@@ -275,24 +275,24 @@ fn queued_icmp(sock: &UdpSocket) -> Option<(u8, u8)> {
     // u64 elements keep the control buffer aligned for cmsghdr.
     let mut control = [0u64; 64];
     let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr() as *mut libc::c_void,
+        iov_base: data.as_mut_ptr().cast::<libc::c_void>(),
         iov_len: data.len(),
     };
     // SAFETY: msghdr is plain data, valid when zeroed; the pointers set below stay valid for
     // the recvmsg call.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
+    msg.msg_iov = &raw mut iov;
     msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_control = control.as_mut_ptr().cast::<libc::c_void>();
     msg.msg_controllen = std::mem::size_of_val(&control);
     // SAFETY: `msg` describes buffers we own; MSG_ERRQUEUE never blocks.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &raw mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
     if n < 0 {
         return None;
     }
     // SAFETY: walking the control messages the kernel just wrote, with the libc macros that
     // bound every step by msg_controllen.
-    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&raw const msg) };
     while !cmsg.is_null() {
         // SAFETY: CMSG_FIRSTHDR/NXTHDR return null or a header inside the control buffer.
         let hdr = unsafe { &*cmsg };
@@ -311,7 +311,7 @@ fn queued_icmp(sock: &UdpSocket) -> Option<(u8, u8)> {
             }
         }
         // SAFETY: as above.
-        cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
+        cmsg = unsafe { libc::CMSG_NXTHDR(&raw const msg, cmsg) };
     }
     None
 }

@@ -341,7 +341,7 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
 
     /// Who shares the check, so its results can be fanned out; empty for an unknown id.
     pub fn owners(&self, id: CheckId) -> &[O] {
-        self.check(id).map(|c| c.owners.as_slice()).unwrap_or(&[])
+        self.check(id).map_or(&[], |c| c.owners.as_slice())
     }
 
     pub fn params(&self, id: CheckId) -> Option<&CheckParams> {

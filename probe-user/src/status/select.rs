@@ -136,7 +136,7 @@ fn subnet(candidates: &[Candidate<'_>], eligible: &[bool], source: IpAddr) -> Op
                 .subnets
                 .iter()
                 .filter(|n| n.contains(&source))
-                .map(|n| n.prefix_len())
+                .map(ipnet::IpNet::prefix_len)
                 .max()?;
             Some((best, i))
         })

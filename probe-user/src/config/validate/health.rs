@@ -55,7 +55,7 @@ pub(super) fn health(
             Some(_) => {
                 r.bad(
                     &item,
-                    format!("{} allows {}", d.name(), names(d.protocols(), |p| p.name())),
+                    format!("{} allows {}", d.name(), names(d.protocols(), Protocol::name)),
                 );
                 None
             }

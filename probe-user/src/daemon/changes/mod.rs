@@ -13,7 +13,7 @@ use std::{
     net::IpAddr,
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc, Condvar, Mutex, MutexGuard,
+        Arc, Condvar, Mutex, MutexGuard, PoisonError,
     },
     time::Duration,
 };
@@ -225,7 +225,7 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, Queue> {
         // A consumer that panicked while holding the lock left a consistent queue (every
         // change to it is one statement), so the poison flag carries no information.
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Empties the queue; the batch is put in order after the lock is released, so that a
@@ -279,7 +279,7 @@ impl Subscription {
                 .shared
                 .ready
                 .wait_timeout(q, timeout)
-                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
         if q.order.is_empty() && q.lost == 0 && q.closed {

@@ -78,10 +78,10 @@ pub(crate) struct EngineState {
 fn random_key() -> [u64; 2] {
     let mut k = [0u64; 2];
     // SAFETY: getrandom writes at most the 16 bytes we pass, into `k`.
-    let n = unsafe { libc::getrandom(k.as_mut_ptr() as *mut _, 16, 0) };
+    let n = unsafe { libc::getrandom(k.as_mut_ptr().cast(), 16, 0) };
     if n != 16 || k == [0, 0] {
         // getrandom cannot fail for 16 bytes once the pool is ready; never run with a zero key.
-        let t = Instant::now().elapsed().as_nanos() as u64 ^ std::process::id() as u64;
+        let t = Instant::now().elapsed().as_nanos() as u64 ^ u64::from(std::process::id());
         k = [t | 1, t.rotate_left(17) | 1];
     }
     k
@@ -114,7 +114,7 @@ impl EngineState {
             raw: RawSender::new()?,
             sources: SourcePicker::new(cfg.source_v4, cfg.source_v6),
             sport_min: cfg.sport_min,
-            sport_span: (cfg.sport_max - cfg.sport_min) as u32 + 1,
+            sport_span: u32::from(cfg.sport_max - cfg.sport_min) + 1,
             slots: Vec::new(),
             free: Vec::new(),
             active_flows: FastMap::default(),

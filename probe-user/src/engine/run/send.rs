@@ -29,9 +29,9 @@ impl EngineState {
     /// flow leaves it unset, for the generator to fill in, and the port is kept unique per
     /// target and port alone.
     fn pick_flow(&self, src: Option<IpAddr>, req: &L4Request, proto: u8, gen: u32) -> Option<FlowKey> {
-        let seed = (gen as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ req.target.port() as u64;
+        let seed = u64::from(gen).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(req.target.port());
         for attempt in 0..16u64 {
-            let off = ((seed >> 17).wrapping_add(attempt * 7919) % self.sport_span as u64) as u16;
+            let off = ((seed >> 17).wrapping_add(attempt * 7919) % u64::from(self.sport_span)) as u16;
             let sport = self.sport_min + off;
             let flow = match (src, req.target.ip()) {
                 (Some(IpAddr::V4(s)), IpAddr::V4(d)) => {

@@ -37,13 +37,13 @@ impl Waker {
     pub(crate) fn wake(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
-        unsafe { libc::write(self.fd.as_raw_fd(), &one as *const u64 as *const _, 8) };
+        unsafe { libc::write(self.fd.as_raw_fd(), (&raw const one).cast(), 8) };
     }
 
     pub(super) fn reset(&self) {
         let mut v: u64 = 0;
         // SAFETY: reads 8 bytes into a valid u64; EAGAIN when not signalled is fine.
-        unsafe { libc::read(self.fd.as_raw_fd(), &mut v as *mut u64 as *mut _, 8) };
+        unsafe { libc::read(self.fd.as_raw_fd(), (&raw mut v).cast(), 8) };
     }
 }
 

@@ -11,7 +11,7 @@ use std::{
     collections::HashMap,
     fmt, io,
     net::SocketAddr,
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
 
@@ -355,7 +355,7 @@ impl HttpProber {
     }
 
     fn checkout(&self, key: &PoolKey) -> Option<SendRequest<Empty<Bytes>>> {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let list = idle.get_mut(key)?;
         while let Some(s) = list.pop() {
             if !s.is_closed() && s.is_ready() {
@@ -366,7 +366,7 @@ impl HttpProber {
     }
 
     fn checkin(&self, key: PoolKey, sender: SendRequest<Empty<Bytes>>) {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let list = idle.entry(key).or_default();
         list.retain(|s| !s.is_closed());
         if list.len() < IDLE_PER_TARGET {

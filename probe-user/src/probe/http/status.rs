@@ -19,7 +19,7 @@ impl StatusSet {
     }
 
     pub fn new(ranges: Vec<StatusRange>) -> Result<Self, RuleError> {
-        let shown = || ranges.iter().map(show).collect::<Vec<_>>().join(", ");
+        let shown = || ranges.iter().copied().map(show).collect::<Vec<_>>().join(", ");
         if ranges.is_empty() {
             return Err(RuleError::new("status", shown(), Rule::NoStatus));
         }
@@ -55,7 +55,7 @@ impl StatusSet {
 }
 
 /// A class as `2xx`, anything else as `first-last`.
-fn show(r: &StatusRange) -> String {
+fn show(r: StatusRange) -> String {
     if r.is_class() {
         format!("{}xx", r.first() / 100)
     } else {
@@ -65,7 +65,7 @@ fn show(r: &StatusRange) -> String {
 
 impl fmt::Display for StatusSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let all: Vec<String> = self.ranges.iter().map(show).collect();
+        let all: Vec<String> = self.ranges.iter().copied().map(show).collect();
         f.write_str(&all.join(", "))
     }
 }

@@ -61,7 +61,7 @@ proptest! {
                             break;
                         }
                         now = now.max(step);
-                        for (&id, s) in seen.iter_mut() {
+                        for (&id, s) in &mut seen {
                             if s.finishing_at.is_some_and(|t| t <= now) {
                                 s.finishing_at = None;
                                 s.last_finished = Some(now);
