@@ -64,14 +64,20 @@ fn latency(ns: &Netns, cfg: Sink, pins: &TestPins, backends: usize, k: usize, ro
         let snapshot = Snapshot {
             seq: 0,
             profiles: Vec::new(),
-            endpoints: (0..backends).map(|i| ("web".into(), format!("b{i}").into(), state(i, true))).collect(),
+            endpoints: (0..backends)
+                .map(|i| ("web".into(), format!("b{i}").into(), state(i, true)))
+                .collect(),
         };
         let sub = bus.subscribe_to("bench", 1 << 20, Some("web"));
         let running = Running::start(cfg, sink, &snapshot, sub);
         let wait_seq = |seq: u64| {
             let deadline = Instant::now() + Duration::from_secs(30);
             while running.view().seq < seq {
-                assert!(Instant::now() < deadline, "the sink never held seq {seq}: {:?}", running.view());
+                assert!(
+                    Instant::now() < deadline,
+                    "the sink never held seq {seq}: {:?}",
+                    running.view()
+                );
                 std::hint::spin_loop();
             }
         };
@@ -190,7 +196,13 @@ fn main() {
         for (label, cfg) in kinds {
             let l = latency(&ns, cfg, &pins, backends, k, rounds);
             let alt = if label == "nft set" {
-                (ms(percentile(&script, 0.5)), format!("{:.2}x", l[l.len() / 2].as_secs_f64() / percentile(&script, 0.5).as_secs_f64()))
+                (
+                    ms(percentile(&script, 0.5)),
+                    format!(
+                        "{:.2}x",
+                        l[l.len() / 2].as_secs_f64() / percentile(&script, 0.5).as_secs_f64()
+                    ),
+                )
             } else {
                 ("-".into(), "-".into())
             };
@@ -210,7 +222,11 @@ fn main() {
     for n in [10usize, 100, 1000] {
         let names: Vec<String> = (0..n).map(|i| format!("b{i}")).collect();
         let cand = |w: &dyn Fn(usize) -> u32| -> Vec<slots::Candidate<'_>> {
-            names.iter().enumerate().map(|(i, name)| slots::Candidate { name, weight: w(i) }).collect()
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| slots::Candidate { name, weight: w(i) })
+                .collect()
         };
         let all = cand(&|_| 1);
         let less = cand(&|i| u32::from(i != n / 2));
