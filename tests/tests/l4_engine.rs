@@ -310,7 +310,7 @@ fn xdp_reflector_backend_answers_probes_without_the_backend_stack() {
 }
 
 #[test]
-fn the_daemons_object_holds_probe_rx_and_the_fixtures_object_the_reflector() {
+fn the_daemons_object_holds_probe_rx_and_the_fixtures_object_the_test_programs() {
     // The reflector answers every SYN: it must never be loadable from what the daemon embeds.
     let names = |obj: &[u8]| -> Vec<String> {
         let ebpf = aya::Ebpf::load(obj).expect("load the eBPF object (root needed)");
@@ -319,7 +319,10 @@ fn the_daemons_object_holds_probe_rx_and_the_fixtures_object_the_reflector() {
         names
     };
     assert_eq!(names(probed::kernel::BPF_OBJECT), ["probe_rx"]);
-    assert_eq!(names(probed::kernel::FIXTURE_OBJECT), ["test_reflector"]);
+    assert_eq!(
+        names(probed::kernel::FIXTURE_OBJECT),
+        ["test_reflector", "test_slot_lb"]
+    );
 }
 
 /// With no source address configured, the generator's route lookup picks the route's preferred
