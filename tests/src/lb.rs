@@ -140,3 +140,21 @@ impl SlotLb {
         })
     }
 }
+
+/// The code block of docs/operations.md marked `<!-- test: NAME -->`: the tests load the
+/// documented rulesets and configs as they are written there.
+pub fn doc_block(name: &str) -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations.md");
+    let text = std::fs::read_to_string(path).expect("read docs/operations.md");
+    let marker = format!("<!-- test: {name} -->");
+    let after = text
+        .split_once(&marker)
+        .unwrap_or_else(|| panic!("docs/operations.md has no block {marker}"))
+        .1;
+    let body = after
+        .split_once("```")
+        .and_then(|(_, b)| b.split_once('\n'))
+        .expect("a fenced block")
+        .1;
+    body.split_once("```").expect("a closed block").0.to_string()
+}

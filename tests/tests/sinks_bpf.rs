@@ -9,7 +9,7 @@ use probe_common::slots::{SlotBackend, SlotControl, SLOT_ABI_VERSION};
 use probed::status::EndpointStatus as S;
 use probed_tests::{
     daemon::{DaemonFiles, RunningDaemon},
-    lb::{count_ruleset, send_syns, syns, wait_until, Backend, SlotLb},
+    lb::{count_ruleset, doc_block, send_syns, syns, wait_until, Backend, SlotLb},
     topo::*,
 };
 
@@ -61,7 +61,8 @@ fn an_xdp_load_balancer_forwards_through_the_pinned_slot_table() {
     for (i, b) in BACKENDS.iter().enumerate() {
         text += &format!("\n[[profile.endpoint]]\nname = \"b{i}\"\naddress = \"{b}\"\n");
     }
-    text += "\n[[sink]]\nprofile = \"web\"\nkind = \"bpf\"\nmap = \"web_lb\"\nslots = 64\n";
+    // The sink as docs/operations.md configures it.
+    text += &("\n".to_string() + &doc_block("bpf-sink"));
     let cfg = files.write_config(&text);
     let daemon = RunningDaemon::start(&topo.prober, cfg, None).expect("start the daemon");
     let paths = probed::sinks::bpf::pin_paths(&files.pins.path, "web_lb");

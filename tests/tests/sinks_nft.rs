@@ -9,7 +9,7 @@ use std::{collections::BTreeMap, time::Duration};
 use probed::status::EndpointStatus as S;
 use probed_tests::{
     daemon::{DaemonFiles, RunningDaemon},
-    lb::{connect_many, count_ruleset, syns, wait_until, Backend},
+    lb::{connect_many, count_ruleset, doc_block, syns, wait_until, Backend},
     topo::*,
     Netns,
 };
@@ -19,29 +19,13 @@ const VIP_V6: &str = "2001:2:100::100";
 const BACKENDS_V4: [&str; 3] = ["198.18.0.2", "198.18.0.3", "198.18.0.4"];
 const BACKENDS_V6: [&str; 3] = ["2001:2::2", "2001:2::3", "2001:2::4"];
 
-/// The operator's ruleset, as docs/operations.md shows it: probed fills `web_slots` only.
+/// The operator's rulesets, as docs/operations.md shows them: probed fills the maps only.
 fn lb_ruleset_v4() -> String {
-    format!(
-        "table ip lb {{\n\
-         \tmap web_slots {{ typeof numgen inc mod 64 : ip daddr; }}\n\
-         \tchain prerouting {{\n\
-         \t\ttype nat hook prerouting priority dstnat;\n\
-         \t\tip daddr {VIP_V4} tcp dport 80 dnat to jhash ip saddr . tcp sport mod 64 map @web_slots\n\
-         \t}}\n\
-         }}\n"
-    )
+    doc_block("lb-ruleset-v4")
 }
 
 fn lb_ruleset_v6() -> String {
-    format!(
-        "table ip6 lb6 {{\n\
-         \tmap web_slots6 {{ typeof numgen inc mod 64 : ip6 daddr; }}\n\
-         \tchain prerouting {{\n\
-         \t\ttype nat hook prerouting priority dstnat;\n\
-         \t\tip6 daddr {VIP_V6} tcp dport 80 dnat to jhash ip6 saddr . tcp sport mod 64 map @web_slots6\n\
-         \t}}\n\
-         }}\n"
-    )
+    doc_block("lb-ruleset-v6")
 }
 
 /// The slot table the LB namespace's map holds: slot -> backend address.
@@ -72,7 +56,10 @@ fn config(files: &DaemonFiles, backends: &[&str], sinks: &str) -> String {
     text + sinks
 }
 
-const MAP_SINK_V4: &str = "\n[[sink]]\nprofile = \"web\"\nkind = \"nftables\"\nfamily = \"ip\"\ntable = \"lb\"\nmap = \"web_slots\"\nslots = 64\n";
+/// The sink as docs/operations.md configures it.
+fn map_sink_v4() -> String {
+    "\n".to_string() + &doc_block("map-sink-v4")
+}
 const MAP_SINK_V6: &str =
     "\n[[sink]]\nprofile = \"web\"\nkind = \"nftables\"\nfamily = \"ip6\"\ntable = \"lb6\"\nmap = \"web_slots6\"\n";
 const SET_SINK: &str =
@@ -85,9 +72,9 @@ fn failover(v6: bool) {
     let topo = Topology::new();
     let client = topo.client();
     let (backends, vip, family, table, map, sink) = if v6 {
-        (BACKENDS_V6, VIP_V6, "ip6", "lb6", "web_slots6", MAP_SINK_V6)
+        (BACKENDS_V6, VIP_V6, "ip6", "lb6", "web_slots6", MAP_SINK_V6.to_string())
     } else {
-        (BACKENDS_V4, VIP_V4, "ip", "lb", "web_slots", MAP_SINK_V4)
+        (BACKENDS_V4, VIP_V4, "ip", "lb", "web_slots", map_sink_v4())
     };
     for b in &backends[1..] {
         if v6 {
@@ -113,7 +100,7 @@ fn failover(v6: bool) {
     topo.prober.nft(&if v6 { lb_ruleset_v6() } else { lb_ruleset_v4() });
     topo.backend.nft(&count_ruleset(&backends));
     let files = DaemonFiles::new();
-    let cfg = files.write_config(&config(&files, &backends, sink));
+    let cfg = files.write_config(&config(&files, &backends, &sink));
     let daemon = RunningDaemon::start(&topo.prober, cfg, None).expect("start the daemon");
     for b in ["b0", "b1", "b2"] {
         daemon.wait_status("web", b, S::Online, Duration::from_secs(5));
@@ -230,7 +217,7 @@ fn nft_set_holds_the_eligible_addresses_and_a_restart_rewrites_nothing() {
         "permanent",
     ]);
     topo.backend.ip(&["addr", "add", "198.18.0.9/24", "dev", BACKEND_IF]);
-    let text = config(&files, &backends, &(SET_SINK.to_string() + MAP_SINK_V4));
+    let text = config(&files, &backends, &(SET_SINK.to_string() + &map_sink_v4()));
     let cfg = files.write_config(&text);
     let set = || {
         let listing = topo.prober.exec("nft", &["list", "set", "ip", "lb", "web_up"]);
@@ -284,7 +271,7 @@ fn a_sink_whose_structure_is_missing_or_wrong_stops_the_start_and_a_reload() {
     let _a = topo.backend.tcp_listen(&format!("{BACKEND_V4}:80"));
     let files = DaemonFiles::new();
     // No table at all.
-    let cfg = files.write_config(&config(&files, &[BACKEND_V4], MAP_SINK_V4));
+    let cfg = files.write_config(&config(&files, &[BACKEND_V4], &map_sink_v4()));
     let err = RunningDaemon::start(&topo.prober, cfg, None).err().expect("refused");
     assert!(
         err.contains("sink web_slots") && err.contains("declare it in the ruleset"),
@@ -293,7 +280,7 @@ fn a_sink_whose_structure_is_missing_or_wrong_stops_the_start_and_a_reload() {
     // A map of the wrong type.
     topo.prober
         .nft("table ip lb {\n map web_slots { typeof numgen inc mod 64 : ether daddr; }\n}\n");
-    let cfg = files.write_config(&config(&files, &[BACKEND_V4], MAP_SINK_V4));
+    let cfg = files.write_config(&config(&files, &[BACKEND_V4], &map_sink_v4()));
     let err = RunningDaemon::start(&topo.prober, cfg, None).err().expect("refused");
     assert!(err.contains("ether_addr"), "{err}");
     // A running daemon refuses a reload that adds a sink of a missing map, and keeps going.
