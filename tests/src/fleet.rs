@@ -2,13 +2,14 @@
 //! flapping TCP service, a fast and a slow HTTP service, an open and a closed UDP port, and the
 //! probed configuration that checks them all. Shared by `probed-demo` and the daemon tests.
 use probed::status::EndpointStatus;
-use std::net::{TcpListener, UdpSocket};
+use std::net::UdpSocket;
 
 use crate::{
     daemon::DaemonFiles,
     http_server::{HttpServer, Route},
-    topo::{BACKEND_V4, PROBER_IF},
-    Topology,
+    lb::{doc_block, Backend},
+    topo::{BACKEND_V4, CLIENT_V4, PROBER_IF},
+    Netns, Topology,
 };
 
 /// nftables table the flapping service's drop rule lives in, apart from the harness's own.
@@ -29,21 +30,34 @@ pub const EXPECTED: &[(&str, &str, EndpointStatus)] = &[
 
 pub struct Fleet {
     // Servers first: they must stop before their namespace goes.
-    _tcp: Vec<TcpListener>,
+    _tcp: Vec<Backend>,
     _udp: UdpSocket,
     _web: Vec<HttpServer>,
+    /// A client behind the prober's namespace, which load-balances VIP:80 over the "tcp"
+    /// profile through the slot map the daemon's nftables sink fills.
+    pub client: Netns,
     pub topo: Topology,
     pub files: DaemonFiles,
     flapping_down: bool,
 }
 
+/// The address clients reach the "tcp" profile's backends by.
+pub const VIP: &str = "198.18.100.100";
+
 impl Fleet {
     pub fn new() -> Self {
         let topo = Topology::new();
+        let client = topo.client();
         let tcp = [8080, FLAP_PORT]
             .iter()
-            .map(|p| topo.backend.tcp_listen(&format!("{BACKEND_V4}:{p}")))
+            .map(|p| Backend::on(&topo.backend, &format!("{BACKEND_V4}:{p}")))
             .collect();
+        // The node's load balancer, as docs/operations.md shows it, and SYN counters at the
+        // backends for what clients send through it.
+        topo.prober.nft(&doc_block("lb-ruleset-demo"));
+        topo.backend.nft(&format!(
+            "table inet count {{\n\tchain input {{\n\t\ttype filter hook input priority -10; policy accept;\n             \t\tip saddr {CLIENT_V4} tcp dport 8080 tcp flags syn counter\n             \t\tip saddr {CLIENT_V4} tcp dport {FLAP_PORT} tcp flags syn counter\n\t}}\n}}\n"
+        ));
         topo.backend.nft_drop("tcp", 8082);
         let fast = topo.backend.http_server(&format!("{BACKEND_V4}:8090"));
         fast.route("/health", Route::status(200));
@@ -61,6 +75,7 @@ impl Fleet {
         let files = DaemonFiles::new();
         Self {
             _tcp: tcp,
+            client,
             _udp: udp,
             _web: web,
             topo,
@@ -84,6 +99,7 @@ impl Fleet {
         text += &ep("dead", 8082, "priority = 1\n");
         text += &ep("refusing", 8081, "priority = 3\n");
         text += &ep("flapping", FLAP_PORT, "priority = 4\n");
+        text += &("\n".to_string() + &doc_block("demo-sink"));
         text += &format!(
             "\n[[profile]]\nname = \"http\"\ndialect = \"lb\"\nrouting = \"weighted\"\n\n[profile.health]\nprotocol = \"http\"\n\
              method = \"GET\"\npath = \"/health\"\n{timing}"
@@ -118,6 +134,13 @@ impl Fleet {
 
     pub fn flapping_down(&self) -> bool {
         self.flapping_down
+    }
+
+    /// Client SYNs that reached (healthy, flapping) so far.
+    pub fn client_syns(&self) -> (u64, u64) {
+        let listing = self.topo.backend.exec("nft", &["list", "table", "inet", "count"]);
+        let at = |port: u16| crate::servers::counted_packets(&listing, &format!("dport {port} "));
+        (at(8080), at(FLAP_PORT))
     }
 }
 

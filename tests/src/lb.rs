@@ -43,8 +43,14 @@ pub struct Backend {
 }
 
 impl Backend {
+    /// On port 80 of `addr`.
     pub fn start(ns: &Netns, addr: &str) -> Backend {
-        let listener: TcpListener = ns.tcp_listen(&format!("{}:80", bracket(addr)));
+        Self::on(ns, &format!("{}:80", bracket(addr)))
+    }
+
+    /// On `addr:port`.
+    pub fn on(ns: &Netns, socket: &str) -> Backend {
+        let listener: TcpListener = ns.tcp_listen(socket);
         listener.set_nonblocking(true).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
@@ -82,10 +88,15 @@ pub fn bracket(a: &str) -> String {
 
 /// `n` short connections from the client to the VIP; how many succeeded.
 pub fn connect_many(client: &Netns, vip: &str, n: usize) -> usize {
+    connect_within(client, vip, n, Duration::from_millis(500))
+}
+
+/// As `connect_many`, each attempt given up after `timeout`.
+pub fn connect_within(client: &Netns, vip: &str, n: usize, timeout: Duration) -> usize {
     let vip: SocketAddr = format!("{}:80", bracket(vip)).parse().unwrap();
     client.enter(move || {
         (0..n)
-            .filter(|_| TcpStream::connect_timeout(&vip, Duration::from_millis(500)).is_ok())
+            .filter(|_| TcpStream::connect_timeout(&vip, timeout).is_ok())
             .count()
     })
 }

@@ -481,10 +481,28 @@ fn demo_fleet_reaches_expected_statuses() {
         (probed::outcome::Outcome::PortUnreachable, "port unreachable")
     );
     daemon.wait_status("tcp", "flapping", S::Online, Duration::from_secs(5));
+    // The node load-balances the tcp profile through the nftables sink's slot map: the
+    // flapping backend gets client traffic while up, none while down, and again when back.
+    let client_round = |fleet: &probed_tests::fleet::Fleet| {
+        std::thread::sleep(Duration::from_millis(100));
+        let before = fleet.client_syns();
+        probed_tests::lb::connect_within(&fleet.client, probed_tests::fleet::VIP, 60, Duration::from_millis(200));
+        let after = fleet.client_syns();
+        (after.0 - before.0, after.1 - before.1)
+    };
+    let (_, flapping) = client_round(&fleet);
+    assert!(flapping > 0, "the flapping backend takes a share while it is up");
     fleet.set_flapping_down(true);
     daemon.wait_status("tcp", "flapping", S::Degraded, Duration::from_secs(5));
+    assert_eq!(
+        client_round(&fleet),
+        (60, 0),
+        "while down, every client connection goes to healthy"
+    );
     fleet.set_flapping_down(false);
     daemon.wait_status("tcp", "flapping", S::Online, Duration::from_secs(5));
+    let (_, flapping) = client_round(&fleet);
+    assert!(flapping > 0, "back in rotation");
     // Priority routing: "dead" (priority 1) is out, "healthy" (2) answers.
     assert_eq!(
         daemon.get("/v1/select/tcp?source=198.18.0.1")["endpoints"],

@@ -1,13 +1,20 @@
 //! The demo behind `cargo xtask demo`: a fleet in namespaces (healthy, dead, refusing and
 //! flapping TCP, fast and slow HTTP, open and closed UDP), the daemon running against it in the
 //! prober namespace, and its status table live every second until Ctrl-C or `--seconds N`.
+//! The prober namespace is also a load balancer: a client's connections to a VIP go through an
+//! nft slot map that the daemon's sink keeps, and the demo shows them leaving the flapping
+//! backend while it is down and coming back when it is up.
 use std::{
     sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
 };
 
 use probed::daemon::{views::render_table, ProfileView};
-use probed_tests::{daemon::RunningDaemon, fleet::Fleet};
+use probed_tests::{
+    daemon::RunningDaemon,
+    fleet::{Fleet, VIP},
+    lb::connect_within,
+};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -49,6 +56,7 @@ fn main() {
     let started = Instant::now();
     let mut last_flap = Instant::now();
     let mut seen_events = 0;
+    let mut syns_before = fleet.client_syns();
     while !STOP.load(Ordering::Relaxed) && seconds.is_none_or(|s| started.elapsed() < Duration::from_secs(s)) {
         if last_flap.elapsed() >= FLAP_EVERY {
             let down = !fleet.flapping_down();
@@ -65,6 +73,16 @@ fn main() {
             if fleet.flapping_down() { "dropping" } else { "up" }
         );
         print!("{}", render_table(&views, tty));
+        // A client's short connections through the node's load balancer (nft dnat through the
+        // slot map the nftables sink keeps): where did the last round go?
+        let made = connect_within(&fleet.client, VIP, 40, Duration::from_millis(100));
+        let syns = fleet.client_syns();
+        println!(
+            "\nclient -> {VIP}:80, 40 connections ({made} answered): healthy:8080 got {}, flapping:8083 got {}",
+            syns.0 - syns_before.0,
+            syns.1 - syns_before.1
+        );
+        syns_before = syns;
         let events = daemon.events();
         println!("\nlatest transitions:");
         for e in events.iter().skip(events.len().saturating_sub(6)) {
