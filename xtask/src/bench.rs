@@ -15,7 +15,8 @@ pub fn run(which: &str) -> anyhow::Result<()> {
             sh(cargo().args(["run", "--release", "-p", "probe-user", "--example", "bench_schedule"]))?;
             cmd.args(["run", "--release", "-p", "probed-tests", "--bin", "bench-schedule"])
         }
-        other => bail!("unknown benchmark {other:?}: choose l4, http or schedule"),
+        "sinks" => cmd.args(["run", "--release", "-p", "probed-tests", "--bin", "bench-sinks"]),
+        other => bail!("unknown benchmark {other:?}: choose l4, http, schedule or sinks"),
     };
     sh(&mut cmd)
 }

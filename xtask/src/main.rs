@@ -40,7 +40,7 @@ enum Command {
         #[arg(long)]
         seconds: Option<u64>,
     },
-    /// Benchmarks (not tests): `l4`, `http`, `schedule`.
+    /// Benchmarks (not tests): `l4`, `http`, `schedule`, `sinks`.
     Bench { which: String },
     /// cargo fmt --check and clippy -D warnings, probe-ebpf included (CI runs it first).
     Lint,

@@ -22,7 +22,14 @@ pub struct BpfSink {
     ctl: Array<MapData, SlotControl>,
     /// The earliest the next flip may happen (`SLOT_MIN_FLIP_NS` after the last).
     next_flip: Instant,
+    /// The control entry and both halves as last read or written; None when unknown (start,
+    /// or after a failure), which makes the next sync read them. A sync then writes only the
+    /// entries of the idle half that differ from what it should hold: a few bpf() calls for
+    /// one backend changing, instead of one per slot.
+    known: Option<(SlotControl, [Vec<Option<SocketAddr>>; 2])>,
 }
+
+type Half = Vec<Option<SocketAddr>>;
 
 /// The pins of sink map `name` under `pin_dir`: the table and its control entry.
 pub fn pin_paths(pin_dir: &Path, name: &str) -> (PathBuf, PathBuf) {
@@ -45,6 +52,7 @@ impl BpfSink {
             table,
             ctl,
             next_flip: Instant::now(),
+            known: None,
         };
         sink.check()?;
         Ok(sink)
@@ -56,9 +64,9 @@ impl BpfSink {
             .map_err(|e| SinkError::Data(format!("read {}: {e}", self.paths.1.display())))
     }
 
-    /// The live half, as backends.
-    fn read(&self, ctl: &SlotControl) -> Result<Vec<Option<SocketAddr>>, SinkError> {
-        let base = ctl.active * ctl.slots;
+    /// One half (0 or 1), as backends.
+    fn read(&self, ctl: &SlotControl, half: u32) -> Result<Half, SinkError> {
+        let base = half * ctl.slots;
         (0..ctl.slots)
             .map(|i| {
                 self.table
@@ -81,11 +89,30 @@ impl BpfSink {
             .collect()
     }
 
-    /// Writes `want` into the idle half, then makes it the live one.
-    fn publish(&mut self, ctl: SlotControl, want: &[Option<SocketAddr>]) -> Result<(), SinkError> {
+    /// The control entry and both halves, from the cache or from the kernel.
+    fn known(&mut self) -> Result<(SlotControl, [Half; 2]), SinkError> {
+        if let Some(k) = self.known.take() {
+            return Ok(k);
+        }
+        let ctl = self.control()?;
+        let halves = [self.read(&ctl, 0)?, self.read(&ctl, 1)?];
+        Ok((ctl, halves))
+    }
+
+    /// Writes `want` into the idle half (the entries that differ from what it holds), then
+    /// makes it the live one. Returns the new control entry.
+    fn publish(
+        &mut self,
+        ctl: SlotControl,
+        idle_holds: &[Option<SocketAddr>],
+        want: &[Option<SocketAddr>],
+    ) -> Result<SlotControl, SinkError> {
         let idle = 1 - ctl.active;
         let base = idle * ctl.slots;
         for (i, b) in want.iter().enumerate() {
+            if idle_holds.get(i) == Some(b) {
+                continue;
+            }
             let entry = b.map(entry).unwrap_or_default();
             self.table
                 .set(base + i as u32, entry, 0)
@@ -105,7 +132,7 @@ impl BpfSink {
             .set(0, next, 0)
             .map_err(|e| SinkError::Write(format!("{}: {e}", self.paths.1.display())))?;
         self.next_flip = Instant::now() + Duration::from_nanos(SLOT_MIN_FLIP_NS);
-        Ok(())
+        Ok(next)
     }
 }
 
@@ -133,28 +160,39 @@ impl Sink for BpfSink {
     }
 
     fn sync(&mut self, model: &ProfileModel) -> Result<SyncReport, SinkError> {
-        let ctl = self.control()?;
-        let held = self.read(&ctl)?;
-        let want = self.want(model, &held);
-        let written = held.iter().zip(&want).filter(|(a, b)| a != b).count();
-        if written > 0 {
-            self.publish(ctl, &want)?;
-        }
-        Ok(SyncReport {
-            written,
-            entries: want.iter().flatten().count(),
-        })
+        let (ctl, mut halves) = self.known()?;
+        let live = ctl.active as usize;
+        let want = self.want(model, &halves[live]);
+        let written = halves[live].iter().zip(&want).filter(|(a, b)| a != b).count();
+        let ctl = if written > 0 {
+            let next = self.publish(ctl, &halves[1 - live], &want)?;
+            halves[1 - live] = want;
+            next
+        } else {
+            ctl
+        };
+        let entries = halves[ctl.active as usize].iter().flatten().count();
+        self.known = Some((ctl, halves));
+        Ok(SyncReport { written, entries })
     }
 
     fn verify(&mut self, model: &ProfileModel) -> Result<bool, SinkError> {
-        let ctl = self.control()?;
-        let held = self.read(&ctl)?;
-        Ok(self.want(model, &held) == held)
+        // A fresh read: someone else may have written the table.
+        self.known = None;
+        let (ctl, halves) = self.known()?;
+        let same = self.want(model, &halves[ctl.active as usize]) == halves[ctl.active as usize];
+        self.known = Some((ctl, halves));
+        Ok(same)
     }
 
     fn clear(&mut self) -> Result<(), SinkError> {
-        let ctl = self.control()?;
-        self.publish(ctl, &vec![None; self.cfg.slots as usize])
+        let (ctl, halves) = self.known()?;
+        self.publish(
+            ctl,
+            &halves[1 - ctl.active as usize],
+            &vec![None; self.cfg.slots as usize],
+        )
+        .map(drop)
     }
 }
 

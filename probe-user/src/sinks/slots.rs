@@ -82,29 +82,37 @@ pub fn build(backends: &[Candidate<'_>], slots: u32) -> Vec<Option<usize>> {
 pub fn rebalance(previous: &[Option<&str>], backends: &[Candidate<'_>], slots: u32) -> Vec<Option<usize>> {
     let n = slots.max(1) as usize;
     let quota = shares(backends, n);
-    let target = build(backends, slots);
     let by_name: std::collections::HashMap<&str, usize> = backends
         .iter()
         .enumerate()
         .filter(|(i, _)| quota[*i] > 0)
         .map(|(i, b)| (b.name, i))
         .collect();
+    let held: Vec<Option<usize>> = (0..n)
+        .map(|s| {
+            previous
+                .get(s)
+                .copied()
+                .flatten()
+                .and_then(|name| by_name.get(name).copied())
+        })
+        .collect();
+    // Maglev's table is the preference for slots that must be (re)assigned. Building it costs
+    // O(slots) with a large constant, so it is built only for a table that starts (nearly)
+    // empty; a table already in use is only patched, which keeps a change of one backend
+    // cheap at 65,536 slots.
+    let fresh = held.iter().filter(|h| h.is_none()).count() * 2 > n;
+    let target = if fresh { build(backends, slots) } else { Vec::new() };
+    let wants = |s: usize, b: usize| target.get(s).copied().flatten() == Some(b);
     let mut table: Vec<Option<usize>> = vec![None; n];
     let mut count = vec![0usize; backends.len()];
-    let held = |s: usize| {
-        previous
-            .get(s)
-            .copied()
-            .flatten()
-            .and_then(|name| by_name.get(name).copied())
-    };
     // Keep held slots, those Maglev agrees with first, each backend up to its share.
     for agree in [true, false] {
         for s in 0..n {
             if table[s].is_some() {
                 continue;
             }
-            if let Some(b) = held(s).filter(|b| (target[s] == Some(*b)) == agree && count[*b] < quota[*b]) {
+            if let Some(b) = held[s].filter(|b| wants(s, *b) == agree && count[*b] < quota[*b]) {
                 table[s] = Some(b);
                 count[b] += 1;
             }
@@ -112,7 +120,7 @@ pub fn rebalance(previous: &[Option<&str>], backends: &[Candidate<'_>], slots: u
     }
     // Free slots: Maglev's choice where it is below its share.
     for s in 0..n {
-        if let (None, Some(b)) = (table[s], target[s]) {
+        if let (None, Some(b)) = (table[s], target.get(s).copied().flatten()) {
             if count[b] < quota[b] {
                 table[s] = Some(b);
                 count[b] += 1;
