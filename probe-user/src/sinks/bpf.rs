@@ -78,14 +78,10 @@ impl BpfSink {
     }
 
     fn want(&self, model: &ProfileModel, held: &[Option<SocketAddr>]) -> Vec<Option<SocketAddr>> {
-        let names: std::collections::HashMap<SocketAddr, &str> = model
-            .eligible()
-            .map(|(n, s)| (SocketAddr::new(s.address, s.port), n))
-            .collect();
-        let previous: Vec<Option<&str>> = held.iter().map(|b| b.and_then(|b| names.get(&b).copied())).collect();
-        desired_slots(model, self.cfg.slots, |_| true, &previous)
+        let key = |s: &crate::daemon::changes::EndpointState| SocketAddr::new(s.address, s.port);
+        desired_slots(model, self.cfg.slots, |_| true, key, held)
             .into_iter()
-            .map(|b| b.map(|(_, s)| SocketAddr::new(s.address, s.port)))
+            .map(|s| s.map(key))
             .collect()
     }
 

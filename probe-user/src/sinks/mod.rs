@@ -72,22 +72,25 @@ pub trait Sink: Send {
 }
 
 /// The slot table a profile asks for: its eligible endpoints that `fits` (the structure's
-/// address family), by weight, moved as little as possible from `previous` (the endpoints
-/// the structure holds now, by name; see `slots::rebalance`).
-pub fn desired_slots<'m>(
+/// address family), by weight, moved as little as possible from `held` (what the structure
+/// holds now, as `key`s of endpoints; see `slots::rebalance`). Costs one hash lookup per slot.
+pub fn desired_slots<'m, K: std::hash::Hash + Eq + Copy>(
     model: &'m ProfileModel,
     slots: u32,
     fits: impl Fn(&EndpointState) -> bool,
-    previous: &[Option<&str>],
-) -> Vec<Option<(&'m str, &'m EndpointState)>> {
+    key: impl Fn(&EndpointState) -> K,
+    held: &[Option<K>],
+) -> Vec<Option<&'m EndpointState>> {
     let chosen: Vec<(&str, &EndpointState)> = model.eligible().filter(|(_, s)| fits(s)).collect();
     let candidates: Vec<slots::Candidate<'_>> = chosen
         .iter()
         .map(|(name, s)| slots::Candidate { name, weight: s.weight })
         .collect();
-    slots::rebalance(previous, &candidates, slots)
+    let index: crate::hash::FastMap<K, usize> = chosen.iter().enumerate().map(|(i, (_, s))| (key(s), i)).collect();
+    let held: Vec<Option<usize>> = held.iter().map(|k| k.and_then(|k| index.get(&k).copied())).collect();
+    slots::rebalance_held(&held, &candidates, slots)
         .into_iter()
-        .map(|i| i.map(|i| chosen[i]))
+        .map(|i| i.map(|i| chosen[i].1))
         .collect()
 }
 

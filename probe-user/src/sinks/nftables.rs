@@ -120,17 +120,15 @@ impl NftablesSink {
         let port = |p: u16| self.value.with_port.then_some(p);
         match self.cfg.target {
             NftTarget::Map { slots, .. } => {
-                // The slots held, by the name of the endpoint whose address they hold.
-                let names: std::collections::HashMap<Backend, &str> =
-                    model.eligible().map(|(n, s)| ((s.address, port(s.port)), n)).collect();
-                let previous: Vec<Option<&str>> = match held {
-                    Held::Slots(h) => h.iter().map(|b| b.and_then(|b| names.get(&b).copied())).collect(),
-                    Held::Set(_) => Vec::new(),
+                let held: &[Option<Backend>] = match held {
+                    Held::Slots(h) => h,
+                    Held::Set(_) => &[],
                 };
+                let key = |s: &crate::daemon::changes::EndpointState| (s.address, port(s.port));
                 Held::Slots(
-                    desired_slots(model, slots, |s| fits(&s.address), &previous)
+                    desired_slots(model, slots, |s| fits(&s.address), key, held)
                         .into_iter()
-                        .map(|b| b.map(|(_, s)| (s.address, port(s.port))))
+                        .map(|s| s.map(key))
                         .collect(),
                 )
             }

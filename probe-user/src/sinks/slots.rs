@@ -80,21 +80,26 @@ pub fn build(backends: &[Candidate<'_>], slots: u32) -> Vec<Option<usize>> {
 /// The table to hold next: `previous` (what the data path holds, by backend name; any size)
 /// changed as little as the weighted shares of `backends` allow. Indices into `backends`.
 pub fn rebalance(previous: &[Option<&str>], backends: &[Candidate<'_>], slots: u32) -> Vec<Option<usize>> {
+    let by_name: std::collections::HashMap<&str, usize> =
+        backends.iter().enumerate().map(|(i, b)| (b.name, i)).collect();
+    let held: Vec<Option<usize>> = previous
+        .iter()
+        .map(|name| name.and_then(|name| by_name.get(name).copied()))
+        .collect();
+    rebalance_held(&held, backends, slots)
+}
+
+/// `rebalance` with the held table given as indices into `backends` (None: a slot that names
+/// no backend of `backends`): the sinks' form, with no name hashed per slot.
+pub fn rebalance_held(held: &[Option<usize>], backends: &[Candidate<'_>], slots: u32) -> Vec<Option<usize>> {
     let n = slots.max(1) as usize;
     let quota = shares(backends, n);
-    let by_name: std::collections::HashMap<&str, usize> = backends
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| quota[*i] > 0)
-        .map(|(i, b)| (b.name, i))
-        .collect();
     let held: Vec<Option<usize>> = (0..n)
         .map(|s| {
-            previous
-                .get(s)
+            held.get(s)
                 .copied()
                 .flatten()
-                .and_then(|name| by_name.get(name).copied())
+                .filter(|b| quota.get(*b).is_some_and(|q| *q > 0))
         })
         .collect();
     // Maglev's table is the preference for slots that must be (re)assigned. Building it costs
