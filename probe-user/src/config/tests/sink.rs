@@ -284,3 +284,8 @@ rule!(
     with_sink(&(EXEC.to_string() + "command = [\"/opt/feed.py\"]\n")),
     "sink[0].name"
 );
+rule!(
+    sink_kind_wrong_type_is_one_error,
+    with_sink("profile = \"web\"\nkind = 3\n"),
+    "sink[0].kind"
+);

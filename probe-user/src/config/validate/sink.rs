@@ -84,7 +84,10 @@ fn sink(
             }
         },
     };
-    let (kind, default_name) = match r.string(&t, "kind") {
+    let kind_item = r.string(&t, "kind");
+    let (kind, default_name) = match kind_item.clone() {
+        // A wrong-typed kind is already reported; it is not also missing.
+        None if Reader::get(&t, "kind").is_some() => (None, None),
         None => {
             r.missing(&t, "kind", format!("every sink needs a kind: {KINDS}"));
             (None, None)
@@ -106,7 +109,7 @@ fn sink(
             }
         },
     };
-    if let Some(item) = r.string(&t, "kind") {
+    if let Some(item) = &kind_item {
         foreign_keys(r, &t, &item.v);
     }
     let name = match r.string(&t, "name") {
