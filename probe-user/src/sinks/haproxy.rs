@@ -361,11 +361,13 @@ impl Sink for HaproxySink {
     fn check(&mut self) -> Result<(), SinkError> {
         let path = &self.cfg.socket;
         match std::fs::metadata(path) {
-            Err(e) => return Err(SinkError::Missing(format!(
+            Err(e) => {
+                return Err(SinkError::Missing(format!(
                 "HAProxy admin socket {}: {e}; start HAProxy with `stats socket {} level admin` in its global section",
                 path.display(),
                 path.display()
-            ))),
+            )))
+            }
             Ok(m) if !m.file_type().is_socket() => {
                 return Err(SinkError::WrongType(format!(
                     "{} is not a socket; socket names HAProxy's `stats socket`",

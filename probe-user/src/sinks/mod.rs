@@ -1,6 +1,7 @@
 //! Sinks: the node's data path, told about health. Each `[[sink]]` follows the daemon's change
 //! stream for one profile on a thread of its own and keeps one forwarding structure (an nft
-//! map or set, a pinned BPF slot table, a HAProxy backend's servers, a program's stdin) equal to what the profile's eligible set asks for.
+//! map or set, a pinned BPF slot table, a HAProxy backend's servers, a program's stdin) equal
+//! to what the profile's eligible set asks for.
 //!
 //! - Start: a sink checks its structure exists (a missing table or map stops the start, and
 //!   refuses a reload), then syncs from the resumed state, writing only what differs: a
