@@ -362,11 +362,10 @@ impl Sink for HaproxySink {
         let path = &self.cfg.socket;
         match std::fs::metadata(path) {
             Err(e) => {
+                let p = path.display();
                 return Err(SinkError::Missing(format!(
-                "HAProxy admin socket {}: {e}; start HAProxy with `stats socket {} level admin` in its global section",
-                path.display(),
-                path.display()
-            )))
+                    "HAProxy admin socket {p}: {e}; start HAProxy with `stats socket {p} level admin` in its global section"
+                )));
             }
             Ok(m) if !m.file_type().is_socket() => {
                 return Err(SinkError::WrongType(format!(
