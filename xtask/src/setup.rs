@@ -21,6 +21,7 @@ const PACKAGES: &[&str] = &[
     "iputils-ping",
     "procps",     // sysctl inside test namespaces
     "prometheus", // promtool: the tests lint the metrics exposition with it
+    "haproxy",    // the haproxy sink's tests drive a real HAProxy through its admin socket
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";

@@ -208,6 +208,8 @@ pub struct Endpoint {
     pub headers: Vec<Header>,
     pub subnets: Vec<IpNet>,
     pub region: Option<String>,
+    /// The HAProxy server a `haproxy` sink writes for this endpoint; None means its name.
+    pub haproxy_server: Option<String>,
 }
 
 impl Endpoint {
@@ -240,6 +242,8 @@ pub enum OnStop {
 pub enum SinkKind {
     Nftables(NftSink),
     Bpf(BpfSink),
+    Haproxy(HaproxySink),
+    Exec(ExecSink),
 }
 
 /// An nftables map (slot table) or set (eligible addresses) in the operator's ruleset; probed
@@ -285,4 +289,46 @@ pub struct BpfSink {
     /// The pin's file name under `daemon.pin_dir`/sinks/.
     pub map: String,
     pub slots: u32,
+}
+
+/// One backend of a running HAProxy, driven through its admin socket: probed sets each
+/// followed server's state and weight; servers it does not follow are left alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HaproxySink {
+    /// `stats socket PATH level admin` in haproxy.cfg; absolute.
+    pub socket: PathBuf,
+    pub backend: String,
+    /// What a server whose endpoint is not eligible is put in.
+    pub down: HaproxyDown,
+    /// Every endpoint of the profile, by name, and the server written for it (its name unless
+    /// the endpoint sets `haproxy_server`). Part of the sink's settings, so a reload that
+    /// renames a server restarts the sink.
+    pub servers: std::collections::BTreeMap<String, String>,
+}
+
+/// The state HAProxy holds a server in while its endpoint is not eligible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HaproxyDown {
+    /// No traffic at all, established sessions included once they end (`state maint`).
+    Maint,
+    /// No new sessions, except persistent ones (`state drain`).
+    Drain,
+}
+
+impl HaproxyDown {
+    pub fn name(self) -> &'static str {
+        match self {
+            HaproxyDown::Maint => "maint",
+            HaproxyDown::Drain => "drain",
+        }
+    }
+}
+
+/// A long-lived program fed one JSON line per change on its stdin (format in
+/// `sinks::exec`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExecSink {
+    /// The program (an absolute path) and its arguments; no shell is involved.
+    pub command: Vec<String>,
 }

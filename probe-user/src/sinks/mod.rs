@@ -1,6 +1,7 @@
 //! Sinks: the node's data path, told about health. Each `[[sink]]` follows the daemon's change
 //! stream for one profile on a thread of its own and keeps one forwarding structure (an nft
-//! map or set, a pinned BPF slot table) equal to what the profile's eligible set asks for.
+//! map or set, a pinned BPF slot table, a HAProxy backend's servers, a program's stdin) equal
+//! to what the profile's eligible set asks for.
 //!
 //! - Start: a sink checks its structure exists (a missing table or map stops the start, and
 //!   refuses a reload), then syncs from the resumed state, writing only what differs: a
@@ -11,6 +12,8 @@
 //!   seconds it also reads the data path back, so that someone else's edit is undone.
 //! - Stop: the structure is left as it is (fail-static), or emptied with `on_stop = "clear"`.
 pub mod bpf;
+pub mod exec;
+pub mod haproxy;
 pub mod model;
 pub mod nftables;
 pub mod slots;
@@ -100,6 +103,8 @@ pub fn open(cfg: &SinkConfig, pin_dir: &std::path::Path) -> Result<Box<dyn Sink>
     match &cfg.kind {
         SinkKind::Nftables(n) => Ok(Box::new(nftables::NftablesSink::open(n)?)),
         SinkKind::Bpf(b) => Ok(Box::new(bpf::BpfSink::open(b, pin_dir)?)),
+        SinkKind::Haproxy(h) => Ok(Box::new(haproxy::HaproxySink::open(h)?)),
+        SinkKind::Exec(e) => Ok(Box::new(exec::ExecSink::open(e)?)),
     }
 }
 

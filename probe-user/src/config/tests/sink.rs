@@ -129,3 +129,163 @@ rule!(
     with_sink(NFT_MAP) + "\n[[sink]]\n" + NFT_MAP,
     "sink[1].name"
 );
+
+// haproxy and exec sinks.
+const HAPROXY: &str =
+    "profile = \"web\"\nkind = \"haproxy\"\nsocket = \"/run/haproxy/admin.sock\"\nbackend = \"web\"\n";
+
+/// The profile `web` with two endpoints (extra keys for the first, then the second) and `sink`.
+fn two_endpoints(first: &str, second: &str, sink: &str) -> String {
+    "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\nport = 80\n\
+     [[profile.endpoint]]\naddress = \"192.0.2.1\"\n"
+        .to_string()
+        + first
+        + "\n[[profile.endpoint]]\naddress = \"192.0.2.2\"\n"
+        + second
+        + "\n[[sink]]\n"
+        + sink
+}
+
+#[test]
+fn haproxy_and_exec_sinks_resolve_with_defaults() {
+    let text = two_endpoints(
+        "name = \"b0\"\n",
+        "haproxy_server = \"web-2\"\n",
+        &(HAPROXY.to_string()
+            + "\n[[sink]]\nprofile = \"web\"\nkind = \"exec\"\ncommand = [\"/usr/local/bin/lb-feed\", \"--pool\", \"web\"]\n"),
+    );
+    let c = ok(&text);
+    assert_eq!(c.profiles[0].endpoints[1].haproxy_server.as_deref(), Some("web-2"));
+    assert_eq!(
+        c.sinks,
+        [
+            Sink {
+                name: "web".into(),
+                profile: "web".into(),
+                on_stop: OnStop::Keep,
+                kind: SinkKind::Haproxy(HaproxySink {
+                    socket: "/run/haproxy/admin.sock".into(),
+                    backend: "web".into(),
+                    down: HaproxyDown::Maint,
+                    servers: [("b0", "b0"), ("192.0.2.2:80", "web-2")]
+                        .into_iter()
+                        .map(|(e, s)| (e.to_string(), s.to_string()))
+                        .collect(),
+                }),
+            },
+            Sink {
+                name: "lb-feed".into(),
+                profile: "web".into(),
+                on_stop: OnStop::Keep,
+                kind: SinkKind::Exec(ExecSink {
+                    command: vec!["/usr/local/bin/lb-feed".into(), "--pool".into(), "web".into()],
+                }),
+            },
+        ]
+    );
+    let drain = ok(&with_sink(&(HAPROXY.to_string() + "down = \"drain\"\n")));
+    assert!(matches!(&drain.sinks[0].kind, SinkKind::Haproxy(h) if h.down == HaproxyDown::Drain));
+}
+
+rule!(
+    haproxy_socket_missing,
+    with_sink(&HAPROXY.replace("socket = \"/run/haproxy/admin.sock\"\n", "")),
+    "sink[0].socket"
+);
+rule!(
+    haproxy_socket_relative,
+    with_sink(&HAPROXY.replace("/run/haproxy/admin.sock", "run/admin.sock")),
+    "sink[0].socket"
+);
+rule!(
+    haproxy_backend_missing,
+    with_sink(&HAPROXY.replace("backend = \"web\"\n", "")),
+    "sink[0].backend"
+);
+rule!(
+    haproxy_backend_name_unsafe,
+    with_sink(&HAPROXY.replace("backend = \"web\"", "backend = \"web/b0 state maint;shutdown\"")),
+    "sink[0].backend"
+);
+rule!(
+    haproxy_down_unknown,
+    with_sink(&(HAPROXY.to_string() + "down = \"stopped\"\n")),
+    "sink[0].down"
+);
+rule!(
+    haproxy_with_an_nft_key,
+    with_sink(&(HAPROXY.to_string() + "table = \"lb\"\n")),
+    "sink[0].table"
+);
+rule!(
+    haproxy_key_on_an_nftables_sink,
+    with_sink(&(NFT_MAP.to_string() + "socket = \"/run/haproxy/admin.sock\"\n")),
+    "sink[0].socket"
+);
+rule!(
+    haproxy_server_name_unsafe,
+    cfg("lb", "", "", "haproxy_server = \"b0 state ready\""),
+    "profile[0].endpoint[0].haproxy_server"
+);
+rule!(
+    haproxy_server_wrong_type,
+    cfg("lb", "", "", "haproxy_server = 3"),
+    "profile[0].endpoint[0].haproxy_server"
+);
+// A default IPv6 name (`[2001:db8::1]:80`) has brackets, which HAProxy names cannot hold.
+rule!(
+    haproxy_endpoint_name_is_no_server_name,
+    with_sink(HAPROXY).replace("192.0.2.1", "2001:db8::1"),
+    "sink[0].profile"
+);
+rule!(
+    haproxy_two_endpoints_one_server,
+    two_endpoints("name = \"b0\"\n", "haproxy_server = \"b0\"\n", HAPROXY),
+    "sink[0].profile"
+);
+rule!(
+    haproxy_weight_beyond_256,
+    two_endpoints("weight = 300\n", "", HAPROXY),
+    "sink[0].profile"
+);
+
+#[test]
+fn haproxy_server_needs_no_sink() {
+    // The key is the endpoint's; without a haproxy sink it is simply unused.
+    let c = ok(&cfg("lb", "", "", "haproxy_server = \"web-1\""));
+    assert_eq!(c.profiles[0].endpoints[0].haproxy_server.as_deref(), Some("web-1"));
+}
+
+const EXEC: &str = "profile = \"web\"\nkind = \"exec\"\n";
+
+rule!(exec_command_missing, with_sink(EXEC), "sink[0].command");
+rule!(
+    exec_command_empty,
+    with_sink(&(EXEC.to_string() + "command = []\n")),
+    "sink[0].command"
+);
+rule!(
+    exec_program_relative,
+    with_sink(&(EXEC.to_string() + "command = [\"lb-feed\", \"-v\"]\n")),
+    "sink[0].command[0]"
+);
+rule!(
+    exec_argument_not_a_string,
+    with_sink(&(EXEC.to_string() + "command = [\"/bin/lb-feed\", 3]\n")),
+    "sink[0].command[1]"
+);
+rule!(
+    exec_with_a_haproxy_key,
+    with_sink(&(EXEC.to_string() + "command = [\"/bin/cat\"]\nbackend = \"web\"\n")),
+    "sink[0].backend"
+);
+rule!(
+    exec_default_name_unusable,
+    with_sink(&(EXEC.to_string() + "command = [\"/opt/feed.py\"]\n")),
+    "sink[0].name"
+);
+rule!(
+    sink_kind_wrong_type_is_one_error,
+    with_sink("profile = \"web\"\nkind = 3\n"),
+    "sink[0].kind"
+);

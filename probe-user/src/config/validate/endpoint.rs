@@ -9,15 +9,29 @@ use std::{
 use ipnet::IpNet;
 use toml::de::DeValue;
 
-use super::{http::headers, port_value, valid_name};
+use super::{
+    http::headers,
+    port_value,
+    sink::{haproxy_name, HAPROXY_NAME_RULE},
+    valid_name,
+};
 use crate::config::{
     model::*,
     read::{Reader, Table},
 };
 use crate::status::{select::WORLD_REGION, AdminState, Routing};
 
-const ENDPOINT_KEYS: [&str; 9] = [
-    "name", "address", "port", "weight", "priority", "state", "headers", "subnets", "region",
+const ENDPOINT_KEYS: [&str; 10] = [
+    "name",
+    "address",
+    "port",
+    "weight",
+    "priority",
+    "state",
+    "headers",
+    "subnets",
+    "region",
+    "haproxy_server",
 ];
 
 pub(super) fn endpoints(
@@ -85,6 +99,7 @@ fn endpoint(
     let subnets = subnets(r, &t, routing, index, taken);
     let region = region(r, &t, routing, taken);
     let name = name(r, &t, address, port, taken);
+    let haproxy_server = haproxy_server(r, &t);
     (r.errors.len() == before).then_some(())?;
     Some(Endpoint {
         name: name?,
@@ -96,7 +111,21 @@ fn endpoint(
         headers,
         subnets: subnets?,
         region: region?,
+        haproxy_server,
     })
+}
+
+/// The HAProxy server name a `haproxy` sink writes for this endpoint. Checked here for its
+/// alphabet (it is spliced into admin socket commands); whether it collides with another
+/// endpoint's server is the sink's rule, since only a sink gives it a meaning.
+fn haproxy_server(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<String> {
+    let item = r.string(t, "haproxy_server")?;
+    if haproxy_name(&item.v) {
+        Some(item.v)
+    } else {
+        r.bad(&item, HAPROXY_NAME_RULE);
+        None
+    }
 }
 
 fn address(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<IpAddr> {

@@ -71,7 +71,7 @@ fn read_config(r: &mut Reader<'_>, root: &toml::Spanned<DeValue<'_>>) -> Option<
             ),
         }
     }
-    let sinks = sink::sinks(r, Reader::get(&top, "sink"), &names);
+    let sinks = sink::sinks(r, Reader::get(&top, "sink"), &names, &profiles);
     name_profiles(&mut r.errors, &names);
     Some(Config {
         daemon: daemon?,

@@ -12,16 +12,21 @@ use crate::{
     sinks::slots::{DEFAULT_SLOTS, MAX_SLOTS},
 };
 
-const SINK_KEYS: [&str; 9] = [
-    "name", "profile", "kind", "on_stop", "family", "table", "map", "set", "slots",
+const SINK_KEYS: [&str; 13] = [
+    "name", "profile", "kind", "on_stop", "family", "table", "map", "set", "slots", "socket", "backend", "down",
+    "command",
 ];
-const KINDS: &str = "nftables or bpf";
+const KINDS: &str = "nftables, bpf, haproxy or exec";
+/// The keys of the haproxy and exec kinds, refused on any other kind.
+const HAPROXY_KEYS: [&str; 3] = ["socket", "backend", "down"];
+const EXEC_KEYS: [&str; 1] = ["command"];
 
 /// Every `[[sink]]`, checked against the profiles that exist.
 pub(super) fn sinks(
     r: &mut Reader<'_>,
     list: Option<&toml::Spanned<DeValue<'_>>>,
     profiles: &[Option<String>],
+    resolved: &[Option<Profile>],
 ) -> Option<Vec<Sink>> {
     let Some(list) = list else {
         return Some(Vec::new());
@@ -39,7 +44,7 @@ pub(super) fn sinks(
     let mut out = Vec::new();
     let mut ok = true;
     for (i, item) in items.iter().enumerate() {
-        match sink(r, item, i, profiles, &mut names) {
+        match sink(r, item, i, (profiles, resolved), &mut names) {
             Some(s) => out.push(s),
             None => ok = false,
         }
@@ -51,21 +56,22 @@ fn sink(
     r: &mut Reader<'_>,
     v: &toml::Spanned<DeValue<'_>>,
     index: usize,
-    profiles: &[Option<String>],
+    (profiles, resolved): (&[Option<String>], &[Option<Profile>]),
     names: &mut HashSet<String>,
 ) -> Option<Sink> {
     let t = r.table(v, format!("sink[{index}]"), &SINK_KEYS)?;
-    let profile = match r.string(&t, "profile") {
+    let profile_item = r.string(&t, "profile");
+    let profile = match &profile_item {
         None => {
             r.missing(&t, "profile", "every sink follows one profile: set profile = \"NAME\"");
             None
         }
         Some(item) if !profiles.iter().flatten().any(|p| *p == item.v) => {
             let known: Vec<&str> = profiles.iter().flatten().map(String::as_str).collect();
-            r.bad(&item, format!("no profile has this name; profiles: {}", list(&known)));
+            r.bad(item, format!("no profile has this name; profiles: {}", list(&known)));
             None
         }
-        Some(item) => Some(item.v),
+        Some(item) => Some(item.v.clone()),
     };
     let on_stop = match r.string(&t, "on_stop") {
         None => Some(OnStop::Keep),
@@ -78,7 +84,10 @@ fn sink(
             }
         },
     };
-    let (kind, default_name) = match r.string(&t, "kind") {
+    let kind_item = r.string(&t, "kind");
+    let (kind, default_name) = match kind_item.clone() {
+        // A wrong-typed kind is already reported; it is not also missing.
+        None if Reader::get(&t, "kind").is_some() => (None, None),
         None => {
             r.missing(&t, "kind", format!("every sink needs a kind: {KINDS}"));
             (None, None)
@@ -86,12 +95,23 @@ fn sink(
         Some(item) => match item.v.as_str() {
             "nftables" => nftables(r, &t),
             "bpf" => bpf(r, &t),
+            "haproxy" => {
+                // The endpoints of the profile, once it read well, name the servers.
+                let endpoints = profile_item
+                    .as_ref()
+                    .and_then(|p| resolved.iter().flatten().find(|r| r.name == p.v).map(|r| (p, r)));
+                haproxy(r, &t, endpoints)
+            }
+            "exec" => exec(r, &t),
             _ => {
                 r.bad(&item, format!("expected {KINDS}"));
                 (None, None)
             }
         },
     };
+    if let Some(item) = &kind_item {
+        foreign_keys(r, &t, &item.v);
+    }
     let name = match r.string(&t, "name") {
         Some(item) if !ident(&item.v) => {
             r.bad(&item, IDENT_RULE);
@@ -108,6 +128,14 @@ fn sink(
                     &t,
                     "name",
                     format!("another sink is also called {n:?}: give each a name"),
+                );
+                None
+            }
+            None if kind.is_some() => {
+                r.missing(
+                    &t,
+                    "name",
+                    format!("this sink's default name would not be a sink name ({IDENT_RULE}): set name"),
                 );
                 None
             }
@@ -229,6 +257,213 @@ fn slots(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<u32> {
     }
 }
 
+/// The keys only haproxy or exec sinks take, on a sink of another kind.
+fn foreign_keys(r: &mut Reader<'_>, t: &Table<'_, '_>, kind: &str) {
+    for (owner, keys) in [("haproxy", &HAPROXY_KEYS[..]), ("exec", &EXEC_KEYS[..])] {
+        if kind == owner {
+            continue;
+        }
+        for key in keys {
+            if let Some(v) = Reader::get(t, key) {
+                let shown = crate::config::read::show(v.get_ref());
+                r.error(
+                    v.span(),
+                    &t.child(key),
+                    Some(shown),
+                    format!("{key} applies to {owner} sinks"),
+                );
+            }
+        }
+    }
+}
+
+/// The nftables and bpf keys, on a haproxy or exec sink.
+fn refuse_nft_keys(r: &mut Reader<'_>, t: &Table<'_, '_>, kind: &str) {
+    for key in ["family", "table", "map", "set", "slots"] {
+        if let Some(v) = Reader::get(t, key) {
+            let shown = crate::config::read::show(v.get_ref());
+            r.error(
+                v.span(),
+                &t.child(key),
+                Some(shown),
+                format!("{key} applies to nftables and bpf sinks, not {kind}"),
+            );
+        }
+    }
+}
+
+/// HAProxy weights go from 0 to 256; probed's from 1 to 1000.
+const HAPROXY_MAX_WEIGHT: u32 = 256;
+
+/// `kind = "haproxy"`, and its default name (the backend's, when it is a valid sink name).
+/// `endpoints` is the followed profile (with the item naming it), when it read well.
+fn haproxy(
+    r: &mut Reader<'_>,
+    t: &Table<'_, '_>,
+    endpoints: Option<(&Item<String>, &Profile)>,
+) -> (Option<SinkKind>, Option<String>) {
+    refuse_nft_keys(r, t, "haproxy");
+    let socket = match r.string(t, "socket") {
+        None => {
+            r.missing(
+                t,
+                "socket",
+                "a haproxy sink needs socket = \"/path\", HAProxy's `stats socket PATH level admin`",
+            );
+            None
+        }
+        Some(item) if !item.v.starts_with('/') || item.v.contains('\0') => {
+            r.bad(&item, "expected an absolute path (the `stats socket` of haproxy.cfg)");
+            None
+        }
+        Some(item) => Some(std::path::PathBuf::from(item.v)),
+    };
+    let backend = match r.string(t, "backend") {
+        None => {
+            r.missing(
+                t,
+                "backend",
+                "a haproxy sink needs backend = \"NAME\", the backend whose servers it sets",
+            );
+            None
+        }
+        Some(item) if !haproxy_name(&item.v) => {
+            r.bad(&item, HAPROXY_NAME_RULE);
+            None
+        }
+        Some(item) => Some(item.v),
+    };
+    let down = match r.string(t, "down") {
+        None => Some(HaproxyDown::Maint),
+        Some(item) => match item.v.as_str() {
+            "maint" => Some(HaproxyDown::Maint),
+            "drain" => Some(HaproxyDown::Drain),
+            _ => {
+                r.bad(
+                    &item,
+                    "expected maint (no traffic) or drain (no new sessions but persistent ones)",
+                );
+                None
+            }
+        },
+    };
+    let servers = endpoints.and_then(|(item, profile)| haproxy_servers(r, item, profile));
+    let name = backend.clone().filter(|b| ident(b));
+    let kind = socket
+        .zip(backend)
+        .zip(down)
+        .zip(servers)
+        .map(|(((socket, backend), down), servers)| {
+            SinkKind::Haproxy(HaproxySink {
+                socket,
+                backend,
+                down,
+                servers,
+            })
+        });
+    (kind, name)
+}
+
+/// Every endpoint of `profile` and the server written for it; each server must be a name
+/// HAProxy takes, written for one endpoint only, and every weight one HAProxy can hold.
+fn haproxy_servers(
+    r: &mut Reader<'_>,
+    item: &Item<String>,
+    profile: &Profile,
+) -> Option<std::collections::BTreeMap<String, String>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut by_server: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    let mut ok = true;
+    for ep in &profile.endpoints {
+        let server = ep.haproxy_server.as_deref().unwrap_or(&ep.name);
+        if !haproxy_name(server) {
+            r.bad(
+                item,
+                format!(
+                    "endpoint {:?} of this profile would be HAProxy server {server:?}, which is not a \
+                     server name ({HAPROXY_NAME_RULE}); set haproxy_server on it",
+                    ep.name
+                ),
+            );
+            ok = false;
+        } else if let Some(other) = by_server.insert(server, &ep.name) {
+            r.bad(
+                item,
+                format!(
+                    "endpoints {other:?} and {:?} of this profile both name HAProxy server {server:?}; \
+                     each server follows one endpoint",
+                    ep.name
+                ),
+            );
+            ok = false;
+        }
+        if ep.weight > HAPROXY_MAX_WEIGHT {
+            r.bad(
+                item,
+                format!(
+                    "endpoint {:?} of this profile has weight {}; HAProxy weights go up to {HAPROXY_MAX_WEIGHT}",
+                    ep.name, ep.weight
+                ),
+            );
+            ok = false;
+        }
+        out.insert(ep.name.clone(), server.to_string());
+    }
+    ok.then_some(out)
+}
+
+/// `kind = "exec"`, and its default name (the program's file name, when it is a valid one).
+fn exec(r: &mut Reader<'_>, t: &Table<'_, '_>) -> (Option<SinkKind>, Option<String>) {
+    refuse_nft_keys(r, t, "exec");
+    let Some(list) = r.strings(t, "command") else {
+        if Reader::get(t, "command").is_none() {
+            r.missing(
+                t,
+                "command",
+                "an exec sink needs command = [\"/path/to/program\", \"arg\", ...]",
+            );
+        }
+        return (None, None);
+    };
+    let Some(program) = list.v.first() else {
+        r.bad(&list, "expected the program's absolute path, then its arguments");
+        return (None, None);
+    };
+    let mut ok = true;
+    if !program.v.starts_with('/') {
+        r.bad(
+            program,
+            "expected an absolute path: no shell and no PATH search are involved",
+        );
+        ok = false;
+    }
+    for arg in &list.v {
+        if arg.v.contains('\0') {
+            r.bad(arg, "a program argument cannot hold a NUL byte");
+            ok = false;
+        }
+    }
+    if !ok || list.v.len() != list_len(t) {
+        return (None, None);
+    }
+    let name = std::path::Path::new(&program.v)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| ident(n))
+        .map(str::to_string);
+    let command = list.v.into_iter().map(|i| i.v).collect();
+    (Some(SinkKind::Exec(ExecSink { command })), name)
+}
+
+/// How many values `command` holds as written (a wrong-typed one is reported by `strings`,
+/// which leaves it out of its list).
+fn list_len(t: &Table<'_, '_>) -> usize {
+    match Reader::get(t, "command").map(toml::Spanned::get_ref) {
+        Some(DeValue::Array(a)) => a.len(),
+        _ => 1,
+    }
+}
+
 const IDENT_RULE: &str = "expected 1-63 letters, digits, '_' or '-', starting with a letter";
 
 /// nftables and pin names: no quoting, no path separators, nothing a script could misread.
@@ -236,6 +471,16 @@ fn ident(s: &str) -> bool {
     (1..=63).contains(&s.len())
         && s.starts_with(|c: char| c.is_ascii_alphabetic())
         && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// What HAProxy takes in a backend or server name (its identifier alphabet), kept to what
+/// cannot break an admin socket command line: no spaces, ';', '/' or quotes.
+pub(super) const HAPROXY_NAME_RULE: &str = "expected 1-63 letters, digits, '-', '_', '.' or ':'";
+
+pub(super) fn haproxy_name(s: &str) -> bool {
+    (1..=63).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
 }
 
 fn named(r: &mut Reader<'_>, item: &Item<String>) -> Option<String> {
