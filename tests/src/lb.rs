@@ -88,7 +88,7 @@ pub fn bracket(a: &str) -> String {
 
 /// `n` short connections from the client to the VIP; how many succeeded.
 pub fn connect_many(client: &Netns, vip: &str, n: usize) -> usize {
-    connect_within(client, vip, n, Duration::from_millis(500))
+    connect_within(client, vip, n, Duration::from_secs(2))
 }
 
 /// As `connect_many`, each attempt given up after `timeout`.

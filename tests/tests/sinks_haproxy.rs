@@ -1,5 +1,5 @@
 //! The haproxy sink with a real HAProxy (Debian's) in the load balancer's namespace, its
-//! configuration and probed's taken verbatim from docs/sinks-haproxy-exec.md: a client's
+//! configuration and probed's taken verbatim from docs/operations.md (Sinks, HAProxy): a client's
 //! connections through HAProxy reach all three backends; one backend dropped is put in maint
 //! after its fail window and gets no new connection; HAProxy restarted (every server back to
 //! `ready`) is set right by probed's next read-back; the backend restored comes back. And a
@@ -26,7 +26,6 @@ use probed_tests::{
 };
 
 const HAPROXY_BIN: &str = "/usr/sbin/haproxy";
-const DOC: &str = include_str!("../../docs/sinks-haproxy-exec.md");
 /// The socket path the document's examples use; the test puts its own in its place.
 const DOC_SOCKET: &str = "/run/haproxy/admin.sock";
 const VIP: &str = "198.18.100.100";
@@ -35,15 +34,12 @@ const BACKENDS: [&str; 3] = ["198.18.0.2", "198.18.0.3", "198.18.0.4"];
 /// counted at the backends from the LB's first address are HAProxy's alone.
 const PROBE_SOURCE: &str = "198.18.0.50";
 
-/// The first fenced block of `lang` in the document.
-fn doc_block(lang: &str) -> String {
-    let start = DOC
-        .find(&format!("```{lang}\n"))
-        .unwrap_or_else(|| panic!("no ```{lang} block in docs/sinks-haproxy-exec.md"))
-        + lang.len()
-        + 4;
-    let len = DOC[start..].find("```").expect("the block ends");
-    DOC[start..start + len].to_string()
+/// The documented blocks: HAProxy's configuration and probed's sink.
+fn doc_block(which: &str) -> String {
+    probed_tests::lb::doc_block(match which {
+        "haproxy" => "haproxy-cfg",
+        _ => "haproxy-sink",
+    })
 }
 
 /// HAProxy in the foreground (`-db`) inside a namespace, on a config in a temporary directory;

@@ -34,7 +34,9 @@ use model::ProfileModel;
 /// A sink reads its structure back this often, and after every failed sync.
 const VERIFY_EVERY: Duration = Duration::from_secs(5);
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Capped at the read-back interval: a structure that comes back (HAProxy restarted after a
+/// long outage) is found within seconds either way.
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SinkError {

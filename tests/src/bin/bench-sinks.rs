@@ -146,7 +146,8 @@ fn main() {
     let ns = Netns::new("pbs");
     ns.nft(
         "table ip lb {\n\
-         \tmap web_slots { typeof numgen inc mod 65536 : ip daddr; }\n\
+         \tmap web_slots64 { typeof numgen inc mod 64 : ip daddr; }\n\
+         \tmap web_slots65536 { typeof numgen inc mod 65536 : ip daddr; }\n\
          \tset web_up { typeof ip daddr; }\n\
          }\n",
     );
@@ -168,28 +169,30 @@ fn main() {
     println!("| sink | backends | K | rounds | p50 | p99 | max | `nft -f` p50 | ratio p50 |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (backends, k, rounds) in [(1_000usize, 1usize, 200usize), (1_000, 100, 50), (20_000, 10_000, 10)] {
+        let nft_map = |slots: u32| {
+            sink(
+                "map",
+                nft(NftTarget::Map {
+                    name: format!("web_slots{slots}"),
+                    slots,
+                }),
+            )
+        };
+        let bpf = |slots: u32| {
+            sink(
+                "bpf",
+                SinkKind::Bpf(BpfSink {
+                    map: format!("bench{slots}"),
+                    slots,
+                }),
+            )
+        };
         let kinds = [
             ("nft set", sink("set", nft(NftTarget::Set { name: "web_up".into() }))),
-            (
-                "nft map, 65,536 slots",
-                sink(
-                    "map",
-                    nft(NftTarget::Map {
-                        name: "web_slots".into(),
-                        slots: 65_536,
-                    }),
-                ),
-            ),
-            (
-                "bpf table, 65,536 slots",
-                sink(
-                    "bpf",
-                    SinkKind::Bpf(BpfSink {
-                        map: "bench".into(),
-                        slots: 65_536,
-                    }),
-                ),
-            ),
+            ("nft map, 64 slots", nft_map(64)),
+            ("nft map, 65,536 slots", nft_map(65_536)),
+            ("bpf table, 64 slots", bpf(64)),
+            ("bpf table, 65,536 slots", bpf(65_536)),
         ];
         let script = nft_script(&ns, k, rounds.min(20) / 2 * 2);
         for (label, cfg) in kinds {
