@@ -124,10 +124,10 @@ pub fn rebalance_held(held: &[Option<usize>], backends: &[Candidate<'_>], slots:
         }
     }
     // Free slots: Maglev's choice where it is below its share.
-    for s in 0..n {
-        if let (None, Some(b)) = (table[s], target.get(s).copied().flatten()) {
+    for (slot, want) in table.iter_mut().zip(target.iter()) {
+        if let (None, Some(b)) = (*slot, *want) {
             if count[b] < quota[b] {
-                table[s] = Some(b);
+                *slot = Some(b);
                 count[b] += 1;
             }
         }
