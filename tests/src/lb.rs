@@ -169,3 +169,50 @@ pub fn doc_block(name: &str) -> String {
         .1;
     body.split_once("```").expect("a closed block").0.to_string()
 }
+
+/// More backend addresses on the backend's veth (IPv4 /24 or IPv6 /64), each with a static
+/// neighbour entry on the prober's side, so the LB node reaches them without ARP or ND.
+pub fn add_backends(topo: &crate::Topology, addrs: &[&str]) {
+    let mac = topo.backend.mac(crate::topo::BACKEND_IF);
+    for a in addrs {
+        if a.contains(':') {
+            topo.backend.ip(&[
+                "-6",
+                "addr",
+                "add",
+                &format!("{a}/64"),
+                "dev",
+                crate::topo::BACKEND_IF,
+                "nodad",
+            ]);
+        } else {
+            topo.backend
+                .ip(&["addr", "add", &format!("{a}/24"), "dev", crate::topo::BACKEND_IF]);
+        }
+        topo.prober.ip(&[
+            "neigh",
+            "replace",
+            a,
+            "lladdr",
+            &mac,
+            "dev",
+            crate::topo::PROBER_IF,
+            "nud",
+            "permanent",
+        ]);
+    }
+}
+
+/// Drops everything sent to port 80 of `backend` in the backend's namespace (its health
+/// checks time out) until `restore`.
+pub fn go_dark(ns: &Netns, backend: &str) {
+    let family = if backend.contains(':') { "ip6" } else { "ip" };
+    ns.nft(&format!(
+        "table inet dark {{\n chain input {{\n type filter hook input priority 0;\n {family} daddr {backend} tcp dport 80 drop\n }}\n}}\n"
+    ));
+}
+
+/// Undoes `go_dark`.
+pub fn restore(ns: &Netns) {
+    ns.exec("nft", &["delete", "table", "inet", "dark"]);
+}

@@ -9,7 +9,7 @@ use probe_common::slots::{SlotBackend, SlotControl, SLOT_ABI_VERSION};
 use probed::status::EndpointStatus as S;
 use probed_tests::{
     daemon::{DaemonFiles, RunningDaemon},
-    lb::{count_ruleset, doc_block, send_syns, syns, wait_until, Backend, SlotLb},
+    lb::{add_backends, count_ruleset, doc_block, go_dark, restore, send_syns, syns, wait_until, Backend, SlotLb},
     topo::*,
 };
 
@@ -36,21 +36,7 @@ fn table(paths: &(std::path::PathBuf, std::path::PathBuf)) -> (SlotControl, BTre
 fn an_xdp_load_balancer_forwards_through_the_pinned_slot_table() {
     let topo = Topology::new();
     let client = topo.client();
-    let mac = topo.backend.mac(BACKEND_IF);
-    for b in &BACKENDS[1..] {
-        topo.backend.ip(&["addr", "add", &format!("{b}/24"), "dev", BACKEND_IF]);
-        topo.prober.ip(&[
-            "neigh",
-            "replace",
-            b,
-            "lladdr",
-            &mac,
-            "dev",
-            PROBER_IF,
-            "nud",
-            "permanent",
-        ]);
-    }
+    add_backends(&topo, &BACKENDS[1..]);
     let _servers: Vec<Backend> = BACKENDS.iter().map(|b| Backend::start(&topo.backend, b)).collect();
     topo.backend.nft(&count_ruleset(&BACKENDS));
     let files = DaemonFiles::new();
@@ -91,10 +77,7 @@ fn an_xdp_load_balancer_forwards_through_the_pinned_slot_table() {
     }
 
     // b1 fails: after its fail window the live half no longer names it, nothing else moved.
-    topo.backend.nft(&format!(
-        "table inet dark {{\n chain input {{\n type filter hook input priority 0;\n ip daddr {} tcp dport 80 drop\n }}\n}}\n",
-        BACKENDS[1]
-    ));
+    go_dark(&topo.backend, BACKENDS[1]);
     daemon.wait_status("web", "b1", S::Degraded, Duration::from_secs(3));
     wait_until("b1 leaves the table", Duration::from_secs(1), || {
         !table(&paths).1.values().any(|v| v.to_string() == BACKENDS[1])
@@ -118,7 +101,7 @@ fn an_xdp_load_balancer_forwards_through_the_pinned_slot_table() {
     assert!(others_after >= others + 150, "the other two take every flow");
 
     // Back after its success window.
-    topo.backend.exec("nft", &["delete", "table", "inet", "dark"]);
+    restore(&topo.backend);
     daemon.wait_status("web", "b1", S::Online, Duration::from_secs(3));
     wait_until("b1 returns to the table", Duration::from_secs(1), || {
         table(&paths).1.values().any(|v| v.to_string() == BACKENDS[1])

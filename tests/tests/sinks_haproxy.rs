@@ -6,20 +6,17 @@
 //! sink whose socket or backend is missing stops the start with a clear error.
 use std::{
     io::{Read, Write},
-    net::{SocketAddr, TcpListener, TcpStream},
+    net::{SocketAddr, TcpStream},
     os::unix::net::UnixStream,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
-    },
     time::{Duration, Instant},
 };
 
 use probed::status::EndpointStatus as S;
 use probed_tests::{
     daemon::{DaemonFiles, RunningDaemon},
+    lb::{add_backends, go_dark, restore, Backend},
     servers::counted_packets,
     topo::*,
     unique_name, Netns,
@@ -150,42 +147,6 @@ impl Drop for Haproxy {
     }
 }
 
-/// Accepts and closes connections on the backend's port 80 until dropped.
-struct Backend {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Backend {
-    fn start(ns: &Netns, addr: &str) -> Backend {
-        let listener: TcpListener = ns.tcp_listen(&format!("{addr}:80"));
-        listener.set_nonblocking(true).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((s, _)) => drop(s),
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        });
-        Backend {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// Counts the SYNs HAProxy sends each backend (before anything there can drop them).
 fn count_ruleset() -> String {
     let rules: String = BACKENDS
@@ -255,21 +216,7 @@ fn lb_topology() -> (Topology, Netns) {
         "nud",
         "permanent",
     ]);
-    let backend_mac = topo.backend.mac(BACKEND_IF);
-    for b in &BACKENDS[1..] {
-        topo.backend.ip(&["addr", "add", &format!("{b}/24"), "dev", BACKEND_IF]);
-        topo.prober.ip(&[
-            "neigh",
-            "replace",
-            b,
-            "lladdr",
-            &backend_mac,
-            "dev",
-            PROBER_IF,
-            "nud",
-            "permanent",
-        ]);
-    }
+    add_backends(&topo, &BACKENDS[1..]);
     topo.backend.nft(&count_ruleset());
     (topo, client)
 }
@@ -295,10 +242,7 @@ fn haproxy_puts_a_failed_server_in_maint_reconciles_after_a_restart_and_brings_i
     }
 
     // b1 goes dark: after its fail window probed puts it in maint.
-    topo.backend.nft(&format!(
-        "table inet dark {{\n chain input {{\n type filter hook input priority 0;\n ip daddr {} tcp dport 80 drop\n }}\n}}\n",
-        BACKENDS[1]
-    ));
+    go_dark(&topo.backend, BACKENDS[1]);
     daemon.wait_status("web", "b1", S::Degraded, Duration::from_secs(3));
     wait_until("b1 is in maint", Duration::from_secs(1), || {
         haproxy.state("b1") == "maint"
@@ -333,7 +277,7 @@ fn haproxy_puts_a_failed_server_in_maint_reconciles_after_a_restart_and_brings_i
     assert!(sinks[0]["drift_total"].as_u64() >= Some(1), "{sinks}");
 
     // b1 answers again: after its success window it is ready and gets traffic.
-    topo.backend.exec("nft", &["delete", "table", "inet", "dark"]);
+    restore(&topo.backend);
     daemon.wait_status("web", "b1", S::Online, Duration::from_secs(3));
     wait_until("b1 is ready", Duration::from_secs(1), || haproxy.state("b1") == "ready");
     let back_before = syns(&topo.backend, BACKENDS[1]);

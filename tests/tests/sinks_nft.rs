@@ -9,7 +9,7 @@ use std::{collections::BTreeMap, time::Duration};
 use probed::status::EndpointStatus as S;
 use probed_tests::{
     daemon::{DaemonFiles, RunningDaemon},
-    lb::{connect_many, count_ruleset, doc_block, syns, wait_until, Backend},
+    lb::{add_backends, connect_many, count_ruleset, doc_block, go_dark, restore, syns, wait_until, Backend},
     topo::*,
     Netns,
 };
@@ -76,26 +76,7 @@ fn failover(v6: bool) {
     } else {
         (BACKENDS_V4, VIP_V4, "ip", "lb", "web_slots", map_sink_v4())
     };
-    for b in &backends[1..] {
-        if v6 {
-            topo.backend
-                .ip(&["-6", "addr", "add", &format!("{b}/64"), "dev", BACKEND_IF, "nodad"]);
-        } else {
-            topo.backend.ip(&["addr", "add", &format!("{b}/24"), "dev", BACKEND_IF]);
-        }
-        let mac = topo.backend.mac(BACKEND_IF);
-        topo.prober.ip(&[
-            "neigh",
-            "replace",
-            b,
-            "lladdr",
-            &mac,
-            "dev",
-            PROBER_IF,
-            "nud",
-            "permanent",
-        ]);
-    }
+    add_backends(&topo, &backends[1..]);
     let _servers: Vec<Backend> = backends.iter().map(|b| Backend::start(&topo.backend, b)).collect();
     topo.prober.nft(&if v6 { lb_ruleset_v6() } else { lb_ruleset_v4() });
     topo.backend.nft(&count_ruleset(&backends));
@@ -128,11 +109,7 @@ fn failover(v6: bool) {
     }
 
     // b1 goes dark: after its fail window (2 x 100 ms timeouts + 100 ms) it leaves the map.
-    topo.backend.nft(&format!(
-        "table inet dark {{\n chain input {{\n type filter hook input priority 0;\n {} daddr {} tcp dport 80 drop\n }}\n}}\n",
-        if v6 { "ip6" } else { "ip" },
-        backends[1]
-    ));
+    go_dark(&topo.backend, backends[1]);
     daemon.wait_status("web", "b1", S::Degraded, Duration::from_secs(3));
     wait_until("b1 leaves the map", Duration::from_secs(1), || {
         !slots(&topo.prober, family, table, map)
@@ -158,7 +135,7 @@ fn failover(v6: bool) {
     );
 
     // Back: after its success window it is in the map again, with its old share.
-    topo.backend.exec("nft", &["delete", "table", "inet", "dark"]);
+    restore(&topo.backend);
     daemon.wait_status("web", "b1", S::Online, Duration::from_secs(3));
     wait_until("b1 returns to the map", Duration::from_secs(1), || {
         slots(&topo.prober, family, table, map)
@@ -179,6 +156,10 @@ fn failover(v6: bool) {
     let sinks = daemon.get("/v1/sinks");
     assert_eq!(sinks[0]["in_sync"], true, "{sinks}");
     assert_eq!(sinks[0]["entries"], 64, "{sinks}");
+    // The profile's status names the sinks that follow it.
+    let web = daemon.get("/v1/status/web");
+    assert_eq!(web["sinks"][0]["name"], sinks[0]["name"], "{web}");
+    assert_eq!(web["sinks"][0]["in_sync"], true, "{web}");
     daemon.stop();
     // Stopping is fail-static: the map keeps the last eligible set.
     assert_eq!(slots(&topo.prober, family, table, map), back);

@@ -88,6 +88,9 @@ pub struct ProfileView {
     /// Every eligible endpoint is Degraded, so all of them answer.
     pub fail_open: bool,
     pub endpoints: Vec<EndpointView>,
+    /// The sinks that follow this profile: generation applied, in sync, last error.
+    #[serde(default)]
+    pub sinks: Vec<crate::sinks::SinkView>,
 }
 
 /// The answer to a selection query.

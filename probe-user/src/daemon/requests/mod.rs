@@ -15,7 +15,8 @@ impl Runner {
         self.metrics.flush(&self.table.profiles);
         match cmd {
             Command::Status(profile, reply) => {
-                let _ = reply.send(status::profiles(&self.table, profile.as_deref()));
+                let sinks: Vec<_> = self.sinks.iter().map(crate::sinks::Running::view).collect();
+                let _ = reply.send(status::profiles(&self.table, &sinks, profile.as_deref()));
             }
             Command::Endpoint(p, e, reply) => {
                 let _ = reply.send(status::endpoint(&self.table, &p, &e));

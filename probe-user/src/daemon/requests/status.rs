@@ -7,17 +7,22 @@ use crate::{
         views::{EndpointView, ProfileView, Windows},
     },
     health::{fail_window, success_window},
+    sinks::SinkView,
 };
 
 /// Every profile, or the one named.
-pub(super) fn profiles(table: &Table, profile: Option<&str>) -> Result<Vec<ProfileView>, RequestError> {
+pub(super) fn profiles(
+    table: &Table,
+    sinks: &[SinkView],
+    profile: Option<&str>,
+) -> Result<Vec<ProfileView>, RequestError> {
     match profile {
-        None => Ok(table.profiles.iter().map(|p| profile_view(table, p)).collect()),
+        None => Ok(table.profiles.iter().map(|p| profile_view(table, sinks, p)).collect()),
         Some(name) => {
             let (_, p) = table
                 .profile(name)
                 .ok_or_else(|| RequestError::NoProfile(name.into()))?;
-            Ok(vec![profile_view(table, p)])
+            Ok(vec![profile_view(table, sinks, p)])
         }
     }
 }
@@ -37,7 +42,7 @@ pub(super) fn find(table: &Table, profile: &str, endpoint: &str) -> Result<Owner
     })
 }
 
-fn profile_view(table: &Table, p: &ProfileEntry) -> ProfileView {
+fn profile_view(table: &Table, sinks: &[SinkView], p: &ProfileEntry) -> ProfileView {
     ProfileView {
         name: p.cfg.name.clone(),
         enabled: p.cfg.enabled,
@@ -46,6 +51,7 @@ fn profile_view(table: &Table, p: &ProfileEntry) -> ProfileView {
         status: p.status,
         fail_open: p.fail_open,
         endpoints: p.owners.iter().map(|id| endpoint_view(table, *id)).collect(),
+        sinks: sinks.iter().filter(|s| s.profile == p.cfg.name).cloned().collect(),
     }
 }
 
