@@ -58,27 +58,14 @@ impl ProfileModel {
 mod tests {
     use super::*;
     use crate::{
-        config::Protocol,
         daemon::changes::{ChangeKind, EndpointChange},
-        status::{AdminState, EndpointStatus, Health},
+        status::Health,
     };
 
     fn state(last: u8, eligible: bool) -> EndpointState {
-        EndpointState {
-            address: format!("198.18.1.{last}").parse().unwrap(),
-            port: 80,
-            protocol: Protocol::Tcp,
-            weight: 1,
-            priority: 1,
-            admin: AdminState::Enabled,
-            health: Health::Healthy,
-            status: if eligible {
-                EndpointStatus::Online
-            } else {
-                EndpointStatus::Degraded
-            },
-            eligible,
-        }
+        let mut s = EndpointState::tcp(format!("198.18.1.{last}").parse().unwrap(), 80, eligible);
+        s.health = Health::Healthy;
+        s
     }
 
     fn change(seq: u64, profile: &str, name: &str, s: EndpointState, removed: bool) -> Change {

@@ -17,10 +17,9 @@ use std::{
 };
 
 use probed::{
-    config::{BpfSink, NftFamily, NftSink, NftTarget, OnStop, Protocol, Sink, SinkKind},
+    config::{BpfSink, NftFamily, NftSink, NftTarget, OnStop, Sink, SinkKind},
     daemon::changes::{Bus, Change, ChangeKind, EndpointChange, EndpointState, Snapshot},
     sinks::{self, slots, Running},
-    status::{AdminState, EndpointStatus, Health},
 };
 use probed_tests::{Netns, TestPins};
 
@@ -29,21 +28,7 @@ fn backend(i: usize) -> IpAddr {
 }
 
 fn state(i: usize, eligible: bool) -> EndpointState {
-    EndpointState {
-        address: backend(i),
-        port: 80,
-        protocol: Protocol::Tcp,
-        weight: 1,
-        priority: 1,
-        admin: AdminState::Enabled,
-        health: if eligible { Health::Healthy } else { Health::Unhealthy },
-        status: if eligible {
-            EndpointStatus::Online
-        } else {
-            EndpointStatus::Degraded
-        },
-        eligible,
-    }
+    EndpointState::tcp(backend(i), 80, eligible)
 }
 
 fn percentile(sorted: &[Duration], q: f64) -> Duration {

@@ -68,6 +68,28 @@ pub struct EndpointState {
     pub eligible: bool,
 }
 
+impl EndpointState {
+    /// An enabled TCP endpoint of weight 1 whose checks pass (Healthy, Online, eligible) or
+    /// fail (Unhealthy, Degraded, not eligible): the usual fixture of tests and benchmarks.
+    pub fn tcp(address: IpAddr, port: u16, passing: bool) -> Self {
+        EndpointState {
+            address,
+            port,
+            protocol: Protocol::Tcp,
+            weight: 1,
+            priority: 1,
+            admin: AdminState::Enabled,
+            health: if passing { Health::Healthy } else { Health::Unhealthy },
+            status: if passing {
+                EndpointStatus::Online
+            } else {
+                EndpointStatus::Degraded
+            },
+            eligible: passing,
+        }
+    }
+}
+
 /// One probe of the run that decided a health change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {

@@ -2,17 +2,10 @@
 use super::*;
 
 fn state(status: EndpointStatus) -> EndpointState {
-    EndpointState {
-        address: "198.18.0.1".parse().unwrap(),
-        port: 80,
-        protocol: Protocol::Tcp,
-        weight: 1,
-        priority: 1,
-        admin: AdminState::Enabled,
-        health: Health::Healthy,
-        status,
-        eligible: status == EndpointStatus::Online,
-    }
+    let mut s = EndpointState::tcp("198.18.0.1".parse().unwrap(), 80, true);
+    s.status = status;
+    s.eligible = status == EndpointStatus::Online;
+    s
 }
 
 fn change(bus: &mut Bus, endpoint: &str, from: EndpointStatus, to: EndpointStatus) -> Change {

@@ -3,27 +3,9 @@
 use std::path::PathBuf;
 
 use super::*;
-use crate::{
-    config::Protocol,
-    status::{AdminState, EndpointStatus, Health},
-};
 
 fn state(last: u8, eligible: bool) -> EndpointState {
-    EndpointState {
-        address: format!("198.18.0.{last}").parse().unwrap(),
-        port: 80,
-        protocol: Protocol::Tcp,
-        weight: 1,
-        priority: 1,
-        admin: AdminState::Enabled,
-        health: if eligible { Health::Healthy } else { Health::Unhealthy },
-        status: if eligible {
-            EndpointStatus::Online
-        } else {
-            EndpointStatus::Degraded
-        },
-        eligible,
-    }
+    EndpointState::tcp(format!("198.18.0.{last}").parse().unwrap(), 80, eligible)
 }
 
 fn model(seq: u64, endpoints: &[(&str, u8, bool)]) -> ProfileModel {

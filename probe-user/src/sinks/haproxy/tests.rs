@@ -8,11 +8,7 @@ use std::{
 };
 
 use super::*;
-use crate::{
-    config::Protocol,
-    daemon::changes::EndpointState,
-    status::{AdminState, EndpointStatus, Health},
-};
+use crate::daemon::changes::EndpointState;
 
 const HEADER: &str = "# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight \
      srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state \
@@ -84,19 +80,8 @@ fn refuses_what_is_not_a_state_dump() {
 
 fn state(eligible: bool, weight: u32) -> EndpointState {
     EndpointState {
-        address: "198.18.0.2".parse().unwrap(),
-        port: 80,
-        protocol: Protocol::Tcp,
         weight,
-        priority: 1,
-        admin: AdminState::Enabled,
-        health: if eligible { Health::Healthy } else { Health::Unhealthy },
-        status: if eligible {
-            EndpointStatus::Online
-        } else {
-            EndpointStatus::Degraded
-        },
-        eligible,
+        ..EndpointState::tcp("198.18.0.2".parse().unwrap(), 80, eligible)
     }
 }
 
