@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use probed::kernel::{pin::PinDir, rx::RxProgram, AttachMode};
 
 mod check;
+mod notify;
 
 #[derive(Parser)]
 #[command(
@@ -199,10 +200,20 @@ fn attach(iface: &str, pin_dir: PathBuf, mode: Mode, every_ms: u64, duration_s: 
 fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
     use probed::daemon::{Daemon, Options};
     use tokio::signal::unix::{signal, SignalKind};
+    // From the first instant: SIGHUP and SIGTERM are blocked until tokio's handlers exist, so
+    // one that arrives while the daemon starts (systemd's reload, an impatient stop) waits for
+    // them instead of killing the process with a clean-looking exit.
+    let blocked = block_signals(&[libc::SIGHUP, libc::SIGTERM, libc::SIGINT]);
+    let rt = runtime()?;
+    let _guard = rt.enter();
+    let mut hup = signal(SignalKind::hangup()).context("install SIGHUP handler")?;
+    let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
+    unblock_signals(&blocked);
     let config = probed::config::Config::load(path)
         .map_err(|errors| anyhow::anyhow!("{errors}"))
         .with_context(|| format!("{} is not valid; `probed validate` lists every problem", path.display()))?;
-    runtime()?.block_on(async {
+    rt.block_on(async {
         let options = Options {
             config_path: Some(path.to_path_buf()),
         };
@@ -218,32 +229,61 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
             }
         };
         log::info!("probed running; API on {}", api.addr());
-        let mut hup = signal(SignalKind::hangup()).context("install SIGHUP handler")?;
-        let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
+        notify::notify("READY=1");
         let control = daemon.control();
         loop {
             tokio::select! {
-                _ = hup.recv() => match control.reload(None).await {
-                    Ok(r) => log::info!("reloaded: {} kept, {} added, {} removed{}", r.kept, r.added, r.removed,
-                        if r.restart_needed.is_empty() { String::new() } else {
-                            format!("; restart to apply {}", r.restart_needed.join(", "))
-                        }),
-                    Err(e) => log::error!("{e}"),
-                },
+                _ = hup.recv() => {
+                    notify::notify("RELOADING=1");
+                    match control.reload(None).await {
+                        Ok(r) => log::info!("reloaded: {} kept, {} added, {} removed{}", r.kept, r.added, r.removed,
+                            if r.restart_needed.is_empty() { String::new() } else {
+                                format!("; restart to apply {}", r.restart_needed.join(", "))
+                            }),
+                        Err(e) => log::error!("{e}"),
+                    }
+                    notify::notify("READY=1");
+                }
                 _ = term.recv() => break,
-                _ = tokio::signal::ctrl_c() => break,
+                _ = int.recv() => break,
                 r = daemon.wait() => {
                     r.context("the daemon stopped")?;
                     anyhow::bail!("the daemon stopped unexpectedly");
                 }
             }
         }
+        notify::notify("STOPPING=1");
         log::info!("stopping: saving state, detaching programs, removing pins");
         api.stop().await;
         daemon.shutdown().await.context("stop the daemon")?;
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Blocks `signals` for this thread (and the threads it starts); returns them for
+/// `unblock_signals`.
+fn block_signals(signals: &[libc::c_int]) -> Vec<libc::c_int> {
+    set_signal_mask(libc::SIG_BLOCK, signals);
+    signals.to_vec()
+}
+
+/// Delivers what arrived meanwhile to the handlers now installed.
+fn unblock_signals(signals: &[libc::c_int]) {
+    set_signal_mask(libc::SIG_UNBLOCK, signals);
+}
+
+fn set_signal_mask(how: libc::c_int, signals: &[libc::c_int]) {
+    // SAFETY: a zeroed sigset_t is a valid argument to sigemptyset, which initialises it;
+    // sigaddset and pthread_sigmask only read and write that set and this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&raw mut set);
+        for s in signals {
+            libc::sigaddset(&raw mut set, *s);
+        }
+        libc::pthread_sigmask(how, &raw const set, std::ptr::null_mut());
+    }
 }
 
 fn api_get(api: &str, method: &str, path: &str) -> anyhow::Result<probed::api::client::Response> {

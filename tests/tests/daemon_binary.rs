@@ -38,6 +38,23 @@ impl Drop for Proc {
     }
 }
 
+/// As `spawn`, with `NOTIFY_SOCKET` pointing at `notify` (systemd's readiness protocol).
+fn spawn_notified(ns: &Netns, config: &std::path::Path, notify: &std::path::Path) -> Proc {
+    let netns = std::fs::File::open(ns.path()).expect("open the namespace");
+    let mut cmd = Command::new(probed_bin());
+    cmd.arg("run").arg("--config").arg(config).env("NOTIFY_SOCKET", notify);
+    // SAFETY: as in `spawn`.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Proc(cmd.spawn().expect("spawn probed run"))
+}
+
 /// Starts `probed run` inside `ns`'s network namespace (and nothing else: it shares our
 /// mount namespace, so its pins are visible to the test).
 fn spawn(ns: &Netns, config: &std::path::Path) -> Proc {
@@ -159,4 +176,39 @@ fn sighup_applies_good_files_refuses_bad_ones_and_sigterm_cleans_up() {
     assert!(!files.dir.join("api.sock").exists(), "API socket removed");
     assert!(files.state().exists(), "last known health saved");
     daemon.0.wait().ok();
+}
+
+#[test]
+fn a_sighup_during_start_is_not_fatal_and_readiness_is_notified() {
+    let topo = Topology::new();
+    let _a = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    let files = DaemonFiles::new();
+    std::fs::write(files.config_path(), config(&files, &[("a", 8080)])).unwrap();
+    let notify_path = files.dir.join("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("bind the notify socket");
+    notify.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut daemon = spawn_notified(&topo.prober, &files.config_path(), &notify_path);
+    // A reload asked for while the daemon is still starting (systemd's ExecReload, say).
+    std::thread::sleep(Duration::from_millis(10));
+    signal(&daemon, libc::SIGHUP);
+    let mut buf = [0u8; 64];
+    let n = notify.recv(&mut buf).expect("READY=1 within 10 s");
+    assert_eq!(&buf[..n], b"READY=1");
+    assert!(
+        daemon.0.try_wait().unwrap().is_none(),
+        "the early SIGHUP did not kill probed"
+    );
+    wait_online(&files, "a");
+    signal(&daemon, libc::SIGTERM);
+    // The early SIGHUP is served once the daemon runs (RELOADING=1, READY=1), then STOPPING=1.
+    let mut seen = Vec::new();
+    while let Ok(n) = notify.recv(&mut buf) {
+        seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        if seen.last().is_some_and(|s| s == "STOPPING=1") {
+            break;
+        }
+    }
+    assert_eq!(seen.last().map(String::as_str), Some("STOPPING=1"), "{seen:?}");
+    let status = daemon.0.wait().unwrap();
+    assert!(status.success(), "clean exit: {status:?}");
 }
