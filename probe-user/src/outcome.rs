@@ -43,6 +43,9 @@ pub enum Outcome {
     HttpError,
     /// The probe's own socket failed: it says nothing about the target.
     SocketError,
+    /// No result came within the probe's timeout and a grace (a lost probe, a stuck engine):
+    /// says nothing about the target, and is not fed to its threshold machine.
+    Lost,
 }
 
 impl Outcome {
@@ -67,6 +70,7 @@ impl Outcome {
             Outcome::ConnectError => "connect-error",
             Outcome::HttpError => "http-error",
             Outcome::SocketError => "socket-error",
+            Outcome::Lost => "lost",
         }
     }
 }

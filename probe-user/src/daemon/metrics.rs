@@ -123,8 +123,21 @@ impl RunnerMetrics {
 
     /// The runner's metrics text, with the gauges computed now. Kernel counters are read by
     /// the caller off the runner's thread (`metrics::kernel`).
-    pub fn render(&mut self, table: &Table, checks: usize, bus: &Bus, sinks: &[SinkView], now_ns: u64) -> String {
+    pub fn render(
+        &mut self,
+        table: &Table,
+        checks: usize,
+        bus: &Bus,
+        sinks: &[SinkView],
+        last_result_ns: u64,
+        now_ns: u64,
+    ) -> String {
         let r = &mut self.registry;
+        r.set(
+            &catalog::LAST_RESULT_AGE,
+            vec![],
+            std::time::Duration::from_nanos(now_ns.saturating_sub(last_result_ns)).as_secs_f64(),
+        );
         for m in [
             &catalog::SINK_SYNCS,
             &catalog::SINK_ERRORS,

@@ -66,6 +66,8 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    #[error("the L4 engine stopped: no TCP or UDP check can get a result any more")]
+    EngineStopped,
     #[error("sink {name}: {reason}")]
     Sink { name: String, reason: String },
     #[error("the daemon has stopped")]

@@ -95,6 +95,11 @@ pub const TRANSITIONS: Metric = Metric::counter(
     "Verdicts of the threshold machine, by profile and new health",
     &["profile", "to"],
 );
+pub const LAST_RESULT_AGE: Metric = Metric::gauge(
+    "probed_last_result_age_seconds",
+    "Time since the last probe result of any kind (since start before the first): a checker that has stopped learning shows it",
+    &[],
+);
 pub const ENDPOINTS: Metric = Metric::gauge(
     "probed_endpoints",
     "Endpoints by profile and monitor status",
@@ -194,6 +199,7 @@ pub const ALL: &[&Metric] = &[
     &PROBE_RTT,
     &SCHEDULE_LATENESS,
     &TRANSITIONS,
+    &LAST_RESULT_AGE,
     &ENDPOINTS,
     &CHECKS,
     &CHANGES_PUBLISHED,

@@ -5,9 +5,14 @@ impl Runner {
     pub(in crate::daemon) fn render_metrics(&mut self) -> MetricsReply {
         let now = self.now();
         let sinks: Vec<crate::sinks::SinkView> = self.sinks.iter().map(crate::sinks::Running::view).collect();
-        let text = self
-            .metrics
-            .render(&self.table, self.sched.len(), &self.changes, &sinks, now);
+        let text = self.metrics.render(
+            &self.table,
+            self.sched.len(),
+            &self.changes,
+            &sinks,
+            self.last_result_ns,
+            now,
+        );
         (text, self.l4.port.as_ref().and_then(|p| p.kernel()))
     }
 }

@@ -42,6 +42,7 @@ impl Runner {
             slot.inflight = Some(Inflight {
                 check: id,
                 started_ns: now,
+                deadline_ns: now + super::watchdog::deadline(cache.timeout),
                 protocol: cache.protocol,
             });
             match &cache.l4 {
@@ -86,6 +87,7 @@ impl Runner {
             protocol: spec.protocol,
             first_profile: profiles.next(),
             more_profiles: profiles.collect(),
+            timeout: spec.timeout,
             l4,
         })
     }

@@ -11,6 +11,7 @@ mod results;
 mod sinks;
 #[cfg(test)]
 mod tests;
+mod watchdog;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -69,6 +70,8 @@ impl std::hash::Hash for SchedKey {
 struct Inflight {
     check: CheckId,
     started_ns: u64,
+    /// Past this, the watchdog gives up on the probe (`watchdog.rs`).
+    deadline_ns: u64,
     protocol: Protocol,
 }
 
@@ -82,6 +85,8 @@ struct SlotCache {
     /// The owners' profile indices, for the per-profile sent counter: the first inline.
     first_profile: Option<u32>,
     more_profiles: Vec<u32>,
+    /// The check's timeout: a probe not back by then plus `watchdog::GRACE_NS` is lost.
+    timeout: Duration,
     /// The request for the L4 engine; None for checks that run as tasks (HTTP, UDP exchange).
     l4: Option<(SocketAddr, crate::engine::L4Proto, Duration)>,
 }
@@ -143,6 +148,11 @@ pub(crate) struct Runner {
     pub(super) metrics: RunnerMetrics,
     pub(super) persist: Persist,
     pub(super) rng: SplitMix64,
+    /// When the last probe result came (start time before any): its age is a metric, so a
+    /// checker that has stopped learning anything shows it.
+    pub(super) last_result_ns: u64,
+    /// The watchdog's next scan of the probes in flight.
+    next_watchdog_ns: u64,
 }
 
 impl Runner {
@@ -186,6 +196,8 @@ impl Runner {
                 saver: state::Saver::new(),
             },
             rng: SplitMix64(now),
+            last_result_ns: now,
+            next_watchdog_ns: now + watchdog::EVERY_NS,
             options,
             ports,
             config: config.clone(),
@@ -207,10 +219,17 @@ impl Runner {
         mut stop: oneshot::Receiver<()>,
     ) -> Result<(), DaemonError> {
         let mut last_wake = 0u64;
+        let mut failure = None;
         loop {
             let now = self.now();
-            // Wake at most once per tick and pop the whole tick (see schedule::next_due).
-            let wake_ns = self.sched.next_due().map(|d| d.max(last_wake + TICK_NS));
+            // Wake at most once per tick and pop the whole tick (see schedule::next_due), and
+            // for the watchdog's next scan even when nothing is due.
+            let wake_ns = self
+                .sched
+                .next_due()
+                .map(|d| d.max(last_wake + TICK_NS))
+                .map_or(self.next_watchdog_ns, |w| w.min(self.next_watchdog_ns));
+            let wake_ns = Some(wake_ns);
             let sleep = async {
                 match wake_ns {
                     Some(w) => tokio::time::sleep(Duration::from_nanos(w.saturating_sub(now))).await,
@@ -223,16 +242,30 @@ impl Runner {
                     Some(cmd) => self.command(cmd),
                     None => break,
                 },
-                Some(r) = recv_l4(&mut self.l4.rx) => {
-                    self.on_l4(r);
-                    while let Some(r) = self.l4.rx.as_mut().and_then(|rx| rx.try_recv().ok()) {
+                r = recv_l4(&mut self.l4.rx) => match r {
+                    Some(r) => {
                         self.on_l4(r);
+                        while let Some(r) = self.l4.rx.as_mut().and_then(|rx| rx.try_recv().ok()) {
+                            self.on_l4(r);
+                        }
                     }
-                }
+                    // The engine's thread is gone (it panicked or its interface vanished): no
+                    // L4 check will get a result again. Stop, so that the service manager
+                    // restarts the daemon, rather than freezing every L4 endpoint's health.
+                    None => {
+                        log::error!("the L4 engine has stopped; probed stops so that it can be restarted");
+                        failure = Some(DaemonError::EngineStopped);
+                        break;
+                    }
+                },
                 Some((token, report)) = self.tasks.rx.recv() => self.on_result(token, report),
                 _ = sleep => {
                     last_wake = self.now();
                     self.fire(last_wake);
+                    if last_wake >= self.next_watchdog_ns {
+                        self.reap_lost(last_wake);
+                        self.next_watchdog_ns = last_wake + watchdog::EVERY_NS;
+                    }
                 }
             }
             self.end_turn(false);
@@ -250,7 +283,7 @@ impl Runner {
         }
         // Dropping the engine joins its thread, detaches probe_rx and removes the pins.
         drop(self.l4.port.take());
-        Ok(())
+        failure.map_or(Ok(()), Err)
     }
 
     pub(super) fn now(&self) -> u64 {

@@ -45,6 +45,7 @@ impl Runner {
             return;
         };
         let finished = self.now();
+        self.last_result_ns = finished;
         let obs = Observation {
             success: report.healthy,
             started_ns: inflight.started_ns,

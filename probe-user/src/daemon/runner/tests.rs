@@ -423,3 +423,79 @@ fn a_restart_resumes_saved_health_without_probing_first() {
     assert!(h.changes().is_empty(), "resuming is not a change");
     assert!(h.l4.take().is_empty(), "nothing was sent yet");
 }
+
+#[test]
+fn a_probe_without_a_result_is_lost_not_a_failure_and_its_check_goes_on() {
+    let mut h = Harness::new("lost", &[("a", 80)]);
+    h.run_for(4000, OPEN);
+    assert_eq!(h.status("a"), (S::Online, true));
+    h.changes();
+    // The next probe leaves and nothing ever answers it.
+    let due = h.runner.sched.next_due().expect("a is scheduled");
+    h.clock.set_ns(due);
+    h.runner.fire(due);
+    let sent = h.l4.take();
+    assert_eq!(sent.len(), 1);
+    assert!(
+        h.runner.sched.next_due().is_none(),
+        "in flight: not scheduled until its result"
+    );
+    // Past its 500 ms timeout but within the grace: still waiting.
+    h.clock.advance_ms(1500);
+    h.runner.reap_lost(h.clock.now());
+    assert!(h.runner.sched.next_due().is_none());
+    h.clock.advance_ms(1100);
+    h.runner.reap_lost(h.clock.now());
+    let view = crate::daemon::requests::status_view(&h.runner, "a");
+    let last = view.last_result.expect("a lost result is shown");
+    assert_eq!((last.ok, last.outcome), (false, crate::outcome::Outcome::Lost));
+    assert_eq!(
+        (view.status, view.pending),
+        (S::Online, 0),
+        "a lost probe is no verdict on the backend"
+    );
+    assert!(h.changes().is_empty());
+    assert!(h.runner.sched.next_due().is_some(), "the check is scheduled again");
+    // A result for the lost probe arriving late changes nothing.
+    h.runner.on_l4(L4Result {
+        token: sent[0].token,
+        target: sent[0].target,
+        outcome: L4Outcome::Timeout,
+        elapsed: Duration::from_millis(500),
+    });
+    assert_eq!(crate::daemon::requests::status_view(&h.runner, "a").pending, 0);
+    h.run_for(2000, OPEN);
+    assert_eq!(
+        crate::daemon::requests::status_view(&h.runner, "a")
+            .last_result
+            .map(|r| r.outcome),
+        Some(crate::outcome::Outcome::Open),
+        "probing goes on"
+    );
+}
+
+#[test]
+fn a_stopped_engine_ends_the_runner_with_an_error() {
+    // The fake starter keeps no sender for results: as if the engine's thread had died.
+    let dir = std::env::temp_dir().join(format!("probed-runner-engine-gone-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ports = Ports {
+        clock: Box::new(FakeClock::default()),
+        start_l4: starter(Arc::new(FakeL4::default())),
+    };
+    let config = parse(&config_text(&dir, &[("a", 80)]));
+    let runner = Runner::new(config, Options::default(), ports).expect("runner starts");
+    let (_commands, rx) = tokio::sync::mpsc::channel(1);
+    let (_stop, stop_rx) = tokio::sync::oneshot::channel();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let result = rt.block_on(async { tokio::time::timeout(Duration::from_secs(5), runner.run(rx, stop_rx)).await });
+    match result {
+        Ok(Err(crate::daemon::DaemonError::EngineStopped)) => {}
+        Ok(other) => panic!("expected EngineStopped, got {other:?}"),
+        Err(_) => panic!("the runner kept going without its engine"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

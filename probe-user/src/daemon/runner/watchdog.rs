@@ -1,0 +1,68 @@
+//! The watchdog: a probe whose result has not come by its timeout plus a grace is lost (the
+//! engine dropped it, a task hung). It becomes a result of outcome `lost` on its endpoints,
+//! counted in `probed_probe_results_total`, and its check is scheduled again; it is not fed to
+//! the threshold machine, because it says nothing about the backend. Without it, a lost probe
+//! would leave its check unscheduled and the endpoint's health frozen for ever.
+use std::{sync::Arc, time::Duration};
+
+use super::Runner;
+use crate::{
+    clock::ms,
+    daemon::{checks::ProbeReport, views::LastResult},
+    outcome::Outcome,
+    schedule::Cadence,
+};
+
+/// How often the probes in flight are looked over.
+pub(super) const EVERY_NS: u64 = 1_000_000_000;
+/// Beyond a probe's own timeout: the engine reports timeouts itself within a tick or two.
+pub(super) const GRACE_NS: u64 = 2_000_000_000;
+
+/// When a probe with this timeout, sent now, counts as lost (relative to its send).
+pub(super) fn deadline(timeout: Duration) -> u64 {
+    u64::try_from(timeout.as_nanos())
+        .unwrap_or(u64::MAX)
+        .saturating_add(GRACE_NS)
+}
+
+impl Runner {
+    /// Gives up on every probe past its deadline.
+    pub(super) fn reap_lost(&mut self, now: u64) {
+        let mut lost = Vec::new();
+        for slot in &mut self.slots {
+            if let Some(i) = slot.inflight.take_if(|i| i.deadline_ns <= now) {
+                lost.push(i);
+            }
+        }
+        for i in lost {
+            let waited = Duration::from_nanos(now.saturating_sub(i.started_ns));
+            log::warn!(
+                "a {} probe got no result in {:.1} s: counted as lost, not as a failure",
+                i.protocol.name(),
+                waited.as_secs_f64()
+            );
+            let report = ProbeReport {
+                healthy: false,
+                outcome: Outcome::Lost,
+                elapsed: waited,
+                reason: Arc::from("lost: no result within the timeout and a grace"),
+            };
+            let at_unix_ms = self.ports.clock.unix_ms_at(now);
+            for &owner in self.sched.owners(i.check) {
+                let Some(t) = self.table.targets.get_mut(&owner) else {
+                    continue;
+                };
+                self.metrics.result(i.protocol, t.profile_ix, &report);
+                t.last = Some(LastResult {
+                    ok: false,
+                    outcome: Outcome::Lost,
+                    reason: report.reason.to_string(),
+                    rtt_ms: ms(waited),
+                    at_unix_ms,
+                });
+            }
+            // Probe again at the check's usual pace; its owners' health is unchanged.
+            let _ = self.sched.completed(i.check, now, Cadence::Steady);
+        }
+    }
+}
