@@ -6,6 +6,20 @@ use std::{
     hash::{BuildHasherDefault, Hasher},
 };
 
+/// FNV-1a, 64 bits: a hash that is the same in every process, build and Rust release (std's
+/// hashers promise none of that), for values that are stored or must agree across restarts.
+pub fn stable(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A check key as the state file stores it: its stable hash in hex. The key itself holds
+/// request headers (an Authorization value, say), which have no business on disk.
+pub fn fingerprint(key: &str) -> String {
+    format!("{:016x}", stable(key.as_bytes()))
+}
+
 /// A HashMap with [`FastHasher`].
 pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 

@@ -25,7 +25,8 @@ pub const MAX_AGE_MS: u64 = 10 * 60 * 1000;
 pub struct SavedTarget {
     pub profile: String,
     pub endpoint: String,
-    /// The check key: health is resumed only for the very same check.
+    /// The check key's fingerprint (`hash::fingerprint`): health is resumed only for the very
+    /// same check. A fingerprint, not the key, because the key holds request headers.
     pub check: String,
     pub health: Health,
     /// Set through the API, so it survives a restart.
@@ -115,7 +116,8 @@ fn parse(text: &str) -> Result<StateFile, String> {
                     .map(|t| SavedTarget {
                         profile: t.profile,
                         endpoint: t.endpoint,
-                        check: t.check,
+                        // Version 1 stored the key itself.
+                        check: crate::hash::fingerprint(&t.check),
                         health: t.health,
                         admin_override: t.admin_override,
                         last_change: None,
@@ -148,7 +150,7 @@ pub fn save(path: &Path, mut targets: Vec<SavedTarget>, now_unix_ms: u64) -> Res
     // during bursts of changes; `jq . state.json` reads it just as well.
     let text = serde_json::to_string(&file).expect("the state always encodes");
     let tmp = temp_path(path);
-    let mut f = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
+    let mut f = create_private(&tmp).map_err(io("create", &tmp))?;
     f.write_all(text.as_bytes())
         .and_then(|_| f.sync_all())
         .map_err(io("write", &tmp))?;
@@ -220,10 +222,27 @@ impl Drop for Saver {
     }
 }
 
+/// A temporary name beside `path`, new for every save of this process.
 fn temp_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = std::ffi::OsString::from(".");
+    name.push(path.file_name().unwrap_or_default());
+    name.push(format!(".{}.{n}.tmp", std::process::id()));
     path.with_file_name(name)
+}
+
+/// Creates `path` for this user only (0600), failing if anything is there already, a symlink
+/// included: a file planted at the name (in a directory others can write) is never followed
+/// or truncated.
+fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
 }
 
 #[cfg(test)]
@@ -239,6 +258,28 @@ mod tests {
             admin_override: Some(AdminState::Disabled),
             last_change: None,
         }
+    }
+
+    #[test]
+    fn the_file_is_private_and_a_planted_link_is_not_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("probed-state-private-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.json");
+        save(&path, vec![target(Health::Healthy)], 1_000_000).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "only the daemon's user reads its state");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "keep me").unwrap();
+        let planted = dir.join("planted.tmp");
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        assert!(
+            create_private(&planted).is_err(),
+            "an existing name is refused, link or not"
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -265,9 +306,14 @@ mod tests {
             "last_change":{"at_unix_ms":999000,"from":"CheckingEndpoint","to":"Healthy",
             "measured_window_ms":1.0,"formula_window_ms":1.0}}]}"#;
         std::fs::write(&path, v1).unwrap();
+        let migrated = load(&path, 1_000_500)[&("web".to_string(), "a".to_string())].clone();
         assert_eq!(
-            load(&path, 1_000_500)[&("web".to_string(), "a".to_string())],
-            target(Health::Healthy)
+            migrated,
+            SavedTarget {
+                check: crate::hash::fingerprint("tcp 198.18.0.1:80"),
+                ..target(Health::Healthy)
+            },
+            "health and override carry over; the key becomes its fingerprint"
         );
         assert!(
             load(&path, 1_000_000 + MAX_AGE_MS + 1).is_empty(),

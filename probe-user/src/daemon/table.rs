@@ -298,7 +298,7 @@ fn resume(
 ) -> Start {
     let saved = saved
         .get(&(profile.name.clone(), endpoint.name.clone()))
-        .filter(|s| s.check == check_key);
+        .filter(|s| s.check == crate::hash::fingerprint(check_key));
     Start {
         id,
         tracker: Tracker::resume(thresholds, timing, saved.map_or(Health::CheckingEndpoint, |s| s.health)),

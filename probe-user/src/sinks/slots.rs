@@ -217,9 +217,7 @@ impl Walk {
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    crate::hash::stable(bytes)
 }
 
 /// SplitMix64's finaliser: spreads FNV's weak low bits over the whole word.

@@ -327,7 +327,7 @@ impl Runner {
             .map(|t| SavedTarget {
                 profile: t.profile.to_string(),
                 endpoint: t.name.to_string(),
-                check: t.check_key.clone(),
+                check: crate::hash::fingerprint(&t.check_key),
                 health: t.health(),
                 admin_override: t.admin_override,
                 last_change: t.last_change.clone(),
