@@ -203,12 +203,13 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
     // From the first instant: SIGHUP and SIGTERM are blocked until tokio's handlers exist, so
     // one that arrives while the daemon starts (systemd's reload, an impatient stop) waits for
     // them instead of killing the process with a clean-looking exit.
-    let blocked = block_signals(&[libc::SIGHUP, libc::SIGTERM, libc::SIGINT]);
+    let blocked = block_signals(&[libc::SIGHUP, libc::SIGTERM, libc::SIGINT, libc::SIGUSR1]);
     let rt = runtime()?;
     let _guard = rt.enter();
     let mut hup = signal(SignalKind::hangup()).context("install SIGHUP handler")?;
     let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
+    let mut usr1 = signal(SignalKind::user_defined1()).context("install SIGUSR1 handler")?;
     unblock_signals(&blocked);
     let config = probed::config::Config::load(path)
         .map_err(|errors| anyhow::anyhow!("{errors}"))
@@ -244,6 +245,10 @@ fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
                     }
                     notify::notify("READY=1");
                 }
+                // logrotate moved the events file away: write a new one at the configured path.
+                _ = usr1.recv() => if let Err(e) = control.reopen_events().await {
+                    log::error!("cannot reopen the events file: {e}");
+                },
                 _ = term.recv() => break,
                 _ = int.recv() => break,
                 r = daemon.wait() => {

@@ -140,6 +140,29 @@ fn sighup_applies_good_files_refuses_bad_ones_and_sigterm_cleans_up() {
         "a kept its state across the reload"
     );
 
+    // logrotate's way: move the events file away, SIGUSR1, and the next events (b's appearance
+    // with the next reload) land in a new file at the configured path.
+    let rotated = files.events().with_extension("jsonl.1");
+    std::fs::rename(files.events(), &rotated).unwrap();
+    signal(&daemon, libc::SIGUSR1);
+    std::thread::sleep(Duration::from_millis(200));
+    std::fs::write(
+        files.config_path(),
+        config(&files, &[("a", 8080), ("b", 8090), ("c", 8090)]),
+    )
+    .unwrap();
+    signal(&daemon, libc::SIGHUP);
+    wait_online(&files, "c");
+    let fresh = std::fs::read_to_string(files.events()).expect("a new events file after SIGUSR1");
+    assert!(
+        fresh.contains(r#""endpoint":"c""#),
+        "c's events go to the new file: {fresh}"
+    );
+    assert!(
+        !std::fs::read_to_string(&rotated).unwrap().contains(r#""endpoint":"c""#),
+        "the rotated file is left alone"
+    );
+
     // `probed status` as an operator types it: every profile, then one.
     for args in [&["status"][..], &["status", "web"][..]] {
         let out = Command::new(probed_bin())

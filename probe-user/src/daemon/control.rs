@@ -49,6 +49,7 @@ pub(crate) enum Command {
     Metrics(Reply<MetricsReply>),
     Subscribe(SubscribeRequest, Reply<(Snapshot, Subscription)>),
     Sinks(Reply<Vec<crate::sinks::SinkView>>),
+    ReopenEvents(Reply<()>),
 }
 
 /// A new consumer of the change stream.
@@ -127,6 +128,12 @@ impl Control {
     /// Every sink: what it follows, what it holds, how its last syncs went.
     pub async fn sinks(&self) -> Result<Vec<crate::sinks::SinkView>, RequestError> {
         self.ask(Command::Sinks).await
+    }
+
+    /// Reopens the events file (after logrotate moved it): later events go to a new file at
+    /// the configured path.
+    pub async fn reopen_events(&self) -> Result<(), RequestError> {
+        self.ask(Command::ReopenEvents).await
     }
 
     /// The Prometheus exposition text.

@@ -29,6 +29,7 @@ pub mod changes;
 pub mod checks;
 pub mod control;
 pub mod events;
+mod lock;
 mod metrics;
 pub mod ports;
 mod requests;
@@ -66,6 +67,8 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    #[error("another probed already uses {what} {}; give each daemon its own", path.display())]
+    InUse { what: &'static str, path: PathBuf },
     #[error("the L4 engine stopped: no TCP or UDP check can get a result any more")]
     EngineStopped,
     #[error("sink {name}: {reason}")]

@@ -36,6 +36,9 @@ impl Runner {
             Command::Sinks(reply) => {
                 let _ = reply.send(Ok(self.sinks.iter().map(crate::sinks::Running::view).collect()));
             }
+            Command::ReopenEvents(reply) => {
+                let _ = reply.send(self.reopen_events());
+            }
             Command::Subscribe(request, reply) => {
                 let _ = reply.send(Ok(self.subscribe(&request.name, request.capacity)));
             }

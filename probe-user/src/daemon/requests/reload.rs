@@ -71,6 +71,17 @@ impl Runner {
     }
 }
 
+impl Runner {
+    /// SIGUSR1: the events file was moved away (logrotate); open it afresh at its path.
+    pub(in crate::daemon) fn reopen_events(&mut self) -> Result<(), RequestError> {
+        let sink = EventSink::open(&self.config.daemon.events).map_err(|e| RequestError::Refused(error_chain(&e)))?;
+        if let Some(writer) = self.events.as_mut() {
+            writer.switch(sink, self.changes.seq());
+        }
+        Ok(())
+    }
+}
+
 /// Settings that only a restart applies, by their config names.
 fn restart_needed(old: &Config, new: &Config, engine_running: bool) -> Vec<String> {
     let mut out = Vec::new();

@@ -153,12 +153,15 @@ pub(crate) struct Runner {
     pub(super) last_result_ns: u64,
     /// The watchdog's next scan of the probes in flight.
     next_watchdog_ns: u64,
+    /// The state file's and the pin directory's locks, held for the runner's lifetime.
+    _locks: Vec<super::lock::Lock>,
 }
 
 impl Runner {
     /// Resolves `config`, resumes saved health, starts the L4 port if any check needs it and
     /// the events writer.
     pub(crate) fn new(config: Config, options: Options, ports: Ports) -> Result<Self, DaemonError> {
+        let locks = take_locks(&config)?;
         let sink = EventSink::open(&config.daemon.events)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let now = ports.clock.mono_ns();
@@ -197,6 +200,7 @@ impl Runner {
             },
             rng: SplitMix64(now),
             last_result_ns: now,
+            _locks: locks,
             next_watchdog_ns: now + watchdog::EVERY_NS,
             options,
             ports,
@@ -283,6 +287,8 @@ impl Runner {
         }
         // Dropping the engine joins its thread, detaches probe_rx and removes the pins.
         drop(self.l4.port.take());
+        // The pin directory goes too when nothing is left in it (sinks' pins stay, on purpose).
+        let _ = std::fs::remove_dir(&self.config.daemon.pin_dir);
         failure.map_or(Ok(()), Err)
     }
 
@@ -338,6 +344,21 @@ impl Runner {
         p.dirty = false;
         p.last_save_ns = now;
     }
+}
+
+/// The locks that keep a second daemon off this one's state file and pin directory.
+fn take_locks(config: &Config) -> Result<Vec<super::lock::Lock>, DaemonError> {
+    use super::lock::{state_lock_path, Lock};
+    let pins = &config.daemon.pin_dir;
+    std::fs::create_dir_all(pins).map_err(|source| DaemonError::Io {
+        op: "create the pin directory",
+        path: Some(pins.clone()),
+        source,
+    })?;
+    Ok(vec![
+        Lock::take(&state_lock_path(&config.daemon.state_file), "the state file")?,
+        Lock::take(pins, "the pin directory")?,
+    ])
 }
 
 /// Where the first TCP/UDP check of a table goes: the route to it names the interface when

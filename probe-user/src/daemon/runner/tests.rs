@@ -31,11 +31,12 @@ struct Harness {
 /// 198.18.1.<n>:<port>.
 fn config_text(dir: &std::path::Path, endpoints: &[(&str, u16)]) -> String {
     let mut text = format!(
-        "[daemon]\nevents = \"{}\"\nstate_file = \"{}\"\npin_dir = \"/sys/fs/bpf/probed-unit\"\n\n\
+        "[daemon]\nevents = \"{}\"\nstate_file = \"{}\"\npin_dir = \"{}\"\n\n\
          [[profile]]\nname = \"web\"\ndialect = \"lb\"\nrouting = \"priority\"\n\n[profile.health]\n\
          protocol = \"tcp\"\ninterval = \"1s\"\ntimeout = \"500ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n",
         dir.join("events.jsonl").display(),
-        dir.join("state.json").display()
+        dir.join("state.json").display(),
+        dir.join("pins").display()
     );
     for (i, (name, port)) in endpoints.iter().enumerate() {
         text.push_str(&format!(
@@ -498,4 +499,25 @@ fn a_stopped_engine_ends_the_runner_with_an_error() {
         Err(_) => panic!("the runner kept going without its engine"),
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_second_daemon_on_the_same_state_file_or_pins_is_refused() {
+    let h = Harness::new("locked", &[("a", 80)]);
+    let second = Runner::new(
+        parse(&config_text(&h.dir, &[("a", 80)])),
+        Options::default(),
+        Ports {
+            clock: Box::new(FakeClock::default()),
+            start_l4: starter(Arc::new(FakeL4::default())),
+        },
+    );
+    match second {
+        Err(e @ crate::daemon::DaemonError::InUse { .. }) => {
+            assert!(e.to_string().contains("the state file"), "{e}");
+        }
+        Err(e) => panic!("refused for the wrong reason: {e}"),
+        Ok(_) => panic!("two daemons shared a state file"),
+    }
+    drop(h);
 }
