@@ -730,3 +730,34 @@ fn endpoints_behind_a_second_listed_interface_are_probed() {
         assert_eq!(ep.last_result.as_ref().map(|r| r.reason.as_str()), Some("open"));
     }
 }
+
+/// The probe ports are reserved (`ip_local_reserved_ports`) while the daemon runs and given
+/// back when it stops; a probe range that overlaps the kernel's ephemeral range stops the start.
+#[test]
+fn probe_ports_are_reserved_while_running_and_must_not_overlap_the_ephemeral_range() {
+    let topo = Topology::new();
+    let _a = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    let files = DaemonFiles::new();
+    let health = "protocol = \"tcp\"\ninterval = \"100ms\"\ntimeout = \"100ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n";
+    let text = files.header(PROBER_IF) + &profile("web", "lb", health, &[("a", 8080)]);
+    let config = files.write_config(&text);
+    let reserved = || {
+        topo.prober
+            .exec("cat", &["/proc/sys/net/ipv4/ip_local_reserved_ports"])
+            .trim()
+            .to_string()
+    };
+    assert_eq!(reserved(), "");
+    let daemon = RunningDaemon::start(&topo.prober, config.clone(), None).expect("start");
+    daemon.wait_status("web", "a", S::Online, Duration::from_secs(5));
+    assert_eq!(reserved(), "61000-65000", "the default probe range is reserved");
+    daemon.stop();
+    assert_eq!(reserved(), "", "and given back on stop");
+
+    topo.prober.sysctl("net.ipv4.ip_local_port_range", "40000 62000");
+    let err = RunningDaemon::start(&topo.prober, config, None).err().expect("refused");
+    assert!(
+        err.contains("source.ports 61000-65000 overlaps the kernel's ephemeral ports 40000-62000"),
+        "{err}"
+    );
+}

@@ -67,6 +67,12 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "source.ports {}-{} overlaps the kernel's ephemeral ports {}-{} (net.ipv4.ip_local_port_range): \
+         move one of them, or a local connection's reply could be taken for a probe's",
+        probes.0, probes.1, kernel.0, kernel.1
+    )]
+    PortsOverlap { probes: (u16, u16), kernel: (u16, u16) },
     #[error("another probed already uses {what} {}; give each daemon its own", path.display())]
     InUse { what: &'static str, path: PathBuf },
     #[error("the L4 engine stopped: no TCP or UDP check can get a result any more")]

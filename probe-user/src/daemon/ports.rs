@@ -26,16 +26,20 @@ pub trait L4Port: Send + Sync {
     }
 }
 
-/// The kernel engine as a port.
-struct KernelL4(Arc<L4Engine>);
+/// The kernel engine as a port, with the probe ports reserved for as long as it runs.
+struct KernelL4 {
+    engine: Arc<L4Engine>,
+    /// Held, not read: dropping it gives the ports back.
+    _reserved: Option<crate::kernel::ports::Reservation>,
+}
 
 impl L4Port for KernelL4 {
     fn submit(&self, batch: Vec<L4Request>) -> Result<(), EngineError> {
-        self.0.submit(batch)
+        self.engine.submit(batch)
     }
 
     fn kernel(&self) -> Option<Arc<L4Engine>> {
-        Some(self.0.clone())
+        Some(self.engine.clone())
     }
 }
 
@@ -104,8 +108,28 @@ fn start_kernel_engine(config: &Config, first: SocketAddr) -> Result<StartedL4, 
         IpAddr::V4(_) => None,
     });
     ec.mode = config.source.xdp_mode;
-    ec.sport_min = config.source.ports.first;
-    ec.sport_max = config.source.ports.last;
+    let (first_port, last_port) = (config.source.ports.first, config.source.ports.last);
+    ec.sport_min = first_port;
+    ec.sport_max = last_port;
+    // The kernel must never pick one of the probe ports for a connection of its own: a reply
+    // to it would be taken for a probe's (and eaten in XDP).
+    match crate::kernel::ports::local_port_range() {
+        Ok((lo, hi)) if lo <= last_port && first_port <= hi => {
+            return Err(DaemonError::PortsOverlap {
+                probes: (first_port, last_port),
+                kernel: (lo, hi),
+            });
+        }
+        Ok(_) => {}
+        Err(e) => log::warn!("cannot read the kernel's ephemeral port range: {e}"),
+    }
+    let reservation = match crate::kernel::ports::Reservation::take(first_port, last_port) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            log::warn!("cannot reserve the probe ports {first_port}-{last_port} in ip_local_reserved_ports: {e}");
+            None
+        }
+    };
     let (engine, rx) = L4Engine::start(ec).map_err(|source| DaemonError::Engine {
         iface: iface.clone(),
         source: Box::new(source),
@@ -116,7 +140,11 @@ fn start_kernel_engine(config: &Config, first: SocketAddr) -> Result<StartedL4, 
         engine.tx_path(),
         engine.tx_path_reason()
     );
-    Ok((Arc::new(KernelL4(Arc::new(engine))), rx))
+    let port = KernelL4 {
+        engine: Arc::new(engine),
+        _reserved: reservation,
+    };
+    Ok((Arc::new(port), rx))
 }
 
 /// Test doubles for the ports.

@@ -7,6 +7,7 @@ pub mod l4;
 pub mod netlink;
 pub mod nft;
 pub mod pin;
+pub mod ports;
 pub mod rx;
 pub mod sys;
 
