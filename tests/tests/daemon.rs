@@ -734,7 +734,7 @@ fn endpoints_behind_a_second_listed_interface_are_probed() {
 /// The probe ports are reserved (`ip_local_reserved_ports`) while the daemon runs and given
 /// back when it stops; a probe range that overlaps the kernel's ephemeral range stops the start.
 #[test]
-fn probe_ports_are_reserved_while_running_and_must_not_overlap_the_ephemeral_range() {
+fn probe_ports_are_reserved_and_the_cookie_key_is_not_pinned() {
     let topo = Topology::new();
     let _a = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
     let files = DaemonFiles::new();
@@ -751,6 +751,15 @@ fn probe_ports_are_reserved_while_running_and_must_not_overlap_the_ephemeral_ran
     let daemon = RunningDaemon::start(&topo.prober, config.clone(), None).expect("start");
     daemon.wait_status("web", "a", S::Online, Duration::from_secs(5));
     assert_eq!(reserved(), "61000-65000", "the default probe range is reserved");
+    let pins: Vec<String> = std::fs::read_dir(&files.pins.path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(pins.iter().any(|p| p == "PROBE_INFLIGHT"), "{pins:?}");
+    assert!(
+        !pins.iter().any(|p| p == "PROBE_KEY" || p == "PROBE_JOBS"),
+        "the cookie key and the job array are never pinned: {pins:?}"
+    );
     daemon.stop();
     assert_eq!(reserved(), "", "and given back on stop");
 

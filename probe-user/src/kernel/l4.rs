@@ -94,13 +94,14 @@ impl L4Kernel {
             log::info!("probe_rx also on {iface}, in {m} mode");
         }
 
+        // Pinned for inspection (`bpftool map dump pinned ...`). Not the cookie key (whoever
+        // reads it can forge replies) nor the job array (whoever can write it can make the
+        // generator send probes of its choosing): those live only in this process.
         for name in [
-            "PROBE_JOBS",
             "PROBE_TX_CTL",
             "PROBE_INFLIGHT",
             "PROBE_RX_COUNTERS",
             "PROBE_TX_COUNTERS",
-            "PROBE_KEY",
             "PROBE_IFACES",
         ] {
             let map = ebpf.map(name).ok_or(KernelError::MissingMap { name })?;

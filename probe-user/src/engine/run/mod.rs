@@ -75,16 +75,25 @@ pub(crate) struct EngineState {
     last_run_warning: Option<Instant>,
 }
 
-fn random_key() -> [u64; 2] {
+/// The cookie key, from the kernel's random pool. There is no fallback: a key anyone could
+/// guess (a time, a pid) would let a blind attacker forge replies, so an engine without a
+/// random key does not start.
+fn random_key() -> Result<[u64; 2], EngineError> {
     let mut k = [0u64; 2];
     // SAFETY: getrandom writes at most the 16 bytes we pass, into `k`.
     let n = unsafe { libc::getrandom(k.as_mut_ptr().cast(), 16, 0) };
     if n != 16 || k == [0, 0] {
-        // getrandom cannot fail for 16 bytes once the pool is ready; never run with a zero key.
-        let t = Instant::now().elapsed().as_nanos() as u64 ^ u64::from(std::process::id());
-        k = [t | 1, t.rotate_left(17) | 1];
+        let source = if n < 0 {
+            std::io::Error::last_os_error()
+        } else {
+            std::io::Error::other(format!("{n} random bytes of 16"))
+        };
+        return Err(EngineError::Io {
+            op: "read the cookie key from getrandom",
+            source,
+        });
     }
-    k
+    Ok(k)
 }
 
 impl EngineState {
@@ -93,7 +102,7 @@ impl EngineState {
         results: tokio::sync::mpsc::UnboundedSender<L4Result>,
         wake: Arc<Waker>,
     ) -> Result<Self, EngineError> {
-        let key = random_key();
+        let key = random_key()?;
         let pins = PinDir::create(&cfg.pin_dir)?;
         let kcfg = KernelConfig {
             iface: cfg.iface.clone(),
