@@ -66,6 +66,15 @@ impl Ipv4Hdr {
     pub fn id(&self) -> u16 {
         u16::from_be_bytes(self.id_be)
     }
+
+    /// A header the matcher may read past: version 4, a length of at least the 20 fixed bytes,
+    /// and a whole datagram (no fragment: a probe's reply never is one, and a fragment's
+    /// transport header is absent or partial).
+    #[inline(always)]
+    pub fn is_plain(&self) -> bool {
+        let fragment = u16::from_be_bytes(self.frag_off_be) & 0x3fff; // MF flag and offset
+        self.ver_ihl >> 4 == 4 && self.ver_ihl & 0x0f >= 5 && fragment == 0
+    }
 }
 
 #[repr(C)]
@@ -232,6 +241,34 @@ pub fn classify_icmp(ipv6: bool, kind: u8) -> ReplyClass {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_plain_whole_ipv4_headers_are_read_past() {
+        let plain = Ipv4Hdr {
+            ver_ihl: 0x45,
+            frag_off_be: [0x40, 0], // DF only
+            ..Ipv4Hdr::default()
+        };
+        assert!(plain.is_plain());
+        assert!(!Ipv4Hdr { ver_ihl: 0x44, ..plain }.is_plain(), "IHL below 5");
+        assert!(!Ipv4Hdr { ver_ihl: 0x65, ..plain }.is_plain(), "not version 4");
+        assert!(
+            !Ipv4Hdr {
+                frag_off_be: [0x20, 0],
+                ..plain
+            }
+            .is_plain(),
+            "more fragments"
+        );
+        assert!(
+            !Ipv4Hdr {
+                frag_off_be: [0, 8],
+                ..plain
+            }
+            .is_plain(),
+            "a later fragment"
+        );
+    }
 
     #[test]
     fn tcp_flags_classify() {

@@ -37,6 +37,9 @@ pub struct L3 {
 pub fn parse_l3(ctx: &XdpContext, off: usize, ethertype_v6: bool) -> Option<L3> {
     if ethertype_v6 {
         let ip = read_at::<Ipv6Hdr>(ctx, off)?;
+        if ip.ver_tc_flow[0] >> 4 != 6 {
+            return None;
+        }
         // Extension headers are not followed: probe replies never carry them.
         Some(L3 {
             ipv6: true,
@@ -47,6 +50,10 @@ pub fn parse_l3(ctx: &XdpContext, off: usize, ethertype_v6: bool) -> Option<L3> 
         })
     } else {
         let ip = read_at::<Ipv4Hdr>(ctx, off)?;
+        // Strict: a malformed header or a fragment is passed on untouched, never read past.
+        if !ip.is_plain() {
+            return None;
+        }
         let (mut saddr, mut daddr) = ([0u8; 16], [0u8; 16]);
         saddr[..4].copy_from_slice(&ip.saddr);
         daddr[..4].copy_from_slice(&ip.daddr);

@@ -245,6 +245,58 @@ fn forged_and_stale_replies_change_no_outcome() {
     });
 }
 
+/// Strict parsing: a SYN+ACK that carries the live probe's very cookie but comes as an IPv4
+/// fragment is passed on untouched, never read past.
+#[test]
+fn a_fragment_with_the_right_cookie_decides_nothing() {
+    use probe_common::{
+        frame::{segment_v4, Ends},
+        packet::{EthHdr, TCP_ACK, TCP_SYN},
+    };
+    use probed_tests::forge::{inflight, send_raw_v4};
+
+    let topo = backend();
+    let pins = TestPins::new();
+    let target = format!("{BACKEND_V4}:{DROPPED}");
+    topo.prober.enter(|| {
+        let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
+        engine.submit(vec![tcp(1, &target, 1500)]).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let (flow, entry) = loop {
+            if let Some(live) = inflight(&pins.path).into_iter().next() {
+                break live;
+            }
+            assert!(Instant::now() < deadline, "probe never appeared in PROBE_INFLIGHT");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let e = Ends {
+            smac: [0; 6],
+            dmac: [0; 6],
+            saddr: flow.daddr_v4(),
+            daddr: flow.saddr_v4(),
+            sport: flow.dport,
+            dport: flow.sport,
+        };
+        let whole = segment_v4(&e, 0x5eed_0000, entry.cookie.wrapping_add(1), TCP_SYN | TCP_ACK).bytes()[EthHdr::LEN..]
+            .to_vec();
+        // (A header shorter than 20 bytes cannot be sent from a raw socket: the sender's
+        // kernel refuses it. probe-common's `Ipv4Hdr::is_plain` tests cover that case.)
+        let mut first_fragment = whole;
+        first_fragment[6] |= 0x20; // More Fragments
+        topo.backend
+            .enter(|| send_raw_v4(flow.saddr_v4().into(), &first_fragment));
+        let results = collect(&mut rx, 1, Duration::from_secs(3));
+        assert_eq!(results.len(), 1);
+        assert_eq!(
+            results[0].outcome,
+            L4Outcome::Timeout,
+            "a fragment must not decide the probe"
+        );
+        let snap = engine.snapshot().unwrap();
+        assert_eq!(snap.rx.matched_open, 0, "{:?}", snap.rx);
+    });
+}
+
 #[test]
 fn a_small_inflight_table_holds_probes_back_instead_of_losing_them() {
     const N: u32 = 1_000;
