@@ -3,7 +3,7 @@
 use std::{
     io::{ErrorKind, Read, Write},
     os::unix::net::UnixStream,
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -60,7 +60,7 @@ impl Drop for NofileLimit {
 
 /// Opens `n` connections that never send a byte. Connecting is non-blocking (a full backlog is
 /// EAGAIN, retried) and bounded by `within`, so a dead accept loop fails the test, not hangs it.
-fn open_idle(path: &PathBuf, n: usize, within: Duration) -> Vec<UnixStream> {
+fn open_idle(path: &Path, n: usize, within: Duration) -> Vec<UnixStream> {
     let deadline = Instant::now() + within;
     let mut held = Vec::with_capacity(n);
     let mut last_err = None;
@@ -84,7 +84,7 @@ fn open_idle(path: &PathBuf, n: usize, within: Duration) -> Vec<UnixStream> {
     held
 }
 
-fn connect_nonblocking(path: &PathBuf) -> std::io::Result<UnixStream> {
+fn connect_nonblocking(path: &Path) -> std::io::Result<UnixStream> {
     use std::os::{fd::FromRawFd, unix::ffi::OsStrExt};
     // SAFETY: plain socket(2); the result is checked before use.
     let fd = unsafe {
