@@ -2,16 +2,23 @@
 //! selection, enable/disable, reload and Prometheus metrics. Every handler is a request to the
 //! runner through `Control`; nothing here holds state.
 pub mod client;
+mod limits;
 
-use std::{convert::Infallible, net::IpAddr, path::PathBuf};
+use std::{convert::Infallible, net::IpAddr, path::PathBuf, sync::Arc};
 
 use bytes::Bytes;
-use http_body_util::Full;
-use hyper::{body::Incoming, header, server::conn::http1, service::service_fn, Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use http_body_util::{BodyExt, Full};
+use hyper::{
+    body::{Body, Incoming},
+    header,
+    server::conn::http1,
+    service::service_fn,
+    Method, Request, Response, StatusCode,
+};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{
     io::{AsyncRead, AsyncWrite},
-    sync::oneshot,
+    sync::{oneshot, OwnedSemaphorePermit, Semaphore},
 };
 
 use crate::{
@@ -129,35 +136,150 @@ impl Listener for tokio::net::UnixListener {
     }
 }
 
-/// Serves every connection `listener` accepts until `stop` fires.
+/// Serves every connection `listener` accepts until `stop` fires. An accept error never ends
+/// the loop: it is retried with backoff (see `limits`).
 fn accept_loop<L: Listener>(
     listener: L,
     mut stop: oneshot::Receiver<()>,
     control: Control,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let permits = Arc::new(Semaphore::new(limits::MAX_CONNECTIONS));
+        let table = Arc::new(limits::Table::default());
+        let mut backoff = limits::AcceptBackoff::new();
         loop {
-            tokio::select! {
+            let accepted = tokio::select! {
                 _ = &mut stop => break,
-                Ok(stream) = listener.accept_stream() => serve(stream, control.clone()),
-            }
+                r = listener.accept_stream() => r,
+            };
+            let stream = match accepted {
+                Ok(stream) => {
+                    backoff.succeeded();
+                    stream
+                }
+                Err(e) => {
+                    let delay = backoff.failed(&e);
+                    tokio::select! {
+                        _ = &mut stop => break,
+                        () = tokio::time::sleep(delay) => continue,
+                    }
+                }
+            };
+            let permit = match permits.clone().try_acquire_owned() {
+                Ok(p) => p,
+                // At the cap: make room by closing the oldest idle connection. The wait is
+                // inline, so at most one connection beyond the cap is ever held.
+                Err(_) if table.evict_oldest_idle() => {
+                    match tokio::time::timeout(limits::ADMIT_WAIT, permits.clone().acquire_owned()).await {
+                        Ok(Ok(p)) => p,
+                        _ => continue,
+                    }
+                }
+                // Every connection has a request in flight: refuse this one at once.
+                Err(_) => continue,
+            };
+            serve(stream, control.clone(), &table, permit);
         }
     })
 }
 
-fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(stream: S, control: Control) {
+/// The HTTP/1 settings of every API connection.
+fn http1_builder(timeouts: limits::Timeouts) -> http1::Builder {
+    let mut b = http1::Builder::new();
+    b.timer(TokioTimer::new())
+        .header_read_timeout(timeouts.header_read)
+        .max_buf_size(limits::MAX_BUF_SIZE)
+        .max_headers(limits::MAX_HEADERS);
+    b
+}
+
+fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    stream: S,
+    control: Control,
+    table: &Arc<limits::Table>,
+    permit: OwnedSemaphorePermit,
+) {
+    let entry = table.register();
     tokio::spawn(async move {
-        let service = service_fn(move |req| {
-            let control = control.clone();
-            async move { Ok::<_, Infallible>(route(req, control).await) }
-        });
-        if let Err(e) = http1::Builder::new()
-            .serve_connection(TokioIo::new(stream), service)
-            .await
-        {
-            log::debug!("API connection: {e}");
+        serve_connection(stream, control, &entry, limits::Timeouts::API).await;
+        drop(entry);
+        drop(permit);
+    });
+}
+
+/// Serves one connection until the client closes it, a timeout or limit ends it, or it is
+/// evicted to make room.
+async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    stream: S,
+    control: Control,
+    entry: &limits::Entry,
+    timeouts: limits::Timeouts,
+) {
+    let slot = entry.slot.clone();
+    let service_slot = slot.clone();
+    let service = service_fn(move |req| {
+        let control = control.clone();
+        // Counted until hyper drops the response body, i.e. has taken all of it.
+        let guard = service_slot.request();
+        async move {
+            let reply = route_limited(req, control).await;
+            Ok::<_, Infallible>(reply.map(|body| {
+                body.map_frame(move |f| {
+                    let _held = &guard;
+                    f
+                })
+            }))
         }
     });
+    let io = limits::Tracked {
+        inner: stream,
+        slot: slot.clone(),
+    };
+    let conn = http1_builder(timeouts).serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let result = loop {
+        // While a request is in flight the connection is never idle; look again later.
+        let deadline = if slot.busy() {
+            tokio::time::Instant::now() + timeouts.idle
+        } else {
+            slot.idle_deadline(timeouts.idle)
+        };
+        tokio::select! {
+            r = conn.as_mut() => break r,
+            () = slot.evict.notified() => {
+                if !slot.busy() {
+                    return;
+                }
+                // A request arrived after the choice: let it finish, then close.
+                conn.as_mut().graceful_shutdown();
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                if !slot.busy() && tokio::time::Instant::now() >= slot.idle_deadline(timeouts.idle) {
+                    log::debug!("API connection: closed after {:?} idle", timeouts.idle);
+                    return;
+                }
+            }
+        }
+    };
+    if let Err(e) = result {
+        log::debug!("API connection: {e}");
+    }
+}
+
+/// Refuses request bodies the API has no use for before routing.
+async fn route_limited(req: Request<Incoming>, control: Control) -> Reply {
+    let upper = req.body().size_hint().upper();
+    if upper.is_none_or(|n| n > limits::MAX_BODY_BYTES) {
+        let mut r = error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request bodies are refused: no API route takes one",
+        );
+        // The unread body would otherwise be drained or make the next request unreadable.
+        r.headers_mut()
+            .insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+        return r;
+    }
+    route(req, control).await
 }
 
 type Reply = Response<Full<Bytes>>;
@@ -276,7 +398,99 @@ fn percent_decode(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, Instant};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
     use super::*;
+
+    const SHORT: limits::Timeouts = limits::Timeouts {
+        header_read: Duration::from_millis(300),
+        idle: Duration::from_millis(600),
+    };
+
+    /// Serves one in-memory connection with `timeouts`; the runner behind it is gone (503).
+    fn connect(timeouts: limits::Timeouts) -> tokio::io::DuplexStream {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let table = Arc::new(limits::Table::default());
+        let entry = table.register();
+        let control = Control {
+            tx: tokio::sync::mpsc::channel(1).0,
+        };
+        tokio::spawn(async move { serve_connection(server, control, &entry, timeouts).await });
+        client
+    }
+
+    /// Reads until the server closes, with a bound so a failing test does not hang.
+    async fn read_until_closed(client: &mut tokio::io::DuplexStream) -> (Vec<u8>, Duration) {
+        let start = Instant::now();
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut out))
+            .await
+            .expect("the server closes the connection within 5 s")
+            .expect("read");
+        (out, start.elapsed())
+    }
+
+    #[tokio::test]
+    async fn half_a_request_head_is_closed_after_the_header_timeout() {
+        let mut c = connect(SHORT);
+        c.write_all(b"GET /v1/status HTTP/1.1\r\nHost: probed\r\nX-Slow: ")
+            .await
+            .unwrap();
+        let (_, took) = read_until_closed(&mut c).await;
+        assert!(
+            took >= SHORT.header_read - Duration::from_millis(50),
+            "closed too early: {took:?}"
+        );
+        assert!(took < SHORT.header_read * 3, "closed too late: {took:?}");
+    }
+
+    #[tokio::test]
+    async fn an_idle_keep_alive_connection_is_closed() {
+        let mut c = connect(SHORT);
+        c.write_all(b"GET /v1/status HTTP/1.1\r\nHost: probed\r\n\r\n")
+            .await
+            .unwrap();
+        let (out, took) = read_until_closed(&mut c).await;
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            text.starts_with("HTTP/1.1 503"),
+            "the request is answered first: {text}"
+        );
+        assert!(took < SHORT.idle * 3, "an idle connection lives on: {took:?}");
+    }
+
+    #[tokio::test]
+    async fn a_request_body_is_refused() {
+        let mut c = connect(SHORT);
+        c.write_all(b"POST /v1/reload HTTP/1.1\r\nHost: probed\r\nContent-Length: 100000\r\n\r\n")
+            .await
+            .unwrap();
+        let (out, _) = read_until_closed(&mut c).await;
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn an_oversized_request_head_is_refused() {
+        let mut c = connect(SHORT);
+        let big = format!(
+            "GET /v1/status HTTP/1.1\r\nHost: probed\r\nX-Big: {}\r\n\r\n",
+            "a".repeat(limits::MAX_BUF_SIZE * 2)
+        );
+        // The server may close before it has read everything.
+        let _ = c.write_all(big.as_bytes()).await;
+        let (out, _) = read_until_closed(&mut c).await;
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.is_empty() || text.starts_with("HTTP/1.1 431"), "{text}");
+    }
+
+    #[test]
+    fn production_timeouts_are_set() {
+        assert_eq!(limits::Timeouts::API.header_read, limits::HEADER_READ_TIMEOUT);
+        assert!(limits::HEADER_READ_TIMEOUT <= limits::IDLE_TIMEOUT);
+    }
 
     #[test]
     fn decodes_paths_and_params() {

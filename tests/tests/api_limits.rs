@@ -1,0 +1,227 @@
+//! The API cannot be exhausted (issue 13, point 2): a flood of idle connections to the unix
+//! socket leaves the API answering and the probes running; a half-sent head is closed.
+use std::{
+    io::{ErrorKind, Read, Write},
+    os::unix::net::UnixStream,
+    path::{Path, PathBuf},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use probed::status::EndpointStatus as S;
+use probed_tests::{
+    daemon::{DaemonFiles, RunningDaemon},
+    http_server::Route,
+    topo::*,
+    Topology,
+};
+
+/// Idle connections the flood holds open.
+const FLOOD: usize = 2_000;
+/// The soft open-file limit of this test process (the daemon runs in it) during the flood: the
+/// 1024 of a unit without `LimitNOFILE`, plus room for the flood's own client ends. Without a
+/// connection cap the daemon's accepted ends run into it (EMFILE).
+const FLOOD_NOFILE: libc::rlim_t = 3_000;
+
+fn socket_path(api: &str) -> PathBuf {
+    PathBuf::from(api.strip_prefix("unix:").expect("DaemonFiles gives a unix socket"))
+}
+
+fn now_unix_ms() -> u64 {
+    u64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis()).unwrap()
+}
+
+/// Lowers the soft RLIMIT_NOFILE of this process; restores it on drop.
+struct NofileLimit(libc::rlimit);
+
+impl NofileLimit {
+    fn set_soft(soft: libc::rlim_t) -> Self {
+        let mut old = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `old` is a valid rlimit the call writes into.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut old) }, 0);
+        let new = libc::rlimit {
+            rlim_cur: soft.min(old.rlim_max),
+            rlim_max: old.rlim_max,
+        };
+        // SAFETY: `new` is a valid rlimit the call only reads.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const new) }, 0);
+        NofileLimit(old)
+    }
+}
+
+impl Drop for NofileLimit {
+    fn drop(&mut self) {
+        // SAFETY: the rlimit read at construction, only read by the call.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const self.0) };
+    }
+}
+
+/// Opens `n` connections that never send a byte. Connecting is non-blocking (a full backlog is
+/// EAGAIN, retried) and bounded by `within`, so a dead accept loop fails the test, not hangs it.
+fn open_idle(path: &Path, n: usize, within: Duration) -> Vec<UnixStream> {
+    let deadline = Instant::now() + within;
+    let mut held = Vec::with_capacity(n);
+    let mut last_err = None;
+    while held.len() < n && Instant::now() < deadline {
+        match connect_nonblocking(path) {
+            Ok(s) => held.push(s),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                last_err = Some(e);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => panic!("idle connection {} of {n}: {e}", held.len() + 1),
+        }
+    }
+    assert_eq!(
+        held.len(),
+        n,
+        "only {} of {n} connections were accepted within {within:?} (last error {last_err:?}): \
+         the API stopped accepting",
+        held.len()
+    );
+    held
+}
+
+fn connect_nonblocking(path: &Path) -> std::io::Result<UnixStream> {
+    use std::os::{fd::FromRawFd, unix::ffi::OsStrExt};
+    // SAFETY: plain socket(2); the result is checked before use.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh socket owned by nobody else; the stream closes it on drop.
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    assert!(bytes.len() < addr.sun_path.len(), "socket path too long");
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    let len = libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_un>()).unwrap();
+    // SAFETY: `addr` is a valid sockaddr_un of `len` bytes for the call's duration.
+    let r = unsafe { libc::connect(fd, (&raw const addr).cast(), len) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(stream)
+}
+
+/// One HTTP endpoint on the backend, `web/web-1` on 198.18.0.2:8080.
+fn web_profile(files: &DaemonFiles) -> String {
+    files.header(PROBER_IF)
+        + &format!(
+            "[[profile]]\nname = \"web\"\ndialect = \"lb\"\nrouting = \"priority\"\n\n[profile.health]\n\
+             protocol = \"http\"\npath = \"/health\"\ninterval = \"2s\"\ntimeout = \"5s\"\n\
+             healthy_threshold = 3\nunhealthy_threshold = 3\n\n\
+             [[profile.endpoint]]\nname = \"web-1\"\naddress = \"{BACKEND_V4}\"\nport = 8080\npriority = 1\n"
+        )
+}
+
+#[test]
+fn two_thousand_idle_connections_leave_the_api_and_probes_working() {
+    let topo = Topology::new();
+    let server = topo.backend.http_server(&format!("{BACKEND_V4}:8080"));
+    server.route("/health", Route::status(200));
+    let files = DaemonFiles::new();
+    let text = web_profile(&files);
+    let mut config = files.write_config(&text);
+    for p in &mut config.profiles {
+        p.health.interval = Duration::from_millis(50);
+        p.health.timeout = Duration::from_millis(500);
+    }
+    let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start the daemon");
+    daemon.wait_status("web", "web-1", S::Online, Duration::from_secs(5));
+
+    let limit = NofileLimit::set_soft(FLOOD_NOFILE);
+    let path = socket_path(&daemon.api);
+    let started = Instant::now();
+    let held = open_idle(&path, FLOOD, Duration::from_secs(10));
+    eprintln!("{FLOOD} idle connections open after {:?}", started.elapsed());
+    // Let the daemon accept (and evict) what is still in the backlog.
+    std::thread::sleep(Duration::from_millis(500));
+
+    let asked = Instant::now();
+    let status = daemon.get("/v1/status");
+    let took = asked.elapsed();
+    eprintln!("/v1/status answered in {took:?} with {FLOOD} connections held");
+    assert!(took < Duration::from_secs(1), "the API answered slowly: {took:?}");
+    assert!(status.as_array().is_some_and(|a| !a.is_empty()), "{status}");
+
+    // Probing goes on: fresh successful HTTP results (the probes need descriptors too).
+    let flood_done = now_unix_ms();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let view = loop {
+        let v = daemon.endpoint("web", "web-1");
+        if v.last_result.as_ref().is_some_and(|r| r.at_unix_ms > flood_done + 200) {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "no probe result since the flood: {v:#?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let result = view.last_result.as_ref().unwrap();
+    assert!(result.ok, "HTTP probes fail during the flood: {view:#?}");
+    assert_eq!(view.status, S::Online, "{view:#?}");
+
+    // And a health change still goes through: the backend fails, then comes back.
+    server.route("/health", Route::status(503));
+    let down = daemon.wait_event("web-1", S::Degraded, Duration::from_secs(5));
+    assert!(down.results.iter().all(|r| r.reason == "status 503"), "{down:#?}");
+    server.route("/health", Route::status(200));
+    daemon.wait_event("web-1", S::Online, Duration::from_secs(5));
+
+    drop(held);
+    drop(limit);
+}
+
+#[test]
+fn a_half_sent_head_is_closed_and_bodies_are_refused() {
+    let topo = Topology::new();
+    let files = DaemonFiles::new();
+    let config = files.write_config(&web_profile(&files));
+    let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start the daemon");
+    let path = socket_path(&daemon.api);
+
+    // A body: 413, without the daemon waiting for it.
+    let mut s = UnixStream::connect(&path).expect("connect to the API");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"POST /v1/reload HTTP/1.1\r\nHost: probed\r\nContent-Length: 1000000\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 413"), "a request body is refused: {text}");
+
+    // Half a head: closed after the 10 s header-read timeout, not kept for ever.
+    let mut s = UnixStream::connect(&path).expect("connect to the API");
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let sent = Instant::now();
+    s.write_all(b"GET /v1/status HTTP/1.1\r\nHost: probed\r\nX-Slow: ")
+        .unwrap();
+    let mut rest = Vec::new();
+    match s.read_to_end(&mut rest) {
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut => {
+            panic!("a half-sent head is still open after {:?}", sent.elapsed())
+        }
+        // A reset also closes it.
+        Err(e) => eprintln!("half-sent head: {e}"),
+    }
+    let took = sent.elapsed();
+    eprintln!("half-sent head closed after {took:?}");
+    assert!(
+        took >= Duration::from_secs(9) && took < Duration::from_secs(13),
+        "closed after {took:?}, expected the 10 s header-read timeout"
+    );
+    // The API still answers.
+    daemon.get("/v1/status");
+}
