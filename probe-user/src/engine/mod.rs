@@ -17,7 +17,7 @@ use std::{
 
 use probe_common::counters::{RxCounters, TxCounters};
 
-use crate::kernel::KernelError;
+use crate::kernel::{notrack::NotrackTable, KernelError};
 
 /// How probes leave the node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -213,7 +213,8 @@ pub struct Snapshot {
     pub inflight: usize,
 }
 
-/// A running engine. Dropping it stops the thread, detaches probe_rx and removes the pins.
+/// A running engine. Dropping it stops the thread, detaches probe_rx, removes the pins and
+/// the conntrack exemption (`kernel::notrack`).
 pub struct L4Engine {
     cmds: mpsc::Sender<Cmd>,
     wake: Arc<run::Waker>,
@@ -236,12 +237,20 @@ impl L4Engine {
         let (results_tx, results_rx) = tokio::sync::mpsc::unbounded_channel();
         let (cmds, cmd_rx) = mpsc::channel();
         let wake = Arc::new(run::Waker::new()?);
+        // Before the first probe, so none is tracked. It is dropped (and the table deleted) by
+        // the engine thread when it ends, in the namespace it was installed in (threads start in
+        // their creator's namespace, while the L4Engine may be dropped from any thread), or
+        // here by `?` and the unwinding below if the start fails.
+        let notrack = NotrackTable::install_or_warn(&cfg.pin_dir, cfg.sport_min, cfg.sport_max);
         let state = run::EngineState::new(&cfg, results_tx, wake.clone())?;
         let (path, path_reason) = state.path();
         let rx_mode = state.rx_mode();
         let thread = std::thread::Builder::new()
             .name("probed-l4".into())
-            .spawn(move || state.run(cmd_rx))
+            .spawn(move || {
+                state.run(cmd_rx);
+                drop(notrack);
+            })
             .map_err(|source| EngineError::Io {
                 op: "spawn the engine thread",
                 source,

@@ -6,6 +6,7 @@
 pub mod l4;
 pub mod netlink;
 pub mod nft;
+pub mod notrack;
 pub mod pin;
 pub mod ports;
 pub mod rx;

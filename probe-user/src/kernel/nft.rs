@@ -2,7 +2,8 @@
 //!
 //! In process, one command is one netlink transaction of a few hundred microseconds, where
 //! spawning `nft` costs milliseconds; the library is opened with dlopen, so probed neither
-//! links against it nor needs it unless an nftables sink is configured (Debian: libnftables1,
+//! links against it nor needs it unless an nftables sink is configured or the conntrack
+//! exemption (`kernel::notrack`) is to be installed (Debian: libnftables1,
 //! which the nftables package pulls in). Commands are nft's own language, and a buffer of
 //! several commands is one atomic transaction.
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
