@@ -164,13 +164,35 @@ fn ten_thousand_anyip_targets_get_exactly_one_outcome_each() {
     );
 }
 
+/// The one probe the engine has on the wire (from its pinned in-flight table): flow and entry.
+fn live_probe(pins: &TestPins) -> (probe_common::l4::FlowKey, probe_common::l4::Inflight) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        if let Some(live) = probed_tests::forge::inflight(&pins.path).into_iter().next() {
+            return live;
+        }
+        assert!(Instant::now() < deadline, "probe never appeared in PROBE_INFLIGHT");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A TCP segment (IP header on) from the probed backend to probe port `sport`.
+fn forged_reply(flow: &probe_common::l4::FlowKey, sport: u16, ack: u32, flags: u8) -> Vec<u8> {
+    let e = probe_common::frame::Ends {
+        smac: [0; 6],
+        dmac: [0; 6],
+        saddr: flow.daddr_v4(),
+        daddr: flow.saddr_v4(),
+        sport: flow.dport,
+        dport: sport,
+    };
+    probe_common::frame::segment_v4(&e, 0x5eed_0000, ack, flags).bytes()[probe_common::packet::EthHdr::LEN..].to_vec()
+}
+
 #[test]
 fn forged_and_stale_replies_change_no_outcome() {
-    use probe_common::{
-        frame::{segment_v4, Ends},
-        packet::{EthHdr, TCP_ACK, TCP_RST, TCP_SYN},
-    };
-    use probed_tests::forge::{inflight, send_raw_v4};
+    use probe_common::packet::{TCP_ACK, TCP_RST, TCP_SYN};
+    use probed_tests::forge::send_raw_v4;
 
     let topo = backend();
     let pins = TestPins::new();
@@ -179,25 +201,8 @@ fn forged_and_stale_replies_change_no_outcome() {
         let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
         engine.submit(vec![tcp(1, &target, 1500)]).unwrap();
         // The probe is on the wire to a port that drops it; find its flow and cookie.
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let (flow, entry) = loop {
-            if let Some(live) = inflight(&pins.path).into_iter().next() {
-                break live;
-            }
-            assert!(Instant::now() < deadline, "probe never appeared in PROBE_INFLIGHT");
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        let reply = |sport: u16, ack: u32, flags: u8| {
-            let e = Ends {
-                smac: [0; 6],
-                dmac: [0; 6],
-                saddr: flow.daddr_v4(),
-                daddr: flow.saddr_v4(),
-                sport: flow.dport,
-                dport: sport,
-            };
-            segment_v4(&e, 0x5eed_0000, ack, flags).bytes()[EthHdr::LEN..].to_vec()
-        };
+        let (flow, entry) = live_probe(&pins);
+        let reply = |sport: u16, ack: u32, flags: u8| forged_reply(&flow, sport, ack, flags);
         let free_port = if flow.sport < 65000 {
             flow.sport + 1
         } else {
@@ -249,11 +254,8 @@ fn forged_and_stale_replies_change_no_outcome() {
 /// fragment is passed on untouched, never read past.
 #[test]
 fn a_fragment_with_the_right_cookie_decides_nothing() {
-    use probe_common::{
-        frame::{segment_v4, Ends},
-        packet::{EthHdr, TCP_ACK, TCP_SYN},
-    };
-    use probed_tests::forge::{inflight, send_raw_v4};
+    use probe_common::packet::{TCP_ACK, TCP_SYN};
+    use probed_tests::forge::send_raw_v4;
 
     let topo = backend();
     let pins = TestPins::new();
@@ -261,24 +263,8 @@ fn a_fragment_with_the_right_cookie_decides_nothing() {
     topo.prober.enter(|| {
         let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
         engine.submit(vec![tcp(1, &target, 1500)]).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let (flow, entry) = loop {
-            if let Some(live) = inflight(&pins.path).into_iter().next() {
-                break live;
-            }
-            assert!(Instant::now() < deadline, "probe never appeared in PROBE_INFLIGHT");
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        let e = Ends {
-            smac: [0; 6],
-            dmac: [0; 6],
-            saddr: flow.daddr_v4(),
-            daddr: flow.saddr_v4(),
-            sport: flow.dport,
-            dport: flow.sport,
-        };
-        let whole = segment_v4(&e, 0x5eed_0000, entry.cookie.wrapping_add(1), TCP_SYN | TCP_ACK).bytes()[EthHdr::LEN..]
-            .to_vec();
+        let (flow, entry) = live_probe(&pins);
+        let whole = forged_reply(&flow, flow.sport, entry.cookie.wrapping_add(1), TCP_SYN | TCP_ACK);
         // (A header shorter than 20 bytes cannot be sent from a raw socket: the sender's
         // kernel refuses it. probe-common's `Ipv4Hdr::is_plain` tests cover that case.)
         let mut first_fragment = whole;
