@@ -119,6 +119,9 @@ pub enum L4Outcome {
     Silent,
     /// No route to the target from this node.
     NoRoute,
+    /// The probe could not be sent for want of a local resource (socket buffers, a full
+    /// in-flight table): no verdict on the target.
+    LocalError { errno: i32 },
 }
 
 impl L4Outcome {
@@ -137,6 +140,9 @@ impl std::fmt::Display for L4Outcome {
             L4Outcome::Timeout => f.write_str("timeout"),
             L4Outcome::Silent => f.write_str("silent"),
             L4Outcome::NoRoute => f.write_str("no route"),
+            L4Outcome::LocalError { errno } => {
+                write!(f, "local error: {}", std::io::Error::from_raw_os_error(*errno))
+            }
         }
     }
 }
@@ -151,6 +157,7 @@ impl From<L4Outcome> for crate::outcome::Outcome {
             L4Outcome::Timeout => crate::outcome::Outcome::Timeout,
             L4Outcome::Silent => crate::outcome::Outcome::Silent,
             L4Outcome::NoRoute => crate::outcome::Outcome::NoRoute,
+            L4Outcome::LocalError { .. } => crate::outcome::Outcome::LocalError,
         }
     }
 }

@@ -151,6 +151,10 @@ pub(crate) struct Runner {
     /// When the last probe result came (start time before any): its age is a metric, so a
     /// checker that has stopped learning anything shows it.
     pub(super) last_result_ns: u64,
+    /// Results that were no verdict for want of a local resource, and when that was last
+    /// logged (`results.rs`): at most one warning per `LOCAL_WARN_EVERY_NS`.
+    local_errors: u64,
+    local_warned_ns: Option<u64>,
     /// The watchdog's next scan of the probes in flight.
     next_watchdog_ns: u64,
     /// The state file's and the pin directory's locks, held for the runner's lifetime.
@@ -200,6 +204,8 @@ impl Runner {
             },
             rng: SplitMix64(now),
             last_result_ns: now,
+            local_errors: 0,
+            local_warned_ns: None,
             _locks: locks,
             next_watchdog_ns: now + watchdog::EVERY_NS,
             options,

@@ -476,6 +476,25 @@ fn a_probe_without_a_result_is_lost_not_a_failure_and_its_check_goes_on() {
 }
 
 #[test]
+fn local_resource_errors_are_no_verdict_and_real_failures_still_count() {
+    let mut h = Harness::new("local-error", &[("a", 80)]);
+    h.run_for(4000, OPEN);
+    assert_eq!(h.status("a"), (S::Online, true));
+    h.changes();
+    // The node is out of socket buffers for ten probes in a row: far past the threshold of 2.
+    let enobufs = |_| L4Outcome::LocalError { errno: libc::ENOBUFS };
+    h.run_for(10_000, enobufs);
+    let view = crate::daemon::requests::status_view(&h.runner, "a");
+    let last = view.last_result.expect("the local error is shown");
+    assert_eq!((last.ok, last.outcome), (false, crate::outcome::Outcome::LocalError));
+    assert_eq!((view.status, view.pending), (S::Online, 0), "no verdict on the backend");
+    assert!(h.changes().is_empty());
+    // Real failures after them are counted from scratch, as usual.
+    h.run_for(2500, |_| L4Outcome::Refused);
+    assert_eq!(h.status("a").0, S::Degraded);
+}
+
+#[test]
 fn a_stopped_engine_ends_the_runner_with_an_error() {
     // The fake starter keeps no sender for results: as if the engine's thread had died.
     let dir = std::env::temp_dir().join(format!("probed-runner-engine-gone-{}", std::process::id()));

@@ -205,9 +205,18 @@ impl EngineState {
         if let Err(e) = self.raw.send(&job.flow, cookie, payload.as_deref()) {
             log::debug!("raw send to slot {} failed: {e}", job.slot);
             if self.kernel.claim(&job.flow) {
-                self.fail_now(job.slot, L4Outcome::NoRoute);
+                self.fail_now(job.slot, send_failure(&e));
             }
         }
+    }
+}
+
+/// What a failed raw send says: nothing about the target when the node is short of buffers
+/// or memory, else that the target cannot be reached from here.
+fn send_failure(e: &std::io::Error) -> L4Outcome {
+    match e.raw_os_error() {
+        Some(errno) if crate::outcome::is_local_resource_errno(errno) => L4Outcome::LocalError { errno },
+        _ => L4Outcome::NoRoute,
     }
 }
 
