@@ -6,11 +6,13 @@
 //! `apply.rs`.
 mod apply;
 mod fire;
+mod pace;
 mod publish;
 mod results;
 mod sinks;
 #[cfg(test)]
 mod tests;
+pub(crate) use pace::BEHIND_NS;
 mod watchdog;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -72,6 +74,8 @@ struct Inflight {
     started_ns: u64,
     /// Past this, the watchdog gives up on the probe (`watchdog.rs`).
     deadline_ns: u64,
+    /// How late it left after its due time.
+    late_ns: u64,
     protocol: Protocol,
 }
 
@@ -104,8 +108,9 @@ struct Tasks {
     http: HttpProber,
     http_slots: Arc<Semaphore>,
     udp: crate::probe::udp::UdpProber,
-    tx: mpsc::UnboundedSender<(u64, ProbeReport)>,
-    rx: mpsc::UnboundedReceiver<(u64, ProbeReport)>,
+    /// (token, report, nanoseconds the task waited for an HTTP slot before it could start)
+    tx: mpsc::UnboundedSender<(u64, ProbeReport, u64)>,
+    rx: mpsc::UnboundedReceiver<(u64, ProbeReport, u64)>,
 }
 
 /// The L4 port once started, and its results.
@@ -155,6 +160,8 @@ pub(crate) struct Runner {
     /// logged (`results.rs`): at most one warning per `LOCAL_WARN_EVERY_NS`.
     local_errors: u64,
     local_warned_ns: Option<u64>,
+    /// Whether probes start on time (`pace.rs`).
+    pace: pace::Pace,
     /// The watchdog's next scan of the probes in flight.
     next_watchdog_ns: u64,
     /// The state file's and the pin directory's locks, held for the runner's lifetime.
@@ -206,6 +213,7 @@ impl Runner {
             last_result_ns: now,
             local_errors: 0,
             local_warned_ns: None,
+            pace: pace::Pace::default(),
             _locks: locks,
             next_watchdog_ns: now + watchdog::EVERY_NS,
             options,
@@ -268,12 +276,13 @@ impl Runner {
                         break;
                     }
                 },
-                Some((token, report)) = self.tasks.rx.recv() => self.on_result(token, report),
+                Some((token, report, queued_ns)) = self.tasks.rx.recv() => self.on_result(token, report, queued_ns),
                 _ = sleep => {
                     last_wake = self.now();
                     self.fire(last_wake);
                     if last_wake >= self.next_watchdog_ns {
                         self.reap_lost(last_wake);
+                        self.assess_pace(last_wake);
                         self.next_watchdog_ns = last_wake + watchdog::EVERY_NS;
                     }
                 }

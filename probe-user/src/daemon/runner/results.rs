@@ -34,11 +34,12 @@ impl Runner {
             elapsed: r.elapsed,
             reason: Arc::from(reason),
         };
-        self.on_result(r.token, report);
+        self.on_result(r.token, report, 0);
     }
 
-    /// Feeds one result to every owner of its check, then reschedules the check.
-    pub(super) fn on_result(&mut self, token: u64, report: ProbeReport) {
+    /// Feeds one result to every owner of its check, then reschedules the check. `queued_ns`
+    /// is how long the probe waited to start after it was sent (HTTP slots).
+    pub(super) fn on_result(&mut self, token: u64, report: ProbeReport, queued_ns: u64) {
         let check = CheckId::from_u64(token);
         let Some(inflight) = self
             .slots
@@ -58,6 +59,7 @@ impl Runner {
             reason: report.reason.clone(),
         };
         let proto = inflight.protocol;
+        let late_ns = inflight.late_ns.saturating_add(queued_ns);
         let at_unix_ms = self.ports.clock.unix_ms_at(finished);
         // Shared checks follow the most urgent owner's cadence (Cadence::combine).
         let mut cadence: Option<Cadence> = None;
@@ -67,6 +69,7 @@ impl Runner {
                 continue;
             };
             self.metrics.result(proto, t.profile_ix, &report);
+            t.late_ns = late_ns;
             if report.healthy {
                 t.last_rtt = Some(report.elapsed);
             }
