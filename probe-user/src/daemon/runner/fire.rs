@@ -110,7 +110,7 @@ impl Runner {
                     probe.clone(),
                     spec.target,
                 );
-                tokio::spawn(async move {
+                self.tasks.workers.spawn(async move {
                     // All slots busy: the probe starts late, and its lateness says so.
                     let queued = std::time::Instant::now();
                     let Ok(_permit) = slots.acquire_owned().await else {
@@ -123,7 +123,7 @@ impl Runner {
             }
             ProbeKind::UdpExchange(req) => {
                 let (prober, req) = (self.tasks.udp.clone(), req.clone());
-                tokio::spawn(async move {
+                self.tasks.workers.spawn(async move {
                     let r = prober.probe(&req).await;
                     let report = ProbeReport {
                         healthy: r.outcome.healthy(),

@@ -14,6 +14,7 @@ mod sinks;
 mod tests;
 pub(crate) use pace::BEHIND_NS;
 mod watchdog;
+mod workers;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -102,9 +103,10 @@ struct CheckSlot {
     inflight: Option<Inflight>,
 }
 
-/// Probes that run as tasks on the runner's runtime (HTTP(S), UDP request/response); their
-/// reports come back on `rx` under the check's token.
+/// Probes that run as tasks on the L7 workers (HTTP(S), UDP request/response); their reports
+/// come back on `rx` under the check's token.
 struct Tasks {
+    workers: workers::Workers,
     http: HttpProber,
     http_slots: Arc<Semaphore>,
     udp: crate::probe::udp::UdpProber,
@@ -194,6 +196,7 @@ impl Runner {
             due_buf: Vec::new(),
             l4: L4::default(),
             tasks: Tasks {
+                workers: workers::Workers::start(workers::Workers::default_threads())?,
                 http: HttpProber::new(),
                 http_slots: Arc::new(Semaphore::new(HTTP_CONCURRENCY)),
                 udp: crate::probe::udp::UdpProber::default(),
