@@ -1,6 +1,7 @@
 //! Bounds-checked packet access: every header read goes through `ptr_at`.
 use aya_ebpf::{helpers::bpf_xdp_adjust_tail, programs::XdpContext};
-use probe_common::packet::{Ipv4Hdr, Ipv6Hdr};
+pub use probe_common::parse::L3;
+use probe_common::parse::{Packet, Wire};
 
 /// Returns a pointer to a `T` at `offset` bytes into the frame, or `None` when the frame is
 /// too short. The explicit comparison against `data_end` is what the verifier needs to see.
@@ -24,47 +25,21 @@ pub fn read_at<T: Copy>(ctx: &XdpContext, offset: usize) -> Option<T> {
     Some(unsafe { core::ptr::read_unaligned(p) })
 }
 
-/// The network header of a frame, as far as matching needs it.
-pub struct L3 {
-    pub ipv6: bool,
-    pub saddr: [u8; 16],
-    pub daddr: [u8; 16],
-    pub proto: u8,
-    pub l4_off: usize,
+/// A frame as the shared parser sees it: every read goes through `read_at`, so through
+/// `ptr_at`'s bounds check, in the kernel exactly as in the host tests (there a byte slice).
+pub struct Frame<'a>(pub &'a XdpContext);
+
+impl Packet for Frame<'_> {
+    #[inline(always)]
+    fn read<T: Wire>(&self, off: usize) -> Option<T> {
+        read_at(self.0, off)
+    }
 }
 
+/// The strict network-header parse of probe_common::parse, on an XDP frame.
 #[inline(always)]
-pub fn parse_l3(ctx: &XdpContext, off: usize, ethertype_v6: bool) -> Option<L3> {
-    if ethertype_v6 {
-        let ip = read_at::<Ipv6Hdr>(ctx, off)?;
-        if ip.ver_tc_flow[0] >> 4 != 6 {
-            return None;
-        }
-        // Extension headers are not followed: probe replies never carry them.
-        Some(L3 {
-            ipv6: true,
-            saddr: ip.saddr,
-            daddr: ip.daddr,
-            proto: ip.next_hdr,
-            l4_off: off + Ipv6Hdr::LEN,
-        })
-    } else {
-        let ip = read_at::<Ipv4Hdr>(ctx, off)?;
-        // Strict: a malformed header or a fragment is passed on untouched, never read past.
-        if !ip.is_plain() {
-            return None;
-        }
-        let (mut saddr, mut daddr) = ([0u8; 16], [0u8; 16]);
-        saddr[..4].copy_from_slice(&ip.saddr);
-        daddr[..4].copy_from_slice(&ip.daddr);
-        Some(L3 {
-            ipv6: false,
-            saddr,
-            daddr,
-            proto: ip.proto,
-            l4_off: off + ip.header_len(),
-        })
-    }
+pub fn parse_l3(ctx: &XdpContext, off: usize, ipv6: bool) -> Option<L3> {
+    probe_common::parse::parse_l3(&Frame(ctx), off, ipv6)
 }
 
 /// Shrinks the frame to `T`'s size and returns it as a `T` to be written in place, borrowed

@@ -8,17 +8,18 @@
 use aya_ebpf::{bindings::xdp_action, helpers::bpf_ktime_get_ns, macros::xdp, programs::XdpContext};
 use probe_common::{
     counters::RxCounters,
-    frame::{write_rst_v4, write_rst_v6, Ends, RstV4, RstV6, FLOW_LABEL_MASK},
+    frame::{rst_v4, rst_v6, write_rst_v4, write_rst_v6, Ends, RstV4, RstV6, FLOW_LABEL_MASK},
     l4::{EventKind, FlowKey, Inflight, ProbeEvent},
     packet::{
-        classify_icmp, classify_tcp_flags, EthHdr, IcmpHdr, Ipv4Hdr, Ipv6Hdr, QuotedL4, ReplyClass, TcpHdr, ETH_P_IP,
-        ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK,
+        classify_icmp, classify_tcp_flags, IcmpHdr, Ipv4Hdr, Ipv6Hdr, ReplyClass, TcpHdr, ETH_P_IP, ETH_P_IPV6,
+        IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK,
     },
+    parse::{parse_link, parse_quote, Link, TaggedRst},
 };
 
 use crate::{
     maps::{is_probe_port, rx_counters, PROBE_EVENTS, PROBE_INFLIGHT},
-    parse::{parse_l3, read_at, shrink_to, L3},
+    parse::{parse_l3, read_at, shrink_to, Frame, L3},
 };
 
 const PASS: u32 = xdp_action::XDP_PASS;
@@ -37,8 +38,9 @@ pub fn probe_rx(mut ctx: XdpContext) -> u32 {
 #[inline(never)]
 fn try_probe_rx(ctx: &mut XdpContext) -> Option<u32> {
     let c = rx_counters()?;
-    let eth = read_at::<EthHdr>(ctx, 0)?;
-    let v6 = match eth.ethertype() {
+    // Up to two VLAN tags are skipped; a frame with more is no IP to us.
+    let link = parse_link(&Frame(ctx))?;
+    let v6 = match link.eth.ethertype() {
         ETH_P_IP => false,
         ETH_P_IPV6 => true,
         _ => {
@@ -46,9 +48,10 @@ fn try_probe_rx(ctx: &mut XdpContext) -> Option<u32> {
             return Some(PASS);
         }
     };
-    let l3 = parse_l3(ctx, EthHdr::LEN, v6)?;
+    // Strict: a header the parser will not read past (a fragment, say) is passed untouched.
+    let l3 = parse_l3(ctx, link.l3_off, v6)?;
     match l3.proto {
-        IPPROTO_TCP => on_tcp(ctx, &eth, &l3, c),
+        IPPROTO_TCP => on_tcp(ctx, &link, &l3, c),
         IPPROTO_ICMP if !v6 => on_icmp(ctx, &l3, c),
         IPPROTO_ICMPV6 if v6 => on_icmp(ctx, &l3, c),
         _ => {
@@ -68,7 +71,7 @@ fn family(ipv6: bool) -> u8 {
 }
 
 #[inline(always)]
-fn on_tcp(ctx: &mut XdpContext, eth: &EthHdr, l3: &L3, c: &mut RxCounters) -> Option<u32> {
+fn on_tcp(ctx: &mut XdpContext, link: &Link, l3: &L3, c: &mut RxCounters) -> Option<u32> {
     let tcp = read_at::<TcpHdr>(ctx, l3.l4_off)?;
     let class = classify_tcp_flags(tcp.flags);
     match class {
@@ -113,8 +116,8 @@ fn on_tcp(ctx: &mut XdpContext, eth: &EthHdr, l3: &L3, c: &mut RxCounters) -> Op
     }
     c.matched_open += 1;
     let e = Ends {
-        smac: eth.dst,
-        dmac: eth.src,
+        smac: link.eth.dst,
+        dmac: link.eth.src,
         saddr: flow.saddr,
         daddr: flow.daddr,
         sport: flow.sport,
@@ -122,7 +125,7 @@ fn on_tcp(ctx: &mut XdpContext, eth: &EthHdr, l3: &L3, c: &mut RxCounters) -> Op
     };
     let seq = tcp.ack();
     if l3.ipv6 {
-        write_rst_v6(shrink_to::<RstV6>(ctx)?, &e, seq);
+        rst_v6_in_place(ctx, link.tags, &e, seq)?;
     } else {
         let e4 = Ends {
             smac: e.smac,
@@ -132,27 +135,63 @@ fn on_tcp(ctx: &mut XdpContext, eth: &EthHdr, l3: &L3, c: &mut RxCounters) -> Op
             sport: e.sport,
             dport: e.dport,
         };
-        write_rst_v4(shrink_to::<RstV4>(ctx)?, &e4, seq);
+        rst_v4_in_place(ctx, link.tags, &e4, seq)?;
     }
     c.rst_sent += 1;
     Some(xdp_action::XDP_TX)
 }
 
+/// Rewrites the SYN+ACK into the RST, keeping its VLAN tags (if any) so the RST leaves on
+/// the VLAN the SYN+ACK arrived on.
+#[inline(always)]
+fn rst_v4_in_place(ctx: &mut XdpContext, tags: usize, e: &Ends<[u8; 4]>, seq: u32) -> Option<()> {
+    match tags {
+        0 => write_rst_v4(shrink_to::<RstV4>(ctx)?, e, seq),
+        1 => {
+            let r = rst_v4(e, seq);
+            shrink_to::<TaggedRst<Ipv4Hdr, 1>>(ctx)?.set(&r.eth, r.ip, r.tcp);
+        }
+        _ => {
+            let r = rst_v4(e, seq);
+            shrink_to::<TaggedRst<Ipv4Hdr, 2>>(ctx)?.set(&r.eth, r.ip, r.tcp);
+        }
+    }
+    Some(())
+}
+
+#[inline(always)]
+fn rst_v6_in_place(ctx: &mut XdpContext, tags: usize, e: &Ends<[u8; 16]>, seq: u32) -> Option<()> {
+    match tags {
+        0 => write_rst_v6(shrink_to::<RstV6>(ctx)?, e, seq),
+        1 => {
+            let r = rst_v6(e, seq);
+            shrink_to::<TaggedRst<Ipv6Hdr, 1>>(ctx)?.set(&r.eth, r.ip, r.tcp);
+        }
+        _ => {
+            let r = rst_v6(e, seq);
+            shrink_to::<TaggedRst<Ipv6Hdr, 2>>(ctx)?.set(&r.eth, r.ip, r.tcp);
+        }
+    }
+    Some(())
+}
+
 #[inline(always)]
 fn on_icmp(ctx: &XdpContext, l3: &L3, c: &mut RxCounters) -> Option<u32> {
     let icmp = read_at::<IcmpHdr>(ctx, l3.l4_off)?;
-    if classify_icmp(l3.ipv6, icmp.kind) != ReplyClass::IcmpUnreach {
+    // Only destination unreachable with a code that says "refused" (port unreachable,
+    // administratively prohibited, ...: see packet.rs) may end a probe.
+    if classify_icmp(l3.ipv6, icmp.kind, icmp.code) != ReplyClass::IcmpUnreach {
         c.other += 1;
         return Some(PASS);
     }
     c.icmp_unreach += 1;
-    // The error quotes our probe: its source is us, its destination the target.
-    let inner_off = l3.l4_off + IcmpHdr::LEN;
-    let inner = parse_l3(ctx, inner_off, l3.ipv6)?;
+    // The error quotes our probe: its source is us, its destination the target. The quote
+    // gets the outer header's checks (version, IHL, no fragment, extension headers).
+    let quote = parse_quote(&Frame(ctx), l3.l4_off, l3.ipv6)?;
+    let (inner, q) = (quote.l3, quote.l4);
     if inner.proto != IPPROTO_TCP && inner.proto != IPPROTO_UDP {
         return Some(PASS);
     }
-    let q = read_at::<QuotedL4>(ctx, inner.l4_off)?;
     if !is_probe_port(q.sport()) {
         return Some(PASS);
     }
@@ -172,12 +211,10 @@ fn on_icmp(ctx: &XdpContext, l3: &L3, c: &mut RxCounters) -> Option<u32> {
     let echoes_cookie = if inner.proto == IPPROTO_TCP {
         q.seq() == entry.cookie
     } else if !l3.ipv6 {
-        let ip = read_at::<Ipv4Hdr>(ctx, inner_off)?;
-        ip.id() == entry.cookie as u16
+        inner.ident == entry.cookie & 0xffff
     } else {
         // IPv6 has no id: the UDP probe carries the cookie's low 20 bits as its flow label.
-        let ip = read_at::<Ipv6Hdr>(ctx, inner_off)?;
-        ip.flow_label() == entry.cookie & FLOW_LABEL_MASK
+        inner.ident == entry.cookie & FLOW_LABEL_MASK
     };
     if !echoes_cookie {
         c.forged += 1;
