@@ -48,8 +48,6 @@ unsafe impl Wire for IcmpHdr {}
 unsafe impl Wire for VlanTag {}
 // SAFETY: as above.
 unsafe impl Wire for ExtHdr {}
-// SAFETY: repr(C) of byte arrays and Wire headers, all alignment 1 (asserted below).
-unsafe impl<H: Wire, const TAGS: usize> Wire for TaggedRst<H, TAGS> {}
 
 /// Bounds-checked reads from a packet: the kernel implements it with its `ptr_at`, the host
 /// with a byte slice. A read that does not fit is `None`, never a short value.
@@ -119,7 +117,7 @@ pub fn parse_link<P: Packet + ?Sized>(p: &P) -> Option<Link> {
 }
 
 /// The network header of a frame (or of an ICMP error's quote), as far as matching needs it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct L3 {
     pub ipv6: bool,
     /// IPv4 addresses in the first four bytes, the rest zero.
@@ -265,34 +263,6 @@ pub fn parse_frame<P: Packet + ?Sized>(p: &P) -> Parsed {
             Parsed::Icmp { link, l3, icmp, quote }
         }
         _ => Parsed::Other { link, l3 },
-    }
-}
-
-/// A bare TCP RST behind `TAGS` VLAN tags, to be written over a tagged SYN+ACK in place:
-/// the MACs, network and TCP headers are rewritten, the tags and the inner ethertype kept,
-/// so the RST goes back on the VLAN the SYN+ACK came from.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TaggedRst<H, const TAGS: usize> {
-    pub dst: [u8; 6],
-    pub src: [u8; 6],
-    pub tags: [VlanTag; TAGS],
-    pub ethertype_be: [u8; 2],
-    pub ip: H,
-    pub tcp: TcpHdr,
-}
-const _: () = assert!(core::mem::size_of::<TaggedRst<Ipv4Hdr, 2>>() == 14 + 8 + 20 + 20);
-const _: () = assert!(core::mem::size_of::<TaggedRst<Ipv6Hdr, 1>>() == 14 + 4 + 40 + 20);
-const _: () = assert!(core::mem::align_of::<TaggedRst<Ipv6Hdr, 2>>() == 1);
-
-impl<H: Copy, const TAGS: usize> TaggedRst<H, TAGS> {
-    /// Writes an untagged RST's addresses and headers, keeping this frame's tags.
-    #[inline(always)]
-    pub fn set(&mut self, eth: &EthHdr, ip: H, tcp: TcpHdr) {
-        self.dst = eth.dst;
-        self.src = eth.src;
-        self.ip = ip;
-        self.tcp = tcp;
     }
 }
 

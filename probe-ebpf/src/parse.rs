@@ -25,29 +25,71 @@ pub fn read_at<T: Copy>(ctx: &XdpContext, offset: usize) -> Option<T> {
     Some(unsafe { core::ptr::read_unaligned(p) })
 }
 
-/// A frame as the shared parser sees it: every read goes through `read_at`, so through
-/// `ptr_at`'s bounds check, in the kernel exactly as in the host tests (there a byte slice).
-pub struct Frame<'a>(pub &'a XdpContext);
+/// A frame as the shared parser sees it: its bounds, taken from the context once. Every
+/// read is checked against them as in `ptr_at`, in the kernel exactly as in the host tests
+/// (there a byte slice). Passed by reference to functions that are not inlined: handing them
+/// the context instead lets LLVM pass its 32-bit fields, whose widening in the callee the
+/// verifier refuses on packet pointers.
+#[derive(Clone, Copy)]
+pub struct Frame {
+    start: usize,
+    end: usize,
+}
 
-impl Packet for Frame<'_> {
+impl Frame {
+    #[inline(always)]
+    pub fn of(ctx: &XdpContext) -> Self {
+        Self {
+            start: ctx.data(),
+            end: ctx.data_end(),
+        }
+    }
+}
+
+impl Packet for Frame {
     #[inline(always)]
     fn read<T: Wire>(&self, off: usize) -> Option<T> {
-        read_at(self.0, off)
+        if self.start + off + core::mem::size_of::<T>() > self.end {
+            return None;
+        }
+        // SAFETY: the bounds were checked just above against the frame's end; T: Wire
+        // accepts any bytes at any alignment.
+        Some(unsafe { core::ptr::read_unaligned((self.start + off) as *const T) })
     }
 }
 
 /// The strict network-header parse of probe_common::parse, on an XDP frame.
 #[inline(always)]
 pub fn parse_l3(ctx: &XdpContext, off: usize, ipv6: bool) -> Option<L3> {
-    probe_common::parse::parse_l3(&Frame(ctx), off, ipv6)
+    probe_common::parse::parse_l3(&Frame::of(ctx), off, ipv6)
+}
+
+/// `parse_l3` in a stack frame of its own: the header copies it makes do not count against
+/// the caller's frame (the matcher's deepest call chain runs through its caller).
+#[inline(never)]
+pub fn parse_l3_into(frame: &Frame, off: usize, ipv6: bool, out: &mut L3) -> bool {
+    match probe_common::parse::parse_l3(frame, off, ipv6) {
+        Some(l3) => {
+            *out = l3;
+            true
+        }
+        None => false,
+    }
 }
 
 /// Shrinks the frame to `T`'s size and returns it as a `T` to be written in place, borrowed
 /// from the context exclusively (as tx.rs's frame_mut).
 #[inline(always)]
 pub fn shrink_to<T>(ctx: &mut XdpContext) -> Option<&mut T> {
+    shrink_to_at::<T>(ctx, 0)
+}
+
+/// Shrinks the frame to `off` bytes plus a `T`, and returns the `T` at `off` to be written in
+/// place (the first `off` bytes are kept as they are).
+#[inline(always)]
+pub fn shrink_to_at<T>(ctx: &mut XdpContext, off: usize) -> Option<&mut T> {
     let len = (ctx.data_end() - ctx.data()) as i32;
-    let delta = core::mem::size_of::<T>() as i32 - len;
+    let delta = (off + core::mem::size_of::<T>()) as i32 - len;
     if delta > 0 {
         return None;
     }
@@ -58,9 +100,19 @@ pub fn shrink_to<T>(ctx: &mut XdpContext) -> Option<&mut T> {
             return None;
         }
     }
-    let p = ptr_at::<T>(ctx, 0)?;
+    let p = ptr_at::<T>(ctx, off)?;
     // SAFETY: ptr_at checked the bounds after the resize; every frame layout has alignment 1;
     // the packet is reached only through `ctx`, which the returned reference borrows
     // mutably, so no other reference to it can exist.
     Some(unsafe { &mut *p })
+}
+
+/// Writes `value` at `off`, if the frame holds them.
+#[inline(always)]
+pub fn write_at<T: Copy>(ctx: &mut XdpContext, off: usize, value: T) -> Option<()> {
+    let p = ptr_at::<T>(ctx, off)?;
+    // SAFETY: ptr_at checked the bounds; write_unaligned places no alignment demand; the
+    // context is borrowed mutably, so nothing else refers to the packet.
+    unsafe { core::ptr::write_unaligned(p, value) };
+    Some(())
 }

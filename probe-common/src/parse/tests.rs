@@ -322,30 +322,3 @@ fn short_and_foreign_frames() {
     let f = cat(&[&eth(&[], ETH_P_IP), &ipv4(0x45, 0, IPPROTO_TCP, 7, &[]), &syn_ack(80, 61000)[..19]]);
     assert_eq!(parse_frame(&f[..]), Parsed::Refused, "TCP header cut short");
 }
-
-#[test]
-fn a_tagged_rst_keeps_its_tags() {
-    let reply = cat(&[
-        &eth(&[(ETH_P_8021AD, 0x0064), (ETH_P_8021Q, 0x20c8)], ETH_P_IP),
-        &ipv4(0x45, 0, IPPROTO_TCP, 7, &[]),
-        &syn_ack(80, 61000),
-    ]);
-    // The tagged SYN+ACK's first 62 bytes seen as the layout, overwritten as probe_rx does.
-    let mut f: TaggedRst<Ipv4Hdr, 2> = reply[..].read(0).expect("62 bytes");
-    let ends = crate::frame::Ends {
-        smac: MAC_A,
-        dmac: MAC_B,
-        saddr: V4_US,
-        daddr: V4_THEM,
-        sport: 61000,
-        dport: 80,
-    };
-    let rst = crate::frame::rst_v4(&ends, 0x1000_0001);
-    f.set(&rst.eth, rst.ip, rst.tcp);
-    let out = bytes_of(&f);
-    assert_eq!(&out[..6], &MAC_B, "to the sender of the SYN+ACK");
-    assert_eq!(&out[12..22], &reply[12..22], "both tags and the inner ethertype kept");
-    assert_eq!(&out[22..], &rst.bytes()[14..], "then the RST's IP and TCP headers");
-    let (link, l3, tcp) = tcp_of(&out);
-    assert_eq!((link.tags, l3.l4_off, tcp.flags & crate::packet::TCP_RST), (2, 42, crate::packet::TCP_RST));
-}
