@@ -67,6 +67,10 @@ pub struct EngineConfig {
     pub max_inflight: u32,
 }
 
+/// Source ports the default range spans: with the 16-bit IPv4 id, a blind forger of a UDP
+/// probe's ICMP error has 2^16 * 4096 = 2^28 (id, port) pairs to try.
+pub const SECURE_SPORT_SPAN: u32 = 4096;
+
 impl EngineConfig {
     pub fn new(iface: impl Into<String>, pin_dir: impl Into<PathBuf>) -> Self {
         Self {
@@ -76,7 +80,7 @@ impl EngineConfig {
             source_v4: None,
             source_v6: None,
             sport_min: 61000,
-            sport_max: 65000,
+            sport_max: 65095,
             pin_dir: pin_dir.into(),
             tx: TxChoice::Auto,
             max_inflight: probe_common::l4::MAX_INFLIGHT,
@@ -240,6 +244,16 @@ impl L4Engine {
                 min: cfg.sport_min,
                 max: cfg.sport_max,
             });
+        }
+        let ports = u32::from(cfg.sport_max - cfg.sport_min) + 1;
+        if ports < SECURE_SPORT_SPAN {
+            log::warn!(
+                "source ports {}-{} are {ports} ports: a blind forged ICMP error needs about {} packets \
+                 to fail an IPv4 UDP check in plain mode; use {SECURE_SPORT_SPAN} ports or more (2^28 packets)",
+                cfg.sport_min,
+                cfg.sport_max,
+                u64::from(ports) << 16
+            );
         }
         let (results_tx, results_rx) = tokio::sync::mpsc::unbounded_channel();
         let (cmds, cmd_rx) = mpsc::channel();
