@@ -1,11 +1,12 @@
 //! Bounds-checked packet access: every header read goes through `ptr_at`.
-use aya_ebpf::{helpers::bpf_xdp_adjust_tail, programs::XdpContext};
 use probe_common::packet::{Ipv4Hdr, Ipv6Hdr};
+
+use crate::ctx::Packet;
 
 /// Returns a pointer to a `T` at `offset` bytes into the frame, or `None` when the frame is
 /// too short. The explicit comparison against `data_end` is what the verifier needs to see.
 #[inline(always)]
-pub fn ptr_at<T>(ctx: &XdpContext, offset: usize) -> Option<*mut T> {
+pub fn ptr_at<T>(ctx: &impl Packet, offset: usize) -> Option<*mut T> {
     let start = ctx.data();
     let end = ctx.data_end();
     let len = core::mem::size_of::<T>();
@@ -17,7 +18,7 @@ pub fn ptr_at<T>(ctx: &XdpContext, offset: usize) -> Option<*mut T> {
 
 /// Reads a `T` at `offset` (unaligned), or `None` when out of bounds.
 #[inline(always)]
-pub fn read_at<T: Copy>(ctx: &XdpContext, offset: usize) -> Option<T> {
+pub fn read_at<T: Copy>(ctx: &impl Packet, offset: usize) -> Option<T> {
     let p = ptr_at::<T>(ctx, offset)?;
     // SAFETY: ptr_at checked that offset..offset+size_of::<T>() lies inside the frame, and
     // read_unaligned places no alignment demand on packet memory.
@@ -34,7 +35,7 @@ pub struct L3 {
 }
 
 #[inline(always)]
-pub fn parse_l3(ctx: &XdpContext, off: usize, ethertype_v6: bool) -> Option<L3> {
+pub fn parse_l3(ctx: &impl Packet, off: usize, ethertype_v6: bool) -> Option<L3> {
     if ethertype_v6 {
         let ip = read_at::<Ipv6Hdr>(ctx, off)?;
         if ip.ver_tc_flow[0] >> 4 != 6 {
@@ -70,18 +71,9 @@ pub fn parse_l3(ctx: &XdpContext, off: usize, ethertype_v6: bool) -> Option<L3> 
 /// Shrinks the frame to `T`'s size and returns it as a `T` to be written in place, borrowed
 /// from the context exclusively (as tx.rs's frame_mut).
 #[inline(always)]
-pub fn shrink_to<T>(ctx: &mut XdpContext) -> Option<&mut T> {
-    let len = (ctx.data_end() - ctx.data()) as i32;
-    let delta = core::mem::size_of::<T>() as i32 - len;
-    if delta > 0 {
+pub fn shrink_to<T>(ctx: &mut impl Packet) -> Option<&mut T> {
+    if !ctx.set_len(core::mem::size_of::<T>()) {
         return None;
-    }
-    if delta < 0 {
-        // SAFETY: shrinking the tail by a length the frame has is always valid; every packet
-        // pointer is re-derived below through ptr_at.
-        if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
-            return None;
-        }
     }
     let p = ptr_at::<T>(ctx, 0)?;
     // SAFETY: ptr_at checked the bounds after the resize; every frame layout has alignment 1;

@@ -1,11 +1,20 @@
-//! probe_rx: XDP on ingress. Counts every reply class, and matches SYN+ACK, RST and ICMP
-//! unreachable against live probes in the in-flight table:
+//! probe_rx: the reply matcher on ingress, at XDP (`probe_rx`) or at tcx ingress
+//! (`probe_rx_tc`, beside a load balancer that owns the interface's XDP hook). Both entry
+//! points run the same matcher over the packet bytes and only translate its verdict. It
+//! counts every reply class, and matches SYN+ACK, RST and ICMP unreachable against live
+//! probes in the in-flight table:
 //! - a matched SYN+ACK is reported open and rewritten in place into the RST that closes the
-//!   half-open connection (XDP_TX), so the node's own stack never sees it;
+//!   half-open connection, which goes back out of the interface it came in by (XDP_TX, or a
+//!   tc redirect to the same device's egress), so the node's own stack never sees it;
 //! - a matched RST or ICMP error is reported and dropped;
 //! - anything else is passed untouched (and counted as stale or forged when it aims at the
 //!   probe port range).
-use aya_ebpf::{bindings::xdp_action, helpers::bpf_ktime_get_ns, macros::xdp, programs::XdpContext};
+use aya_ebpf::{
+    bindings::{tcx_action_base, xdp_action, TC_ACT_REDIRECT, TC_ACT_SHOT},
+    helpers::{bpf_ktime_get_ns, bpf_redirect},
+    macros::{classifier, xdp},
+    programs::{TcContext, XdpContext},
+};
 use probe_common::{
     counters::RxCounters,
     frame::{write_rst_v4, write_rst_v6, Ends, RstV4, RstV6, FLOW_LABEL_MASK},
@@ -17,25 +26,85 @@ use probe_common::{
 };
 
 use crate::{
+    ctx::Packet,
     maps::{is_probe_port, rx_counters, PROBE_EVENTS, PROBE_INFLIGHT},
     parse::{parse_l3, read_at, shrink_to, L3},
 };
 
-const PASS: u32 = xdp_action::XDP_PASS;
-const DROP: u32 = xdp_action::XDP_DROP;
+/// What the matcher decided, whatever the hook.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Not ours, or not decisive: the packet goes on as if we were not there.
+    Pass,
+    /// A matched reply, consumed.
+    Drop,
+    /// Rewritten in place into an RST: send it back out of the interface it came in by.
+    Bounce,
+}
+
+const PASS: Verdict = Verdict::Pass;
+const DROP: Verdict = Verdict::Drop;
 
 #[xdp]
 pub fn probe_rx(mut ctx: XdpContext) -> u32 {
     if crate::tx::is_generator_frame(&ctx) {
         return crate::tx::generate(&mut ctx);
     }
-    try_probe_rx(&mut ctx).unwrap_or(PASS)
+    xdp_verdict(try_probe_rx(&mut ctx).unwrap_or(PASS))
+}
+
+#[classifier]
+pub fn probe_rx_tc(mut ctx: TcContext) -> i32 {
+    pull_headers(&ctx);
+    let v = try_probe_rx(&mut ctx).unwrap_or(PASS);
+    tc_verdict(&ctx, v)
+}
+
+#[inline(always)]
+fn xdp_verdict(v: Verdict) -> u32 {
+    match v {
+        Verdict::Pass => xdp_action::XDP_PASS,
+        Verdict::Drop => xdp_action::XDP_DROP,
+        Verdict::Bounce => xdp_action::XDP_TX,
+    }
+}
+
+/// The tcx action for a verdict. Pass is TCX_NEXT, not TCX_PASS: the programs attached
+/// after ours (the load balancer's) must still see the packet.
+#[inline(always)]
+fn tc_verdict(ctx: &TcContext, v: Verdict) -> i32 {
+    match v {
+        Verdict::Pass => tcx_action_base::TCX_NEXT,
+        Verdict::Drop => TC_ACT_SHOT as i32,
+        Verdict::Bounce => {
+            // SAFETY: reading the ingress ifindex from the program's own __sk_buff context.
+            let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+            // SAFETY: bpf_redirect only records the target (flags 0: that device's egress)
+            // for after the program returns TC_ACT_REDIRECT.
+            unsafe { bpf_redirect(ifindex, 0) };
+            TC_ACT_REDIRECT as i32
+        }
+    }
+}
+
+/// The most header bytes the matcher reads (an ICMP error quoting an IPv4 header with
+/// options, or an IPv6 one with extension headers, and the quoted ports): pulled into the
+/// skb's linear part, where direct packet access reaches. XDP frames are always linear.
+const TC_HEADER_BYTES: u32 = 256;
+
+#[inline(always)]
+fn pull_headers(ctx: &TcContext) {
+    let want = ctx.len().min(TC_HEADER_BYTES);
+    if ((ctx.data_end() - ctx.data()) as u32) < want {
+        // A failure leaves the packet as it was; the matcher's bounds checks then pass it.
+        let _ = ctx.pull_data(want);
+    }
 }
 
 /// The matcher. Not inlined into the entry point, so the generator's call chain does not
 /// carry the matcher's stack frame (the verifier allows 512 bytes along any chain).
 #[inline(never)]
-fn try_probe_rx(ctx: &mut XdpContext) -> Option<u32> {
+fn try_probe_rx(ctx: &mut impl Packet) -> Option<Verdict> {
     let c = rx_counters()?;
     let eth = read_at::<EthHdr>(ctx, 0)?;
     let v6 = match eth.ethertype() {
@@ -68,7 +137,7 @@ fn family(ipv6: bool) -> u8 {
 }
 
 #[inline(always)]
-fn on_tcp(ctx: &mut XdpContext, eth: &EthHdr, l3: &L3, c: &mut RxCounters) -> Option<u32> {
+fn on_tcp(ctx: &mut impl Packet, eth: &EthHdr, l3: &L3, c: &mut RxCounters) -> Option<Verdict> {
     let tcp = read_at::<TcpHdr>(ctx, l3.l4_off)?;
     let class = classify_tcp_flags(tcp.flags);
     match class {
@@ -135,11 +204,11 @@ fn on_tcp(ctx: &mut XdpContext, eth: &EthHdr, l3: &L3, c: &mut RxCounters) -> Op
         write_rst_v4(shrink_to::<RstV4>(ctx)?, &e4, seq);
     }
     c.rst_sent += 1;
-    Some(xdp_action::XDP_TX)
+    Some(Verdict::Bounce)
 }
 
 #[inline(always)]
-fn on_icmp(ctx: &XdpContext, l3: &L3, c: &mut RxCounters) -> Option<u32> {
+fn on_icmp(ctx: &impl Packet, l3: &L3, c: &mut RxCounters) -> Option<Verdict> {
     let icmp = read_at::<IcmpHdr>(ctx, l3.l4_off)?;
     if classify_icmp(l3.ipv6, icmp.kind) != ReplyClass::IcmpUnreach {
         c.other += 1;

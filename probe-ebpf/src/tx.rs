@@ -11,6 +11,7 @@
 use aya_ebpf::{
     bindings::{bpf_fib_lookup as FibParams, xdp_action, BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LOOKUP_SRC},
     helpers::{bpf_fib_lookup, bpf_ktime_get_ns, bpf_redirect, bpf_xdp_adjust_meta},
+    macros::xdp,
     programs::XdpContext,
 };
 use probe_common::{
@@ -27,6 +28,35 @@ use crate::{
 
 const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
+const EINVAL: i64 = 22;
+
+/// Whether this kernel's bpf_fib_lookup takes BPF_FIB_LOOKUP_SRC (Linux 6.7+); older ones
+/// refuse the unknown flag with -EINVAL before looking anything up. Userspace runs this once
+/// at start (a plain BPF_PROG_TEST_RUN, never attached): XDP_PASS when the flag is known,
+/// XDP_DROP when it is not. The lookup itself (127.0.0.1 from the run's device) may fail in
+/// any other way: only the flag check matters.
+#[xdp]
+pub fn probe_fib_src(ctx: XdpContext) -> u32 {
+    // SAFETY: all-zero is bpf_fib_lookup's documented starting state for its plain-data block.
+    let mut fib: FibParams = unsafe { core::mem::zeroed() };
+    fib.family = AF_INET;
+    fib.ifindex = ctx.ingress_ifindex() as u32;
+    fib.__bindgen_anon_4.ipv4_dst = u32::from_ne_bytes([127, 0, 0, 1]);
+    // SAFETY: `fib` is an initialised parameter block on this stack frame, of the size passed.
+    let rc = unsafe {
+        bpf_fib_lookup(
+            ctx.ctx.cast(),
+            &raw mut fib,
+            core::mem::size_of::<FibParams>() as i32,
+            BPF_FIB_LOOKUP_SRC,
+        )
+    };
+    if rc == -EINVAL {
+        xdp_action::XDP_DROP
+    } else {
+        xdp_action::XDP_PASS
+    }
+}
 
 /// True for a frame of the generator's test run: it carries GENERATOR_META as metadata.
 #[inline(always)]
