@@ -55,6 +55,11 @@ pub struct EngineConfig {
     pub more_ifaces: Vec<String>,
     /// How probe_rx attaches: native when the driver takes it, unless told otherwise.
     pub mode: crate::kernel::AttachMode,
+    /// Where the reply matcher runs: XDP, or tcx ingress beside another XDP owner.
+    pub hook: crate::kernel::Hook,
+    /// Behave as on Linux 6.3-6.6, whose bpf_fib_lookup lacks BPF_FIB_LOOKUP_SRC: sources are
+    /// then picked in userspace. For tests of that fallback; the kernel is asked otherwise.
+    pub assume_no_fib_src: bool,
     /// Source addresses; None = whatever the routing table picks for each target.
     pub source_v4: Option<std::net::Ipv4Addr>,
     pub source_v6: Option<std::net::Ipv6Addr>,
@@ -73,6 +78,8 @@ impl EngineConfig {
             iface: iface.into(),
             more_ifaces: Vec::new(),
             mode: crate::kernel::AttachMode::Auto,
+            hook: crate::kernel::Hook::Xdp,
+            assume_no_fib_src: false,
             source_v4: None,
             source_v6: None,
             sport_min: 61000,
@@ -221,6 +228,7 @@ pub struct L4Engine {
     path: TxPath,
     path_reason: String,
     rx_mode: crate::kernel::AttachMode,
+    hook: crate::kernel::Hook,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -245,6 +253,7 @@ impl L4Engine {
         let state = run::EngineState::new(&cfg, results_tx, wake.clone())?;
         let (path, path_reason) = state.path();
         let rx_mode = state.rx_mode();
+        let hook = state.hook();
         let thread = std::thread::Builder::new()
             .name("probed-l4".into())
             .spawn(move || {
@@ -262,6 +271,7 @@ impl L4Engine {
                 path,
                 path_reason,
                 rx_mode,
+                hook,
                 thread: Some(thread),
             },
             results_rx,
@@ -276,6 +286,19 @@ impl L4Engine {
     /// The mode probe_rx runs in (driver or skb).
     pub fn rx_mode(&self) -> crate::kernel::AttachMode {
         self.rx_mode
+    }
+
+    /// Where the reply matcher runs.
+    pub fn hook(&self) -> crate::kernel::Hook {
+        self.hook
+    }
+
+    /// Where the reply matcher runs, in words for the operator: "xdp (driver)", "tcx ingress".
+    pub fn rx_where(&self) -> String {
+        match self.hook {
+            crate::kernel::Hook::Xdp => format!("xdp ({})", self.rx_mode),
+            crate::kernel::Hook::Tcx => "tcx ingress".into(),
+        }
     }
 
     /// Why it uses that sender, in words for the operator.
