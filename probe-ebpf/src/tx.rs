@@ -22,7 +22,7 @@ use probe_common::{
 };
 
 use crate::{
-    maps::{tx_counters, PROBE_EVENTS, PROBE_IFACES, PROBE_INFLIGHT, PROBE_JOBS, PROBE_KEY, PROBE_TX_CTL},
+    maps::{fib_src_off, tx_counters, PROBE_EVENTS, PROBE_IFACES, PROBE_INFLIGHT, PROBE_JOBS, PROBE_KEY, PROBE_TX_CTL},
     parse::ptr_at,
 };
 
@@ -51,7 +51,7 @@ pub fn probe_fib_src(ctx: XdpContext) -> u32 {
             BPF_FIB_LOOKUP_SRC,
         )
     };
-    if rc == -EINVAL {
+    if rc == -EINVAL || fib_src_off() {
         xdp_action::XDP_DROP
     } else {
         xdp_action::XDP_PASS
@@ -179,6 +179,10 @@ struct Hop {
 #[inline(never)]
 fn route(ctx: &XdpContext, flow: &mut FlowKey, ifindex: u32, hop: &mut Hop) -> i64 {
     let pick_source = flow.source_unset();
+    if pick_source && fib_src_off() {
+        // What Linux 6.3-6.6 answers to BPF_FIB_LOOKUP_SRC.
+        return -EINVAL;
+    }
     let mut fib = fib_params(flow, ifindex);
     let flags = if pick_source { BPF_FIB_LOOKUP_SRC } else { 0 };
     // SAFETY: `fib` is a properly initialised parameter block on this stack frame and the

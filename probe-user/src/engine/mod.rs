@@ -57,8 +57,9 @@ pub struct EngineConfig {
     pub mode: crate::kernel::AttachMode,
     /// Where the reply matcher runs: XDP, or tcx ingress beside another XDP owner.
     pub hook: crate::kernel::Hook,
-    /// Behave as on Linux 6.3-6.6, whose bpf_fib_lookup lacks BPF_FIB_LOOKUP_SRC: sources are
-    /// then picked in userspace. For tests of that fallback; the kernel is asked otherwise.
+    /// Load the kernel programs so that they answer BPF_FIB_LOOKUP_SRC as Linux 6.3-6.6 does
+    /// (-EINVAL), both in the start-up check and in the generator. For tests of the userspace
+    /// fallback on a newer kernel; never set by the daemon.
     pub assume_no_fib_src: bool,
     /// Source addresses; None = whatever the routing table picks for each target.
     pub source_v4: Option<std::net::Ipv4Addr>,

@@ -42,6 +42,9 @@ pub struct KernelConfig {
     pub mode: AttachMode,
     /// Where the matcher runs: XDP (`mode` applies) or tcx ingress.
     pub hook: Hook,
+    /// Make the generator and probe_fib_src answer as Linux 6.3-6.6 does to
+    /// BPF_FIB_LOOKUP_SRC (-EINVAL), for tests of the fallback on a newer kernel.
+    pub simulate_no_fib_src: bool,
     /// The reserved source-port range (inclusive).
     pub sport_min: u16,
     pub sport_max: u16,
@@ -88,6 +91,7 @@ impl L4Kernel {
         let mut ebpf = EbpfLoader::new()
             .override_global("PROBE_SPORT_MIN", &cfg.sport_min, true)
             .override_global("PROBE_SPORT_MAX", &cfg.sport_max, true)
+            .override_global("PROBE_FIB_SRC_OFF", &u8::from(cfg.simulate_no_fib_src), true)
             .map_max_entries("PROBE_INFLIGHT", cfg.max_inflight)
             .load(BPF_OBJECT)
             .map_err(KernelError::Load)?;

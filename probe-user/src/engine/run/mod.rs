@@ -105,14 +105,10 @@ fn fib_src_check(kernel: &mut L4Kernel, cfg: &EngineConfig, path: TxPath) -> boo
     if !needs_fib_src(path, cfg.source_v4.is_some(), cfg.source_v6.is_some()) {
         return true;
     }
-    let supported = if cfg.assume_no_fib_src {
+    let supported = kernel.fib_lookup_src_supported().unwrap_or_else(|e| {
+        log::warn!("cannot check this kernel's bpf_fib_lookup for BPF_FIB_LOOKUP_SRC ({e}); assuming it lacks it");
         false
-    } else {
-        kernel.fib_lookup_src_supported().unwrap_or_else(|e| {
-            log::warn!("cannot check this kernel's bpf_fib_lookup for BPF_FIB_LOOKUP_SRC ({e}); assuming it lacks it");
-            false
-        })
-    };
+    });
     if !supported {
         log::warn!(
             "this kernel's bpf_fib_lookup does not take BPF_FIB_LOOKUP_SRC (added in Linux 6.7): \
@@ -136,6 +132,7 @@ impl EngineState {
             more_ifaces: cfg.more_ifaces.clone(),
             mode: cfg.mode,
             hook: cfg.hook,
+            simulate_no_fib_src: cfg.assume_no_fib_src,
             sport_min: cfg.sport_min,
             sport_max: cfg.sport_max,
             key,
