@@ -10,7 +10,7 @@
 //! - anything else is passed untouched (and counted as stale or forged when it aims at the
 //!   probe port range).
 use aya_ebpf::{
-    bindings::{tcx_action_base, xdp_action, TC_ACT_REDIRECT, TC_ACT_SHOT},
+    bindings::{tcx_action_base, xdp_action},
     helpers::{bpf_ktime_get_ns, bpf_redirect},
     macros::{classifier, xdp},
     programs::{TcContext, XdpContext},
@@ -75,14 +75,14 @@ fn xdp_verdict(v: Verdict) -> u32 {
 fn tc_verdict(ctx: &TcContext, v: Verdict) -> i32 {
     match v {
         Verdict::Pass => tcx_action_base::TCX_NEXT,
-        Verdict::Drop => TC_ACT_SHOT as i32,
+        Verdict::Drop => tcx_action_base::TCX_DROP,
         Verdict::Bounce => {
             // SAFETY: reading the ingress ifindex from the program's own __sk_buff context.
             let ifindex = unsafe { (*ctx.skb.skb).ifindex };
             // SAFETY: bpf_redirect only records the target (flags 0: that device's egress)
-            // for after the program returns TC_ACT_REDIRECT.
+            // for after the program returns TCX_REDIRECT.
             unsafe { bpf_redirect(ifindex, 0) };
-            TC_ACT_REDIRECT as i32
+            tcx_action_base::TCX_REDIRECT
         }
     }
 }

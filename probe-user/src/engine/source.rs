@@ -174,7 +174,11 @@ mod tests {
             (TxPath::Raw, false, false, Userspace),
         ];
         for (path, configured, fib_src, want) in table {
-            assert_eq!(source_by(path, configured, fib_src), want, "{path:?} {configured} {fib_src}");
+            assert_eq!(
+                source_by(path, configured, fib_src),
+                want,
+                "{path:?} {configured} {fib_src}"
+            );
         }
     }
 

@@ -332,12 +332,16 @@ fn attach_tcx<'a>(ebpf: &mut Ebpf, ifaces: impl Iterator<Item = &'a String>) -> 
     tc.load()
         .map_err(|source| KernelError::Verifier { name: RX_TC, source })?;
     for iface in ifaces {
-        tc.attach_with_options(iface, TcAttachType::Ingress, TcAttachOptions::TcxOrder(LinkOrder::first()))
-            .map_err(|source| KernelError::Attach {
-                name: RX_TC,
-                iface: iface.clone(),
-                source,
-            })?;
+        tc.attach_with_options(
+            iface,
+            TcAttachType::Ingress,
+            TcAttachOptions::TcxOrder(LinkOrder::first()),
+        )
+        .map_err(|source| KernelError::Attach {
+            name: RX_TC,
+            iface: iface.clone(),
+            source,
+        })?;
         log::info!("probe_rx_tc on {iface}, first at tcx ingress");
     }
     Ok(())

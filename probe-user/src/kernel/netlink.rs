@@ -184,9 +184,8 @@ pub fn attached_xdp_programs(ifindex: u32) -> std::io::Result<Vec<u32>> {
     // A link message without statistics is a few KiB; devices with many VFs list them all.
     let mut buf = vec![0u8; 1 << 16];
     let n = (&sock).read(&mut buf)?;
-    xdp_prog_ids(&buf[..n]).ok_or_else(|| {
-        std::io::Error::other(format!("RTM_GETLINK for ifindex {ifindex} got no link message back"))
-    })
+    xdp_prog_ids(&buf[..n])
+        .ok_or_else(|| std::io::Error::other(format!("RTM_GETLINK for ifindex {ifindex} got no link message back")))
 }
 
 #[cfg(test)]
