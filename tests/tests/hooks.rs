@@ -244,6 +244,11 @@ fn xdp_hook_refuses_an_interface_with_a_foreign_xdp_program_and_leaves_it() {
 #[test]
 fn tcx_hook_probes_beside_a_foreign_xdp_program_and_removes_only_its_link() {
     let (topo, _tcp, _udp) = backend();
+    // RSTs the prober's own stack sends pass its output hook; the matcher's, redirected at tc,
+    // never do. Removed with the namespace.
+    topo.prober.nft(
+        "table inet probed_hooks_test {\n chain output {\n type filter hook output priority 0; policy accept;\n          tcp flags & rst == rst counter\n }\n}\n",
+    );
     let foreign = ForeignXdp::attach(&topo.prober, PROBER_IF);
     let other_tcx = ForeignTcx::attach(&topo.prober, PROBER_IF);
     let pins = TestPins::new();
@@ -276,6 +281,14 @@ fn tcx_hook_probes_beside_a_foreign_xdp_program_and_removes_only_its_link() {
     });
     assert_every_kind(&results, reqs.len());
     assert_backend_reset(&topo, 22);
+    let listing = topo
+        .prober
+        .exec("nft", &["list", "chain", "inet", "probed_hooks_test", "output"]);
+    assert_eq!(
+        probed_tests::servers::counted_packets(&listing, "tcp flags & rst == rst"),
+        0,
+        "the prober's stack sent no RST of its own: every one was the rewritten SYN+ACK\n{listing}"
+    );
     assert_eq!(
         xdp_ids(&topo.prober, PROBER_IF),
         vec![foreign.id],

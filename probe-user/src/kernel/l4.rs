@@ -337,14 +337,28 @@ fn attach_tcx<'a>(ebpf: &mut Ebpf, ifaces: impl Iterator<Item = &'a String>) -> 
             TcAttachType::Ingress,
             TcAttachOptions::TcxOrder(LinkOrder::first()),
         )
-        .map_err(|source| KernelError::Attach {
-            name: RX_TC,
-            iface: iface.clone(),
-            source,
-        })?;
+        .map_err(|source| tcx_attach_error(iface, source))?;
         log::info!("probe_rx_tc on {iface}, first at tcx ingress");
     }
     Ok(())
+}
+
+/// A failed tcx attach, with the likely reason when the kernel predates tcx (6.6). Decided on
+/// the failure, not before: distribution kernels carry tcx under older version numbers.
+fn tcx_attach_error(iface: &str, source: aya::programs::ProgramError) -> KernelError {
+    use aya::util::KernelVersion;
+    match KernelVersion::current() {
+        Ok(v) if v < KernelVersion::new(6, 6, 0) => KernelError::TcxUnsupported {
+            iface: iface.to_string(),
+            version: v.to_string(),
+            source,
+        },
+        _ => KernelError::Attach {
+            name: RX_TC,
+            iface: iface.to_string(),
+            source,
+        },
+    }
 }
 
 /// The kernel's `struct xdp_md`, the context handed to the generator.

@@ -66,6 +66,16 @@ pub enum KernelError {
          (Linux 6.6+), or give probed an interface of its own"
     )]
     ForeignXdp { iface: String, prog_id: u32, name: String },
+    #[error(
+        "attaching probe_rx_tc at tcx ingress of {iface} failed: `hook = \"tcx\"` needs Linux 6.6 or \
+         later and this kernel is {version}; use `hook = \"xdp\"` on an interface of probed's own"
+    )]
+    TcxUnsupported {
+        iface: String,
+        version: String,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
     #[error("asking the kernel which XDP programs are attached to {iface}")]
     XdpQuery {
         iface: String,
