@@ -350,7 +350,7 @@ fn tcx_attach_error(iface: &str, source: aya::programs::ProgramError) -> KernelE
     match KernelVersion::current() {
         Ok(v) if v < KernelVersion::new(6, 6, 0) => KernelError::TcxUnsupported {
             iface: iface.to_string(),
-            version: v.to_string(),
+            version: v,
             source,
         },
         _ => KernelError::Attach {

@@ -72,7 +72,7 @@ pub enum KernelError {
     )]
     TcxUnsupported {
         iface: String,
-        version: String,
+        version: aya::util::KernelVersion,
         #[source]
         source: aya::programs::ProgramError,
     },
