@@ -3,6 +3,7 @@
 //! daemon embeds) and `probe-fixtures` (test_reflector, for tests and benchmarks only).
 #![no_std]
 
+pub mod ctx;
 pub mod parse;
 
 #[cfg(not(test))]

@@ -49,6 +49,18 @@ static PROBE_SPORT_MIN: u16 = 0;
 #[no_mangle]
 static PROBE_SPORT_MAX: u16 = 0;
 
+/// Non-zero: behave as a kernel whose bpf_fib_lookup lacks BPF_FIB_LOOKUP_SRC (Linux
+/// 6.3-6.6), which refuses the flag with -EINVAL. Set only by tests of the userspace fallback.
+#[no_mangle]
+static PROBE_FIB_SRC_OFF: u8 = 0;
+
+/// Whether the loader asked for the pre-6.7 behaviour of BPF_FIB_LOOKUP_SRC (see above).
+#[inline(always)]
+pub fn fib_src_off() -> bool {
+    // SAFETY: a volatile read of a static the loader patched before load; it never changes.
+    unsafe { core::ptr::read_volatile(&raw const PROBE_FIB_SRC_OFF) != 0 }
+}
+
 /// Whether `port` (ours, host order) lies in the engine's source-port range.
 #[inline(always)]
 pub fn is_probe_port(port: u16) -> bool {

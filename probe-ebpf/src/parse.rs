@@ -1,12 +1,14 @@
-//! Bounds-checked packet access: every header read goes through `ptr_at`.
-use aya_ebpf::{helpers::bpf_xdp_adjust_tail, programs::XdpContext};
+//! Bounds-checked packet access: every header read goes through `ptr_at`, on any hook's
+//! context (`ctx::Packet`: an XDP frame or a tc skb).
 pub use probe_common::parse::L3;
-use probe_common::parse::{Packet, Wire};
+use probe_common::parse::Wire;
+
+use crate::ctx::Packet;
 
 /// Returns a pointer to a `T` at `offset` bytes into the frame, or `None` when the frame is
 /// too short. The explicit comparison against `data_end` is what the verifier needs to see.
 #[inline(always)]
-pub fn ptr_at<T>(ctx: &XdpContext, offset: usize) -> Option<*mut T> {
+pub fn ptr_at<T>(ctx: &impl Packet, offset: usize) -> Option<*mut T> {
     let start = ctx.data();
     let end = ctx.data_end();
     let len = core::mem::size_of::<T>();
@@ -18,7 +20,7 @@ pub fn ptr_at<T>(ctx: &XdpContext, offset: usize) -> Option<*mut T> {
 
 /// Reads a `T` at `offset` (unaligned), or `None` when out of bounds.
 #[inline(always)]
-pub fn read_at<T: Copy>(ctx: &XdpContext, offset: usize) -> Option<T> {
+pub fn read_at<T: Copy>(ctx: &impl Packet, offset: usize) -> Option<T> {
     let p = ptr_at::<T>(ctx, offset)?;
     // SAFETY: ptr_at checked that offset..offset+size_of::<T>() lies inside the frame, and
     // read_unaligned places no alignment demand on packet memory.
@@ -38,7 +40,7 @@ pub struct Frame {
 
 impl Frame {
     #[inline(always)]
-    pub fn of(ctx: &XdpContext) -> Self {
+    pub fn of(ctx: &impl Packet) -> Self {
         Self {
             start: ctx.data(),
             end: ctx.data_end(),
@@ -46,7 +48,7 @@ impl Frame {
     }
 }
 
-impl Packet for Frame {
+impl probe_common::parse::Packet for Frame {
     #[inline(always)]
     fn read<T: Wire>(&self, off: usize) -> Option<T> {
         if self.start + off + core::mem::size_of::<T>() > self.end {
@@ -58,9 +60,9 @@ impl Packet for Frame {
     }
 }
 
-/// The strict network-header parse of probe_common::parse, on an XDP frame.
+/// The strict network-header parse of probe_common::parse, on a frame at either hook.
 #[inline(always)]
-pub fn parse_l3(ctx: &XdpContext, off: usize, ipv6: bool) -> Option<L3> {
+pub fn parse_l3(ctx: &impl Packet, off: usize, ipv6: bool) -> Option<L3> {
     probe_common::parse::parse_l3(&Frame::of(ctx), off, ipv6)
 }
 
@@ -80,25 +82,17 @@ pub fn parse_l3_into(frame: &Frame, off: usize, ipv6: bool, out: &mut L3) -> boo
 /// Shrinks the frame to `T`'s size and returns it as a `T` to be written in place, borrowed
 /// from the context exclusively (as tx.rs's frame_mut).
 #[inline(always)]
-pub fn shrink_to<T>(ctx: &mut XdpContext) -> Option<&mut T> {
+pub fn shrink_to<T>(ctx: &mut impl Packet) -> Option<&mut T> {
     shrink_to_at::<T>(ctx, 0)
 }
 
 /// Shrinks the frame to `off` bytes plus a `T`, and returns the `T` at `off` to be written in
 /// place (the first `off` bytes are kept as they are).
 #[inline(always)]
-pub fn shrink_to_at<T>(ctx: &mut XdpContext, off: usize) -> Option<&mut T> {
-    let len = (ctx.data_end() - ctx.data()) as i32;
-    let delta = (off + core::mem::size_of::<T>()) as i32 - len;
-    if delta > 0 {
+pub fn shrink_to_at<T>(ctx: &mut impl Packet, off: usize) -> Option<&mut T> {
+    // Every packet pointer is re-derived below through ptr_at after the resize.
+    if !ctx.set_len(off + core::mem::size_of::<T>()) {
         return None;
-    }
-    if delta < 0 {
-        // SAFETY: shrinking the tail by a length the frame has is always valid; every packet
-        // pointer is re-derived below through ptr_at.
-        if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
-            return None;
-        }
     }
     let p = ptr_at::<T>(ctx, off)?;
     // SAFETY: ptr_at checked the bounds after the resize; every frame layout has alignment 1;
@@ -109,7 +103,7 @@ pub fn shrink_to_at<T>(ctx: &mut XdpContext, off: usize) -> Option<&mut T> {
 
 /// Writes `value` at `off`, if the frame holds them.
 #[inline(always)]
-pub fn write_at<T: Copy>(ctx: &mut XdpContext, off: usize, value: T) -> Option<()> {
+pub fn write_at<T: Copy>(ctx: &mut impl Packet, off: usize, value: T) -> Option<()> {
     let p = ptr_at::<T>(ctx, off)?;
     // SAFETY: ptr_at checked the bounds; write_unaligned places no alignment demand; the
     // context is borrowed mutably, so nothing else refers to the packet.

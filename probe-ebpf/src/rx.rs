@@ -1,11 +1,20 @@
-//! probe_rx: XDP on ingress. Counts every reply class, and matches SYN+ACK, RST and ICMP
-//! unreachable against live probes in the in-flight table:
+//! probe_rx: the reply matcher on ingress, at XDP (`probe_rx`) or at tcx ingress
+//! (`probe_rx_tc`, beside a load balancer that owns the interface's XDP hook). Both entry
+//! points run the same matcher over the packet bytes and only translate its verdict. It
+//! counts every reply class, and matches SYN+ACK, RST and ICMP unreachable against live
+//! probes in the in-flight table:
 //! - a matched SYN+ACK is reported open and rewritten in place into the RST that closes the
-//!   half-open connection (XDP_TX), so the node's own stack never sees it;
+//!   half-open connection, which goes back out of the interface it came in by (XDP_TX, or a
+//!   tc redirect to the same device's egress), so the node's own stack never sees it;
 //! - a matched RST or ICMP error is reported and dropped;
 //! - anything else is passed untouched (and counted as stale or forged when it aims at the
 //!   probe port range).
-use aya_ebpf::{bindings::xdp_action, helpers::bpf_ktime_get_ns, macros::xdp, programs::XdpContext};
+use aya_ebpf::{
+    bindings::{tcx_action_base, xdp_action},
+    helpers::{bpf_ktime_get_ns, bpf_redirect},
+    macros::{classifier, xdp},
+    programs::{TcContext, XdpContext},
+};
 use probe_common::{
     counters::RxCounters,
     frame::{write_rst_v4, write_rst_v6, Ends, RstV4, RstV6, FLOW_LABEL_MASK},
@@ -18,25 +27,85 @@ use probe_common::{
 };
 
 use crate::{
+    ctx::Packet as Hooked,
     maps::{is_probe_port, rx_counters, PROBE_EVENTS, PROBE_INFLIGHT},
     parse::{parse_l3_into, read_at, shrink_to_at, write_at, Frame, L3},
 };
 
-const PASS: u32 = xdp_action::XDP_PASS;
-const DROP: u32 = xdp_action::XDP_DROP;
+/// What the matcher decided, whatever the hook.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Not ours, or not decisive: the packet goes on as if we were not there.
+    Pass,
+    /// A matched reply, consumed.
+    Drop,
+    /// Rewritten in place into an RST: send it back out of the interface it came in by.
+    Bounce,
+}
+
+const PASS: Verdict = Verdict::Pass;
+const DROP: Verdict = Verdict::Drop;
 
 #[xdp]
 pub fn probe_rx(mut ctx: XdpContext) -> u32 {
     if crate::tx::is_generator_frame(&ctx) {
         return crate::tx::generate(&mut ctx);
     }
-    try_probe_rx(&mut ctx).unwrap_or(PASS)
+    xdp_verdict(try_probe_rx(&mut ctx).unwrap_or(PASS))
+}
+
+#[classifier]
+pub fn probe_rx_tc(mut ctx: TcContext) -> i32 {
+    pull_headers(&ctx);
+    let v = try_probe_rx(&mut ctx).unwrap_or(PASS);
+    tc_verdict(&ctx, v)
+}
+
+#[inline(always)]
+fn xdp_verdict(v: Verdict) -> u32 {
+    match v {
+        Verdict::Pass => xdp_action::XDP_PASS,
+        Verdict::Drop => xdp_action::XDP_DROP,
+        Verdict::Bounce => xdp_action::XDP_TX,
+    }
+}
+
+/// The tcx action for a verdict. Pass is TCX_NEXT, not TCX_PASS: the programs attached
+/// after ours (the load balancer's) must still see the packet.
+#[inline(always)]
+fn tc_verdict(ctx: &TcContext, v: Verdict) -> i32 {
+    match v {
+        Verdict::Pass => tcx_action_base::TCX_NEXT,
+        Verdict::Drop => tcx_action_base::TCX_DROP,
+        Verdict::Bounce => {
+            // SAFETY: reading the ingress ifindex from the program's own __sk_buff context.
+            let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+            // SAFETY: bpf_redirect only records the target (flags 0: that device's egress)
+            // for after the program returns TCX_REDIRECT.
+            unsafe { bpf_redirect(ifindex, 0) };
+            tcx_action_base::TCX_REDIRECT
+        }
+    }
+}
+
+/// The most header bytes the matcher reads (an ICMP error quoting an IPv4 header with
+/// options, or an IPv6 one with extension headers, and the quoted ports): pulled into the
+/// skb's linear part, where direct packet access reaches. XDP frames are always linear.
+const TC_HEADER_BYTES: u32 = 256;
+
+#[inline(always)]
+fn pull_headers(ctx: &TcContext) {
+    let want = ctx.len().min(TC_HEADER_BYTES);
+    if ((ctx.data_end() - ctx.data()) as u32) < want {
+        // A failure leaves the packet as it was; the matcher's bounds checks then pass it.
+        let _ = ctx.pull_data(want);
+    }
 }
 
 /// The matcher. Not inlined into the entry point, so the generator's call chain does not
 /// carry the matcher's stack frame (the verifier allows 512 bytes along any chain).
 #[inline(never)]
-fn try_probe_rx(ctx: &mut XdpContext) -> Option<u32> {
+fn try_probe_rx(ctx: &mut impl Hooked) -> Option<Verdict> {
     let c = rx_counters()?;
     // Up to two VLAN tags are skipped; a frame with more is no IP to us.
     let frame = Frame::of(ctx);
@@ -61,7 +130,7 @@ fn try_probe_rx(ctx: &mut XdpContext) -> Option<u32> {
                 // A sibling call of on_tcp, not a callee: their stack frames never add up.
                 rst_in_place(ctx, &link, &l3)?;
                 c.rst_sent += 1;
-                Some(xdp_action::XDP_TX)
+                Some(Verdict::Bounce)
             }
         },
         IPPROTO_ICMP if !v6 => on_icmp(&frame, &l3, c),
@@ -84,7 +153,7 @@ fn family(ipv6: bool) -> u8 {
 
 /// What on_tcp decided: an action, or a matched SYN+ACK to be turned into its RST.
 enum Tcp {
-    Done(u32),
+    Done(Verdict),
     SendRst,
 }
 
@@ -144,7 +213,7 @@ fn on_tcp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Tcp> {
 /// in place with its VLAN tags (if any), so the RST leaves on the VLAN the SYN+ACK came in
 /// on. One function per family, each not inlined: together they would not fit the stack.
 #[inline(always)]
-fn rst_in_place(ctx: &mut XdpContext, link: &Link, l3: &L3) -> Option<()> {
+fn rst_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3) -> Option<()> {
     if l3.ipv6 {
         rst_v6_in_place(ctx, link, l3)
     } else {
@@ -156,7 +225,7 @@ fn rst_in_place(ctx: &mut XdpContext, link: &Link, l3: &L3) -> Option<()> {
 // before the network header; then the MACs and the saved tags go in front of it. No copy of
 // the frame is made on the stack.
 #[inline(never)]
-fn rst_v4_in_place(ctx: &mut XdpContext, link: &Link, l3: &L3) -> Option<()> {
+fn rst_v4_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3) -> Option<()> {
     let tcp = read_at::<TcpHdr>(ctx, l3.l4_off)?;
     let (sport, dport, seq) = (tcp.dport(), tcp.sport(), tcp.ack());
     let saved = save_tags(ctx, link.tags)?;
@@ -176,7 +245,7 @@ fn rst_v4_in_place(ctx: &mut XdpContext, link: &Link, l3: &L3) -> Option<()> {
 }
 
 #[inline(never)]
-fn rst_v6_in_place(ctx: &mut XdpContext, link: &Link, l3: &L3) -> Option<()> {
+fn rst_v6_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3) -> Option<()> {
     let tcp = read_at::<TcpHdr>(ctx, l3.l4_off)?;
     let (sport, dport, seq) = (tcp.dport(), tcp.sport(), tcp.ack());
     let saved = save_tags(ctx, link.tags)?;
@@ -200,7 +269,7 @@ const VLAN_LEN: usize = core::mem::size_of::<VlanTag>();
 const TAGS_OFF: usize = 12;
 
 #[inline(always)]
-fn save_tags(ctx: &XdpContext, tags: usize) -> Option<[VlanTag; 2]> {
+fn save_tags(ctx: &impl Hooked, tags: usize) -> Option<[VlanTag; 2]> {
     Some(match tags {
         0 => [VlanTag::default(); 2],
         1 => [read_at::<VlanTag>(ctx, TAGS_OFF)?, VlanTag::default()],
@@ -209,7 +278,7 @@ fn save_tags(ctx: &XdpContext, tags: usize) -> Option<[VlanTag; 2]> {
 }
 
 #[inline(always)]
-fn restore_tags<A>(ctx: &mut XdpContext, tags: usize, e: &Ends<A>, saved: [VlanTag; 2]) -> Option<()> {
+fn restore_tags<A>(ctx: &mut impl Hooked, tags: usize, e: &Ends<A>, saved: [VlanTag; 2]) -> Option<()> {
     if tags == 0 {
         return Some(());
     }
@@ -223,7 +292,7 @@ fn restore_tags<A>(ctx: &mut XdpContext, tags: usize, e: &Ends<A>, saved: [VlanT
 }
 
 #[inline(never)]
-fn on_icmp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<u32> {
+fn on_icmp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Verdict> {
     let icmp = frame.read::<IcmpHdr>(l3.l4_off)?;
     // Only destination unreachable with a code that says "refused" (port unreachable,
     // administratively prohibited, ...: see packet.rs) may end a probe.

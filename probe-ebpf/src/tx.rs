@@ -11,6 +11,7 @@
 use aya_ebpf::{
     bindings::{bpf_fib_lookup as FibParams, xdp_action, BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LOOKUP_SRC},
     helpers::{bpf_fib_lookup, bpf_ktime_get_ns, bpf_redirect, bpf_xdp_adjust_meta},
+    macros::xdp,
     programs::XdpContext,
 };
 use probe_common::{
@@ -21,12 +22,41 @@ use probe_common::{
 };
 
 use crate::{
-    maps::{tx_counters, PROBE_EVENTS, PROBE_IFACES, PROBE_INFLIGHT, PROBE_JOBS, PROBE_KEY, PROBE_TX_CTL},
+    maps::{fib_src_off, tx_counters, PROBE_EVENTS, PROBE_IFACES, PROBE_INFLIGHT, PROBE_JOBS, PROBE_KEY, PROBE_TX_CTL},
     parse::ptr_at,
 };
 
 const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
+const EINVAL: i64 = 22;
+
+/// Whether this kernel's bpf_fib_lookup takes BPF_FIB_LOOKUP_SRC (Linux 6.7+); older ones
+/// refuse the unknown flag with -EINVAL before looking anything up. Userspace runs this once
+/// at start (a plain BPF_PROG_TEST_RUN, never attached): XDP_PASS when the flag is known,
+/// XDP_DROP when it is not. The lookup itself (127.0.0.1 from the run's device) may fail in
+/// any other way: only the flag check matters.
+#[xdp]
+pub fn probe_fib_src(ctx: XdpContext) -> u32 {
+    // SAFETY: all-zero is bpf_fib_lookup's documented starting state for its plain-data block.
+    let mut fib: FibParams = unsafe { core::mem::zeroed() };
+    fib.family = AF_INET;
+    fib.ifindex = ctx.ingress_ifindex() as u32;
+    fib.__bindgen_anon_4.ipv4_dst = u32::from_ne_bytes([127, 0, 0, 1]);
+    // SAFETY: `fib` is an initialised parameter block on this stack frame, of the size passed.
+    let rc = unsafe {
+        bpf_fib_lookup(
+            ctx.ctx.cast(),
+            &raw mut fib,
+            core::mem::size_of::<FibParams>() as i32,
+            BPF_FIB_LOOKUP_SRC,
+        )
+    };
+    if rc == -EINVAL || fib_src_off() {
+        xdp_action::XDP_DROP
+    } else {
+        xdp_action::XDP_PASS
+    }
+}
 
 /// True for a frame of the generator's test run: it carries GENERATOR_META as metadata.
 #[inline(always)]
@@ -149,6 +179,10 @@ struct Hop {
 #[inline(never)]
 fn route(ctx: &XdpContext, flow: &mut FlowKey, ifindex: u32, hop: &mut Hop) -> i64 {
     let pick_source = flow.source_unset();
+    if pick_source && fib_src_off() {
+        // What Linux 6.3-6.6 answers to BPF_FIB_LOOKUP_SRC.
+        return -EINVAL;
+    }
     let mut fib = fib_params(flow, ifindex);
     let flags = if pick_source { BPF_FIB_LOOKUP_SRC } else { 0 };
     // SAFETY: `fib` is a properly initialised parameter block on this stack frame and the

@@ -20,6 +20,7 @@ pub fn start_engine_with(
     let mut cfg = EngineConfig::new(PROBER_IF, &pins.path);
     cfg.tx = tx;
     cfg.mode = xdp_mode();
+    cfg.hook = hook();
     adjust(&mut cfg);
     L4Engine::start(cfg).unwrap_or_else(|e| panic!("start the L4 engine: {e:?}"))
 }
@@ -35,6 +36,16 @@ pub fn xdp_mode() -> probed::kernel::AttachMode {
             )
         }),
         Err(_) => probed::kernel::AttachMode::Auto,
+    }
+}
+
+/// The hook the reply matcher runs at in tests: `PROBED_HOOK` (xdp or tcx), else xdp, the
+/// daemon's default. `PROBED_HOOK=tcx` runs the L4 suites with probe_rx_tc.
+pub fn hook() -> probed::kernel::Hook {
+    match std::env::var("PROBED_HOOK") {
+        Ok(v) => probed::kernel::Hook::parse(&v)
+            .unwrap_or_else(|| panic!("PROBED_HOOK={v:?}: expected one of {:?}", probed::kernel::Hook::NAMES)),
+        Err(_) => probed::kernel::Hook::Xdp,
     }
 }
 

@@ -3,7 +3,9 @@
 //! (CONFIG_VLAN_8021Q is off), so the backend writes the tagged replies itself, as whole
 //! Ethernet frames through a packet socket on its veth, with the live probes' cookies: the
 //! bytes XDP sees are exactly those. probe_rx must match them, and send each RST back with
-//! the SYN+ACK's tags.
+//! the SYN+ACK's tags. These expectations are XDP's: at tcx ingress the kernel has already
+//! moved the outermost tag into the skb's metadata (so a frame shows one tag fewer), which is
+//! why `cargo xtask test` runs its tcx pass over `l4_engine` and `udp` only.
 use std::{
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
     time::{Duration, Instant},
@@ -13,9 +15,7 @@ use probe_common::{
     csum::{add_bytes, finish, pseudo_v6},
     frame::{ipv4, write_segment_v4, write_segment_v6, Ends, RstV4, RstV6},
     l4::{FlowKey, Inflight, FAMILY_V4},
-    packet::{
-        EthHdr, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_RST, TCP_SYN,
-    },
+    packet::{EthHdr, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_RST, TCP_SYN},
 };
 use probed::{
     engine::{L4Outcome, L4Proto, L4Request, TxChoice},
@@ -98,7 +98,12 @@ fn send_frame(fd: &OwnedFd, ifindex: i32, frame: &[u8]) {
             std::mem::size_of_val(&sll) as u32,
         )
     };
-    assert_eq!(rc, frame.len() as isize, "send a frame: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        rc,
+        frame.len() as isize,
+        "send a frame: {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 /// The frames that arrived on the backend's veth so far (bounded), as they were on the wire:
@@ -238,7 +243,15 @@ fn port_unreachable(flow: &FlowKey, cookie: u32) -> Vec<u8> {
 
 fn header_bytes(h: &probe_common::packet::Ipv4Hdr) -> Vec<u8> {
     let mut b = vec![h.ver_ihl, h.tos];
-    for part in [&h.tot_len_be[..], &h.id_be, &h.frag_off_be, &[h.ttl, h.proto], &h.csum_be, &h.saddr, &h.daddr] {
+    for part in [
+        &h.tot_len_be[..],
+        &h.id_be,
+        &h.frag_off_be,
+        &[h.ttl, h.proto],
+        &h.csum_be,
+        &h.saddr,
+        &h.daddr,
+    ] {
         b.extend_from_slice(part);
     }
     b
@@ -318,7 +331,11 @@ fn replies_behind_tags_are_matched(tags: &[(u16, u16)], mode: Mode) {
         let live4 = live(&pins, 4);
         engine.submit(reqs[4..].to_vec()).unwrap();
         let all = live(&pins, 5);
-        let extra = all.iter().find(|(k, _)| !live4.iter().any(|(l, _)| l == k)).copied().unwrap();
+        let extra = all
+            .iter()
+            .find(|(k, _)| !live4.iter().any(|(l, _)| l == k))
+            .copied()
+            .unwrap();
         for (flow, entry) in &live4 {
             let v4 = flow.family == FAMILY_V4;
             let ip = if flow.proto == IPPROTO_TCP {
@@ -334,7 +351,13 @@ fn replies_behind_tags_are_matched(tags: &[(u16, u16)], mode: Mode) {
         send_frame(
             &fd,
             ifindex,
-            &tagged(prober_mac, backend_mac, &too_many, true, &syn_ack(&extra.0, extra.1.cookie)),
+            &tagged(
+                prober_mac,
+                backend_mac,
+                &too_many,
+                true,
+                &syn_ack(&extra.0, extra.1.cookie),
+            ),
         );
         let results = collect(&mut rx, 5, Duration::from_secs(4));
         (results, engine.snapshot().unwrap(), live4)
@@ -344,7 +367,9 @@ fn replies_behind_tags_are_matched(tags: &[(u16, u16)], mode: Mode) {
     let got: Vec<String> = results
         .iter()
         .map(|r| match r.token {
-            3 | 4 => UdpOutcome::try_from(r.outcome).map(|o| o.to_string()).unwrap_or_default(),
+            3 | 4 => UdpOutcome::try_from(r.outcome)
+                .map(|o| o.to_string())
+                .unwrap_or_default(),
             _ => r.outcome.to_string(),
         })
         .collect();
@@ -373,7 +398,12 @@ fn replies_behind_tags_are_matched(tags: &[(u16, u16)], mode: Mode) {
     let all = topo.backend.enter(|| arrived(&fd));
     let rsts: Vec<Vec<u8>> = all
         .into_iter()
-        .filter(|f| f.len() > hdr + 2 && f[..6] == backend_mac && tags.first().is_none_or(|t| f[12..14] == t.0.to_be_bytes()) && f[6..12] == prober_mac)
+        .filter(|f| {
+            f.len() > hdr + 2
+                && f[..6] == backend_mac
+                && tags.first().is_none_or(|t| f[12..14] == t.0.to_be_bytes())
+                && f[6..12] == prober_mac
+        })
         .collect();
     assert_eq!(rsts.len(), 2, "two frames back from probe_rx: {rsts:02x?}");
     for f in &rsts {

@@ -25,6 +25,11 @@ pub fn run(filter: Option<&str>) -> anyhow::Result<()> {
             .args(["test", "-p", "probed-tests", "--test", "l4_engine", "--test", "udp"])
             .env("PROBED_XDP_MODE", "skb");
         sh(&mut generic)?;
+        // And once at tcx ingress (`[source] hook = "tcx"`), the hook beside another XDP owner.
+        let mut tcx = cargo();
+        tcx.args(["test", "-p", "probed-tests", "--test", "l4_engine", "--test", "udp"])
+            .env("PROBED_HOOK", "tcx");
+        sh(&mut tcx)?;
     }
     Ok(())
 }

@@ -64,8 +64,10 @@ pub struct Source {
     /// Source addresses; empty means the route's preferred source.
     pub addresses: Vec<IpAddr>,
     pub ports: PortRange,
-    /// How probe_rx attaches to the interface.
+    /// How probe_rx attaches to the interface (XDP hook).
     pub xdp_mode: crate::kernel::AttachMode,
+    /// Where the reply matcher runs: XDP, or tcx ingress beside another XDP owner.
+    pub hook: crate::kernel::Hook,
 }
 
 impl Source {

@@ -108,6 +108,7 @@ fn start_kernel_engine(config: &Config, first: SocketAddr) -> Result<StartedL4, 
         IpAddr::V4(_) => None,
     });
     ec.mode = config.source.xdp_mode;
+    ec.hook = config.source.hook;
     let (first_port, last_port) = (config.source.ports.first, config.source.ports.last);
     ec.sport_min = first_port;
     ec.sport_max = last_port;
@@ -135,8 +136,8 @@ fn start_kernel_engine(config: &Config, first: SocketAddr) -> Result<StartedL4, 
         source: Box::new(source),
     })?;
     log::info!(
-        "L4 engine on {iface}: probe_rx in {} mode, sending via {} ({})",
-        engine.rx_mode(),
+        "L4 engine on {iface}: probe_rx at {}, sending via {} ({})",
+        engine.rx_where(),
         engine.tx_path(),
         engine.tx_path_reason()
     );

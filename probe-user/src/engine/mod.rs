@@ -55,6 +55,12 @@ pub struct EngineConfig {
     pub more_ifaces: Vec<String>,
     /// How probe_rx attaches: native when the driver takes it, unless told otherwise.
     pub mode: crate::kernel::AttachMode,
+    /// Where the reply matcher runs: XDP, or tcx ingress beside another XDP owner.
+    pub hook: crate::kernel::Hook,
+    /// Load the kernel programs so that they answer BPF_FIB_LOOKUP_SRC as Linux 6.3-6.6 does
+    /// (-EINVAL), both in the start-up check and in the generator. For tests of the userspace
+    /// fallback on a newer kernel; never set by the daemon.
+    pub assume_no_fib_src: bool,
     /// Source addresses; None = whatever the routing table picks for each target.
     pub source_v4: Option<std::net::Ipv4Addr>,
     pub source_v6: Option<std::net::Ipv6Addr>,
@@ -77,6 +83,8 @@ impl EngineConfig {
             iface: iface.into(),
             more_ifaces: Vec::new(),
             mode: crate::kernel::AttachMode::Auto,
+            hook: crate::kernel::Hook::Xdp,
+            assume_no_fib_src: false,
             source_v4: None,
             source_v6: None,
             sport_min: 61000,
@@ -232,6 +240,7 @@ pub struct L4Engine {
     path: TxPath,
     path_reason: String,
     rx_mode: crate::kernel::AttachMode,
+    hook: crate::kernel::Hook,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -266,6 +275,7 @@ impl L4Engine {
         let state = run::EngineState::new(&cfg, results_tx, wake.clone())?;
         let (path, path_reason) = state.path();
         let rx_mode = state.rx_mode();
+        let hook = state.hook();
         let thread = std::thread::Builder::new()
             .name("probed-l4".into())
             .spawn(move || {
@@ -283,6 +293,7 @@ impl L4Engine {
                 path,
                 path_reason,
                 rx_mode,
+                hook,
                 thread: Some(thread),
             },
             results_rx,
@@ -297,6 +308,19 @@ impl L4Engine {
     /// The mode probe_rx runs in (driver or skb).
     pub fn rx_mode(&self) -> crate::kernel::AttachMode {
         self.rx_mode
+    }
+
+    /// Where the reply matcher runs.
+    pub fn hook(&self) -> crate::kernel::Hook {
+        self.hook
+    }
+
+    /// Where the reply matcher runs, in words for the operator: "xdp (driver)", "tcx ingress".
+    pub fn rx_where(&self) -> String {
+        match self.hook {
+            crate::kernel::Hook::Xdp => format!("xdp ({})", self.rx_mode),
+            crate::kernel::Hook::Tcx => "tcx ingress".into(),
+        }
     }
 
     /// Why it uses that sender, in words for the operator.

@@ -62,6 +62,34 @@ impl SourcePicker {
     }
 }
 
+/// Who picks the source address of a probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SourceBy {
+    /// `[source].addresses` names one for the family.
+    Config,
+    /// The generator, from its own route lookup (BPF_FIB_LOOKUP_SRC): nothing to do here.
+    Generator,
+    /// `SourcePicker`'s route lookup, before the probe is handed over.
+    Userspace,
+}
+
+/// Decides who picks a probe's source: the configuration when it names one; else the
+/// generator, on the XDP path of a kernel whose bpf_fib_lookup takes BPF_FIB_LOOKUP_SRC
+/// (Linux 6.7+); else userspace (raw path, or Linux 6.3-6.6).
+pub(crate) fn source_by(path: TxPath, configured: bool, fib_src: bool) -> SourceBy {
+    match (configured, path, fib_src) {
+        (true, _, _) => SourceBy::Config,
+        (false, TxPath::Xdp, true) => SourceBy::Generator,
+        (false, _, _) => SourceBy::Userspace,
+    }
+}
+
+/// Whether the kernel has to be asked about BPF_FIB_LOOKUP_SRC at all: only the XDP path
+/// uses it, and only for a family without a configured source.
+pub(crate) fn needs_fib_src(path: TxPath, v4_configured: bool, v6_configured: bool) -> bool {
+    path == TxPath::Xdp && !(v4_configured && v6_configured)
+}
+
 /// Whether `iface` advertises XDP transmit of redirected frames (NETDEV_XDP_ACT_NDO_XMIT),
 /// which live-frames XDP_TX needs. When the question cannot be asked the answer is no, and
 /// the engine uses the raw socket, which always works.
@@ -108,8 +136,10 @@ pub(crate) fn choose_path(iface: &str, more: &[String], choice: TxChoice) -> (Tx
         return (
             TxPath::Raw,
             format!(
-                "forwarding is off on {iface}, so bpf_fib_lookup cannot route probes; set \
-                 net.ipv4.conf.{iface}.forwarding=1 (and net.ipv6.conf.{iface}.forwarding=1) for the XDP path"
+                "forwarding is off on {iface}, so bpf_fib_lookup cannot route probes; the XDP path needs \
+                 net.ipv4.conf.{iface}.forwarding=1 (and net.ipv6.conf.{iface}.forwarding=1), which makes \
+                 the node route IPv4 arriving on {iface} and stops IPv6 RA acceptance there unless \
+                 accept_ra=2 (README, \"Transmit path\")"
             ),
         );
     }
@@ -130,6 +160,37 @@ mod tests {
         let listed = vec!["probe0".to_string(), "probe1".to_string()];
         assert_eq!(probe_iface(&listed, Ipv4Addr::LOCALHOST.into()).unwrap(), "probe0");
         assert_eq!(probe_iface(&[], Ipv4Addr::LOCALHOST.into()).unwrap(), "lo");
+    }
+
+    #[test]
+    fn source_is_picked_by_config_then_generator_then_userspace() {
+        use SourceBy::*;
+        // (path, configured, kernel takes BPF_FIB_LOOKUP_SRC) -> who picks
+        let table = [
+            (TxPath::Xdp, true, true, Config),
+            (TxPath::Xdp, true, false, Config),
+            (TxPath::Raw, true, true, Config),
+            (TxPath::Xdp, false, true, Generator),
+            (TxPath::Xdp, false, false, Userspace),
+            (TxPath::Raw, false, true, Userspace),
+            (TxPath::Raw, false, false, Userspace),
+        ];
+        for (path, configured, fib_src, want) in table {
+            assert_eq!(
+                source_by(path, configured, fib_src),
+                want,
+                "{path:?} {configured} {fib_src}"
+            );
+        }
+    }
+
+    #[test]
+    fn kernel_is_asked_only_when_the_generator_would_pick() {
+        assert!(needs_fib_src(TxPath::Xdp, false, false));
+        assert!(needs_fib_src(TxPath::Xdp, true, false));
+        assert!(needs_fib_src(TxPath::Xdp, false, true));
+        assert!(!needs_fib_src(TxPath::Xdp, true, true));
+        assert!(!needs_fib_src(TxPath::Raw, false, false));
     }
 
     #[test]

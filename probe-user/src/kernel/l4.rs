@@ -10,7 +10,9 @@ use std::{
 
 use aya::{
     maps::{Array, HashMap, Map, MapData, MapError, PerCpuArray, RingBuf},
-    programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp},
+    programs::{
+        tc::TcAttachOptions, LinkOrder, SchedClassifier, TcAttachType, TestRun, TestRunAttrs, TestRunOptions, Xdp,
+    },
     Ebpf, EbpfLoader,
 };
 use probe_common::{
@@ -18,9 +20,13 @@ use probe_common::{
     l4::{CookieKey, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, GENERATOR_META, MAX_JOBS},
 };
 
-use super::{attach_xdp, if_index, pin::PinDir, AttachMode, KernelError, BPF_OBJECT};
+use super::{attach_xdp, if_index, pin::PinDir, refuse_foreign_xdp, AttachMode, Hook, KernelError, BPF_OBJECT};
 
 const RX: &str = "probe_rx";
+/// The same matcher at tcx ingress.
+const RX_TC: &str = "probe_rx_tc";
+/// The start-up check of BPF_FIB_LOOKUP_SRC.
+const FIB_SRC: &str = "probe_fib_src";
 
 /// Live-frames batch size: frames the kernel builds and flushes per pass.
 const LIVE_BATCH: u32 = 64;
@@ -34,6 +40,11 @@ pub struct KernelConfig {
     /// there too, with the same maps.
     pub more_ifaces: Vec<String>,
     pub mode: AttachMode,
+    /// Where the matcher runs: XDP (`mode` applies) or tcx ingress.
+    pub hook: Hook,
+    /// Make the generator and probe_fib_src answer as Linux 6.3-6.6 does to
+    /// BPF_FIB_LOOKUP_SRC (-EINVAL), for tests of the fallback on a newer kernel.
+    pub simulate_no_fib_src: bool,
     /// The reserved source-port range (inclusive).
     pub sport_min: u16,
     pub sport_max: u16,
@@ -47,8 +58,9 @@ pub struct KernelConfig {
 pub struct L4Kernel {
     ebpf: Ebpf,
     ifindex: u32,
-    /// The mode probe_rx runs in: Driver or Skb.
+    /// The mode probe_rx runs in: Driver or Skb (XDP hook only).
     mode: AttachMode,
+    hook: Hook,
     jobs: JobsMmap,
     ctl: Array<MapData, TxCtl>,
     inflight: HashMap<MapData, FlowKey, Inflight>,
@@ -79,6 +91,7 @@ impl L4Kernel {
         let mut ebpf = EbpfLoader::new()
             .override_global("PROBE_SPORT_MIN", &cfg.sport_min, true)
             .override_global("PROBE_SPORT_MAX", &cfg.sport_max, true)
+            .override_global("PROBE_FIB_SRC_OFF", &u8::from(cfg.simulate_no_fib_src), true)
             .map_max_entries("PROBE_INFLIGHT", cfg.max_inflight)
             .load(BPF_OBJECT)
             .map_err(KernelError::Load)?;
@@ -87,12 +100,26 @@ impl L4Kernel {
             .ok_or(KernelError::MissingProgram { name: RX })?
             .try_into()
             .map_err(|source| KernelError::WrongProgramType { name: RX, source })?;
+        // Loaded in both hooks: at XDP it is the matcher, and in both it is the generator.
         rx.load().map_err(|source| KernelError::Verifier { name: RX, source })?;
-        let mode = attach_xdp(rx, RX, &cfg.iface, cfg.mode)?;
-        for iface in &cfg.more_ifaces {
-            let m = attach_xdp(rx, RX, iface, cfg.mode)?;
-            log::info!("probe_rx also on {iface}, in {m} mode");
-        }
+        let mode = match cfg.hook {
+            Hook::Xdp => {
+                // Every interface is checked before probed takes any XDP hook.
+                for iface in std::iter::once(&cfg.iface).chain(&cfg.more_ifaces) {
+                    refuse_foreign_xdp(iface)?;
+                }
+                let mode = attach_xdp(rx, RX, &cfg.iface, cfg.mode)?;
+                for iface in &cfg.more_ifaces {
+                    let m = attach_xdp(rx, RX, iface, cfg.mode)?;
+                    log::info!("probe_rx also on {iface}, in {m} mode");
+                }
+                mode
+            }
+            Hook::Tcx => {
+                attach_tcx(&mut ebpf, std::iter::once(&cfg.iface).chain(&cfg.more_ifaces))?;
+                cfg.mode
+            }
+        };
 
         // Pinned for inspection (`bpftool map dump pinned ...`). Not the cookie key (whoever
         // reads it can forge replies) nor the job array (whoever can write it can make the
@@ -124,6 +151,7 @@ impl L4Kernel {
         Ok(Self {
             ifindex,
             mode,
+            hook: cfg.hook,
             jobs,
             ctl: Array::try_from(take(&mut ebpf, "PROBE_TX_CTL")?).map_err(map_err("PROBE_TX_CTL"))?,
             inflight: HashMap::try_from(take(&mut ebpf, "PROBE_INFLIGHT")?).map_err(map_err("PROBE_INFLIGHT"))?,
@@ -137,9 +165,42 @@ impl L4Kernel {
         })
     }
 
-    /// The mode probe_rx was attached in (Driver or Skb).
+    /// The mode probe_rx was attached in (Driver or Skb); with the tcx hook, the configured
+    /// one, unused.
     pub fn rx_mode(&self) -> AttachMode {
         self.mode
+    }
+
+    /// Where the matcher runs.
+    pub fn hook(&self) -> Hook {
+        self.hook
+    }
+
+    /// Whether this kernel's bpf_fib_lookup takes BPF_FIB_LOOKUP_SRC (Linux 6.7+): one test
+    /// run of probe_fib_src, which is loaded for it and unloaded after.
+    pub fn fib_lookup_src_supported(&mut self) -> Result<bool, KernelError> {
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(FIB_SRC)
+            .ok_or(KernelError::MissingProgram { name: FIB_SRC })?
+            .try_into()
+            .map_err(|source| KernelError::WrongProgramType { name: FIB_SRC, source })?;
+        prog.load()
+            .map_err(|source| KernelError::Verifier { name: FIB_SRC, source })?;
+        // Ethernet-sized, content unused: the program only calls the helper.
+        let frame = [0u8; 64];
+        let out = prog
+            .test_run(TestRunOptions {
+                data_in: Some(&frame),
+                ..TestRunOptions::new()
+            })
+            .map_err(|source| KernelError::Run { name: FIB_SRC, source });
+        let unloaded = prog.unload();
+        let verdict = out?.return_value;
+        if let Err(e) = unloaded {
+            log::debug!("unloading {FIB_SRC}: {e}");
+        }
+        Ok(verdict == XDP_PASS)
     }
 
     pub fn pin_dir(&self) -> &Path {
@@ -252,6 +313,51 @@ impl L4Kernel {
     /// Live in-flight entries (walks the table: for tests and inspection, not the hot path).
     pub fn inflight_len(&self) -> usize {
         self.inflight.keys().count()
+    }
+}
+
+const XDP_PASS: u32 = 2;
+
+/// Loads probe_rx_tc and attaches it at tcx ingress of each interface, first in the chain:
+/// a load balancer's own tcx program may end the chain (TCX_PASS) for packets it does not
+/// want, and replies to probes must reach the matcher. probe_rx_tc itself passes with
+/// TCX_NEXT, so the programs after it see all it does not consume. The links belong to the
+/// program: they go when the `Ebpf` is dropped, and no other program's link is touched.
+fn attach_tcx<'a>(ebpf: &mut Ebpf, ifaces: impl Iterator<Item = &'a String>) -> Result<(), KernelError> {
+    let tc: &mut SchedClassifier = ebpf
+        .program_mut(RX_TC)
+        .ok_or(KernelError::MissingProgram { name: RX_TC })?
+        .try_into()
+        .map_err(|source| KernelError::WrongProgramType { name: RX_TC, source })?;
+    tc.load()
+        .map_err(|source| KernelError::Verifier { name: RX_TC, source })?;
+    for iface in ifaces {
+        tc.attach_with_options(
+            iface,
+            TcAttachType::Ingress,
+            TcAttachOptions::TcxOrder(LinkOrder::first()),
+        )
+        .map_err(|source| tcx_attach_error(iface, source))?;
+        log::info!("probe_rx_tc on {iface}, first at tcx ingress");
+    }
+    Ok(())
+}
+
+/// A failed tcx attach, with the likely reason when the kernel predates tcx (6.6). Decided on
+/// the failure, not before: distribution kernels carry tcx under older version numbers.
+fn tcx_attach_error(iface: &str, source: aya::programs::ProgramError) -> KernelError {
+    use aya::util::KernelVersion;
+    match KernelVersion::current() {
+        Ok(v) if v < KernelVersion::new(6, 6, 0) => KernelError::TcxUnsupported {
+            iface: iface.to_string(),
+            version: v,
+            source,
+        },
+        _ => KernelError::Attach {
+            name: RX_TC,
+            iface: iface.to_string(),
+            source,
+        },
     }
 }
 

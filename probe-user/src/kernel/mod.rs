@@ -33,7 +33,7 @@ pub enum KernelError {
     MissingProgram { name: &'static str },
     #[error("map {name} is missing from the eBPF object")]
     MissingMap { name: &'static str },
-    #[error("program {name} in the eBPF object is not an XDP program")]
+    #[error("program {name} in the eBPF object is not of the type probed expects")]
     WrongProgramType {
         name: &'static str,
         #[source]
@@ -59,6 +59,28 @@ pub enum KernelError {
         iface: String,
         #[source]
         source: aya::programs::ProgramError,
+    },
+    #[error(
+        "{iface} already has an XDP program attached (id {prog_id}{name}), which probed does not \
+         replace or detach; set `hook = \"tcx\"` in [source] to match replies at tc ingress beside it \
+         (Linux 6.6+), or give probed an interface of its own"
+    )]
+    ForeignXdp { iface: String, prog_id: u32, name: String },
+    #[error(
+        "attaching probe_rx_tc at tcx ingress of {iface} failed: `hook = \"tcx\"` needs Linux 6.6 or \
+         later and this kernel is {version}; use `hook = \"xdp\"` on an interface of probed's own"
+    )]
+    TcxUnsupported {
+        iface: String,
+        version: aya::util::KernelVersion,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("asking the kernel which XDP programs are attached to {iface}")]
+    XdpQuery {
+        iface: String,
+        #[source]
+        source: std::io::Error,
     },
     #[error("{op} {path}")]
     Pin {
@@ -135,6 +157,63 @@ impl std::fmt::Display for AttachMode {
     }
 }
 
+/// Where the reply matcher runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hook {
+    /// probe_rx at XDP: the fastest, but XDP has one owner per interface.
+    #[default]
+    Xdp,
+    /// probe_rx_tc at tcx ingress (Linux 6.6+), first in the chain: several programs share
+    /// the hook, so it runs beside a load balancer that owns the interface's XDP.
+    Tcx,
+}
+
+impl Hook {
+    pub const NAMES: [&'static str; 2] = ["xdp", "tcx"];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "xdp" => Some(Self::Xdp),
+            "tcx" => Some(Self::Tcx),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Xdp => "xdp",
+            Self::Tcx => "tcx",
+        })
+    }
+}
+
+/// Fails when `iface` already runs an XDP program: probed is about to take the hook, and an
+/// attach beside someone else's program either fails with an obscure error or (in `auto`,
+/// generic over a native program) is refused anyway. Never touches the program found.
+pub fn refuse_foreign_xdp(iface: &str) -> Result<(), KernelError> {
+    let index = if_index(iface)?;
+    let ids = netlink::attached_xdp_programs(index).map_err(|source| KernelError::XdpQuery {
+        iface: iface.to_string(),
+        source,
+    })?;
+    let Some(&prog_id) = ids.first() else {
+        return Ok(());
+    };
+    let name = aya::programs::loaded_programs()
+        .flatten()
+        .find(|p| p.id() == prog_id)
+        .and_then(|p| p.name_as_str().map(|n| format!(", named {n}")))
+        .unwrap_or_default();
+    Err(KernelError::ForeignXdp {
+        iface: iface.to_string(),
+        prog_id,
+        name,
+    })
+}
+
 /// Attaches a loaded XDP program (`name`, for errors) in `mode` and returns the mode it runs
 /// in (Driver or Skb).
 ///
@@ -163,7 +242,13 @@ pub fn attach_xdp(
                 let why = std::error::Error::source(&e)
                     .map(ToString::to_string)
                     .unwrap_or_default();
-                log::info!("native XDP on {iface} refused ({why}); using generic (skb) mode");
+                // Not info: generic XDP on a production NIC has side effects that outlive us.
+                log::warn!(
+                    "native XDP on {iface} refused ({why}); using generic (skb) mode, which turns \
+                     LRO and hardware GRO off on {iface} for as long as the device lives (the kernel \
+                     does not turn them back on when probed detaches) and costs an skb per packet; \
+                     set xdp_mode = \"driver\" to fail instead, or hook = \"tcx\""
+                );
                 attach(prog, XdpMode::Skb).map(|()| AttachMode::Skb)
             }
         },

@@ -46,8 +46,8 @@ fn start_for(
     })?;
     if !args.json {
         eprintln!(
-            "probing from {iface}, probe_rx in {} mode, sending via {} ({})",
-            started.0.rx_mode(),
+            "probing from {iface}, probe_rx at {}, sending via {} ({})",
+            started.0.rx_where(),
             started.0.tx_path(),
             started.0.tx_path_reason()
         );

@@ -17,11 +17,21 @@ rule!(
     "source.addresses[0]"
 );
 rule!(xdp_mode_unknown, "[source]\nxdp_mode = \"native\"", "source.xdp_mode");
+rule!(hook_unknown, "[source]\nhook = \"tc\"", "source.hook");
 rule!(
     interface_name_bad,
     "[source]\ninterfaces = [\"a/b\"]",
     "source.interfaces[0]"
 );
+
+#[test]
+fn hook_is_read() {
+    assert_eq!(ok("").source.hook, crate::kernel::Hook::Xdp);
+    for (text, want) in [("xdp", crate::kernel::Hook::Xdp), ("tcx", crate::kernel::Hook::Tcx)] {
+        let c = ok(&format!("[source]\nhook = \"{text}\"\n"));
+        assert_eq!(c.source.hook, want, "{text}");
+    }
+}
 
 #[test]
 fn xdp_mode_is_read() {

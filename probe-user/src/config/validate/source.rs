@@ -1,5 +1,5 @@
-//! `[source]`: the interfaces and addresses probes leave from, their port range and the XDP
-//! attach mode.
+//! `[source]`: the interfaces and addresses probes leave from, their port range, the hook the
+//! reply matcher runs at and the XDP attach mode.
 use std::net::IpAddr;
 
 use toml::de::DeValue;
@@ -9,7 +9,7 @@ use crate::config::{
     model::*,
     read::{Item, Reader},
 };
-use crate::kernel::AttachMode;
+use crate::kernel::{AttachMode, Hook};
 
 /// The kernel's default `net.ipv4.ip_local_port_range`; probe ports must stay clear of it so
 /// probes never collide with the node's own outgoing connections.
@@ -20,13 +20,14 @@ const DEFAULT_PORTS: PortRange = PortRange {
 };
 
 pub(super) fn source(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option<Source> {
-    let keys = ["interfaces", "addresses", "port_range", "xdp_mode"];
+    let keys = ["interfaces", "addresses", "port_range", "xdp_mode", "hook"];
     let Some(t) = opt_table(r, v, "source", &keys)? else {
         return Some(Source {
             interfaces: Vec::new(),
             addresses: Vec::new(),
             ports: DEFAULT_PORTS,
             xdp_mode: AttachMode::Auto,
+            hook: Hook::Xdp,
         });
     };
     let mut ok = true;
@@ -74,12 +75,27 @@ pub(super) fn source(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>)
             mode
         }
     };
+    let hook = match r.string(&t, "hook") {
+        None => Some(Hook::Xdp),
+        Some(item) => {
+            let hook = Hook::parse(&item.v);
+            if hook.is_none() {
+                r.bad(
+                    &item,
+                    "expected \"xdp\" (the reply matcher owns the interface's XDP hook) or \"tcx\" \
+                     (tc ingress, beside another XDP program; Linux 6.6+)",
+                );
+            }
+            hook
+        }
+    };
     ok.then_some(())?;
     Some(Source {
         interfaces,
         addresses,
         ports: ports?,
         xdp_mode: xdp_mode?,
+        hook: hook?,
     })
 }
 

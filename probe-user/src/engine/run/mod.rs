@@ -19,7 +19,7 @@ pub(crate) use wait::Waker;
 
 use super::{
     raw::RawSender,
-    source::{choose_path, SourcePicker},
+    source::{choose_path, needs_fib_src, SourcePicker},
     Cmd, EngineConfig, EngineError, EngineStats, L4Outcome, L4Request, L4Result, Snapshot, TxPath,
 };
 use crate::hash::FastMap;
@@ -52,6 +52,8 @@ pub(crate) struct EngineState {
     path_reason: String,
     raw: RawSender,
     sources: SourcePicker,
+    /// The generator picks unset sources itself (BPF_FIB_LOOKUP_SRC works on this kernel).
+    fib_src: bool,
     sport_min: u16,
     sport_span: u32,
     slots: Vec<Option<Live>>,
@@ -128,6 +130,27 @@ fn key_error(source: std::io::Error) -> EngineError {
     }
 }
 
+/// Asks the kernel once whether the generator can pick sources (BPF_FIB_LOOKUP_SRC, Linux
+/// 6.7+), when it would have to; says so when it cannot, since every probe of a family
+/// without a configured source then costs a route lookup here (cached for 30 s).
+fn fib_src_check(kernel: &mut L4Kernel, cfg: &EngineConfig, path: TxPath) -> bool {
+    if !needs_fib_src(path, cfg.source_v4.is_some(), cfg.source_v6.is_some()) {
+        return true;
+    }
+    let supported = kernel.fib_lookup_src_supported().unwrap_or_else(|e| {
+        log::warn!("cannot check this kernel's bpf_fib_lookup for BPF_FIB_LOOKUP_SRC ({e}); assuming it lacks it");
+        false
+    });
+    if !supported {
+        log::warn!(
+            "this kernel's bpf_fib_lookup does not take BPF_FIB_LOOKUP_SRC (added in Linux 6.7): \
+             probed picks probe source addresses in userspace from the routing table (cached 30 s \
+             per target) instead of in the generator; set [source].addresses to skip the lookups"
+        );
+    }
+    supported
+}
+
 impl EngineState {
     pub(crate) fn new(
         cfg: &EngineConfig,
@@ -140,13 +163,16 @@ impl EngineState {
             iface: cfg.iface.clone(),
             more_ifaces: cfg.more_ifaces.clone(),
             mode: cfg.mode,
+            hook: cfg.hook,
+            simulate_no_fib_src: cfg.assume_no_fib_src,
             sport_min: cfg.sport_min,
             sport_max: cfg.sport_max,
             key,
             max_inflight: cfg.max_inflight,
         };
-        let kernel = L4Kernel::load(&kcfg, pins)?;
+        let mut kernel = L4Kernel::load(&kcfg, pins)?;
         let (path, path_reason) = choose_path(&cfg.iface, &cfg.more_ifaces, cfg.tx);
+        let fib_src = fib_src_check(&mut kernel, cfg, path);
         Ok(Self {
             kernel,
             key,
@@ -154,6 +180,7 @@ impl EngineState {
             path_reason,
             raw: RawSender::new()?,
             sources: SourcePicker::new(cfg.source_v4, cfg.source_v6),
+            fib_src,
             sport_min: cfg.sport_min,
             sport_span: u32::from(cfg.sport_max - cfg.sport_min) + 1,
             slots: Vec::new(),
@@ -176,6 +203,10 @@ impl EngineState {
 
     pub(crate) fn rx_mode(&self) -> crate::kernel::AttachMode {
         self.kernel.rx_mode()
+    }
+
+    pub(crate) fn hook(&self) -> crate::kernel::Hook {
+        self.kernel.hook()
     }
 
     pub(crate) fn path(&self) -> (TxPath, String) {

@@ -16,7 +16,11 @@ use probe_common::{
 };
 
 use super::{EngineState, Live};
-use crate::engine::{is_v4, L4Outcome, L4Proto, L4Request, TxPath};
+use crate::engine::{
+    is_v4,
+    source::{source_by, SourceBy},
+    L4Outcome, L4Proto, L4Request, TxPath,
+};
 
 /// Source ports tried for one probe before it is given up as NoRoute (the range is busy).
 const PICK_ATTEMPTS: u16 = 16;
@@ -67,10 +71,14 @@ impl EngineState {
         let mut groups: HashMap<FrameShape, Vec<ProbeJob>> = HashMap::new();
         let now = Instant::now();
         for req in reqs {
-            // On the XDP path the generator's route lookup picks any source not configured.
-            let src = match self.path {
-                TxPath::Xdp => self.sources.configured(req.target.ip()),
-                TxPath::Raw => match self.sources.source_for(req.target.ip(), now) {
+            // On the XDP path the generator's route lookup picks any source not configured,
+            // where the kernel lets it (source_by).
+            let ip = req.target.ip();
+            let configured = self.sources.configured(ip);
+            let src = match source_by(self.path, configured.is_some(), self.fib_src) {
+                SourceBy::Config => configured,
+                SourceBy::Generator => None,
+                SourceBy::Userspace => match self.sources.source_for(ip, now) {
                     Some(src) => Some(src),
                     None => {
                         self.reject(&req, L4Outcome::NoRoute);
