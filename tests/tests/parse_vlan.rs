@@ -13,9 +13,7 @@ use probe_common::{
     csum::{add_bytes, finish, pseudo_v6},
     frame::{ipv4, write_segment_v4, write_segment_v6, Ends, RstV4, RstV6},
     l4::{FlowKey, Inflight, FAMILY_V4},
-    packet::{
-        EthHdr, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_RST, TCP_SYN,
-    },
+    packet::{EthHdr, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_RST, TCP_SYN},
 };
 use probed::{
     engine::{L4Outcome, L4Proto, L4Request, TxChoice},
@@ -98,7 +96,12 @@ fn send_frame(fd: &OwnedFd, ifindex: i32, frame: &[u8]) {
             std::mem::size_of_val(&sll) as u32,
         )
     };
-    assert_eq!(rc, frame.len() as isize, "send a frame: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        rc,
+        frame.len() as isize,
+        "send a frame: {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 /// The frames that arrived on the backend's veth so far (bounded), as they were on the wire:
@@ -127,7 +130,7 @@ fn arrived(fd: &OwnedFd) -> Vec<Vec<u8>> {
         // SAFETY: every buffer `msg` points to lives to the end of this iteration.
         let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &raw mut msg, 0) };
         let Ok(n) = usize::try_from(n) else { break };
-        if sll.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+        if sll.sll_pkttype == libc::PACKET_OUTGOING {
             continue;
         }
         let mut frame = buf[..n].to_vec();
@@ -238,7 +241,15 @@ fn port_unreachable(flow: &FlowKey, cookie: u32) -> Vec<u8> {
 
 fn header_bytes(h: &probe_common::packet::Ipv4Hdr) -> Vec<u8> {
     let mut b = vec![h.ver_ihl, h.tos];
-    for part in [&h.tot_len_be[..], &h.id_be, &h.frag_off_be, &[h.ttl, h.proto], &h.csum_be, &h.saddr, &h.daddr] {
+    for part in [
+        &h.tot_len_be[..],
+        &h.id_be,
+        &h.frag_off_be,
+        &[h.ttl, h.proto],
+        &h.csum_be,
+        &h.saddr,
+        &h.daddr,
+    ] {
         b.extend_from_slice(part);
     }
     b
@@ -301,7 +312,7 @@ fn replies_behind_tags_are_matched(tags: &[(u16, u16)], mode: Mode) {
     let v4 = format!("{BACKEND_V4}:{DROPPED}");
     let v6 = format!("[{BACKEND_V6}]:{DROPPED}");
     // Tokens 1-4 get tagged replies; 5 gets its right reply behind one tag too many.
-    let reqs = vec![
+    let reqs = [
         probe(1, v4.clone(), false),
         probe(2, v6.clone(), false),
         probe(3, v4.clone(), true),
@@ -318,7 +329,11 @@ fn replies_behind_tags_are_matched(tags: &[(u16, u16)], mode: Mode) {
         let live4 = live(&pins, 4);
         engine.submit(reqs[4..].to_vec()).unwrap();
         let all = live(&pins, 5);
-        let extra = all.iter().find(|(k, _)| !live4.iter().any(|(l, _)| l == k)).copied().unwrap();
+        let extra = all
+            .iter()
+            .find(|(k, _)| !live4.iter().any(|(l, _)| l == k))
+            .copied()
+            .unwrap();
         for (flow, entry) in &live4 {
             let v4 = flow.family == FAMILY_V4;
             let ip = if flow.proto == IPPROTO_TCP {
@@ -334,7 +349,13 @@ fn replies_behind_tags_are_matched(tags: &[(u16, u16)], mode: Mode) {
         send_frame(
             &fd,
             ifindex,
-            &tagged(prober_mac, backend_mac, &too_many, true, &syn_ack(&extra.0, extra.1.cookie)),
+            &tagged(
+                prober_mac,
+                backend_mac,
+                &too_many,
+                true,
+                &syn_ack(&extra.0, extra.1.cookie),
+            ),
         );
         let results = collect(&mut rx, 5, Duration::from_secs(4));
         (results, engine.snapshot().unwrap(), live4)
@@ -344,7 +365,9 @@ fn replies_behind_tags_are_matched(tags: &[(u16, u16)], mode: Mode) {
     let got: Vec<String> = results
         .iter()
         .map(|r| match r.token {
-            3 | 4 => UdpOutcome::try_from(r.outcome).map(|o| o.to_string()).unwrap_or_default(),
+            3 | 4 => UdpOutcome::try_from(r.outcome)
+                .map(|o| o.to_string())
+                .unwrap_or_default(),
             _ => r.outcome.to_string(),
         })
         .collect();
@@ -373,7 +396,12 @@ fn replies_behind_tags_are_matched(tags: &[(u16, u16)], mode: Mode) {
     let all = topo.backend.enter(|| arrived(&fd));
     let rsts: Vec<Vec<u8>> = all
         .into_iter()
-        .filter(|f| f.len() > hdr + 2 && f[..6] == backend_mac && tags.first().is_none_or(|t| f[12..14] == t.0.to_be_bytes()) && f[6..12] == prober_mac)
+        .filter(|f| {
+            f.len() > hdr + 2
+                && f[..6] == backend_mac
+                && tags.first().is_none_or(|t| f[12..14] == t.0.to_be_bytes())
+                && f[6..12] == prober_mac
+        })
         .collect();
     assert_eq!(rsts.len(), 2, "two frames back from probe_rx: {rsts:02x?}");
     for f in &rsts {

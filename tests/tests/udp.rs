@@ -612,7 +612,9 @@ fn blind_forgery_sweeps_never_fail_a_udp_check() {
         let start = std::time::Instant::now();
         for sport in sweeps {
             let forged = FlowKey { sport, ..flow };
-            let ids: Vec<u16> = (0..=u16::MAX).filter(|&id| sport != flow.sport || id != right_id).collect();
+            let ids: Vec<u16> = (0..=u16::MAX)
+                .filter(|&id| sport != flow.sport || id != right_id)
+                .collect();
             for chunk in ids.chunks(CHUNK as usize) {
                 for &id in chunk {
                     send_on(&fd, &forged_port_unreachable(&forged, id), &flow);

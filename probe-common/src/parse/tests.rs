@@ -96,7 +96,11 @@ fn quote_of(f: &[u8]) -> Option<Quote> {
 
 #[test]
 fn plain_ipv4_tcp() {
-    let f = cat(&[&eth(&[], ETH_P_IP), &ipv4(0x45, 0x4000, IPPROTO_TCP, 7, &[]), &syn_ack(80, 61000)]);
+    let f = cat(&[
+        &eth(&[], ETH_P_IP),
+        &ipv4(0x45, 0x4000, IPPROTO_TCP, 7, &[]),
+        &syn_ack(80, 61000),
+    ]);
     let (link, l3, tcp) = tcp_of(&f);
     assert_eq!((link.tags, link.l3_off, l3.l4_off), (0, 14, 34));
     assert_eq!(&l3.saddr[..4], &V4_THEM);
@@ -107,14 +111,22 @@ fn plain_ipv4_tcp() {
 #[test]
 fn ipv4_ihl_below_five_is_refused() {
     for ihl in 0..5u8 {
-        let f = cat(&[&eth(&[], ETH_P_IP), &ipv4(0x40 | ihl, 0, IPPROTO_TCP, 7, &[]), &syn_ack(80, 61000)]);
+        let f = cat(&[
+            &eth(&[], ETH_P_IP),
+            &ipv4(0x40 | ihl, 0, IPPROTO_TCP, 7, &[]),
+            &syn_ack(80, 61000),
+        ]);
         assert_eq!(parse_frame(&f[..]), Parsed::Refused, "IHL {ihl}");
     }
 }
 
 #[test]
 fn ipv4_wrong_version_is_refused() {
-    let f = cat(&[&eth(&[], ETH_P_IP), &ipv4(0x65, 0, IPPROTO_TCP, 7, &[]), &syn_ack(80, 61000)]);
+    let f = cat(&[
+        &eth(&[], ETH_P_IP),
+        &ipv4(0x65, 0, IPPROTO_TCP, 7, &[]),
+        &syn_ack(80, 61000),
+    ]);
     assert_eq!(parse_frame(&f[..]), Parsed::Refused);
 }
 
@@ -122,19 +134,36 @@ fn ipv4_wrong_version_is_refused() {
 fn ipv4_options_are_skipped_by_ihl() {
     // A record-route option (7, len 11, ptr 4, two slots), padded with end-of-list to 12.
     let opts = [7, 11, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-    let f = cat(&[&eth(&[], ETH_P_IP), &ipv4(0x48, 0x4000, IPPROTO_TCP, 7, &opts), &syn_ack(80, 61000)]);
+    let f = cat(&[
+        &eth(&[], ETH_P_IP),
+        &ipv4(0x48, 0x4000, IPPROTO_TCP, 7, &opts),
+        &syn_ack(80, 61000),
+    ]);
     let (_, l3, tcp) = tcp_of(&f);
     assert_eq!(l3.l4_off, 14 + 32);
     assert_eq!((tcp.sport(), tcp.dport()), (80, 61000));
     // The longest header, 60 bytes, cut short: refused, not read past the end.
-    let f = cat(&[&eth(&[], ETH_P_IP), &ipv4(0x4f, 0, IPPROTO_TCP, 7, &[1; 40]), &syn_ack(80, 61000)[..10]]);
+    let f = cat(&[
+        &eth(&[], ETH_P_IP),
+        &ipv4(0x4f, 0, IPPROTO_TCP, 7, &[1; 40]),
+        &syn_ack(80, 61000)[..10],
+    ]);
     assert_eq!(parse_frame(&f[..]), Parsed::Refused);
 }
 
 #[test]
 fn ipv4_fragments_are_refused() {
-    for (frag, what) in [(0x2000, "MF"), (0x0001, "offset 8"), (0x3fff, "MF and offset"), (0x6000, "DF and MF")] {
-        let f = cat(&[&eth(&[], ETH_P_IP), &ipv4(0x45, frag, IPPROTO_TCP, 7, &[]), &syn_ack(80, 61000)]);
+    for (frag, what) in [
+        (0x2000, "MF"),
+        (0x0001, "offset 8"),
+        (0x3fff, "MF and offset"),
+        (0x6000, "DF and MF"),
+    ] {
+        let f = cat(&[
+            &eth(&[], ETH_P_IP),
+            &ipv4(0x45, frag, IPPROTO_TCP, 7, &[]),
+            &syn_ack(80, 61000),
+        ]);
         assert_eq!(parse_frame(&f[..]), Parsed::Refused, "{what}");
     }
 }
@@ -163,13 +192,21 @@ fn one_and_two_vlan_tags_are_skipped() {
     let f = cat(&[&eth(&[], ETH_P_8021Q), &[0, 100]]);
     assert_eq!(parse_frame(&f[..]), Parsed::Refused);
     // An IPv6 packet behind a tag.
-    let f = cat(&[&eth(&[(ETH_P_8021Q, 5)], ETH_P_IPV6), &ipv6(V6_THEM, V6_US, IPPROTO_TCP, 0), &syn_ack(80, 61000)]);
+    let f = cat(&[
+        &eth(&[(ETH_P_8021Q, 5)], ETH_P_IPV6),
+        &ipv6(V6_THEM, V6_US, IPPROTO_TCP, 0),
+        &syn_ack(80, 61000),
+    ]);
     assert_eq!(tcp_of(&f).1.l4_off, 18 + 40);
 }
 
 #[test]
 fn ipv6_extension_headers_are_walked() {
-    for (kind, name) in [(IPPROTO_HOPOPTS, "hop-by-hop"), (IPPROTO_ROUTING, "routing"), (IPPROTO_DSTOPTS, "destination options")] {
+    for (kind, name) in [
+        (IPPROTO_HOPOPTS, "hop-by-hop"),
+        (IPPROTO_ROUTING, "routing"),
+        (IPPROTO_DSTOPTS, "destination options"),
+    ] {
         for units in [0u8, 1, 3] {
             let f = cat(&[
                 &eth(&[], ETH_P_IPV6),
@@ -188,7 +225,13 @@ fn ipv6_extension_headers_are_walked() {
 #[test]
 fn ipv6_chains_of_up_to_four_headers_and_no_more() {
     let chain = |n: usize| {
-        let kinds = [IPPROTO_HOPOPTS, IPPROTO_DSTOPTS, IPPROTO_ROUTING, IPPROTO_DSTOPTS, IPPROTO_DSTOPTS];
+        let kinds = [
+            IPPROTO_HOPOPTS,
+            IPPROTO_DSTOPTS,
+            IPPROTO_ROUTING,
+            IPPROTO_DSTOPTS,
+            IPPROTO_DSTOPTS,
+        ];
         let mut f = cat(&[&eth(&[], ETH_P_IPV6), &ipv6(V6_THEM, V6_US, kinds[0], 0)]);
         for i in 0..n {
             let next = if i + 1 < n { kinds[i + 1] } else { IPPROTO_TCP };
@@ -200,12 +243,21 @@ fn ipv6_chains_of_up_to_four_headers_and_no_more() {
     for n in 1..=MAX_EXT_HEADERS {
         assert_eq!(tcp_of(&chain(n)).1.l4_off, 54 + 8 * n, "{n} headers");
     }
-    assert_eq!(parse_frame(&chain(MAX_EXT_HEADERS + 1)[..]), Parsed::Refused, "five headers");
+    assert_eq!(
+        parse_frame(&chain(MAX_EXT_HEADERS + 1)[..]),
+        Parsed::Refused,
+        "five headers"
+    );
 }
 
 #[test]
 fn ipv6_fragment_header_and_short_headers_are_refused() {
-    let f = cat(&[&eth(&[], ETH_P_IPV6), &ipv6(V6_THEM, V6_US, IPPROTO_FRAGMENT, 0), &fragment_hdr(IPPROTO_TCP), &syn_ack(80, 61000)]);
+    let f = cat(&[
+        &eth(&[], ETH_P_IPV6),
+        &ipv6(V6_THEM, V6_US, IPPROTO_FRAGMENT, 0),
+        &fragment_hdr(IPPROTO_TCP),
+        &syn_ack(80, 61000),
+    ]);
     assert_eq!(parse_frame(&f[..]), Parsed::Refused, "fragment header first");
     let f = cat(&[
         &eth(&[], ETH_P_IPV6),
@@ -216,9 +268,18 @@ fn ipv6_fragment_header_and_short_headers_are_refused() {
     ]);
     assert_eq!(parse_frame(&f[..]), Parsed::Refused, "fragment header after hop-by-hop");
     // An extension header that claims more bytes than the frame has.
-    let f = cat(&[&eth(&[], ETH_P_IPV6), &ipv6(V6_THEM, V6_US, IPPROTO_DSTOPTS, 0), &ext(IPPROTO_TCP, 0)[..1]]);
+    let f = cat(&[
+        &eth(&[], ETH_P_IPV6),
+        &ipv6(V6_THEM, V6_US, IPPROTO_DSTOPTS, 0),
+        &ext(IPPROTO_TCP, 0)[..1],
+    ]);
     assert_eq!(parse_frame(&f[..]), Parsed::Refused, "header cut short");
-    let f = cat(&[&eth(&[], ETH_P_IPV6), &ipv6(V6_THEM, V6_US, IPPROTO_DSTOPTS, 0), &ext(IPPROTO_TCP, 0)[..2], &[0; 6 + 16]]);
+    let f = cat(&[
+        &eth(&[], ETH_P_IPV6),
+        &ipv6(V6_THEM, V6_US, IPPROTO_DSTOPTS, 0),
+        &ext(IPPROTO_TCP, 0)[..2],
+        &[0; 6 + 16],
+    ]);
     match parse_frame(&f[..]) {
         Parsed::Tcp { .. } => panic!("a TCP header inside the padding"),
         p => assert_eq!(p, Parsed::Refused),
@@ -231,11 +292,21 @@ fn ipv6_fragment_header_and_short_headers_are_refused() {
 
 /// An ICMP error (`kind`/`code`) from the target quoting `quoted` (IP header and on).
 fn icmp4(kind: u8, code: u8, quoted: &[u8]) -> Vec<u8> {
-    cat(&[&eth(&[], ETH_P_IP), &ipv4(0x45, 0, IPPROTO_ICMP, 1, &[]), &[kind, code, 0, 0, 0, 0, 0, 0], quoted])
+    cat(&[
+        &eth(&[], ETH_P_IP),
+        &ipv4(0x45, 0, IPPROTO_ICMP, 1, &[]),
+        &[kind, code, 0, 0, 0, 0, 0, 0],
+        quoted,
+    ])
 }
 
 fn icmp6(kind: u8, code: u8, quoted: &[u8]) -> Vec<u8> {
-    cat(&[&eth(&[], ETH_P_IPV6), &ipv6(V6_THEM, V6_US, IPPROTO_ICMPV6, 0), &[kind, code, 0, 0, 0, 0, 0, 0], quoted])
+    cat(&[
+        &eth(&[], ETH_P_IPV6),
+        &ipv6(V6_THEM, V6_US, IPPROTO_ICMPV6, 0),
+        &[kind, code, 0, 0, 0, 0, 0, 0],
+        quoted,
+    ])
 }
 
 /// Our probe as quoted: from us to the target, with `id`.
@@ -282,11 +353,19 @@ fn icmpv6_quotes_walk_extension_headers_but_refuse_fragments() {
     let q = quote_of(&icmp6(
         1,
         4,
-        &cat(&[&ipv6(V6_US, V6_THEM, IPPROTO_DSTOPTS, 0xabcde), &ext(IPPROTO_UDP, 1), &udp]),
+        &cat(&[
+            &ipv6(V6_US, V6_THEM, IPPROTO_DSTOPTS, 0xabcde),
+            &ext(IPPROTO_UDP, 1),
+            &udp,
+        ]),
     ))
     .expect("quote with a destination-options header");
     assert_eq!((q.l3.proto, q.l4.dport()), (IPPROTO_UDP, 53));
-    let frag = cat(&[&ipv6(V6_US, V6_THEM, IPPROTO_FRAGMENT, 0xabcde), &fragment_hdr(IPPROTO_UDP), &udp]);
+    let frag = cat(&[
+        &ipv6(V6_US, V6_THEM, IPPROTO_FRAGMENT, 0xabcde),
+        &fragment_hdr(IPPROTO_UDP),
+        &udp,
+    ]);
     assert_eq!(quote_of(&icmp6(1, 4, &frag)), None, "fragment header in the quote");
     let short = cat(&[&ipv6(V6_US, V6_THEM, IPPROTO_UDP, 0xabcde), &udp[..6]]);
     assert_eq!(quote_of(&icmp6(1, 4, &short)), None, "truncated quote");
@@ -298,14 +377,26 @@ fn icmpv6_quotes_walk_extension_headers_but_refuse_fragments() {
 #[test]
 fn non_refusing_codes_and_other_types_are_not_matched() {
     let v4 = cat(&[&probe4(0x45, 0, 1, &[]), &udp8(61000, 53)]);
-    for (kind, code, what) in [(3, 0, "net"), (3, 1, "host"), (3, 4, "frag needed"), (3, 5, "source route"), (11, 0, "time exceeded"), (5, 1, "redirect")] {
+    for (kind, code, what) in [
+        (3, 0, "net"),
+        (3, 1, "host"),
+        (3, 4, "frag needed"),
+        (3, 5, "source route"),
+        (11, 0, "time exceeded"),
+        (5, 1, "redirect"),
+    ] {
         assert_eq!(quote_of(&icmp4(kind, code, &v4)), None, "ICMP {kind}/{code} ({what})");
     }
     for code in crate::packet::ICMP_REFUSED_CODES {
         assert!(quote_of(&icmp4(3, code, &v4)).is_some(), "ICMP 3/{code}");
     }
     let v6 = cat(&[&ipv6(V6_US, V6_THEM, IPPROTO_UDP, 1), &udp8(61000, 53)]);
-    for (kind, code, what) in [(1, 0, "no route"), (1, 3, "address"), (2, 0, "too big"), (3, 0, "time exceeded")] {
+    for (kind, code, what) in [
+        (1, 0, "no route"),
+        (1, 3, "address"),
+        (2, 0, "too big"),
+        (3, 0, "time exceeded"),
+    ] {
         assert_eq!(quote_of(&icmp6(kind, code, &v6)), None, "ICMPv6 {kind}/{code} ({what})");
     }
     for code in crate::packet::ICMPV6_REFUSED_CODES {
@@ -317,8 +408,19 @@ fn non_refusing_codes_and_other_types_are_not_matched() {
 fn short_and_foreign_frames() {
     assert_eq!(parse_frame(&[0u8; 13][..]), Parsed::Refused, "shorter than Ethernet");
     assert_eq!(parse_frame(&eth(&[], 0x0806)[..]), Parsed::NotIp, "ARP");
-    let f = cat(&[&eth(&[], ETH_P_IP), &ipv4(0x45, 0, IPPROTO_UDP, 7, &[]), &udp8(53, 61000)]);
-    assert!(matches!(parse_frame(&f[..]), Parsed::Other { .. }), "UDP is not matched");
-    let f = cat(&[&eth(&[], ETH_P_IP), &ipv4(0x45, 0, IPPROTO_TCP, 7, &[]), &syn_ack(80, 61000)[..19]]);
+    let f = cat(&[
+        &eth(&[], ETH_P_IP),
+        &ipv4(0x45, 0, IPPROTO_UDP, 7, &[]),
+        &udp8(53, 61000),
+    ]);
+    assert!(
+        matches!(parse_frame(&f[..]), Parsed::Other { .. }),
+        "UDP is not matched"
+    );
+    let f = cat(&[
+        &eth(&[], ETH_P_IP),
+        &ipv4(0x45, 0, IPPROTO_TCP, 7, &[]),
+        &syn_ack(80, 61000)[..19],
+    ]);
     assert_eq!(parse_frame(&f[..]), Parsed::Refused, "TCP header cut short");
 }
