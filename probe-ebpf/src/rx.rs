@@ -20,8 +20,8 @@ use probe_common::{
     frame::{write_rst_v4, write_rst_v6, Ends, RstV4, RstV6, FLOW_LABEL_MASK},
     l4::{EventKind, FlowKey, Inflight, ProbeEvent},
     packet::{
-        classify_icmp, classify_tcp_flags, IcmpHdr, ReplyClass, TcpHdr, ETH_P_IP, ETH_P_IPV6,
-        IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK,
+        classify_icmp, classify_tcp_flags, IcmpHdr, ReplyClass, TcpHdr, ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP,
+        IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK,
     },
     parse::{parse_link, parse_quote, Link, Packet, VlanTag},
 };

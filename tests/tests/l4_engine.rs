@@ -607,14 +607,18 @@ fn ip_options_and_extension_headers_are_read_past_ipv6_fragments_are_not() {
     use probe_common::packet::{TCP_ACK, TCP_SYN};
     use probed_tests::forge::send_raw_v4;
 
+    // A second silent port tells the two IPv6 probes apart.
+    const DROPPED2: u16 = DROPPED + 10;
     let topo = backend();
+    topo.backend.nft_drop("tcp", DROPPED2);
     let pins = TestPins::new();
     let v4 = format!("{BACKEND_V4}:{DROPPED}");
     let v6 = format!("[{BACKEND_V6}]:{DROPPED}");
+    let v6b = format!("[{BACKEND_V6}]:{DROPPED2}");
     topo.prober.enter(|| {
         let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
         engine
-            .submit(vec![tcp(1, &v4, 2000), tcp(2, &v6, 2000), tcp(3, &v6, 2000)])
+            .submit(vec![tcp(1, &v4, 2000), tcp(2, &v6, 2000), tcp(3, &v6b, 2000)])
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(2);
         let mut live = probed_tests::forge::inflight(&pins.path);
@@ -623,7 +627,7 @@ fn ip_options_and_extension_headers_are_read_past_ipv6_fragments_are_not() {
             std::thread::sleep(Duration::from_millis(5));
             live = probed_tests::forge::inflight(&pins.path);
         }
-        live.sort_by_key(|(k, _)| (k.family, k.sport));
+        live.sort_by_key(|(k, _)| (k.family, k.dport));
         let (f4, e4) = live[0];
         let (f6a, e6a) = live[1];
         let (f6b, e6b) = live[2];

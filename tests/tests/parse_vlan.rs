@@ -132,7 +132,7 @@ fn arrived(fd: &OwnedFd) -> Vec<Vec<u8>> {
         // SAFETY: every buffer `msg` points to lives to the end of this iteration.
         let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &raw mut msg, 0) };
         let Ok(n) = usize::try_from(n) else { break };
-        if sll.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+        if sll.sll_pkttype == libc::PACKET_OUTGOING {
             continue;
         }
         let mut frame = buf[..n].to_vec();
@@ -314,7 +314,7 @@ fn replies_behind_tags_are_matched(tags: &[(u16, u16)], mode: Mode) {
     let v4 = format!("{BACKEND_V4}:{DROPPED}");
     let v6 = format!("[{BACKEND_V6}]:{DROPPED}");
     // Tokens 1-4 get tagged replies; 5 gets its right reply behind one tag too many.
-    let reqs = vec![
+    let reqs = [
         probe(1, v4.clone(), false),
         probe(2, v6.clone(), false),
         probe(3, v4.clone(), true),
