@@ -191,13 +191,13 @@ impl std::fmt::Debug for Token {
 /// Why a token file is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
-    #[error("read the API token file {}", path.display())]
+    #[error("read the API token file {} (daemon.api_token_file)", path.display())]
     Read {
         path: std::path::PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("the API token file {} is {problem}", path.display())]
+    #[error("the API token file {} (daemon.api_token_file) is {problem}", path.display())]
     Refused { path: std::path::PathBuf, problem: String },
 }
 

@@ -67,7 +67,7 @@ pub enum ApiError {
         #[source]
         source: std::io::Error,
     },
-    #[error("daemon.api_token_file")]
+    #[error(transparent)]
     Token(#[from] auth::TokenError),
 }
 
