@@ -345,7 +345,7 @@ fn the_socket_appears_with_its_final_mode() {
     let left: Vec<_> = std::fs::read_dir(&files.dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with('.'))
+        .filter(|n| n.starts_with(".api.sock"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
