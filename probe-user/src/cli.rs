@@ -328,9 +328,9 @@ fn api_get(api: &ApiArgs, method: &str, path: &str) -> anyhow::Result<probed::ap
     let addr = &api.api;
     client.request(method, path).map_err(|e| {
         let hint = match &e {
-            ClientError::Connect { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => format!(
-                "the socket {addr} is for root and the members of daemon.api_socket_group (default probed)"
-            ),
+            ClientError::Connect { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
+                format!("the socket {addr} is for root and the members of daemon.api_socket_group (default probed)")
+            }
             ClientError::Timeout { .. } => "the daemon accepted but did not answer; is it stuck?".to_string(),
             _ => format!("is `probed run` up, with daemon.api_listen = {addr:?}? (--api sets the address)"),
         };
@@ -520,7 +520,15 @@ mod tests {
         assert!(api.token_file.is_none());
         let Ok(Cli {
             command: Command::Disable(a),
-        }) = parse(&["disable", "web", "web-1", "--api", "127.0.0.1:9180", "--token-file", "/etc/probed/t"])
+        }) = parse(&[
+            "disable",
+            "web",
+            "web-1",
+            "--api",
+            "127.0.0.1:9180",
+            "--token-file",
+            "/etc/probed/t",
+        ])
         else {
             panic!("disable parses");
         };

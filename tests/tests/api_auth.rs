@@ -98,12 +98,18 @@ fn over_socket<'a>(path: &'a str, url: &'a str) -> [&'a str; 3] {
 const JSON: [&str; 2] = ["-H", "Content-Type: application/json"];
 
 fn admin(daemon: &RunningDaemon) -> String {
-    daemon.get("/v1/status/web/web-1")["admin"].as_str().unwrap().to_string()
+    daemon.get("/v1/status/web/web-1")["admin"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 /// The daemon's loopback is the namespace's: TCP clients run there (`ip netns exec`).
 fn in_ns(ns: &Netns) -> Vec<String> {
-    ["ip", "netns", "exec", &ns.name].iter().map(|s| (*s).to_string()).collect()
+    ["ip", "netns", "exec", &ns.name]
+        .iter()
+        .map(|s| (*s).to_string())
+        .collect()
 }
 
 /// The endpoint's admin state, read over TCP inside `ns`.
@@ -122,7 +128,11 @@ fn unix_socket_changes_need_root_or_the_group() {
     let path = socket(&files);
     let meta = std::fs::symlink_metadata(&path).unwrap();
     assert!(meta.file_type().is_socket());
-    assert_eq!((meta.mode() & 0o777, meta.gid()), (0o660, GROUP), "socket mode and group");
+    assert_eq!(
+        (meta.mode() & 0o777, meta.gid()),
+        (0o660, GROUP),
+        "socket mode and group"
+    );
     let p = path.to_str().unwrap();
     let disable = over_socket(p, "http://probed/v1/endpoints/web/web-1/disable");
     let status = over_socket(p, "http://probed/v1/status");
@@ -135,7 +145,14 @@ fn unix_socket_changes_need_root_or_the_group() {
     // The CLI says what is wrong.
     let out = run(
         &unprivileged(None),
-        &[probed_bin().to_str().unwrap(), "disable", "web", "web-1", "--api", &format!("unix:{p}")],
+        &[
+            probed_bin().to_str().unwrap(),
+            "disable",
+            "web",
+            "web-1",
+            "--api",
+            &format!("unix:{p}"),
+        ],
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("api_socket_group"), "{err}");
@@ -146,13 +163,24 @@ fn unix_socket_changes_need_root_or_the_group() {
     assert_eq!(code, 200, "{body}");
     let out = run(
         &unprivileged(Some(GROUP)),
-        &[probed_bin().to_str().unwrap(), "disable", "web", "web-1", "--api", &format!("unix:{p}")],
+        &[
+            probed_bin().to_str().unwrap(),
+            "disable",
+            "web",
+            "web-1",
+            "--api",
+            &format!("unix:{p}"),
+        ],
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(admin(&daemon), "disabled");
 
     // Root may.
-    let (code, body) = curl(&[], &over_socket(p, "http://probed/v1/endpoints/web/web-1/enable"), &["-X", "POST", JSON[0], JSON[1]]);
+    let (code, body) = curl(
+        &[],
+        &over_socket(p, "http://probed/v1/endpoints/web/web-1/enable"),
+        &["-X", "POST", JSON[0], JSON[1]],
+    );
     assert_eq!(code, 200, "{body}");
     assert_eq!(admin(&daemon), "enabled");
     daemon.stop();
@@ -169,21 +197,40 @@ fn a_permissive_socket_mode_still_checks_the_peer() {
     assert_eq!(std::fs::symlink_metadata(p).unwrap().mode() & 0o777, 0o666);
 
     // Anyone can connect and read ...
-    let (code, body) = curl(&unprivileged(None), &over_socket(p, "http://probed/v1/status/web/web-1"), &[]);
+    let (code, body) = curl(
+        &unprivileged(None),
+        &over_socket(p, "http://probed/v1/status/web/web-1"),
+        &[],
+    );
     assert_eq!(code, 200, "{body}");
     // ... but SO_PEERCRED refuses a change, and says why.
     for action in ["disable", "always-serve", "enable"] {
         let url = format!("http://probed/v1/endpoints/web/web-1/{action}");
-        let (code, body) = curl(&unprivileged(None), &over_socket(p, &url), &["-X", "POST", JSON[0], JSON[1]]);
+        let (code, body) = curl(
+            &unprivileged(None),
+            &over_socket(p, &url),
+            &["-X", "POST", JSON[0], JSON[1]],
+        );
         assert_eq!(code, 403, "{action}: {body}");
-        assert!(body.contains("uid 65534") && body.contains(&GROUP.to_string()), "{body}");
+        assert!(
+            body.contains("uid 65534") && body.contains(&GROUP.to_string()),
+            "{body}"
+        );
     }
-    let (code, body) = curl(&unprivileged(None), &over_socket(p, "http://probed/v1/reload"), &["-X", "POST", JSON[0], JSON[1]]);
+    let (code, body) = curl(
+        &unprivileged(None),
+        &over_socket(p, "http://probed/v1/reload"),
+        &["-X", "POST", JSON[0], JSON[1]],
+    );
     assert_eq!(code, 403, "{body}");
     assert_eq!(admin(&daemon), "enabled");
     // The group still may.
     let url = "http://probed/v1/endpoints/web/web-1/disable";
-    let (code, body) = curl(&unprivileged(Some(GROUP)), &over_socket(p, url), &["-X", "POST", JSON[0], JSON[1]]);
+    let (code, body) = curl(
+        &unprivileged(Some(GROUP)),
+        &over_socket(p, url),
+        &["-X", "POST", JSON[0], JSON[1]],
+    );
     assert_eq!(code, 200, "{body}");
     assert_eq!(admin(&daemon), "disabled");
 }
@@ -198,11 +245,23 @@ fn browser_shaped_requests_are_refused_even_for_root() {
     let disable = over_socket(p, "http://probed/v1/endpoints/web/web-1/disable");
     let cases: [(&[&str], u16, &str); 6] = [
         (&["-X", "POST"], 415, "Content-Type none"),
-        (&["-X", "POST", "-H", "Content-Type: text/plain", "--data", "x"], 415, "text/plain"),
+        (
+            &["-X", "POST", "-H", "Content-Type: text/plain", "--data", "x"],
+            415,
+            "text/plain",
+        ),
         (&["--data", "a=b"], 415, "application/x-www-form-urlencoded"),
         (&["-F", "a=b"], 415, "multipart/form-data"),
-        (&["-X", "POST", JSON[0], JSON[1], "-H", "Origin: http://evil.example"], 403, "Origin"),
-        (&["-X", "POST", JSON[0], JSON[1], "-H", "Sec-Fetch-Site: cross-site"], 403, "cross-site"),
+        (
+            &["-X", "POST", JSON[0], JSON[1], "-H", "Origin: http://evil.example"],
+            403,
+            "Origin",
+        ),
+        (
+            &["-X", "POST", JSON[0], JSON[1], "-H", "Sec-Fetch-Site: cross-site"],
+            403,
+            "cross-site",
+        ),
     ];
     for (extra, want, says) in cases {
         let (code, body) = curl(&[], &disable, extra);
@@ -210,7 +269,11 @@ fn browser_shaped_requests_are_refused_even_for_root() {
         assert!(body.contains(says), "{extra:?}: {body}");
     }
     assert_eq!(admin(&daemon), "enabled", "no refused request changed anything");
-    let (code, body) = curl(&[], &disable, &["-X", "POST", JSON[0], JSON[1], "-H", "Sec-Fetch-Site: same-origin"]);
+    let (code, body) = curl(
+        &[],
+        &disable,
+        &["-X", "POST", JSON[0], JSON[1], "-H", "Sec-Fetch-Site: same-origin"],
+    );
     assert_eq!(code, 200, "{body}");
     assert_eq!(admin(&daemon), "disabled");
 }
@@ -254,13 +317,24 @@ fn tcp_changes_need_the_bearer_token() {
     // The CLI over TCP: refused without --token-file, done with it.
     let bin = probed_bin();
     let cli = |extra: &[&str]| {
-        let mut argv = vec![bin.to_str().unwrap(), "enable", "web", "web-1", "--api", "127.0.0.1:9180"];
+        let mut argv = vec![
+            bin.to_str().unwrap(),
+            "enable",
+            "web",
+            "web-1",
+            "--api",
+            "127.0.0.1:9180",
+        ];
         argv.extend_from_slice(extra);
         run(&in_ns, &argv)
     };
     let out = cli(&[]);
     assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("Bearer"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Bearer"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = cli(&["--token-file", token_file.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(tcp_admin(&ns), "enabled");
@@ -334,8 +408,14 @@ fn the_socket_appears_with_its_final_mode() {
     }
     let events = watch.events(Duration::from_millis(200));
     let name = "api.sock";
-    let created: Vec<_> = events.iter().filter(|(mask, n)| n == name && mask & libc::IN_CREATE != 0).collect();
-    assert!(created.is_empty(), "the socket was created in place (a window before its chmod): {events:?}");
+    let created: Vec<_> = events
+        .iter()
+        .filter(|(mask, n)| n == name && mask & libc::IN_CREATE != 0)
+        .collect();
+    assert!(
+        created.is_empty(),
+        "the socket was created in place (a window before its chmod): {events:?}"
+    );
     let moved = events
         .iter()
         .filter(|(mask, n)| n == name && mask & libc::IN_MOVED_TO != 0)

@@ -101,7 +101,10 @@ fn cross_site(headers: &HeaderMap) -> Result<(), Refusal> {
 
 /// HTML forms can only send text/plain, urlencoded or multipart bodies without a preflight.
 fn json_content_type(headers: &HeaderMap) -> Result<(), Refusal> {
-    let value = headers.get(header::CONTENT_TYPE).map(|v| v.as_bytes()).unwrap_or_default();
+    let value = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.as_bytes())
+        .unwrap_or_default();
     let essence = value.split(|b| *b == b';').next().unwrap_or_default().trim_ascii();
     if essence.eq_ignore_ascii_case(b"application/json") {
         return Ok(());
@@ -119,7 +122,10 @@ fn json_content_type(headers: &HeaderMap) -> Result<(), Refusal> {
 
 fn unix_peer(cred: Option<&PeerCred>, policy: &Policy) -> Result<(), Refusal> {
     let who = match policy.group {
-        Some(g) => format!("uid 0, uid {} (the daemon) or a member of group {g} (daemon.api_socket_group)", policy.owner),
+        Some(g) => format!(
+            "uid 0, uid {} (the daemon) or a member of group {g} (daemon.api_socket_group)",
+            policy.owner
+        ),
         None => format!(
             "uid 0 or uid {} (the daemon); the socket has no group (daemon.api_socket_group)",
             policy.owner
@@ -131,9 +137,7 @@ fn unix_peer(cred: Option<&PeerCred>, policy: &Policy) -> Result<(), Refusal> {
             format!("the peer's credentials could not be read; changes need {who}"),
         ));
     };
-    let member = policy
-        .group
-        .is_some_and(|g| cred.gid == g || cred.groups.contains(&g));
+    let member = policy.group.is_some_and(|g| cred.gid == g || cred.groups.contains(&g));
     if cred.uid == 0 || cred.uid == policy.owner || member {
         return Ok(());
     }
@@ -154,13 +158,10 @@ fn bearer(headers: &HeaderMap, token: Option<&Token>) -> Result<(), Refusal> {
              (probed ... --token-file FILE), or use the unix socket",
         ));
     };
-    let sent = headers
-        .get(header::AUTHORIZATION)
-        .map(|v| v.as_bytes())
-        .and_then(|v| {
-            let (scheme, rest) = v.split_at_checked(7)?;
-            scheme.eq_ignore_ascii_case(b"bearer ").then(|| rest.trim_ascii())
-        });
+    let sent = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()).and_then(|v| {
+        let (scheme, rest) = v.split_at_checked(7)?;
+        scheme.eq_ignore_ascii_case(b"bearer ").then(|| rest.trim_ascii())
+    });
     match sent {
         Some(sent) if token.matches(sent) => Ok(()),
         Some(_) => Err(Refusal::new(
@@ -334,7 +335,11 @@ mod tests {
             assert_eq!(status(authorize(&m, &json(), &unix(65534, 65534, &[]), &p)), 403, "{m}");
         }
         let e = authorize(&Method::POST, &json(), &unix(65534, 65534, &[]), &p).unwrap_err();
-        assert!(e.message.contains("uid 65534") && e.message.contains("group 4242"), "{}", e.message);
+        assert!(
+            e.message.contains("uid 65534") && e.message.contains("group 4242"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
@@ -383,7 +388,12 @@ mod tests {
         let cross = [("content-type", "application/json"), ("origin", "http://evil.example")];
         assert_eq!(post(&cross), 403);
         assert_eq!(post(&[("content-type", "application/json"), ("origin", "null")]), 403);
-        for (site, want) in [("cross-site", 403), ("same-site", 403), ("same-origin", 200), ("none", 200)] {
+        for (site, want) in [
+            ("cross-site", 403),
+            ("same-site", 403),
+            ("same-origin", 200),
+            ("none", 200),
+        ] {
             assert_eq!(
                 post(&[("content-type", "application/json"), ("sec-fetch-site", site)]),
                 want,
@@ -411,7 +421,13 @@ mod tests {
         let path = dir.join("token");
         std::fs::write(&path, format!("{TOKEN}\n")).unwrap();
         let owner = std::fs::metadata(&path).unwrap().uid();
-        for (mode, ok) in [(0o600, true), (0o400, true), (0o640, false), (0o604, false), (0o620, false)] {
+        for (mode, ok) in [
+            (0o600, true),
+            (0o400, true),
+            (0o640, false),
+            (0o604, false),
+            (0o620, false),
+        ] {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
             let r = Token::from_file(&path, owner);
             assert_eq!(r.is_ok(), ok, "mode {mode:o}: {r:?}");

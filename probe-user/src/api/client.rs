@@ -108,7 +108,10 @@ impl Client {
         };
         let mut stream = self.connect(deadline)?;
         let io = |source: std::io::Error| {
-            if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) {
                 timed_out()
             } else {
                 ClientError::Io {
@@ -125,7 +128,9 @@ impl Client {
             req.push_str(&format!("Authorization: Bearer {t}\r\n"));
         }
         req.push_str("\r\n");
-        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
         stream.set_write_timeout(Some(left)).map_err(io)?;
         stream.write_all(req.as_bytes()).map_err(io)?;
         let mut raw = Vec::new();

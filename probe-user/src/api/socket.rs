@@ -76,10 +76,16 @@ pub(super) fn bind(path: &Path, mode: u32, group: Option<u32>) -> Result<tokio::
         let path = at.to_path_buf();
         move |source| ApiError::Io { op, path, source }
     };
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("/"));
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("/"));
     std::fs::create_dir_all(dir).map_err(io_err("create the directory of the API socket", dir))?;
     check_existing(path)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let staging = dir.join(format!(".{name}.{}", std::process::id()));
     // A leftover of an earlier process with this pid, which cannot be running.
     if std::fs::symlink_metadata(&staging).is_ok_and(|m| m.is_dir()) {
@@ -143,7 +149,9 @@ fn check_existing(path: &Path) -> Result<(), ApiError> {
         });
     }
     if std::os::unix::net::UnixStream::connect(path).is_ok() {
-        return Err(ApiError::InUse { path: path.to_path_buf() });
+        return Err(ApiError::InUse {
+            path: path.to_path_buf(),
+        });
     }
     // A socket nobody serves: the rename replaces it.
     Ok(())
@@ -188,10 +196,15 @@ pub(super) fn peer_cred(stream: &impl AsRawFd) -> io::Result<PeerCred> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
+    // Without SO_PEERGROUPS (before Linux 4.13) only the uid and primary gid count.
+    let groups = peer_groups(fd).unwrap_or_else(|e| {
+        log::debug!("API connection: no supplementary groups of the peer: {e}");
+        Vec::new()
+    });
     Ok(PeerCred {
         uid: ucred.uid,
         gid: ucred.gid,
-        groups: peer_groups(fd)?,
+        groups,
     })
 }
 
@@ -258,7 +271,10 @@ mod tests {
         // Stale: replaced, and no staging directory is left behind.
         let _l = bind(&path, 0o600, None).unwrap();
         assert_eq!(std::fs::symlink_metadata(&path).unwrap().mode() & 0o777, 0o600);
-        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("api.sock")]);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -83,7 +83,10 @@ pub const MAX_COUNT: u32 = 100_000;
 /// A UDP payload as the config bounds it (the kernel path cannot send more either).
 fn udp_payload(s: &str) -> Result<String, String> {
     if s.len() > MAX_UDP_PAYLOAD {
-        return Err(format!("{} bytes is too long: at most {MAX_UDP_PAYLOAD} bytes", s.len()));
+        return Err(format!(
+            "{} bytes is too long: at most {MAX_UDP_PAYLOAD} bytes",
+            s.len()
+        ));
     }
     Ok(s.to_string())
 }

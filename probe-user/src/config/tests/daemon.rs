@@ -73,5 +73,20 @@ fn api_access_keys() {
     let c = ok("[daemon]\napi_listen = \"127.0.0.1:9180\"\napi_token_file = \"/etc/probed/api.token\"\n");
     assert_eq!(c.daemon.api.token_file, Some("/etc/probed/api.token".into()));
     let errs = refused("[daemon]\napi_socket_mode = 0o1777");
-    assert!(errs.to_string().contains("0o1777 is not an allowed socket mode"), "{errs}");
+    assert!(
+        errs.to_string().contains("0o1777 is not an allowed socket mode"),
+        "{errs}"
+    );
+}
+
+#[test]
+fn a_reload_names_each_changed_api_key() {
+    let old = ok("");
+    let new = ok("[daemon]\napi_socket_group = \"adm\"\napi_socket_mode = 0o600\n");
+    let keys: Vec<_> = old.daemon.api.changed_keys(&new.daemon.api).collect();
+    assert_eq!(keys, ["api_socket_group", "api_socket_mode"]);
+    assert_eq!(old.daemon.api.changed_keys(&old.daemon.api).count(), 0);
+    let tcp = ok("[daemon]\napi_listen = \"127.0.0.1:9180\"\napi_token_file = \"/etc/probed/t\"\n");
+    let keys: Vec<_> = old.daemon.api.changed_keys(&tcp.daemon.api).collect();
+    assert_eq!(keys, ["api_listen", "api_token_file"]);
 }

@@ -137,7 +137,8 @@ fn socket_group(s: &str) -> Option<ApiGroup> {
     }
     let valid = (1..=32).contains(&s.len())
         && !s.starts_with('-')
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
     valid.then(|| ApiGroup::Name(s.to_string()))
 }
 

@@ -86,7 +86,12 @@ impl Runner {
 fn restart_needed(old: &Config, new: &Config, engine_running: bool) -> Vec<String> {
     let mut out = Vec::new();
     // The API keeps every one of its settings until a restart: never a mix of old and new.
-    out.extend(old.daemon.api.changed_keys(&new.daemon.api).map(|k| format!("daemon.{k}")));
+    out.extend(
+        old.daemon
+            .api
+            .changed_keys(&new.daemon.api)
+            .map(|k| format!("daemon.{k}")),
+    );
     if new.daemon.pin_dir != old.daemon.pin_dir {
         out.push("daemon.pin_dir".to_string());
     }
