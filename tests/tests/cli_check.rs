@@ -48,13 +48,22 @@ fn tcp_check_reports_open_and_refused_with_exit_status() {
 #[test]
 fn out_of_range_flags_are_refused_with_the_allowed_range() {
     let cases: [(&[&str], &str); 7] = [
-        (&["tcp://198.18.0.2:80", "--timeout", "18446744073709551615"], "100..=60000"),
+        (
+            &["tcp://198.18.0.2:80", "--timeout", "18446744073709551615"],
+            "100..=60000",
+        ),
         (&["tcp://198.18.0.2:80", "--count", "0"], "1..=100000"),
         (&["udp://198.18.0.2:53", "--count", "0"], "1..=100000"),
         (&["udp://198.18.0.2:53", "--timeout", "0"], "100..=60000"),
         (&["http://198.18.0.2/", "--interval", "300001"], "0..=300000"),
-        (&["udp://198.18.0.2:53", "--send", &"x".repeat(70_000)], "at most 500 bytes"),
-        (&["udp://198.18.0.2:53", "--expect", &"x".repeat(501)], "at most 500 bytes"),
+        (
+            &["udp://198.18.0.2:53", "--send", &"x".repeat(70_000)],
+            "at most 500 bytes",
+        ),
+        (
+            &["udp://198.18.0.2:53", "--expect", &"x".repeat(501)],
+            "at most 500 bytes",
+        ),
     ];
     for (args, allowed) in cases {
         let out = std::process::Command::new(probed_bin())

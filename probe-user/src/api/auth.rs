@@ -103,7 +103,7 @@ fn cross_site(headers: &HeaderMap) -> Result<(), Refusal> {
 fn json_content_type(headers: &HeaderMap) -> Result<(), Refusal> {
     let value = headers
         .get(header::CONTENT_TYPE)
-        .map(|v| v.as_bytes())
+        .map(hyper::header::HeaderValue::as_bytes)
         .unwrap_or_default();
     let essence = value.split(|b| *b == b';').next().unwrap_or_default().trim_ascii();
     if essence.eq_ignore_ascii_case(b"application/json") {
@@ -158,10 +158,13 @@ fn bearer(headers: &HeaderMap, token: Option<&Token>) -> Result<(), Refusal> {
              (probed ... --token-file FILE), or use the unix socket",
         ));
     };
-    let sent = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()).and_then(|v| {
-        let (scheme, rest) = v.split_at_checked(7)?;
-        scheme.eq_ignore_ascii_case(b"bearer ").then(|| rest.trim_ascii())
-    });
+    let sent = headers
+        .get(header::AUTHORIZATION)
+        .map(hyper::header::HeaderValue::as_bytes)
+        .and_then(|v| {
+            let (scheme, rest) = v.split_at_checked(7)?;
+            scheme.eq_ignore_ascii_case(b"bearer ").then(|| rest.trim_ascii())
+        });
     match sent {
         Some(sent) if token.matches(sent) => Ok(()),
         Some(_) => Err(Refusal::new(

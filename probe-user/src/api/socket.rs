@@ -145,7 +145,7 @@ fn check_existing(path: &Path) -> Result<(), ApiError> {
     if !meta.file_type().is_socket() {
         return Err(ApiError::NotASocket {
             path: path.to_path_buf(),
-            kind: kind(&meta.file_type()),
+            kind: kind(meta.file_type()),
         });
     }
     if std::os::unix::net::UnixStream::connect(path).is_ok() {
@@ -157,7 +157,7 @@ fn check_existing(path: &Path) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn kind(t: &std::fs::FileType) -> &'static str {
+fn kind(t: std::fs::FileType) -> &'static str {
     if t.is_file() {
         "a regular file"
     } else if t.is_dir() {
