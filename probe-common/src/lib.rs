@@ -13,6 +13,7 @@ pub mod csum;
 pub mod frame;
 pub mod l4;
 pub mod packet;
+pub mod parse;
 pub mod slots;
 
 /// Directory under bpffs where a daemon pins its maps; each instance adds its own name.

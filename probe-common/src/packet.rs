@@ -227,11 +227,29 @@ pub fn classify_tcp_flags(flags: u8) -> ReplyClass {
     }
 }
 
-/// Classifies an ICMP message of either family by its type.
+/// ICMP destination-unreachable codes that count as an answer to a probe: the target, or a
+/// firewall in front of it, refused the datagram. 2 protocol and 3 port unreachable come from
+/// the target's own stack; 9, 10 and 13 (administratively prohibited) are what REJECT rules
+/// send. Not counted (the probe runs on to its timeout): 0/1 net/host unreachable, which
+/// routers send about the path; 4 fragmentation needed, which says the path works; and the
+/// obsolete or source-side codes 5-8, 11, 12, 14 and 15.
+pub const ICMP_REFUSED_CODES: [u8; 5] = [2, 3, 9, 10, 13];
+/// The same for ICMPv6 destination unreachable: 4 port unreachable from the target; 1
+/// administratively prohibited, 5 source address failed policy and 6 reject route from a
+/// filter. Not counted: 0 no route and 3 address unreachable (the path), 2 beyond scope and
+/// 7 source routing header (our side).
+pub const ICMPV6_REFUSED_CODES: [u8; 4] = [1, 4, 5, 6];
+
+/// Classifies an ICMP message of either family by its type and code: only a destination
+/// unreachable with one of the refused codes above is `IcmpUnreach`.
 #[inline(always)]
-pub fn classify_icmp(ipv6: bool, kind: u8) -> ReplyClass {
-    let unreach = if ipv6 { ICMPV6_DEST_UNREACH } else { ICMP_DEST_UNREACH };
-    if kind == unreach {
+pub fn classify_icmp(ipv6: bool, kind: u8, code: u8) -> ReplyClass {
+    let refused = if ipv6 {
+        kind == ICMPV6_DEST_UNREACH && matches!(code, 1 | 4 | 5 | 6)
+    } else {
+        kind == ICMP_DEST_UNREACH && matches!(code, 2 | 3 | 9 | 10 | 13)
+    };
+    if refused {
         ReplyClass::IcmpUnreach
     } else {
         ReplyClass::Other
@@ -282,10 +300,24 @@ mod tests {
 
     #[test]
     fn icmp_types_classify_per_family() {
-        assert_eq!(classify_icmp(false, 3), ReplyClass::IcmpUnreach);
-        assert_eq!(classify_icmp(false, 1), ReplyClass::Other);
-        assert_eq!(classify_icmp(true, 1), ReplyClass::IcmpUnreach);
-        assert_eq!(classify_icmp(true, 3), ReplyClass::Other);
-        assert_eq!(classify_icmp(false, 0), ReplyClass::Other);
+        assert_eq!(classify_icmp(false, 3, 3), ReplyClass::IcmpUnreach);
+        assert_eq!(classify_icmp(false, 1, 3), ReplyClass::Other);
+        assert_eq!(classify_icmp(true, 1, 4), ReplyClass::IcmpUnreach);
+        assert_eq!(classify_icmp(true, 3, 4), ReplyClass::Other);
+        assert_eq!(classify_icmp(false, 0, 0), ReplyClass::Other);
+    }
+
+    #[test]
+    fn only_refusing_unreachable_codes_count() {
+        for code in 0..=255u8 {
+            let v4 = classify_icmp(false, ICMP_DEST_UNREACH, code) == ReplyClass::IcmpUnreach;
+            assert_eq!(v4, ICMP_REFUSED_CODES.contains(&code), "ICMP 3/{code}");
+            let v6 = classify_icmp(true, ICMPV6_DEST_UNREACH, code) == ReplyClass::IcmpUnreach;
+            assert_eq!(v6, ICMPV6_REFUSED_CODES.contains(&code), "ICMPv6 1/{code}");
+        }
+        // Named: fragmentation needed and host unreachable do not fail a probe.
+        assert_eq!(classify_icmp(false, 3, 4), ReplyClass::Other, "frag needed");
+        assert_eq!(classify_icmp(false, 3, 1), ReplyClass::Other, "host unreachable");
+        assert_eq!(classify_icmp(true, 1, 3), ReplyClass::Other, "address unreachable");
     }
 }

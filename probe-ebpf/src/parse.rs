@@ -1,6 +1,7 @@
 //! Bounds-checked packet access: every header read goes through `ptr_at`.
 use aya_ebpf::{helpers::bpf_xdp_adjust_tail, programs::XdpContext};
-use probe_common::packet::{Ipv4Hdr, Ipv6Hdr};
+pub use probe_common::parse::L3;
+use probe_common::parse::{Packet, Wire};
 
 /// Returns a pointer to a `T` at `offset` bytes into the frame, or `None` when the frame is
 /// too short. The explicit comparison against `data_end` is what the verifier needs to see.
@@ -24,46 +25,55 @@ pub fn read_at<T: Copy>(ctx: &XdpContext, offset: usize) -> Option<T> {
     Some(unsafe { core::ptr::read_unaligned(p) })
 }
 
-/// The network header of a frame, as far as matching needs it.
-pub struct L3 {
-    pub ipv6: bool,
-    pub saddr: [u8; 16],
-    pub daddr: [u8; 16],
-    pub proto: u8,
-    pub l4_off: usize,
+/// A frame as the shared parser sees it: its bounds, taken from the context once. Every
+/// read is checked against them as in `ptr_at`, in the kernel exactly as in the host tests
+/// (there a byte slice). Passed by reference to functions that are not inlined: handing them
+/// the context instead lets LLVM pass its 32-bit fields, whose widening in the callee the
+/// verifier refuses on packet pointers.
+#[derive(Clone, Copy)]
+pub struct Frame {
+    start: usize,
+    end: usize,
 }
 
+impl Frame {
+    #[inline(always)]
+    pub fn of(ctx: &XdpContext) -> Self {
+        Self {
+            start: ctx.data(),
+            end: ctx.data_end(),
+        }
+    }
+}
+
+impl Packet for Frame {
+    #[inline(always)]
+    fn read<T: Wire>(&self, off: usize) -> Option<T> {
+        if self.start + off + core::mem::size_of::<T>() > self.end {
+            return None;
+        }
+        // SAFETY: the bounds were checked just above against the frame's end; T: Wire
+        // accepts any bytes at any alignment.
+        Some(unsafe { core::ptr::read_unaligned((self.start + off) as *const T) })
+    }
+}
+
+/// The strict network-header parse of probe_common::parse, on an XDP frame.
 #[inline(always)]
-pub fn parse_l3(ctx: &XdpContext, off: usize, ethertype_v6: bool) -> Option<L3> {
-    if ethertype_v6 {
-        let ip = read_at::<Ipv6Hdr>(ctx, off)?;
-        if ip.ver_tc_flow[0] >> 4 != 6 {
-            return None;
+pub fn parse_l3(ctx: &XdpContext, off: usize, ipv6: bool) -> Option<L3> {
+    probe_common::parse::parse_l3(&Frame::of(ctx), off, ipv6)
+}
+
+/// `parse_l3` in a stack frame of its own: the header copies it makes do not count against
+/// the caller's frame (the matcher's deepest call chain runs through its caller).
+#[inline(never)]
+pub fn parse_l3_into(frame: &Frame, off: usize, ipv6: bool, out: &mut L3) -> bool {
+    match probe_common::parse::parse_l3(frame, off, ipv6) {
+        Some(l3) => {
+            *out = l3;
+            true
         }
-        // Extension headers are not followed: probe replies never carry them.
-        Some(L3 {
-            ipv6: true,
-            saddr: ip.saddr,
-            daddr: ip.daddr,
-            proto: ip.next_hdr,
-            l4_off: off + Ipv6Hdr::LEN,
-        })
-    } else {
-        let ip = read_at::<Ipv4Hdr>(ctx, off)?;
-        // Strict: a malformed header or a fragment is passed on untouched, never read past.
-        if !ip.is_plain() {
-            return None;
-        }
-        let (mut saddr, mut daddr) = ([0u8; 16], [0u8; 16]);
-        saddr[..4].copy_from_slice(&ip.saddr);
-        daddr[..4].copy_from_slice(&ip.daddr);
-        Some(L3 {
-            ipv6: false,
-            saddr,
-            daddr,
-            proto: ip.proto,
-            l4_off: off + ip.header_len(),
-        })
+        None => false,
     }
 }
 
@@ -71,8 +81,15 @@ pub fn parse_l3(ctx: &XdpContext, off: usize, ethertype_v6: bool) -> Option<L3> 
 /// from the context exclusively (as tx.rs's frame_mut).
 #[inline(always)]
 pub fn shrink_to<T>(ctx: &mut XdpContext) -> Option<&mut T> {
+    shrink_to_at::<T>(ctx, 0)
+}
+
+/// Shrinks the frame to `off` bytes plus a `T`, and returns the `T` at `off` to be written in
+/// place (the first `off` bytes are kept as they are).
+#[inline(always)]
+pub fn shrink_to_at<T>(ctx: &mut XdpContext, off: usize) -> Option<&mut T> {
     let len = (ctx.data_end() - ctx.data()) as i32;
-    let delta = core::mem::size_of::<T>() as i32 - len;
+    let delta = (off + core::mem::size_of::<T>()) as i32 - len;
     if delta > 0 {
         return None;
     }
@@ -83,9 +100,19 @@ pub fn shrink_to<T>(ctx: &mut XdpContext) -> Option<&mut T> {
             return None;
         }
     }
-    let p = ptr_at::<T>(ctx, 0)?;
+    let p = ptr_at::<T>(ctx, off)?;
     // SAFETY: ptr_at checked the bounds after the resize; every frame layout has alignment 1;
     // the packet is reached only through `ctx`, which the returned reference borrows
     // mutably, so no other reference to it can exist.
     Some(unsafe { &mut *p })
+}
+
+/// Writes `value` at `off`, if the frame holds them.
+#[inline(always)]
+pub fn write_at<T: Copy>(ctx: &mut XdpContext, off: usize, value: T) -> Option<()> {
+    let p = ptr_at::<T>(ctx, off)?;
+    // SAFETY: ptr_at checked the bounds; write_unaligned places no alignment demand; the
+    // context is borrowed mutably, so nothing else refers to the packet.
+    unsafe { core::ptr::write_unaligned(p, value) };
+    Some(())
 }

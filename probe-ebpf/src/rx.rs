@@ -11,14 +11,15 @@ use probe_common::{
     frame::{write_rst_v4, write_rst_v6, Ends, RstV4, RstV6, FLOW_LABEL_MASK},
     l4::{EventKind, FlowKey, Inflight, ProbeEvent},
     packet::{
-        classify_icmp, classify_tcp_flags, EthHdr, IcmpHdr, Ipv4Hdr, Ipv6Hdr, QuotedL4, ReplyClass, TcpHdr, ETH_P_IP,
-        ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK,
+        classify_icmp, classify_tcp_flags, IcmpHdr, ReplyClass, TcpHdr, ETH_P_IP, ETH_P_IPV6,
+        IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK,
     },
+    parse::{parse_link, parse_quote, Link, Packet, VlanTag},
 };
 
 use crate::{
     maps::{is_probe_port, rx_counters, PROBE_EVENTS, PROBE_INFLIGHT},
-    parse::{parse_l3, read_at, shrink_to, L3},
+    parse::{parse_l3_into, read_at, shrink_to_at, write_at, Frame, L3},
 };
 
 const PASS: u32 = xdp_action::XDP_PASS;
@@ -37,8 +38,10 @@ pub fn probe_rx(mut ctx: XdpContext) -> u32 {
 #[inline(never)]
 fn try_probe_rx(ctx: &mut XdpContext) -> Option<u32> {
     let c = rx_counters()?;
-    let eth = read_at::<EthHdr>(ctx, 0)?;
-    let v6 = match eth.ethertype() {
+    // Up to two VLAN tags are skipped; a frame with more is no IP to us.
+    let frame = Frame::of(ctx);
+    let link = parse_link(&frame)?;
+    let v6 = match link.eth.ethertype() {
         ETH_P_IP => false,
         ETH_P_IPV6 => true,
         _ => {
@@ -46,11 +49,23 @@ fn try_probe_rx(ctx: &mut XdpContext) -> Option<u32> {
             return Some(PASS);
         }
     };
-    let l3 = parse_l3(ctx, EthHdr::LEN, v6)?;
+    // Strict: a header the parser will not read past (a fragment, say) is passed untouched.
+    let mut l3 = L3::default();
+    if !parse_l3_into(&frame, link.l3_off, v6, &mut l3) {
+        return Some(PASS);
+    }
     match l3.proto {
-        IPPROTO_TCP => on_tcp(ctx, &eth, &l3, c),
-        IPPROTO_ICMP if !v6 => on_icmp(ctx, &l3, c),
-        IPPROTO_ICMPV6 if v6 => on_icmp(ctx, &l3, c),
+        IPPROTO_TCP => match on_tcp(&frame, &l3, c)? {
+            Tcp::Done(action) => Some(action),
+            Tcp::SendRst => {
+                // A sibling call of on_tcp, not a callee: their stack frames never add up.
+                rst_in_place(ctx, &link, &l3)?;
+                c.rst_sent += 1;
+                Some(xdp_action::XDP_TX)
+            }
+        },
+        IPPROTO_ICMP if !v6 => on_icmp(&frame, &l3, c),
+        IPPROTO_ICMPV6 if v6 => on_icmp(&frame, &l3, c),
         _ => {
             c.other += 1;
             Some(PASS)
@@ -67,20 +82,29 @@ fn family(ipv6: bool) -> u8 {
     }
 }
 
-#[inline(always)]
-fn on_tcp(ctx: &mut XdpContext, eth: &EthHdr, l3: &L3, c: &mut RxCounters) -> Option<u32> {
-    let tcp = read_at::<TcpHdr>(ctx, l3.l4_off)?;
+/// What on_tcp decided: an action, or a matched SYN+ACK to be turned into its RST.
+enum Tcp {
+    Done(u32),
+    SendRst,
+}
+
+// on_tcp, on_icmp and rst_in_place are not inlined: each gets its own stack frame, and
+// they are called one after the other, so their frames never add up along a call chain
+// (the verifier allows 512 bytes).
+#[inline(never)]
+fn on_tcp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Tcp> {
+    let tcp = frame.read::<TcpHdr>(l3.l4_off)?;
     let class = classify_tcp_flags(tcp.flags);
     match class {
         ReplyClass::SynAck => c.syn_ack += 1,
         ReplyClass::Rst => c.rst += 1,
         _ => {
             c.other += 1;
-            return Some(PASS);
+            return Some(Tcp::Done(PASS));
         }
     }
     if !is_probe_port(tcp.dport()) {
-        return Some(PASS);
+        return Some(Tcp::Done(PASS));
     }
     // The reply's destination is our side of the probe's flow.
     let flow = FlowKey {
@@ -94,65 +118,127 @@ fn on_tcp(ctx: &mut XdpContext, eth: &EthHdr, l3: &L3, c: &mut RxCounters) -> Op
     };
     let Some(entry) = live(&flow) else {
         c.stale += 1;
-        return Some(PASS);
+        return Some(Tcp::Done(PASS));
     };
     // Both a SYN+ACK and the RST refusing a SYN acknowledge exactly the cookie plus one.
     if tcp.flags & TCP_ACK == 0 || tcp.ack() != entry.cookie.wrapping_add(1) {
         c.forged += 1;
-        return Some(PASS);
+        return Some(Tcp::Done(PASS));
     }
     if class == ReplyClass::Rst {
         if claim(&flow, &entry, EventKind::Refused, 0, 0, c) {
             c.matched_refused += 1;
-            return Some(DROP);
+            return Some(Tcp::Done(DROP));
         }
-        return Some(PASS);
+        return Some(Tcp::Done(PASS));
     }
     if !claim(&flow, &entry, EventKind::Open, 0, 0, c) {
-        return Some(PASS);
+        return Some(Tcp::Done(PASS));
     }
     c.matched_open += 1;
-    let e = Ends {
-        smac: eth.dst,
-        dmac: eth.src,
-        saddr: flow.saddr,
-        daddr: flow.daddr,
-        sport: flow.sport,
-        dport: flow.dport,
-    };
-    let seq = tcp.ack();
+    Some(Tcp::SendRst)
+}
+
+/// Turns the matched SYN+ACK in the frame into the RST that closes the half-open connection:
+/// back to its sender, from the address and port it was sent to, with seq = its ack. Kept
+/// in place with its VLAN tags (if any), so the RST leaves on the VLAN the SYN+ACK came in
+/// on. One function per family, each not inlined: together they would not fit the stack.
+#[inline(always)]
+fn rst_in_place(ctx: &mut XdpContext, link: &Link, l3: &L3) -> Option<()> {
     if l3.ipv6 {
-        write_rst_v6(shrink_to::<RstV6>(ctx)?, &e, seq);
+        rst_v6_in_place(ctx, link, l3)
     } else {
-        let e4 = Ends {
-            smac: e.smac,
-            dmac: e.dmac,
-            saddr: flow.saddr_v4(),
-            daddr: flow.daddr_v4(),
-            sport: e.sport,
-            dport: e.dport,
-        };
-        write_rst_v4(shrink_to::<RstV4>(ctx)?, &e4, seq);
+        rst_v4_in_place(ctx, link, l3)
     }
-    c.rst_sent += 1;
-    Some(xdp_action::XDP_TX)
+}
+
+// The untagged RST is written `tags * 4` bytes in, where its Ethernet header ends right
+// before the network header; then the MACs and the saved tags go in front of it. No copy of
+// the frame is made on the stack.
+#[inline(never)]
+fn rst_v4_in_place(ctx: &mut XdpContext, link: &Link, l3: &L3) -> Option<()> {
+    let tcp = read_at::<TcpHdr>(ctx, l3.l4_off)?;
+    let (sport, dport, seq) = (tcp.dport(), tcp.sport(), tcp.ack());
+    let saved = save_tags(ctx, link.tags)?;
+    let f = shrink_to_at::<RstV4>(ctx, link.tags * VLAN_LEN)?;
+    // Built after the resize, from the caller's copies: addresses held across the helper
+    // call would be spilled to the stack byte by byte.
+    let e = Ends {
+        smac: link.eth.dst,
+        dmac: link.eth.src,
+        saddr: [l3.daddr[0], l3.daddr[1], l3.daddr[2], l3.daddr[3]],
+        daddr: [l3.saddr[0], l3.saddr[1], l3.saddr[2], l3.saddr[3]],
+        sport,
+        dport,
+    };
+    write_rst_v4(f, &e, seq);
+    restore_tags(ctx, link.tags, &e, saved)
+}
+
+#[inline(never)]
+fn rst_v6_in_place(ctx: &mut XdpContext, link: &Link, l3: &L3) -> Option<()> {
+    let tcp = read_at::<TcpHdr>(ctx, l3.l4_off)?;
+    let (sport, dport, seq) = (tcp.dport(), tcp.sport(), tcp.ack());
+    let saved = save_tags(ctx, link.tags)?;
+    let f = shrink_to_at::<RstV6>(ctx, link.tags * VLAN_LEN)?;
+    // Built after the resize, from the caller's copies: addresses held across the helper
+    // call would be spilled to the stack byte by byte.
+    let e = Ends {
+        smac: link.eth.dst,
+        dmac: link.eth.src,
+        saddr: l3.daddr,
+        daddr: l3.saddr,
+        sport,
+        dport,
+    };
+    write_rst_v6(f, &e, seq);
+    restore_tags(ctx, link.tags, &e, saved)
+}
+
+const VLAN_LEN: usize = core::mem::size_of::<VlanTag>();
+/// Where the first VLAN tag starts: after the two MACs.
+const TAGS_OFF: usize = 12;
+
+#[inline(always)]
+fn save_tags(ctx: &XdpContext, tags: usize) -> Option<[VlanTag; 2]> {
+    Some(match tags {
+        0 => [VlanTag::default(); 2],
+        1 => [read_at::<VlanTag>(ctx, TAGS_OFF)?, VlanTag::default()],
+        _ => read_at::<[VlanTag; 2]>(ctx, TAGS_OFF)?,
+    })
 }
 
 #[inline(always)]
-fn on_icmp(ctx: &XdpContext, l3: &L3, c: &mut RxCounters) -> Option<u32> {
-    let icmp = read_at::<IcmpHdr>(ctx, l3.l4_off)?;
-    if classify_icmp(l3.ipv6, icmp.kind) != ReplyClass::IcmpUnreach {
+fn restore_tags<A>(ctx: &mut XdpContext, tags: usize, e: &Ends<A>, saved: [VlanTag; 2]) -> Option<()> {
+    if tags == 0 {
+        return Some(());
+    }
+    write_at(ctx, 0, e.dmac)?;
+    write_at(ctx, 6, e.smac)?;
+    write_at(ctx, TAGS_OFF, saved[0])?;
+    if tags > 1 {
+        write_at(ctx, TAGS_OFF + VLAN_LEN, saved[1])?;
+    }
+    Some(())
+}
+
+#[inline(never)]
+fn on_icmp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<u32> {
+    let icmp = frame.read::<IcmpHdr>(l3.l4_off)?;
+    // Only destination unreachable with a code that says "refused" (port unreachable,
+    // administratively prohibited, ...: see packet.rs) may end a probe.
+    if classify_icmp(l3.ipv6, icmp.kind, icmp.code) != ReplyClass::IcmpUnreach {
         c.other += 1;
         return Some(PASS);
     }
     c.icmp_unreach += 1;
-    // The error quotes our probe: its source is us, its destination the target.
-    let inner_off = l3.l4_off + IcmpHdr::LEN;
-    let inner = parse_l3(ctx, inner_off, l3.ipv6)?;
+    // The error quotes our probe: its source is us, its destination the target. The quote
+    // gets the outer header's checks (version, IHL, no fragment, extension headers).
+    let quote = parse_quote(frame, l3.l4_off, l3.ipv6)?;
+    let (inner, q) = (quote.l3, quote.l4);
     if inner.proto != IPPROTO_TCP && inner.proto != IPPROTO_UDP {
         return Some(PASS);
     }
-    let q = read_at::<QuotedL4>(ctx, inner.l4_off)?;
     if !is_probe_port(q.sport()) {
         return Some(PASS);
     }
@@ -172,12 +258,10 @@ fn on_icmp(ctx: &XdpContext, l3: &L3, c: &mut RxCounters) -> Option<u32> {
     let echoes_cookie = if inner.proto == IPPROTO_TCP {
         q.seq() == entry.cookie
     } else if !l3.ipv6 {
-        let ip = read_at::<Ipv4Hdr>(ctx, inner_off)?;
-        ip.id() == entry.cookie as u16
+        inner.ident == entry.cookie & 0xffff
     } else {
         // IPv6 has no id: the UDP probe carries the cookie's low 20 bits as its flow label.
-        let ip = read_at::<Ipv6Hdr>(ctx, inner_off)?;
-        ip.flow_label() == entry.cookie & FLOW_LABEL_MASK
+        inner.ident == entry.cookie & FLOW_LABEL_MASK
     };
     if !echoes_cookie {
         c.forged += 1;

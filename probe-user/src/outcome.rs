@@ -46,6 +46,10 @@ pub enum Outcome {
     /// No result came within the probe's timeout and a grace (a lost probe, a stuck engine):
     /// says nothing about the target, and is not fed to its threshold machine.
     Lost,
+    /// This node ran out of something the probe needed (file descriptors, socket buffers,
+    /// memory, local ports): says nothing about the target, and is not fed to its threshold
+    /// machine, so a local user who exhausts the node's resources cannot fail its backends.
+    LocalError,
 }
 
 impl Outcome {
@@ -71,8 +75,25 @@ impl Outcome {
             Outcome::HttpError => "http-error",
             Outcome::SocketError => "socket-error",
             Outcome::Lost => "lost",
+            Outcome::LocalError => "local-error",
         }
     }
+
+    /// Whether the outcome is a verdict on the target. Those that are not (a lost probe, a
+    /// local resource error) are reported and counted but leave the endpoint's health as it is.
+    pub fn is_verdict(self) -> bool {
+        !matches!(self, Outcome::Lost | Outcome::LocalError)
+    }
+}
+
+/// Whether a socket errno means this node is short of a resource, not that the target failed:
+/// out of file descriptors (per process or system-wide), socket buffers, memory, or free
+/// local ports for a connect.
+pub fn is_local_resource_errno(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EADDRNOTAVAIL
+    )
 }
 
 #[cfg(test)]
@@ -86,8 +107,39 @@ mod tests {
             Outcome::NoRoute,
             Outcome::BadStatus,
             Outcome::Open,
+            Outcome::LocalError,
         ] {
             assert_eq!(serde_json::to_string(&o).unwrap(), format!("\"{}\"", o.as_str()));
+        }
+    }
+
+    #[test]
+    fn only_lost_and_local_errors_are_not_verdicts() {
+        assert!(!Outcome::Lost.is_verdict());
+        assert!(!Outcome::LocalError.is_verdict());
+        for o in [
+            Outcome::Timeout,
+            Outcome::SocketError,
+            Outcome::ConnectError,
+            Outcome::Refused,
+        ] {
+            assert!(o.is_verdict(), "{o:?}");
+        }
+    }
+
+    #[test]
+    fn resource_errnos_are_local() {
+        for e in [
+            libc::EMFILE,
+            libc::ENFILE,
+            libc::ENOBUFS,
+            libc::ENOMEM,
+            libc::EADDRNOTAVAIL,
+        ] {
+            assert!(is_local_resource_errno(e), "{e}");
+        }
+        for e in [libc::ECONNREFUSED, libc::EHOSTUNREACH, libc::EPERM, libc::ETIMEDOUT] {
+            assert!(!is_local_resource_errno(e), "{e}");
         }
     }
 }

@@ -750,7 +750,7 @@ fn probe_ports_are_reserved_and_the_cookie_key_is_not_pinned() {
     assert_eq!(reserved(), "");
     let daemon = RunningDaemon::start(&topo.prober, config.clone(), None).expect("start");
     daemon.wait_status("web", "a", S::Online, Duration::from_secs(5));
-    assert_eq!(reserved(), "61000-65000", "the default probe range is reserved");
+    assert_eq!(reserved(), "61000-65095", "the default probe range is reserved");
     let pins: Vec<String> = std::fs::read_dir(&files.pins.path)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -766,7 +766,7 @@ fn probe_ports_are_reserved_and_the_cookie_key_is_not_pinned() {
     topo.prober.sysctl("net.ipv4.ip_local_port_range", "40000 62000");
     let err = RunningDaemon::start(&topo.prober, config, None).err().expect("refused");
     assert!(
-        err.contains("source.ports 61000-65000 overlaps the kernel's ephemeral ports 40000-62000"),
+        err.contains("source.ports 61000-65095 overlaps the kernel's ephemeral ports 40000-62000"),
         "{err}"
     );
 }

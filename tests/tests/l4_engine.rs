@@ -540,3 +540,122 @@ fn the_engine_survives_its_interface_being_deleted() {
         "the pins went with the engine"
     );
 }
+
+/// A TCP segment (IPv6 header on) from the probed backend to the probe's port.
+fn forged_reply_v6(flow: &probe_common::l4::FlowKey, ack: u32, flags: u8) -> Vec<u8> {
+    let e = probe_common::frame::Ends {
+        smac: [0; 6],
+        dmac: [0; 6],
+        saddr: flow.daddr,
+        daddr: flow.saddr,
+        sport: flow.dport,
+        dport: flow.sport,
+    };
+    let mut f = probe_common::frame::RstV6::default();
+    probe_common::frame::write_segment_v6(&mut f, &e, 0x5eed_0000, ack, flags);
+    f.bytes()[probe_common::packet::EthHdr::LEN..].to_vec()
+}
+
+/// `pkt` (an IPv6 packet) with `ext` inserted after its fixed header as header `kind`.
+fn with_ext_header(pkt: &[u8], kind: u8, ext: &[u8]) -> Vec<u8> {
+    let mut out = pkt[..40].to_vec();
+    let payload_len = u16::from_be_bytes([out[4], out[5]]) + ext.len() as u16;
+    out[4..6].copy_from_slice(&payload_len.to_be_bytes());
+    out[6] = kind;
+    out.extend_from_slice(ext);
+    out.extend_from_slice(&pkt[40..]);
+    out
+}
+
+/// Sends a whole IPv6 packet from the calling thread's namespace.
+fn send_raw_v6(dst: [u8; 16], packet: &[u8]) {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: plain socket(2); an IPv6 IPPROTO_RAW socket takes the IP header from us.
+    let fd = unsafe { libc::socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_RAW) };
+    assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
+    // SAFETY: fd is fresh and ours.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_in6 is plain data, valid when zeroed.
+    let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+    sa.sin6_family = libc::AF_INET6 as u16;
+    sa.sin6_addr.s6_addr = dst;
+    // SAFETY: `packet` and `sa` are valid for the lengths passed.
+    let rc = unsafe {
+        libc::sendto(
+            fd.as_raw_fd(),
+            packet.as_ptr().cast(),
+            packet.len(),
+            0,
+            (&raw const sa).cast::<libc::sockaddr>(),
+            std::mem::size_of_val(&sa) as u32,
+        )
+    };
+    assert_eq!(rc, packet.len() as isize, "sendto: {}", std::io::Error::last_os_error());
+}
+
+/// Strict but not blind: a SYN+ACK with IPv4 options, or behind an IPv6 destination-options
+/// header, is read past its options and matched (and answered with the RST); one behind an
+/// IPv6 fragment header decides nothing, though it carries the right cookie.
+#[test]
+fn ip_options_and_extension_headers_are_read_past_ipv6_fragments_are_not() {
+    use probe_common::packet::{TCP_ACK, TCP_SYN};
+    use probed_tests::forge::send_raw_v4;
+
+    let topo = backend();
+    let pins = TestPins::new();
+    let v4 = format!("{BACKEND_V4}:{DROPPED}");
+    let v6 = format!("[{BACKEND_V6}]:{DROPPED}");
+    topo.prober.enter(|| {
+        let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
+        engine
+            .submit(vec![tcp(1, &v4, 2000), tcp(2, &v6, 2000), tcp(3, &v6, 2000)])
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut live = probed_tests::forge::inflight(&pins.path);
+        while live.len() < 3 {
+            assert!(Instant::now() < deadline, "three probes in flight: {live:?}");
+            std::thread::sleep(Duration::from_millis(5));
+            live = probed_tests::forge::inflight(&pins.path);
+        }
+        live.sort_by_key(|(k, _)| (k.family, k.sport));
+        let (f4, e4) = live[0];
+        let (f6a, e6a) = live[1];
+        let (f6b, e6b) = live[2];
+        let syn_ack = TCP_SYN | TCP_ACK;
+        // IPv4: four bytes of options (three NOPs and an end of list), IHL 6.
+        let plain = forged_reply(&f4, f4.sport, e4.cookie.wrapping_add(1), syn_ack);
+        let mut opts = plain[..20].to_vec();
+        opts.extend_from_slice(&[1, 1, 1, 0]);
+        opts.extend_from_slice(&plain[20..]);
+        opts[0] = 0x46;
+        let total = opts.len() as u16;
+        opts[2..4].copy_from_slice(&total.to_be_bytes());
+        // IPv6: a destination-options header (PadN to 8 bytes) in front of TCP.
+        let dstopts = with_ext_header(
+            &forged_reply_v6(&f6a, e6a.cookie.wrapping_add(1), syn_ack),
+            60,
+            &[6, 0, 1, 4, 0, 0, 0, 0],
+        );
+        // IPv6: the first fragment (M set) of the same reply for the other probe.
+        let fragment = with_ext_header(
+            &forged_reply_v6(&f6b, e6b.cookie.wrapping_add(1), syn_ack),
+            44,
+            &[6, 0, 0, 1, 0x12, 0x34, 0x56, 0x78],
+        );
+        topo.backend.enter(|| {
+            send_raw_v4(f4.saddr_v4().into(), &opts);
+            send_raw_v6(f6a.saddr, &dstopts);
+            send_raw_v6(f6b.saddr, &fragment);
+        });
+        let mut results = collect(&mut rx, 3, Duration::from_secs(4));
+        results.sort_by_key(|r| r.token);
+        let outcomes: Vec<_> = results.iter().map(|r| r.outcome).collect();
+        assert_eq!(
+            outcomes,
+            [L4Outcome::Open, L4Outcome::Open, L4Outcome::Timeout],
+            "IPv4 options and IPv6 destination options read past; an IPv6 fragment not"
+        );
+        let snap = engine.snapshot().unwrap();
+        assert_eq!((snap.rx.matched_open, snap.rx.rst_sent), (2, 2), "{:?}", snap.rx);
+    });
+}

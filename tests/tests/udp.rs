@@ -316,13 +316,23 @@ fn forged_port_unreachable_v6(flow: &FlowKey, label: u32) -> Vec<u8> {
 /// Sends `pkt` (a whole IP packet, header included) to the source of `flow` through a raw
 /// socket of the calling thread's namespace.
 fn inject(pkt: &[u8], flow: &FlowKey) {
-    let v4 = flow.family == FAMILY_V4;
+    send_on(&raw_socket(flow.family == FAMILY_V4), pkt, flow);
+}
+
+/// A raw socket (IP header included) in the calling thread's namespace. It stays in that
+/// namespace wherever it is used from.
+fn raw_socket(v4: bool) -> OwnedFd {
     let family = if v4 { libc::AF_INET } else { libc::AF_INET6 };
     // SAFETY: plain socket(2); IPPROTO_RAW implies that we supply the IP header. Checked.
     let fd = unsafe { libc::socket(family, libc::SOCK_RAW, libc::IPPROTO_RAW) };
     assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
     // SAFETY: fd is fresh and owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// Sends `pkt` to the source of `flow` through `fd`.
+fn send_on(fd: &OwnedFd, pkt: &[u8], flow: &FlowKey) {
+    let v4 = flow.family == FAMILY_V4;
     // SAFETY: sockaddr_storage is plain data, valid when zeroed.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let len = if v4 {
@@ -560,4 +570,101 @@ fn check_command_plain_and_request_response() {
             .count()
     });
     assert_eq!(leftover, 0, "the check removed its pin directory");
+}
+
+/// The source port the first probe of a daemon got before ports were keyed (M1): a public
+/// formula of the generation (1) and the target port, over the old 4001-port default range.
+fn old_predicted_sport(dport: u16) -> u16 {
+    let gen = 1u64;
+    61000 + (((gen.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(dport)) >> 17) % 4001) as u16
+}
+
+/// A blind forger's two sweeps against one live IPv4 UDP probe: every IPv4 id but the right
+/// one at the right source port (what knowing the port buys), and every id at the port the
+/// old unkeyed formula predicts. Neither fails the check; every packet is counted forged or
+/// stale. Then the one right id does fail it: the sweeps' packets were well formed.
+#[test]
+fn blind_forgery_sweeps_never_fail_a_udp_check() {
+    const CHUNK: u32 = 512;
+    let topo = Topology::new();
+    topo.backend.nft_drop("udp", DROPPED);
+    let pins = TestPins::new();
+    let target = format!("{BACKEND_V4}:{DROPPED}");
+    // One raw socket in the backend's namespace, used from the prober's thread below.
+    let fd = topo.backend.enter(|| raw_socket(true));
+    let (results, sent, took) = topo.prober.enter(|| {
+        let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
+        engine.submit(vec![udp_req(1, &target, 60_000)]).unwrap();
+        let (flow, entry) = probed_tests::forge::inflight(&pins.path)
+            .into_iter()
+            .next()
+            .or_else(|| {
+                std::thread::sleep(Duration::from_millis(200));
+                probed_tests::forge::inflight(&pins.path).into_iter().next()
+            })
+            .expect("the probe is in the in-flight table");
+        let right_id = entry.cookie as u16;
+        let old_sport = old_predicted_sport(DROPPED);
+        let before = engine.snapshot().unwrap().rx;
+        // (sport, id) pairs of both sweeps; the right pair is never among them.
+        let sweeps = [flow.sport, old_sport];
+        let mut sent = 0u64;
+        let start = std::time::Instant::now();
+        for sport in sweeps {
+            let forged = FlowKey { sport, ..flow };
+            let ids: Vec<u16> = (0..=u16::MAX).filter(|&id| sport != flow.sport || id != right_id).collect();
+            for chunk in ids.chunks(CHUNK as usize) {
+                for &id in chunk {
+                    send_on(&fd, &forged_port_unreachable(&forged, id), &flow);
+                }
+                sent += chunk.len() as u64;
+                // Paced by probe_rx's counters, so no packet is lost to a full veth ring.
+                let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                loop {
+                    let rx = engine.snapshot().unwrap().rx;
+                    if (rx.forged + rx.stale) - (before.forged + before.stale) >= sent {
+                        break;
+                    }
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "probe_rx saw {} of {sent} forgeries: {rx:?}",
+                        (rx.forged + rx.stale) - (before.forged + before.stale)
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+        let took = start.elapsed();
+        let after = engine.snapshot().unwrap();
+        let same_port = u64::from(old_sport == flow.sport);
+        assert_eq!(after.rx.matched_unreach, 0, "no forgery matched: {:?}", after.rx);
+        assert_eq!(after.inflight, 1, "the probe is still waiting: {after:?}");
+        assert_eq!(
+            after.rx.forged - before.forged,
+            65_535 + same_port * 65_535,
+            "wrong ids at the live port count as forged: {:?}",
+            after.rx
+        );
+        assert_eq!(
+            after.rx.stale - before.stale,
+            65_536 - same_port * 65_536,
+            "the old formula's port holds no probe (stale): {:?}",
+            after.rx
+        );
+        assert!(rx.try_recv().is_err(), "no result yet");
+        // The control: the right (port, id) pair fails the check at once.
+        send_on(&fd, &forged_port_unreachable(&flow, right_id), &flow);
+        (collect(&mut rx, 1, Duration::from_secs(5)), sent, took)
+    });
+    eprintln!(
+        "{sent} forged port-unreachables ({} bytes as IP, {} bytes as frames) in {took:?}, none matched",
+        sent * 56,
+        sent * 70
+    );
+    assert_eq!(results.len(), 1);
+    assert_eq!(
+        outcome(&results[0]),
+        UdpOutcome::PortUnreachable,
+        "the right id and port do match: the sweeps were well formed"
+    );
 }

@@ -121,6 +121,21 @@ impl RunnerMetrics {
         }
     }
 
+    /// The endpoints behind schedule per profile (indexed as `table.profiles`) and the worst
+    /// lateness, from the runner's scan (`runner/pace.rs`).
+    pub fn pace(&mut self, table: &Table, behind: &[u64], worst_ns: u64) {
+        let r = &mut self.registry;
+        r.clear(&catalog::SCHEDULE_BEHIND);
+        for (p, n) in table.profiles.iter().zip(behind) {
+            r.set(
+                &catalog::SCHEDULE_BEHIND,
+                vec![("profile", p.name.to_string())],
+                *n as f64,
+            );
+        }
+        r.set(&catalog::SCHEDULE_LAG, vec![], worst_ns as f64 / 1e9);
+    }
+
     /// The runner's metrics text, with the gauges computed now. Kernel counters are read by
     /// the caller off the runner's thread (`metrics::kernel`).
     pub fn render(

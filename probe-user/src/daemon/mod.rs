@@ -8,7 +8,8 @@
 //! | thread | runs | why apart |
 //! |---|---|---|
 //! | caller's runtime (`probed run`: current-thread) | the API server, signal handlers | a status of 100k endpoints is megabytes of JSON: it must never delay a probe |
-//! | `probed-runner` (current-thread runtime) | the runner loop; HTTP(S) and UDP request/response probes as tasks | owns every piece of state, so no locks |
+//! | `probed-runner` (current-thread runtime) | the runner loop: scheduling, L4 sends, results, verdicts | owns every piece of state, so no locks |
+//! | `probed-l7` (multi-thread runtime, one worker per core) | HTTP(S) and UDP request/response probes as tasks, at most 256 HTTP in flight | TLS and parsing use every core and never delay the runner |
 //! | `probed-l4` (`engine/`) | the kernel engine: batches to the generator, ring-buffer reads, timeouts | blocking bpf() calls and a 1 ms reply tick |
 //! | `probed-events` | the events file, the change stream's first subscriber | a slow disk or a blocked stdout must not hold up probing |
 //! | `probed-state` | the state file (sort, encode, fsync, rename) | an fsync can take tens of ms |

@@ -40,6 +40,9 @@ pub(crate) struct Target {
     pub last: Option<LastResult>,
     pub last_rtt: Option<Duration>,
     pub last_change: Option<LastChange>,
+    /// How late its last probe started after its due time (the scheduler's send plus any wait
+    /// for an HTTP slot): beyond `pace::BEHIND_NS` its windows no longer hold.
+    pub late_ns: u64,
     /// The status and eligibility last published for it (see `Table::settle`).
     pub status: EndpointStatus,
     pub eligible: bool,
@@ -253,6 +256,7 @@ pub(crate) fn build(
                     last: start.last,
                     last_rtt: start.last_rtt,
                     last_change: start.last_change,
+                    late_ns: 0,
                     status: EndpointStatus::Inactive,
                     eligible: false,
                 },

@@ -48,6 +48,17 @@ pub struct Windows {
     pub fail_window_ms: f64,
     /// rtt * healthy + interval * (healthy - 1), with the last measured RTT (0 before any).
     pub success_window_ms: f64,
+    /// How late the last probe started after its due time.
+    #[serde(default)]
+    pub late_ms: f64,
+    /// False while probes start more than 50 ms late: the windows above then stretch by as
+    /// much (the daemon is behind schedule, see `probed_schedule_behind_endpoints`).
+    #[serde(default = "holds")]
+    pub hold: bool,
+}
+
+fn holds() -> bool {
+    true
 }
 
 /// One endpoint: the GetHealthStatus of SPEC section 5.

@@ -67,6 +67,10 @@ pub struct EngineConfig {
     pub max_inflight: u32,
 }
 
+/// Source ports the default range spans: with the 16-bit IPv4 id, a blind forger of a UDP
+/// probe's ICMP error has 2^16 * 4096 = 2^28 (id, port) pairs to try.
+pub const SECURE_SPORT_SPAN: u32 = 4096;
+
 impl EngineConfig {
     pub fn new(iface: impl Into<String>, pin_dir: impl Into<PathBuf>) -> Self {
         Self {
@@ -76,7 +80,7 @@ impl EngineConfig {
             source_v4: None,
             source_v6: None,
             sport_min: 61000,
-            sport_max: 65000,
+            sport_max: 65095,
             pin_dir: pin_dir.into(),
             tx: TxChoice::Auto,
             max_inflight: probe_common::l4::MAX_INFLIGHT,
@@ -119,6 +123,9 @@ pub enum L4Outcome {
     Silent,
     /// No route to the target from this node.
     NoRoute,
+    /// The probe could not be sent for want of a local resource (socket buffers, a full
+    /// in-flight table): no verdict on the target.
+    LocalError { errno: i32 },
 }
 
 impl L4Outcome {
@@ -137,6 +144,9 @@ impl std::fmt::Display for L4Outcome {
             L4Outcome::Timeout => f.write_str("timeout"),
             L4Outcome::Silent => f.write_str("silent"),
             L4Outcome::NoRoute => f.write_str("no route"),
+            L4Outcome::LocalError { errno } => {
+                write!(f, "local error: {}", std::io::Error::from_raw_os_error(*errno))
+            }
         }
     }
 }
@@ -151,6 +161,7 @@ impl From<L4Outcome> for crate::outcome::Outcome {
             L4Outcome::Timeout => crate::outcome::Outcome::Timeout,
             L4Outcome::Silent => crate::outcome::Outcome::Silent,
             L4Outcome::NoRoute => crate::outcome::Outcome::NoRoute,
+            L4Outcome::LocalError { .. } => crate::outcome::Outcome::LocalError,
         }
     }
 }
@@ -233,6 +244,16 @@ impl L4Engine {
                 min: cfg.sport_min,
                 max: cfg.sport_max,
             });
+        }
+        let ports = u32::from(cfg.sport_max - cfg.sport_min) + 1;
+        if ports < SECURE_SPORT_SPAN {
+            log::warn!(
+                "source ports {}-{} are {ports} ports: a blind forged ICMP error needs about {} packets \
+                 to fail an IPv4 UDP check in plain mode; use {SECURE_SPORT_SPAN} ports or more (2^28 packets)",
+                cfg.sport_min,
+                cfg.sport_max,
+                u64::from(ports) << 16
+            );
         }
         let (results_tx, results_rx) = tokio::sync::mpsc::unbounded_channel();
         let (cmds, cmd_rx) = mpsc::channel();

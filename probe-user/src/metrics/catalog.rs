@@ -95,6 +95,16 @@ pub const TRANSITIONS: Metric = Metric::counter(
     "Verdicts of the threshold machine, by profile and new health",
     &["profile", "to"],
 );
+pub const SCHEDULE_BEHIND: Metric = Metric::gauge(
+    "probed_schedule_behind_endpoints",
+    "Probed endpoints whose last probe started more than 50 ms after its due time: their windows stretch",
+    &["profile"],
+);
+pub const SCHEDULE_LAG: Metric = Metric::gauge(
+    "probed_schedule_lag_seconds",
+    "The latest start after its due time among the probed endpoints' last probes",
+    &[],
+);
 pub const LAST_RESULT_AGE: Metric = Metric::gauge(
     "probed_last_result_age_seconds",
     "Time since the last probe result of any kind (since start before the first): a checker that has stopped learning shows it",
@@ -199,6 +209,8 @@ pub const ALL: &[&Metric] = &[
     &PROBE_RTT,
     &SCHEDULE_LATENESS,
     &TRANSITIONS,
+    &SCHEDULE_BEHIND,
+    &SCHEDULE_LAG,
     &LAST_RESULT_AGE,
     &ENDPOINTS,
     &CHECKS,

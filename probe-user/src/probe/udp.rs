@@ -63,6 +63,8 @@ pub enum UdpOutcome {
     NoRoute,
     /// The socket itself failed (an errno); the probe says nothing about the target.
     SocketError(i32),
+    /// This node is short of a resource (an errno such as EMFILE or ENOBUFS): no verdict.
+    LocalError(i32),
 }
 
 impl From<&UdpOutcome> for crate::outcome::Outcome {
@@ -76,6 +78,7 @@ impl From<&UdpOutcome> for crate::outcome::Outcome {
             UdpOutcome::Timeout => crate::outcome::Outcome::Timeout,
             UdpOutcome::NoRoute => crate::outcome::Outcome::NoRoute,
             UdpOutcome::SocketError(_) => crate::outcome::Outcome::SocketError,
+            UdpOutcome::LocalError(_) => crate::outcome::Outcome::LocalError,
         }
     }
 }
@@ -107,6 +110,7 @@ impl TryFrom<L4Outcome> for UdpOutcome {
             L4Outcome::Unreachable { icmp_type, code } => Ok(UdpOutcome::from_icmp(icmp_type, code)),
             L4Outcome::Timeout => Ok(UdpOutcome::Timeout),
             L4Outcome::NoRoute => Ok(UdpOutcome::NoRoute),
+            L4Outcome::LocalError { errno } => Ok(UdpOutcome::LocalError(errno)),
             L4Outcome::Open | L4Outcome::Refused => Err(o),
         }
     }
@@ -123,6 +127,7 @@ impl std::fmt::Display for UdpOutcome {
             UdpOutcome::Timeout => f.write_str("timeout"),
             UdpOutcome::NoRoute => f.write_str("no route"),
             UdpOutcome::SocketError(errno) => write!(f, "socket error: {}", io::Error::from_raw_os_error(*errno)),
+            UdpOutcome::LocalError(errno) => write!(f, "local error: {}", io::Error::from_raw_os_error(*errno)),
         }
     }
 }
@@ -251,6 +256,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 fn io_outcome(e: io::Error) -> UdpOutcome {
     match e.raw_os_error() {
         Some(libc::ENETUNREACH | libc::EHOSTUNREACH) => UdpOutcome::NoRoute,
+        Some(errno) if crate::outcome::is_local_resource_errno(errno) => UdpOutcome::LocalError(errno),
         Some(errno) => UdpOutcome::SocketError(errno),
         None => UdpOutcome::SocketError(libc::EIO),
     }

@@ -145,7 +145,7 @@ fn empty_file_gets_defaults() {
         c.source.ports,
         PortRange {
             first: 61000,
-            last: 65000
+            last: 65095
         }
     );
     assert_eq!(c.source.xdp_mode, crate::kernel::AttachMode::Auto);

@@ -16,7 +16,7 @@ use crate::kernel::AttachMode;
 const EPHEMERAL: (u16, u16) = (32768, 60999);
 const DEFAULT_PORTS: PortRange = PortRange {
     first: 61000,
-    last: 65000,
+    last: 65095,
 };
 
 pub(super) fn source(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option<Source> {
@@ -91,7 +91,7 @@ fn port_range(r: &mut Reader<'_>, item: &Item<String>) -> Option<PortRange> {
     let Some((first, last)) = parsed.filter(|(a, b)| a <= b && *a >= 1024) else {
         r.bad(
             item,
-            "expected \"FIRST-LAST\" with 1024 <= FIRST <= LAST <= 65535, e.g. \"61000-65000\"",
+            "expected \"FIRST-LAST\" with 1024 <= FIRST <= LAST <= 65535, e.g. \"61000-65095\"",
         );
         return None;
     };
@@ -99,7 +99,7 @@ fn port_range(r: &mut Reader<'_>, item: &Item<String>) -> Option<PortRange> {
         r.bad(
             item,
             format!(
-                "overlaps the kernel's ephemeral port range {}-{}; use ports above {}, e.g. \"61000-65000\"",
+                "overlaps the kernel's ephemeral port range {}-{}; use ports above {}, e.g. \"61000-65095\"",
                 EPHEMERAL.0, EPHEMERAL.1, EPHEMERAL.1
             ),
         );

@@ -85,6 +85,8 @@ pub(super) fn endpoint_view(table: &Table, id: OwnerId) -> EndpointView {
                 timing.interval,
                 th.healthy(),
             )),
+            late_ms: ms(std::time::Duration::from_nanos(t.late_ns)),
+            hold: !t.should_probe() || t.late_ns <= crate::daemon::runner::BEHIND_NS,
         },
     }
 }

@@ -34,15 +34,17 @@ impl Runner {
             let token = id.to_u64();
             let slot = &mut self.slots[id.index()];
             let cache = slot.cache.as_ref().expect("filled above");
+            let late_ns = now.saturating_sub(due_ns);
             self.metrics.sent(
                 cache.protocol,
                 cache.first_profile.iter().chain(&cache.more_profiles),
-                now.saturating_sub(due_ns),
+                late_ns,
             );
             slot.inflight = Some(Inflight {
                 check: id,
                 started_ns: now,
                 deadline_ns: now + super::watchdog::deadline(cache.timeout),
+                late_ns,
                 protocol: cache.protocol,
             });
             match &cache.l4 {
@@ -108,17 +110,20 @@ impl Runner {
                     probe.clone(),
                     spec.target,
                 );
-                tokio::spawn(async move {
+                self.tasks.workers.spawn(async move {
+                    // All slots busy: the probe starts late, and its lateness says so.
+                    let queued = std::time::Instant::now();
                     let Ok(_permit) = slots.acquire_owned().await else {
                         return;
                     };
+                    let queued_ns = u64::try_from(queued.elapsed().as_nanos()).unwrap_or(u64::MAX);
                     let report = prober.probe(target, &probe).await;
-                    let _ = tx.send((token, report));
+                    let _ = tx.send((token, report, queued_ns));
                 });
             }
             ProbeKind::UdpExchange(req) => {
                 let (prober, req) = (self.tasks.udp.clone(), req.clone());
-                tokio::spawn(async move {
+                self.tasks.workers.spawn(async move {
                     let r = prober.probe(&req).await;
                     let report = ProbeReport {
                         healthy: r.outcome.healthy(),
@@ -126,7 +131,7 @@ impl Runner {
                         elapsed: r.elapsed,
                         reason: Arc::from(r.outcome.to_string()),
                     };
-                    let _ = tx.send((token, report));
+                    let _ = tx.send((token, report, 0));
                 });
             }
         }

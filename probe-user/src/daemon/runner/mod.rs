@@ -6,12 +6,15 @@
 //! `apply.rs`.
 mod apply;
 mod fire;
+mod pace;
 mod publish;
 mod results;
 mod sinks;
 #[cfg(test)]
 mod tests;
+pub(crate) use pace::BEHIND_NS;
 mod watchdog;
+mod workers;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -72,6 +75,8 @@ struct Inflight {
     started_ns: u64,
     /// Past this, the watchdog gives up on the probe (`watchdog.rs`).
     deadline_ns: u64,
+    /// How late it left after its due time.
+    late_ns: u64,
     protocol: Protocol,
 }
 
@@ -98,14 +103,16 @@ struct CheckSlot {
     inflight: Option<Inflight>,
 }
 
-/// Probes that run as tasks on the runner's runtime (HTTP(S), UDP request/response); their
-/// reports come back on `rx` under the check's token.
+/// Probes that run as tasks on the L7 workers (HTTP(S), UDP request/response); their reports
+/// come back on `rx` under the check's token.
 struct Tasks {
+    workers: workers::Workers,
     http: HttpProber,
     http_slots: Arc<Semaphore>,
     udp: crate::probe::udp::UdpProber,
-    tx: mpsc::UnboundedSender<(u64, ProbeReport)>,
-    rx: mpsc::UnboundedReceiver<(u64, ProbeReport)>,
+    /// (token, report, nanoseconds the task waited for an HTTP slot before it could start)
+    tx: mpsc::UnboundedSender<(u64, ProbeReport, u64)>,
+    rx: mpsc::UnboundedReceiver<(u64, ProbeReport, u64)>,
 }
 
 /// The L4 port once started, and its results.
@@ -151,6 +158,12 @@ pub(crate) struct Runner {
     /// When the last probe result came (start time before any): its age is a metric, so a
     /// checker that has stopped learning anything shows it.
     pub(super) last_result_ns: u64,
+    /// Results that were no verdict for want of a local resource, and when that was last
+    /// logged (`results.rs`): at most one warning per `LOCAL_WARN_EVERY_NS`.
+    local_errors: u64,
+    local_warned_ns: Option<u64>,
+    /// Whether probes start on time (`pace.rs`).
+    pace: pace::Pace,
     /// The watchdog's next scan of the probes in flight.
     next_watchdog_ns: u64,
     /// The state file's and the pin directory's locks, held for the runner's lifetime.
@@ -183,6 +196,7 @@ impl Runner {
             due_buf: Vec::new(),
             l4: L4::default(),
             tasks: Tasks {
+                workers: workers::Workers::start(workers::Workers::default_threads())?,
                 http: HttpProber::new(),
                 http_slots: Arc::new(Semaphore::new(HTTP_CONCURRENCY)),
                 udp: crate::probe::udp::UdpProber::default(),
@@ -200,6 +214,9 @@ impl Runner {
             },
             rng: SplitMix64(now),
             last_result_ns: now,
+            local_errors: 0,
+            local_warned_ns: None,
+            pace: pace::Pace::default(),
             _locks: locks,
             next_watchdog_ns: now + watchdog::EVERY_NS,
             options,
@@ -262,12 +279,13 @@ impl Runner {
                         break;
                     }
                 },
-                Some((token, report)) = self.tasks.rx.recv() => self.on_result(token, report),
+                Some((token, report, queued_ns)) = self.tasks.rx.recv() => self.on_result(token, report, queued_ns),
                 _ = sleep => {
                     last_wake = self.now();
                     self.fire(last_wake);
                     if last_wake >= self.next_watchdog_ns {
                         self.reap_lost(last_wake);
+                        self.assess_pace(last_wake);
                         self.next_watchdog_ns = last_wake + watchdog::EVERY_NS;
                     }
                 }

@@ -17,6 +17,9 @@ use crate::{
     schedule::{Cadence, CheckId},
 };
 
+/// How often probes that could not run for want of a local resource are logged.
+const LOCAL_WARN_EVERY_NS: u64 = 10_000_000_000;
+
 impl Runner {
     pub(super) fn on_l4(&mut self, r: L4Result) {
         // UDP results speak UDP's words ("port unreachable"), as `probed check udp://` does.
@@ -31,11 +34,12 @@ impl Runner {
             elapsed: r.elapsed,
             reason: Arc::from(reason),
         };
-        self.on_result(r.token, report);
+        self.on_result(r.token, report, 0);
     }
 
-    /// Feeds one result to every owner of its check, then reschedules the check.
-    pub(super) fn on_result(&mut self, token: u64, report: ProbeReport) {
+    /// Feeds one result to every owner of its check, then reschedules the check. `queued_ns`
+    /// is how long the probe waited to start after it was sent (HTTP slots).
+    pub(super) fn on_result(&mut self, token: u64, report: ProbeReport, queued_ns: u64) {
         let check = CheckId::from_u64(token);
         let Some(inflight) = self
             .slots
@@ -55,6 +59,7 @@ impl Runner {
             reason: report.reason.clone(),
         };
         let proto = inflight.protocol;
+        let late_ns = inflight.late_ns.saturating_add(queued_ns);
         let at_unix_ms = self.ports.clock.unix_ms_at(finished);
         // Shared checks follow the most urgent owner's cadence (Cadence::combine).
         let mut cadence: Option<Cadence> = None;
@@ -64,6 +69,7 @@ impl Runner {
                 continue;
             };
             self.metrics.result(proto, t.profile_ix, &report);
+            t.late_ns = late_ns;
             if report.healthy {
                 t.last_rtt = Some(report.elapsed);
             }
@@ -85,13 +91,19 @@ impl Runner {
                     });
                 }
             }
-            if let Some(tr) = t.tracker.observe(obs.clone()) {
-                verdicts.push((owner, tr));
+            // A local resource error says nothing about the backend: its health stays.
+            if report.outcome.is_verdict() {
+                if let Some(tr) = t.tracker.observe(obs.clone()) {
+                    verdicts.push((owner, tr));
+                }
             }
             cadence = Some(Cadence::combine(cadence.into_iter().chain([t.tracker.cadence()])));
         }
         for (owner, tr) in verdicts {
             self.on_verdict(owner, tr);
+        }
+        if report.outcome == crate::outcome::Outcome::LocalError {
+            self.note_local_error(finished, &report.reason);
         }
         let cadence = cadence.unwrap_or(Cadence::Steady);
         // None or an error: disabled, always-serve or removed meanwhile, nothing to schedule.
@@ -120,6 +132,25 @@ impl Runner {
             formula_window_ms: ms(tr.formula_window),
         };
         self.restatus(owner, ChangeKind::Health, tr.at_ns, Some(Arc::new(detail)));
+    }
+
+    /// Warns that probes fail for want of a local resource, at most once per
+    /// `LOCAL_WARN_EVERY_NS`, with how many did since the last warning.
+    fn note_local_error(&mut self, now: u64, reason: &str) {
+        self.local_errors += 1;
+        if self
+            .local_warned_ns
+            .is_some_and(|t| now.saturating_sub(t) < LOCAL_WARN_EVERY_NS)
+        {
+            return;
+        }
+        log::warn!(
+            "{} probe(s) could not run for want of a local resource (last: {reason}); \
+             their endpoints keep their health: raise LimitNOFILE or look for what exhausts the node",
+            self.local_errors
+        );
+        self.local_errors = 0;
+        self.local_warned_ns = Some(now);
     }
 
     /// The probe a result's token names, if it is still the one in flight.

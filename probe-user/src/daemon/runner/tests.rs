@@ -476,6 +476,67 @@ fn a_probe_without_a_result_is_lost_not_a_failure_and_its_check_goes_on() {
 }
 
 #[test]
+fn local_resource_errors_are_no_verdict_and_real_failures_still_count() {
+    let mut h = Harness::new("local-error", &[("a", 80)]);
+    h.run_for(4000, OPEN);
+    assert_eq!(h.status("a"), (S::Online, true));
+    h.changes();
+    // The node is out of socket buffers for ten probes in a row: far past the threshold of 2.
+    let enobufs = |_| L4Outcome::LocalError { errno: libc::ENOBUFS };
+    h.run_for(10_000, enobufs);
+    let view = crate::daemon::requests::status_view(&h.runner, "a");
+    let last = view.last_result.expect("the local error is shown");
+    assert_eq!((last.ok, last.outcome), (false, crate::outcome::Outcome::LocalError));
+    assert_eq!((view.status, view.pending), (S::Online, 0), "no verdict on the backend");
+    assert!(h.changes().is_empty());
+    // Real failures after them are counted from scratch, as usual.
+    h.run_for(2500, |_| L4Outcome::Refused);
+    assert_eq!(h.status("a").0, S::Degraded);
+}
+
+#[test]
+fn probes_started_late_are_shown_as_windows_that_do_not_hold() {
+    let mut h = Harness::new("late", &[("a", 80), ("b", 81)]);
+    h.run_for(4000, OPEN);
+    let view = crate::daemon::requests::status_view(&h.runner, "a");
+    assert!(view.windows.hold && view.windows.late_ms < 50.0, "{:?}", view.windows);
+    // The runner wakes 200 ms after the next due time (as if busy): that probe starts late.
+    let due = h.runner.sched.next_due().expect("scheduled");
+    h.clock.set_ns(due + 200_000_000);
+    h.runner.fire(h.clock.now());
+    for req in h.l4.take() {
+        h.runner.on_l4(L4Result {
+            token: req.token,
+            target: req.target,
+            outcome: L4Outcome::Open,
+            elapsed: Duration::from_millis(1),
+        });
+    }
+    let late: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|e| crate::daemon::requests::status_view(&h.runner, e).windows)
+        .filter(|w| !w.hold)
+        .collect();
+    assert_eq!(late.len(), 1, "one probe was due then");
+    assert!((200.0..201.0).contains(&late[0].late_ms), "{late:?}");
+    h.runner.assess_pace(h.clock.now());
+    let text = h.runner.render_metrics().0;
+    assert!(
+        text.contains("probed_schedule_behind_endpoints{profile=\"web\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("probed_schedule_lag_seconds 0.2"), "{text}");
+    // On time again: the next probes of both catch up and the count drops to zero.
+    h.run_for(2000, OPEN);
+    h.runner.assess_pace(h.clock.now());
+    let text = h.runner.render_metrics().0;
+    assert!(
+        text.contains("probed_schedule_behind_endpoints{profile=\"web\"} 0"),
+        "{text}"
+    );
+}
+
+#[test]
 fn a_stopped_engine_ends_the_runner_with_an_error() {
     // The fake starter keeps no sender for results: as if the engine's thread had died.
     let dir = std::env::temp_dir().join(format!("probed-runner-engine-gone-{}", std::process::id()));

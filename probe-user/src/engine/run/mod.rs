@@ -79,21 +79,53 @@ pub(crate) struct EngineState {
 /// guess (a time, a pid) would let a blind attacker forge replies, so an engine without a
 /// random key does not start.
 fn random_key() -> Result<[u64; 2], EngineError> {
-    let mut k = [0u64; 2];
-    // SAFETY: getrandom writes at most the 16 bytes we pass, into `k`.
-    let n = unsafe { libc::getrandom(k.as_mut_ptr().cast(), 16, 0) };
-    if n != 16 || k == [0, 0] {
-        let source = if n < 0 {
-            std::io::Error::last_os_error()
-        } else {
-            std::io::Error::other(format!("{n} random bytes of 16"))
+    key_from(|buf| {
+        // SAFETY: getrandom writes at most buf.len() bytes, into `buf`.
+        let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+        usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+    })
+}
+
+/// Times getrandom may be interrupted by a signal (it blocks only until the pool is seeded,
+/// once per boot) before the engine gives up.
+const KEY_READ_TRIES: usize = 8;
+
+/// A key from `fill`, which reads random bytes the way getrandom(2) does. Anything short of
+/// 16 bytes that are not all zero is an error.
+fn key_from(mut fill: impl FnMut(&mut [u8; 16]) -> std::io::Result<usize>) -> Result<[u64; 2], EngineError> {
+    let mut buf = [0u8; 16];
+    let mut last = None;
+    for _ in 0..KEY_READ_TRIES {
+        let source = match fill(&mut buf) {
+            Ok(16) => {
+                let (a, b) = buf.split_at(8);
+                let k = [
+                    u64::from_ne_bytes(a.try_into().expect("8 bytes")),
+                    u64::from_ne_bytes(b.try_into().expect("8 bytes")),
+                ];
+                if k == [0, 0] {
+                    std::io::Error::other("getrandom gave 16 zero bytes")
+                } else {
+                    return Ok(k);
+                }
+            }
+            Ok(n) => std::io::Error::other(format!("{n} random bytes of 16")),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                last = Some(e);
+                continue;
+            }
+            Err(e) => e,
         };
-        return Err(EngineError::Io {
-            op: "read the cookie key from getrandom",
-            source,
-        });
+        return Err(key_error(source));
     }
-    Ok(k)
+    Err(key_error(last.unwrap_or_else(|| std::io::Error::other("no tries"))))
+}
+
+fn key_error(source: std::io::Error) -> EngineError {
+    EngineError::Io {
+        op: "read the cookie key from getrandom",
+        source,
+    }
 }
 
 impl EngineState {
@@ -224,5 +256,40 @@ impl EngineState {
 
     fn fail_now(&mut self, slot: u32, outcome: L4Outcome) {
         self.finish(slot, outcome, Duration::ZERO);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::key_from;
+
+    #[test]
+    fn a_failed_getrandom_stops_the_engine() {
+        // No fallback key: every failure is an error, never a key made up from the clock.
+        let err = |kind| move |_: &mut [u8; 16]| Err::<usize, _>(io::Error::from(kind));
+        assert!(key_from(err(io::ErrorKind::Unsupported)).is_err(), "ENOSYS");
+        assert!(key_from(err(io::ErrorKind::Interrupted)).is_err(), "EINTR every time");
+        assert!(key_from(|_| Ok(8)).is_err(), "a short read");
+        assert!(key_from(|_| Ok(16)).is_err(), "16 zero bytes");
+        let msg = key_from(|_| Ok(3)).unwrap_err().to_string();
+        assert!(msg.contains("getrandom"), "{msg}");
+    }
+
+    #[test]
+    fn getrandom_is_retried_after_a_signal() {
+        let mut calls = 0;
+        let key = key_from(|buf| {
+            calls += 1;
+            if calls < 3 {
+                return Err(io::Error::from(io::ErrorKind::Interrupted));
+            }
+            buf.copy_from_slice(&[7; 16]);
+            Ok(16)
+        })
+        .expect("a key after two EINTRs");
+        assert_eq!(key, [u64::from_ne_bytes([7; 8]); 2]);
+        assert_eq!(calls, 3);
     }
 }

@@ -9,7 +9,7 @@ use std::{
 };
 
 use probe_common::{
-    cookie::probe_cookie,
+    cookie::{probe_cookie, sport_offset},
     frame::{payload_sum, SynV4, SynV6, UdpV4, UdpV6},
     l4::{FlowKey, Inflight, ProbeJob},
     packet::{IPPROTO_TCP, IPPROTO_UDP},
@@ -18,6 +18,9 @@ use probe_common::{
 use super::{EngineState, Live};
 use crate::engine::{is_v4, L4Outcome, L4Proto, L4Request, TxPath};
 
+/// Source ports tried for one probe before it is given up as NoRoute (the range is busy).
+const PICK_ATTEMPTS: u16 = 16;
+
 /// Shortest gap between two warnings about failed generator runs.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
@@ -25,30 +28,27 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 type FrameShape = (bool, Option<Arc<[u8]>>);
 
 impl EngineState {
-    /// A source port for this flow that no live probe uses. With no source address the
-    /// flow leaves it unset, for the generator to fill in, and the port is kept unique per
-    /// target and port alone.
+    /// A source port for this flow that no live probe uses, chosen with the cookie key from
+    /// the target and the generation: a blind forger has to guess it as well as the cookie
+    /// (M1). With no source address the flow leaves it unset, for the generator to fill in,
+    /// and the port is kept unique per target and port alone.
     fn pick_flow(&self, src: Option<IpAddr>, req: &L4Request, proto: u8, gen: u32) -> Option<FlowKey> {
-        let seed = u64::from(gen).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(req.target.port());
-        for attempt in 0..16u64 {
-            let off = ((seed >> 17).wrapping_add(attempt * 7919) % u64::from(self.sport_span)) as u16;
-            let sport = self.sport_min + off;
-            let flow = match (src, req.target.ip()) {
-                (Some(IpAddr::V4(s)), IpAddr::V4(d)) => {
-                    FlowKey::v4(s.octets(), d.octets(), sport, req.target.port(), proto)
-                }
-                (Some(IpAddr::V6(s)), IpAddr::V6(d)) => {
-                    FlowKey::v6(s.octets(), d.octets(), sport, req.target.port(), proto)
-                }
-                (None, IpAddr::V4(d)) => FlowKey::v4([0; 4], d.octets(), sport, req.target.port(), proto),
-                (None, IpAddr::V6(d)) => FlowKey::v6([0; 16], d.octets(), sport, req.target.port(), proto),
-                _ => return None,
+        let dport = req.target.port();
+        let base = match (src, req.target.ip()) {
+            (Some(IpAddr::V4(s)), IpAddr::V4(d)) => FlowKey::v4(s.octets(), d.octets(), 0, dport, proto),
+            (Some(IpAddr::V6(s)), IpAddr::V6(d)) => FlowKey::v6(s.octets(), d.octets(), 0, dport, proto),
+            (None, IpAddr::V4(d)) => FlowKey::v4([0; 4], d.octets(), 0, dport, proto),
+            (None, IpAddr::V6(d)) => FlowKey::v6([0; 16], d.octets(), 0, dport, proto),
+            _ => return None,
+        };
+        (0..PICK_ATTEMPTS).find_map(|attempt| {
+            let off = sport_offset(&self.key, &base, gen, attempt, self.sport_span);
+            let flow = FlowKey {
+                sport: self.sport_min + off as u16,
+                ..base
             };
-            if !self.active_flows.contains_key(&flow) {
-                return Some(flow);
-            }
-        }
-        None
+            (!self.active_flows.contains_key(&flow)).then_some(flow)
+        })
     }
 
     /// Sends as much of the backlog as the in-flight table has room for.
@@ -205,9 +205,18 @@ impl EngineState {
         if let Err(e) = self.raw.send(&job.flow, cookie, payload.as_deref()) {
             log::debug!("raw send to slot {} failed: {e}", job.slot);
             if self.kernel.claim(&job.flow) {
-                self.fail_now(job.slot, L4Outcome::NoRoute);
+                self.fail_now(job.slot, send_failure(&e));
             }
         }
+    }
+}
+
+/// What a failed raw send says: nothing about the target when the node is short of buffers
+/// or memory, else that the target cannot be reached from here.
+fn send_failure(e: &std::io::Error) -> L4Outcome {
+    match e.raw_os_error() {
+        Some(errno) if crate::outcome::is_local_resource_errno(errno) => L4Outcome::LocalError { errno },
+        _ => L4Outcome::NoRoute,
     }
 }
 

@@ -77,6 +77,8 @@ pub enum HttpOutcome {
     Tls(String),
     /// Another connect error.
     Connect(String),
+    /// This node is short of a resource (descriptors, buffers, ports): no verdict on the target.
+    LocalError(String),
     /// A response hyper could not parse.
     Protocol(String),
 }
@@ -94,6 +96,7 @@ impl From<&HttpOutcome> for crate::outcome::Outcome {
             HttpOutcome::Unreachable => crate::outcome::Outcome::Unreachable,
             HttpOutcome::Tls(_) => crate::outcome::Outcome::Tls,
             HttpOutcome::Connect(_) => crate::outcome::Outcome::ConnectError,
+            HttpOutcome::LocalError(_) => crate::outcome::Outcome::LocalError,
             HttpOutcome::Protocol(_) => crate::outcome::Outcome::HttpError,
         }
     }
@@ -117,6 +120,7 @@ impl fmt::Display for HttpOutcome {
             Self::Unreachable => f.write_str("unreachable"),
             Self::Tls(e) => write!(f, "tls error: {e}"),
             Self::Connect(e) => write!(f, "connect error: {e}"),
+            Self::LocalError(e) => write!(f, "local error: {e}"),
             Self::Protocol(e) => write!(f, "http error: {e}"),
         }
     }
@@ -438,6 +442,9 @@ async fn read_body(
 
 fn classify_connect(e: &io::Error) -> HttpOutcome {
     use io::ErrorKind as K;
+    if e.raw_os_error().is_some_and(crate::outcome::is_local_resource_errno) {
+        return HttpOutcome::LocalError(e.to_string());
+    }
     match e.kind() {
         K::ConnectionRefused => HttpOutcome::Refused,
         K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe => HttpOutcome::Reset,
