@@ -32,11 +32,12 @@ enum Command {
         /// XDP attach mode.
         #[arg(long, value_enum, default_value_t = Mode::Auto)]
         mode: Mode,
-        /// How often to print the counters, in milliseconds.
-        #[arg(long, default_value_t = 1000)]
+        /// How often to print the counters, in milliseconds: 10 to 3600000.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
         every_ms: u64,
-        /// Stop by itself after this many seconds (0 = run until signalled).
-        #[arg(long, default_value_t = 0)]
+        /// Stop by itself after this many seconds (0 = run until signalled): at most 31536000
+        /// (a year).
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=MAX_ATTACH_S))]
         duration_s: u64,
     },
     /// Check a configuration file and report every problem in it; nothing is applied.
@@ -58,9 +59,8 @@ enum Command {
     Status {
         /// Only this profile.
         profile: Option<String>,
-        /// The daemon's API: loopback `HOST:PORT` or `unix:/path`.
-        #[arg(long, default_value = DEFAULT_API)]
-        api: String,
+        #[command(flatten)]
+        api: ApiArgs,
         /// Print the API's JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -68,25 +68,50 @@ enum Command {
     /// Show each sink of a running daemon: what it follows, what its structure holds, whether
     /// that is what it should hold, and its errors.
     Sinks {
-        /// The daemon's API: loopback `HOST:PORT` or `unix:/path`.
-        #[arg(long, default_value = DEFAULT_API)]
-        api: String,
+        #[command(flatten)]
+        api: ApiArgs,
         /// Print the API's JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
     /// Ask a running daemon to re-read its configuration file and apply it (like SIGHUP).
     Reload {
-        /// The daemon's API: loopback `HOST:PORT` or `unix:/path`.
-        #[arg(long, default_value = DEFAULT_API)]
-        api: String,
+        #[command(flatten)]
+        api: ApiArgs,
     },
+    /// Enable an endpoint in a running daemon (undoes disable and always-serve; it starts over
+    /// in CheckingEndpoint). Kept across restarts.
+    Enable(AdminArgs),
+    /// Disable an endpoint in a running daemon: not probed, not eligible. Kept across restarts.
+    Disable(AdminArgs),
+    /// Serve an endpoint whatever its health (health checks off). Kept across restarts.
+    AlwaysServe(AdminArgs),
     /// Probe one target now: one line per probe; exit 0 only if every probe was healthy.
     Check(Box<check::CheckArgs>),
 }
 
-/// The API address when the config does not say otherwise.
-const DEFAULT_API: &str = "127.0.0.1:9180";
+/// How to reach the daemon's API.
+#[derive(clap::Args, Clone)]
+struct ApiArgs {
+    /// The daemon's API: `unix:/path` or loopback `HOST:PORT`, as daemon.api_listen says.
+    #[arg(long, default_value = probed::api::client::DEFAULT_API)]
+    api: String,
+    /// A file holding the bearer token (daemon.api_token_file), which changes over TCP need.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+}
+
+/// One endpoint of one profile, in a running daemon.
+#[derive(clap::Args)]
+struct AdminArgs {
+    profile: String,
+    endpoint: String,
+    #[command(flatten)]
+    api: ApiArgs,
+}
+
+/// `attach --duration-s` at most: a year.
+const MAX_ATTACH_S: u64 = 365 * 86_400;
 
 /// XDP attach mode, as the operator names it.
 #[derive(Clone, Copy, ValueEnum)]
@@ -125,6 +150,9 @@ pub fn main() -> ExitCode {
         Command::Status { profile, api, json } => status(profile.as_deref(), &api, json),
         Command::Reload { api } => reload(&api),
         Command::Sinks { api, json } => sinks(&api, json),
+        Command::Enable(a) => admin(&a, "enable"),
+        Command::Disable(a) => admin(&a, "disable"),
+        Command::AlwaysServe(a) => admin(&a, "always-serve"),
         Command::Check(args) => check::run(*args),
     };
     match result {
@@ -291,9 +319,23 @@ fn set_signal_mask(how: libc::c_int, signals: &[libc::c_int]) {
     }
 }
 
-fn api_get(api: &str, method: &str, path: &str) -> anyhow::Result<probed::api::client::Response> {
-    probed::api::client::request(api, method, path)
-        .with_context(|| format!("is `probed run` up, with daemon.api_listen = {api:?}? (--api sets the address)"))
+fn api_get(api: &ApiArgs, method: &str, path: &str) -> anyhow::Result<probed::api::client::Response> {
+    use probed::api::client::{Client, ClientError};
+    let mut client = Client::new(&api.api);
+    if let Some(f) = &api.token_file {
+        client = client.with_token_file(f)?;
+    }
+    let addr = &api.api;
+    client.request(method, path).map_err(|e| {
+        let hint = match &e {
+            ClientError::Connect { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
+                format!("the socket {addr} is for root and the members of daemon.api_socket_group (default probed)")
+            }
+            ClientError::Timeout { .. } => "the daemon accepted but did not answer; is it stuck?".to_string(),
+            _ => format!("is `probed run` up, with daemon.api_listen = {addr:?}? (--api sets the address)"),
+        };
+        anyhow::Error::new(e).context(hint)
+    })
 }
 
 /// The API's error sentence, or the raw body.
@@ -304,7 +346,7 @@ fn api_error(body: &str) -> String {
         .unwrap_or_else(|| body.to_string())
 }
 
-fn status(profile: Option<&str>, api: &str, json: bool) -> anyhow::Result<ExitCode> {
+fn status(profile: Option<&str>, api: &ApiArgs, json: bool) -> anyhow::Result<ExitCode> {
     let path = match profile {
         Some(p) => format!("/v1/status/{p}"),
         None => "/v1/status".to_string(),
@@ -330,7 +372,7 @@ fn status(profile: Option<&str>, api: &str, json: bool) -> anyhow::Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-fn sinks(api: &str, json: bool) -> anyhow::Result<ExitCode> {
+fn sinks(api: &ApiArgs, json: bool) -> anyhow::Result<ExitCode> {
     let resp = api_get(api, "GET", "/v1/sinks")?;
     if resp.status != 200 {
         anyhow::bail!("{}", api_error(&resp.body));
@@ -365,7 +407,40 @@ fn sinks(api: &str, json: bool) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn reload(api: &str) -> anyhow::Result<ExitCode> {
+/// `probed enable|disable|always-serve PROFILE ENDPOINT`.
+fn admin(a: &AdminArgs, action: &str) -> anyhow::Result<ExitCode> {
+    let path = format!(
+        "/v1/endpoints/{}/{}/{action}",
+        percent_encode(&a.profile),
+        percent_encode(&a.endpoint)
+    );
+    let resp = api_get(&a.api, "POST", &path)?;
+    if resp.status != 200 {
+        eprintln!("probed: {}", api_error(&resp.body));
+        return Ok(ExitCode::FAILURE);
+    }
+    let admin = serde_json::from_str::<serde_json::Value>(&resp.body)
+        .ok()
+        .and_then(|v| v.get("admin").and_then(|s| s.as_str()).map(str::to_string))
+        .unwrap_or_else(|| action.to_string());
+    println!("{}/{}: {admin}", a.profile, a.endpoint);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Escapes what a path segment cannot hold as is (endpoint names like `[2001:db8::1]:80`).
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+fn reload(api: &ApiArgs) -> anyhow::Result<ExitCode> {
     let resp = api_get(api, "POST", "/v1/reload")?;
     if resp.status != 200 {
         eprintln!("probed: {}", api_error(&resp.body));
@@ -412,4 +487,53 @@ impl log::Log for StderrLog {
     }
 
     fn flush(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, String> {
+        Cli::try_parse_from(std::iter::once("probed").chain(args.iter().copied())).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn attach_bounds() {
+        let e = parse(&["attach", "--iface", "eth0", "--duration-s", "18446744073709551615"])
+            .err()
+            .expect("a duration that overflows an Instant is refused");
+        assert!(e.contains("--duration-s") && e.contains("0..=31536000"), "{e}");
+        let e = parse(&["attach", "--iface", "eth0", "--every-ms", "0"]).err().unwrap();
+        assert!(e.contains("--every-ms") && e.contains("10..=3600000"), "{e}");
+        assert!(parse(&["attach", "--iface", "eth0", "--duration-s", "31536000"]).is_ok());
+    }
+
+    #[test]
+    fn api_commands_use_the_unix_socket_by_default() {
+        let Ok(Cli {
+            command: Command::Status { api, .. },
+        }) = parse(&["status"])
+        else {
+            panic!("status parses");
+        };
+        assert_eq!(api.api, "unix:/run/probed/api.sock");
+        assert!(api.token_file.is_none());
+        let Ok(Cli {
+            command: Command::Disable(a),
+        }) = parse(&[
+            "disable",
+            "web",
+            "web-1",
+            "--api",
+            "127.0.0.1:9180",
+            "--token-file",
+            "/etc/probed/t",
+        ])
+        else {
+            panic!("disable parses");
+        };
+        assert_eq!((a.profile.as_str(), a.endpoint.as_str()), ("web", "web-1"));
+        assert_eq!(a.api.token_file.as_deref(), Some(std::path::Path::new("/etc/probed/t")));
+        assert_eq!(percent_encode("[2001:db8::1]:80"), "%5B2001%3Adb8%3A%3A1%5D%3A80");
+    }
 }

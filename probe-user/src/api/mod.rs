@@ -1,8 +1,10 @@
 //! The HTTP/1.1 JSON API on loopback TCP or a unix socket: status (GetHealthStatus),
 //! selection, enable/disable, reload and Prometheus metrics. Every handler is a request to the
 //! runner through `Control`; nothing here holds state.
+mod auth;
 pub mod client;
 mod limits;
+mod socket;
 
 use std::{convert::Infallible, net::IpAddr, path::PathBuf, sync::Arc};
 
@@ -22,10 +24,52 @@ use tokio::{
 };
 
 use crate::{
-    config::ApiListen,
-    daemon::{Control, DaemonError, RequestError},
+    config::{Api, ApiListen},
+    daemon::{Control, RequestError},
     status::AdminState,
 };
+
+/// Why the API could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{op} {}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} is {kind}, not a socket: probed never removes it; move it away or set another daemon.api_listen", path.display())]
+    NotASocket { path: PathBuf, kind: &'static str },
+    #[error("another daemon already serves the API socket {}", path.display())]
+    InUse { path: PathBuf },
+    #[error("daemon.api_socket_group = {name:?}: no such group; create it (groupadd --system {name}) or name another")]
+    NoGroup { name: String },
+    #[error("look up group {name:?} for daemon.api_socket_group")]
+    GroupLookup {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "give the API socket group {gid} (daemon.api_socket_group): the daemon (uid {uid}) must be root or a \
+         member of that group (SupplementaryGroups= in the unit)"
+    )]
+    Chown {
+        gid: u32,
+        uid: u32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("listen for the API on {addr}")]
+    Tcp {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Token(#[from] auth::TokenError),
+}
 
 /// A listening API server; `stop` closes the listener and removes a unix socket file.
 pub struct Server {
@@ -36,20 +80,32 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds `listen` and serves `control` until stopped.
-    pub async fn start(listen: &ApiListen, control: Control) -> Result<Server, DaemonError> {
+    /// Binds `api.listen` and serves `control` until stopped. Reads come from whoever can
+    /// connect; changes need the socket group (unix) or the bearer token (TCP), see auth.rs.
+    pub async fn start(api: &Api, control: Control) -> Result<Server, ApiError> {
         let (stop, stop_rx) = oneshot::channel::<()>();
-        match listen {
+        // SAFETY: geteuid only reads the process's credentials.
+        let owner = unsafe { libc::geteuid() };
+        match &api.listen {
             ApiListen::Tcp(addr) => {
+                let token = api
+                    .token_file
+                    .as_deref()
+                    .map(|p| auth::Token::from_file(p, owner))
+                    .transpose()?;
+                if token.is_none() {
+                    log::info!("API on TCP without daemon.api_token_file: changes (POST) are refused over TCP");
+                }
+                let policy = Arc::new(auth::Policy {
+                    group: None,
+                    owner,
+                    token,
+                });
                 let listener = tokio::net::TcpListener::bind(addr)
                     .await
-                    .map_err(|source| DaemonError::Io {
-                        op: "listen for the API on",
-                        path: Some(addr.to_string().into()),
-                        source,
-                    })?;
+                    .map_err(|source| ApiError::Tcp { addr: *addr, source })?;
                 let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr.to_string());
-                let task = accept_loop(listener, stop_rx, control);
+                let task = accept_loop(listener, stop_rx, control, policy);
                 Ok(Server {
                     addr: bound,
                     unix_path: None,
@@ -58,29 +114,14 @@ impl Server {
                 })
             }
             ApiListen::Unix(path) => {
-                let io = |op: &'static str| {
-                    let path = Some(path.clone());
-                    move |source| DaemonError::Io { op, path, source }
-                };
-                if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir).map_err(io("create the directory of the API socket"))?;
-                }
-                // A socket file left by a crash would make bind fail; one that still answers
-                // belongs to a running daemon and must not be taken over.
-                if path.exists() {
-                    if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                        return Err(io("another daemon already serves the API socket")(
-                            std::io::Error::from(std::io::ErrorKind::AddrInUse),
-                        ));
-                    }
-                    let _ = std::fs::remove_file(path);
-                }
-                let listener = tokio::net::UnixListener::bind(path).map_err(io("listen for the API on"))?;
-                // Owner and group only: the API can disable endpoints.
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
-                    .map_err(io("restrict the API socket"))?;
-                let task = accept_loop(listener, stop_rx, control);
+                let group = socket::resolve_group(api)?;
+                let listener = socket::bind(path, api.socket_mode, group)?;
+                let policy = Arc::new(auth::Policy {
+                    group,
+                    owner,
+                    token: None,
+                });
+                let task = accept_loop(listener, stop_rx, control, policy);
                 Ok(Server {
                     addr: format!("unix:{}", path.display()),
                     unix_path: Some(path.clone()),
@@ -91,7 +132,7 @@ impl Server {
         }
     }
 
-    /// `127.0.0.1:9180` or `unix:/run/probed.sock`, as `--api` takes it.
+    /// `127.0.0.1:9180` or `unix:/run/probed/api.sock`, as `--api` takes it.
     pub fn addr(&self) -> String {
         self.addr.clone()
     }
@@ -101,8 +142,8 @@ impl Server {
             let _ = stop.send(());
         }
         let _ = (&mut self.task).await;
-        if let Some(p) = &self.unix_path {
-            let _ = std::fs::remove_file(p);
+        if let Some(p) = self.unix_path.take() {
+            socket::remove(&p);
         }
     }
 }
@@ -111,7 +152,7 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.task.abort();
         if let Some(p) = &self.unix_path {
-            let _ = std::fs::remove_file(p);
+            socket::remove(p);
         }
     }
 }
@@ -120,12 +161,18 @@ impl Drop for Server {
 trait Listener: Send + 'static {
     type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
     fn accept_stream(&self) -> impl std::future::Future<Output = std::io::Result<Self::Stream>> + Send;
+    /// Who connected, as far as the transport can tell.
+    fn peer(stream: &Self::Stream) -> auth::Peer;
 }
 
 impl Listener for tokio::net::TcpListener {
     type Stream = tokio::net::TcpStream;
     async fn accept_stream(&self) -> std::io::Result<Self::Stream> {
         self.accept().await.map(|(s, _)| s)
+    }
+
+    fn peer(_: &Self::Stream) -> auth::Peer {
+        auth::Peer::Tcp
     }
 }
 
@@ -134,6 +181,23 @@ impl Listener for tokio::net::UnixListener {
     async fn accept_stream(&self) -> std::io::Result<Self::Stream> {
         self.accept().await.map(|(s, _)| s)
     }
+
+    fn peer(stream: &Self::Stream) -> auth::Peer {
+        match socket::peer_cred(stream) {
+            Ok(c) => auth::Peer::Unix(Some(c)),
+            Err(e) => {
+                log::debug!("API connection: cannot read the peer's credentials: {e}");
+                auth::Peer::Unix(None)
+            }
+        }
+    }
+}
+
+/// What one connection may do: its peer and the server's policy.
+#[derive(Clone)]
+struct Access {
+    peer: Arc<auth::Peer>,
+    policy: Arc<auth::Policy>,
 }
 
 /// Serves every connection `listener` accepts until `stop` fires. An accept error never ends
@@ -142,6 +206,7 @@ fn accept_loop<L: Listener>(
     listener: L,
     mut stop: oneshot::Receiver<()>,
     control: Control,
+    policy: Arc<auth::Policy>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let permits = Arc::new(Semaphore::new(limits::MAX_CONNECTIONS));
@@ -178,7 +243,11 @@ fn accept_loop<L: Listener>(
                 // Every connection has a request in flight: refuse this one at once.
                 Err(_) => continue,
             };
-            serve(stream, control.clone(), &table, permit);
+            let access = Access {
+                peer: Arc::new(L::peer(&stream)),
+                policy: policy.clone(),
+            };
+            serve(stream, control.clone(), access, &table, permit);
         }
     })
 }
@@ -196,12 +265,13 @@ fn http1_builder(timeouts: limits::Timeouts) -> http1::Builder {
 fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     stream: S,
     control: Control,
+    access: Access,
     table: &Arc<limits::Table>,
     permit: OwnedSemaphorePermit,
 ) {
     let entry = table.register();
     tokio::spawn(async move {
-        serve_connection(stream, control, &entry, limits::Timeouts::API).await;
+        serve_connection(stream, control, access, &entry, limits::Timeouts::API).await;
         drop(entry);
         drop(permit);
     });
@@ -212,6 +282,7 @@ fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
 async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     stream: S,
     control: Control,
+    access: Access,
     entry: &limits::Entry,
     timeouts: limits::Timeouts,
 ) {
@@ -219,10 +290,11 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     let service_slot = slot.clone();
     let service = service_fn(move |req| {
         let control = control.clone();
+        let access = access.clone();
         // Counted until hyper drops the response body, i.e. has taken all of it.
         let guard = service_slot.request();
         async move {
-            let reply = route_limited(req, control).await;
+            let reply = route_limited(req, control, &access).await;
             Ok::<_, Infallible>(reply.map(|body| {
                 body.map_frame(move |f| {
                     let _held = &guard;
@@ -266,8 +338,9 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     }
 }
 
-/// Refuses request bodies the API has no use for before routing.
-async fn route_limited(req: Request<Incoming>, control: Control) -> Reply {
+/// Refuses request bodies the API has no use for, and changes the peer may not make, before
+/// routing.
+async fn route_limited(req: Request<Incoming>, control: Control, access: &Access) -> Reply {
     let upper = req.body().size_hint().upper();
     if upper.is_none_or(|n| n > limits::MAX_BODY_BYTES) {
         let mut r = error(
@@ -278,6 +351,17 @@ async fn route_limited(req: Request<Incoming>, control: Control) -> Reply {
         r.headers_mut()
             .insert(header::CONNECTION, header::HeaderValue::from_static("close"));
         return r;
+    }
+    if let Err(refusal) = auth::authorize(req.method(), req.headers(), &access.peer, &access.policy) {
+        // Debug only: anyone who can connect could otherwise fill the journal.
+        log::debug!(
+            "API: refused {} {} from {:?}: {}",
+            req.method(),
+            req.uri().path(),
+            access.peer,
+            refusal.message
+        );
+        return error(refusal.status, &refusal.message);
     }
     route(req, control).await
 }
@@ -417,7 +501,19 @@ mod tests {
         let control = Control {
             tx: tokio::sync::mpsc::channel(1).0,
         };
-        tokio::spawn(async move { serve_connection(server, control, &entry, timeouts).await });
+        let access = Access {
+            peer: Arc::new(auth::Peer::Unix(Some(auth::PeerCred {
+                uid: 0,
+                gid: 0,
+                groups: vec![],
+            }))),
+            policy: Arc::new(auth::Policy {
+                group: None,
+                owner: 0,
+                token: None,
+            }),
+        };
+        tokio::spawn(async move { serve_connection(server, control, access, &entry, timeouts).await });
         client
     }
 

@@ -35,11 +35,53 @@ impl Config {
 /// `[daemon]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Daemon {
-    pub api: ApiListen,
+    pub api: Api,
     pub events: EventsOutput,
     pub pin_dir: PathBuf,
     /// Last known health per endpoint, so a restart resumes instead of starting over.
     pub state_file: PathBuf,
+}
+
+/// The `api_*` keys of `[daemon]`: where the API listens and who may change state through it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Api {
+    pub listen: ApiListen,
+    /// Unix socket: the group that owns it and whose members may use mutating routes.
+    pub socket_group: ApiGroup,
+    /// Unix socket: its file mode (0o600..=0o777, owner read and write always set).
+    pub socket_mode: u32,
+    /// TCP: the file holding the bearer token mutating routes require; none means mutating
+    /// routes are refused over TCP.
+    pub token_file: Option<PathBuf>,
+}
+
+impl Api {
+    /// The group a unix socket gets when the file names none.
+    pub const DEFAULT_GROUP: &'static str = "probed";
+    pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
+    pub const DEFAULT_SOCKET: &'static str = "/run/probed/api.sock";
+
+    /// The default: the unix socket, group `probed`, mode 0660.
+    pub fn new(listen: ApiListen) -> Self {
+        Self {
+            listen,
+            socket_group: ApiGroup::Default,
+            socket_mode: Self::DEFAULT_SOCKET_MODE,
+            token_file: None,
+        }
+    }
+
+    /// The keys whose values differ in `new`; a reload names them as needing a restart.
+    pub fn changed_keys<'a>(&'a self, new: &'a Api) -> impl Iterator<Item = &'static str> + 'a {
+        [
+            ("api_listen", self.listen != new.listen),
+            ("api_socket_group", self.socket_group != new.socket_group),
+            ("api_socket_mode", self.socket_mode != new.socket_mode),
+            ("api_token_file", self.token_file != new.token_file),
+        ]
+        .into_iter()
+        .filter_map(|(k, changed)| changed.then_some(k))
+    }
 }
 
 /// Where the API listens. Remote TCP addresses only pass validation with `api_allow_remote`.
@@ -47,6 +89,17 @@ pub struct Daemon {
 pub enum ApiListen {
     Tcp(SocketAddr),
     Unix(PathBuf),
+}
+
+/// The group of the API socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum ApiGroup {
+    /// Not set: `probed` if that group exists, else the socket is owner-only (0600).
+    Default,
+    /// A group name, looked up at start; a missing one stops the start.
+    Name(String),
+    /// A numeric gid, used as is.
+    Gid(u32),
 }
 
 /// Where transition events go, one JSON line each.

@@ -20,3 +20,12 @@ pub const TOKEN_PUNCTUATION: &str = "!#$%&'*+-.^_`|~";
 pub const RESERVED_HEADERS: [&str; 5] = ["content-length", "transfer-encoding", "connection", "upgrade", "te"];
 /// The largest threshold any dialect accepts.
 pub const THRESHOLD_MAX: u32 = 10;
+/// Ours: the probe timeout range, in milliseconds, that the widest dialect (lb) allows;
+/// `probed check --timeout` takes the same.
+pub const TIMEOUT_MS: (u64, u64) = (100, 60_000);
+/// Ours: the longest pause a config names (pacing intervals, jitter), in milliseconds;
+/// `probed check --interval` takes the same.
+pub const MAX_PACING_MS: u64 = 300_000;
+/// Ours: a UDP request or expected reply, in bytes (`health.request`/`response`, `--send`,
+/// `--expect`).
+pub const MAX_UDP_PAYLOAD: usize = 500;

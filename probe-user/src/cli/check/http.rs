@@ -48,9 +48,6 @@ pub(super) fn check_http(
         bail!("--strict-tls and --ca apply to https:// targets only");
     }
     let check = HttpCheck::new(&spec)?;
-    if args.count == 0 {
-        bail!("count \"0\" is not allowed: at least 1 probe");
-    }
     let rt = crate::cli::runtime()?;
     rt.block_on(async {
         let target = match ip {

@@ -4,7 +4,10 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::{bail, Context};
-use probed::probe::http::Scheme;
+use probed::{
+    probe::http::Scheme,
+    rules::limits::{MAX_PACING_MS, MAX_UDP_PAYLOAD, TIMEOUT_MS},
+};
 
 mod http;
 mod l4;
@@ -30,14 +33,19 @@ pub struct CheckArgs {
     /// A substring the body must contain (needs --method GET).
     #[arg(long, value_name = "TEXT")]
     pub expect_body: Option<String>,
-    /// One timeout for connect, TLS handshake and response head, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    /// One timeout for connect, TLS handshake and response head (HTTP) or for the reply
+    /// (TCP/UDP), in milliseconds: 100 to 60000, as in the config.
+    #[arg(long, value_name = "MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(TIMEOUT_MS.0..=TIMEOUT_MS.1))]
     pub timeout: u64,
-    /// How many probes to send.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    /// How many probes to send: 1 to 100000.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_COUNT)))]
     pub count: u32,
-    /// Pause between the end of one probe and the start of the next, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    /// Pause between the end of one probe and the start of the next, in milliseconds: 0 to
+    /// 300000, as in the config.
+    #[arg(long, value_name = "MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_PACING_MS))]
     pub interval: u64,
     /// Print one JSON object per probe.
     #[arg(long)]
@@ -60,13 +68,27 @@ pub struct CheckArgs {
     /// TCP/UDP: how probes are sent: auto (XDP when the device can), xdp or raw.
     #[arg(long, default_value = "auto")]
     pub tx: String,
-    /// UDP: the request payload (may be empty).
-    #[arg(long, default_value = "")]
+    /// UDP: the request payload (may be empty), at most 500 bytes.
+    #[arg(long, default_value = "", value_parser = udp_payload)]
     pub send: String,
-    /// UDP: a reply must contain this string (request/response mode); without it, silence is
-    /// success and only an ICMP error fails (plain mode).
-    #[arg(long)]
+    /// UDP: a reply must contain this string (request/response mode), at most 500 bytes;
+    /// without it, silence is success and only an ICMP error fails (plain mode).
+    #[arg(long, value_parser = udp_payload)]
     pub expect: Option<String>,
+}
+
+/// The most probes one `probed check` sends.
+pub const MAX_COUNT: u32 = 100_000;
+
+/// A UDP payload as the config bounds it (the kernel path cannot send more either).
+fn udp_payload(s: &str) -> Result<String, String> {
+    if s.len() > MAX_UDP_PAYLOAD {
+        return Err(format!(
+            "{} bytes is too long: at most {MAX_UDP_PAYLOAD} bytes",
+            s.len()
+        ));
+    }
+    Ok(s.to_string())
 }
 
 /// A probe target as the URL names it. New schemes add a variant here and a branch in `run`.
@@ -165,7 +187,71 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: CheckArgs,
+    }
+
+    /// The error clap gives for `flags`, or the parsed arguments.
+    fn parse(flags: &[&str]) -> Result<CheckArgs, String> {
+        let mut all = vec!["check", "tcp://198.18.0.2:80"];
+        all.extend_from_slice(flags);
+        Cmd::try_parse_from(all).map(|c| c.args).map_err(|e| e.to_string())
+    }
+
+    fn refused(flags: &[&str], words: &[&str]) {
+        let e = parse(flags).err().unwrap_or_else(|| panic!("{flags:?} accepted"));
+        for w in words {
+            assert!(e.contains(w), "{flags:?}: {w:?} missing from: {e}");
+        }
+    }
+
+    #[test]
+    fn numeric_flags_are_bounded() {
+        refused(&["--timeout", "0"], &["--timeout", "'0'", "100..=60000"]);
+        refused(&["--timeout", "60001"], &["--timeout", "60001", "100..=60000"]);
+        refused(&["--timeout", "18446744073709551615"], &["--timeout", "100..=60000"]);
+        refused(&["--count", "0"], &["--count", "'0'", "1..=100000"]);
+        refused(&["--count", "100001"], &["--count", "1..=100000"]);
+        refused(&["--interval", "300001"], &["--interval", "0..=300000"]);
+        refused(&["--interval=-1"], &["--interval", "-1"]);
+        let long = "x".repeat(MAX_UDP_PAYLOAD + 1);
+        refused(&["--send", &long], &["--send", "501 bytes", "at most 500 bytes"]);
+        refused(&["--expect", &long], &["--expect", "at most 500 bytes"]);
+    }
+
+    #[test]
+    fn bounds_are_the_configs() {
+        use probed::rules::Dialect;
+        let ms = std::time::Duration::from_millis;
+        let any = std::time::Duration::from_secs(30);
+        assert!(Dialect::Lb.check_timeout(any, ms(TIMEOUT_MS.0)).is_ok());
+        assert!(Dialect::Lb.check_timeout(any, ms(TIMEOUT_MS.1)).is_ok());
+        assert!(Dialect::Lb.check_timeout(any, ms(TIMEOUT_MS.0 - 1)).is_err());
+        assert!(Dialect::Lb.check_timeout(any, ms(TIMEOUT_MS.1 + 1)).is_err());
+        let udp = |n: usize| {
+            format!(
+                "[[profile]]\nname = \"u\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"udp\"\nport = 53\n\
+                 request = \"{}\"\n[[profile.endpoint]]\naddress = \"192.0.2.1\"\n",
+                "x".repeat(n)
+            )
+        };
+        assert!(probed::config::Config::parse(&udp(MAX_UDP_PAYLOAD), "t.toml").is_ok());
+        assert!(probed::config::Config::parse(&udp(MAX_UDP_PAYLOAD + 1), "t.toml").is_err());
+    }
+
+    #[test]
+    fn edges_are_accepted() {
+        let a = parse(&["--timeout", "100", "--count", "100000", "--interval", "0"]).unwrap();
+        assert_eq!((a.timeout, a.count, a.interval), (100, 100_000, 0));
+        let a = parse(&["--timeout", "60000", "--interval", "300000", "--send", &"x".repeat(500)]).unwrap();
+        assert_eq!((a.timeout, a.interval, a.send.len()), (60_000, 300_000, 500));
+    }
 
     #[test]
     fn urls() {

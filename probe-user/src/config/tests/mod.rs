@@ -135,7 +135,10 @@ fn syntax_error_points_at_the_line() {
 #[test]
 fn empty_file_gets_defaults() {
     let c = ok("");
-    assert_eq!(c.daemon.api, ApiListen::Tcp("127.0.0.1:9180".parse().unwrap()));
+    assert_eq!(c.daemon.api.listen, ApiListen::Unix("/run/probed/api.sock".into()));
+    assert_eq!(c.daemon.api.socket_group, ApiGroup::Default);
+    assert_eq!(c.daemon.api.socket_mode, 0o660);
+    assert_eq!(c.daemon.api.token_file, None);
     assert_eq!(c.daemon.events, EventsOutput::Stdout);
     assert_eq!(c.daemon.pin_dir, std::path::PathBuf::from("/sys/fs/bpf/probed"));
     assert_eq!(

@@ -1,5 +1,5 @@
-//! `[daemon]`: where the API listens, where events go, the bpffs pin directory and the state
-//! file.
+//! `[daemon]`: where the API listens and who may change state through it, where events go,
+//! the bpffs pin directory and the state file.
 use std::{net::SocketAddr, path::PathBuf};
 
 use toml::de::DeValue;
@@ -7,28 +7,32 @@ use toml::de::DeValue;
 use super::opt_table;
 use crate::config::{
     model::*,
-    read::{Item, Reader},
+    read::{Item, Reader, Table},
 };
 
-const DEFAULT_API: &str = "127.0.0.1:9180";
 const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/probed";
 const DEFAULT_STATE_FILE: &str = "/var/lib/probed/state.json";
 
 pub(super) fn daemon(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option<Daemon> {
-    let keys = ["api_listen", "api_allow_remote", "events", "pin_dir", "state_file"];
+    let keys = [
+        "api_listen",
+        "api_allow_remote",
+        "api_socket_group",
+        "api_socket_mode",
+        "api_token_file",
+        "events",
+        "pin_dir",
+        "state_file",
+    ];
     let Some(t) = opt_table(r, v, "daemon", &keys)? else {
         return Some(Daemon {
-            api: ApiListen::Tcp(DEFAULT_API.parse().expect("default API address parses")),
+            api: Api::new(default_listen()),
             events: EventsOutput::Stdout,
             pin_dir: PathBuf::from(DEFAULT_PIN_DIR),
             state_file: PathBuf::from(DEFAULT_STATE_FILE),
         });
     };
-    let allow_remote = r.boolean(&t, "api_allow_remote").is_some_and(|b| b.v);
-    let api = match r.string(&t, "api_listen") {
-        None => Some(ApiListen::Tcp(DEFAULT_API.parse().expect("default API address parses"))),
-        Some(item) => api_listen(r, &item, allow_remote),
-    };
+    let api = api(r, &t);
     let events = match r.string(&t, "events") {
         None => Some(EventsOutput::Stdout),
         Some(item) if item.v == "-" => Some(EventsOutput::Stdout),
@@ -65,6 +69,79 @@ pub(super) fn daemon(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>)
     })
 }
 
+fn default_listen() -> ApiListen {
+    ApiListen::Unix(PathBuf::from(Api::DEFAULT_SOCKET))
+}
+
+/// The `api_*` keys; the socket keys only go with a unix listener, the token only with TCP.
+fn api(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<Api> {
+    let allow_remote = r.boolean(t, "api_allow_remote").is_some_and(|b| b.v);
+    let listen = match r.string(t, "api_listen") {
+        None => Some(default_listen()),
+        Some(item) => api_listen(r, &item, allow_remote),
+    };
+    let unix = matches!(listen, Some(ApiListen::Unix(_)));
+    let tcp = matches!(listen, Some(ApiListen::Tcp(_)));
+    let mut ok = listen.is_some();
+    let mut out = Api::new(listen.unwrap_or_else(default_listen));
+    if let Some(item) = r.string(t, "api_socket_group") {
+        match socket_group(&item.v) {
+            _ if tcp => r.bad(
+                &item,
+                "applies to a unix socket only (api_listen = \"unix:/run/probed/api.sock\"); over TCP, mutating routes need api_token_file",
+            ),
+            Some(g) => out.socket_group = g,
+            None => r.bad(
+                &item,
+                "expected a group name (letters, digits, '_', '-', '.', at most 32, not starting with '-') or a numeric gid",
+            ),
+        }
+        ok &= !tcp && socket_group(&item.v).is_some();
+    }
+    if let Some(item) = r.int(t, "api_socket_mode") {
+        let mode = u32::try_from(item.v).ok().filter(|m| *m <= 0o777 && m & 0o600 == 0o600);
+        match mode {
+            _ if tcp => r.bad(&item, "applies to a unix socket only (api_listen = \"unix:...\")"),
+            Some(m) => out.socket_mode = m,
+            None => r.bad(
+                &item,
+                format!(
+                    "{} is not an allowed socket mode: write it in octal, 0o600 to 0o777, with the owner's read and write bits (0o600) set, e.g. 0o660",
+                    if item.v >= 0 { format!("0o{:o}", item.v) } else { item.v.to_string() }
+                ),
+            ),
+        }
+        ok &= !tcp && mode.is_some();
+    }
+    if let Some(item) = r.string(t, "api_token_file") {
+        if unix {
+            r.bad(
+                &item,
+                "applies to a TCP listener only; on the unix socket the peer's uid and groups decide",
+            );
+            ok = false;
+        } else if item.v.starts_with('/') && !item.v.ends_with('/') {
+            out.token_file = Some(PathBuf::from(&item.v));
+        } else {
+            r.bad(&item, "expected an absolute file path, e.g. \"/etc/probed/api.token\"");
+            ok = false;
+        }
+    }
+    ok.then_some(out)
+}
+
+/// A group name as `useradd` accepts it, or a numeric gid.
+fn socket_group(s: &str) -> Option<ApiGroup> {
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return s.parse().ok().map(ApiGroup::Gid);
+    }
+    let valid = (1..=32).contains(&s.len())
+        && !s.starts_with('-')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    valid.then(|| ApiGroup::Name(s.to_string()))
+}
+
 fn api_listen(r: &mut Reader<'_>, item: &Item<String>, allow_remote: bool) -> Option<ApiListen> {
     if let Some(path) = item.v.strip_prefix("unix:") {
         if path.starts_with('/') {
@@ -72,14 +149,14 @@ fn api_listen(r: &mut Reader<'_>, item: &Item<String>, allow_remote: bool) -> Op
         }
         r.bad(
             item,
-            "a unix socket needs an absolute path, e.g. \"unix:/run/probed.sock\"",
+            "a unix socket needs an absolute path, e.g. \"unix:/run/probed/api.sock\"",
         );
         return None;
     }
     let Ok(addr) = item.v.parse::<SocketAddr>() else {
         r.bad(
             item,
-            "expected a loopback address and port like \"127.0.0.1:9180\", or \"unix:/run/probed.sock\"",
+            "expected \"unix:/run/probed/api.sock\" or a loopback address and port like \"127.0.0.1:9180\"",
         );
         return None;
     };

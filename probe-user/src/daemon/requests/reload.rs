@@ -85,9 +85,13 @@ impl Runner {
 /// Settings that only a restart applies, by their config names.
 fn restart_needed(old: &Config, new: &Config, engine_running: bool) -> Vec<String> {
     let mut out = Vec::new();
-    if new.daemon.api != old.daemon.api {
-        out.push("daemon.api_listen".to_string());
-    }
+    // The API keeps every one of its settings until a restart: never a mix of old and new.
+    out.extend(
+        old.daemon
+            .api
+            .changed_keys(&new.daemon.api)
+            .map(|k| format!("daemon.{k}")),
+    );
     if new.daemon.pin_dir != old.daemon.pin_dir {
         out.push("daemon.pin_dir".to_string());
     }
