@@ -83,7 +83,8 @@ fn run_target(fuzz_dir: &Path, target: &str, seconds: u64) -> anyhow::Result<Run
     let artifacts = fuzz_dir.join("artifacts").join(target);
     let before = list(&artifacts);
     let mut cmd = cargo_fuzz(fuzz_dir);
-    cmd.args(["run", target]).arg(&corpus);
+    // Optimised, with debug assertions and overflow checks: an overflow is a finding too.
+    cmd.args(["run", "-O", "-a", target]).arg(&corpus);
     let seeds = fuzz_dir.join("seeds").join(target);
     if seeds.is_dir() {
         cmd.arg(&seeds);
