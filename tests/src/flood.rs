@@ -144,24 +144,24 @@ fn probe_filter() -> Vec<libc::sock_filter> {
     let op = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
     let (ldh, ldb, ldxb_msh, ldb_ind, jeq, and, ret) = (0x28, 0x30, 0xb1, 0x50, 0x15, 0x54, 0x06);
     vec![
-        op(ldh, 0, 0, 12),       // 0: ethertype
-        op(jeq, 0, 7, 0x0800),   // 1: IPv4, else 9
-        op(ldb, 0, 0, 23),       // 2: IPv4 protocol
-        op(jeq, 12, 0, 17),      // 3: UDP: accept
-        op(jeq, 0, 12, 6),       // 4: TCP, else reject
-        op(ldxb_msh, 0, 0, 14),  // 5: X = IHL * 4
-        op(ldb_ind, 0, 0, 27),   // 6: TCP flags (14 + X + 13)
-        op(and, 0, 0, 0x12),     // 7: SYN | ACK
-        op(jeq, 7, 8, 0x02),     // 8: SYN alone: accept, else reject
-        op(jeq, 0, 7, 0x86dd),   // 9: IPv6, else reject
-        op(ldb, 0, 0, 20),       // 10: next header
-        op(jeq, 4, 0, 17),       // 11: UDP: accept
-        op(jeq, 0, 4, 6),        // 12: TCP, else reject
-        op(ldb, 0, 0, 67),       // 13: TCP flags (14 + 40 + 13)
-        op(and, 0, 0, 0x12),     // 14
-        op(jeq, 0, 1, 0x02),     // 15: SYN alone: accept, else reject
-        op(ret, 0, 0, 0xffff),   // 16: accept
-        op(ret, 0, 0, 0),        // 17: reject
+        op(ldh, 0, 0, 12),      // 0: ethertype
+        op(jeq, 0, 7, 0x0800),  // 1: IPv4, else 9
+        op(ldb, 0, 0, 23),      // 2: IPv4 protocol
+        op(jeq, 12, 0, 17),     // 3: UDP: accept
+        op(jeq, 0, 12, 6),      // 4: TCP, else reject
+        op(ldxb_msh, 0, 0, 14), // 5: X = IHL * 4
+        op(ldb_ind, 0, 0, 27),  // 6: TCP flags (14 + X + 13)
+        op(and, 0, 0, 0x12),    // 7: SYN | ACK
+        op(jeq, 7, 8, 0x02),    // 8: SYN alone: accept, else reject
+        op(jeq, 0, 7, 0x86dd),  // 9: IPv6, else reject
+        op(ldb, 0, 0, 20),      // 10: next header
+        op(jeq, 4, 0, 17),      // 11: UDP: accept
+        op(jeq, 0, 4, 6),       // 12: TCP, else reject
+        op(ldb, 0, 0, 67),      // 13: TCP flags (14 + 40 + 13)
+        op(and, 0, 0, 0x12),    // 14
+        op(jeq, 0, 1, 0x02),    // 15: SYN alone: accept, else reject
+        op(ret, 0, 0, 0xffff),  // 16: accept
+        op(ret, 0, 0, 0),       // 17: reject
     ]
 }
 
@@ -184,7 +184,13 @@ impl Capture {
     pub fn start(ns: &Netns, dev: &str) -> Self {
         let fd = ns.enter(|| packet_socket(dev, ETH_P_ALL));
         let one: libc::c_int = 1;
-        setsockopt(&fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, "PACKET_IGNORE_OUTGOING");
+        setsockopt(
+            &fd,
+            libc::SOL_PACKET,
+            PACKET_IGNORE_OUTGOING,
+            &one,
+            "PACKET_IGNORE_OUTGOING",
+        );
         let filter = probe_filter();
         let prog = libc::sock_fprog {
             len: filter.len() as u16,
@@ -333,13 +339,21 @@ pub fn forge(b: &mut [u8; FRAME_MAX], macs: ([u8; 6], [u8; 6]), t: &Tuple, kind:
             seg[4..8].copy_from_slice(&((r >> 32) as u32).to_be_bytes());
             seg[8..12].copy_from_slice(&(r as u32).to_be_bytes());
             seg[12] = 5 << 4;
-            seg[13] = if kind == Kind::SynAck { TCP_SYN | TCP_ACK } else { TCP_RST | TCP_ACK };
+            seg[13] = if kind == Kind::SynAck {
+                TCP_SYN | TCP_ACK
+            } else {
+                TCP_RST | TCP_ACK
+            };
             seg[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
             seg[16..20].fill(0);
             (IPPROTO_TCP, 20)
         }
         Kind::IcmpTcp | Kind::IcmpUdp => {
-            let inner_proto = if kind == Kind::IcmpTcp { IPPROTO_TCP } else { IPPROTO_UDP };
+            let inner_proto = if kind == Kind::IcmpTcp {
+                IPPROTO_TCP
+            } else {
+                IPPROTO_UDP
+            };
             let msg = &mut b[l4..];
             // Unreachable: port unreachable for UDP, host / address unreachable for TCP.
             msg[0..8].copy_from_slice(&[0; 8]);
@@ -354,7 +368,11 @@ pub fn forge(b: &mut [u8; FRAME_MAX], macs: ([u8; 6], [u8; 6]), t: &Tuple, kind:
             if is_v6 {
                 ipv6(&mut msg[8..], v6(t.prober), v6(t.target), inner_proto, 8, r as u32, 64);
             } else {
-                let id = if kind == Kind::IcmpUdp { r as u16 } else { (r >> 48) as u16 };
+                let id = if kind == Kind::IcmpUdp {
+                    r as u16
+                } else {
+                    (r >> 48) as u16
+                };
                 ipv4(&mut msg[8..], v4(t.prober), v4(t.target), inner_proto, 8, id, 64);
             }
             msg[q..q + 2].copy_from_slice(&t.sport.to_be_bytes());
@@ -363,17 +381,30 @@ pub fn forge(b: &mut [u8; FRAME_MAX], macs: ([u8; 6], [u8; 6]), t: &Tuple, kind:
             (if is_v6 { IPPROTO_ICMPV6 } else { IPPROTO_ICMP }, q + 8)
         }
     };
-    let ck = match (is_v6, proto) {
-        (false, IPPROTO_ICMP) => 2,
-        (true, IPPROTO_ICMPV6) => 2,
-        _ => 16,
-    };
+    // Where the checksum goes: offset 2 of an ICMP(v6) message, 16 of a TCP header.
+    let ck = if proto == IPPROTO_TCP { 16 } else { 2 };
     let outer_label = (r >> 40) as u32;
     let sum = if is_v6 {
-        ipv6(&mut b[14..], v6(t.target), v6(t.prober), proto, len, outer_label, FORGED_TTL);
+        ipv6(
+            &mut b[14..],
+            v6(t.target),
+            v6(t.prober),
+            proto,
+            len,
+            outer_label,
+            FORGED_TTL,
+        );
         pseudo_v6(&v6(t.target), &v6(t.prober), proto, len as u32)
     } else {
-        ipv4(&mut b[14..], v4(t.target), v4(t.prober), proto, len, (r >> 24) as u16, FORGED_TTL);
+        ipv4(
+            &mut b[14..],
+            v4(t.target),
+            v4(t.prober),
+            proto,
+            len,
+            (r >> 24) as u16,
+            FORGED_TTL,
+        );
         if proto == IPPROTO_TCP {
             pseudo_v4(&v4(t.target), &v4(t.prober), proto, len as u16)
         } else {
@@ -535,8 +566,18 @@ impl<'a> PassedCounters<'a> {
     pub fn install(ns: &'a Netns) -> Self {
         let mut rules = String::new();
         for (fam, marker, icmp, inner_off) in [
-            ("v4", format!("ip ttl {FORGED_TTL}"), "icmp type destination-unreachable", 136),
-            ("v6", format!("ip6 hoplimit {FORGED_TTL}"), "icmpv6 type destination-unreachable", 112),
+            (
+                "v4",
+                format!("ip ttl {FORGED_TTL}"),
+                "icmp type destination-unreachable",
+                136,
+            ),
+            (
+                "v6",
+                format!("ip6 hoplimit {FORGED_TTL}"),
+                "icmpv6 type destination-unreachable",
+                112,
+            ),
         ] {
             // The quoted probe's transport: IPv4 protocol at ICMP offset 8 + 9, IPv6 next
             // header at 8 + 6 (offsets in bits from the ICMP header).
@@ -547,14 +588,8 @@ impl<'a> PassedCounters<'a> {
                 (Kind::IcmpTcp, format!("{icmp} @th,{inner_off},8 6")),
                 (Kind::IcmpUdp, format!("{icmp} @th,{inner_off},8 17")),
             ] {
-                rules += &format!(
-                    "  {marker} {rule} counter comment \"forged-{}-{fam}\"\n",
-                    kind.name()
-                );
-                rules += &format!(
-                    "  {genuine} {rule} counter comment \"genuine-{}-{fam}\"\n",
-                    kind.name()
-                );
+                rules += &format!("  {marker} {rule} counter comment \"forged-{}-{fam}\"\n", kind.name());
+                rules += &format!("  {genuine} {rule} counter comment \"genuine-{}-{fam}\"\n", kind.name());
             }
         }
         ns.nft(&format!(
@@ -569,9 +604,8 @@ impl<'a> PassedCounters<'a> {
         let mut out = BTreeMap::new();
         for kind in Kind::ALL {
             for fam in ["v4", "v6"] {
-                let at = |who: &str| {
-                    crate::servers::counted_packets(&listing, &format!("\"{who}-{}-{fam}\"", kind.name()))
-                };
+                let at =
+                    |who: &str| crate::servers::counted_packets(&listing, &format!("\"{who}-{}-{fam}\"", kind.name()));
                 out.insert((kind, fam), (at("forged"), at("genuine")));
             }
         }
@@ -582,7 +616,16 @@ impl<'a> PassedCounters<'a> {
 impl Drop for PassedCounters<'_> {
     fn drop(&mut self) {
         let _ = std::process::Command::new("ip")
-            .args(["netns", "exec", &self.ns.name, "nft", "delete", "table", "inet", ACCT_TABLE])
+            .args([
+                "netns",
+                "exec",
+                &self.ns.name,
+                "nft",
+                "delete",
+                "table",
+                "inet",
+                ACCT_TABLE,
+            ])
             .status();
     }
 }

@@ -123,7 +123,10 @@ fn a_million_forged_replies_change_no_verdict_and_are_all_counted() {
     let metrics_before = metrics(&daemon);
     let rx_before = rx_counters(&files.pins.path);
     let passed_before = passed.read();
-    let drops_before = (link_drops(&topo.backend, BACKEND_IF), link_drops(&topo.prober, PROBER_IF));
+    let drops_before = (
+        link_drops(&topo.backend, BACKEND_IF),
+        link_drops(&topo.prober, PROBER_IF),
+    );
     let probes_before = capture.probes_seen();
 
     let report = flooder.flood(&capture, &streams, TOTAL, FLOOD_LIMIT, 0x5eed_f100d);
@@ -133,7 +136,10 @@ fn a_million_forged_replies_change_no_verdict_and_are_all_counted() {
     let probes = capture.probes_seen() - probes_before;
     let rx_after = rx_counters(&files.pins.path);
     let passed_after = passed.read();
-    let drops_after = (link_drops(&topo.backend, BACKEND_IF), link_drops(&topo.prober, PROBER_IF));
+    let drops_after = (
+        link_drops(&topo.backend, BACKEND_IF),
+        link_drops(&topo.prober, PROBER_IF),
+    );
     let metrics_after = metrics(&daemon);
     let events_after = health_events(&daemon);
     eprintln!(
@@ -191,7 +197,10 @@ fn a_million_forged_replies_change_no_verdict_and_are_all_counted() {
         panic!("{profile}: {n} probe(s) ended {outcome} during the flood, expected {want}: {deltas:?}");
     }
     for (profile, _, _, _, want) in FLEET {
-        let n = deltas.get(&((*profile).to_string(), (*want).to_string())).copied().unwrap_or(0);
+        let n = deltas
+            .get(&((*profile).to_string(), (*want).to_string()))
+            .copied()
+            .unwrap_or(0);
         assert!(n >= 10, "{profile}: only {n} results during the flood: {deltas:?}");
     }
 
@@ -209,7 +218,11 @@ fn a_million_forged_replies_change_no_verdict_and_are_all_counted() {
         let (f1, g1) = passed_after[key];
         let (f0, g0) = passed_before[key];
         let (f, g) = (f1 - f0, g1 - g0);
-        eprintln!("  {} {}: sent {sent}, passed {f}; genuine passed {g}", key.0.name(), key.1);
+        eprintln!(
+            "  {} {}: sent {sent}, passed {f}; genuine passed {g}",
+            key.0.name(),
+            key.1
+        );
         forged_passed += f;
         genuine_passed += g;
         assert!(f <= *sent, "{key:?}: more forged frames passed than sent");
@@ -258,7 +271,11 @@ fn a_million_forged_replies_change_no_verdict_and_are_all_counted() {
     };
     class(d(|c| c.syn_ack), d(|c| c.matched_open), &[Kind::SynAck]);
     class(d(|c| c.rst), d(|c| c.matched_refused), &[Kind::Rst]);
-    class(d(|c| c.icmp_unreach), d(|c| c.matched_unreach), &[Kind::IcmpTcp, Kind::IcmpUdp]);
+    class(
+        d(|c| c.icmp_unreach),
+        d(|c| c.matched_unreach),
+        &[Kind::IcmpTcp, Kind::IcmpUdp],
+    );
 
     drop(capture);
     drop(passed);

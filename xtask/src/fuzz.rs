@@ -67,13 +67,7 @@ fn ensure_cargo_fuzz() -> anyhow::Result<()> {
         return Ok(());
     }
     eprintln!("cargo-fuzz is missing: installing {CARGO_FUZZ_VERSION} from crates.io");
-    crate::util::sh(Command::new("cargo").args([
-        "install",
-        "cargo-fuzz",
-        "--locked",
-        "--version",
-        CARGO_FUZZ_VERSION,
-    ]))
+    crate::util::sh(Command::new("cargo").args(["install", "cargo-fuzz", "--locked", "--version", CARGO_FUZZ_VERSION]))
 }
 
 /// Runs one target with the committed seeds (fuzz/seeds/TARGET) beside its working corpus.
@@ -96,12 +90,15 @@ fn run_target(fuzz_dir: &Path, target: &str, seconds: u64) -> anyhow::Result<Run
     }
     cmd.args([format!("-max_total_time={seconds}"), "-print_final_stats=1".into()]);
     eprintln!("+ {}", render(&cmd));
-    let out = cmd.output().with_context(|| format!("could not start {}", render(&cmd)))?;
+    let out = cmd
+        .output()
+        .with_context(|| format!("could not start {}", render(&cmd)))?;
     let log = String::from_utf8_lossy(&out.stderr);
     // libFuzzer's own report stays readable: its last lines and any crash report.
-    for line in log.lines().filter(|l| {
-        l.starts_with("stat::") || l.contains("ERROR") || l.contains("panicked") || l.starts_with("Done ")
-    }) {
+    for line in log
+        .lines()
+        .filter(|l| l.starts_with("stat::") || l.contains("ERROR") || l.contains("panicked") || l.starts_with("Done "))
+    {
         eprintln!("  {line}");
     }
     let stat = |name: &str| {
@@ -112,8 +109,21 @@ fn run_target(fuzz_dir: &Path, target: &str, seconds: u64) -> anyhow::Result<Run
     };
     let crashes: Vec<String> = list(&artifacts).into_iter().filter(|a| !before.contains(a)).collect();
     if !out.status.success() && crashes.is_empty() {
-        eprintln!("{}", log.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"));
-        bail!("cargo fuzz run {target} failed ({}) without leaving a crash artifact", out.status);
+        eprintln!(
+            "{}",
+            log.lines()
+                .rev()
+                .take(40)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        bail!(
+            "cargo fuzz run {target} failed ({}) without leaving a crash artifact",
+            out.status
+        );
     }
     Ok(Run {
         execs: stat("number_of_executed_units"),
