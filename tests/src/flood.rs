@@ -673,3 +673,61 @@ pub fn results_by_profile(metrics: &str) -> BTreeMap<(String, String), u64> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every forged frame carries checksums a receiving stack accepts (they sum to zero), the
+    /// marker TTL, and the reply's direction of the probe's ports.
+    #[test]
+    fn forged_frames_have_valid_checksums() {
+        let fold = |sum: u64, bytes: &[u8]| finish(sum + payload_sum(bytes));
+        let mut rng = Rng::new(7);
+        let mut b = [0u8; FRAME_MAX];
+        for (prober, target) in [("198.18.0.1", "198.18.0.2"), ("2001:2::1", "2001:2::2")] {
+            for kind in Kind::ALL {
+                let proto = if kind == Kind::IcmpUdp {
+                    IPPROTO_UDP
+                } else {
+                    IPPROTO_TCP
+                };
+                let t = Tuple {
+                    prober: prober.parse().unwrap(),
+                    sport: 61234,
+                    target: target.parse().unwrap(),
+                    dport: 8080,
+                    proto,
+                };
+                for _ in 0..100 {
+                    let len = forge(&mut b, ([2; 6], [4; 6]), &t, kind, &mut rng);
+                    let f = &b[..len];
+                    let (l4, next, sum) = if t.prober.is_ipv6() {
+                        assert_eq!(f[21], FORGED_TTL);
+                        let plen = usize::from(u16::from_be_bytes([f[18], f[19]]));
+                        assert_eq!(plen, len - 54);
+                        let (s, d) = (v6(t.target), v6(t.prober));
+                        (54, f[20], pseudo_v6(&s, &d, f[20], plen as u32))
+                    } else {
+                        assert_eq!(fold(0, &f[14..34]), 0, "IPv4 header checksum");
+                        assert_eq!(f[22], FORGED_TTL);
+                        let sum = if f[23] == IPPROTO_TCP {
+                            pseudo_v4(&v4(t.target), &v4(t.prober), IPPROTO_TCP, (len - 34) as u16)
+                        } else {
+                            0
+                        };
+                        (34, f[23], sum)
+                    };
+                    assert_eq!(fold(sum, &f[l4..]), 0, "{kind:?} {prober}: checksum of protocol {next}");
+                    if next == IPPROTO_TCP {
+                        assert_eq!(&f[l4..l4 + 4], &[0x1f, 0x90, 0xef, 0x32], "8080 -> 61234");
+                    } else {
+                        // The quoted probe's ports, our side first.
+                        let q = l4 + 8 + if t.prober.is_ipv6() { 40 } else { 20 };
+                        assert_eq!(&f[q..q + 4], &[0xef, 0x32, 0x1f, 0x90], "61234 -> 8080");
+                    }
+                }
+            }
+        }
+    }
+}
