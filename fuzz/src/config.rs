@@ -21,7 +21,11 @@ pub fn check(data: &[u8]) {
             assert!(!errors.is_empty(), "an error list is never empty");
             let lines = text.split('\n').count();
             for e in errors.iter() {
-                assert!(e.line <= lines, "error line {} past the end ({lines} lines): {e}", e.line);
+                assert!(
+                    e.line <= lines,
+                    "error line {} past the end ({lines} lines): {e}",
+                    e.line
+                );
                 assert!(!e.problem.is_empty(), "every error says what is wrong: {e:?}");
                 let _ = e.to_string();
             }

@@ -4,9 +4,7 @@
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use probe_common::{
     csum::{finish, pseudo_v4, pseudo_v6},
-    frame::{
-        payload_sum, rst_v4, rst_v6, segment_v4, syn_v4, syn_v6, udp_v4, udp_v6, Ends, FLOW_LABEL_MASK,
-    },
+    frame::{payload_sum, rst_v4, rst_v6, segment_v4, syn_v4, syn_v6, udp_v4, udp_v6, Ends, FLOW_LABEL_MASK},
     packet::{classify_tcp_flags, ReplyClass, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_RST, TCP_SYN},
 };
 
@@ -30,7 +28,11 @@ fn check_ipv4(b: &[u8], proto: u8, e: &Ends<[u8; 4]>) {
     assert_eq!((&b[0..6], &b[6..12]), (&e.dmac[..], &e.smac[..]), "MACs");
     let ip = &b[14..34];
     assert_eq!(ip[0], 0x45);
-    assert_eq!(usize::from(u16::from_be_bytes([ip[2], ip[3]])), b.len() - 14, "total length");
+    assert_eq!(
+        usize::from(u16::from_be_bytes([ip[2], ip[3]])),
+        b.len() - 14,
+        "total length"
+    );
     assert_eq!(ip[9], proto);
     assert_eq!((&ip[12..16], &ip[16..20]), (&e.saddr[..], &e.daddr[..]));
     assert_eq!(finish(payload_sum(ip)), 0, "IPv4 header checksum");
@@ -45,8 +47,16 @@ fn check_ipv6(b: &[u8], proto: u8, e: &Ends<[u8; 16]>, flow_label: u32) {
     assert_eq!(&b[12..14], &[0x86, 0xdd], "ethertype");
     let ip = &b[14..54];
     let first = u32::from_be_bytes([ip[0], ip[1], ip[2], ip[3]]);
-    assert_eq!(first, 0x6000_0000 | (flow_label & FLOW_LABEL_MASK), "version, class, label");
-    assert_eq!(usize::from(u16::from_be_bytes([ip[4], ip[5]])), b.len() - 54, "payload length");
+    assert_eq!(
+        first,
+        0x6000_0000 | (flow_label & FLOW_LABEL_MASK),
+        "version, class, label"
+    );
+    assert_eq!(
+        usize::from(u16::from_be_bytes([ip[4], ip[5]])),
+        b.len() - 54,
+        "payload length"
+    );
     assert_eq!(ip[6], proto);
     let seg = &b[54..];
     let sum = pseudo_v6(&e.saddr, &e.daddr, proto, seg.len() as u32) + payload_sum(seg);
@@ -73,7 +83,10 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
 
     let f = rst_v4(&e4, seq);
     check_ipv4(f.bytes(), IPPROTO_TCP, &e4);
-    assert_eq!((f.tcp.seq(), f.tcp.flags & (TCP_RST | TCP_SYN | TCP_ACK)), (seq, TCP_RST));
+    assert_eq!(
+        (f.tcp.seq(), f.tcp.flags & (TCP_RST | TCP_SYN | TCP_ACK)),
+        (seq, TCP_RST)
+    );
     let f = rst_v6(&e6, seq);
     check_ipv6(f.bytes(), IPPROTO_TCP, &e6, 0);
     assert_eq!(classify_tcp_flags(f.tcp.flags), ReplyClass::Rst);

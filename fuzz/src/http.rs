@@ -36,7 +36,9 @@ fn probe(check: &HttpCheck, keep_alive: bool, response: Vec<u8>) -> (HttpOutcome
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
         let addr: SocketAddr = listener.local_addr().unwrap();
         let server = tokio::spawn(async move {
-            let Ok((mut s, _)) = listener.accept().await else { return };
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
             // Read the request head (bounded), answer, then wait for the client to close
             // first so TIME_WAIT lands on the client's side.
             let mut head = Vec::new();
@@ -75,7 +77,11 @@ fn check_for(method: &str, status: &str, needle: Option<String>, limit: usize) -
 fn consistent(check: &HttpCheck, outcome: &HttpOutcome, status: Option<u16>) {
     match *outcome {
         HttpOutcome::Passed(code) => {
-            assert!(check.status().contains(code), "passed on {code}, outside {}", check.status());
+            assert!(
+                check.status().contains(code),
+                "passed on {code}, outside {}",
+                check.status()
+            );
             assert_eq!(status, Some(code));
         }
         HttpOutcome::BadStatus(code) => {
@@ -104,7 +110,8 @@ fn raw(u: &mut Unstructured<'_>) -> Result<()> {
     let Some(check) = check_for(method, status, needle, limit) else {
         return Ok(());
     };
-    let response = u.take_rest().to_vec();
+    let rest = u.len();
+    let response = u.bytes(rest)?.to_vec();
     let (outcome, code) = probe(&check, keep_alive, response);
     consistent(&check, &outcome, code);
     Ok(())

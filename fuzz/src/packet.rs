@@ -66,7 +66,10 @@ fn parse_l3(data: &[u8], off: usize, v6: bool) -> Option<L3> {
     if !ip.is_plain() {
         return None;
     }
-    assert!((Ipv4Hdr::LEN..=60).contains(&ip.header_len()), "a plain header is 20..=60 bytes");
+    assert!(
+        (Ipv4Hdr::LEN..=60).contains(&ip.header_len()),
+        "a plain header is 20..=60 bytes"
+    );
     Some(L3 {
         ipv6: false,
         proto: ip.proto,
@@ -121,7 +124,12 @@ fn icmp(data: &[u8], l3: &L3) -> ReplyClass {
     };
     let class = classify_icmp(l3.ipv6, icmp.kind);
     let unreach = if l3.ipv6 { 1 } else { 3 };
-    assert_eq!(class == ReplyClass::IcmpUnreach, icmp.kind == unreach, "ICMP type {}", icmp.kind);
+    assert_eq!(
+        class == ReplyClass::IcmpUnreach,
+        icmp.kind == unreach,
+        "ICMP type {}",
+        icmp.kind
+    );
     if class != ReplyClass::IcmpUnreach {
         return class;
     }
