@@ -210,7 +210,14 @@ fn a_million_forged_replies_change_no_verdict_and_are_all_counted() {
         drops_after.0 .0 - drops_before.0 .0 + drops_after.0 .1 - drops_before.0 .1,
         drops_after.1 .0 - drops_before.1 .0 + drops_after.1 .1 - drops_before.1 .1,
     );
-    assert_eq!(drops, (0, 0), "frames dropped on the veth (backend, prober)");
+    // A frame the veth refused (its peer's ring full) fails its send with ENOBUFS and is
+    // counted dropped by the veth, never as sent: at most one per busy retry.
+    eprintln!("link drops (backend, prober): {drops:?}; refused sends {}", report.busy);
+    assert!(
+        drops.0 + drops.1 <= report.busy,
+        "frames dropped on the veth (backend, prober) {drops:?} beyond the {} refused sends",
+        report.busy
+    );
     let mut forged_passed = 0;
     let mut genuine_passed = 0;
     let mut not_passed = 0;
