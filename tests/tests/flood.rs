@@ -45,8 +45,23 @@ fn config_text(files: &DaemonFiles) -> String {
     text
 }
 
-fn health_events(daemon: &RunningDaemon) -> usize {
+fn event_count(daemon: &RunningDaemon) -> usize {
     daemon.events().len()
+}
+
+/// Waits until no event has been written for 300 ms (at most 3 s): the settling changes are
+/// all in the file before the flood's "before" is taken.
+fn events_settled(daemon: &RunningDaemon) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let mut n = event_count(daemon);
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = event_count(daemon);
+        if now == n || std::time::Instant::now() > deadline {
+            return now;
+        }
+        n = now;
+    }
 }
 
 fn transitions(metrics: &str) -> Vec<String> {
@@ -119,7 +134,7 @@ fn a_million_forged_replies_change_no_verdict_and_are_all_counted() {
         })
         .collect();
 
-    let events_before = health_events(&daemon);
+    let events_before = events_settled(&daemon);
     let metrics_before = metrics(&daemon);
     let rx_before = rx_counters(&files.pins.path);
     let passed_before = passed.read();
@@ -141,7 +156,7 @@ fn a_million_forged_replies_change_no_verdict_and_are_all_counted() {
         link_drops(&topo.prober, PROBER_IF),
     );
     let metrics_after = metrics(&daemon);
-    let events_after = health_events(&daemon);
+    let events_after = event_count(&daemon);
     eprintln!(
         "flood: {} forged frames in {:.2} s ({:.0} frames/s, {} busy retries) during {probes} probes; {:?}",
         report.total(),
