@@ -5,6 +5,7 @@
 //! tests run in parallel; addresses come from 198.18.0.0/15 and 2001:2::/48 only.
 pub mod daemon;
 pub mod fleet;
+pub mod flood;
 pub mod forge;
 pub mod http_server;
 pub mod l4;

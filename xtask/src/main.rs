@@ -5,6 +5,7 @@
 mod bench;
 mod build;
 mod demo;
+mod fuzz;
 mod inspect;
 mod lint;
 mod setup;
@@ -42,6 +43,12 @@ enum Command {
     },
     /// Benchmarks (not tests): `l4`, `http`, `schedule`, `sinks`.
     Bench { which: String },
+    /// Runs the cargo-fuzz targets in fuzz/ for N seconds each (all, or TARGET).
+    Fuzz {
+        #[arg(long)]
+        seconds: u64,
+        target: Option<String>,
+    },
     /// cargo fmt --check and clippy -D warnings, probe-ebpf included (CI runs it first).
     Lint,
     /// Show loaded probe programs and pinned maps with bpftool.
@@ -62,6 +69,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench { which } => bench::run(&which),
         Command::Inspect { pin_dir } => inspect::run(&pin_dir),
         Command::Lint => lint::run(),
+        Command::Fuzz { seconds, target } => fuzz::run(seconds, target.as_deref()),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
