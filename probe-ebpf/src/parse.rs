@@ -1,7 +1,7 @@
 //! Bounds-checked packet access: every header read goes through `ptr_at`, on any hook's
 //! context (`ctx::Packet`: an XDP frame or a tc skb).
-pub use probe_common::parse::L3;
 use probe_common::parse::Wire;
+pub use probe_common::parse::L3;
 
 use crate::ctx::Packet;
 

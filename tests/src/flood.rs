@@ -355,13 +355,15 @@ pub fn forge(b: &mut [u8; FRAME_MAX], macs: ([u8; 6], [u8; 6]), t: &Tuple, kind:
                 IPPROTO_UDP
             };
             let msg = &mut b[l4..];
-            // Unreachable: port unreachable for UDP, host / address unreachable for TCP.
+            // Unreachable with codes that would end a probe (packet.rs's refusing codes): port
+            // unreachable for UDP, administratively prohibited (a REJECT rule) for TCP. Other
+            // codes are passed before any matching, as `other`.
             msg[0..8].copy_from_slice(&[0; 8]);
             (msg[0], msg[1]) = match (is_v6, kind) {
                 (false, Kind::IcmpUdp) => (3, 3),
-                (false, _) => (3, 1),
+                (false, _) => (3, 13),
                 (true, Kind::IcmpUdp) => (1, 4),
-                (true, _) => (1, 3),
+                (true, _) => (1, 1),
             };
             let q = 8 + l3;
             // The quoted probe: our side to the target, the random field where the cookie is.
