@@ -355,7 +355,15 @@ fn live(flow: &FlowKey) -> Option<Inflight> {
 #[inline(always)]
 fn claim(flow: &FlowKey, entry: &Inflight, kind: EventKind, icmp_type: u8, icmp_code: u8, c: &mut RxCounters) -> bool {
     let Some(mut slot) = PROBE_EVENTS.reserve::<ProbeEvent>(0) else {
-        c.ringbuf_full += 1;
+        // No room to report the reply. The entry is taken all the same, so that the engine's
+        // timeout finds it gone and, with no event to follow, reports "no verdict": left in
+        // place it would time out as silence, a UDP probe's healthy outcome, whatever the
+        // reply said. The packet is passed (a SYN+ACK gets the stack's own RST).
+        if PROBE_INFLIGHT.remove(flow).is_ok() {
+            c.ringbuf_full += 1;
+        } else {
+            c.stale += 1;
+        }
         return false;
     };
     if PROBE_INFLIGHT.remove(flow).is_err() {

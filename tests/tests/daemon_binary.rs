@@ -235,3 +235,48 @@ fn a_sighup_during_start_is_not_fatal_and_readiness_is_notified() {
     let status = daemon.0.wait().unwrap();
     assert!(status.success(), "clean exit: {status:?}");
 }
+
+/// The value of an unlabelled metric in a scrape.
+fn metric(files: &DaemonFiles, name: &str) -> f64 {
+    let r = client::request(&files.api(), "GET", "/metrics").expect("scrape /metrics");
+    r.body
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{}", r.body))
+}
+
+#[test]
+fn an_engine_that_loses_its_interface_stops_the_daemon_with_an_error() {
+    let topo = Topology::new();
+    let _a = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    let files = DaemonFiles::new();
+    std::fs::write(files.config_path(), config(&files, &[("a", 8080)])).unwrap();
+    let mut daemon = spawn(&topo.prober, &files.config_path());
+    wait_online(&files, "a");
+    // Results keep coming at the 100 ms interval: the age stays well under a second.
+    std::thread::sleep(Duration::from_millis(300));
+    let age = metric(&files, "probed_last_result_age_seconds");
+    assert!((0.0..1.0).contains(&age), "last result {age} s ago while probing");
+
+    // The interface probe_rx sits on goes away under the running daemon (a veth recreated, a
+    // NIC renamed): no reply can be matched any more, so the engine stops and the daemon
+    // exits with an error for the service manager to restart it, instead of failing `a`.
+    topo.prober.ip(&["link", "del", PROBER_IF]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = daemon.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "probed still runs 10 s after its probe interface was deleted"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success(), "a dead engine is an error exit: {status:?}");
+    let events = std::fs::read_to_string(files.events()).unwrap_or_default();
+    assert!(
+        !events.lines().any(|l| l.contains(r#""to":"Degraded""#)),
+        "no backend was failed for the lost interface:\n{events}"
+    );
+}

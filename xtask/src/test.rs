@@ -11,6 +11,21 @@ pub fn run(filter: Option<&str>) -> anyhow::Result<()> {
         unit.arg(f);
     }
     sh(&mut unit)?;
+    // The fuzz checks over their committed seeds, built without libFuzzer, in the workspace's
+    // target directory so that the crates it shares with probe-user are built once.
+    if filter.is_none() {
+        let mut seeds = cargo();
+        seeds
+            .args([
+                "test",
+                "--manifest-path",
+                "fuzz/Cargo.toml",
+                "--no-default-features",
+                "--lib",
+            ])
+            .env("CARGO_TARGET_DIR", crate::util::root().join("target"));
+        sh(&mut seeds)?;
+    }
     let mut integration = cargo();
     integration.args(["test", "-p", "probed-tests"]);
     if let Some(f) = filter {

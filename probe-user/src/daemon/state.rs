@@ -19,6 +19,8 @@ const VERSION: u32 = 2;
 
 /// A saved state older than this is ignored: the backend may have changed many times since.
 pub const MAX_AGE_MS: u64 = 10 * 60 * 1000;
+/// How far ahead of the clock a file's save time may be (NTP steps) and still count as fresh.
+pub const MAX_CLOCK_SKEW_MS: u64 = 60 * 1000;
 
 /// What is kept of one endpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,6 +65,16 @@ pub fn load(path: &Path, now_unix_ms: u64) -> Saved {
             return Saved::new();
         }
     };
+    if file.saved_unix_ms > now_unix_ms.saturating_add(MAX_CLOCK_SKEW_MS) {
+        // Saved "in the future": the clock was stepped back, or the file was not written by
+        // this daemon. Its age cannot be known, so it would never go stale: start afresh.
+        log::warn!(
+            "state file {} claims to be saved {} s from now; starting every endpoint afresh",
+            path.display(),
+            (file.saved_unix_ms - now_unix_ms) / 1000
+        );
+        return Saved::new();
+    }
     if now_unix_ms.saturating_sub(file.saved_unix_ms) > MAX_AGE_MS {
         log::info!(
             "state file {} is older than {} minutes; starting afresh",
@@ -318,6 +330,14 @@ mod tests {
         assert!(
             load(&path, 1_000_000 + MAX_AGE_MS + 1).is_empty(),
             "stale state is ignored"
+        );
+        assert!(
+            !load(&path, 1_000_000 - MAX_CLOCK_SKEW_MS).is_empty(),
+            "a save a little ahead of the clock (an NTP step) still counts"
+        );
+        assert!(
+            load(&path, 1_000_000 - MAX_CLOCK_SKEW_MS - 1).is_empty(),
+            "a save further in the future never goes stale, so it is ignored"
         );
         std::fs::write(&path, "{ not json").unwrap();
         assert!(load(&path, 1_000_500).is_empty(), "a corrupt file is ignored");

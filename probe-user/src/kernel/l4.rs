@@ -58,6 +58,8 @@ pub struct KernelConfig {
 pub struct L4Kernel {
     ebpf: Ebpf,
     ifindex: u32,
+    /// Every interface probe_rx was attached to, by name and the index it had then.
+    attached: Vec<(String, u32)>,
     /// The mode probe_rx runs in: Driver or Skb (XDP hook only).
     mode: AttachMode,
     hook: Hook,
@@ -148,8 +150,14 @@ impl L4Kernel {
             return Err(KernelError::MissingMap { name: "PROBE_JOBS" });
         };
         let jobs = JobsMmap::new(jobs_data)?;
+        let attached = std::iter::once(&cfg.iface)
+            .chain(&cfg.more_ifaces)
+            .cloned()
+            .zip(ifindexes.iter().copied())
+            .collect();
         Ok(Self {
             ifindex,
+            attached,
             mode,
             hook: cfg.hook,
             jobs,
@@ -169,6 +177,16 @@ impl L4Kernel {
     /// one, unused.
     pub fn rx_mode(&self) -> AttachMode {
         self.mode
+    }
+
+    /// The first interface probe_rx was attached to that is gone: deleted, or replaced by a new
+    /// one of the same name (a new index, without probe_rx). Replies there are no longer
+    /// matched, so every probe through it would end as a timeout the backend did not cause.
+    pub fn lost_interface(&self) -> Option<&str> {
+        self.attached
+            .iter()
+            .find(|(name, index)| if_index(name).ok() != Some(*index))
+            .map(|(name, _)| name.as_str())
     }
 
     /// Where the matcher runs.

@@ -582,3 +582,61 @@ fn a_second_daemon_on_the_same_state_file_or_pins_is_refused() {
     }
     drop(h);
 }
+
+#[test]
+fn two_daemons_cannot_share_a_pin_directory_either() {
+    let h = Harness::new("pins-locked", &[("a", 80)]);
+    // Its own state file, the same pin directory.
+    let text = config_text(&h.dir, &[("a", 80)]).replace("state.json", "other-state.json");
+    let second = Runner::new(
+        parse(&text),
+        Options::default(),
+        Ports {
+            clock: Box::new(FakeClock::default()),
+            start_l4: starter(Arc::new(FakeL4::default())),
+        },
+    );
+    match second {
+        Err(e @ crate::daemon::DaemonError::InUse { .. }) => {
+            assert!(e.to_string().contains("pin"), "{e}");
+        }
+        Err(e) => panic!("refused for the wrong reason: {e}"),
+        Ok(_) => panic!("two daemons shared a pin directory"),
+    }
+    drop(h);
+}
+
+#[test]
+fn header_values_never_reach_the_state_file() {
+    let dir = std::env::temp_dir().join(format!("probed-runner-redact-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // tm: the dialect with custom headers (SPEC 2), at the profile and at the endpoint.
+    let text = format!(
+        "[daemon]\nevents = \"{}\"\nstate_file = \"{}\"\npin_dir = \"{}\"\n\n\
+         [[profile]]\nname = \"web\"\ndialect = \"tm\"\nrouting = \"priority\"\n\n[profile.health]\n\
+         protocol = \"http\"\nport = 80\ninterval = \"10s\"\ntimeout = \"5s\"\n\
+         headers = [\"Authorization:Bearer s3cret-probe-token\"]\n\n\
+         [[profile.endpoint]]\nname = \"a\"\naddress = \"198.18.1.1\"\npriority = 1\n\
+         headers = [\"X-Api-Key:an0ther-s3cret\"]\n",
+        dir.join("events.jsonl").display(),
+        dir.join("state.json").display(),
+        dir.join("pins").display()
+    );
+    let config = parse(&text);
+    let ports = Ports {
+        clock: Box::new(FakeClock::default()),
+        start_l4: starter(Arc::new(FakeL4::default())),
+    };
+    let mut runner = Runner::new(config, Options::default(), ports).expect("runner starts");
+    runner.persist.dirty = true;
+    runner.save_if_due(true);
+    runner.persist.saver.finish();
+    let saved = std::fs::read_to_string(dir.join("state.json")).expect("the state file was written");
+    assert!(saved.contains(r#""endpoint":"a""#), "{saved}");
+    for secret in ["s3cret-probe-token", "an0ther-s3cret", "Authorization", "X-Api-Key"] {
+        assert!(!saved.contains(secret), "{secret} leaked into the state file: {saved}");
+    }
+    drop(runner);
+    let _ = std::fs::remove_dir_all(&dir);
+}

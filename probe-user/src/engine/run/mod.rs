@@ -28,6 +28,9 @@ use crate::kernel::{
     pin::PinDir,
 };
 
+/// The interfaces probe_rx is attached to are checked at most this often (an ioctl each).
+const IFACE_CHECK_EVERY: Duration = Duration::from_millis(1);
+
 /// A probe on the wire.
 struct Live {
     token: u64,
@@ -69,6 +72,8 @@ pub(crate) struct EngineState {
     backlog: VecDeque<L4Request>,
     /// When the current loop turn began.
     last_turn: Instant,
+    /// When `lost_interface` next asks the kernel.
+    next_iface_check: Instant,
     max_inflight: usize,
     /// The operator was told once that a route leaves by an interface without probe_rx.
     warned_iface: bool,
@@ -194,6 +199,7 @@ impl EngineState {
             events: Vec::new(),
             backlog: VecDeque::new(),
             last_turn: Instant::now(),
+            next_iface_check: Instant::now(),
             max_inflight: cfg.max_inflight as usize,
             warned_iface: false,
             failed_runs: 0,
@@ -216,6 +222,11 @@ impl EngineState {
     pub(crate) fn run(mut self, cmds: mpsc::Receiver<Cmd>) {
         loop {
             self.last_turn = Instant::now();
+            // Before anything is sent or timed out: failures are only the backend's doing
+            // while probe_rx can still see replies.
+            if self.lost_interface() {
+                return;
+            }
             self.wake.reset();
             let mut batch = Vec::new();
             loop {
@@ -236,6 +247,26 @@ impl EngineState {
             self.pump();
             self.wait();
         }
+    }
+
+    /// Whether an interface probe_rx was attached to is gone. Then the engine must stop:
+    /// replies there are no longer matched, and reporting the probes' timeouts would fail
+    /// every L4 backend for a fault of this node. Ending the thread closes the results
+    /// channel, and the daemon exits with an error for its service manager to restart it.
+    fn lost_interface(&mut self) -> bool {
+        let now = Instant::now();
+        if now < self.next_iface_check {
+            return false;
+        }
+        self.next_iface_check = now + IFACE_CHECK_EVERY;
+        let Some(iface) = self.kernel.lost_interface() else {
+            return false;
+        };
+        log::error!(
+            "{iface}, where probe_rx was attached, is gone (deleted or recreated): the L4 engine \
+             stops, since no reply can be matched there any more"
+        );
+        true
     }
 
     fn snapshot(&self) -> Snapshot {

@@ -88,10 +88,12 @@ impl EngineState {
                 continue;
             }
             if live.claimed {
-                // The kernel took it but its event never came (it always should).
+                // The kernel took it but its event never came: the ring buffer was full when
+                // the reply arrived (probe_rx counts ringbuf_full). What the reply said is
+                // unknown, so this is no verdict, neither a timeout nor silence.
                 self.stats.lost += 1;
                 let elapsed = now - live.sent;
-                self.finish(slot, L4Outcome::Timeout, elapsed);
+                self.finish(slot, L4Outcome::LocalError { errno: libc::ENOBUFS }, elapsed);
                 continue;
             }
             let flow = live.flow;
