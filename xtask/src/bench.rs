@@ -3,7 +3,7 @@ use anyhow::bail;
 
 use crate::util::{cargo, require_root, sh};
 
-pub fn run(which: &str) -> anyhow::Result<()> {
+pub fn run(which: &str, extra: &[String]) -> anyhow::Result<()> {
     require_root("benchmarks")?;
     crate::setup::run()?;
     let mut cmd = cargo();
@@ -16,7 +16,13 @@ pub fn run(which: &str) -> anyhow::Result<()> {
             cmd.args(["run", "--release", "-p", "probed-tests", "--bin", "bench-schedule"])
         }
         "sinks" => cmd.args(["run", "--release", "-p", "probed-tests", "--bin", "bench-sinks"]),
-        other => bail!("unknown benchmark {other:?}: choose l4, http, schedule or sinks"),
+        "peers" => {
+            // probed as the operator runs it (the release binary), against HAProxy and nginx.
+            sh(cargo().args(["build", "--release", "-p", "probe-user", "--bin", "probed"]))?;
+            cmd.args(["run", "--release", "-p", "probed-tests", "--bin", "bench-peers", "--"])
+                .args(extra)
+        }
+        other => bail!("unknown benchmark {other:?}: choose l4, http, schedule, sinks or peers"),
     };
     sh(&mut cmd)
 }

@@ -41,8 +41,13 @@ enum Command {
         #[arg(long)]
         seconds: Option<u64>,
     },
-    /// Benchmarks (not tests): `l4`, `http`, `schedule`, `sinks`.
-    Bench { which: String },
+    /// Benchmarks (not tests): `l4`, `http`, `schedule`, `sinks`, `peers`.
+    Bench {
+        which: String,
+        /// Passed to the benchmark (`peers`: --sizes, --kinds, --seconds, --only).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        extra: Vec<String>,
+    },
     /// Runs the cargo-fuzz targets in fuzz/ for N seconds each (all, or TARGET).
     Fuzz {
         #[arg(long)]
@@ -66,7 +71,7 @@ fn main() -> std::process::ExitCode {
         Command::Build { release } => build::run(release),
         Command::Test { filter } => test::run(filter.as_deref()),
         Command::Demo { seconds } => demo::run(seconds),
-        Command::Bench { which } => bench::run(&which),
+        Command::Bench { which, extra } => bench::run(&which, &extra),
         Command::Inspect { pin_dir } => inspect::run(&pin_dir),
         Command::Lint => lint::run(),
         Command::Fuzz { seconds, target } => fuzz::run(seconds, target.as_deref()),

@@ -22,6 +22,8 @@ const PACKAGES: &[&str] = &[
     "procps",     // sysctl inside test namespaces
     "prometheus", // promtool: the tests lint the metrics exposition with it
     "haproxy",    // the haproxy sink's tests drive a real HAProxy through its admin socket
+    "nginx",      // `bench peers`: the web fleet both checkers probe
+    "openssl",    // `bench peers`: the fleet's TLS certificate
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
@@ -61,11 +63,25 @@ fn package_installed(name: &str) -> bool {
 fn install_packages(pkgs: &[&str]) -> anyhow::Result<()> {
     sh(Command::new("apt-get").arg("update").arg("-q"))
         .context("apt-get update failed: check that the Debian package mirror is reachable")?;
-    sh(Command::new("apt-get")
+    // Servers (nginx, haproxy) are installed to be started by the tests in their own
+    // namespaces, never as services on the machine: policy-rc.d tells the maintainer scripts
+    // not to start them, for the time of the install (only if the machine has none of its own).
+    let policy = PathBuf::from("/usr/sbin/policy-rc.d");
+    let ours = !policy.exists();
+    if ours {
+        std::fs::write(&policy, "#!/bin/sh\n# cargo xtask setup: start no service while installing\nexit 101\n")
+            .context("write /usr/sbin/policy-rc.d")?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&policy, std::fs::Permissions::from_mode(0o755)).context("chmod policy-rc.d")?;
+    }
+    let installed = sh(Command::new("apt-get")
         .args(["install", "-y", "-q", "--no-install-recommends"])
         .args(pkgs)
-        .env("DEBIAN_FRONTEND", "noninteractive"))
-    .with_context(|| {
+        .env("DEBIAN_FRONTEND", "noninteractive"));
+    if ours {
+        let _ = std::fs::remove_file(&policy);
+    }
+    installed.with_context(|| {
         format!(
             "could not install {}: install them by hand with apt-get",
             pkgs.join(" ")

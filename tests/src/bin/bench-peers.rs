@@ -1,0 +1,530 @@
+//! `cargo xtask bench peers`: probed against HAProxy (Debian's), side by side in one run, on
+//! one nginx fleet: the same targets, interval and checks, TCP, HTTP and HTTPS.
+//!
+//! - The fleet: nginx in the backend namespace answers `GET /health` with 200 on port 80 and
+//!   over TLS on 443, for every address of an AnyIP /16 (198.19.0.0/16).
+//! - The checkers: HAProxy (`option httpchk GET /health`, `http-check expect status 200`,
+//!   `check inter 1s`; `check-ssl verify none` for HTTPS; a plain `check` in `mode tcp` for TCP)
+//!   and `probed run` with the same checks, each in the prober namespace, alone.
+//! - Two placements: both checkers pinned to CPU 0 (nginx on CPU 1), then unpinned on both
+//!   cores (HAProxy with `nbthread 2`, probed with its default workers).
+//! - Counted: checks per second *at the backend* (an nft counter of SYNs to 80/443 in the
+//!   backend namespace, not the checker's own claim), CPU per check of the checker's process
+//!   and of the whole machine (/proc/stat, nginx and softirqs included, which is the same
+//!   work for both), and the checker's peak RSS (VmHWM).
+//!
+//! `bench-peers [--sizes 10000,30000,65000] [--kinds tcp,http,https] [--seconds 10] [--only pinned|unpinned]`
+use std::{
+    fmt::Write as _,
+    io::Write,
+    os::{fd::AsRawFd, unix::process::CommandExt},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use probed_tests::{daemon::DaemonFiles, probed_bin, servers::counted_packets, topo::PROBER_IF, Netns, Topology};
+
+const BLOCK: &str = "198.19.0.0/16";
+const HTTP_PORT: u16 = 80;
+const HTTPS_PORT: u16 = 443;
+/// Seconds a checker runs before the measured window: its start and its first round.
+const WARMUP: Duration = Duration::from_secs(6);
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Tcp,
+    Http,
+    Https,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Tcp => "tcp",
+            Kind::Http => "http",
+            Kind::Https => "https",
+        }
+    }
+
+    fn port(self) -> u16 {
+        match self {
+            Kind::Https => HTTPS_PORT,
+            _ => HTTP_PORT,
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Checker {
+    Haproxy,
+    Probed,
+}
+
+impl Checker {
+    fn name(self) -> &'static str {
+        match self {
+            Checker::Haproxy => "haproxy",
+            Checker::Probed => "probed",
+        }
+    }
+}
+
+/// The i-th target address of the fleet.
+fn addr(i: usize) -> String {
+    let n = u32::from(std::net::Ipv4Addr::new(198, 19, 0, 0)) + u32::try_from(i).expect("fleet fits a /16");
+    std::net::Ipv4Addr::from(n).to_string()
+}
+
+struct Args {
+    sizes: Vec<usize>,
+    kinds: Vec<Kind>,
+    seconds: u64,
+    pinned: Vec<bool>,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        sizes: vec![10_000, 30_000, 65_000],
+        kinds: vec![Kind::Tcp, Kind::Http, Kind::Https],
+        seconds: 10,
+        pinned: vec![true, false],
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--sizes" => {
+                a.sizes = value
+                    .split(',')
+                    .map(|s| s.parse().unwrap_or_else(|_| panic!("--sizes: {s:?} is not a number")))
+                    .collect();
+                assert!(a.sizes.iter().all(|&n| (1..=65_536).contains(&n)), "--sizes: 1 to 65536");
+            }
+            "--kinds" => {
+                a.kinds = value
+                    .split(',')
+                    .map(|k| match k {
+                        "tcp" => Kind::Tcp,
+                        "http" => Kind::Http,
+                        "https" => Kind::Https,
+                        other => panic!("--kinds: {other:?} is not tcp, http or https"),
+                    })
+                    .collect();
+            }
+            "--seconds" => a.seconds = value.parse().expect("--seconds: a number"),
+            "--only" => {
+                a.pinned = match value.as_str() {
+                    "pinned" => vec![true],
+                    "unpinned" => vec![false],
+                    other => panic!("--only: {other:?} is not pinned or unpinned"),
+                }
+            }
+            other => panic!("unknown flag {other}: --sizes, --kinds, --seconds, --only"),
+        }
+    }
+    a
+}
+
+/// A process in a namespace, stopped (SIGTERM, then SIGKILL) when dropped.
+struct Proc {
+    child: Child,
+    what: &'static str,
+}
+
+impl Proc {
+    /// `argv` inside `ns`'s network namespace (only: `ip netns exec` would also remount /sys,
+    /// hiding bpffs), on CPU `cpu` when given, output to `log`.
+    fn spawn(ns: &Netns, cpu: Option<usize>, argv: &[&str], log: &Path, what: &'static str) -> Self {
+        let netns = std::fs::File::open(ns.path()).expect("open the namespace");
+        let mut cmd = Command::new(argv[0]);
+        cmd.args(&argv[1..]);
+        let out = std::fs::File::create(log).expect("create the log");
+        cmd.stdout(out.try_clone().unwrap()).stderr(out).stdin(Stdio::null());
+        // Its own process group, so that a Ctrl-C of the bench reaches us first and Drop runs.
+        cmd.process_group(0);
+        // SAFETY: setns(2) and sched_setaffinity(2) are async-signal-safe; the fd stays open
+        // in the child until exec, and the cpu set is built before the fork.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if let Some(c) = cpu {
+                libc::CPU_SET(c, &mut set);
+            }
+            cmd.pre_exec(move || {
+                if libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if cpu.is_some() && libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+        Self { child, what }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_none()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let pid = self.child.id() as i32;
+        // SAFETY: kill(2) on the pid of our own child, not yet reaped.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if self.alive() {
+            eprintln!("{} did not stop on SIGTERM; killing it", self.what);
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Utime + stime of a process, all its threads, from /proc/PID/stat.
+fn proc_cpu(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at the last ')'.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest.split_whitespace().filter_map(|v| v.parse().ok()).collect();
+    // rest[0] is the state (not a number, filtered out): utime and stime are fields 14 and 15
+    // of the line, here 11 and 12 of the numbers.
+    let ticks = f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0);
+    Duration::from_micros(ticks * 1_000_000 / clk_tck())
+}
+
+fn clk_tck() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as u64
+}
+
+/// Busy time of the whole machine (every state but idle, iowait and nice: niced work is
+/// someone else's), from /proc/stat.
+fn machine_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let busy: u64 = f
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| ![1, 3, 4].contains(i) && *i < 8)
+        .map(|(_, v)| v)
+        .sum();
+    Duration::from_micros(busy * 1_000_000 / clk_tck())
+}
+
+/// The machine's busy time in the "nice" state: work of another niced process would skew
+/// the whole-machine figures, so the report says how much there was.
+fn nice_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let nice: u64 = stat
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Duration::from_micros(nice * 1_000_000 / clk_tck())
+}
+
+fn peak_rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The backend namespace with nginx serving the fleet.
+struct Fleet {
+    topo: Topology,
+    dir: PathBuf,
+}
+
+impl Fleet {
+    fn new() -> Self {
+        let topo = Topology::new();
+        topo.anyip(BLOCK);
+        // SYNs to the fleet's ports, counted where they arrive.
+        topo.backend.nft(
+            "table inet bench {\n chain input {\n  type filter hook input priority -10; policy accept;\n  \
+             tcp dport 80 tcp flags & (syn | ack) == syn counter\n  \
+             tcp dport 443 tcp flags & (syn | ack) == syn counter\n }\n}\n",
+        );
+        // Many short connections a second: let both ends reuse what they can.
+        for ns in [&topo.backend, &topo.prober] {
+            ns.sysctl("net.ipv4.tcp_tw_reuse", "1");
+            ns.sysctl("net.core.somaxconn", "65535");
+            ns.sysctl("net.ipv4.tcp_max_syn_backlog", "65535");
+        }
+        let dir = std::env::temp_dir().join(probed_tests::unique_name("probed-bench-peers-"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cert = rcgen::generate_simple_self_signed(vec!["fleet.bench".to_string()]).expect("a certificate");
+        std::fs::write(dir.join("cert.pem"), cert.cert.pem()).unwrap();
+        std::fs::write(dir.join("key.pem"), cert.key_pair.serialize_pem()).unwrap();
+        Self { topo, dir }
+    }
+
+    /// nginx with `workers` processes, on `cpus` when given.
+    fn nginx(&self, workers: usize, cpus: Option<usize>) -> Proc {
+        let d = self.dir.display();
+        let conf = format!(
+            "worker_processes {workers};\ndaemon off;\nmaster_process on;\npid {d}/nginx.pid;\n\
+             error_log {d}/nginx-error.log warn;\nworker_rlimit_nofile 20000;\n\
+             events {{ worker_connections 16000; multi_accept on; }}\n\
+             http {{\n access_log off;\n keepalive_timeout 0;\n client_body_temp_path {d}/body;\n\
+             proxy_temp_path {d}/proxy;\n fastcgi_temp_path {d}/fastcgi;\n uwsgi_temp_path {d}/uwsgi;\n\
+             scgi_temp_path {d}/scgi;\n ssl_certificate {d}/cert.pem;\n ssl_certificate_key {d}/key.pem;\n\
+             ssl_session_cache shared:bench:10m;\n\
+             server {{\n  listen {HTTP_PORT} reuseport backlog=65535;\n  listen {HTTPS_PORT} ssl reuseport backlog=65535;\n\
+             location = /health {{ return 200 \"ok\\n\"; }}\n  location / {{ return 404; }}\n }}\n}}\n"
+        );
+        let path = self.dir.join("nginx.conf");
+        std::fs::write(&path, conf).unwrap();
+        let p = Proc::spawn(
+            &self.topo.backend,
+            cpus,
+            &["nginx", "-e", "stderr", "-c", path.to_str().unwrap(), "-p", self.dir.to_str().unwrap()],
+            &self.dir.join("nginx.log"),
+            "nginx",
+        );
+        // Up when it answers on both ports.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = self
+                .topo
+                .backend
+                .exec("sh", &["-c", "ss -ltn | grep -c -E ':(80|443) ' || true"]);
+            if out.trim().parse::<u32>().unwrap_or(0) >= 2 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nginx did not listen: {}",
+                std::fs::read_to_string(self.dir.join("nginx.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        p
+    }
+
+    fn syns(&self) -> u64 {
+        let listing = self.topo.backend.exec("nft", &["list", "table", "inet", "bench"]);
+        counted_packets(&listing, "dport ")
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn haproxy_config(dir: &Path, kind: Kind, n: usize, threads: usize) -> PathBuf {
+    let mut c = String::new();
+    c += &format!(
+        "global\n  nbthread {threads}\n  maxconn 8000\n  ulimit-n 20000\n  log stderr format raw local0 err\n\
+         defaults\n  timeout connect 1s\n  timeout check 1s\n  timeout client 1s\n  timeout server 1s\n"
+    );
+    let (mode, check) = match kind {
+        Kind::Tcp => ("tcp", "check inter 1s fall 3 rise 3"),
+        Kind::Http => ("http", "check inter 1s fall 3 rise 3"),
+        Kind::Https => ("http", "check inter 1s fall 3 rise 3 check-ssl verify none"),
+    };
+    // HAProxy runs only with a listener: one on the namespace's loopback, never used.
+    c += &format!("frontend unused\n  mode {mode}\n  bind 127.0.0.1:18080\n  default_backend fleet\n");
+    c += &format!("backend fleet\n  mode {mode}\n  balance roundrobin\n");
+    if kind != Kind::Tcp {
+        c += "  option httpchk GET /health\n  http-check expect status 200\n";
+    }
+    c += &format!("  default-server {check}\n");
+    let port = kind.port();
+    for i in 0..n {
+        let _ = writeln!(c, "  server s{i} {}:{port}", addr(i));
+    }
+    let path = dir.join(format!("haproxy-{}-{n}.cfg", kind.name()));
+    std::fs::write(&path, c).unwrap();
+    path
+}
+
+fn probed_config(files: &DaemonFiles, kind: Kind, n: usize) -> PathBuf {
+    let mut c = files.header(PROBER_IF);
+    let check = match kind {
+        Kind::Tcp => "protocol = \"tcp\"\n".to_string(),
+        Kind::Http => format!("protocol = \"http\"\nport = {HTTP_PORT}\nmethod = \"GET\"\npath = \"/health\"\n"),
+        Kind::Https => format!("protocol = \"https\"\nport = {HTTPS_PORT}\nmethod = \"GET\"\npath = \"/health\"\n"),
+    };
+    c += &format!(
+        "[[profile]]\nname = \"fleet\"\ndialect = \"lb\"\nrouting = \"weighted\"\n\n[profile.health]\n{check}\
+         interval = \"1s\"\ntimeout = \"1s\"\nhealthy_threshold = 3\nunhealthy_threshold = 3\n"
+    );
+    let port = kind.port();
+    for i in 0..n {
+        let _ = writeln!(
+            c,
+            "\n[[profile.endpoint]]\nname = \"e{i}\"\naddress = \"{}\"\nport = {port}",
+            addr(i)
+        );
+    }
+    let path = files.dir.join(format!("probed-{}-{n}.toml", kind.name()));
+    std::fs::write(&path, c).unwrap();
+    path
+}
+
+struct Row {
+    kind: Kind,
+    n: usize,
+    pinned: bool,
+    checker: Checker,
+    checks_per_s: f64,
+    proc_us: f64,
+    machine_us: f64,
+    rss_kb: u64,
+    niced_s: f64,
+}
+
+fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, seconds: u64) -> Row {
+    let cpus = pinned.then_some(0);
+    let files = DaemonFiles::new();
+    let log = fleet.dir.join(format!("{}-{}-{n}.log", checker.name(), kind.name()));
+    let mut proc = match checker {
+        Checker::Haproxy => {
+            let cfg = haproxy_config(&fleet.dir, kind, n, if pinned { 1 } else { 2 });
+            Proc::spawn(&fleet.topo.prober, cpus, &["haproxy", "-db", "-f", cfg.to_str().unwrap()], &log, "haproxy")
+        }
+        Checker::Probed => {
+            let cfg = probed_config(&files, kind, n);
+            let bin = probed_bin();
+            Proc::spawn(
+                &fleet.topo.prober,
+                cpus,
+                &[bin.to_str().unwrap(), "run", "--config", cfg.to_str().unwrap()],
+                &log,
+                "probed",
+            )
+        }
+    };
+    std::thread::sleep(WARMUP);
+    assert!(
+        proc.alive(),
+        "{} exited during warm-up: {}",
+        checker.name(),
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let (s0, p0, m0, n0) = (fleet.syns(), proc_cpu(proc.pid()), machine_cpu(), nice_cpu());
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(seconds));
+    let (s1, p1, m1, n1) = (fleet.syns(), proc_cpu(proc.pid()), machine_cpu(), nice_cpu());
+    let wall = t0.elapsed().as_secs_f64();
+    let rss_kb = peak_rss_kb(proc.pid());
+    assert!(proc.alive(), "{} exited while measured", checker.name());
+    drop(proc);
+    let checks = (s1 - s0).max(1) as f64;
+    Row {
+        kind,
+        n,
+        pinned,
+        checker,
+        checks_per_s: checks / wall,
+        proc_us: (p1 - p0).as_secs_f64() * 1e6 / checks,
+        machine_us: (m1 - m0).as_secs_f64() * 1e6 / checks,
+        rss_kb,
+        niced_s: (n1 - n0).as_secs_f64(),
+    }
+}
+
+fn main() {
+    let a = args();
+    let fleet = Fleet::new();
+    let mut rows = Vec::new();
+    for &pinned in &a.pinned {
+        // Pinned: the checker on CPU 0 and the fleet on CPU 1; unpinned: all on both.
+        let nginx = if pinned {
+            fleet.nginx(1, Some(1))
+        } else {
+            fleet.nginx(2, None)
+        };
+        for &kind in &a.kinds {
+            for &n in &a.sizes {
+                for checker in [Checker::Haproxy, Checker::Probed] {
+                    let row = measure(&fleet, checker, kind, n, pinned, a.seconds);
+                    eprintln!(
+                        "{:<6} {:>6} {:<8} {:<8} {:>9.0} checks/s  {:>6.1} us/check (process)  {:>6.1} us/check (machine)  {:>8} KiB peak",
+                        kind.name(),
+                        n,
+                        if pinned { "1 core" } else { "2 cores" },
+                        checker.name(),
+                        row.checks_per_s,
+                        row.proc_us,
+                        row.machine_us,
+                        row.rss_kb
+                    );
+                    rows.push(row);
+                }
+            }
+        }
+        drop(nginx);
+    }
+    report(&rows);
+}
+
+fn report(rows: &[Row]) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_fmt(
+        format_args!(
+            "\n| check | targets | cores | checker | checks/s at the backend | CPU/check, process | CPU/check, machine | peak RSS | RSS/target |\n\
+             |---|---:|---|---|---:|---:|---:|---:|---:|\n"
+        ),
+    );
+    for r in rows {
+        let _ = out.write_fmt(format_args!(
+            "| {} | {} | {} | {} | {:.0} | {:.1} µs | {:.1} µs | {:.0} MiB | {:.1} KiB |\n",
+            r.kind.name(),
+            r.n,
+            if r.pinned { "1 (pinned)" } else { "2" },
+            r.checker.name(),
+            r.checks_per_s,
+            r.proc_us,
+            r.machine_us,
+            r.rss_kb as f64 / 1024.0,
+            r.rss_kb as f64 / r.n as f64
+        ));
+    }
+    let _ = out.write_fmt(format_args!(
+        "\n| check | targets | cores | probed/HAProxy checks/s | process CPU/check | machine CPU/check |\n|---|---:|---|---:|---:|---:|\n"
+    ));
+    for pair in rows.chunks(2) {
+        let [h, p] = pair else { continue };
+        let _ = out.write_fmt(format_args!(
+            "| {} | {} | {} | {:.2}x | {:.2}x | {:.2}x |\n",
+            p.kind.name(),
+            p.n,
+            if p.pinned { "1 (pinned)" } else { "2" },
+            p.checks_per_s / h.checks_per_s,
+            p.proc_us / h.proc_us,
+            p.machine_us / h.machine_us
+        ));
+    }
+    let niced: f64 = rows.iter().map(|r| r.niced_s).sum();
+    if niced > 1.0 {
+        let _ = out.write_fmt(format_args!(
+            "\nwarning: {niced:.0} s of niced work ran meanwhile; the machine figures include it\n"
+        ));
+    }
+}
