@@ -69,8 +69,11 @@ fn install_packages(pkgs: &[&str]) -> anyhow::Result<()> {
     let policy = PathBuf::from("/usr/sbin/policy-rc.d");
     let ours = !policy.exists();
     if ours {
-        std::fs::write(&policy, "#!/bin/sh\n# cargo xtask setup: start no service while installing\nexit 101\n")
-            .context("write /usr/sbin/policy-rc.d")?;
+        std::fs::write(
+            &policy,
+            "#!/bin/sh\n# cargo xtask setup: start no service while installing\nexit 101\n",
+        )
+        .context("write /usr/sbin/policy-rc.d")?;
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&policy, std::fs::Permissions::from_mode(0o755)).context("chmod policy-rc.d")?;
     }

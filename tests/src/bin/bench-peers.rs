@@ -81,6 +81,8 @@ struct Args {
     kinds: Vec<Kind>,
     seconds: u64,
     pinned: Vec<bool>,
+    /// Record each probed run's measured window with `perf record -g` into this directory.
+    perf: Option<PathBuf>,
 }
 
 fn args() -> Args {
@@ -89,6 +91,7 @@ fn args() -> Args {
         kinds: vec![Kind::Tcp, Kind::Http, Kind::Https],
         seconds: 10,
         pinned: vec![true, false],
+        perf: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -99,7 +102,10 @@ fn args() -> Args {
                     .split(',')
                     .map(|s| s.parse().unwrap_or_else(|_| panic!("--sizes: {s:?} is not a number")))
                     .collect();
-                assert!(a.sizes.iter().all(|&n| (1..=65_536).contains(&n)), "--sizes: 1 to 65536");
+                assert!(
+                    a.sizes.iter().all(|&n| (1..=65_536).contains(&n)),
+                    "--sizes: 1 to 65536"
+                );
             }
             "--kinds" => {
                 a.kinds = value
@@ -113,6 +119,7 @@ fn args() -> Args {
                     .collect();
             }
             "--seconds" => a.seconds = value.parse().expect("--seconds: a number"),
+            "--perf" => a.perf = Some(PathBuf::from(value)),
             "--only" => {
                 a.pinned = match value.as_str() {
                     "pinned" => vec![true],
@@ -120,7 +127,7 @@ fn args() -> Args {
                     other => panic!("--only: {other:?} is not pinned or unpinned"),
                 }
             }
-            other => panic!("unknown flag {other}: --sizes, --kinds, --seconds, --only"),
+            other => panic!("unknown flag {other}: --sizes, --kinds, --seconds, --only, --perf"),
         }
     }
     a
@@ -300,7 +307,15 @@ impl Fleet {
         let p = Proc::spawn(
             &self.topo.backend,
             cpus,
-            &["nginx", "-e", "stderr", "-c", path.to_str().unwrap(), "-p", self.dir.to_str().unwrap()],
+            &[
+                "nginx",
+                "-e",
+                "stderr",
+                "-c",
+                path.to_str().unwrap(),
+                "-p",
+                self.dir.to_str().unwrap(),
+            ],
             &self.dir.join("nginx.log"),
             "nginx",
         );
@@ -339,7 +354,7 @@ impl Drop for Fleet {
 fn haproxy_config(dir: &Path, kind: Kind, n: usize, threads: usize) -> PathBuf {
     let mut c = String::new();
     c += &format!(
-        "global\n  nbthread {threads}\n  maxconn 8000\n  ulimit-n 20000\n  log stderr format raw local0 err\n\
+        "global\n  nbthread {threads}\n  maxconn 2000\n  ulimit-n 20000\n  no strict-limits\n  log stderr format raw local0 err\n\
          defaults\n  timeout connect 1s\n  timeout check 1s\n  timeout client 1s\n  timeout server 1s\n"
     );
     let (mode, check) = match kind {
@@ -399,14 +414,21 @@ struct Row {
     niced_s: f64,
 }
 
-fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, seconds: u64) -> Row {
+fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, a: &Args) -> Row {
+    let seconds = a.seconds;
     let cpus = pinned.then_some(0);
     let files = DaemonFiles::new();
     let log = fleet.dir.join(format!("{}-{}-{n}.log", checker.name(), kind.name()));
     let mut proc = match checker {
         Checker::Haproxy => {
             let cfg = haproxy_config(&fleet.dir, kind, n, if pinned { 1 } else { 2 });
-            Proc::spawn(&fleet.topo.prober, cpus, &["haproxy", "-db", "-f", cfg.to_str().unwrap()], &log, "haproxy")
+            Proc::spawn(
+                &fleet.topo.prober,
+                cpus,
+                &["haproxy", "-db", "-f", cfg.to_str().unwrap()],
+                &log,
+                "haproxy",
+            )
         }
         Checker::Probed => {
             let cfg = probed_config(&files, kind, n);
@@ -429,7 +451,25 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
     );
     let (s0, p0, m0, n0) = (fleet.syns(), proc_cpu(proc.pid()), machine_cpu(), nice_cpu());
     let t0 = Instant::now();
+    let perf = a.perf.as_ref().filter(|_| checker == Checker::Probed).map(|dir| {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = dir.join(format!(
+            "probed-{}-{n}-{}.data",
+            kind.name(),
+            if pinned { "pinned" } else { "unpinned" }
+        ));
+        Command::new("perf")
+            .args(["record", "-g", "-q", "-o"])
+            .arg(&out)
+            .args(["-p", &proc.pid().to_string(), "--", "sleep", &seconds.to_string()])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn perf record")
+    });
     std::thread::sleep(Duration::from_secs(seconds));
+    if let Some(mut p) = perf {
+        let _ = p.wait();
+    }
     let (s1, p1, m1, n1) = (fleet.syns(), proc_cpu(proc.pid()), machine_cpu(), nice_cpu());
     let wall = t0.elapsed().as_secs_f64();
     let rss_kb = peak_rss_kb(proc.pid());
@@ -463,7 +503,7 @@ fn main() {
         for &kind in &a.kinds {
             for &n in &a.sizes {
                 for checker in [Checker::Haproxy, Checker::Probed] {
-                    let row = measure(&fleet, checker, kind, n, pinned, a.seconds);
+                    let row = measure(&fleet, checker, kind, n, pinned, &a);
                     eprintln!(
                         "{:<6} {:>6} {:<8} {:<8} {:>9.0} checks/s  {:>6.1} us/check (process)  {:>6.1} us/check (machine)  {:>8} KiB peak",
                         kind.name(),

@@ -3,6 +3,7 @@
 //!
 //! `HttpCheck` (request.rs) says what to send and expect; `HttpProber` runs it.
 pub mod error;
+mod exchange;
 pub mod request;
 pub mod status;
 pub mod tls;
@@ -222,7 +223,10 @@ impl HttpProber {
             server_name: check.server_name(target).to_str().into_owned(),
             strict: check.tls().is_strict(),
         };
-        let mut pooled = if self.keep_alive { self.checkout(&key) } else { None };
+        if !self.keep_alive {
+            return self.run_once(target, check, start, deadline).await;
+        }
+        let mut pooled = self.checkout(&key);
         let (mut sender, mut conn_task, response) = loop {
             let reused = pooled.is_some();
             let (mut sender, task) = match pooled.take() {
@@ -306,6 +310,64 @@ impl HttpProber {
         })
     }
 
+    /// A probe on a connection of its own: connect, TLS for HTTPS, then one exchange
+    /// (`exchange.rs`); the connection is reset when the answer is in.
+    async fn run_once(
+        &self,
+        target: SocketAddr,
+        check: &HttpCheck,
+        start: Instant,
+        deadline: Instant,
+    ) -> Result<HttpReport, Failed> {
+        let tcp = self.connect_tcp(target, deadline).await?;
+        let request = exchange::render_request(check, target);
+        match check.scheme() {
+            Scheme::Http => {
+                let mut tcp = tcp;
+                exchange::exchange(&mut tcp, &request, check, start, deadline).await
+            }
+            Scheme::Https => {
+                let mut tls = self.tls_handshake(tcp, target, check, deadline).await?;
+                exchange::exchange(&mut tls, &request, check, start, deadline).await
+            }
+        }
+    }
+
+    /// A TCP connection to `target` by `deadline`, Nagle off; reset on close unless kept alive.
+    async fn connect_tcp(&self, target: SocketAddr, deadline: Instant) -> Result<TcpStream, Failed> {
+        let tcp = match tokio::time::timeout_at(deadline, TcpStream::connect(target)).await {
+            Err(_) => return Err(HttpOutcome::Timeout(Phase::Connect).into()),
+            Ok(Err(e)) => return Err(classify_connect(&e).into()),
+            Ok(Ok(s)) => s,
+        };
+        // The request is one small write; Nagle would only delay it.
+        let _ = tcp.set_nodelay(true);
+        // A probe's connection ends with a reset once its answer is in, as HAProxy's checks do:
+        // no FIN exchange, and no TIME_WAIT left on either end (at thousands of checks a
+        // second, the backend's would otherwise hold tens of thousands).
+        if !self.keep_alive {
+            let _ = socket2::SockRef::from(&tcp).set_linger(Some(Duration::ZERO));
+        }
+        Ok(tcp)
+    }
+
+    async fn tls_handshake(
+        &self,
+        tcp: TcpStream,
+        target: SocketAddr,
+        check: &HttpCheck,
+        deadline: Instant,
+    ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, Failed> {
+        let config = check.tls().strict_config().unwrap_or(&self.presented).clone();
+        let connector = tokio_rustls::TlsConnector::from(config);
+        let shake = connector.connect(check.server_name(target), tcp);
+        match tokio::time::timeout_at(deadline, shake).await {
+            Err(_) => Err(HttpOutcome::Timeout(Phase::Tls).into()),
+            Ok(Err(e)) => Err(classify_tls(&e).into()),
+            Ok(Ok(stream)) => Ok(stream),
+        }
+    }
+
     fn request(&self, target: SocketAddr, check: &HttpCheck) -> Request<Empty<Bytes>> {
         let mut req = Request::new(Empty::new());
         *req.method_mut() = match check.method() {
@@ -323,38 +385,21 @@ impl HttpProber {
         for (name, value) in check.headers() {
             h.insert(name.clone(), value.clone());
         }
-        if !self.keep_alive {
-            h.insert(header::CONNECTION, header::HeaderValue::from_static("close"));
-        }
         req
     }
 
-    /// Connects, shakes hands (for HTTPS) and starts the HTTP/1.1 connection task.
+    /// Connects, shakes hands (for HTTPS) and starts the HTTP/1.1 connection task: the
+    /// keep-alive path, whose connections outlive a probe.
     async fn connect(
         &self,
         target: SocketAddr,
         check: &HttpCheck,
         deadline: Instant,
     ) -> Result<(SendRequest<Empty<Bytes>>, JoinHandle<()>), Failed> {
-        let tcp = match tokio::time::timeout_at(deadline, TcpStream::connect(target)).await {
-            Err(_) => return Err(HttpOutcome::Timeout(Phase::Connect).into()),
-            Ok(Err(e)) => return Err(classify_connect(&e).into()),
-            Ok(Ok(s)) => s,
-        };
-        // The request is one small write; Nagle would only delay it.
-        let _ = tcp.set_nodelay(true);
+        let tcp = self.connect_tcp(target, deadline).await?;
         match check.scheme() {
             Scheme::Http => handshake(tcp).await,
-            Scheme::Https => {
-                let config = check.tls().strict_config().unwrap_or(&self.presented).clone();
-                let connector = tokio_rustls::TlsConnector::from(config);
-                let shake = connector.connect(check.server_name(target), tcp);
-                match tokio::time::timeout_at(deadline, shake).await {
-                    Err(_) => Err(HttpOutcome::Timeout(Phase::Tls).into()),
-                    Ok(Err(e)) => Err(classify_tls(&e).into()),
-                    Ok(Ok(stream)) => handshake(stream).await,
-                }
-            }
+            Scheme::Https => handshake(self.tls_handshake(tcp, target, check, deadline).await?).await,
         }
     }
 
