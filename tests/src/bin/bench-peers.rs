@@ -412,6 +412,8 @@ struct Row {
     machine_us: f64,
     rss_kb: u64,
     niced_s: f64,
+    /// Targets the checker declared down while it ran.
+    down: usize,
 }
 
 fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, a: &Args) -> Row {
@@ -475,6 +477,19 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
     let rss_kb = peak_rss_kb(proc.pid());
     assert!(proc.alive(), "{} exited while measured", checker.name());
     drop(proc);
+    // Targets the checker declared down: its checks failed, so its cost per check is not that
+    // of a passing check. HAProxy logs each; probed writes an event for each.
+    let (said, mark) = match checker {
+        Checker::Haproxy => (std::fs::read_to_string(&log).unwrap_or_default(), "is DOWN"),
+        Checker::Probed => (
+            std::fs::read_to_string(files.events()).unwrap_or_default(),
+            "\"to\":\"Degraded\"",
+        ),
+    };
+    let down = said.lines().filter(|l| l.contains(mark)).count();
+    if let Some(first) = said.lines().find(|l| l.contains(mark)) {
+        eprintln!("  {}: {down} targets declared down, e.g. {first}", checker.name());
+    }
     let checks = (s1 - s0).max(1) as f64;
     Row {
         kind,
@@ -486,6 +501,7 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
         machine_us: (m1 - m0).as_secs_f64() * 1e6 / checks,
         rss_kb,
         niced_s: (n1 - n0).as_secs_f64(),
+        down,
     }
 }
 
@@ -528,13 +544,13 @@ fn report(rows: &[Row]) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_fmt(
         format_args!(
-            "\n| check | targets | cores | checker | checks/s at the backend | CPU/check, process | CPU/check, machine | peak RSS | RSS/target |\n\
-             |---|---:|---|---|---:|---:|---:|---:|---:|\n"
+            "\n| check | targets | cores | checker | checks/s at the backend | CPU/check, process | CPU/check, machine | peak RSS | RSS/target | declared down |\n\
+             |---|---:|---|---|---:|---:|---:|---:|---:|---:|\n"
         ),
     );
     for r in rows {
         let _ = out.write_fmt(format_args!(
-            "| {} | {} | {} | {} | {:.0} | {:.1} µs | {:.1} µs | {:.0} MiB | {:.1} KiB |\n",
+            "| {} | {} | {} | {} | {:.0} | {:.1} µs | {:.1} µs | {:.0} MiB | {:.1} KiB | {} |\n",
             r.kind.name(),
             r.n,
             if r.pinned { "1 (pinned)" } else { "2" },
@@ -543,7 +559,8 @@ fn report(rows: &[Row]) {
             r.proc_us,
             r.machine_us,
             r.rss_kb as f64 / 1024.0,
-            r.rss_kb as f64 / r.n as f64
+            r.rss_kb as f64 / r.n as f64,
+            r.down
         ));
     }
     let _ = out.write_fmt(format_args!(
