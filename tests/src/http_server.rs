@@ -64,6 +64,8 @@ pub struct Seen {
     pub headers: Vec<(String, String)>,
     /// The client's address: one value per TCP connection.
     pub peer: SocketAddr,
+    /// Over TLS: whether the connection resumed an earlier session.
+    pub resumed: Option<bool>,
 }
 
 impl Seen {
@@ -115,6 +117,10 @@ impl SelfSigned {
             .with_no_client_auth()
             .with_single_cert(vec![self.cert_der.clone()], key)
             .expect("certificate and key match");
+        // Stateless session tickets, as nginx issues them: resumption is bounded by what the
+        // client keeps, not by a server-side cache.
+        let mut config = config;
+        config.ticketer = rustls::crypto::ring::Ticketer::new().expect("a ticket key");
         Arc::new(config)
     }
 }
@@ -214,10 +220,10 @@ impl Netns {
 }
 
 async fn connection(tcp: tokio::net::TcpStream, peer: SocketAddr, state: Arc<State>, tls: Option<Arc<Tls>>) {
-    let service = service_fn(move |req| answer(req, peer, state.clone()));
     let http = hyper::server::conn::http1::Builder::new();
     match tls {
         None => {
+            let service = service_fn(move |req| answer(req, peer, None, state.clone()));
             let _ = http.serve_connection(TokioIo::new(tcp), service).await;
         }
         Some(tls) => {
@@ -225,6 +231,8 @@ async fn connection(tcp: tokio::net::TcpStream, peer: SocketAddr, state: Arc<Sta
             let Ok(stream) = tls.acceptor.accept(tcp).await else {
                 return;
             };
+            let resumed = stream.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+            let service = service_fn(move |req| answer(req, peer, Some(resumed), state.clone()));
             let _ = http.serve_connection(TokioIo::new(stream), service).await;
         }
     }
@@ -233,6 +241,7 @@ async fn connection(tcp: tokio::net::TcpStream, peer: SocketAddr, state: Arc<Sta
 async fn answer(
     req: Request<Incoming>,
     peer: SocketAddr,
+    resumed: Option<bool>,
     state: Arc<State>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     let headers: Vec<(String, String)> = req
@@ -258,6 +267,7 @@ async fn answer(
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
         headers,
         peer,
+        resumed,
     });
     let route = state
         .routes

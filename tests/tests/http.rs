@@ -381,6 +381,42 @@ fn https_default_strict_and_given_ca() {
     assert!(seen.iter().any(|r| r.host.as_deref() == Some("backend.test")));
 }
 
+/// One prober's HTTPS probes of a fleet resume each target's session from the round before:
+/// each backend signs once, not once per check. 300 targets, more than rustls keeps by
+/// default (256), so a fleet-sized cache is what makes the second round resume.
+#[test]
+fn https_probes_of_a_fleet_resume_their_tls_sessions() {
+    const FLEET: usize = 300;
+    let topo = Topology::new();
+    topo.anyip("198.19.60.0/23");
+    let cert = SelfSigned::new(&["fleet.test"]);
+    let server = topo.backend.https_server("0.0.0.0:443", &cert, Duration::ZERO);
+    let targets: Vec<SocketAddr> = (0..FLEET)
+        .map(|i| addr(&format!("198.19.{}.{}:443", 60 + i / 256, i % 256)))
+        .collect();
+    let c = check(&spec(Scheme::Https, Dialect::Tm));
+    let reports = in_prober(&topo, || async {
+        let prober = HttpProber::new();
+        let mut out = Vec::new();
+        for _round in 0..2 {
+            for t in &targets {
+                out.push(prober.probe(*t, &c).await);
+            }
+        }
+        out
+    });
+    assert!(
+        reports.iter().all(|r| r.outcome == HttpOutcome::Passed(200)),
+        "{:?}",
+        reports.iter().find(|r| r.outcome != HttpOutcome::Passed(200))
+    );
+    let seen = server.seen();
+    assert_eq!(seen.len(), 2 * FLEET);
+    let resumed = |round: &[probed_tests::http_server::Seen]| round.iter().filter(|r| r.resumed == Some(true)).count();
+    assert_eq!(resumed(&seen[..FLEET]), 0, "the first round shakes hands in full");
+    assert_eq!(resumed(&seen[FLEET..]), FLEET, "the second round resumes every target");
+}
+
 #[test]
 fn body_match_reads_a_bounded_prefix() {
     let topo = Topology::new();
