@@ -1,11 +1,17 @@
 //! Sending what is due: L4 checks in one batch to the L4 port, HTTP(S) and UDP
 //! request/response checks as tasks whose reports come back on the runner's channel.
-use std::sync::Arc;
+use std::{net::SocketAddr, sync::Arc};
+
+use tokio::sync::Semaphore;
 
 use super::{CheckSlot, Inflight, Runner, SlotCache};
 use crate::{
-    daemon::checks::{ProbeKind, ProbeReport},
+    daemon::checks::{
+        http::{HttpProbe, HttpProber},
+        ProbeKind, ProbeReport,
+    },
     engine::L4Request,
+    probe::udp::{UdpProber, UdpRequest},
     schedule::CheckId,
 };
 
@@ -16,6 +22,7 @@ impl Runner {
         due.clear();
         self.sched.pop_due_with(now, |id, due_ns| due.push((id, due_ns)));
         let mut batch = Vec::new();
+        let mut jobs = Vec::new();
         for &(id, due_ns) in &due {
             let fresh = self
                 .slots
@@ -54,10 +61,12 @@ impl Runner {
                     proto: proto.clone(),
                     timeout: *timeout,
                 }),
-                None => self.spawn_task(id, token),
+                None => jobs.extend(self.task_job(id, token)),
             }
         }
         self.due_buf = due;
+        // One hand-over to the workers per tick, however many tasks it holds.
+        self.tasks.workers.spawn_all(jobs, Job::run);
         if batch.is_empty() {
             return;
         }
@@ -94,45 +103,80 @@ impl Runner {
         })
     }
 
-    /// Starts a check that runs as a task (HTTP, UDP exchange); its report comes back on
-    /// `tasks.rx` under `token`.
-    fn spawn_task(&self, id: CheckId, token: u64) {
-        let Some(spec) = self.sched.key(id).map(|k| &k.spec) else {
-            return;
-        };
+    /// The task of a check that runs on the L7 workers (HTTP, UDP exchange); its report comes
+    /// back on `tasks.rx` under `token`.
+    fn task_job(&self, id: CheckId, token: u64) -> Option<Job> {
+        let spec = &self.sched.key(id)?.spec;
         let tx = self.tasks.tx.clone();
         match &spec.kind {
-            ProbeKind::L4(_) => {}
-            ProbeKind::Http(probe) => {
-                let (prober, slots, probe, target) = (
-                    self.tasks.http.clone(),
-                    self.tasks.http_slots.clone(),
-                    probe.clone(),
-                    spec.target,
-                );
-                self.tasks.workers.spawn(async move {
-                    // All slots busy: the probe starts late, and its lateness says so.
-                    let queued = std::time::Instant::now();
-                    let Ok(_permit) = slots.acquire_owned().await else {
-                        return;
-                    };
-                    let queued_ns = u64::try_from(queued.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                    let report = prober.probe(target, &probe).await;
-                    let _ = tx.send((token, report, queued_ns));
-                });
+            ProbeKind::L4(_) => None,
+            ProbeKind::Http(probe) => Some(Job::Http {
+                prober: self.tasks.http.clone(),
+                slots: self.tasks.http_slots.clone(),
+                probe: probe.clone(),
+                target: spec.target,
+                token,
+                tx,
+            }),
+            ProbeKind::UdpExchange(req) => Some(Job::Udp {
+                prober: self.tasks.udp.clone(),
+                req: req.clone(),
+                token,
+                tx,
+            }),
+        }
+    }
+}
+
+type Reports = tokio::sync::mpsc::UnboundedSender<(u64, ProbeReport, u64)>;
+
+/// A probe that runs as a task on the L7 workers.
+pub(super) enum Job {
+    Http {
+        prober: HttpProber,
+        slots: Arc<Semaphore>,
+        probe: HttpProbe,
+        target: SocketAddr,
+        token: u64,
+        tx: Reports,
+    },
+    Udp {
+        prober: UdpProber,
+        req: Arc<UdpRequest>,
+        token: u64,
+        tx: Reports,
+    },
+}
+
+impl Job {
+    pub(super) async fn run(self) {
+        match self {
+            Job::Http {
+                prober,
+                slots,
+                probe,
+                target,
+                token,
+                tx,
+            } => {
+                // All slots busy: the probe starts late, and its lateness says so.
+                let queued = std::time::Instant::now();
+                let Ok(_permit) = slots.acquire_owned().await else {
+                    return;
+                };
+                let queued_ns = u64::try_from(queued.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                let report = prober.probe(target, &probe).await;
+                let _ = tx.send((token, report, queued_ns));
             }
-            ProbeKind::UdpExchange(req) => {
-                let (prober, req) = (self.tasks.udp.clone(), req.clone());
-                self.tasks.workers.spawn(async move {
-                    let r = prober.probe(&req).await;
-                    let report = ProbeReport {
-                        healthy: r.outcome.healthy(),
-                        outcome: (&r.outcome).into(),
-                        elapsed: r.elapsed,
-                        reason: Arc::from(r.outcome.to_string()),
-                    };
-                    let _ = tx.send((token, report, 0));
-                });
+            Job::Udp { prober, req, token, tx } => {
+                let r = prober.probe(&req).await;
+                let report = ProbeReport {
+                    healthy: r.outcome.healthy(),
+                    outcome: (&r.outcome).into(),
+                    elapsed: r.elapsed,
+                    reason: Arc::from(r.outcome.to_string()),
+                };
+                let _ = tx.send((token, report, 0));
             }
         }
     }

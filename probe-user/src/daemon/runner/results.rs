@@ -48,8 +48,14 @@ impl Runner {
         else {
             return;
         };
-        let finished = self.now();
-        self.last_result_ns = finished;
+        // When the probe ended, by its own clock: results are taken in batches (at most one
+        // tick late), and that wait is not the backend's, nor part of the next interval.
+        let ended = inflight
+            .started_ns
+            .saturating_add(queued_ns)
+            .saturating_add(u64::try_from(report.elapsed.as_nanos()).unwrap_or(u64::MAX));
+        let finished = ended.min(self.now());
+        self.last_result_ns = self.now();
         let obs = Observation {
             success: report.healthy,
             started_ns: inflight.started_ns,

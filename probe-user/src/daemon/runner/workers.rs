@@ -38,11 +38,22 @@ impl Workers {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     }
 
-    pub(super) fn spawn<F>(&self, probe: F)
+    /// Starts a task per item, `run(item)` each, with one hand-over from the calling thread:
+    /// the tasks are spawned from a worker (its own queue, shared with the others by work
+    /// stealing), so a tick's probes cost one wake-up of the workers, not one each.
+    pub(super) fn spawn_all<T, F>(&self, items: Vec<T>, run: fn(T) -> F)
     where
+        T: Send + 'static,
         F: Future<Output = ()> + Send + 'static,
     {
-        drop(self.handle.spawn(probe));
+        if items.is_empty() {
+            return;
+        }
+        drop(self.handle.spawn(async move {
+            for item in items {
+                drop(tokio::spawn(run(item)));
+            }
+        }));
     }
 }
 

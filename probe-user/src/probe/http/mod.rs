@@ -236,7 +236,7 @@ impl HttpProber {
                     (s, Some(t))
                 }
             };
-            let request = self.request(target, check);
+            let request = Self::request(target, check);
             match tokio::time::timeout_at(deadline, sender.send_request(request)).await {
                 Err(_) => {
                     abort(task);
@@ -368,7 +368,7 @@ impl HttpProber {
         }
     }
 
-    fn request(&self, target: SocketAddr, check: &HttpCheck) -> Request<Empty<Bytes>> {
+    fn request(target: SocketAddr, check: &HttpCheck) -> Request<Empty<Bytes>> {
         let mut req = Request::new(Empty::new());
         *req.method_mut() = match check.method() {
             Method::Head => hyper::Method::HEAD,
