@@ -40,6 +40,13 @@ pub struct Daemon {
     pub pin_dir: PathBuf,
     /// Last known health per endpoint, so a restart resumes instead of starting over.
     pub state_file: PathBuf,
+    /// Threads that run HTTP(S) and UDP request/response probes; None: one per core.
+    pub l7_workers: Option<u16>,
+}
+
+impl Daemon {
+    /// The most L7 worker threads `l7_workers` may ask for.
+    pub const MAX_L7_WORKERS: u16 = 256;
 }
 
 /// The `api_*` keys of `[daemon]`: where the API listens and who may change state through it.

@@ -434,7 +434,8 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
         }
         Checker::Probed => {
             let cfg = probed_config(&files, kind, n);
-            let bin = probed_bin();
+            // PROBED_BIN: another build of probed to measure (before/after a change).
+            let bin = std::env::var_os("PROBED_BIN").map_or_else(probed_bin, PathBuf::from);
             Proc::spawn(
                 &fleet.topo.prober,
                 cpus,

@@ -90,3 +90,13 @@ fn a_reload_names_each_changed_api_key() {
     let keys: Vec<_> = old.daemon.api.changed_keys(&tcp.daemon.api).collect();
     assert_eq!(keys, ["api_listen", "api_token_file"]);
 }
+
+rule!(l7_workers_zero, "[daemon]\nl7_workers = 0", "daemon.l7_workers");
+rule!(l7_workers_too_many, "[daemon]\nl7_workers = 257", "daemon.l7_workers");
+rule!(l7_workers_not_a_number, "[daemon]\nl7_workers = \"all\"", "daemon.l7_workers");
+
+#[test]
+fn l7_workers_default_to_one_per_core() {
+    assert_eq!(ok("").daemon.l7_workers, None);
+    assert_eq!(ok("[daemon]\nl7_workers = 4").daemon.l7_workers, Some(4));
+}

@@ -1,5 +1,5 @@
 //! `[daemon]`: where the API listens and who may change state through it, where events go,
-//! the bpffs pin directory and the state file.
+//! the bpffs pin directory, the state file and the L7 worker threads.
 use std::{net::SocketAddr, path::PathBuf};
 
 use toml::de::DeValue;
@@ -23,6 +23,7 @@ pub(super) fn daemon(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>)
         "events",
         "pin_dir",
         "state_file",
+        "l7_workers",
     ];
     let Some(t) = opt_table(r, v, "daemon", &keys)? else {
         return Some(Daemon {
@@ -30,6 +31,7 @@ pub(super) fn daemon(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>)
             events: EventsOutput::Stdout,
             pin_dir: PathBuf::from(DEFAULT_PIN_DIR),
             state_file: PathBuf::from(DEFAULT_STATE_FILE),
+            l7_workers: None,
         });
     };
     let api = api(r, &t);
@@ -61,11 +63,28 @@ pub(super) fn daemon(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>)
             None
         }
     };
+    let l7_workers = match r.int(&t, "l7_workers") {
+        None => Some(None),
+        Some(item) => match u16::try_from(item.v).ok().filter(|n| (1..=Daemon::MAX_L7_WORKERS).contains(n)) {
+            Some(n) => Some(Some(n)),
+            None => {
+                r.bad(
+                    &item,
+                    format!(
+                        "expected 1 to {} threads for HTTP(S) and UDP request/response probes (leave it out for one per core)",
+                        Daemon::MAX_L7_WORKERS
+                    ),
+                );
+                None
+            }
+        },
+    };
     Some(Daemon {
         api: api?,
         events: events?,
         pin_dir: pin_dir?,
         state_file: state_file?,
+        l7_workers: l7_workers?,
     })
 }
 

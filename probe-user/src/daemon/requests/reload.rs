@@ -98,6 +98,9 @@ fn restart_needed(old: &Config, new: &Config, engine_running: bool) -> Vec<Strin
     if new.daemon.state_file != old.daemon.state_file {
         out.push("daemon.state_file".to_string());
     }
+    if new.daemon.l7_workers != old.daemon.l7_workers {
+        out.push("daemon.l7_workers".to_string());
+    }
     if new.source != old.source && engine_running {
         out.push("source".to_string());
     }

@@ -196,7 +196,12 @@ impl Runner {
             due_buf: Vec::new(),
             l4: L4::default(),
             tasks: Tasks {
-                workers: workers::Workers::start(workers::Workers::default_threads())?,
+                workers: workers::Workers::start(
+                    config
+                        .daemon
+                        .l7_workers
+                        .map_or_else(workers::Workers::default_threads, usize::from),
+                )?,
                 http: HttpProber::new(),
                 http_slots: Arc::new(Semaphore::new(HTTP_CONCURRENCY)),
                 udp: crate::probe::udp::UdpProber::default(),
