@@ -1,5 +1,7 @@
-//! HTTP and HTTPS health probes (SPEC 1 and 2): one HEAD or GET per probe over hyper's
-//! HTTP/1.1 client, TLS by rustls, one deadline for connect, handshake and response head.
+//! HTTP and HTTPS health probes (SPEC 1 and 2): one HEAD or GET per probe, TLS by rustls, one
+//! deadline for connect, handshake and response. A probe on a connection of its own (what the
+//! daemon runs) is one exchange of bytes (exchange.rs); kept-alive connections (`probed check
+//! --keep-alive`) go through hyper's HTTP/1.1 client.
 //!
 //! `HttpCheck` (request.rs) says what to send and expect; `HttpProber` runs it.
 pub mod error;
@@ -80,7 +82,7 @@ pub enum HttpOutcome {
     Connect(String),
     /// This node is short of a resource (descriptors, buffers, ports): no verdict on the target.
     LocalError(String),
-    /// A response hyper could not parse.
+    /// A response that is not valid HTTP/1.1 (head, framing or chunking).
     Protocol(String),
 }
 
