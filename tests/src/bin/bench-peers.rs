@@ -272,7 +272,10 @@ impl Fleet {
         topo.backend.nft(
             "table inet bench {\n chain input {\n  type filter hook input priority -10; policy accept;\n  \
              tcp dport 80 tcp flags & (syn | ack) == syn counter\n  \
-             tcp dport 443 tcp flags & (syn | ack) == syn counter\n }\n}\n",
+             tcp dport 443 tcp flags & (syn | ack) == syn counter\n  \
+             tcp dport {80, 443} counter comment \"all\"\n }\n \
+             chain output {\n  type filter hook output priority -10; policy accept;\n  \
+             tcp sport {80, 443} counter comment \"back\"\n }\n}\n",
         );
         // Many short connections a second: let both ends reuse what they can.
         for ns in [&topo.backend, &topo.prober] {
@@ -339,9 +342,14 @@ impl Fleet {
         p
     }
 
-    fn syns(&self) -> u64 {
+    /// (SYNs, all packets) the checkers sent to the fleet so far, and the packets it answered with.
+    fn counts(&self) -> ((u64, u64), u64) {
         let listing = self.topo.backend.exec("nft", &["list", "table", "inet", "bench"]);
-        counted_packets(&listing, "dport ")
+        let all = counted_packets(&listing, "\"all\"");
+        (
+            (counted_packets(&listing, "dport ") - all, all),
+            counted_packets(&listing, "\"back\""),
+        )
     }
 }
 
@@ -412,6 +420,8 @@ struct Row {
     machine_us: f64,
     rss_kb: u64,
     niced_s: f64,
+    /// Packets the checker sent to the fleet, and the fleet sent back, per check.
+    packets: (f64, f64),
     /// Targets the checker declared down while it ran.
     down: usize,
 }
@@ -452,7 +462,7 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
         checker.name(),
         std::fs::read_to_string(&log).unwrap_or_default()
     );
-    let (s0, p0, m0, n0) = (fleet.syns(), proc_cpu(proc.pid()), machine_cpu(), nice_cpu());
+    let (((s0, a0), b0), p0, m0, n0) = (fleet.counts(), proc_cpu(proc.pid()), machine_cpu(), nice_cpu());
     let t0 = Instant::now();
     let perf = a.perf.as_ref().filter(|_| checker == Checker::Probed).map(|dir| {
         std::fs::create_dir_all(dir).unwrap();
@@ -473,7 +483,7 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
     if let Some(mut p) = perf {
         let _ = p.wait();
     }
-    let (s1, p1, m1, n1) = (fleet.syns(), proc_cpu(proc.pid()), machine_cpu(), nice_cpu());
+    let (((s1, a1), b1), p1, m1, n1) = (fleet.counts(), proc_cpu(proc.pid()), machine_cpu(), nice_cpu());
     let wall = t0.elapsed().as_secs_f64();
     let rss_kb = peak_rss_kb(proc.pid());
     assert!(proc.alive(), "{} exited while measured", checker.name());
@@ -502,6 +512,7 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
         machine_us: (m1 - m0).as_secs_f64() * 1e6 / checks,
         rss_kb,
         niced_s: (n1 - n0).as_secs_f64(),
+        packets: ((a1 - a0) as f64 / checks, (b1 - b0) as f64 / checks),
         down,
     }
 }
@@ -545,13 +556,13 @@ fn report(rows: &[Row]) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_fmt(
         format_args!(
-            "\n| check | targets | cores | checker | checks/s at the backend | CPU/check, process | CPU/check, machine | peak RSS | RSS/target | declared down |\n\
-             |---|---:|---|---|---:|---:|---:|---:|---:|---:|\n"
+            "\n| check | targets | cores | checker | checks/s at the backend | CPU/check, process | CPU/check, machine | peak RSS | RSS/target | packets/check out, back | declared down |\n\
+             |---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
         ),
     );
     for r in rows {
         let _ = out.write_fmt(format_args!(
-            "| {} | {} | {} | {} | {:.0} | {:.1} µs | {:.1} µs | {:.0} MiB | {:.1} KiB | {} |\n",
+            "| {} | {} | {} | {} | {:.0} | {:.1} µs | {:.1} µs | {:.0} MiB | {:.1} KiB | {:.1}, {:.1} | {} |\n",
             r.kind.name(),
             r.n,
             if r.pinned { "1 (pinned)" } else { "2" },
@@ -561,6 +572,8 @@ fn report(rows: &[Row]) {
             r.machine_us,
             r.rss_kb as f64 / 1024.0,
             r.rss_kb as f64 / r.n as f64,
+            r.packets.0,
+            r.packets.1,
             r.down
         ));
     }

@@ -93,7 +93,11 @@ fn a_reload_names_each_changed_api_key() {
 
 rule!(l7_workers_zero, "[daemon]\nl7_workers = 0", "daemon.l7_workers");
 rule!(l7_workers_too_many, "[daemon]\nl7_workers = 257", "daemon.l7_workers");
-rule!(l7_workers_not_a_number, "[daemon]\nl7_workers = \"all\"", "daemon.l7_workers");
+rule!(
+    l7_workers_not_a_number,
+    "[daemon]\nl7_workers = \"all\"",
+    "daemon.l7_workers"
+);
 
 #[test]
 fn l7_workers_default_to_one_per_core() {

@@ -65,7 +65,10 @@ pub(super) fn daemon(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>)
     };
     let l7_workers = match r.int(&t, "l7_workers") {
         None => Some(None),
-        Some(item) => match u16::try_from(item.v).ok().filter(|n| (1..=Daemon::MAX_L7_WORKERS).contains(n)) {
+        Some(item) => match u16::try_from(item.v)
+            .ok()
+            .filter(|n| (1..=Daemon::MAX_L7_WORKERS).contains(n))
+        {
             Some(n) => Some(Some(n)),
             None => {
                 r.bad(

@@ -337,20 +337,29 @@ impl HttpProber {
 
     /// A TCP connection to `target` by `deadline`, Nagle off; reset on close unless kept alive.
     async fn connect_tcp(&self, target: SocketAddr, deadline: Instant) -> Result<TcpStream, Failed> {
-        let tcp = match tokio::time::timeout_at(deadline, TcpStream::connect(target)).await {
-            Err(_) => return Err(HttpOutcome::Timeout(Phase::Connect).into()),
-            Ok(Err(e)) => return Err(classify_connect(&e).into()),
-            Ok(Ok(s)) => s,
-        };
-        // The request is one small write; Nagle would only delay it.
-        let _ = tcp.set_nodelay(true);
-        // A probe's connection ends with a reset once its answer is in, as HAProxy's checks do:
-        // no FIN exchange, and no TIME_WAIT left on either end (at thousands of checks a
-        // second, the backend's would otherwise hold tens of thousands).
-        if !self.keep_alive {
-            let _ = socket2::SockRef::from(&tcp).set_linger(Some(Duration::ZERO));
+        let socket = match target {
+            SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+            SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
         }
-        Ok(tcp)
+        .map_err(|e| Failed::from(classify_connect(&e)))?;
+        // The request is one small write; Nagle would only delay it.
+        let _ = socket.set_nodelay(true);
+        if !self.keep_alive {
+            let sock = socket2::SockRef::from(&socket);
+            // A probe's connection ends with a reset once its answer is in, as HAProxy's checks
+            // do: no FIN exchange, and no TIME_WAIT left on either end (at thousands of checks
+            // a second, the backend's would otherwise hold tens of thousands).
+            let _ = sock.set_linger(Some(Duration::ZERO));
+            // Delayed ACKs from the start: the handshake's last ACK rides on the request, and
+            // the response is never acknowledged alone before the reset. Three packets to the
+            // backend per check instead of five, as HAProxy's tcp-smart-connect sends.
+            let _ = sock.set_tcp_quickack(false);
+        }
+        match tokio::time::timeout_at(deadline, socket.connect(target)).await {
+            Err(_) => Err(HttpOutcome::Timeout(Phase::Connect).into()),
+            Ok(Err(e)) => Err(classify_connect(&e).into()),
+            Ok(Ok(s)) => Ok(s),
+        }
     }
 
     async fn tls_handshake(
