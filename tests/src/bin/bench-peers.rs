@@ -28,8 +28,11 @@ use probed_tests::{daemon::DaemonFiles, probed_bin, servers::counted_packets, to
 const BLOCK: &str = "198.19.0.0/16";
 const HTTP_PORT: u16 = 80;
 const HTTPS_PORT: u16 = 443;
-/// Seconds a checker runs before the measured window: its start and its first round.
+/// How long a checker runs, once it has sent its first check, before the measured window: its
+/// first round spreads over the interval.
 const WARMUP: Duration = Duration::from_secs(6);
+/// The most a checker may take from its start to its first check.
+const START_LIMIT: Duration = Duration::from_secs(240);
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
@@ -362,7 +365,7 @@ impl Drop for Fleet {
 fn haproxy_config(dir: &Path, kind: Kind, n: usize, threads: usize) -> PathBuf {
     let mut c = String::new();
     c += &format!(
-        "global\n  nbthread {threads}\n  maxconn 2000\n  ulimit-n 20000\n  no strict-limits\n  log stderr format raw local0 err\n\
+        "global\n  nbthread {threads}\n  maxconn 9000\n  ulimit-n 20000\n  no strict-limits\n  log stderr format raw local0 err\n\
          defaults\n  timeout connect 1s\n  timeout check 1s\n  timeout client 1s\n  timeout server 1s\n"
     );
     let (mode, check) = match kind {
@@ -424,6 +427,8 @@ struct Row {
     packets: (f64, f64),
     /// Targets the checker declared down while it ran.
     down: usize,
+    /// Seconds from the checker's start to its first check at the fleet.
+    start_s: f64,
 }
 
 fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, a: &Args) -> Row {
@@ -455,6 +460,28 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
             )
         }
     };
+    // Started once its first checks reach the fleet (HAProxy parses 65k servers for over 30 s),
+    // then WARMUP for the first round to spread over the interval.
+    let spawned = Instant::now();
+    let ((before, _), _) = fleet.counts();
+    loop {
+        assert!(
+            proc.alive(),
+            "{} exited while starting: {}",
+            checker.name(),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        if fleet.counts().0 .0 > before {
+            break;
+        }
+        assert!(
+            spawned.elapsed() < START_LIMIT,
+            "{} sent no check within {START_LIMIT:?}",
+            checker.name()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let start_s = spawned.elapsed().as_secs_f64();
     std::thread::sleep(WARMUP);
     assert!(
         proc.alive(),
@@ -514,6 +541,7 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
         niced_s: (n1 - n0).as_secs_f64(),
         packets: ((a1 - a0) as f64 / checks, (b1 - b0) as f64 / checks),
         down,
+        start_s,
     }
 }
 
@@ -556,13 +584,13 @@ fn report(rows: &[Row]) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_fmt(
         format_args!(
-            "\n| check | targets | cores | checker | checks/s at the backend | CPU/check, process | CPU/check, machine | peak RSS | RSS/target | packets/check out, back | declared down |\n\
-             |---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
+            "\n| check | targets | cores | checker | checks/s at the backend | CPU/check, process | CPU/check, machine | peak RSS | RSS/target | packets/check out, back | declared down | first check after |\n\
+             |---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
         ),
     );
     for r in rows {
         let _ = out.write_fmt(format_args!(
-            "| {} | {} | {} | {} | {:.0} | {:.1} µs | {:.1} µs | {:.0} MiB | {:.1} KiB | {:.1}, {:.1} | {} |\n",
+            "| {} | {} | {} | {} | {:.0} | {:.1} µs | {:.1} µs | {:.0} MiB | {:.1} KiB | {:.1}, {:.1} | {} | {:.1} s |\n",
             r.kind.name(),
             r.n,
             if r.pinned { "1 (pinned)" } else { "2" },
@@ -574,7 +602,8 @@ fn report(rows: &[Row]) {
             r.rss_kb as f64 / r.n as f64,
             r.packets.0,
             r.packets.1,
-            r.down
+            r.down,
+            r.start_s
         ));
     }
     let _ = out.write_fmt(format_args!(
@@ -582,6 +611,15 @@ fn report(rows: &[Row]) {
     ));
     for pair in rows.chunks(2) {
         let [h, p] = pair else { continue };
+        if h.checks_per_s < 1.0 {
+            let _ = out.write_fmt(format_args!(
+                "| {} | {} | {} | HAProxy sent no checks | | |\n",
+                p.kind.name(),
+                p.n,
+                if p.pinned { "1 (pinned)" } else { "2" }
+            ));
+            continue;
+        }
         let _ = out.write_fmt(format_args!(
             "| {} | {} | {} | {:.2}x | {:.2}x | {:.2}x |\n",
             p.kind.name(),

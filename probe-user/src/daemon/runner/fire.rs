@@ -2,8 +2,6 @@
 //! request/response checks as tasks whose reports come back on the runner's channel.
 use std::{net::SocketAddr, sync::Arc};
 
-use tokio::sync::Semaphore;
-
 use super::{CheckSlot, Inflight, Runner, SlotCache};
 use crate::{
     daemon::checks::{
@@ -22,7 +20,8 @@ impl Runner {
         due.clear();
         self.sched.pop_due_with(now, |id, due_ns| due.push((id, due_ns)));
         let mut batch = Vec::new();
-        let mut jobs = Vec::new();
+        let mut http = Vec::new();
+        let mut udp = Vec::new();
         for &(id, due_ns) in &due {
             let fresh = self
                 .slots
@@ -61,12 +60,18 @@ impl Runner {
                     proto: proto.clone(),
                     timeout: *timeout,
                 }),
-                None => jobs.extend(self.task_job(id, token)),
+                None => match self.task_job(id, token) {
+                    Some(Job::Http(j)) => http.push(j),
+                    Some(Job::Udp(j)) => udp.push(j),
+                    None => {}
+                },
             }
         }
         self.due_buf = due;
-        // One hand-over to the workers per tick, however many tasks it holds.
-        self.tasks.workers.spawn_all(jobs, Job::run);
+        // One hand-over to the workers per tick, however many probes it holds. HTTP probes
+        // wait for one of the lanes as jobs (a few words each), never as parked tasks.
+        self.tasks.http_lanes.push_all(http, &self.tasks.workers, HttpJob::run);
+        self.tasks.workers.spawn_all(udp, UdpJob::run);
         if batch.is_empty() {
             return;
         }
@@ -103,81 +108,71 @@ impl Runner {
         })
     }
 
-    /// The task of a check that runs on the L7 workers (HTTP, UDP exchange); its report comes
+    /// The job of a check that runs on the L7 workers (HTTP, UDP exchange); its report comes
     /// back on `tasks.rx` under `token`.
     fn task_job(&self, id: CheckId, token: u64) -> Option<Job> {
         let spec = &self.sched.key(id)?.spec;
         let tx = self.tasks.tx.clone();
         match &spec.kind {
             ProbeKind::L4(_) => None,
-            ProbeKind::Http(probe) => Some(Job::Http {
+            ProbeKind::Http(probe) => Some(Job::Http(HttpJob {
                 prober: self.tasks.http.clone(),
-                slots: self.tasks.http_slots.clone(),
                 probe: probe.clone(),
                 target: spec.target,
                 token,
                 tx,
-            }),
-            ProbeKind::UdpExchange(req) => Some(Job::Udp {
+            })),
+            ProbeKind::UdpExchange(req) => Some(Job::Udp(UdpJob {
                 prober: self.tasks.udp.clone(),
                 req: req.clone(),
                 token,
                 tx,
-            }),
+            })),
         }
     }
 }
 
 type Reports = tokio::sync::mpsc::UnboundedSender<(u64, ProbeReport, u64)>;
 
-/// A probe that runs as a task on the L7 workers.
-pub(super) enum Job {
-    Http {
-        prober: HttpProber,
-        slots: Arc<Semaphore>,
-        probe: HttpProbe,
-        target: SocketAddr,
-        token: u64,
-        tx: Reports,
-    },
-    Udp {
-        prober: UdpProber,
-        req: Arc<UdpRequest>,
-        token: u64,
-        tx: Reports,
-    },
+/// A probe that runs on the L7 workers.
+enum Job {
+    Http(HttpJob),
+    Udp(UdpJob),
 }
 
-impl Job {
-    pub(super) async fn run(self) {
-        match self {
-            Job::Http {
-                prober,
-                slots,
-                probe,
-                target,
-                token,
-                tx,
-            } => {
-                // All slots busy: the probe starts late, and its lateness says so.
-                let queued = std::time::Instant::now();
-                let Ok(_permit) = slots.acquire_owned().await else {
-                    return;
-                };
-                let queued_ns = u64::try_from(queued.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                let report = prober.probe(target, &probe).await;
-                let _ = tx.send((token, report, queued_ns));
-            }
-            Job::Udp { prober, req, token, tx } => {
-                let r = prober.probe(&req).await;
-                let report = ProbeReport {
-                    healthy: r.outcome.healthy(),
-                    outcome: (&r.outcome).into(),
-                    elapsed: r.elapsed,
-                    reason: Arc::from(r.outcome.to_string()),
-                };
-                let _ = tx.send((token, report, 0));
-            }
-        }
+pub(super) struct HttpJob {
+    prober: HttpProber,
+    probe: HttpProbe,
+    target: SocketAddr,
+    token: u64,
+    tx: Reports,
+}
+
+impl HttpJob {
+    /// Runs the probe; `queued_ns` is how long it waited for a lane (its lateness grows by
+    /// as much, and the pace report says so).
+    async fn run(self, queued_ns: u64) {
+        let report = self.prober.probe(self.target, &self.probe).await;
+        let _ = self.tx.send((self.token, report, queued_ns));
+    }
+}
+
+pub(super) struct UdpJob {
+    prober: UdpProber,
+    req: Arc<UdpRequest>,
+    token: u64,
+    tx: Reports,
+}
+
+impl UdpJob {
+    async fn run(self) {
+        let r = self.prober.probe(&self.req).await;
+        let report = ProbeReport {
+            healthy: r.outcome.healthy(),
+            outcome: (&r.outcome).into(),
+            elapsed: r.elapsed,
+            reason: Arc::from(r.outcome.to_string()),
+        };
+        let _ = self.tx.send((self.token, report, 0));
     }
 }

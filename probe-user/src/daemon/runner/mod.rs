@@ -18,7 +18,7 @@ mod workers;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 
 use super::{
     changes::Bus,
@@ -108,7 +108,8 @@ struct CheckSlot {
 struct Tasks {
     workers: workers::Workers,
     http: HttpProber,
-    http_slots: Arc<Semaphore>,
+    /// HTTP probes run on at most HTTP_CONCURRENCY lanes; the rest wait as jobs.
+    http_lanes: Arc<workers::Lanes<fire::HttpJob>>,
     udp: crate::probe::udp::UdpProber,
     /// (token, report, nanoseconds the task waited for an HTTP slot before it could start)
     tx: mpsc::UnboundedSender<(u64, ProbeReport, u64)>,
@@ -203,7 +204,7 @@ impl Runner {
                         .map_or_else(workers::Workers::default_threads, usize::from),
                 )?,
                 http: HttpProber::new(),
-                http_slots: Arc::new(Semaphore::new(HTTP_CONCURRENCY)),
+                http_lanes: workers::Lanes::new(HTTP_CONCURRENCY),
                 udp: crate::probe::udp::UdpProber::default(),
                 tx,
                 rx,
