@@ -164,7 +164,9 @@ impl Proc {
                 if libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                if cpu.is_some() && libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw const set) != 0 {
+                if cpu.is_some()
+                    && libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw const set) != 0
+                {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
