@@ -562,11 +562,10 @@ fn a_stopped_engine_ends_the_runner_with_an_error() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn a_second_daemon_on_the_same_state_file_or_pins_is_refused() {
-    let h = Harness::new("locked", &[("a", 80)]);
+/// A second runner on `text` beside a running one must be refused as `InUse` for `what`.
+fn assert_refused_beside(h: &Harness, text: &str, what: &str) {
     let second = Runner::new(
-        parse(&config_text(&h.dir, &[("a", 80)])),
+        parse(text),
         Options::default(),
         Ports {
             clock: Box::new(FakeClock::default()),
@@ -575,12 +574,17 @@ fn a_second_daemon_on_the_same_state_file_or_pins_is_refused() {
     );
     match second {
         Err(e @ crate::daemon::DaemonError::InUse { .. }) => {
-            assert!(e.to_string().contains("the state file"), "{e}");
+            assert!(e.to_string().contains(what), "{e}");
         }
         Err(e) => panic!("refused for the wrong reason: {e}"),
-        Ok(_) => panic!("two daemons shared a state file"),
+        Ok(_) => panic!("two daemons shared {what} ({})", h.dir.display()),
     }
-    drop(h);
+}
+
+#[test]
+fn a_second_daemon_on_the_same_state_file_or_pins_is_refused() {
+    let h = Harness::new("locked", &[("a", 80)]);
+    assert_refused_beside(&h, &config_text(&h.dir, &[("a", 80)]), "the state file");
 }
 
 #[test]
@@ -588,22 +592,7 @@ fn two_daemons_cannot_share_a_pin_directory_either() {
     let h = Harness::new("pins-locked", &[("a", 80)]);
     // Its own state file, the same pin directory.
     let text = config_text(&h.dir, &[("a", 80)]).replace("state.json", "other-state.json");
-    let second = Runner::new(
-        parse(&text),
-        Options::default(),
-        Ports {
-            clock: Box::new(FakeClock::default()),
-            start_l4: starter(Arc::new(FakeL4::default())),
-        },
-    );
-    match second {
-        Err(e @ crate::daemon::DaemonError::InUse { .. }) => {
-            assert!(e.to_string().contains("pin"), "{e}");
-        }
-        Err(e) => panic!("refused for the wrong reason: {e}"),
-        Ok(_) => panic!("two daemons shared a pin directory"),
-    }
-    drop(h);
+    assert_refused_beside(&h, &text, "pin");
 }
 
 #[test]
