@@ -219,15 +219,15 @@ impl HttpProber {
         start: Instant,
         deadline: Instant,
     ) -> Result<HttpReport, Failed> {
+        if !self.keep_alive {
+            return self.run_once(target, check, start, deadline).await;
+        }
         let key = PoolKey {
             target,
             scheme: check.scheme(),
             server_name: check.server_name(target).to_str().into_owned(),
             strict: check.tls().is_strict(),
         };
-        if !self.keep_alive {
-            return self.run_once(target, check, start, deadline).await;
-        }
         let mut pooled = self.checkout(&key);
         let (mut sender, mut conn_task, response) = loop {
             let reused = pooled.is_some();
