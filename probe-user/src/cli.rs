@@ -134,8 +134,17 @@ impl From<Mode> for AttachMode {
     }
 }
 
+/// The signals `probed run` serves; blocked from the first line of `main`, before argument
+/// parsing, so one sent while the process starts waits for the handlers instead of killing it
+/// with a clean-looking exit. Other commands get the default actions back at once.
+const SERVED_SIGNALS: [libc::c_int; 4] = [libc::SIGHUP, libc::SIGTERM, libc::SIGINT, libc::SIGUSR1];
+
 pub fn main() -> ExitCode {
+    let blocked = block_signals(&SERVED_SIGNALS);
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Run { .. }) {
+        unblock_signals(&blocked);
+    }
     StderrLog::install();
     let result = match cli.command {
         Command::Attach {
@@ -228,10 +237,10 @@ fn attach(iface: &str, pin_dir: PathBuf, mode: Mode, every_ms: u64, duration_s: 
 fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
     use probed::daemon::{Daemon, Options};
     use tokio::signal::unix::{signal, SignalKind};
-    // From the first instant: SIGHUP and SIGTERM are blocked until tokio's handlers exist, so
-    // one that arrives while the daemon starts (systemd's reload, an impatient stop) waits for
-    // them instead of killing the process with a clean-looking exit.
-    let blocked = block_signals(&[libc::SIGHUP, libc::SIGTERM, libc::SIGINT, libc::SIGUSR1]);
+    // From the first instant (`main` blocked SERVED_SIGNALS before anything else) until tokio's
+    // handlers exist: a signal that arrives while the daemon starts (systemd's reload, an
+    // impatient stop) waits for them instead of killing the process with a clean-looking exit.
+    let blocked = SERVED_SIGNALS.to_vec();
     let rt = runtime()?;
     let _guard = rt.enter();
     let mut hup = signal(SignalKind::hangup()).context("install SIGHUP handler")?;

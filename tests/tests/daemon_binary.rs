@@ -74,6 +74,18 @@ fn spawn(ns: &Netns, config: &std::path::Path) -> Proc {
     Proc(cmd.spawn().expect("spawn probed run"))
 }
 
+/// The daemon's exit status, once it has exited; panics with `why` after 10 s.
+fn wait_exit(p: &mut Proc, why: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(s) = p.0.try_wait().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "{why}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn signal(p: &Proc, sig: libc::c_int) {
     // SAFETY: kill(2) on the pid of a child we own and have not reaped.
     assert_eq!(unsafe { libc::kill(p.0.id() as i32, sig) }, 0);
@@ -185,14 +197,7 @@ fn sighup_applies_good_files_refuses_bad_ones_and_sigterm_cleans_up() {
 
     // SIGTERM: a clean exit that leaves no pins and no socket behind, and saves the state.
     signal(&daemon, libc::SIGTERM);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = daemon.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "probed did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_exit(&mut daemon, "probed did not stop on SIGTERM");
     assert!(status.success(), "clean exit: {status:?}");
     let pins_left = std::fs::read_dir(&files.pins.path).map_or(0, std::iter::Iterator::count);
     assert_eq!(pins_left, 0, "no pins left in {}", files.pins.path.display());
@@ -262,17 +267,10 @@ fn an_engine_that_loses_its_interface_stops_the_daemon_with_an_error() {
     // NIC renamed): no reply can be matched any more, so the engine stops and the daemon
     // exits with an error for the service manager to restart it, instead of failing `a`.
     topo.prober.ip(&["link", "del", PROBER_IF]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = daemon.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "probed still runs 10 s after its probe interface was deleted"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_exit(
+        &mut daemon,
+        "probed still runs 10 s after its probe interface was deleted",
+    );
     assert!(!status.success(), "a dead engine is an error exit: {status:?}");
     let events = std::fs::read_to_string(files.events()).unwrap_or_default();
     assert!(
