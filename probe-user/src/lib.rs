@@ -10,6 +10,7 @@ pub mod api;
 pub mod clock;
 pub mod config;
 pub mod daemon;
+pub mod dns;
 pub mod engine;
 pub mod hash;
 pub mod health;

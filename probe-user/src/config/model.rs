@@ -20,6 +20,8 @@ pub struct Config {
     pub profiles: Vec<Profile>,
     /// `[[sink]]`: what the node's data path is told, per profile.
     pub sinks: Vec<Sink>,
+    /// `[dns]`: the authoritative DNS server; None when the file has no `[dns]`.
+    pub dns: Option<Dns>,
 }
 
 impl Config {
@@ -170,6 +172,11 @@ pub struct Profile {
     pub routing: Routing,
     pub health: HealthCheck,
     pub endpoints: Vec<Endpoint>,
+    /// `dns_name`: the name answered under `[dns].zone`, relative to it, lower case; None means
+    /// the profile's name.
+    pub dns_name: Option<String>,
+    /// `dns_ttl`: the TTL of this profile's answers; None means `[dns].ttl`.
+    pub dns_ttl: Option<u32>,
 }
 
 impl Profile {
@@ -393,4 +400,51 @@ impl HaproxyDown {
 pub struct ExecSink {
     /// The program (an absolute path) and its arguments; no shell is involved.
     pub command: Vec<String>,
+}
+
+/// `[dns]`: probed answers for `zone` as its authoritative server, one name per profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Dns {
+    /// UDP and TCP on each.
+    pub listen: Vec<SocketAddr>,
+    /// Absolute, lower case, with the final dot: `tm.example.`.
+    pub zone: String,
+    /// Seconds; a profile's `dns_ttl` overrides it for that profile's answers.
+    pub ttl: u32,
+    /// Seconds resolvers may cache NXDOMAIN and NODATA (the SOA's minimum field).
+    pub negative_ttl: u32,
+    /// The zone's NS names, absolute; `ns1.<zone>` when unset.
+    pub nameservers: Vec<String>,
+    /// `[[dns.region]]`: source subnets per region, for geographic routing.
+    pub regions: Vec<DnsRegion>,
+}
+
+impl Dns {
+    pub const DEFAULT_TTL: u32 = 30;
+    /// At most a day: a health-driven answer cached longer defeats failover.
+    pub const MAX_TTL: u32 = 86_400;
+
+    /// The settings a reload can only apply with a restart, by their config names.
+    pub fn changed_keys<'a>(&'a self, new: &'a Dns) -> impl Iterator<Item = &'static str> + 'a {
+        [("dns.listen", self.listen != new.listen)]
+            .into_iter()
+            .filter_map(|(k, changed)| changed.then_some(k))
+    }
+
+    /// The absolute name `profile` answers to: its `dns_name` (else its name, lower case)
+    /// under the zone.
+    pub fn name_of(&self, profile: &Profile) -> String {
+        let label = profile
+            .dns_name
+            .clone()
+            .unwrap_or_else(|| profile.name.to_ascii_lowercase());
+        format!("{label}.{}", self.zone)
+    }
+}
+
+/// `[[dns.region]]`: the sources that count as one region.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DnsRegion {
+    pub name: String,
+    pub subnets: Vec<IpNet>,
 }

@@ -141,7 +141,7 @@ fn is_port_suffix(s: &str, empty_ok: bool) -> bool {
 }
 
 /// Labels of letters, digits and inner `-`, joined by dots, with an optional final dot.
-fn is_dns_name(name: &str) -> bool {
+pub fn is_dns_name(name: &str) -> bool {
     let label_ok = |l: &str| {
         (1..=MAX_LABEL_LEN).contains(&l.len())
             && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')

@@ -12,5 +12,5 @@ mod thresholds;
 
 pub use dialect::{Dialect, Protocol};
 pub use error::{Rule, RuleError};
-pub use http::{check_header_level, Header, HostName, HttpPath, Method, StatusRange};
+pub use http::{check_header_level, is_dns_name, Header, HostName, HttpPath, Method, StatusRange};
 pub use thresholds::{ThresholdError, ThresholdKey, Thresholds};

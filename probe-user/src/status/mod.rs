@@ -4,7 +4,7 @@ pub mod select;
 
 use serde::{Deserialize, Serialize};
 
-pub use select::{select, Answer, Candidate, Query, RandomSource, Routing, SplitMix64};
+pub use select::{select, Answer, Candidate, Family, Query, RandomSource, Routing, SplitMix64};
 
 /// Administrative state of an endpoint, as the operator configures it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

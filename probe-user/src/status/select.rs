@@ -32,6 +32,7 @@ pub enum Routing {
 /// One endpoint as selection sees it. Build one per configured endpoint, in config order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate<'a> {
+    pub address: IpAddr,
     pub status: EndpointStatus,
     pub priority: u32,
     pub weight: u32,
@@ -47,6 +48,28 @@ pub struct Query<'a> {
     pub source: IpAddr,
     /// Region of the source, resolved by the caller (GeoIP or similar); geographic routing only.
     pub region: Option<&'a str>,
+    /// Only endpoints of this address family may answer (a DNS A or AAAA query); None: any.
+    pub family: Option<Family>,
+}
+
+/// An address family, as a DNS query type asks for one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// A records.
+    Ipv4,
+    /// AAAA records.
+    Ipv6,
+}
+
+impl Family {
+    pub fn of(address: IpAddr) -> Family {
+        if address.is_ipv4() {
+            Family::Ipv4
+        } else {
+            Family::Ipv6
+        }
+    }
 }
 
 /// The answer to a query: positions into the candidate slice, best first.
@@ -70,7 +93,9 @@ impl RandomSource for SplitMix64 {
 }
 
 /// Answers `query` for a profile. Fail-open (every eligible endpoint Degraded) is applied first,
-/// so each method sees Degraded endpoints as Online in that case.
+/// over the whole profile, so each method sees Degraded endpoints as Online in that case; then
+/// endpoints of another family than the query's are set aside, so a method picks among the
+/// rest exactly as it would in a profile of that family alone.
 pub fn select(
     profile_enabled: bool,
     routing: Routing,
@@ -82,7 +107,12 @@ pub fn select(
         return Answer::NxDomain;
     }
     let statuses: Vec<EndpointStatus> = candidates.iter().map(|c| c.status).collect();
-    let eligible = effective_eligibility(&statuses);
+    let mut eligible = effective_eligibility(&statuses);
+    if let Some(family) = query.family {
+        for (ok, c) in eligible.iter_mut().zip(candidates) {
+            *ok &= Family::of(c.address) == family;
+        }
+    }
     let picked = match routing {
         Routing::Priority => by_priority(candidates, &eligible).into_iter().take(1).collect(),
         Routing::Multivalue { max_answers } => by_priority(candidates, &eligible)
@@ -172,6 +202,7 @@ mod tests {
 
     fn cand(status: S) -> Candidate<'static> {
         Candidate {
+            address: "198.18.0.1".parse().unwrap(),
             status,
             priority: 1,
             weight: 1,
@@ -185,6 +216,7 @@ mod tests {
         Query {
             source: source.parse().unwrap(),
             region: None,
+            family: None,
         }
     }
 
@@ -323,6 +355,7 @@ mod tests {
         let from = |region| Query {
             source: "192.0.2.1".parse().unwrap(),
             region: Some(region),
+            family: None,
         };
         assert_eq!(
             run(Routing::Geographic, &cands, &from("eu")),
@@ -370,5 +403,30 @@ mod tests {
             run(Routing::Performance, &cands, &q("192.0.2.1")),
             Answer::Endpoints(vec![2])
         );
+    }
+
+    #[test]
+    fn a_family_sets_the_other_aside_but_fail_open_stays_profile_wide() {
+        let v6 = |status| Candidate {
+            address: "2001:2::1".parse().unwrap(),
+            ..cand(status)
+        };
+        let cands = [prio(S::Online, 1), v6(S::Online), prio(S::Online, 3)];
+        let ask = |family, cands: &[Candidate<'_>]| {
+            let query = Query {
+                family: Some(family),
+                ..q("192.0.2.1")
+            };
+            run(Routing::Multivalue { max_answers: 8 }, cands, &query)
+        };
+        assert_eq!(ask(Family::Ipv4, &cands), Answer::Endpoints(vec![0, 2]));
+        assert_eq!(ask(Family::Ipv6, &cands), Answer::Endpoints(vec![1]));
+        // The IPv4 endpoints are Degraded but an IPv6 one is Online: no fail-open, no A answer.
+        let cands = [prio(S::Degraded, 1), v6(S::Online), prio(S::Degraded, 3)];
+        assert_eq!(ask(Family::Ipv4, &cands), Answer::Endpoints(vec![]));
+        // Every one Degraded: fail-open serves each family its own.
+        let cands = [prio(S::Degraded, 1), v6(S::Degraded), prio(S::Degraded, 3)];
+        assert_eq!(ask(Family::Ipv4, &cands), Answer::Endpoints(vec![0, 2]));
+        assert_eq!(ask(Family::Ipv6, &cands), Answer::Endpoints(vec![1]));
     }
 }

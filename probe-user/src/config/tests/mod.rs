@@ -55,6 +55,7 @@ macro_rules! rule {
 
 // Declared after `rule!` so the section files can use it.
 mod daemon;
+mod dns;
 mod endpoint;
 mod health;
 mod http;

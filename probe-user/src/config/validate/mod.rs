@@ -2,6 +2,7 @@
 //! what is wrong with it. One file per part of the file it checks; the helpers here are the
 //! ones more than one part uses.
 mod daemon;
+mod dns;
 mod endpoint;
 mod health;
 mod http;
@@ -48,11 +49,13 @@ pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigErrors> {
 }
 
 fn read_config(r: &mut Reader<'_>, root: &toml::Spanned<DeValue<'_>>) -> Option<Config> {
-    let top = r.table(root, String::new(), &["daemon", "source", "profile", "sink"])?;
+    let top = r.table(root, String::new(), &["daemon", "source", "profile", "sink", "dns"])?;
     let daemon = daemon(r, Reader::get(&top, "daemon"));
     let source = source(r, Reader::get(&top, "source"));
+    let dns = dns::dns(r, Reader::get(&top, "dns"));
     let mut profiles = Vec::new();
     let mut names: Vec<Option<String>> = Vec::new();
+    let mut spans = Vec::new();
     if let Some(list) = Reader::get(&top, "profile") {
         match list.get_ref() {
             DeValue::Array(items) => {
@@ -61,6 +64,7 @@ fn read_config(r: &mut Reader<'_>, root: &toml::Spanned<DeValue<'_>>) -> Option<
                     let (profile, name) = profile(r, item, i, &mut seen);
                     names.push(name);
                     profiles.push(profile);
+                    spans.push(item.span());
                 }
             }
             other => r.error(
@@ -72,12 +76,16 @@ fn read_config(r: &mut Reader<'_>, root: &toml::Spanned<DeValue<'_>>) -> Option<
         }
     }
     let sinks = sink::sinks(r, Reader::get(&top, "sink"), &names, &profiles);
+    if let Some(Some(dns)) = &dns {
+        dns::profile_names(r, dns, &profiles, &spans);
+    }
     name_profiles(&mut r.errors, &names);
     Some(Config {
         daemon: daemon?,
         source: source?,
         profiles: profiles.into_iter().collect::<Option<Vec<_>>>()?,
         sinks: sinks?,
+        dns: dns?,
     })
 }
 

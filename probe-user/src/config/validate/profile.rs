@@ -11,7 +11,7 @@ use crate::config::{
 };
 use crate::status::Routing;
 
-const PROFILE_KEYS: [&str; 7] = [
+const PROFILE_KEYS: [&str; 9] = [
     "name",
     "enabled",
     "dialect",
@@ -19,6 +19,8 @@ const PROFILE_KEYS: [&str; 7] = [
     "max_answers",
     "health",
     "endpoint",
+    "dns_name",
+    "dns_ttl",
 ];
 
 pub(super) fn profile(
@@ -58,6 +60,11 @@ pub(super) fn profile(
         }),
     };
     let routing = routing(r, &t);
+    let dns_name = super::dns::dns_name(r, &t);
+    let dns_ttl = match r.string(&t, "dns_ttl") {
+        None => Some(None),
+        Some(item) => super::dns::ttl_value(r, &item).map(Some),
+    };
     let health = match (Reader::get(&t, "health"), dialect) {
         (None, _) => {
             r.missing(&t, "health", "every profile needs a [profile.health] table");
@@ -86,6 +93,8 @@ pub(super) fn profile(
             routing: routing?,
             health: health?,
             endpoints: endpoints?,
+            dns_name: dns_name?,
+            dns_ttl: dns_ttl?,
         })
     });
     (profile, shown_name)

@@ -21,6 +21,7 @@ pub(super) fn select(
     let candidates: Vec<Candidate<'_>> = targets
         .iter()
         .map(|t| Candidate {
+            address: t.endpoint.address,
             status: t.status,
             priority: t.endpoint.priority,
             weight: t.endpoint.weight,
@@ -36,6 +37,7 @@ pub(super) fn select(
         &Query {
             source,
             region: region.as_deref(),
+            family: None,
         },
         rng,
     );

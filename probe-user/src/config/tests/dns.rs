@@ -1,0 +1,82 @@
+//! `[dns]` and the profiles' `dns_name`/`dns_ttl` tests.
+use super::*;
+
+const DNS: &str = "[dns]\nlisten = [\"198.18.0.1:53\", \"[2001:2::1]:53\"]\nzone = \"TM.Example\"\n";
+
+#[test]
+fn defaults_and_names() {
+    let c = ok(&format!("{DNS}\n{}", cfg("tm", "dns_ttl = \"5s\"", "", "")));
+    let dns = c.dns.as_ref().unwrap();
+    assert_eq!(dns.zone, "tm.example.", "absolute and lower case");
+    assert_eq!(dns.listen.len(), 2);
+    assert_eq!((dns.ttl, dns.negative_ttl), (30, 30));
+    assert_eq!(dns.nameservers, ["ns1.tm.example."]);
+    assert_eq!(dns.name_of(&c.profiles[0]), "web.tm.example.");
+    assert_eq!(c.profiles[0].dns_ttl, Some(5));
+    let c = ok(&format!("{DNS}\n{}", cfg("tm", "dns_name = \"WWW.eu\"", "", "")));
+    assert_eq!(c.dns.as_ref().unwrap().name_of(&c.profiles[0]), "www.eu.tm.example.");
+    assert!(ok(&cfg("tm", "", "", "")).dns.is_none());
+}
+
+rule!(listen_missing, "[dns]\nzone = \"tm.example\"", "dns.listen");
+rule!(
+    listen_garbage,
+    "[dns]\nlisten = [\"198.18.0.1\"]\nzone = \"tm.example\"",
+    "dns.listen[0]"
+);
+rule!(
+    listen_twice,
+    "[dns]\nlisten = [\"198.18.0.1:53\", \"198.18.0.1:53\"]\nzone = \"tm.example\"",
+    "dns.listen[1]"
+);
+rule!(zone_missing, "[dns]\nlisten = [\"198.18.0.1:53\"]", "dns.zone");
+rule!(
+    zone_garbage,
+    "[dns]\nlisten = [\"198.18.0.1:53\"]\nzone = \"tm_example\"",
+    "dns.zone"
+);
+rule!(ttl_fraction, format!("{DNS}ttl = \"1500ms\""), "dns.ttl");
+rule!(ttl_too_long, format!("{DNS}ttl = \"86401s\""), "dns.ttl");
+rule!(
+    negative_ttl_garbage,
+    format!("{DNS}negative_ttl = \"soon\""),
+    "dns.negative_ttl"
+);
+rule!(nameservers_empty, format!("{DNS}nameservers = []"), "dns.nameservers");
+rule!(
+    region_world,
+    format!("{DNS}[[dns.region]]\nname = \"world\"\nsubnets = [\"10.0.0.0/8\"]"),
+    "dns.region[0].name"
+);
+rule!(
+    region_subnet_twice,
+    format!(
+        "{DNS}[[dns.region]]\nname = \"eu\"\nsubnets = [\"10.0.0.0/8\"]\n\
+         [[dns.region]]\nname = \"us\"\nsubnets = [\"10.0.0.0/8\"]"
+    ),
+    "dns.region[1].subnets[0]"
+);
+rule!(
+    dns_name_absolute,
+    format!("{DNS}\n{}", cfg("tm", "dns_name = \"www.\"", "", "")),
+    "profile[0].dns_name"
+);
+rule!(
+    dns_ttl_garbage,
+    format!("{DNS}\n{}", cfg("tm", "dns_ttl = \"30\"", "", "")),
+    "profile[0].dns_ttl"
+);
+
+#[test]
+fn two_profiles_may_not_answer_to_one_name() {
+    let two = format!(
+        "{DNS}\n{}\n{}",
+        cfg("tm", "", "", ""),
+        cfg("tm", "dns_name = \"WEB\"", "", "").replace("name = \"web\"", "name = \"other\"")
+    );
+    expect_error(&two, "profile[1].dns_name");
+    // A profile name that is no DNS name needs a dns_name, but only where there is a [dns].
+    let odd = cfg("tm", "", "", "").replace("name = \"web\"", "name = \"web_1\"");
+    ok(&odd);
+    expect_error(&format!("{DNS}\n{odd}"), "profile[0].dns_name");
+}

@@ -1,0 +1,371 @@
+//! The zone as the server answers it: each profile's routing, TTL and endpoints from the
+//! configuration, each endpoint's status from the change stream (a snapshot, then every
+//! change), and what a question gets from them. Pure: no sockets, no clock, no wire format.
+use std::{collections::HashSet, net::IpAddr, sync::Arc, time::Duration};
+
+use ipnet::IpNet;
+
+use super::regions::{canonical, Regions};
+use crate::{
+    config::{Config, Dns},
+    daemon::changes::{Change, Snapshot},
+    hash::FastMap,
+    status::{self, Candidate, EndpointStatus, Family, ProfileStatus, Query, RandomSource, Routing},
+};
+
+/// The SOA's timers (seconds): conventional values; probed has no secondaries to drive.
+const SOA_REFRESH: u32 = 3600;
+const SOA_RETRY: u32 = 600;
+const SOA_EXPIRE: u32 = 86_400;
+
+/// What a question asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QType {
+    A,
+    Aaaa,
+    Soa,
+    Ns,
+    /// ANY: what the name has (RFC 8482 allows less; the sets here are small).
+    Any,
+    /// Any other type: the name has none of it.
+    Other,
+}
+
+/// Where the question comes from, as far as routing is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Client {
+    /// The EDNS Client Subnet address when the query carries one with a non-zero prefix,
+    /// else the address the query came from.
+    pub address: IpAddr,
+}
+
+/// One question: the name absolute and in lower case.
+#[derive(Debug, Clone, Copy)]
+pub struct Question<'a> {
+    pub name: &'a str,
+    pub qtype: QType,
+    pub client: Client,
+}
+
+/// The zone's SOA, as its fields go on the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Soa {
+    pub mname: String,
+    pub rname: String,
+    pub serial: u32,
+    pub refresh: u32,
+    pub retry: u32,
+    pub expire: u32,
+    /// The negative TTL (RFC 2308).
+    pub minimum: u32,
+}
+
+/// What to answer. The wire layer adds the SOA to the authority section of every negative
+/// answer (NXDOMAIN and NODATA), with the negative TTL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// Not in the zone: probed is not authoritative for it.
+    Refused,
+    NxDomain {
+        /// The answer depends on the client's location (ECS scope is the query's prefix).
+        by_location: bool,
+    },
+    NoData {
+        by_location: bool,
+    },
+    /// Addresses of the name, each with the owner's TTL.
+    Addresses {
+        ttl: u32,
+        addresses: Vec<IpAddr>,
+        by_location: bool,
+    },
+    /// The apex: its SOA and/or NS records, as the question asked.
+    Apex {
+        soa: bool,
+        ns: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct ZoneEndpoint {
+    name: Arc<str>,
+    address: IpAddr,
+    priority: u32,
+    weight: u32,
+    subnets: Vec<IpNet>,
+    region: Option<String>,
+    status: EndpointStatus,
+    rtt: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct ZoneProfile {
+    name: Arc<str>,
+    enabled: bool,
+    routing: Routing,
+    ttl: u32,
+    /// In configuration order: selection breaks ties by it.
+    endpoints: Vec<ZoneEndpoint>,
+    by_endpoint: FastMap<Arc<str>, usize>,
+}
+
+impl ZoneProfile {
+    /// Whether answers depend on where the client is.
+    fn by_location(&self) -> bool {
+        matches!(self.routing, Routing::Subnet | Routing::Geographic)
+    }
+}
+
+/// Everything the server answers from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Zone {
+    origin: String,
+    ttl: u32,
+    soa: Soa,
+    nameservers: Vec<String>,
+    regions: Regions,
+    profiles: Vec<ZoneProfile>,
+    /// Absolute owner name -> profile.
+    by_name: FastMap<String, usize>,
+    by_profile: FastMap<Arc<str>, usize>,
+    /// Names that exist only because a profile's name is below them (`eu.tm.example.` for
+    /// `api.eu.tm.example.`): they answer NODATA, not NXDOMAIN (RFC 8020).
+    empty_non_terminals: HashSet<String>,
+    /// The stream's sequence number the statuses reflect.
+    seq: u64,
+}
+
+impl Zone {
+    /// The zone of `config` with the statuses of `snapshot`; `serial` numbers this version of
+    /// it (the SOA's serial: seconds since the epoch when it was built, in practice).
+    pub fn build(config: &Config, dns: &Dns, snapshot: &Snapshot, serial: u32) -> Zone {
+        let enabled: FastMap<&str, bool> = snapshot
+            .profiles
+            .iter()
+            .map(|(name, status, _)| (&**name, *status != ProfileStatus::Disabled))
+            .collect();
+        let statuses: FastMap<(&str, &str), EndpointStatus> = snapshot
+            .endpoints
+            .iter()
+            .map(|(p, e, state)| ((&**p, &**e), state.status))
+            .collect();
+        let mut zone = Zone {
+            origin: dns.zone.clone(),
+            ttl: dns.ttl,
+            soa: Soa {
+                mname: dns.nameservers[0].clone(),
+                rname: format!("hostmaster.{}", dns.zone),
+                serial,
+                refresh: SOA_REFRESH,
+                retry: SOA_RETRY,
+                expire: SOA_EXPIRE,
+                minimum: dns.negative_ttl,
+            },
+            nameservers: dns.nameservers.clone(),
+            regions: Regions::new(&dns.regions),
+            profiles: Vec::new(),
+            by_name: FastMap::default(),
+            by_profile: FastMap::default(),
+            empty_non_terminals: HashSet::new(),
+            seq: snapshot.seq,
+        };
+        for p in &config.profiles {
+            let name: Arc<str> = Arc::from(p.name.as_str());
+            let endpoints: Vec<ZoneEndpoint> = p
+                .endpoints
+                .iter()
+                .map(|e| ZoneEndpoint {
+                    name: Arc::from(e.name.as_str()),
+                    address: e.address,
+                    priority: e.priority,
+                    weight: e.weight,
+                    subnets: e.subnets.clone(),
+                    region: e.region.clone(),
+                    status: statuses
+                        .get(&(p.name.as_str(), e.name.as_str()))
+                        .copied()
+                        .unwrap_or(EndpointStatus::CheckingEndpoint),
+                    rtt: None,
+                })
+                .collect();
+            let owner = dns.name_of(p);
+            let mut parent = owner.as_str();
+            while let Some((_, rest)) = parent.split_once('.') {
+                if rest.len() <= zone.origin.len() {
+                    break;
+                }
+                zone.empty_non_terminals.insert(rest.to_string());
+                parent = rest;
+            }
+            let index = zone.profiles.len();
+            zone.by_name.insert(owner, index);
+            zone.by_profile.insert(name.clone(), index);
+            zone.profiles.push(ZoneProfile {
+                enabled: enabled.get(p.name.as_str()).copied().unwrap_or(p.enabled),
+                routing: p.routing,
+                ttl: p.dns_ttl.unwrap_or(dns.ttl),
+                by_endpoint: endpoints.iter().enumerate().map(|(i, e)| (e.name.clone(), i)).collect(),
+                endpoints,
+                name,
+            });
+        }
+        // A profile's own name is never an empty non-terminal, even under another's.
+        let owners: Vec<String> = zone.by_name.keys().cloned().collect();
+        for o in owners {
+            zone.empty_non_terminals.remove(&o);
+        }
+        zone
+    }
+
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    pub fn soa(&self) -> &Soa {
+        &self.soa
+    }
+
+    pub fn nameservers(&self) -> &[String] {
+        &self.nameservers
+    }
+
+    /// The TTL of the apex's own records.
+    pub fn ttl(&self) -> u32 {
+        self.ttl
+    }
+
+    pub fn regions(&self) -> &Regions {
+        &self.regions
+    }
+
+    /// Takes in one change of the stream; changes the snapshot already held are skipped.
+    /// Returns whether the zone changed.
+    pub fn apply(&mut self, change: &Change) -> bool {
+        if change.seq() <= self.seq {
+            return false;
+        }
+        self.seq = change.seq();
+        match change {
+            Change::Endpoint(c) => {
+                let Some(p) = self.by_profile.get(&c.profile).map(|&i| &mut self.profiles[i]) else {
+                    return false;
+                };
+                let Some(&i) = p.by_endpoint.get(&c.endpoint) else {
+                    return false;
+                };
+                let status = if c.removed {
+                    EndpointStatus::Inactive
+                } else {
+                    c.state.status
+                };
+                std::mem::replace(&mut p.endpoints[i].status, status) != status
+            }
+            Change::Profile(c) => {
+                let Some(p) = self.by_profile.get(&c.profile).map(|&i| &mut self.profiles[i]) else {
+                    return false;
+                };
+                let enabled = c.to.is_some_and(|s| s != ProfileStatus::Disabled);
+                std::mem::replace(&mut p.enabled, enabled) != enabled
+            }
+        }
+    }
+
+    /// Profiles whose answers depend on measured round-trip times.
+    pub fn wants_rtts(&self) -> bool {
+        self.profiles.iter().any(|p| p.routing == Routing::Performance)
+    }
+
+    /// Sets an endpoint's last measured round-trip time (performance routing).
+    pub fn set_rtt(&mut self, profile: &str, endpoint: &str, rtt: Option<Duration>) {
+        let Some(p) = self.by_profile.get(profile).map(|&i| &mut self.profiles[i]) else {
+            return;
+        };
+        if let Some(&i) = p.by_endpoint.get(endpoint) {
+            p.endpoints[i].rtt = rtt;
+        }
+    }
+
+    /// What `q` gets now.
+    pub fn answer(&self, q: &Question<'_>, rng: &mut dyn RandomSource) -> Reply {
+        let Some(relative) = within(q.name, &self.origin) else {
+            return Reply::Refused;
+        };
+        if relative.is_empty() {
+            return match q.qtype {
+                QType::Soa => Reply::Apex { soa: true, ns: false },
+                QType::Ns => Reply::Apex { soa: false, ns: true },
+                QType::Any => Reply::Apex { soa: true, ns: true },
+                QType::A | QType::Aaaa | QType::Other => Reply::NoData { by_location: false },
+            };
+        }
+        let Some(p) = self.by_name.get(q.name).map(|&i| &self.profiles[i]) else {
+            return if self.empty_non_terminals.contains(q.name) {
+                Reply::NoData { by_location: false }
+            } else {
+                Reply::NxDomain { by_location: false }
+            };
+        };
+        let by_location = p.by_location();
+        if !p.enabled {
+            return Reply::NxDomain { by_location: false };
+        }
+        let families: &[Family] = match q.qtype {
+            QType::A => &[Family::Ipv4],
+            QType::Aaaa => &[Family::Ipv6],
+            QType::Any => &[Family::Ipv4, Family::Ipv6],
+            QType::Soa | QType::Ns | QType::Other => return Reply::NoData { by_location: false },
+        };
+        let addresses: Vec<IpAddr> = families
+            .iter()
+            .flat_map(|&f| pick(p, &self.regions, q.client, f, rng))
+            .collect();
+        if addresses.is_empty() {
+            Reply::NoData { by_location }
+        } else {
+            Reply::Addresses {
+                ttl: p.ttl,
+                addresses,
+                by_location,
+            }
+        }
+    }
+}
+
+/// The addresses of family `family` that `p`'s routing method gives `client` now.
+fn pick(p: &ZoneProfile, regions: &Regions, client: Client, family: Family, rng: &mut dyn RandomSource) -> Vec<IpAddr> {
+    let source = canonical(client.address);
+    let candidates: Vec<Candidate<'_>> = p
+        .endpoints
+        .iter()
+        .map(|e| Candidate {
+            address: e.address,
+            status: e.status,
+            priority: e.priority,
+            weight: e.weight,
+            subnets: &e.subnets,
+            region: e.region.as_deref(),
+            rtt: e.rtt,
+        })
+        .collect();
+    let query = Query {
+        source,
+        region: regions.region_of(source),
+        family: Some(family),
+    };
+    match status::select(p.enabled, p.routing, &candidates, &query, rng) {
+        status::Answer::NxDomain => Vec::new(),
+        status::Answer::Endpoints(picked) => picked.into_iter().map(|i| p.endpoints[i].address).collect(),
+    }
+}
+
+/// `name` relative to `origin` (both absolute, lower case): "" for the apex, None outside it.
+fn within<'n>(name: &'n str, origin: &str) -> Option<&'n str> {
+    if name == origin {
+        return Some("");
+    }
+    let head = name.strip_suffix(origin)?;
+    head.strip_suffix('.').filter(|h| !h.is_empty())
+}
+
+#[cfg(test)]
+mod tests;
