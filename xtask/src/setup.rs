@@ -19,11 +19,12 @@ const PACKAGES: &[&str] = &[
     "nftables", // drop/reject rules in tests, backend rules
     "ethtool",  // GRO on veth (needed for XDP_TX on veth)
     "iputils-ping",
-    "procps",     // sysctl inside test namespaces
-    "prometheus", // promtool: the tests lint the metrics exposition with it
-    "haproxy",    // the haproxy sink's tests drive a real HAProxy through its admin socket
-    "nginx",      // `bench peers`: the web fleet both checkers probe
-    "openssl",    // `bench peers`: the fleet's TLS certificate
+    "procps",         // sysctl inside test namespaces
+    "prometheus",     // promtool: the tests lint the metrics exposition with it
+    "haproxy",        // the haproxy sink's tests drive a real HAProxy through its admin socket
+    "nginx",          // `bench peers`: the web fleet both checkers probe
+    "openssl",        // `bench peers`: the fleet's TLS certificate
+    "bind9-dnsutils", // dig: the DNS tests ask the daemon with a real client
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";

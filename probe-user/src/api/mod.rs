@@ -25,8 +25,8 @@ use tokio::{
 
 use crate::{
     config::{Api, ApiListen},
-    daemon::{Control, RequestError},
-    status::AdminState,
+    daemon::{Control, RequestError, SelectQuery},
+    status::{AdminState, Family},
 };
 
 /// Why the API could not start.
@@ -391,7 +391,23 @@ async fn route(req: Request<Incoming>, control: Control) -> Reply {
                     "source=IP is required, e.g. /v1/select/web?source=192.0.2.1",
                 );
             };
-            json(control.select(profile, source, param(&query, "region")).await)
+            let family = match param(&query, "family").as_deref() {
+                None => None,
+                Some("ipv4") => Some(Family::Ipv4),
+                Some("ipv6") => Some(Family::Ipv6),
+                Some(other) => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        &format!("family={other:?}: expected ipv4 (A records) or ipv6 (AAAA records)"),
+                    )
+                }
+            };
+            let select = SelectQuery {
+                source,
+                region: param(&query, "region"),
+                family,
+            };
+            json(control.select(profile, select).await)
         }
         (&Method::POST, ["v1", "endpoints", profile, endpoint, action]) => {
             let state = match *action {

@@ -11,7 +11,7 @@ use super::{
 use crate::{
     config::{Config, ConfigErrors},
     engine::L4Engine,
-    status::AdminState,
+    status::{AdminState, Family},
 };
 
 /// Why a request could not be served.
@@ -43,13 +43,23 @@ pub(crate) type MetricsReply = (String, Option<Arc<L4Engine>>);
 pub(crate) enum Command {
     Status(Option<String>, Reply<Vec<ProfileView>>),
     Endpoint(String, String, Reply<EndpointView>),
-    Select(String, IpAddr, Option<String>, Reply<SelectView>),
+    Select(String, SelectQuery, Reply<SelectView>),
     SetAdmin(String, String, AdminState, Reply<EndpointView>),
     Reload(Option<Box<Config>>, Reply<ReloadReport>),
     Metrics(Reply<MetricsReply>),
     Subscribe(SubscribeRequest, Reply<(Snapshot, Subscription)>),
     Sinks(Reply<Vec<crate::sinks::SinkView>>),
     ReopenEvents(Reply<()>),
+}
+
+/// What `GET /v1/select` asks: the query a DNS client at `source` would send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectQuery {
+    pub source: IpAddr,
+    /// The source's region; None: the `[[dns.region]]` that holds `source`, if any.
+    pub region: Option<String>,
+    /// Only endpoints of this family (an A or AAAA query); None: every endpoint.
+    pub family: Option<Family>,
 }
 
 /// A new consumer of the change stream.
@@ -88,14 +98,9 @@ impl Control {
             .await
     }
 
-    /// Which endpoints would answer a query from `source` now.
-    pub async fn select(
-        &self,
-        profile: &str,
-        source: IpAddr,
-        region: Option<String>,
-    ) -> Result<SelectView, RequestError> {
-        self.ask(|r| Command::Select(profile.into(), source, region, r)).await
+    /// Which endpoints would answer `query` now: what the DNS server answers the same source.
+    pub async fn select(&self, profile: &str, query: SelectQuery) -> Result<SelectView, RequestError> {
+        self.ask(|r| Command::Select(profile.into(), query, r)).await
     }
 
     /// Enables, disables or sets an endpoint to always-serve at runtime.

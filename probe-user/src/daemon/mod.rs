@@ -13,6 +13,7 @@
 //! | `probed-l4` (`engine/`) | the kernel engine: batches to the generator, ring-buffer reads, timeouts | blocking bpf() calls and a 1 ms reply tick |
 //! | `probed-events` | the events file, the change stream's first subscriber | a slow disk or a blocked stdout must not hold up probing |
 //! | `probed-state` | the state file (sort, encode, fsync, rename) | an fsync can take tens of ms |
+//! | `probed-dns` (current-thread runtime) | the `[dns]` server (hickory) and the task that keeps its zone in step with the change stream | a query flood must never delay a probe |
 //! | `probed-sink-NAME` | one `[[sink]]`: syncs its nft map or set with its profile's eligible set | a failing data path must never hold up probing or another sink |
 //!
 //! # Data flow
@@ -43,7 +44,7 @@ use std::{path::PathBuf, time::Duration};
 
 use tokio::sync::{mpsc, oneshot};
 
-pub use control::{Control, RequestError};
+pub use control::{Control, RequestError, SelectQuery};
 pub use views::{EndpointView, ProfileView, ReloadReport, SelectView};
 
 use crate::{config::Config, engine::EngineError};
@@ -80,6 +81,8 @@ pub enum DaemonError {
     EngineStopped,
     #[error("sink {name}: {reason}")]
     Sink { name: String, reason: String },
+    #[error("dns: {0}")]
+    Dns(String),
     #[error("the daemon has stopped")]
     Stopped,
 }

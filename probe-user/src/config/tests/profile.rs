@@ -19,7 +19,7 @@ rule!(
 );
 rule!(
     max_answers_out_of_range,
-    cfg("tm", "routing = \"multivalue\"\nmax_answers = 9", "", ""),
+    cfg("tm", "routing = \"multivalue\"\nmax_answers = 33", "", ""),
     "profile[0].max_answers"
 );
 rule!(

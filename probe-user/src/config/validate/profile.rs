@@ -100,6 +100,10 @@ pub(super) fn profile(
     (profile, shown_name)
 }
 
+/// Ours: the traffic manager allows 8; more are for fleets that want them, and an answer that
+/// outgrows a UDP message is truncated there and complete over TCP.
+const MAX_ANSWERS: u8 = 32;
+
 fn routing(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<Routing> {
     let max = r.int(t, "max_answers");
     let method = r.string(t, "routing");
@@ -112,10 +116,10 @@ fn routing(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<Routing> {
         Some("multivalue") => {
             let max_answers = match &max {
                 None => 2,
-                Some(item) => match u8::try_from(item.v).ok().filter(|n| (1..=8).contains(n)) {
+                Some(item) => match u8::try_from(item.v).ok().filter(|n| (1..=MAX_ANSWERS).contains(n)) {
                     Some(n) => n,
                     None => {
-                        r.bad(item, "multivalue allows 1 to 8 answers");
+                        r.bad(item, format!("multivalue allows 1 to {MAX_ANSWERS} answers"));
                         return None;
                     }
                 },

@@ -21,8 +21,9 @@ impl Runner {
             Command::Endpoint(p, e, reply) => {
                 let _ = reply.send(status::endpoint(&self.table, &p, &e));
             }
-            Command::Select(p, source, region, reply) => {
-                let _ = reply.send(select::select(&self.table, &mut self.rng, &p, source, region));
+            Command::Select(p, query, reply) => {
+                let regions = self.config.dns.as_ref().map(|d| &d.regions[..]).unwrap_or_default();
+                let _ = reply.send(select::select(&self.table, regions, &mut self.rng, &p, query));
             }
             Command::SetAdmin(p, e, state, reply) => {
                 let _ = reply.send(self.set_admin(&p, &e, state));

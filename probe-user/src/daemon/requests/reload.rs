@@ -60,6 +60,7 @@ impl Runner {
         self.next_owner = next_owner;
         self.apply(table);
         self.start_sinks(&config.sinks, sinks);
+        self.refollow_dns(&config);
         self.config = config;
         log::info!(
             "configuration reloaded: {} kept, {} added, {} removed",
@@ -103,6 +104,11 @@ fn restart_needed(old: &Config, new: &Config, engine_running: bool) -> Vec<Strin
     }
     if new.source != old.source && engine_running {
         out.push("source".to_string());
+    }
+    match (&old.dns, &new.dns) {
+        (Some(o), Some(n)) => out.extend(o.changed_keys(n).map(str::to_string)),
+        (None, Some(_)) | (Some(_), None) => out.push("dns".to_string()),
+        (None, None) => {}
     }
     out
 }

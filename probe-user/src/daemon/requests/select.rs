@@ -1,18 +1,24 @@
-//! `GET /v1/select/{profile}?source=IP[&region=R]`: which endpoints a query would get now.
-use std::net::IpAddr;
-
+//! `GET /v1/select/{profile}?source=IP[&region=R][&family=ipv4|ipv6]`: which endpoints a query
+//! from `source` would get now. Regions come from `[[dns.region]]` when the request names none,
+//! so the answer is the one the DNS server gives the same source.
 use crate::{
-    daemon::{control::RequestError, table::Table, views::SelectView},
+    config::DnsRegion,
+    daemon::{
+        control::{RequestError, SelectQuery},
+        table::Table,
+        views::SelectView,
+    },
+    dns::regions::Regions,
     rng::SplitMix64,
     status::{self, Candidate, Query},
 };
 
 pub(super) fn select(
     table: &Table,
+    regions: &[DnsRegion],
     rng: &mut SplitMix64,
     profile: &str,
-    source: IpAddr,
-    region: Option<String>,
+    query: SelectQuery,
 ) -> Result<SelectView, RequestError> {
     let (_, entry) = table
         .profile(profile)
@@ -30,6 +36,10 @@ pub(super) fn select(
             rtt: t.last_rtt,
         })
         .collect();
+    let source = crate::dns::regions::canonical(query.source);
+    let region = query
+        .region
+        .or_else(|| Regions::new(regions).region_of(source).map(str::to_string));
     let answer = status::select(
         entry.cfg.enabled,
         entry.cfg.routing,
@@ -37,7 +47,7 @@ pub(super) fn select(
         &Query {
             source,
             region: region.as_deref(),
-            family: None,
+            family: query.family,
         },
         rng,
     );
@@ -47,7 +57,7 @@ pub(super) fn select(
     };
     Ok(SelectView {
         profile: profile.into(),
-        source: source.to_string(),
+        source: query.source.to_string(),
         region,
         nxdomain: answer == status::Answer::NxDomain,
         endpoints: picked.iter().map(|&i| targets[i].name.to_string()).collect(),

@@ -5,6 +5,7 @@
 //! when due. Changes are published from one place (`publish.rs`); applying a table is
 //! `apply.rs`.
 mod apply;
+mod dns;
 mod fire;
 mod pace;
 mod publish;
@@ -153,6 +154,8 @@ pub(crate) struct Runner {
     pub(super) events: Option<EventWriter>,
     /// The `[[sink]]`s, each on its own thread, following its profile's changes.
     pub(super) sinks: Vec<crate::sinks::Running>,
+    /// The DNS server and the `[dns]` settings it answers with (`dns.rs`).
+    pub(super) dns: Option<(crate::dns::DnsServer, crate::config::Dns)>,
     pub(super) metrics: RunnerMetrics,
     pub(super) persist: Persist,
     pub(super) rng: SplitMix64,
@@ -212,6 +215,7 @@ impl Runner {
             changes: Bus::default(),
             events: None,
             sinks: Vec::new(),
+            dns: None,
             metrics: RunnerMetrics::default(),
             persist: Persist {
                 dirty: false,
@@ -233,6 +237,7 @@ impl Runner {
         let sinks = runner.prepare_sinks(&config.sinks)?;
         runner.apply(table);
         runner.start_sinks(&config.sinks, sinks);
+        runner.start_dns()?;
         // After the first table: the events file records changes, not the starting state.
         let events = runner.changes.subscribe("events", QUEUE_CAPACITY);
         runner.events = Some(EventWriter::start(sink, events)?);
@@ -308,6 +313,7 @@ impl Runner {
                         if last_wake >= self.next_watchdog_ns {
                             self.reap_lost(last_wake);
                             self.assess_pace(last_wake);
+                            self.push_dns_rtts();
                             self.next_watchdog_ns = last_wake + watchdog::EVERY_NS;
                         }
                     }
@@ -325,6 +331,9 @@ impl Runner {
         }
         for sink in &mut self.sinks {
             sink.join();
+        }
+        if let Some((mut dns, _)) = self.dns.take() {
+            dns.stop();
         }
         // Dropping the engine joins its thread, detaches probe_rx and removes the pins.
         drop(self.l4.port.take());

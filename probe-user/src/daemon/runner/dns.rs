@@ -1,0 +1,78 @@
+//! The runner's DNS server: started with the first table (its sockets bound before probing
+//! starts, so a taken port stops the start), handed a fresh zone and stream after every reload,
+//! and sent the endpoints' round-trip times once a second when a profile routes by them.
+use super::Runner;
+use crate::{
+    config::{Config, Dns},
+    daemon::DaemonError,
+    dns::{DnsServer, Zone},
+};
+
+/// Like a sink's queue: one change per endpoint at most, far beyond any zone.
+const DNS_QUEUE: usize = 1 << 20;
+const SUBSCRIBER: &str = "dns";
+
+impl Runner {
+    /// Starts the server when the configuration has `[dns]`.
+    pub(in crate::daemon) fn start_dns(&mut self) -> Result<(), DaemonError> {
+        let Some(dns) = self.config.dns.clone() else {
+            return Ok(());
+        };
+        let (zone, changes) = self.zone_now(&self.config.clone(), &dns);
+        let server = DnsServer::start(&dns.listen, zone, changes).map_err(|e| DaemonError::Dns(e.to_string()))?;
+        self.dns = Some((server, dns));
+        Ok(())
+    }
+
+    /// After a reload: the zone as `config` has it, following the stream from now. Listening
+    /// addresses stay as they were (a restart applies them, and `[dns]` added or removed).
+    pub(in crate::daemon) fn refollow_dns(&mut self, config: &Config) {
+        let Some((_, running)) = &self.dns else {
+            return;
+        };
+        let mut dns = config.dns.clone().unwrap_or_else(|| running.clone());
+        dns.listen.clone_from(&running.listen);
+        self.changes.close(SUBSCRIBER);
+        let (zone, changes) = self.zone_now(config, &dns);
+        if let Some((server, settings)) = &mut self.dns {
+            server.follow(zone, changes);
+            *settings = dns;
+        }
+    }
+
+    /// The zone now and the stream of every change after it.
+    fn zone_now(&mut self, config: &Config, dns: &Dns) -> (Zone, crate::daemon::changes::Subscription) {
+        let (snapshot, changes) = self.subscribe(SUBSCRIBER, DNS_QUEUE);
+        let serial = u32::try_from(self.ports.clock.unix_ms() / 1000).unwrap_or(u32::MAX);
+        let mut zone = Zone::build(config, dns, &snapshot, serial);
+        for t in self.table.targets.values() {
+            zone.set_rtt(&t.profile, &t.name, t.last_rtt);
+        }
+        (zone, changes)
+    }
+
+    /// Sends the round-trip times performance routing needs (called once a second).
+    pub(super) fn push_dns_rtts(&self) {
+        let Some((server, _)) = &self.dns else {
+            return;
+        };
+        if !server.wants_rtts() {
+            return;
+        }
+        let performance: Vec<&str> = self
+            .config
+            .profiles
+            .iter()
+            .filter(|p| p.routing == crate::status::Routing::Performance)
+            .map(|p| p.name.as_str())
+            .collect();
+        let rtts = self
+            .table
+            .targets
+            .values()
+            .filter(|t| performance.contains(&&*t.profile))
+            .map(|t| (t.profile.clone(), t.name.clone(), t.last_rtt))
+            .collect();
+        server.set_rtts(rtts);
+    }
+}

@@ -1,0 +1,261 @@
+//! The server's thread: hickory-server on UDP and TCP at every `[dns].listen` address, and the
+//! task that keeps the zone in step with the change stream. Queries read the zone under a
+//! read lock; a batch of changes takes the write lock once. The runner never waits for this
+//! thread: a query flood costs CPU, never a probe's place in the schedule.
+use std::{
+    cell::RefCell,
+    net::SocketAddr,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, PoisonError, RwLock, RwLockReadGuard,
+    },
+    time::Duration,
+};
+
+use hickory_server::Server;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{wire::Handler, zone::Zone};
+use crate::{daemon::changes::Subscription, rng::SplitMix64};
+
+/// A TCP client that sends nothing for this long is dropped.
+const TCP_IDLE: Duration = Duration::from_secs(5);
+/// Answers queued per TCP connection before hickory stops reading more of its queries.
+const TCP_QUEUE: usize = 32;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DnsError {
+    #[error("listen for DNS on {proto} {addr}")]
+    Bind {
+        proto: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("start the DNS server's thread")]
+    Thread(#[source] std::io::Error),
+}
+
+/// Answers by outcome, read by the metrics scrape.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub noerror: AtomicU64,
+    pub nxdomain: AtomicU64,
+    pub refused: AtomicU64,
+    pub formerr: AtomicU64,
+    pub other: AtomicU64,
+    /// Answers sent over TCP (every other one went over UDP).
+    pub tcp: AtomicU64,
+    pub send_errors: AtomicU64,
+}
+
+/// What the query path and the follower share.
+pub(super) struct Shared {
+    zone: RwLock<Zone>,
+    pub counters: Counters,
+}
+
+impl Shared {
+    pub(super) fn zone(&self) -> RwLockReadGuard<'_, Zone> {
+        // A panic while the zone was being written leaves statuses of one batch half applied;
+        // the next batch or reload brings it back in step, which beats answering nothing.
+        self.zone.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Zone)) {
+        f(&mut self.zone.write().unwrap_or_else(PoisonError::into_inner));
+    }
+}
+
+thread_local! {
+    static RNG: RefCell<SplitMix64> = RefCell::new(SplitMix64(crate::clock::mono_ns()));
+}
+
+/// Runs `f` with this thread's random source (weighted answers).
+pub(super) fn with_rng<T>(f: impl FnOnce(&mut SplitMix64) -> T) -> T {
+    RNG.with(|r| f(&mut r.borrow_mut()))
+}
+
+/// An endpoint's last measured round-trip time, for performance routing.
+pub type Rtt = (Arc<str>, Arc<str>, Option<Duration>);
+
+enum Update {
+    /// A new zone (after a reload) and the stream that follows its snapshot.
+    Follow(Box<Zone>, Subscription),
+    Rtts(Vec<Rtt>),
+}
+
+/// The running server. Dropping it stops the thread.
+pub struct DnsServer {
+    shared: Arc<Shared>,
+    listen: Vec<SocketAddr>,
+    updates: mpsc::UnboundedSender<Update>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DnsServer {
+    /// Binds UDP and TCP on every address (in the caller's network namespace; a failure leaves
+    /// nothing bound), then serves `zone`, kept current by `changes`.
+    pub fn start(listen: &[SocketAddr], zone: Zone, changes: Subscription) -> Result<DnsServer, DnsError> {
+        let mut udp = Vec::new();
+        let mut tcp = Vec::new();
+        for &addr in listen {
+            let bind_error = |proto| move |source| DnsError::Bind { proto, addr, source };
+            let u = std::net::UdpSocket::bind(addr).map_err(bind_error("UDP"))?;
+            u.set_nonblocking(true).map_err(bind_error("UDP"))?;
+            let t = std::net::TcpListener::bind(addr).map_err(bind_error("TCP"))?;
+            t.set_nonblocking(true).map_err(bind_error("TCP"))?;
+            udp.push(u);
+            tcp.push(t);
+        }
+        let shared = Arc::new(Shared {
+            zone: RwLock::new(zone),
+            counters: Counters::default(),
+        });
+        let (updates, updates_rx) = mpsc::unbounded_channel();
+        let (stop, stop_rx) = oneshot::channel();
+        let thread_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("probed-dns".into())
+            .spawn(move || serve(thread_shared, udp, tcp, changes, updates_rx, stop_rx))
+            .map_err(DnsError::Thread)?;
+        log::info!(
+            "dns: answering for {} on {}",
+            shared.zone().origin(),
+            listen.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+        );
+        Ok(DnsServer {
+            shared,
+            listen: listen.to_vec(),
+            updates,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// Where it listens (a reload cannot change it).
+    pub fn listen(&self) -> &[SocketAddr] {
+        &self.listen
+    }
+
+    /// Answers from `zone` from now on, following `changes` (taken with its snapshot).
+    pub fn follow(&self, zone: Zone, changes: Subscription) {
+        let _ = self.updates.send(Update::Follow(Box::new(zone), changes));
+    }
+
+    /// Whether answers depend on measured round-trip times (performance routing).
+    pub fn wants_rtts(&self) -> bool {
+        self.shared.zone().wants_rtts()
+    }
+
+    pub fn set_rtts(&self, rtts: Vec<Rtt>) {
+        let _ = self.updates.send(Update::Rtts(rtts));
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.shared.counters
+    }
+
+    /// Stops answering and joins the thread.
+    pub fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for DnsServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn serve(
+    shared: Arc<Shared>,
+    udp: Vec<std::net::UdpSocket>,
+    tcp: Vec<std::net::TcpListener>,
+    changes: Subscription,
+    updates: mpsc::UnboundedReceiver<Update>,
+    stop: oneshot::Receiver<()>,
+) {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            log::error!("dns: cannot start the server's runtime: {e}; no DNS answers");
+            return;
+        }
+    };
+    rt.block_on(async move {
+        let mut server = Server::new(Handler { shared: shared.clone() });
+        for s in udp {
+            match tokio::net::UdpSocket::from_std(s) {
+                Ok(s) => server.register_socket(s),
+                Err(e) => log::error!("dns: a UDP socket cannot be served: {e}"),
+            }
+        }
+        for l in tcp {
+            match tokio::net::TcpListener::from_std(l) {
+                Ok(l) => server.register_listener(l, TCP_IDLE, TCP_QUEUE),
+                Err(e) => log::error!("dns: a TCP listener cannot be served: {e}"),
+            }
+        }
+        let follower = tokio::spawn(follow(shared, changes, updates));
+        let _ = stop.await;
+        follower.abort();
+        if let Err(e) = server.shutdown_gracefully().await {
+            log::debug!("dns: stopped with {e}");
+        }
+    });
+}
+
+/// Applies every batch of changes to the zone; switches to a new zone and stream when the
+/// runner sends one (a reload), and takes in round-trip times.
+async fn follow(shared: Arc<Shared>, mut changes: Subscription, mut updates: mpsc::UnboundedReceiver<Update>) {
+    let mut open = true;
+    loop {
+        tokio::select! {
+            batch = changes.recv(), if open => match batch {
+                Some(batch) => {
+                    if batch.lost > 0 {
+                        log::error!("dns: {} changes lost; answers may be stale until the next reload", batch.lost);
+                    }
+                    shared.update(|zone| {
+                        for change in &batch.changes {
+                            zone.apply(change);
+                        }
+                    });
+                }
+                None => open = false,
+            },
+            update = updates.recv() => match update {
+                Some(Update::Follow(zone, next)) => {
+                    shared.update(|z| *z = *zone);
+                    changes = next;
+                    open = true;
+                }
+                Some(Update::Rtts(rtts)) => shared.update(|zone| {
+                    for (profile, endpoint, rtt) in &rtts {
+                        zone.set_rtt(profile, endpoint, *rtt);
+                    }
+                }),
+                None => return,
+            },
+        }
+    }
+}
+
+/// The counters, by name, for the metrics scrape.
+pub fn counter_values(c: &Counters) -> [(&'static str, u64); 5] {
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    [
+        ("noerror", get(&c.noerror)),
+        ("nxdomain", get(&c.nxdomain)),
+        ("refused", get(&c.refused)),
+        ("formerr", get(&c.formerr)),
+        ("other", get(&c.other)),
+    ]
+}

@@ -1,0 +1,297 @@
+//! The DNS wire, through hickory: a request becomes a zone `Question`, the zone's `Reply`
+//! becomes records, rcode and EDNS (Client Subnet scope included). hickory-server reads and
+//! writes the messages, truncates UDP answers past the client's buffer (TC set, so the client
+//! retries over TCP) and answers FORMERR to what it cannot decode; this file refuses what the
+//! zone must not see.
+use std::{
+    net::IpAddr,
+    str::FromStr,
+    sync::{atomic::Ordering, Arc},
+};
+
+use hickory_server::{
+    net::{runtime::Time, xfer::Protocol},
+    proto::{
+        op::{Edns, Header, HeaderCounts, Metadata, OpCode, ResponseCode},
+        rr::{
+            rdata::{
+                opt::{ClientSubnet, EdnsCode, EdnsOption},
+                A, AAAA, NS, SOA,
+            },
+            DNSClass, Name, RData, Record, RecordType,
+        },
+    },
+    server::{Request, RequestHandler, ResponseHandler, ResponseInfo},
+    zone_handler::MessageResponseBuilder,
+};
+
+use super::{
+    server::{Counters, Shared},
+    zone::{Client, QType, Question, Reply, Zone},
+};
+
+/// The largest UDP answer probed sends, whatever the client offers: the DNS flag day 2020
+/// size, which avoids IP fragmentation on any usual path.
+const MAX_UDP_PAYLOAD: u16 = 1232;
+
+pub(super) struct Handler {
+    pub shared: Arc<Shared>,
+}
+
+#[async_trait::async_trait]
+impl RequestHandler for Handler {
+    async fn handle_request<R: ResponseHandler, T: Time>(&self, request: &Request, mut response: R) -> ResponseInfo {
+        let counters = &self.shared.counters;
+        let mut edns = response_edns(request);
+        let parts = match check(request) {
+            Err(code) => Parts::only(code),
+            Ok((qname, qtype)) => {
+                let client = Client {
+                    address: edns
+                        .as_ref()
+                        .and_then(|(_, ecs)| ecs.as_ref())
+                        .filter(|ecs| ecs.source_prefix() > 0)
+                        .map_or(request.src().ip(), ClientSubnet::addr),
+                };
+                let question = Question {
+                    name: &qname,
+                    qtype,
+                    client,
+                };
+                let zone = self.shared.zone();
+                let reply = super::server::with_rng(|rng| zone.answer(&question, rng));
+                render(&zone, &qname, &reply)
+            }
+        };
+        count(counters, parts.code, request.protocol());
+        let mut meta = Metadata::response_from_request(&request.metadata);
+        meta.response_code = parts.code;
+        meta.authoritative = matches!(parts.code, ResponseCode::NoError | ResponseCode::NXDomain);
+        if let Some((e, Some(ecs))) = edns.as_mut() {
+            let scope = if parts.by_location { ecs.source_prefix() } else { 0 };
+            let mut echoed = ClientSubnet::new(ecs.addr(), ecs.source_prefix(), 0);
+            echoed.set_scope_prefix(scope);
+            e.options_mut().insert(EdnsOption::Subnet(echoed));
+        }
+        let builder = MessageResponseBuilder::new(&request.queries, edns.as_ref().map(|(e, _)| e));
+        let message = builder.build(
+            meta,
+            parts.answers.iter(),
+            parts.authority.iter(),
+            std::iter::empty(),
+            std::iter::empty(),
+        );
+        match response.send_response(message).await {
+            Ok(info) => info,
+            Err(e) => {
+                log::debug!("dns: no answer sent to {}: {e}", request.src());
+                counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                let mut meta = Metadata::response_from_request(&request.metadata);
+                meta.response_code = ResponseCode::ServFail;
+                ResponseInfo::from(Header {
+                    metadata: meta,
+                    counts: HeaderCounts::default(),
+                })
+            }
+        }
+    }
+}
+
+/// The question the zone is asked, or the code a request gets without asking it.
+fn check(request: &Request) -> Result<(String, QType), ResponseCode> {
+    if request.metadata.op_code != OpCode::Query {
+        return Err(ResponseCode::NotImp);
+    }
+    if request.edns.as_ref().is_some_and(|e| e.version() > 0) {
+        return Err(ResponseCode::BADVERS);
+    }
+    let info = request.request_info().map_err(|_| ResponseCode::FormErr)?;
+    if let Some(EdnsOption::Subnet(ecs)) = request.edns.as_ref().and_then(|e| e.option(EdnsCode::Subnet)) {
+        if !valid_ecs(ecs) {
+            return Err(ResponseCode::FormErr);
+        }
+    }
+    let query = info.query;
+    if !matches!(query.query_class(), DNSClass::IN | DNSClass::ANY) {
+        return Err(ResponseCode::Refused);
+    }
+    let qtype = match query.query_type() {
+        RecordType::A => QType::A,
+        RecordType::AAAA => QType::Aaaa,
+        RecordType::SOA => QType::Soa,
+        RecordType::NS => QType::Ns,
+        RecordType::ANY => QType::Any,
+        // No transfers: the zone is made from health, not kept as records to copy.
+        RecordType::AXFR | RecordType::IXFR => return Err(ResponseCode::Refused),
+        _ => QType::Other,
+    };
+    let mut name = query.name().to_string().to_ascii_lowercase();
+    if !name.ends_with('.') {
+        name.push('.');
+    }
+    Ok((name, qtype))
+}
+
+/// RFC 7871 section 6: a query's scope is 0 and its address has no bits past the source
+/// prefix.
+fn valid_ecs(ecs: &ClientSubnet) -> bool {
+    if ecs.scope_prefix() != 0 {
+        return false;
+    }
+    let (bits, width) = match ecs.addr() {
+        IpAddr::V4(a) => (u128::from(u32::from(a)) << 96, 32),
+        IpAddr::V6(a) => (u128::from(a), 128),
+    };
+    let prefix = u32::from(ecs.source_prefix());
+    if prefix > width {
+        return false;
+    }
+    prefix >= 128 || bits << prefix == 0
+}
+
+/// The answer's EDNS when the query had EDNS (our buffer size, at most the client's), and the
+/// query's Client Subnet option.
+fn response_edns(request: &Request) -> Option<(Edns, Option<ClientSubnet>)> {
+    let asked = request.edns.as_ref()?;
+    let mut e = Edns::new();
+    e.set_version(0);
+    let payload = if request.protocol() == Protocol::Udp {
+        asked.max_payload().clamp(512, MAX_UDP_PAYLOAD)
+    } else {
+        MAX_UDP_PAYLOAD
+    };
+    e.set_max_payload(payload);
+    let ecs = match asked.option(EdnsCode::Subnet) {
+        Some(EdnsOption::Subnet(cs)) => Some(*cs),
+        _ => None,
+    };
+    Some((e, ecs))
+}
+
+/// A reply as the sections of a message.
+struct Parts {
+    code: ResponseCode,
+    answers: Vec<Record>,
+    authority: Vec<Record>,
+    by_location: bool,
+}
+
+impl Parts {
+    fn only(code: ResponseCode) -> Parts {
+        Parts {
+            code,
+            answers: Vec::new(),
+            authority: Vec::new(),
+            by_location: false,
+        }
+    }
+}
+
+fn render(zone: &Zone, qname: &str, reply: &Reply) -> Parts {
+    let mut parts = Parts::only(ResponseCode::NoError);
+    let owner = || name(qname);
+    match reply {
+        Reply::Refused => parts.code = ResponseCode::Refused,
+        Reply::NxDomain { by_location } => {
+            parts.code = ResponseCode::NXDomain;
+            parts.by_location = *by_location;
+            parts.authority.push(negative_soa(zone));
+        }
+        Reply::NoData { by_location } => {
+            parts.by_location = *by_location;
+            parts.authority.push(negative_soa(zone));
+        }
+        Reply::Addresses {
+            ttl,
+            addresses,
+            by_location,
+        } => {
+            parts.by_location = *by_location;
+            let owner = owner();
+            parts.answers = addresses
+                .iter()
+                .map(|a| {
+                    let data = match a {
+                        IpAddr::V4(v4) => RData::A(A(*v4)),
+                        IpAddr::V6(v6) => RData::AAAA(AAAA(*v6)),
+                    };
+                    Record::from_rdata(owner.clone(), *ttl, data)
+                })
+                .collect();
+        }
+        Reply::Apex { soa, ns } => {
+            if *soa {
+                parts.answers.push(soa_record(zone, zone.ttl()));
+            }
+            if *ns {
+                parts.answers.extend(ns_records(zone));
+            }
+        }
+    }
+    parts
+}
+
+/// The SOA that goes with a negative answer: its TTL is the negative TTL (RFC 2308 section 3).
+fn negative_soa(zone: &Zone) -> Record {
+    soa_record(zone, zone.soa().minimum)
+}
+
+fn soa_record(zone: &Zone, ttl: u32) -> Record {
+    let s = zone.soa();
+    let clamp = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
+    let data = SOA::new(
+        name(&s.mname),
+        name(&s.rname),
+        s.serial,
+        clamp(s.refresh),
+        clamp(s.retry),
+        clamp(s.expire),
+        s.minimum,
+    );
+    Record::from_rdata(name(zone.origin()), ttl, RData::SOA(data))
+}
+
+fn ns_records(zone: &Zone) -> impl Iterator<Item = Record> + '_ {
+    let apex = name(zone.origin());
+    zone.nameservers()
+        .iter()
+        .map(move |ns| Record::from_rdata(apex.clone(), zone.ttl(), RData::NS(NS(name(ns)))))
+}
+
+/// A name the configuration already checked, or the question's own.
+fn name(s: &str) -> Name {
+    Name::from_str(s).unwrap_or_else(|_| Name::root())
+}
+
+fn count(c: &Counters, code: ResponseCode, protocol: Protocol) {
+    let by_code = match code {
+        ResponseCode::NoError => &c.noerror,
+        ResponseCode::NXDomain => &c.nxdomain,
+        ResponseCode::Refused => &c.refused,
+        ResponseCode::FormErr => &c.formerr,
+        _ => &c.other,
+    };
+    by_code.fetch_add(1, Ordering::Relaxed);
+    if protocol == Protocol::Tcp {
+        c.tcp.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_subnets_must_be_clean() {
+        let ok = |a: &str, p: u8| valid_ecs(&ClientSubnet::new(a.parse().unwrap(), p, 0));
+        assert!(ok("198.18.10.0", 24));
+        assert!(ok("198.18.10.7", 32));
+        assert!(ok("0.0.0.0", 0));
+        assert!(ok("2001:2:10::", 48));
+        assert!(!ok("198.18.10.7", 24), "bits past the prefix");
+        assert!(!ok("2001:2:10::1", 48), "bits past the prefix");
+        let mut scoped = ClientSubnet::new("198.18.10.0".parse().unwrap(), 24, 0);
+        scoped.set_scope_prefix(24);
+        assert!(!valid_ecs(&scoped), "a query's scope is 0");
+    }
+}
