@@ -25,6 +25,8 @@ const PACKAGES: &[&str] = &[
     "nginx",          // `bench peers`: the web fleet both checkers probe
     "openssl",        // `bench peers`: the fleet's TLS certificate
     "bind9-dnsutils", // dig: the DNS tests ask the daemon with a real client
+    "dnsperf",        // `bench dns`: the load generator
+    "gdnsd",          // `bench dns`: the established failover DNS server probed is measured against
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
