@@ -1,21 +1,26 @@
 //! The demo fleet: one backend namespace with a healthy, a dead (dropped), a refusing and a
 //! flapping TCP service, a fast and a slow HTTP service, an open and a closed UDP port, and the
 //! probed configuration that checks them all. Shared by `probed-demo` and the daemon tests.
+//! The node also answers DNS for `tm.example.` (on its client-facing address): `www` is the
+//! flapping service with a standby at another address, by priority.
 use probed::status::EndpointStatus;
 use std::net::UdpSocket;
 
 use crate::{
     daemon::DaemonFiles,
     http_server::{HttpServer, Route},
-    lb::{doc_block, Backend},
-    topo::{BACKEND_V4, CLIENT_V4, PROBER_IF},
+    lb::{add_backends, doc_block, Backend},
+    topo::{BACKEND_V4, CLIENT_V4, LB_CLIENT_V4, PROBER_IF},
     Netns, Topology,
 };
 
 /// nftables table the flapping service's drop rule lives in, apart from the harness's own.
 const FLAP_TABLE: &str = "probed_flap";
 const FLAP_PORT: u16 = 8083;
-
+/// The `www` name's standby, at an address of its own so that DNS answers show the failover.
+const STANDBY: &str = "198.18.0.5";
+/// Where the node answers DNS: its address on the clients' link.
+pub const DNS_SERVER: &str = LB_CLIENT_V4;
 /// (profile, endpoint, monitor status once settled); the flapping endpoint has none.
 pub const EXPECTED: &[(&str, &str, EndpointStatus)] = &[
     ("tcp", "healthy", EndpointStatus::Online),
@@ -26,6 +31,7 @@ pub const EXPECTED: &[(&str, &str, EndpointStatus)] = &[
     ("udp", "dns-open", EndpointStatus::Online),
     ("udp", "dns-closed", EndpointStatus::Degraded),
     ("udp", "dns-spare", EndpointStatus::Disabled),
+    ("www", "standby", EndpointStatus::Online),
 ];
 
 pub struct Fleet {
@@ -48,9 +54,11 @@ impl Fleet {
     pub fn new() -> Self {
         let topo = Topology::new();
         let client = topo.client();
+        add_backends(&topo, &[STANDBY]);
         let tcp = [8080, FLAP_PORT]
             .iter()
             .map(|p| Backend::on(&topo.backend, &format!("{BACKEND_V4}:{p}")))
+            .chain([Backend::on(&topo.backend, &format!("{STANDBY}:8080"))])
             .collect();
         // The node's load balancer, as docs/operations.md shows it, and SYN counters at the
         // backends for what clients send through it.
@@ -113,7 +121,33 @@ impl Fleet {
         text += &ep("dns-open", 5353, "");
         text += &ep("dns-closed", 5354, "");
         text += &ep("dns-spare", 5355, "state = \"disabled\"\n");
+        text += &format!(
+            "\n[[profile]]\nname = \"www\"\ndialect = \"lb\"\nrouting = \"priority\"\n\n[profile.health]\nprotocol = \"tcp\"\n{timing}"
+        );
+        text += &ep("primary", FLAP_PORT, "priority = 1\n");
+        text += &format!(
+            "\n[[profile.endpoint]]\nname = \"standby\"\naddress = \"{STANDBY}\"\nport = 8080\npriority = 2\n"
+        );
+        text += &format!("\n[dns]\nlisten = [\"{DNS_SERVER}:53\"]\nzone = \"tm.example.\"\nttl = \"5s\"\n");
         text
+    }
+
+    /// What the node's DNS server answers the client for `www.tm.example.` A, as `dig +short`.
+    pub fn dig_www(&self) -> String {
+        self.client
+            .exec(
+                "dig",
+                &[
+                    &format!("@{DNS_SERVER}"),
+                    "www.tm.example.",
+                    "A",
+                    "+short",
+                    "+tries=1",
+                    "+time=1",
+                ],
+            )
+            .trim()
+            .to_string()
     }
 
     /// Starts or stops dropping traffic to the flapping service.

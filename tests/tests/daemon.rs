@@ -492,8 +492,16 @@ fn demo_fleet_reaches_expected_statuses() {
     };
     let (_, flapping) = client_round(&fleet);
     assert!(flapping > 0, "the flapping backend takes a share while it is up");
+    daemon.wait_status("www", "primary", S::Online, Duration::from_secs(5));
+    assert_eq!(
+        fleet.dig_www(),
+        "198.18.0.2",
+        "DNS answers with the primary while it is up"
+    );
     fleet.set_flapping_down(true);
     daemon.wait_status("tcp", "flapping", S::Degraded, Duration::from_secs(5));
+    daemon.wait_status("www", "primary", S::Degraded, Duration::from_secs(5));
+    assert_eq!(fleet.dig_www(), "198.18.0.5", "and with the standby once it has failed");
     assert_eq!(
         client_round(&fleet),
         (60, 0),
@@ -520,7 +528,7 @@ fn demo_fleet_reaches_expected_statuses() {
         .iter()
         .map(|p| p["status"].as_str().unwrap())
         .collect();
-    assert_eq!(statuses, ["Degraded", "Degraded", "Degraded"]);
+    assert_eq!(statuses, ["Degraded", "Degraded", "Degraded", "Online"]);
     let (_, metrics) = daemon.call("GET", "/metrics");
     let metrics = metrics.as_str().unwrap();
     for kind in ["tcp", "http", "udp"] {

@@ -305,6 +305,16 @@ fn zone_answers_nxdomain_nodata_refused_soa_ns_and_multivalue_of_both_families()
     let mut ns: Vec<&str> = d.answers.iter().map(|r| r.3.as_str()).collect();
     ns.sort_unstable();
     assert_eq!(ns, ["ns1.tm.example.", "ns2.tm.example."], "{}", d.raw);
+    let metrics = daemon.get("/metrics");
+    let text = metrics.as_str().unwrap();
+    for (series, at_least) in [
+        ("probed_dns_answers_total{rcode=\"noerror\"}", 6.0),
+        ("probed_dns_answers_total{rcode=\"nxdomain\"}", 3.0),
+        ("probed_dns_answers_total{rcode=\"refused\"}", 1.0),
+    ] {
+        let n = probed_tests::daemon::metric(text, series);
+        assert!(n >= at_least, "{series} = {n}");
+    }
 
     // Disabling the profile by reload: NXDOMAIN at once, the name back after enabling it.
     let enabled = bed.files.header(PROBER_IF) + &body;

@@ -136,6 +136,17 @@ impl RunnerMetrics {
         r.set(&catalog::SCHEDULE_LAG, vec![], worst_ns as f64 / 1e9);
     }
 
+    /// The DNS server's answer counters.
+    pub fn dns(&mut self, counters: &crate::dns::server::Counters) {
+        let r = &mut self.registry;
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        for (rcode, n) in crate::dns::server::counter_values(counters) {
+            r.set_total(&catalog::DNS_ANSWERS, vec![("rcode", rcode.to_string())], n);
+        }
+        r.set_total(&catalog::DNS_TCP_ANSWERS, vec![], load(&counters.tcp));
+        r.set_total(&catalog::DNS_SEND_ERRORS, vec![], load(&counters.send_errors));
+    }
+
     /// The runner's metrics text, with the gauges computed now. Kernel counters are read by
     /// the caller off the runner's thread (`metrics::kernel`).
     pub fn render(

@@ -201,6 +201,21 @@ pub const ENGINE_STACK_FALLBACKS: Metric = Metric::counter(
     &[],
 );
 pub const ENGINE_INFLIGHT: Metric = Metric::gauge("probed_engine_inflight", "L4 probes in flight", &[]);
+pub const DNS_ANSWERS: Metric = Metric::counter(
+    "probed_dns_answers_total",
+    "DNS answers sent, by response code (noerror, nxdomain, refused, formerr, other)",
+    &["rcode"],
+);
+pub const DNS_TCP_ANSWERS: Metric = Metric::counter(
+    "probed_dns_tcp_answers_total",
+    "DNS answers sent over TCP (the rest went over UDP)",
+    &[],
+);
+pub const DNS_SEND_ERRORS: Metric = Metric::counter(
+    "probed_dns_send_errors_total",
+    "DNS answers that could not be sent (the client's socket or connection failed)",
+    &[],
+);
 
 /// Every declaration, for the documentation test.
 pub const ALL: &[&Metric] = &[
@@ -230,6 +245,9 @@ pub const ALL: &[&Metric] = &[
     &KERNEL_TX,
     &ENGINE_STACK_FALLBACKS,
     &ENGINE_INFLIGHT,
+    &DNS_ANSWERS,
+    &DNS_TCP_ANSWERS,
+    &DNS_SEND_ERRORS,
 ];
 
 #[cfg(test)]

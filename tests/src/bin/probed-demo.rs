@@ -83,6 +83,11 @@ fn main() {
             syns.1 - syns_before.1
         );
         syns_before = syns;
+        println!(
+            "dig @{} www.tm.example. A -> {} (priority: the flapping service, else the standby)",
+            probed_tests::fleet::DNS_SERVER,
+            fleet.dig_www()
+        );
         let events = daemon.events();
         println!("\nlatest transitions:");
         for e in events.iter().skip(events.len().saturating_sub(6)) {

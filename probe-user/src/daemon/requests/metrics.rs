@@ -5,6 +5,9 @@ impl Runner {
     pub(in crate::daemon) fn render_metrics(&mut self) -> MetricsReply {
         let now = self.now();
         let sinks: Vec<crate::sinks::SinkView> = self.sinks.iter().map(crate::sinks::Running::view).collect();
+        if let Some((dns, _)) = &self.dns {
+            self.metrics.dns(dns.counters());
+        }
         let text = self.metrics.render(
             &self.table,
             self.sched.len(),
