@@ -575,3 +575,19 @@ fn hostile_packets_get_formerr_or_nothing_and_a_flood_does_not_stop_probing() {
     });
     daemon.stop();
 }
+
+#[test]
+fn an_address_the_server_cannot_listen_on_stops_the_start() {
+    let bed = Bed::new();
+    let body = dns_section("").replace(DNS_V4, "198.18.77.1") + &profile("web", "", &[("a", V4[0], "")]);
+    let text = bed.files.header(PROBER_IF) + &body;
+    let cfg = bed.files.write_config(&text);
+    let err = match RunningDaemon::start(&bed.topo.prober, cfg, None) {
+        Ok(_) => panic!("started without its DNS listener"),
+        Err(e) => e,
+    };
+    assert!(
+        err.contains("listen for DNS on UDP 198.18.77.1:5353"),
+        "the error names the address: {err}"
+    );
+}

@@ -81,8 +81,8 @@ pub enum DaemonError {
     EngineStopped,
     #[error("sink {name}: {reason}")]
     Sink { name: String, reason: String },
-    #[error("dns: {0}")]
-    Dns(String),
+    #[error("start the DNS server")]
+    Dns(#[source] crate::dns::DnsError),
     #[error("the daemon has stopped")]
     Stopped,
 }

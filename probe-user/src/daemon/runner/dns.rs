@@ -19,7 +19,7 @@ impl Runner {
             return Ok(());
         };
         let (zone, changes) = self.zone_now(&self.config.clone(), &dns);
-        let server = DnsServer::start(&dns.listen, zone, changes).map_err(|e| DaemonError::Dns(e.to_string()))?;
+        let server = DnsServer::start(&dns.listen, zone, changes).map_err(DaemonError::Dns)?;
         self.dns = Some((server, dns));
         Ok(())
     }
