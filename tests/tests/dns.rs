@@ -582,9 +582,8 @@ fn an_address_the_server_cannot_listen_on_stops_the_start() {
     let body = dns_section("").replace(DNS_V4, "198.18.77.1") + &profile("web", "", &[("a", V4[0], "")]);
     let text = bed.files.header(PROBER_IF) + &body;
     let cfg = bed.files.write_config(&text);
-    let err = match RunningDaemon::start(&bed.topo.prober, cfg, None) {
-        Ok(_) => panic!("started without its DNS listener"),
-        Err(e) => e,
+    let Err(err) = RunningDaemon::start(&bed.topo.prober, cfg, None) else {
+        panic!("started without its DNS listener");
     };
     assert!(
         err.contains("listen for DNS on UDP 198.18.77.1:5353"),
