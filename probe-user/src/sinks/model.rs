@@ -57,10 +57,7 @@ impl ProfileModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        daemon::changes::{ChangeKind, EndpointChange},
-        status::Health,
-    };
+    use crate::status::Health;
 
     fn state(last: u8, eligible: bool) -> EndpointState {
         let mut s = EndpointState::tcp(format!("198.18.1.{last}").parse().unwrap(), 80, eligible);
@@ -69,18 +66,7 @@ mod tests {
     }
 
     fn change(seq: u64, profile: &str, name: &str, s: EndpointState, removed: bool) -> Change {
-        Change::Endpoint(EndpointChange {
-            seq,
-            at_unix_ms: 0,
-            at_ns: 0,
-            kind: ChangeKind::Health,
-            profile: profile.into(),
-            endpoint: name.into(),
-            from: None,
-            state: s,
-            removed,
-            transition: None,
-        })
+        Change::health(seq, profile, name, s, removed)
     }
 
     #[test]

@@ -146,6 +146,25 @@ pub enum Change {
     Profile(ProfileChange),
 }
 
+#[cfg(test)]
+impl Change {
+    /// An endpoint's health change with `state`: the fixture of the consumers' unit tests.
+    pub(crate) fn health(seq: u64, profile: &str, endpoint: &str, state: EndpointState, removed: bool) -> Change {
+        Change::Endpoint(EndpointChange {
+            seq,
+            at_unix_ms: 0,
+            at_ns: 0,
+            kind: ChangeKind::Health,
+            profile: profile.into(),
+            endpoint: endpoint.into(),
+            from: None,
+            state,
+            removed,
+            transition: None,
+        })
+    }
+}
+
 /// What a change is about: at most one change per key waits in a queue.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Key {

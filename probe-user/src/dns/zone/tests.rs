@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::{
-    daemon::changes::{ChangeKind, EndpointChange, EndpointState, ProfileChange},
+    daemon::changes::{EndpointState, ProfileChange},
     rng::SplitMix64,
 };
 
@@ -124,18 +124,7 @@ fn addrs(list: &[&str]) -> Vec<IpAddr> {
 fn health(seq: u64, profile: &str, endpoint: &str, status: EndpointStatus) -> Change {
     let mut state = EndpointState::tcp("198.18.1.1".parse().unwrap(), 80, status == EndpointStatus::Online);
     state.status = status;
-    Change::Endpoint(EndpointChange {
-        seq,
-        at_unix_ms: 0,
-        at_ns: 0,
-        kind: ChangeKind::Health,
-        profile: profile.into(),
-        endpoint: endpoint.into(),
-        from: None,
-        state,
-        removed: false,
-        transition: None,
-    })
+    Change::health(seq, profile, endpoint, state, false)
 }
 
 #[test]
@@ -164,26 +153,17 @@ fn names_outside_the_zone_are_refused_and_the_apex_has_soa_and_ns() {
 #[test]
 fn unknown_and_disabled_names_are_nxdomain_and_parents_of_names_are_nodata() {
     let z = zone();
-    assert_eq!(
-        ask(&z, "nope.tm.example.", QType::A, "192.0.2.1"),
-        Reply::NxDomain { by_location: false }
-    );
-    assert_eq!(
-        ask(&z, "off.tm.example.", QType::A, "192.0.2.1"),
-        Reply::NxDomain { by_location: false }
-    );
-    assert_eq!(
-        ask(&z, "eu.tm.example.", QType::A, "192.0.2.1"),
-        Reply::NoData { by_location: false }
-    );
-    assert_eq!(
-        ask(&z, "x.web.tm.example.", QType::A, "192.0.2.1"),
-        Reply::NxDomain { by_location: false }
-    );
-    assert_eq!(
-        ask(&z, "web.tm.example.", QType::Other, "192.0.2.1"),
-        Reply::NoData { by_location: false }
-    );
+    let nx = Reply::NxDomain { by_location: false };
+    let nodata = Reply::NoData { by_location: false };
+    for (name, qtype, want) in [
+        ("nope.tm.example.", QType::A, &nx),
+        ("off.tm.example.", QType::A, &nx),
+        ("x.web.tm.example.", QType::A, &nx),
+        ("eu.tm.example.", QType::A, &nodata),
+        ("web.tm.example.", QType::Other, &nodata),
+    ] {
+        assert_eq!(&ask(&z, name, qtype, "192.0.2.1"), want, "{name}");
+    }
 }
 
 #[test]
