@@ -80,9 +80,10 @@ enum Command {
         api: ApiArgs,
     },
     /// Enable an endpoint in a running daemon (undoes disable and always-serve; it starts over
-    /// in CheckingEndpoint). Kept across restarts.
+    /// in CheckingEndpoint), or without ENDPOINT the whole profile. Kept across restarts.
     Enable(AdminArgs),
-    /// Disable an endpoint in a running daemon: not probed, not eligible. Kept across restarts.
+    /// Disable an endpoint in a running daemon: not probed, not eligible; without ENDPOINT the
+    /// whole profile (its DNS name answers NXDOMAIN). Kept across restarts.
     Disable(AdminArgs),
     /// Serve an endpoint whatever its health (health checks off). Kept across restarts.
     AlwaysServe(AdminArgs),
@@ -101,11 +102,11 @@ struct ApiArgs {
     token_file: Option<PathBuf>,
 }
 
-/// One endpoint of one profile, in a running daemon.
+/// One endpoint of one profile (or the profile itself), in a running daemon.
 #[derive(clap::Args)]
 struct AdminArgs {
     profile: String,
-    endpoint: String,
+    endpoint: Option<String>,
     #[command(flatten)]
     api: ApiArgs,
 }
@@ -418,21 +419,32 @@ fn sinks(api: &ApiArgs, json: bool) -> anyhow::Result<ExitCode> {
 
 /// `probed enable|disable|always-serve PROFILE ENDPOINT`.
 fn admin(a: &AdminArgs, action: &str) -> anyhow::Result<ExitCode> {
-    let path = format!(
-        "/v1/endpoints/{}/{}/{action}",
-        percent_encode(&a.profile),
-        percent_encode(&a.endpoint)
-    );
+    let path = match &a.endpoint {
+        Some(endpoint) => format!(
+            "/v1/endpoints/{}/{}/{action}",
+            percent_encode(&a.profile),
+            percent_encode(endpoint)
+        ),
+        None if action == "always-serve" => anyhow::bail!("always-serve applies to one endpoint: name it"),
+        None => format!("/v1/profiles/{}/{action}", percent_encode(&a.profile)),
+    };
     let resp = api_get(&a.api, "POST", &path)?;
     if resp.status != 200 {
         eprintln!("probed: {}", api_error(&resp.body));
         return Ok(ExitCode::FAILURE);
     }
-    let admin = serde_json::from_str::<serde_json::Value>(&resp.body)
-        .ok()
-        .and_then(|v| v.get("admin").and_then(|s| s.as_str()).map(str::to_string))
-        .unwrap_or_else(|| action.to_string());
-    println!("{}/{}: {admin}", a.profile, a.endpoint);
+    let v = serde_json::from_str::<serde_json::Value>(&resp.body).ok();
+    let field = |key: &str| v.as_ref().and_then(|v| v.get(key)).map(ToString::to_string);
+    match &a.endpoint {
+        Some(endpoint) => {
+            let admin = field("admin").map_or_else(|| action.to_string(), |s| s.trim_matches('"').to_string());
+            println!("{}/{endpoint}: {admin}", a.profile);
+        }
+        None => {
+            let status = field("status").map_or_else(|| action.to_string(), |s| s.trim_matches('"').to_string());
+            println!("{}: {status}", a.profile);
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -541,7 +553,14 @@ mod tests {
         else {
             panic!("disable parses");
         };
-        assert_eq!((a.profile.as_str(), a.endpoint.as_str()), ("web", "web-1"));
+        assert_eq!((a.profile.as_str(), a.endpoint.as_deref()), ("web", Some("web-1")));
+        let Ok(Cli {
+            command: Command::Enable(a),
+        }) = parse(&["enable", "web"])
+        else {
+            panic!("enable of a profile parses");
+        };
+        assert_eq!(a.endpoint, None);
         assert_eq!(a.api.token_file.as_deref(), Some(std::path::Path::new("/etc/probed/t")));
         assert_eq!(percent_encode("[2001:db8::1]:80"), "%5B2001%3Adb8%3A%3A1%5D%3A80");
     }

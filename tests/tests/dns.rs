@@ -316,7 +316,17 @@ fn zone_answers_nxdomain_nodata_refused_soa_ns_and_multivalue_of_both_families()
         assert!(n >= at_least, "{series} = {n}");
     }
 
-    // Disabling the profile by reload: NXDOMAIN at once, the name back after enabling it.
+    // Disabling the profile through the API: NXDOMAIN at once, and back once enabled.
+    let (code, v) = daemon.call("POST", "/v1/profiles/multi/disable");
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["status"], "Disabled", "{v}");
+    assert_eq!(dig4(c, "multi.tm.example.", "A").status, "NXDOMAIN");
+    let (code, v) = daemon.call("POST", "/v1/profiles/multi/enable");
+    assert_eq!(code, 200, "{v}");
+    let d = dig4(c, "multi.tm.example.", "A");
+    assert_eq!(d.status, "NOERROR", "{}", d.raw);
+    assert_eq!(d.addresses().len(), 2, "CheckingEndpoint is eligible: {}", d.raw);
+    // The same by reload.
     let enabled = bed.files.header(PROBER_IF) + &body;
     std::fs::write(
         bed.files.config_path(),

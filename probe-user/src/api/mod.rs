@@ -418,6 +418,14 @@ async fn route(req: Request<Incoming>, control: Control) -> Reply {
             };
             json(control.set_admin(profile, endpoint, state).await)
         }
+        (&Method::POST, ["v1", "profiles", profile, action]) => {
+            let enabled = match *action {
+                "enable" => true,
+                "disable" => false,
+                _ => return error(StatusCode::NOT_FOUND, "profile actions are enable and disable"),
+            };
+            json(control.set_profile_enabled(profile, enabled).await)
+        }
         (&Method::POST, ["v1", "reload"]) => json(control.reload(None).await),
         (&Method::GET, ["v1", "sinks"]) => json(control.sinks().await),
         (&Method::GET, ["metrics"]) => match control.metrics().await {

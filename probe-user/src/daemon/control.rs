@@ -45,6 +45,7 @@ pub(crate) enum Command {
     Endpoint(String, String, Reply<EndpointView>),
     Select(String, SelectQuery, Reply<SelectView>),
     SetAdmin(String, String, AdminState, Reply<EndpointView>),
+    SetProfileEnabled(String, bool, Reply<ProfileView>),
     Reload(Option<Box<Config>>, Reply<ReloadReport>),
     Metrics(Reply<MetricsReply>),
     Subscribe(SubscribeRequest, Reply<(Snapshot, Subscription)>),
@@ -111,6 +112,12 @@ impl Control {
         state: AdminState,
     ) -> Result<EndpointView, RequestError> {
         self.ask(|r| Command::SetAdmin(profile.into(), endpoint.into(), state, r))
+            .await
+    }
+
+    /// Enables or disables a whole profile at runtime.
+    pub async fn set_profile_enabled(&self, profile: &str, enabled: bool) -> Result<ProfileView, RequestError> {
+        self.ask(|r| Command::SetProfileEnabled(profile.into(), enabled, r))
             .await
     }
 

@@ -36,15 +36,38 @@ pub struct SavedTarget {
     pub last_change: Option<LastChange>,
 }
 
+/// A profile the operator enabled or disabled through the API, against its configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedProfile {
+    pub profile: String,
+    pub enabled: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct StateFile {
     version: u32,
     saved_unix_ms: u64,
     targets: Vec<SavedTarget>,
+    /// Absent in files written before profile overrides existed (same version: a reader that
+    /// predates them ignores the key).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    profiles: Vec<SavedProfile>,
 }
 
-/// Saved targets by (profile, endpoint).
-pub type Saved = HashMap<(String, String), SavedTarget>;
+/// What a restart resumes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Saved {
+    /// By (profile, endpoint).
+    pub targets: HashMap<(String, String), SavedTarget>,
+    /// The API's profile overrides: enabled or not, by profile name.
+    pub profiles: HashMap<String, bool>,
+}
+
+impl Saved {
+    pub fn is_empty(&self) -> bool {
+        self.targets.is_empty() && self.profiles.is_empty()
+    }
+}
 
 /// Reads the file; a missing, unreadable, foreign-version or stale file gives nothing (and a
 /// warning), because starting over in CheckingEndpoint is always safe. A version 1 file gives
@@ -52,17 +75,17 @@ pub type Saved = HashMap<(String, String), SavedTarget>;
 pub fn load(path: &Path, now_unix_ms: u64) -> Saved {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Saved::new(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Saved::default(),
         Err(e) => {
             log::warn!("state file {}: {e}; starting every endpoint afresh", path.display());
-            return Saved::new();
+            return Saved::default();
         }
     };
     let file = match parse(&text) {
         Ok(f) => f,
         Err(why) => {
             log::warn!("state file {}: {why}; starting every endpoint afresh", path.display());
-            return Saved::new();
+            return Saved::default();
         }
     };
     if file.saved_unix_ms > now_unix_ms.saturating_add(MAX_CLOCK_SKEW_MS) {
@@ -73,7 +96,7 @@ pub fn load(path: &Path, now_unix_ms: u64) -> Saved {
             path.display(),
             (file.saved_unix_ms - now_unix_ms) / 1000
         );
-        return Saved::new();
+        return Saved::default();
     }
     if now_unix_ms.saturating_sub(file.saved_unix_ms) > MAX_AGE_MS {
         log::info!(
@@ -81,12 +104,16 @@ pub fn load(path: &Path, now_unix_ms: u64) -> Saved {
             path.display(),
             MAX_AGE_MS / 60_000
         );
-        return Saved::new();
+        return Saved::default();
     }
-    file.targets
-        .into_iter()
-        .map(|t| ((t.profile.clone(), t.endpoint.clone()), t))
-        .collect()
+    Saved {
+        targets: file
+            .targets
+            .into_iter()
+            .map(|t| ((t.profile.clone(), t.endpoint.clone()), t))
+            .collect(),
+        profiles: file.profiles.into_iter().map(|p| (p.profile, p.enabled)).collect(),
+    }
 }
 
 /// The file's targets, from version 2, or from version 1 without its last changes.
@@ -135,6 +162,7 @@ fn parse(text: &str) -> Result<StateFile, String> {
                         last_change: None,
                     })
                     .collect(),
+                profiles: Vec::new(),
             })
         }
         v => Err(format!("version {v}, this probed reads versions 1 and {VERSION}")),
@@ -143,9 +171,15 @@ fn parse(text: &str) -> Result<StateFile, String> {
 
 /// Writes the file atomically (a temporary beside it, fsync, rename), targets in profile and
 /// endpoint order so that it diffs cleanly.
-pub fn save(path: &Path, mut targets: Vec<SavedTarget>, now_unix_ms: u64) -> Result<(), DaemonError> {
+pub fn save(
+    path: &Path,
+    mut targets: Vec<SavedTarget>,
+    mut profiles: Vec<SavedProfile>,
+    now_unix_ms: u64,
+) -> Result<(), DaemonError> {
     use std::io::Write;
     targets.sort_by(|a, b| (&a.profile, &a.endpoint).cmp(&(&b.profile, &b.endpoint)));
+    profiles.sort_by(|a, b| a.profile.cmp(&b.profile));
     let io = |op: &'static str, p: &Path| {
         let path = Some(p.to_path_buf());
         move |source| DaemonError::Io { op, path, source }
@@ -157,6 +191,7 @@ pub fn save(path: &Path, mut targets: Vec<SavedTarget>, now_unix_ms: u64) -> Res
         version: VERSION,
         saved_unix_ms: now_unix_ms,
         targets,
+        profiles,
     };
     // Compact: at 100k targets pretty-printing cost the writer thread a core's worth of time
     // during bursts of changes; `jq . state.json` reads it just as well.
@@ -173,6 +208,7 @@ pub fn save(path: &Path, mut targets: Vec<SavedTarget>, now_unix_ms: u64) -> Res
 struct Job {
     path: PathBuf,
     targets: Vec<SavedTarget>,
+    profiles: Vec<SavedProfile>,
     at_unix_ms: u64,
 }
 
@@ -193,7 +229,7 @@ impl Saver {
                     while let Ok(newer) = rx.try_recv() {
                         job = newer;
                     }
-                    if let Err(e) = save(&job.path, job.targets, job.at_unix_ms) {
+                    if let Err(e) = save(&job.path, job.targets, job.profiles, job.at_unix_ms) {
                         log::warn!("cannot save state: {e}");
                     }
                 }
@@ -203,11 +239,12 @@ impl Saver {
     }
 
     /// Queues a save of the state as of `at_unix_ms`; returns at once.
-    pub fn save(&self, path: &Path, targets: Vec<SavedTarget>, at_unix_ms: u64) {
+    pub fn save(&self, path: &Path, targets: Vec<SavedTarget>, profiles: Vec<SavedProfile>, at_unix_ms: u64) {
         if let Some(tx) = &self.tx {
             let _ = tx.send(Job {
                 path: path.to_path_buf(),
                 targets,
+                profiles,
                 at_unix_ms,
             });
         }
@@ -279,7 +316,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("state.json");
-        save(&path, vec![target(Health::Healthy)], 1_000_000).unwrap();
+        save(&path, vec![target(Health::Healthy)], Vec::new(), 1_000_000).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "only the daemon's user reads its state");
         let victim = dir.join("victim");
@@ -298,9 +335,17 @@ mod tests {
     fn round_trip_and_staleness() {
         let dir = std::env::temp_dir().join(format!("probed-state-{}", std::process::id()));
         let path = dir.join("state.json");
-        save(&path, vec![target(Health::Healthy)], 1_000_000).unwrap();
+        let off = SavedProfile {
+            profile: "web".into(),
+            enabled: false,
+        };
+        save(&path, vec![target(Health::Healthy)], vec![off], 1_000_000).unwrap();
         let got = load(&path, 1_000_500);
-        assert_eq!(got[&("web".to_string(), "a".to_string())], target(Health::Healthy));
+        assert_eq!(
+            got.targets[&("web".to_string(), "a".to_string())],
+            target(Health::Healthy)
+        );
+        assert!(!got.profiles["web"], "the profile override comes back");
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(
             text.contains(r#""health":"Healthy","admin_override":"disabled""#),
@@ -318,7 +363,7 @@ mod tests {
             "last_change":{"at_unix_ms":999000,"from":"CheckingEndpoint","to":"Healthy",
             "measured_window_ms":1.0,"formula_window_ms":1.0}}]}"#;
         std::fs::write(&path, v1).unwrap();
-        let migrated = load(&path, 1_000_500)[&("web".to_string(), "a".to_string())].clone();
+        let migrated = load(&path, 1_000_500).targets[&("web".to_string(), "a".to_string())].clone();
         assert_eq!(
             migrated,
             SavedTarget {

@@ -120,6 +120,8 @@ impl Target {
 /// statuses, kept in step one change at a time.
 pub(crate) struct ProfileEntry {
     pub cfg: Profile,
+    /// The API's override of `cfg.enabled`; None when it equals the configuration.
+    pub enabled_override: Option<bool>,
     pub name: Arc<str>,
     pub owners: Vec<OwnerId>,
     pub counts: StatusCounts,
@@ -128,16 +130,26 @@ pub(crate) struct ProfileEntry {
 }
 
 impl ProfileEntry {
+    pub fn enabled(&self) -> bool {
+        self.enabled_override.unwrap_or(self.cfg.enabled)
+    }
+
+    /// Sets the API's override; None when it equals the configuration.
+    pub fn set_enabled(&mut self, enabled: bool) {
+        self.enabled_override = (enabled != self.cfg.enabled).then_some(enabled);
+    }
+
     /// Recomputes status and fail-open from the counts; returns the old pair.
     pub fn recount(&mut self) -> (ProfileStatus, bool) {
         let old = (self.status, self.fail_open);
-        self.status = self.counts.profile_status(self.cfg.enabled);
+        self.status = self.counts.profile_status(self.enabled());
         self.fail_open = self.counts.fail_open();
         old
     }
 }
 
 /// A resolved configuration, before it is applied.
+#[derive(Default)]
 pub(crate) struct Table {
     pub profiles: Vec<ProfileEntry>,
     pub targets: FastMap<OwnerId, Target>,
@@ -177,13 +189,16 @@ struct Start {
 
 /// Resolves every endpoint of `config`. An endpoint that stays (same profile, name and check
 /// key) keeps its id, health and history from `old`; a new one resumes from `saved` when the
-/// saved check is the same, else starts in CheckingEndpoint. New ids come from `next_id`.
+/// saved check is the same, else starts in CheckingEndpoint. A profile keeps the API's
+/// enable/disable from `old` (or `saved`) unless the file changed its `enabled` itself. New
+/// ids come from `next_id`.
 pub(crate) fn build(
     config: &Config,
     saved: &Saved,
-    old: &FastMap<OwnerId, Target>,
+    old_table: &Table,
     next_id: &mut OwnerId,
 ) -> Result<Table, BuildError> {
+    let old = &old_table.targets;
     let mut errors = Vec::new();
     let mut table = Table {
         profiles: Vec::new(),
@@ -201,8 +216,18 @@ pub(crate) fn build(
             timeout: profile.health.timeout,
         };
         let name: Arc<str> = Arc::from(profile.name.as_str());
+        let enabled_override = match old_table.profile(&profile.name) {
+            Some((_, p)) => p.enabled_override.filter(|_| p.cfg.enabled == profile.enabled),
+            None => saved
+                .profiles
+                .get(&profile.name)
+                .copied()
+                .filter(|&e| e != profile.enabled),
+        };
+        let profile_enabled = enabled_override.unwrap_or(profile.enabled);
         let mut entry = ProfileEntry {
             cfg: profile.clone(),
+            enabled_override,
             name: name.clone(),
             owners: Vec::new(),
             counts: StatusCounts::default(),
@@ -245,7 +270,7 @@ pub(crate) fn build(
                     profile_ix: table.profiles.len() as u32,
                     name: Arc::from(endpoint.name.as_str()),
                     endpoint: endpoint.clone(),
-                    profile_enabled: profile.enabled,
+                    profile_enabled,
                     config_admin: endpoint.state,
                     admin_override: start.admin_override,
                     check_key,
@@ -301,6 +326,7 @@ fn resume(
     timing: ProbeTiming,
 ) -> Start {
     let saved = saved
+        .targets
         .get(&(profile.name.clone(), endpoint.name.clone()))
         .filter(|s| s.check == crate::hash::fingerprint(check_key));
     Start {

@@ -92,6 +92,9 @@ pub struct EndpointView {
 pub struct ProfileView {
     pub name: String,
     pub enabled: bool,
+    /// `enabled` was set through the API, against the configuration.
+    #[serde(default)]
+    pub enabled_from_api: bool,
     pub dialect: String,
     pub routing: Routing,
     /// Profile monitor status (SPEC section 4).

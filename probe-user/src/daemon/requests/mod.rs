@@ -28,6 +28,9 @@ impl Runner {
             Command::SetAdmin(p, e, state, reply) => {
                 let _ = reply.send(self.set_admin(&p, &e, state));
             }
+            Command::SetProfileEnabled(p, enabled, reply) => {
+                let _ = reply.send(self.set_profile_enabled(&p, enabled));
+            }
             Command::Reload(config, reply) => {
                 let _ = reply.send(self.reload(config.map(|c| *c)));
             }

@@ -26,7 +26,7 @@ impl Runner {
         };
         let restart_needed = restart_needed(&self.config, &config, self.l4.port.is_some());
         let mut next_owner = self.next_owner;
-        let table = table::build(&config, &Saved::new(), &self.table.targets, &mut next_owner)
+        let table = table::build(&config, &Saved::default(), &self.table, &mut next_owner)
             .map_err(|e| RequestError::Refused(e.to_string()))?;
         let events = self
             .events

@@ -41,7 +41,7 @@ pub(super) fn select(
         .region
         .or_else(|| Regions::new(regions).region_of(source).map(str::to_string));
     let answer = status::select(
-        entry.cfg.enabled,
+        entry.enabled(),
         entry.cfg.routing,
         &candidates,
         &Query {

@@ -45,7 +45,8 @@ pub(super) fn find(table: &Table, profile: &str, endpoint: &str) -> Result<Owner
 fn profile_view(table: &Table, sinks: &[SinkView], p: &ProfileEntry) -> ProfileView {
     ProfileView {
         name: p.cfg.name.clone(),
-        enabled: p.cfg.enabled,
+        enabled: p.enabled(),
+        enabled_from_api: p.enabled_override.is_some(),
         dialect: p.cfg.dialect.name().into(),
         routing: p.cfg.routing,
         status: p.status,

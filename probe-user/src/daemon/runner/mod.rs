@@ -184,7 +184,7 @@ impl Runner {
         let now = ports.clock.mono_ns();
         let saved = state::load(&config.daemon.state_file, ports.clock.unix_ms());
         let mut next_owner = 1;
-        let table = table::build(&config, &saved, &FastMap::default(), &mut next_owner)
+        let table = table::build(&config, &saved, &Table::default(), &mut next_owner)
             .map_err(|e| DaemonError::Unsupported(e.to_string()))?;
         let mut runner = Runner {
             sched: Scheduler::new(SchedulerConfig::default()),
@@ -389,8 +389,23 @@ impl Runner {
                 last_change: t.last_change.clone(),
             })
             .collect();
-        p.saver
-            .save(&self.config.daemon.state_file, targets, self.ports.clock.unix_ms());
+        let profiles = self
+            .table
+            .profiles
+            .iter()
+            .filter_map(|p| {
+                p.enabled_override.map(|enabled| state::SavedProfile {
+                    profile: p.name.to_string(),
+                    enabled,
+                })
+            })
+            .collect();
+        p.saver.save(
+            &self.config.daemon.state_file,
+            targets,
+            profiles,
+            self.ports.clock.unix_ms(),
+        );
         p.dirty = false;
         p.last_save_ns = now;
     }

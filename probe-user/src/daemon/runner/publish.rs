@@ -14,7 +14,7 @@ use crate::{
 
 impl Runner {
     /// Stamps `change` with the next sequence number and hands it to every subscriber.
-    pub(super) fn publish(&mut self, mut change: Change, now: u64) {
+    pub(in crate::daemon) fn publish(&mut self, mut change: Change, now: u64) {
         let seq = self.changes.next_seq();
         match &mut change {
             Change::Endpoint(c) => c.seq = seq,
