@@ -172,6 +172,9 @@ pub struct Profile {
     pub routing: Routing,
     pub health: HealthCheck,
     pub endpoints: Vec<Endpoint>,
+    /// Endpoints that are other profiles (`profile = "NAME"`), in configuration order after
+    /// the plain ones: their health and addresses come from that child profile (SPEC 8).
+    pub nested: Vec<NestedEndpoint>,
     /// `dns_name`: the name answered under `[dns].zone`, relative to it, lower case; None means
     /// the profile's name.
     pub dns_name: Option<String>,
@@ -285,6 +288,28 @@ impl Endpoint {
     pub fn socket_addr(&self) -> SocketAddr {
         SocketAddr::new(self.address, self.port)
     }
+}
+
+/// `[[profile.endpoint]]` with `profile = "CHILD"`: a nested profile (SPEC 8). Not probed:
+/// its monitor status follows the child's endpoints.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NestedEndpoint {
+    /// Unique within the profile; defaults to the child's name.
+    pub name: String,
+    pub child: String,
+    pub weight: u32,
+    pub priority: u32,
+    /// Enabled or disabled; always-serve is refused (SPEC 8: checks cannot be turned off).
+    pub state: AdminState,
+    pub subnets: Vec<IpNet>,
+    pub region: Option<String>,
+    /// Degraded while fewer of the child's endpoints are available (Online, CheckingEndpoint
+    /// or Unmonitored); at least 1.
+    pub min_child_endpoints: u32,
+}
+
+impl NestedEndpoint {
+    pub const DEFAULT_MIN_CHILD_ENDPOINTS: u32 = 1;
 }
 
 /// `[[sink]]`: one forwarding structure kept in step with one profile's eligible set.

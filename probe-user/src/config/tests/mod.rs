@@ -59,6 +59,7 @@ mod dns;
 mod endpoint;
 mod health;
 mod http;
+mod nested;
 mod profile;
 mod sink;
 mod source;

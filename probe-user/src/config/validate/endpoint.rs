@@ -21,7 +21,7 @@ use crate::config::{
 };
 use crate::status::{select::WORLD_REGION, AdminState, Routing};
 
-const ENDPOINT_KEYS: [&str; 10] = [
+const ENDPOINT_KEYS: [&str; 12] = [
     "name",
     "address",
     "port",
@@ -32,7 +32,23 @@ const ENDPOINT_KEYS: [&str; 10] = [
     "subnets",
     "region",
     "haproxy_server",
+    "profile",
+    "min_child_endpoints",
 ];
+/// What a nested endpoint (`profile = "CHILD"`) takes; the rest comes from its child.
+const NESTED_KEYS: [&str; 8] = [
+    "name",
+    "profile",
+    "weight",
+    "priority",
+    "state",
+    "subnets",
+    "region",
+    "min_child_endpoints",
+];
+
+/// A profile's endpoints as the file lists them: plain ones and nested profiles.
+pub(super) type Endpoints = (Vec<Endpoint>, Vec<NestedEndpoint>);
 
 pub(super) fn endpoints(
     r: &mut Reader<'_>,
@@ -41,7 +57,7 @@ pub(super) fn endpoints(
     health: &HealthCheck,
     dialect: Dialect,
     routing: Routing,
-) -> Option<Vec<Endpoint>> {
+) -> Option<Endpoints> {
     let DeValue::Array(items) = list.get_ref() else {
         r.error(
             list.span(),
@@ -53,20 +69,104 @@ pub(super) fn endpoints(
     };
     let before = r.errors.len();
     let mut out = Vec::new();
+    let mut nested = Vec::new();
     let mut taken = Taken::default();
     for (i, item) in items.iter().enumerate() {
-        if let Some(ep) = endpoint(
-            r,
-            item,
-            &format!("{path}[{i}]"),
-            i,
-            (health, dialect, routing),
-            &mut taken,
-        ) {
+        let at = format!("{path}[{i}]");
+        let is_nested = matches!(item.get_ref(), DeValue::Table(t) if t.iter().any(|(k, _)| k.get_ref() == "profile"));
+        if is_nested {
+            if let Some(n) = nested_endpoint(r, item, &at, i, routing, &mut taken) {
+                nested.push(n);
+            }
+        } else if let Some(ep) = endpoint(r, item, &at, i, (health, dialect, routing), &mut taken) {
             out.push(ep);
         }
     }
-    (r.errors.len() == before).then_some(out)
+    (r.errors.len() == before).then_some((out, nested))
+}
+
+/// `profile = "CHILD"`: the child is checked to exist, and loops refused, once every profile
+/// is read (`validate::nested`).
+fn nested_endpoint(
+    r: &mut Reader<'_>,
+    v: &toml::Spanned<DeValue<'_>>,
+    path: &str,
+    index: usize,
+    routing: Routing,
+    taken: &mut Taken,
+) -> Option<NestedEndpoint> {
+    let keys: Vec<&str> = ENDPOINT_KEYS.to_vec();
+    let t = r.table(v, path.to_string(), &keys)?;
+    let before = r.errors.len();
+    for key in ENDPOINT_KEYS.iter().filter(|k| !NESTED_KEYS.contains(k)) {
+        if let Some(value) = Reader::get(&t, key) {
+            r.error(
+                value.span(),
+                &t.child(key),
+                Some(crate::config::read::show(value.get_ref())),
+                "a nested endpoint (profile = ...) takes its addresses, ports and checks from its child profile",
+            );
+        }
+    }
+    let child = r.string(&t, "profile").and_then(|item| {
+        if valid_name(&item.v) {
+            Some(item.v)
+        } else {
+            r.bad(&item, "expected the name of another profile");
+            None
+        }
+    });
+    let weight = bounded(r, &t, "weight", 1, 1000, 1);
+    let priority = priority(r, &t, index, routing, taken);
+    let state = match state(r, &t) {
+        Some(AdminState::AlwaysServe) => {
+            let item = r.string(&t, "state").expect("read just above");
+            r.bad(
+                &item,
+                "a nested endpoint cannot be always-serve: its health is its child's (SPEC 8); use enabled or disabled",
+            );
+            None
+        }
+        other => other,
+    };
+    let subnets = subnets(r, &t, routing, index, taken);
+    let region = region(r, &t, routing, taken);
+    let min_child_endpoints = bounded(
+        r,
+        &t,
+        "min_child_endpoints",
+        1,
+        1000,
+        NestedEndpoint::DEFAULT_MIN_CHILD_ENDPOINTS,
+    );
+    let name = match r.string(&t, "name") {
+        Some(item) if !valid_name(&item.v) => {
+            r.bad(&item, "expected 1-63 letters, digits, '-', '_' or '.'");
+            None
+        }
+        Some(item) => Some(item.v),
+        None => child.clone(),
+    };
+    if let Some(n) = &name {
+        if !taken.names.insert(n.clone()) {
+            r.missing(
+                &t,
+                "name",
+                format!("another endpoint of this profile is named {n:?}; set name"),
+            );
+        }
+    }
+    (r.errors.len() == before).then_some(())?;
+    Some(NestedEndpoint {
+        name: name?,
+        child: child?,
+        weight: weight?,
+        priority: priority?,
+        state: state?,
+        subnets: subnets?,
+        region: region?,
+        min_child_endpoints: min_child_endpoints?,
+    })
 }
 
 /// What earlier endpoints of the same profile already claimed.

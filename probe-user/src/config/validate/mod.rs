@@ -79,6 +79,7 @@ fn read_config(r: &mut Reader<'_>, root: &toml::Spanned<DeValue<'_>>) -> Option<
     if let Some(Some(dns)) = &dns {
         dns::profile_names(r, dns, &profiles, &spans);
     }
+    nested_children(r, &profiles, &spans);
     name_profiles(&mut r.errors, &names);
     Some(Config {
         daemon: daemon?,
@@ -87,6 +88,63 @@ fn read_config(r: &mut Reader<'_>, root: &toml::Spanned<DeValue<'_>>) -> Option<
         sinks: sinks?,
         dns: dns?,
     })
+}
+
+/// Every nested endpoint names another profile that exists, and no chain of them loops back.
+fn nested_children(r: &mut Reader<'_>, profiles: &[Option<Profile>], spans: &[std::ops::Range<usize>]) {
+    let index: std::collections::HashMap<&str, usize> = profiles
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| p.as_ref().map(|p| (p.name.as_str(), i)))
+        .collect();
+    for (i, (p, span)) in profiles.iter().zip(spans).enumerate() {
+        let Some(p) = p else { continue };
+        for n in &p.nested {
+            let field = format!("profile[{i}].endpoint");
+            let value = Some(format!("{{ profile = {:?} }}", n.child));
+            if n.child == p.name {
+                r.error(span.clone(), &field, value, "a profile cannot be its own endpoint");
+            } else if !index.contains_key(n.child.as_str()) {
+                r.error(span.clone(), &field, value, "no profile has this name");
+            } else if let Some(path) = loop_from(&p.name, &n.child, profiles, &index) {
+                r.error(
+                    span.clone(),
+                    &field,
+                    value,
+                    format!("nested profiles would loop: {}", path.join(" -> ")),
+                );
+            }
+        }
+    }
+}
+
+/// The chain from `parent` through `child` back to `parent`, if there is one.
+fn loop_from(
+    parent: &str,
+    child: &str,
+    profiles: &[Option<Profile>],
+    index: &std::collections::HashMap<&str, usize>,
+) -> Option<Vec<String>> {
+    // Depth-first over the children; each profile is visited once, so this ends.
+    let mut stack = vec![(child.to_string(), vec![parent.to_string(), child.to_string()])];
+    let mut seen = HashSet::new();
+    while let Some((at, path)) = stack.pop() {
+        if !seen.insert(at.clone()) {
+            continue;
+        }
+        let Some(Some(p)) = index.get(at.as_str()).map(|&i| &profiles[i]) else {
+            continue;
+        };
+        for n in &p.nested {
+            let mut next = path.clone();
+            next.push(n.child.clone());
+            if n.child == parent {
+                return Some(next);
+            }
+            stack.push((n.child.clone(), next));
+        }
+    }
+    None
 }
 
 /// Labels errors under `profile[i]` with that profile's name, for readable messages.

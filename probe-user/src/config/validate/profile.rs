@@ -75,7 +75,7 @@ pub(super) fn profile(
         (Some(h), Some(d)) => health(r, h, &t.child("health"), d),
     };
     let endpoints = match (Reader::get(&t, "endpoint"), health.as_ref(), dialect, routing) {
-        (None, ..) => Some(Vec::new()),
+        (None, ..) => Some((Vec::new(), Vec::new())),
         (Some(list), Some(health), Some(dialect), Some(routing)) => {
             endpoints(r, list, &t.child("endpoint"), health, dialect, routing)
         }
@@ -86,13 +86,15 @@ pub(super) fn profile(
     };
     let shown_name = name.clone();
     let profile = ok.then_some(()).and_then(|()| {
+        let endpoints = endpoints?;
         Some(Profile {
             name: name?,
             enabled,
             dialect: dialect?,
             routing: routing?,
             health: health?,
-            endpoints: endpoints?,
+            endpoints: endpoints.0,
+            nested: endpoints.1,
             dns_name: dns_name?,
             dns_ttl: dns_ttl?,
         })
