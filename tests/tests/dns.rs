@@ -600,3 +600,84 @@ fn an_address_the_server_cannot_listen_on_stops_the_start() {
         "the error names the address: {err}"
     );
 }
+
+/// SPEC 8: a parent whose endpoints are two child profiles. Its answers come from the child its
+/// method picks; a child disabled makes its nested endpoint Stopped and moves the answers to
+/// the other; too few available child endpoints make it Degraded; a loop is refused.
+#[test]
+fn nested_profiles_answer_from_their_children_and_fail_over_between_them() {
+    let bed = Bed::new();
+    let body = dns_section("")
+        + &profile("api", "routing = \"priority\"", &[])
+        + "\n[[profile.endpoint]]\nprofile = \"eu\"\npriority = 1\nmin_child_endpoints = 2\n\
+           \n[[profile.endpoint]]\nprofile = \"us\"\npriority = 2\n"
+        + &profile(
+            "eu",
+            "",
+            &[("e1", V4[0], "priority = 1"), ("e2", V4[1], "priority = 2")],
+        )
+        + &profile("us", "", &[("u1", V4[2], ""), ("u6", V6[1], "")]);
+    let daemon = bed.start(&body);
+    wait_online(&daemon, "eu", &["e1", "e2"]);
+    wait_online(&daemon, "us", &["u1", "u6"]);
+    let c = bed.client();
+    let api = "api.tm.example.";
+    let nested_status = |d: &RunningDaemon, name: &str| {
+        let v = d.get("/v1/status/api");
+        let n = v["nested"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no nested {name}: {v}"));
+        n["status"].as_str().unwrap().to_string()
+    };
+    wait_until("the nested endpoints are Online", Duration::from_secs(3), || {
+        nested_status(&daemon, "eu") == "Online" && nested_status(&daemon, "us") == "Online"
+    });
+    assert_eq!(dig4(c, api, "A").addresses(), [V4[0]], "eu's first endpoint");
+    assert_eq!(
+        dig4(c, api, "AAAA").addresses(),
+        Vec::<String>::new(),
+        "eu has no IPv6: NODATA"
+    );
+    let v = daemon.get("/v1/select/api?source=198.18.0.2&family=ipv4");
+    assert_eq!(v["endpoints"], serde_json::json!(["eu/e1"]), "{v}");
+
+    // eu disabled: its nested endpoint is Stopped, us answers.
+    let (code, v) = daemon.call("POST", "/v1/profiles/eu/disable");
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(nested_status(&daemon, "eu"), "Stopped");
+    assert_eq!(dig4(c, api, "A").addresses(), [V4[2]]);
+    let (code, _) = daemon.call("POST", "/v1/profiles/eu/enable");
+    assert_eq!(code, 200);
+    wait_online(&daemon, "eu", &["e1", "e2"]);
+    assert_eq!(dig4(c, api, "A").addresses(), [V4[0]]);
+
+    // One of eu's two endpoints fails: one is up, fewer than min_child_endpoints = 2, so eu is
+    // Degraded in api and us answers, although e1 still serves eu's own name.
+    go_dark(&bed.topo.backend, V4[1]);
+    daemon.wait_status("eu", "e2", S::Degraded, Duration::from_secs(3));
+    wait_until("eu is Degraded in api", Duration::from_secs(2), || {
+        nested_status(&daemon, "eu") == "Degraded"
+    });
+    assert_eq!(dig4(c, api, "A").addresses(), [V4[2]]);
+    let events = daemon.events();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.profile == "api" && e.endpoint == "eu" && e.to == Some(S::Degraded) && e.target == "profile:eu"),
+        "the events show the nested endpoint as such: {events:#?}"
+    );
+    restore(&bed.topo.backend);
+
+    // A loop is refused, and the running configuration stays.
+    let looped = bed.files.header(PROBER_IF) + &body + "\n[[profile.endpoint]]\nprofile = \"api\"\n";
+    std::fs::write(bed.files.config_path(), looped).unwrap();
+    let (code, v) = daemon.call("POST", "/v1/reload");
+    assert_ne!(code, 200, "{v}");
+    assert!(v.to_string().contains("would loop"), "{v}");
+    assert!(dig4(c, api, "A").status == "NOERROR");
+    daemon.stop();
+}

@@ -29,7 +29,7 @@ pub struct Event {
     /// CLOCK_MONOTONIC of the change (for a health change, the end of the run's last result).
     pub at_ns: u64,
     pub kind: ChangeKind,
-    /// `address:port/protocol`.
+    /// `address:port/protocol`, or `profile:CHILD` for a nested endpoint.
     pub target: String,
     pub profile: String,
     pub endpoint: String,
@@ -50,7 +50,10 @@ pub struct Event {
 impl Event {
     pub fn of(c: &EndpointChange) -> Event {
         let s = &c.state;
-        let target = format!("{}/{}", std::net::SocketAddr::new(s.address, s.port), s.protocol.name());
+        let target = match &s.nested {
+            Some(child) => format!("profile:{child}"),
+            None => format!("{}/{}", std::net::SocketAddr::new(s.address, s.port), s.protocol.name()),
+        };
         let (results, measured, formula) = match &c.transition {
             Some(t) => (t.results.clone(), t.measured_window_ms, t.formula_window_ms),
             None => (Vec::new(), 0.0, 0.0),

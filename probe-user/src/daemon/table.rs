@@ -10,7 +10,7 @@ use super::{
     views::{LastChange, LastResult},
 };
 use crate::{
-    config::{Config, Endpoint, HealthCheck, Profile},
+    config::{Config, Endpoint, HealthCheck, NestedEndpoint, Profile},
     hash::FastMap,
     health::{ProbeTiming, Thresholds, Tracker},
     schedule::{CheckId, CheckParams},
@@ -112,14 +112,85 @@ impl Target {
             health: self.health(),
             status: self.status,
             eligible: self.eligible,
+            nested: None,
         }
     }
 }
 
+/// A nested endpoint (SPEC 8): never probed; its status follows its child profile's endpoints
+/// (`status::nested_status`), recomputed whenever the child's counts change.
+pub(crate) struct NestedTarget {
+    pub cfg: NestedEndpoint,
+    pub name: Arc<str>,
+    /// The child's index in `Table::profiles`.
+    pub child: usize,
+    pub status: EndpointStatus,
+    pub eligible: bool,
+    pub last_change: Option<LastChange>,
+}
+
+impl NestedTarget {
+    /// What consumers see of it: no address of its own, the child's name instead.
+    pub fn state(&self, protocol: crate::config::Protocol) -> EndpointState {
+        EndpointState {
+            address: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            port: 0,
+            protocol,
+            weight: self.cfg.weight,
+            priority: self.cfg.priority,
+            admin: self.cfg.state,
+            health: match self.status {
+                EndpointStatus::Online => Health::Healthy,
+                EndpointStatus::Degraded => Health::Unhealthy,
+                _ => Health::CheckingEndpoint,
+            },
+            status: self.status,
+            eligible: self.eligible,
+            nested: Some(self.cfg.child.clone()),
+        }
+    }
+
+    /// A change of it for the stream (the runner stamps the sequence number).
+    pub fn change(
+        &self,
+        profile: &Arc<str>,
+        protocol: crate::config::Protocol,
+        kind: ChangeKind,
+        from: Option<EndpointStatus>,
+        (at_unix_ms, at_ns): (u64, u64),
+    ) -> EndpointChange {
+        EndpointChange {
+            seq: 0,
+            at_unix_ms,
+            at_ns,
+            kind,
+            profile: profile.clone(),
+            endpoint: self.name.clone(),
+            from,
+            state: self.state(protocol),
+            removed: false,
+            transition: None,
+        }
+    }
+
+    /// The status its parent and child give it now.
+    pub fn derive_status(&self, parent_enabled: bool, child: &ProfileEntry) -> EndpointStatus {
+        status::nested_status(
+            parent_enabled,
+            self.cfg.state,
+            child.status,
+            &child.counts,
+            self.cfg.min_child_endpoints,
+        )
+    }
+}
+
 /// One profile: its config, its endpoints in config order, and the aggregate of their
-/// statuses, kept in step one change at a time.
+/// statuses (nested endpoints included), kept in step one change at a time.
 pub(crate) struct ProfileEntry {
     pub cfg: Profile,
+    /// Its nested endpoints, after the plain ones.
+    pub nested: Vec<NestedTarget>,
     /// The API's override of `cfg.enabled`; None when it equals the configuration.
     pub enabled_override: Option<bool>,
     pub name: Arc<str>,
@@ -152,6 +223,8 @@ impl ProfileEntry {
 #[derive(Default)]
 pub(crate) struct Table {
     pub profiles: Vec<ProfileEntry>,
+    /// Child profile index -> its (parent index, nested index) places.
+    pub parents: FastMap<usize, Vec<(usize, usize)>>,
     pub targets: FastMap<OwnerId, Target>,
     /// Endpoints that kept their state, and endpoints that start afresh (or from the state file).
     pub kept: usize,
@@ -200,12 +273,7 @@ pub(crate) fn build(
 ) -> Result<Table, BuildError> {
     let old = &old_table.targets;
     let mut errors = Vec::new();
-    let mut table = Table {
-        profiles: Vec::new(),
-        targets: FastMap::default(),
-        kept: 0,
-        added: 0,
-    };
+    let mut table = Table::default();
     let old_by_name: HashMap<(&str, &str), OwnerId> =
         old.iter().map(|(&id, t)| ((&*t.profile, &*t.name), id)).collect();
     for profile in &config.profiles {
@@ -225,8 +293,28 @@ pub(crate) fn build(
                 .filter(|&e| e != profile.enabled),
         };
         let profile_enabled = enabled_override.unwrap_or(profile.enabled);
+        let old_nested = old_table.profile(&profile.name).map(|(_, p)| &p.nested);
+        let nested = profile
+            .nested
+            .iter()
+            .map(|n| NestedTarget {
+                cfg: n.clone(),
+                name: Arc::from(n.name.as_str()),
+                child: config
+                    .profiles
+                    .iter()
+                    .position(|p| p.name == n.child)
+                    .expect("validated: the child exists"),
+                status: EndpointStatus::Inactive,
+                eligible: false,
+                last_change: old_nested
+                    .and_then(|o| o.iter().find(|o| o.cfg.name == n.name && o.cfg.child == n.child))
+                    .and_then(|o| o.last_change.clone()),
+            })
+            .collect();
         let mut entry = ProfileEntry {
             cfg: profile.clone(),
+            nested,
             enabled_override,
             name: name.clone(),
             owners: Vec::new(),
@@ -292,6 +380,11 @@ pub(crate) fn build(
     if !errors.is_empty() {
         return Err(BuildError(errors));
     }
+    for (pix, p) in table.profiles.iter().enumerate() {
+        for (nix, n) in p.nested.iter().enumerate() {
+            table.parents.entry(n.child).or_default().push((pix, nix));
+        }
+    }
     table.settle();
     Ok(table)
 }
@@ -341,19 +434,48 @@ fn resume(
 }
 
 impl Table {
-    /// Derives every endpoint's status and eligibility and every profile's aggregate.
+    /// Derives every endpoint's status and eligibility and every profile's aggregate. Nested
+    /// endpoints follow their children, which may be nested in turn: rounds until nothing
+    /// moves, at most one per profile (configurations have no loops).
     pub fn settle(&mut self) {
         for p in &mut self.profiles {
-            p.counts = StatusCounts::default();
             for id in &p.owners {
                 let t = self.targets.get_mut(id).expect("owners are targets");
                 t.status = t.derive_status();
-                p.counts.add(t.status);
             }
-            p.recount();
+        }
+        for _ in 0..=self.profiles.len() {
+            let mut moved = false;
+            for pix in 0..self.profiles.len() {
+                let enabled = self.profiles[pix].enabled();
+                for nix in 0..self.profiles[pix].nested.len() {
+                    let child = self.profiles[pix].nested[nix].child;
+                    let status = self.profiles[pix].nested[nix].derive_status(enabled, &self.profiles[child]);
+                    let n = &mut self.profiles[pix].nested[nix];
+                    moved |= std::mem::replace(&mut n.status, status) != status;
+                }
+                let p = &mut self.profiles[pix];
+                p.counts = StatusCounts::default();
+                for id in &p.owners {
+                    p.counts.add(self.targets[id].status);
+                }
+                for n in &p.nested {
+                    p.counts.add(n.status);
+                }
+                let before = p.recount();
+                moved |= before != (p.status, p.fail_open);
+            }
+            if !moved {
+                break;
+            }
+        }
+        for p in &mut self.profiles {
             for id in &p.owners {
                 let t = self.targets.get_mut(id).expect("owners are targets");
                 t.eligible = status::eligible(t.status, p.fail_open);
+            }
+            for n in &mut p.nested {
+                n.eligible = status::eligible(n.status, p.fail_open);
             }
         }
     }

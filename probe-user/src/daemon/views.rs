@@ -105,6 +105,26 @@ pub struct ProfileView {
     /// The sinks that follow this profile: generation applied, in sync, last error.
     #[serde(default)]
     pub sinks: Vec<crate::sinks::SinkView>,
+    /// Its nested endpoints: other profiles standing as endpoints (SPEC 8).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nested: Vec<NestedView>,
+}
+
+/// A nested endpoint: its status comes from its child profile's endpoints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NestedView {
+    pub name: String,
+    /// The child profile.
+    pub profile: String,
+    pub admin: AdminState,
+    pub status: EndpointStatus,
+    pub eligible: bool,
+    pub priority: u32,
+    pub weight: u32,
+    pub min_child_endpoints: u32,
+    /// The child's endpoints that are Online, CheckingEndpoint or Unmonitored now.
+    pub available_child_endpoints: u32,
+    pub last_change: Option<LastChange>,
 }
 
 /// The answer to a selection query.
@@ -206,6 +226,26 @@ pub fn render_table(profiles: &[ProfileView], colour: bool) -> String {
                 if e.eligible { "yes" } else { "no" },
                 truncate(&last, 22),
                 rtt,
+                change
+            );
+        }
+        for n in &p.nested {
+            let status = format!("{:<17}", n.status);
+            let last = format!("{} of {} up", n.available_child_endpoints, n.min_child_endpoints);
+            let change = n.last_change.as_ref().map_or_else(
+                || "-".to_string(),
+                |c| format!("{} -> {}", c.from.map_or("new", EndpointStatus::as_str), c.to),
+            );
+            let _ = writeln!(
+                out,
+                "  {:<18} {:<24} {:<5} {} {:<4} {:<22} {:>9}  {}",
+                truncate(&n.name, 18),
+                truncate(&format!("profile {}", n.profile), 24),
+                "-",
+                paint(n.status.as_str(), status),
+                if n.eligible { "yes" } else { "no" },
+                truncate(&last, 22),
+                "-",
                 change
             );
         }

@@ -89,7 +89,10 @@ pub enum Reply {
 #[derive(Debug, Clone, PartialEq)]
 struct ZoneEndpoint {
     name: Arc<str>,
+    /// Unspecified for a nested endpoint, whose addresses come from `child`.
     address: IpAddr,
+    /// A nested endpoint's child profile, by index.
+    child: Option<usize>,
     priority: u32,
     weight: u32,
     subnets: Vec<IpNet>,
@@ -102,6 +105,8 @@ struct ZoneEndpoint {
 struct ZoneProfile {
     name: Arc<str>,
     enabled: bool,
+    /// Its answers depend on the client's location: its method does, or a nested child's.
+    by_location: bool,
     routing: Routing,
     ttl: u32,
     /// In configuration order: selection breaks ties by it.
@@ -110,8 +115,8 @@ struct ZoneProfile {
 }
 
 impl ZoneProfile {
-    /// Whether answers depend on where the client is.
-    fn by_location(&self) -> bool {
+    /// Whether its own method depends on where the client is.
+    fn routes_by_location(&self) -> bool {
         matches!(self.routing, Routing::Subnet | Routing::Geographic)
     }
 }
@@ -169,25 +174,43 @@ impl Zone {
             empty_non_terminals: HashSet::new(),
             seq: snapshot.seq,
         };
+        let index: FastMap<&str, usize> = config
+            .profiles
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.as_str(), i))
+            .collect();
         for p in &config.profiles {
             let name: Arc<str> = Arc::from(p.name.as_str());
-            let endpoints: Vec<ZoneEndpoint> = p
-                .endpoints
-                .iter()
-                .map(|e| ZoneEndpoint {
-                    name: Arc::from(e.name.as_str()),
-                    address: e.address,
-                    priority: e.priority,
-                    weight: e.weight,
-                    subnets: e.subnets.clone(),
-                    region: e.region.clone(),
-                    status: statuses
-                        .get(&(p.name.as_str(), e.name.as_str()))
-                        .copied()
-                        .unwrap_or(EndpointStatus::CheckingEndpoint),
-                    rtt: None,
-                })
-                .collect();
+            let status_of = |endpoint: &str| {
+                statuses
+                    .get(&(p.name.as_str(), endpoint))
+                    .copied()
+                    .unwrap_or(EndpointStatus::CheckingEndpoint)
+            };
+            let plain = p.endpoints.iter().map(|e| ZoneEndpoint {
+                name: Arc::from(e.name.as_str()),
+                address: e.address,
+                child: None,
+                priority: e.priority,
+                weight: e.weight,
+                subnets: e.subnets.clone(),
+                region: e.region.clone(),
+                status: status_of(&e.name),
+                rtt: None,
+            });
+            let nested = p.nested.iter().map(|n| ZoneEndpoint {
+                name: Arc::from(n.name.as_str()),
+                address: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                child: index.get(n.child.as_str()).copied(),
+                priority: n.priority,
+                weight: n.weight,
+                subnets: n.subnets.clone(),
+                region: n.region.clone(),
+                status: status_of(&n.name),
+                rtt: None,
+            });
+            let endpoints: Vec<ZoneEndpoint> = plain.chain(nested).collect();
             let owner = dns.name_of(p);
             let mut parent = owner.as_str();
             while let Some((_, rest)) = parent.split_once('.') {
@@ -202,6 +225,7 @@ impl Zone {
             zone.by_profile.insert(name.clone(), index);
             zone.profiles.push(ZoneProfile {
                 enabled: enabled.get(p.name.as_str()).copied().unwrap_or(p.enabled),
+                by_location: matches!(p.routing, Routing::Subnet | Routing::Geographic),
                 routing: p.routing,
                 ttl: p.dns_ttl.unwrap_or(dns.ttl),
                 by_endpoint: endpoints.iter().enumerate().map(|(i, e)| (e.name.clone(), i)).collect(),
@@ -213,6 +237,27 @@ impl Zone {
         let owners: Vec<String> = zone.by_name.keys().cloned().collect();
         for o in owners {
             zone.empty_non_terminals.remove(&o);
+        }
+        // A parent answers by location when any profile nested under it does.
+        for _ in 0..zone.profiles.len() {
+            let by_location: Vec<bool> = zone
+                .profiles
+                .iter()
+                .map(|p| {
+                    p.routes_by_location()
+                        || p.endpoints
+                            .iter()
+                            .filter_map(|e| e.child)
+                            .any(|c| zone.profiles[c].by_location)
+                })
+                .collect();
+            let moved = zone.profiles.iter().zip(&by_location).any(|(p, b)| p.by_location != *b);
+            for (p, b) in zone.profiles.iter_mut().zip(by_location) {
+                p.by_location = b;
+            }
+            if !moved {
+                break;
+            }
         }
         zone
     }
@@ -305,7 +350,7 @@ impl Zone {
                 Reply::NxDomain { by_location: false }
             };
         };
-        let by_location = p.by_location();
+        let by_location = p.by_location;
         if !p.enabled {
             return Reply::NxDomain { by_location: false };
         }
@@ -315,9 +360,10 @@ impl Zone {
             QType::Any => &[Family::Ipv4, Family::Ipv6],
             QType::Soa | QType::Ns | QType::Other => return Reply::NoData { by_location: false },
         };
+        let index = self.by_name[q.name];
         let addresses: Vec<IpAddr> = families
             .iter()
-            .flat_map(|&f| pick(p, &self.regions, q.client, f, rng))
+            .flat_map(|&f| self.pick(index, q.client, f, rng, 0))
             .collect();
         if addresses.is_empty() {
             Reply::NoData { by_location }
@@ -331,30 +377,45 @@ impl Zone {
     }
 }
 
-/// The addresses of family `family` that `p`'s routing method gives `client` now.
-fn pick(p: &ZoneProfile, regions: &Regions, client: Client, family: Family, rng: &mut dyn RandomSource) -> Vec<IpAddr> {
-    let source = canonical(client.address);
-    let candidates: Vec<Candidate<'_>> = p
-        .endpoints
-        .iter()
-        .map(|e| Candidate {
-            address: e.address,
-            status: e.status,
-            priority: e.priority,
-            weight: e.weight,
-            subnets: &e.subnets,
-            region: e.region.as_deref(),
-            rtt: e.rtt,
-        })
-        .collect();
-    let query = Query {
-        source,
-        region: regions.region_of(source),
-        family: Some(family),
-    };
-    match status::select(p.enabled, p.routing, &candidates, &query, rng) {
-        status::Answer::NxDomain => Vec::new(),
-        status::Answer::Endpoints(picked) => picked.into_iter().map(|i| p.endpoints[i].address).collect(),
+impl Zone {
+    /// The addresses of family `family` that profile `ix`'s routing method gives `client` now,
+    /// a nested endpoint's being those its child's method gives.
+    fn pick(&self, ix: usize, client: Client, family: Family, rng: &mut dyn RandomSource, depth: usize) -> Vec<IpAddr> {
+        let p = &self.profiles[ix];
+        if depth > status::select::MAX_NESTING {
+            return Vec::new();
+        }
+        let source = canonical(client.address);
+        let candidates: Vec<Candidate<'_>> = p
+            .endpoints
+            .iter()
+            .map(|e| Candidate {
+                family: e.child.is_none().then(|| Family::of(e.address)),
+                status: e.status,
+                priority: e.priority,
+                weight: e.weight,
+                subnets: &e.subnets,
+                region: e.region.as_deref(),
+                rtt: e.rtt,
+            })
+            .collect();
+        let query = Query {
+            source,
+            region: self.regions.region_of(source),
+            family: Some(family),
+        };
+        let status::Answer::Endpoints(picked) = status::select(p.enabled, p.routing, &candidates, &query, rng) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for i in picked {
+            let e = &p.endpoints[i];
+            match e.child {
+                Some(child) => out.extend(self.pick(child, client, family, rng, depth + 1)),
+                None => out.push(e.address),
+            }
+        }
+        out
     }
 }
 

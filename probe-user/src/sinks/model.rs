@@ -21,7 +21,7 @@ impl ProfileModel {
             endpoints: snapshot
                 .endpoints
                 .iter()
-                .filter(|(p, ..)| &**p == profile)
+                .filter(|(p, _, state)| &**p == profile && state.nested.is_none())
                 .map(|(_, name, state)| (name.clone(), state.clone()))
                 .collect(),
             seq: snapshot.seq,
@@ -33,7 +33,8 @@ impl ProfileModel {
         let Change::Endpoint(c) = change else {
             return false;
         };
-        if c.profile != self.profile || c.seq <= self.seq {
+        // Nested endpoints have no address of their own: the data path follows plain ones.
+        if c.profile != self.profile || c.seq <= self.seq || c.state.nested.is_some() {
             return false;
         }
         self.seq = c.seq;

@@ -215,6 +215,39 @@ impl StatusCounts {
     }
 }
 
+/// A nested endpoint's monitor status (SPEC 8), from its parent, its admin state and its child
+/// profile: Stopped while the child is disabled or inactive; Degraded while fewer than
+/// `min_child` of the child's endpoints are available (Online, CheckingEndpoint, Unmonitored:
+/// eligible on their own, without fail-open); else Online, or CheckingEndpoint while none of
+/// them has a verdict yet.
+pub fn nested_status(
+    parent_enabled: bool,
+    admin: AdminState,
+    child: ProfileStatus,
+    child_counts: &StatusCounts,
+    min_child: u32,
+) -> EndpointStatus {
+    use EndpointStatus as S;
+    if !parent_enabled {
+        return S::Inactive;
+    }
+    if admin == AdminState::Disabled {
+        return S::Disabled;
+    }
+    if matches!(child, ProfileStatus::Disabled | ProfileStatus::Inactive) {
+        return S::Stopped;
+    }
+    let serving = child_counts.get(S::Online) + child_counts.get(S::Unmonitored);
+    let available = serving + child_counts.get(S::CheckingEndpoint);
+    if available < min_child {
+        S::Degraded
+    } else if serving > 0 {
+        S::Online
+    } else {
+        S::CheckingEndpoint
+    }
+}
+
 /// Eligibility of one endpoint once its profile's fail-open is known.
 pub fn eligible(status: EndpointStatus, fail_open: bool) -> bool {
     eligible_alone(status) || (fail_open && status == EndpointStatus::Degraded)
@@ -318,5 +351,33 @@ mod tests {
         assert!(!fail_open(&[S::Degraded, S::Unmonitored]));
         assert!(!fail_open(&[S::Disabled, S::Stopped]));
         assert!(!fail_open(&[]));
+    }
+
+    #[test]
+    fn a_nested_endpoint_follows_its_child() {
+        use ProfileStatus as P;
+        let counts = |online: usize, checking: usize, degraded: usize| {
+            let mut all = vec![S::Online; online];
+            all.extend(vec![S::CheckingEndpoint; checking]);
+            all.extend(vec![S::Degraded; degraded]);
+            StatusCounts::of(&all)
+        };
+        let n = |enabled, admin, child, c: &StatusCounts, min| nested_status(enabled, admin, child, c, min);
+        let two_up = counts(2, 0, 1);
+        assert_eq!(n(true, Enabled, P::Degraded, &two_up, 1), S::Online);
+        assert_eq!(
+            n(true, Enabled, P::Degraded, &two_up, 3),
+            S::Degraded,
+            "min_child_endpoints"
+        );
+        assert_eq!(n(true, Enabled, P::Disabled, &two_up, 1), S::Stopped);
+        assert_eq!(n(true, Enabled, P::Inactive, &counts(0, 0, 0), 1), S::Stopped);
+        assert_eq!(
+            n(true, Enabled, P::CheckingEndpoints, &counts(0, 2, 0), 2),
+            S::CheckingEndpoint
+        );
+        assert_eq!(n(true, Enabled, P::Degraded, &counts(0, 0, 2), 1), S::Degraded);
+        assert_eq!(n(true, Disabled, P::Online, &two_up, 1), S::Disabled);
+        assert_eq!(n(false, Enabled, P::Online, &two_up, 1), S::Inactive);
     }
 }

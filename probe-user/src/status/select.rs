@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 use super::{effective_eligibility, EndpointStatus};
 pub use crate::rng::SplitMix64;
 
+/// How deep nested profiles are followed for one answer (DNS and `/v1/select` alike).
+/// Configurations refuse loops; this only bounds the work of a pathological chain.
+pub const MAX_NESTING: usize = 8;
+
 /// Region name that catches every query whose region has no endpoint of its own.
 pub const WORLD_REGION: &str = "world";
 
@@ -32,7 +36,8 @@ pub enum Routing {
 /// One endpoint as selection sees it. Build one per configured endpoint, in config order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate<'a> {
-    pub address: IpAddr,
+    /// The family of its address; None for a nested profile, which may answer with either.
+    pub family: Option<Family>,
     pub status: EndpointStatus,
     pub priority: u32,
     pub weight: u32,
@@ -110,7 +115,7 @@ pub fn select(
     let mut eligible = effective_eligibility(&statuses);
     if let Some(family) = query.family {
         for (ok, c) in eligible.iter_mut().zip(candidates) {
-            *ok &= Family::of(c.address) == family;
+            *ok &= c.family.is_none_or(|f| f == family);
         }
     }
     let picked = match routing {
@@ -202,7 +207,7 @@ mod tests {
 
     fn cand(status: S) -> Candidate<'static> {
         Candidate {
-            address: "198.18.0.1".parse().unwrap(),
+            family: Some(Family::Ipv4),
             status,
             priority: 1,
             weight: 1,
@@ -408,7 +413,7 @@ mod tests {
     #[test]
     fn a_family_sets_the_other_aside_but_fail_open_stays_profile_wide() {
         let v6 = |status| Candidate {
-            address: "2001:2::1".parse().unwrap(),
+            family: Some(Family::Ipv6),
             ..cand(status)
         };
         let cands = [prio(S::Online, 1), v6(S::Online), prio(S::Online, 3)];

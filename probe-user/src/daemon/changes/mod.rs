@@ -66,6 +66,10 @@ pub struct EndpointState {
     pub status: EndpointStatus,
     /// May receive new traffic now, fail-open included.
     pub eligible: bool,
+    /// A nested endpoint's child profile (SPEC 8): it has no address of its own (`address`
+    /// is unspecified, `port` 0), and data-path sinks leave it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nested: Option<String>,
 }
 
 impl EndpointState {
@@ -86,6 +90,7 @@ impl EndpointState {
                 EndpointStatus::Degraded
             },
             eligible: passing,
+            nested: None,
         }
     }
 }

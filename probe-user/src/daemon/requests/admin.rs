@@ -69,9 +69,12 @@ impl Runner {
             }
             self.restatus(id, ChangeKind::Admin, now, None);
         }
+        for nix in 0..self.table.profiles[ix].nested.len() {
+            self.renest(ix, nix, now);
+        }
         // A profile without endpoints has no endpoint change to carry its own.
         let entry = &mut self.table.profiles[ix];
-        if owners.is_empty() {
+        if owners.is_empty() && entry.nested.is_empty() {
             entry.recount();
             if (entry.status, entry.fail_open) != before {
                 let change = Change::Profile(ProfileChange {
@@ -85,6 +88,8 @@ impl Runner {
                 self.publish(change, now);
             }
         }
+        // Its status stands for it in the profiles it is nested in.
+        self.cascade(ix, now);
         self.persist.dirty = true;
         let sinks: Vec<_> = self.sinks.iter().map(crate::sinks::Running::view).collect();
         super::status::profiles(&self.table, &sinks, Some(profile))?

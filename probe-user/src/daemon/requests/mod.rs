@@ -55,3 +55,10 @@ impl Runner {
 pub(crate) fn status_view(runner: &Runner, endpoint: &str) -> super::views::EndpointView {
     status::endpoint(&runner.table, "web", endpoint).expect("the endpoint exists")
 }
+
+#[cfg(test)]
+pub(crate) fn profile_view_of(runner: &Runner, profile: &str) -> super::views::ProfileView {
+    status::profiles(&runner.table, &[], Some(profile))
+        .expect("the profile exists")
+        .remove(0)
+}

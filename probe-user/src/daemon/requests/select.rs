@@ -1,6 +1,9 @@
 //! `GET /v1/select/{profile}?source=IP[&region=R][&family=ipv4|ipv6]`: which endpoints a query
 //! from `source` would get now. Regions come from `[[dns.region]]` when the request names none,
-//! so the answer is the one the DNS server gives the same source.
+//! so the answer is the one the DNS server gives the same source; nested profiles answer with
+//! their child's pick.
+use std::net::IpAddr;
+
 use crate::{
     config::DnsRegion,
     daemon::{
@@ -10,7 +13,7 @@ use crate::{
     },
     dns::regions::Regions,
     rng::SplitMix64,
-    status::{self, Candidate, Query},
+    status::{self, Candidate, Family, Query},
 };
 
 pub(super) fn select(
@@ -20,14 +23,41 @@ pub(super) fn select(
     profile: &str,
     query: SelectQuery,
 ) -> Result<SelectView, RequestError> {
-    let (_, entry) = table
+    let (ix, entry) = table
         .profile(profile)
         .ok_or_else(|| RequestError::NoProfile(profile.into()))?;
+    let source = crate::dns::regions::canonical(query.source);
+    let region = query
+        .region
+        .or_else(|| Regions::new(regions).region_of(source).map(str::to_string));
+    let ask = Query {
+        source,
+        region: region.as_deref(),
+        family: query.family,
+    };
+    let picked = pick(table, ix, &ask, rng, 0);
+    Ok(SelectView {
+        profile: profile.into(),
+        source: query.source.to_string(),
+        region: region.clone(),
+        nxdomain: !entry.enabled(),
+        endpoints: picked.iter().map(|(name, _)| name.clone()).collect(),
+        addresses: picked.iter().map(|(_, a)| a.to_string()).collect(),
+    })
+}
+
+/// What profile `ix` answers `query` with: (endpoint, address) pairs, best first; a nested
+/// endpoint's are its child's answer, named `nested/child-endpoint`.
+fn pick(table: &Table, ix: usize, query: &Query<'_>, rng: &mut SplitMix64, depth: usize) -> Vec<(String, IpAddr)> {
+    let entry = &table.profiles[ix];
+    if depth > status::select::MAX_NESTING {
+        return Vec::new();
+    }
     let targets: Vec<_> = entry.owners.iter().map(|id| &table.targets[id]).collect();
     let candidates: Vec<Candidate<'_>> = targets
         .iter()
         .map(|t| Candidate {
-            address: t.endpoint.address,
+            family: Some(Family::of(t.endpoint.address)),
             status: t.status,
             priority: t.endpoint.priority,
             weight: t.endpoint.weight,
@@ -35,35 +65,31 @@ pub(super) fn select(
             region: t.endpoint.region.as_deref(),
             rtt: t.last_rtt,
         })
+        .chain(entry.nested.iter().map(|n| Candidate {
+            family: None,
+            status: n.status,
+            priority: n.cfg.priority,
+            weight: n.cfg.weight,
+            subnets: &n.cfg.subnets,
+            region: n.cfg.region.as_deref(),
+            rtt: None,
+        }))
         .collect();
-    let source = crate::dns::regions::canonical(query.source);
-    let region = query
-        .region
-        .or_else(|| Regions::new(regions).region_of(source).map(str::to_string));
-    let answer = status::select(
-        entry.enabled(),
-        entry.cfg.routing,
-        &candidates,
-        &Query {
-            source,
-            region: region.as_deref(),
-            family: query.family,
-        },
-        rng,
-    );
-    let picked = match &answer {
-        status::Answer::NxDomain => &[][..],
-        status::Answer::Endpoints(v) => v.as_slice(),
+    let status::Answer::Endpoints(picked) = status::select(entry.enabled(), entry.cfg.routing, &candidates, query, rng)
+    else {
+        return Vec::new();
     };
-    Ok(SelectView {
-        profile: profile.into(),
-        source: query.source.to_string(),
-        region,
-        nxdomain: answer == status::Answer::NxDomain,
-        endpoints: picked.iter().map(|&i| targets[i].name.to_string()).collect(),
-        addresses: picked
-            .iter()
-            .map(|&i| targets[i].endpoint.address.to_string())
-            .collect(),
-    })
+    let mut out = Vec::new();
+    for i in picked {
+        match targets.get(i) {
+            Some(t) => out.push((t.name.to_string(), t.endpoint.address)),
+            None => {
+                let n = &entry.nested[i - targets.len()];
+                for (name, address) in pick(table, n.child, query, rng, depth + 1) {
+                    out.push((format!("{}/{name}", n.name), address));
+                }
+            }
+        }
+    }
+    out
 }

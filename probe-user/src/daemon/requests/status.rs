@@ -4,10 +4,11 @@ use crate::{
     daemon::{
         control::RequestError,
         table::{OwnerId, ProfileEntry, Table},
-        views::{EndpointView, ProfileView, Windows},
+        views::{EndpointView, NestedView, ProfileView, Windows},
     },
     health::{fail_window, success_window},
     sinks::SinkView,
+    status::EndpointStatus,
 };
 
 /// Every profile, or the one named.
@@ -53,6 +54,32 @@ fn profile_view(table: &Table, sinks: &[SinkView], p: &ProfileEntry) -> ProfileV
         fail_open: p.fail_open,
         endpoints: p.owners.iter().map(|id| endpoint_view(table, *id)).collect(),
         sinks: sinks.iter().filter(|s| s.profile == p.cfg.name).cloned().collect(),
+        nested: p
+            .nested
+            .iter()
+            .map(|n| {
+                let counts = &table.profiles[n.child].counts;
+                NestedView {
+                    name: n.name.to_string(),
+                    profile: n.cfg.child.clone(),
+                    admin: n.cfg.state,
+                    status: n.status,
+                    eligible: n.eligible,
+                    priority: n.cfg.priority,
+                    weight: n.cfg.weight,
+                    min_child_endpoints: n.cfg.min_child_endpoints,
+                    available_child_endpoints: [
+                        EndpointStatus::Online,
+                        EndpointStatus::CheckingEndpoint,
+                        EndpointStatus::Unmonitored,
+                    ]
+                    .iter()
+                    .map(|s| counts.get(*s))
+                    .sum(),
+                    last_change: n.last_change.clone(),
+                }
+            })
+            .collect(),
     }
 }
 

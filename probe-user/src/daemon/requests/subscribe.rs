@@ -38,6 +38,12 @@ impl Runner {
                     let t = &self.table.targets[id];
                     (t.profile.clone(), t.name.clone(), t.state())
                 })
+                .chain(self.table.profiles.iter().filter(|p| wanted(&p.name)).flat_map(|p| {
+                    let protocol = p.cfg.health.protocol();
+                    p.nested
+                        .iter()
+                        .map(move |n| (p.name.clone(), n.name.clone(), n.state(protocol)))
+                }))
                 .collect(),
         };
         (snapshot, self.changes.subscribe_to(name, capacity, profile))

@@ -62,6 +62,17 @@ impl Runner {
                 ((t.profile.clone(), t.name.clone()), b)
             })
             .collect();
+        let nested_before: HashMap<Name, EndpointState> = self
+            .table
+            .profiles
+            .iter()
+            .flat_map(|p| {
+                let protocol = p.cfg.health.protocol();
+                p.nested
+                    .iter()
+                    .map(move |n| ((p.name.clone(), n.name.clone()), n.state(protocol)))
+            })
+            .collect();
         let profiles_before: Vec<(Arc<str>, ProfileStatus, bool)> = self
             .table
             .profiles
@@ -87,7 +98,54 @@ impl Runner {
             self.table.settle();
         }
         self.publish_table_changes(&old, &before, &profiles_before, now);
+        self.publish_nested_changes(&nested_before, now);
         self.persist.dirty = true;
+    }
+
+    /// Publishes the nested endpoints that appeared, went or changed with the new table.
+    fn publish_nested_changes(&mut self, before: &HashMap<Name, EndpointState>, now: u64) {
+        let at_unix_ms = self.ports.clock.unix_ms();
+        let mut changes = Vec::new();
+        let mut live = HashSet::new();
+        for p in &self.table.profiles {
+            let protocol = p.cfg.health.protocol();
+            for n in &p.nested {
+                let key = (p.name.clone(), n.name.clone());
+                let was = before.get(&key);
+                live.insert(key);
+                if was == Some(&n.state(protocol)) {
+                    continue;
+                }
+                let from = was.map(|s| s.status);
+                changes.push(Change::Endpoint(n.change(
+                    &p.name,
+                    protocol,
+                    ChangeKind::Config,
+                    from,
+                    (at_unix_ms, now),
+                )));
+            }
+        }
+        for ((profile, endpoint), state) in before {
+            if live.contains(&(profile.clone(), endpoint.clone())) {
+                continue;
+            }
+            changes.push(Change::Endpoint(crate::daemon::changes::EndpointChange {
+                seq: 0,
+                at_unix_ms,
+                at_ns: now,
+                kind: ChangeKind::Config,
+                profile: profile.clone(),
+                endpoint: endpoint.clone(),
+                from: Some(state.status),
+                state: state.clone(),
+                removed: true,
+                transition: None,
+            }));
+        }
+        for c in changes {
+            self.publish(c, now);
+        }
     }
 
     /// Publishes what changed between the old table and the one now live.

@@ -35,7 +35,6 @@ use super::{
 use crate::{
     config::{Config, Protocol},
     engine::L4Result,
-    hash::FastMap,
     rng::SplitMix64,
     schedule::{CheckId, Scheduler, SchedulerConfig},
 };
@@ -188,12 +187,7 @@ impl Runner {
             .map_err(|e| DaemonError::Unsupported(e.to_string()))?;
         let mut runner = Runner {
             sched: Scheduler::new(SchedulerConfig::default()),
-            table: Table {
-                profiles: Vec::new(),
-                targets: FastMap::default(),
-                kept: 0,
-                added: 0,
-            },
+            table: Table::default(),
             next_owner,
             slots: Vec::new(),
             epoch: 0,

@@ -73,11 +73,12 @@ impl Runner {
             ..t.change(kind, Some(old_status), false, at_unix_ms, at_ns)
         });
         let profile_ix = t.profile_ix as usize;
+        let moved = new_status != old_status;
         self.publish(change, now);
         let p = &self.table.profiles[profile_ix];
         let (profile_status, fail_open, name) = (p.status, p.fail_open, p.name.clone());
         if fail_open != old_fail_open {
-            self.flip_fail_open(profile_ix, id, at_ns);
+            self.flip_fail_open(profile_ix, Some(id), None, at_ns);
         }
         if (profile_status, fail_open) != (old_profile, old_fail_open) {
             let change = Change::Profile(ProfileChange {
@@ -90,17 +91,101 @@ impl Runner {
             });
             self.publish(change, now);
         }
+        if moved {
+            self.cascade(profile_ix, at_ns);
+        }
     }
 
-    /// Fail-open of a profile flipped: every Degraded endpoint but `except` (already published)
-    /// changed eligibility without changing status.
-    fn flip_fail_open(&mut self, profile_ix: usize, except: OwnerId, at_ns: u64) {
+    /// Profile `child`'s endpoints changed: the nested endpoints that stand for it in other
+    /// profiles catch up, and their parents' in turn.
+    pub(in crate::daemon) fn cascade(&mut self, child: usize, at_ns: u64) {
+        let Some(places) = self.table.parents.get(&child).cloned() else {
+            return;
+        };
+        for (pix, nix) in places {
+            self.renest(pix, nix, at_ns);
+        }
+    }
+
+    /// Brings nested endpoint `nix` of profile `pix` up to date with its child and parent, and
+    /// publishes what changed, as `restatus` does for a probed endpoint.
+    pub(in crate::daemon) fn renest(&mut self, pix: usize, nix: usize, at_ns: u64) {
         let now = self.now();
         let at_unix_ms = self.ports.clock.unix_ms_at(at_ns);
-        let p = &self.table.profiles[profile_ix];
+        let enabled = self.table.profiles[pix].enabled();
+        let child = self.table.profiles[pix].nested[nix].child;
+        let new_status = self.table.profiles[pix].nested[nix].derive_status(enabled, &self.table.profiles[child]);
+        let p = &mut self.table.profiles[pix];
+        let old_status = p.nested[nix].status;
+        if new_status == old_status {
+            return;
+        }
+        p.counts.remove(old_status);
+        p.counts.add(new_status);
+        let (old_profile, old_fail_open) = p.recount();
+        let (fail_open, protocol) = (p.fail_open, p.cfg.health.protocol());
+        let n = &mut p.nested[nix];
+        n.status = new_status;
+        n.eligible = status::eligible(new_status, fail_open);
+        n.last_change = Some(LastChange {
+            at_unix_ms,
+            kind: ChangeKind::Health,
+            from: Some(old_status),
+            to: new_status,
+            measured_window_ms: 0.0,
+            formula_window_ms: 0.0,
+        });
+        let change = Change::Endpoint(n.change(
+            &p.name,
+            protocol,
+            ChangeKind::Health,
+            Some(old_status),
+            (at_unix_ms, at_ns),
+        ));
+        let (profile_status, name) = (p.status, p.name.clone());
+        self.persist.dirty = true;
+        self.publish(change, now);
+        if fail_open != old_fail_open {
+            self.flip_fail_open(pix, None, Some(nix), at_ns);
+        }
+        if (profile_status, fail_open) != (old_profile, old_fail_open) {
+            let change = Change::Profile(ProfileChange {
+                seq: 0,
+                at_unix_ms,
+                profile: name,
+                from: Some(old_profile),
+                to: Some(profile_status),
+                fail_open,
+            });
+            self.publish(change, now);
+        }
+        self.cascade(pix, at_ns);
+    }
+
+    /// Fail-open of a profile flipped: every Degraded endpoint, probed or nested, but the one
+    /// already published changed eligibility without changing status.
+    fn flip_fail_open(&mut self, profile_ix: usize, except: Option<OwnerId>, except_nested: Option<usize>, at_ns: u64) {
+        let now = self.now();
+        let at_unix_ms = self.ports.clock.unix_ms_at(at_ns);
+        let p = &mut self.table.profiles[profile_ix];
         let fail_open = p.fail_open;
+        let protocol = p.cfg.health.protocol();
         let mut changes = Vec::new();
-        for id in p.owners.iter().filter(|id| **id != except) {
+        for (nix, n) in p.nested.iter_mut().enumerate() {
+            if Some(nix) == except_nested || n.status != EndpointStatus::Degraded {
+                continue;
+            }
+            n.eligible = status::eligible(n.status, fail_open);
+            changes.push(Change::Endpoint(n.change(
+                &p.name,
+                protocol,
+                ChangeKind::FailOpen,
+                Some(n.status),
+                (at_unix_ms, at_ns),
+            )));
+        }
+        let p = &self.table.profiles[profile_ix];
+        for id in p.owners.iter().filter(|id| Some(**id) != except) {
             let t = self.table.targets.get_mut(id).expect("owners are targets");
             if t.status != EndpointStatus::Degraded {
                 continue;

@@ -389,6 +389,68 @@ fn a_profile_disabled_through_the_api_stops_probing_and_survives_reload_and_rest
 }
 
 #[test]
+fn a_nested_endpoint_follows_its_child_profile() {
+    let mut h = Harness::new("nested", &[("a", 80)]);
+    // web: a (198.18.1.1:80) and the nested profile eu, whose endpoints are at ports 90 and 91.
+    let text = config_text(&h.dir, &[("a", 80)])
+        + "\n[[profile.endpoint]]\nname = \"eu-pool\"\nprofile = \"eu\"\nmin_child_endpoints = 2\n"
+        + "\n[[profile]]\nname = \"eu\"\ndialect = \"lb\"\n\n[profile.health]\nprotocol = \"tcp\"\n\
+           interval = \"1s\"\ntimeout = \"500ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n\
+           \n[[profile.endpoint]]\nname = \"e1\"\naddress = \"198.18.2.1\"\nport = 90\n\
+           \n[[profile.endpoint]]\nname = \"e2\"\naddress = \"198.18.2.2\"\nport = 91\n";
+    h.runner.reload(Some(parse(&text))).expect("applied");
+    let nested = |h: &Harness| {
+        let n = &h.runner.table.profiles[0].nested[0];
+        (n.status, n.eligible)
+    };
+    assert_eq!(nested(&h), (S::CheckingEndpoint, true), "its child has no verdict yet");
+    h.run_for(4000, OPEN);
+    assert_eq!(nested(&h), (S::Online, true));
+    h.changes();
+    // One child endpoint fails: fewer than min_child_endpoints (2) are available.
+    h.run_for(4000, |t| {
+        if t.port() == 91 {
+            L4Outcome::Refused
+        } else {
+            L4Outcome::Open
+        }
+    });
+    assert_eq!(nested(&h), (S::Degraded, false));
+    let changes = h.changes();
+    assert!(
+        endpoint_changes(&changes).contains(&(
+            "eu-pool",
+            ChangeKind::Health,
+            Some(S::Online),
+            Some(S::Degraded),
+            false
+        )),
+        "{changes:#?}"
+    );
+    assert!(
+        profile_changes(&changes)
+            .iter()
+            .any(|p| &*p.profile == "web" && p.to == Some(ProfileStatus::Degraded)),
+        "the parent's status counts its nested endpoint"
+    );
+    // The child disabled through the API: its nested endpoint is Stopped.
+    h.runner.set_profile_enabled("eu", false).unwrap();
+    assert_eq!(nested(&h), (S::Stopped, false));
+    let view = h.runner.set_profile_enabled("eu", true).unwrap();
+    assert_eq!(view.status, ProfileStatus::CheckingEndpoints);
+    assert_eq!(nested(&h), (S::CheckingEndpoint, true));
+    let web = &crate::daemon::requests::profile_view_of(&h.runner, "web");
+    assert_eq!(web.nested[0].profile, "eu");
+    assert_eq!(
+        (
+            web.nested[0].available_child_endpoints,
+            web.nested[0].min_child_endpoints
+        ),
+        (2, 2)
+    );
+}
+
+#[test]
 fn reload_carries_state_over_and_publishes_what_changed() {
     let mut h = Harness::new("reload", &[("a", 80), ("b", 80), ("c", 80)]);
     h.run_for(4000, OPEN);
