@@ -670,6 +670,12 @@ fn nested_profiles_answer_from_their_children_and_fail_over_between_them() {
             .any(|e| e.profile == "api" && e.endpoint == "eu" && e.to == Some(S::Degraded) && e.target == "profile:eu"),
         "the events show the nested endpoint as such: {events:#?}"
     );
+    let metrics = daemon.get("/metrics");
+    let degraded = probed_tests::daemon::metric(
+        metrics.as_str().unwrap(),
+        "probed_nested_endpoints{profile=\"api\",status=\"Degraded\"}",
+    );
+    assert_eq!(degraded, 1.0);
     restore(&bed.topo.backend);
 
     // A loop is refused, and the running configuration stays.

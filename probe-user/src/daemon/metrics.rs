@@ -196,6 +196,20 @@ impl RunnerMetrics {
                 }
             }
         }
+        r.clear(&catalog::NESTED_ENDPOINTS);
+        for p in &table.profiles {
+            let counts = crate::status::StatusCounts::of(&p.nested.iter().map(|n| n.status).collect::<Vec<_>>());
+            for status in crate::status::EndpointStatus::ALL {
+                let n = counts.get(status);
+                if n > 0 {
+                    r.set(
+                        &catalog::NESTED_ENDPOINTS,
+                        vec![("profile", p.name.to_string()), ("status", status.as_str().into())],
+                        f64::from(n),
+                    );
+                }
+            }
+        }
         r.set(&catalog::CHECKS, vec![], checks as f64);
         for m in [
             &catalog::CHANGES_PUBLISHED,

@@ -201,6 +201,11 @@ pub const ENGINE_STACK_FALLBACKS: Metric = Metric::counter(
     &[],
 );
 pub const ENGINE_INFLIGHT: Metric = Metric::gauge("probed_engine_inflight", "L4 probes in flight", &[]);
+pub const NESTED_ENDPOINTS: Metric = Metric::gauge(
+    "probed_nested_endpoints",
+    "Nested endpoints (other profiles standing as endpoints) by monitor status; probed_endpoints counts them too",
+    &["profile", "status"],
+);
 pub const DNS_ANSWERS: Metric = Metric::counter(
     "probed_dns_answers_total",
     "DNS answers sent, by response code (noerror, nxdomain, refused, formerr, other)",
@@ -245,6 +250,7 @@ pub const ALL: &[&Metric] = &[
     &KERNEL_TX,
     &ENGINE_STACK_FALLBACKS,
     &ENGINE_INFLIGHT,
+    &NESTED_ENDPOINTS,
     &DNS_ANSWERS,
     &DNS_TCP_ANSWERS,
     &DNS_SEND_ERRORS,
