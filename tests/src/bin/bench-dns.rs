@@ -18,14 +18,16 @@
 //!   and otherwise unthrottled; when more than 0.1% are lost, again at 90% of the last rate
 //!   with `-Q`, at most `--steps` times, and the fastest run within 0.1% is reported.
 //! - Counted: queries per second completed and lost (dnsperf's own figures), the server
-//!   process's CPU per query (utime + stime from /proc/PID/stat over the run), CPU 0's busy
-//!   time per query (which also holds softirq work on the server's core), and how busy CPU 1
-//!   was: a client near 100% means the figure is dnsperf's limit, not the server's.
+//!   process's CPU per query (utime + stime from /proc/PID/stat over the run), the same with
+//!   the interrupt time of CPU 0 added (the packets' way through the kernel on the server's
+//!   core), how much of CPU 0 other tasks took (someone else's build slows the server down),
+//!   and how busy CPU 1 was. A server process well under 100% ran at dnsperf's pace: its rate
+//!   is the client's limit, and only its CPU per query says what it could do.
 //!
 //! Before any timing, `dig` asks both servers the bench's questions and the run stops unless
 //! both give the same answers.
 //!
-//! `bench-dns [--seconds 10] [--outstanding 100] [--steps 4] [--only probed|gdnsd]`
+//! `bench-dns [--seconds 10] [--outstanding 100] [--steps 4] [--rounds 1] [--only probed|gdnsd]`
 use std::{
     fmt::Write as _,
     io::Write as _,
@@ -113,6 +115,9 @@ struct Args {
     outstanding: u32,
     steps: u32,
     servers: Vec<Server>,
+    /// Each server measured this many times, taking turns, so that a burst of someone else's
+    /// work on the machine spoils one round rather than one server's figures.
+    rounds: u32,
 }
 
 fn args() -> Args {
@@ -121,6 +126,7 @@ fn args() -> Args {
         outstanding: 100,
         steps: 4,
         servers: vec![Server::Probed, Server::Gdnsd],
+        rounds: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -145,7 +151,11 @@ fn args() -> Args {
                     other => panic!("--only: {other:?} is not probed or gdnsd"),
                 }
             }
-            other => panic!("unknown flag {other}: --seconds, --outstanding, --steps, --only"),
+            "--rounds" => {
+                a.rounds = value.parse().expect("--rounds: a number");
+                assert!((1..=9).contains(&a.rounds), "--rounds: 1 to 9");
+            }
+            other => panic!("unknown flag {other}: --seconds, --outstanding, --steps, --rounds, --only"),
         }
     }
     a
@@ -630,41 +640,41 @@ fn thread_cpu(pid: u32) -> Vec<(u32, String, Duration)> {
         .collect()
 }
 
-/// Per-CPU busy time from /proc/stat, niced time left out (someone else's builds), and the
-/// niced time of the whole machine apart.
-#[derive(Clone, Copy)]
+/// Per-CPU time from /proc/stat: in tasks (user, nice and system, whoever ran) and in
+/// interrupts (hard and soft: the kernel's packet work lands here).
+#[derive(Clone, Copy, Default)]
 struct CpuTimes {
-    busy: [Duration; 2],
-    nice: Duration,
+    task: [Duration; 2],
+    irq: [Duration; 2],
 }
 
 fn cpu_times() -> CpuTimes {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let mut t = CpuTimes {
-        busy: [Duration::ZERO; 2],
-        nice: Duration::ZERO,
-    };
+    let mut t = CpuTimes::default();
     for line in stat.lines() {
         let mut f = line.split_whitespace();
-        let Some(name) = f.next() else { continue };
+        let cpu = match f.next() {
+            Some("cpu0") => 0,
+            Some("cpu1") => 1,
+            _ => continue,
+        };
+        // user nice system idle iowait irq softirq
         let v: Vec<u64> = f.filter_map(|x| x.parse().ok()).collect();
-        // user nice system idle iowait irq softirq steal: busy is all but nice, idle, iowait.
-        let busy = ticks(
-            v.iter()
-                .take(8)
-                .enumerate()
-                .filter(|(i, _)| ![1, 3, 4].contains(i))
-                .map(|(_, x)| x)
-                .sum(),
-        );
-        match name {
-            "cpu" => t.nice = ticks(v.get(1).copied().unwrap_or(0)),
-            "cpu0" => t.busy[0] = busy,
-            "cpu1" => t.busy[1] = busy,
-            _ => {}
-        }
+        let get = |i: usize| v.get(i).copied().unwrap_or(0);
+        t.task[cpu] = ticks(get(0) + get(1) + get(2));
+        t.irq[cpu] = ticks(get(5) + get(6));
     }
     t
+}
+
+impl CpuTimes {
+    fn since(&self, before: &CpuTimes) -> CpuTimes {
+        let d = |a: Duration, b: Duration| a.saturating_sub(b);
+        CpuTimes {
+            task: [d(self.task[0], before.task[0]), d(self.task[1], before.task[1])],
+            irq: [d(self.irq[0], before.irq[0]), d(self.irq[1], before.irq[1])],
+        }
+    }
 }
 
 /// What dnsperf printed about one run.
@@ -728,10 +738,9 @@ struct Run {
     limit: Option<u64>,
     argv: String,
     perf: Perf,
-    /// The server process's CPU, and CPU 0's and CPU 1's busy time, over the run.
+    /// The server process's CPU, and each CPU's, over the run.
     server_cpu: Duration,
-    cpu: [Duration; 2],
-    niced: Duration,
+    cpu: CpuTimes,
     wall: Duration,
     /// The server's busiest threads over the run: name and CPU.
     threads: Vec<(String, Duration)>,
@@ -740,6 +749,23 @@ struct Run {
 impl Run {
     fn per_query_us(&self, d: Duration) -> f64 {
         d.as_secs_f64() * 1e6 / self.perf.completed.max(1) as f64
+    }
+
+    /// The server's process and the interrupt work on its core, per query: the packets' way
+    /// through the kernel is part of what answering costs.
+    fn with_softirq_us(&self) -> f64 {
+        self.per_query_us(self.server_cpu + self.cpu.irq[0])
+    }
+
+    /// Share of the run that other tasks (not the server) ran on the server's core: work of
+    /// someone else that slowed the server down.
+    fn foreign_pct(&self) -> f64 {
+        self.cpu.task[0].saturating_sub(self.server_cpu).as_secs_f64() * 100.0 / self.wall.as_secs_f64()
+    }
+
+    /// How busy the client's core was: near 100%, the rate is dnsperf's limit.
+    fn client_pct(&self) -> f64 {
+        (self.cpu.task[1] + self.cpu.irq[1]).as_secs_f64() * 100.0 / self.wall.as_secs_f64()
     }
 
     fn load(&self, outstanding: u32) -> String {
@@ -826,11 +852,7 @@ impl Bench<'_> {
             argv: argv.join(" "),
             perf: parse_dnsperf(&perf.output())?,
             server_cpu: p1.saturating_sub(p0),
-            cpu: [
-                c1.busy[0].saturating_sub(c0.busy[0]),
-                c1.busy[1].saturating_sub(c0.busy[1]),
-            ],
-            niced: c1.nice.saturating_sub(c0.nice),
+            cpu: c1.since(&c0),
             wall,
             threads,
         })
@@ -848,14 +870,16 @@ impl Bench<'_> {
             let run = self.dnsperf(server, pid, self.a.seconds, limit)?;
             proc.check_alive("while measured")?;
             eprintln!(
-                "  {:<6} {:<16} {:>9.0} q/s  lost {:>6.3}%  {:>6.2} us/query (process)  CPU 0 {:>5.1}%  CPU 1 {:>5.1}%  threads: {}",
+                "  {:<6} {:<16} {:>9.0} q/s  lost {:>6.3}%  {:>6.2} us/query (process)  {:>6.2} us/query (+softirq)  \
+                 others on CPU 0 {:>4.1}%  CPU 1 {:>5.1}%  threads: {}",
                 server.name(),
                 run.load(self.a.outstanding),
                 run.perf.qps,
                 run.perf.lost_pct(),
                 run.per_query_us(run.server_cpu),
-                run.cpu[0].as_secs_f64() * 100.0 / run.wall.as_secs_f64(),
-                run.cpu[1].as_secs_f64() * 100.0 / run.wall.as_secs_f64(),
+                run.with_softirq_us(),
+                run.foreign_pct(),
+                run.client_pct(),
                 run.threads
                     .iter()
                     .map(|(n, t)| format!("{n} {:.2} s", t.as_secs_f64()))
@@ -954,13 +978,15 @@ fn run(a: &Args) -> Result<(), String> {
         a,
     };
     let mut results = Vec::new();
-    for &server in &a.servers {
-        let proc = match server {
-            Server::Probed => &mut probed,
-            Server::Gdnsd => &mut gdnsd,
-        };
-        let runs = bench.measure(server, proc)?;
-        results.push((server, runs));
+    for _ in 0..a.rounds {
+        for &server in &a.servers {
+            let proc = match server {
+                Server::Probed => &mut probed,
+                Server::Gdnsd => &mut gdnsd,
+            };
+            let runs = bench.measure(server, proc)?;
+            results.push((server, runs));
+        }
     }
     // Both still answer as they did before the load.
     verify(&client, Server::Probed)?;
@@ -986,24 +1012,31 @@ fn report(a: &Args, bin: &Path, sizes: &[Vec<usize>; 2], results: &[(Server, Vec
         s,
         "\ncommand: {}\nprobed: {}\nquery file (looped): {}",
         std::env::args().collect::<Vec<_>>().join(" "),
-        bin.display(),
+        bin.canonicalize().unwrap_or_else(|_| bin.to_path_buf()).display(),
         QUERIES.lines().collect::<Vec<_>>().join(", ")
     );
-    for (server, runs) in results {
-        let r = runs.last().expect("at least one run");
-        let _ = writeln!(s, "dnsperf against {}: {}", server.name(), r.argv);
+    for &server in &a.servers {
+        if let Some((_, runs)) = results.iter().find(|(s, _)| *s == server) {
+            let r = runs.last().expect("at least one run");
+            let _ = writeln!(s, "dnsperf against {} (first round): {}", server.name(), r.argv);
+        }
     }
     s.push('\n');
     let _ = writeln!(
         s,
-        "| server | web; multi | load (dnsperf) | queries/s completed | lost | NOERROR | CPU/query, server process | server process CPU | CPU 0 (server) busy/query | CPU 1 (dnsperf) busy | avg response | avg latency |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| server | web; multi | load (dnsperf) | queries/s completed | lost | NOERROR | CPU/query, server process | \
+         CPU/query, with CPU 0's softirq | server process CPU | others on CPU 0 | CPU 1 (dnsperf) busy | avg response | \
+         avg latency |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
-    let mut niced = Duration::ZERO;
-    for (server, runs) in results {
+    let mut foreign = 0.0f64;
+    for (i, (server, runs)) in results.iter().enumerate() {
         let r = runs.last().expect("at least one run");
-        niced += runs.iter().map(|r| r.niced).sum::<Duration>();
-        let wall = r.wall.as_secs_f64();
+        let name = if a.rounds > 1 {
+            format!("{} (round {})", server.name(), i / a.servers.len() + 1)
+        } else {
+            server.name().to_string()
+        };
+        foreign = runs.iter().map(Run::foreign_pct).fold(foreign, f64::max);
         let within = if r.perf.lost_pct() <= MAX_LOSS_PCT {
             ""
         } else {
@@ -1011,30 +1044,54 @@ fn report(a: &Args, bin: &Path, sizes: &[Vec<usize>; 2], results: &[(Server, Vec
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.0} | {:.3}%{within} | {:.2}% | {:.2} µs | {:.0}% | {:.2} µs | {:.0}% | {:.0} B | {:.3} ms |",
-            server.name(),
+            "| {} | {} | {} | {:.0} | {:.3}%{within} | {:.2}% | {:.2} µs | {:.2} µs | {:.0}% | {:.1}% | {:.0}% | {:.0} B | {:.3} ms |",
+            name,
             server.answered_by(),
             r.load(a.outstanding),
             r.perf.qps,
             r.perf.lost_pct(),
             r.perf.noerror_pct,
             r.per_query_us(r.server_cpu),
-            r.server_cpu.as_secs_f64() * 100.0 / wall,
-            r.per_query_us(r.cpu[0]),
-            r.cpu[1].as_secs_f64() * 100.0 / wall,
+            r.with_softirq_us(),
+            r.server_cpu.as_secs_f64() * 100.0 / r.wall.as_secs_f64(),
+            r.foreign_pct(),
+            r.client_pct(),
             r.perf.response_bytes,
             r.perf.latency_ms
         );
     }
-    let pick = |which: Server| results.iter().find(|(s, _)| *s == which).and_then(|(_, r)| r.last());
-    if let (Some(p), Some(g)) = (pick(Server::Probed), pick(Server::Gdnsd)) {
+    // Over several rounds, each figure's median across them.
+    let median = |which: Server, f: &dyn Fn(&Run) -> f64| {
+        let mut v: Vec<f64> = results
+            .iter()
+            .filter(|(s, _)| *s == which)
+            .filter_map(|(_, runs)| runs.last().map(f))
+            .collect();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        (n > 0).then(|| (v[(n - 1) / 2] + v[n / 2]) / 2.0)
+    };
+    let qps = |r: &Run| r.perf.qps;
+    let process = |r: &Run| r.per_query_us(r.server_cpu);
+    let softirq = |r: &Run| r.with_softirq_us();
+    let figures = |which| Some((median(which, &qps)?, median(which, &process)?, median(which, &softirq)?));
+    if let (Some(p), Some(g)) = (figures(Server::Probed), figures(Server::Gdnsd)) {
         let _ = writeln!(
             s,
-            "\n| probed/gdnsd | queries/s | CPU/query, server process | CPU 0 busy/query |\n|---|---:|---:|---:|\n\
-             | ratio | {:.2}x | {:.2}x | {:.2}x |",
-            p.perf.qps / g.perf.qps.max(1.0),
-            p.per_query_us(p.server_cpu) / g.per_query_us(g.server_cpu).max(1e-9),
-            p.per_query_us(p.cpu[0]) / g.per_query_us(g.cpu[0]).max(1e-9)
+            "\n| probed/gdnsd{} | queries/s | CPU/query, server process | CPU/query, with CPU 0's softirq |\n\
+             |---|---:|---:|---:|\n| ratio | {:.2}x | {:.2}x | {:.2}x |",
+            if a.rounds > 1 { " (medians of the rounds)" } else { "" },
+            p.0 / g.0.max(1.0),
+            p.1 / g.1.max(1e-9),
+            p.2 / g.2.max(1e-9)
+        );
+        // A server whose core was not full ran at the client's pace: what its core could answer
+        // is then an estimate from its cost per query, not a measurement.
+        let _ = writeln!(
+            s,
+            "\nqueries/s one core could answer, estimated as 1 s / (CPU/query with softirq): probed {:.0}, gdnsd {:.0}",
+            1e6 / p.2.max(1e-9),
+            1e6 / g.2.max(1e-9)
         );
     }
     let _ = writeln!(
@@ -1047,11 +1104,11 @@ fn report(a: &Args, bin: &Path, sizes: &[Vec<usize>; 2], results: &[(Server, Vec
             .collect::<Vec<_>>()
             .join(", ")
     );
-    if niced > Duration::from_secs(1) {
+    if foreign > 5.0 {
         let _ = writeln!(
             s,
-            "\nwarning: {:.0} s of niced work ran meanwhile (another build?); it competes for both cores",
-            niced.as_secs_f64()
+            "\nwarning: other tasks took up to {foreign:.0}% of CPU 0 during a run (another build?): \
+             the rates are low by about that much; CPU per query is less affected"
         );
     }
     let _ = out.write_all(s.as_bytes());
