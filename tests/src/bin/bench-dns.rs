@@ -618,6 +618,20 @@ fn stat_cpu(path: &str) -> Duration {
     ticks(get(11) + get(12))
 }
 
+/// User and system time of the children reaped so far. During a run the only child that
+/// exits is dnsperf (the servers run on, and dig runs before and after), so a difference of
+/// two readings is dnsperf's own CPU.
+fn children_cpu() -> Duration {
+    // SAFETY: getrusage writes one rusage into the zeroed struct it is given.
+    let u = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &raw mut u);
+        u
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
 fn proc_cpu(pid: u32) -> Duration {
     stat_cpu(&format!("/proc/{pid}/stat"))
 }
@@ -738,9 +752,10 @@ struct Run {
     limit: Option<u64>,
     argv: String,
     perf: Perf,
-    /// The server process's CPU, and each CPU's, over the run.
+    /// The server process's CPU, each CPU's, and dnsperf's, over the run.
     server_cpu: Duration,
     cpu: CpuTimes,
+    client_cpu: Duration,
     wall: Duration,
     /// The server's busiest threads over the run: name and CPU.
     threads: Vec<(String, Duration)>,
@@ -766,6 +781,12 @@ impl Run {
     /// How busy the client's core was: near 100%, the rate is dnsperf's limit.
     fn client_pct(&self) -> f64 {
         (self.cpu.task[1] + self.cpu.irq[1]).as_secs_f64() * 100.0 / self.wall.as_secs_f64()
+    }
+
+    /// As `foreign_pct`, on the client's core: someone else's work there slows dnsperf, and
+    /// with it a server that waits for dnsperf.
+    fn client_foreign_pct(&self) -> f64 {
+        self.cpu.task[1].saturating_sub(self.client_cpu).as_secs_f64() * 100.0 / self.wall.as_secs_f64()
     }
 
     fn load(&self, outstanding: u32) -> String {
@@ -819,13 +840,13 @@ impl Bench<'_> {
         let argv = dnsperf_argv(server.port(), &self.queries, seconds, self.a.outstanding, limit);
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
         let log = self.dir.join(format!("dnsperf-{}.log", server.name()));
-        let (threads0, p0, c0) = (thread_cpu(pid), proc_cpu(pid), cpu_times());
+        let (threads0, p0, c0, d0) = (thread_cpu(pid), proc_cpu(pid), cpu_times(), children_cpu());
         let t0 = Instant::now();
         let mut perf = Proc::spawn(self.client, CLIENT_CPU, &argv, &log, "dnsperf");
         // dnsperf stops sending after `seconds` and then waits at most its time-out for the
         // last replies.
         let status = perf.wait(Duration::from_secs(seconds + u64::from(QUERY_TIMEOUT_S) + 10))?;
-        let (threads1, p1, c1) = (thread_cpu(pid), proc_cpu(pid), cpu_times());
+        let (threads1, p1, c1, d1) = (thread_cpu(pid), proc_cpu(pid), cpu_times(), children_cpu());
         let wall = t0.elapsed();
         if !status.success() {
             return Err(format!(
@@ -853,6 +874,7 @@ impl Bench<'_> {
             perf: parse_dnsperf(&perf.output())?,
             server_cpu: p1.saturating_sub(p0),
             cpu: c1.since(&c0),
+            client_cpu: d1.saturating_sub(d0),
             wall,
             threads,
         })
@@ -871,7 +893,7 @@ impl Bench<'_> {
             proc.check_alive("while measured")?;
             eprintln!(
                 "  {:<6} {:<16} {:>9.0} q/s  lost {:>6.3}%  {:>6.2} us/query (process)  {:>6.2} us/query (+softirq)  \
-                 others on CPU 0 {:>4.1}%  CPU 1 {:>5.1}%  threads: {}",
+                 others on CPU 0 {:>4.1}%  CPU 1 {:>5.1}% (others {:>4.1}%)  threads: {}",
                 server.name(),
                 run.load(self.a.outstanding),
                 run.perf.qps,
@@ -880,6 +902,7 @@ impl Bench<'_> {
                 run.with_softirq_us(),
                 run.foreign_pct(),
                 run.client_pct(),
+                run.client_foreign_pct(),
                 run.threads
                     .iter()
                     .map(|(n, t)| format!("{n} {:.2} s", t.as_secs_f64()))
@@ -1025,7 +1048,7 @@ fn report(a: &Args, bin: &Path, sizes: &[Vec<usize>; 2], results: &[(Server, Vec
     let _ = writeln!(
         s,
         "| server | web; multi | load (dnsperf) | queries/s completed | lost | NOERROR | CPU/query, server process | \
-         CPU/query, with CPU 0's softirq | server process CPU | others on CPU 0 | CPU 1 (dnsperf) busy | avg response | \
+         CPU/query, with CPU 0's softirq | server process CPU | others on CPU 0, 1 | CPU 1 (dnsperf) busy | avg response | \
          avg latency |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     let mut foreign = 0.0f64;
@@ -1036,7 +1059,10 @@ fn report(a: &Args, bin: &Path, sizes: &[Vec<usize>; 2], results: &[(Server, Vec
         } else {
             server.name().to_string()
         };
-        foreign = runs.iter().map(Run::foreign_pct).fold(foreign, f64::max);
+        foreign = runs
+            .iter()
+            .flat_map(|r| [r.foreign_pct(), r.client_foreign_pct()])
+            .fold(foreign, f64::max);
         let within = if r.perf.lost_pct() <= MAX_LOSS_PCT {
             ""
         } else {
@@ -1044,7 +1070,7 @@ fn report(a: &Args, bin: &Path, sizes: &[Vec<usize>; 2], results: &[(Server, Vec
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.0} | {:.3}%{within} | {:.2}% | {:.2} µs | {:.2} µs | {:.0}% | {:.1}% | {:.0}% | {:.0} B | {:.3} ms |",
+            "| {} | {} | {} | {:.0} | {:.3}%{within} | {:.2}% | {:.2} µs | {:.2} µs | {:.0}% | {:.1}%, {:.1}% | {:.0}% | {:.0} B | {:.3} ms |",
             name,
             server.answered_by(),
             r.load(a.outstanding),
@@ -1055,6 +1081,7 @@ fn report(a: &Args, bin: &Path, sizes: &[Vec<usize>; 2], results: &[(Server, Vec
             r.with_softirq_us(),
             r.server_cpu.as_secs_f64() * 100.0 / r.wall.as_secs_f64(),
             r.foreign_pct(),
+            r.client_foreign_pct(),
             r.client_pct(),
             r.perf.response_bytes,
             r.perf.latency_ms
@@ -1107,8 +1134,8 @@ fn report(a: &Args, bin: &Path, sizes: &[Vec<usize>; 2], results: &[(Server, Vec
     if foreign > 5.0 {
         let _ = writeln!(
             s,
-            "\nwarning: other tasks took up to {foreign:.0}% of CPU 0 during a run (another build?): \
-             the rates are low by about that much; CPU per query is less affected"
+            "\nwarning: other tasks took up to {foreign:.0}% of a core during a run (another build?): \
+             the rates of those runs are low by about that much; CPU per query is less affected"
         );
     }
     let _ = out.write_all(s.as_bytes());
