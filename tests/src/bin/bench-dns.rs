@@ -12,15 +12,16 @@
 //!   the first UP address as priority does (multifo would answer all three, rotated: three
 //!   times the records and another behaviour). `multi`: probed's multivalue, at most two
 //!   answers, over three IPv4 and two IPv6 endpoints; gdnsd's multifo over the two IPv4 and
-//!   two IPv6 addresses probed answers with while all are up, so the packets are the same size.
+//!   two IPv6 addresses probed answers with while all are up, so both send the same records.
 //! - The load: dnsperf in the client namespace on CPU 1, one socket, a query file of A and AAAA
 //!   queries for both names (one NODATA among them), at most `--outstanding` queries in flight
 //!   and otherwise unthrottled; when more than 0.1% are lost, again at 90% of the last rate
-//!   with `-Q`, at most `--steps` times, and the fastest run within 0.1% is reported.
+//!   with `-Q`, at most `--steps` times. The first run within 0.1% is reported (the rate only
+//!   goes down, so it is the fastest), else the last.
 //! - Counted: queries per second completed and lost (dnsperf's own figures), the server
 //!   process's CPU per query (utime + stime from /proc/PID/stat over the run), the same with
 //!   the interrupt time of CPU 0 added (the packets' way through the kernel on the server's
-//!   core), how much of CPU 0 other tasks took (someone else's build slows the server down),
+//!   core), how much of each core other tasks took (someone else's build slows the run down),
 //!   and how busy CPU 1 was. A server process well under 100% ran at dnsperf's pace: its rate
 //!   is the client's limit, and only its CPU per query says what it could do.
 //!
