@@ -41,10 +41,11 @@ enum Command {
         #[arg(long)]
         seconds: Option<u64>,
     },
-    /// Benchmarks (not tests): `l4`, `http`, `schedule`, `sinks`, `peers`.
+    /// Benchmarks (not tests): `l4`, `http`, `schedule`, `sinks`, `peers`, `dns`.
     Bench {
         which: String,
-        /// Passed to the benchmark (`peers`: --sizes, --kinds, --seconds, --only).
+        /// Passed to the benchmark (`peers`: --sizes, --kinds, --seconds, --only; `dns`: --seconds,
+        /// --outstanding, --steps, --only).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         extra: Vec<String>,
     },
