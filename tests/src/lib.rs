@@ -11,6 +11,7 @@ pub mod http_server;
 pub mod l4;
 pub mod lb;
 pub mod netns;
+pub mod procs;
 pub mod reflector;
 pub mod servers;
 pub mod topo;

@@ -33,12 +33,9 @@ use std::{
     fmt::Write as _,
     io::Write as _,
     net::TcpListener,
-    os::{
-        fd::AsRawFd,
-        unix::process::{CommandExt, ExitStatusExt},
-    },
+    os::fd::AsRawFd,
     path::{Path, PathBuf},
-    process::{Child, Command, ExitStatus, Stdio},
+    process::{Command, Stdio},
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -50,6 +47,7 @@ use probed_tests::{
     daemon::DaemonFiles,
     lb::add_backends,
     probed_bin,
+    procs::{describe, proc_cpu, stat_cpu, ticks, Proc},
     topo::{BACKEND_V4, BACKEND_V6, LB_CLIENT_V4, PROBER_IF},
     Netns, Topology,
 };
@@ -193,118 +191,6 @@ fn nap(d: Duration) -> Result<(), String> {
         std::thread::sleep((end - Instant::now()).min(Duration::from_millis(100)));
     }
     Ok(())
-}
-
-/// A process in a namespace, stopped (SIGTERM, then SIGKILL) when dropped.
-struct Proc {
-    child: Child,
-    what: &'static str,
-    log: PathBuf,
-    status: Option<ExitStatus>,
-}
-
-impl Proc {
-    /// `argv` inside `ns`'s network namespace (setns alone: `ip netns exec` would also remount
-    /// /sys, hiding bpffs from probed), on CPU `cpu` alone, output to `log`.
-    fn spawn(ns: &Netns, cpu: usize, argv: &[&str], log: &Path, what: &'static str) -> Self {
-        let netns = std::fs::File::open(ns.path()).expect("open the namespace");
-        let mut cmd = Command::new(argv[0]);
-        cmd.args(&argv[1..]);
-        let out = std::fs::File::create(log).expect("create the log");
-        cmd.stdout(out.try_clone().unwrap()).stderr(out).stdin(Stdio::null());
-        // Its own process group: a Ctrl-C at the terminal reaches the bench only, whose guards
-        // then stop it.
-        cmd.process_group(0);
-        // SAFETY: setns(2) and sched_setaffinity(2) are async-signal-safe; the namespace's fd
-        // stays open in the child until exec, and the cpu set is built before the fork.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            cmd.pre_exec(move || {
-                if libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw const set) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {what}: {e}"));
-        Self {
-            child,
-            what,
-            log: log.to_path_buf(),
-            status: None,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn alive(&mut self) -> bool {
-        if self.status.is_none() {
-            self.status = self.child.try_wait().ok().flatten();
-        }
-        self.status.is_none()
-    }
-
-    fn output(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits for the process to exit by itself, at most `within`.
-    fn wait(&mut self, within: Duration) -> Result<ExitStatus, String> {
-        let deadline = Instant::now() + within;
-        while self.alive() {
-            interrupted()?;
-            if Instant::now() > deadline {
-                return Err(format!("{} still ran after {within:?}", self.what));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(self.status.expect("exited"))
-    }
-
-    /// An error if the process has exited, with what it said.
-    fn check_alive(&mut self, when: &str) -> Result<(), String> {
-        if self.alive() {
-            return Ok(());
-        }
-        Err(format!(
-            "{} exited {when} ({}):\n{}",
-            self.what,
-            describe(self.status.expect("exited")),
-            self.output()
-        ))
-    }
-}
-
-fn describe(status: ExitStatus) -> String {
-    status
-        .signal()
-        .map_or_else(|| status.to_string(), |s| format!("signal {s}"))
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if !self.alive() {
-            return;
-        }
-        let pid = self.child.id() as i32;
-        // SAFETY: kill(2) on the pid of our own child, which has not been reaped (it is alive).
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.alive() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if self.alive() {
-            eprintln!("{} did not stop on SIGTERM; killing it", self.what);
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
 }
 
 /// A directory for the bench's files (gdnsd's config, zone and state, the query file, logs),
@@ -599,26 +485,6 @@ fn wait_online(files: &DaemonFiles, proc: &mut Proc) -> Result<(), String> {
     Ok(())
 }
 
-fn clk_tck() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as u64
-}
-
-fn ticks(t: u64) -> Duration {
-    Duration::from_micros(t * 1_000_000 / clk_tck())
-}
-
-/// Utime + stime from a /proc stat line (`/proc/PID/stat` or `/proc/PID/task/TID/stat`).
-fn stat_cpu(path: &str) -> Duration {
-    let stat = std::fs::read_to_string(path).unwrap_or_default();
-    // The command name may hold spaces: the fields that follow start after the last ')'.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // f[0] is field 3 (the state); utime and stime are fields 14 and 15.
-    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    ticks(get(11) + get(12))
-}
-
 /// User and system time of the children reaped so far. During a run the only child that
 /// exits is dnsperf (the servers run on, and dig runs before and after), so a difference of
 /// two readings is dnsperf's own CPU.
@@ -631,10 +497,6 @@ fn children_cpu() -> Duration {
     };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(u.ru_utime) + tv(u.ru_stime)
-}
-
-fn proc_cpu(pid: u32) -> Duration {
-    stat_cpu(&format!("/proc/{pid}/stat"))
 }
 
 /// Each thread's name and CPU time so far.
@@ -843,10 +705,13 @@ impl Bench<'_> {
         let log = self.dir.join(format!("dnsperf-{}.log", server.name()));
         let (threads0, p0, c0, d0) = (thread_cpu(pid), proc_cpu(pid), cpu_times(), children_cpu());
         let t0 = Instant::now();
-        let mut perf = Proc::spawn(self.client, CLIENT_CPU, &argv, &log, "dnsperf");
+        let mut perf = Proc::spawn(self.client, Some(CLIENT_CPU), &argv, &log, "dnsperf");
         // dnsperf stops sending after `seconds` and then waits at most its time-out for the
         // last replies.
-        let status = perf.wait(Duration::from_secs(seconds + u64::from(QUERY_TIMEOUT_S) + 10))?;
+        let status = perf.wait(
+            Duration::from_secs(seconds + u64::from(QUERY_TIMEOUT_S) + 10),
+            interrupted,
+        )?;
         let (threads1, p1, c1, d1) = (thread_cpu(pid), proc_cpu(pid), cpu_times(), children_cpu());
         let wall = t0.elapsed();
         if !status.success() {
@@ -964,7 +829,7 @@ fn run(a: &Args) -> Result<(), String> {
     let bin = std::env::var_os("PROBED_BIN").map_or_else(probed_bin, PathBuf::from);
     let mut probed = Proc::spawn(
         &topo.prober,
-        SERVER_CPU,
+        Some(SERVER_CPU),
         &[bin.to_str().unwrap(), "run", "--config", probed_cfg.to_str().unwrap()],
         &dir.0.join("probed.log"),
         "probed",
@@ -972,7 +837,7 @@ fn run(a: &Args) -> Result<(), String> {
     let gdnsd_dir = gdnsd_config(&dir.0);
     let mut gdnsd = Proc::spawn(
         &topo.prober,
-        SERVER_CPU,
+        Some(SERVER_CPU),
         &["gdnsd", "-c", gdnsd_dir.to_str().unwrap(), "start"],
         &dir.0.join("gdnsd.log"),
         "gdnsd",

@@ -17,13 +17,19 @@
 use std::{
     fmt::Write as _,
     io::Write,
-    os::{fd::AsRawFd, unix::process::CommandExt},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use probed_tests::{daemon::DaemonFiles, probed_bin, servers::counted_packets, topo::PROBER_IF, Netns, Topology};
+use probed_tests::{
+    daemon::DaemonFiles,
+    probed_bin,
+    procs::{clk_tck, proc_cpu, Proc},
+    servers::counted_packets,
+    topo::PROBER_IF,
+    Topology,
+};
 
 const BLOCK: &str = "198.19.0.0/16";
 const HTTP_PORT: u16 = 80;
@@ -134,89 +140,6 @@ fn args() -> Args {
         }
     }
     a
-}
-
-/// A process in a namespace, stopped (SIGTERM, then SIGKILL) when dropped.
-struct Proc {
-    child: Child,
-    what: &'static str,
-}
-
-impl Proc {
-    /// `argv` inside `ns`'s network namespace (only: `ip netns exec` would also remount /sys,
-    /// hiding bpffs), on CPU `cpu` when given, output to `log`.
-    fn spawn(ns: &Netns, cpu: Option<usize>, argv: &[&str], log: &Path, what: &'static str) -> Self {
-        let netns = std::fs::File::open(ns.path()).expect("open the namespace");
-        let mut cmd = Command::new(argv[0]);
-        cmd.args(&argv[1..]);
-        let out = std::fs::File::create(log).expect("create the log");
-        cmd.stdout(out.try_clone().unwrap()).stderr(out).stdin(Stdio::null());
-        // Its own process group, so that a Ctrl-C of the bench reaches us first and Drop runs.
-        cmd.process_group(0);
-        // SAFETY: setns(2) and sched_setaffinity(2) are async-signal-safe; the fd stays open
-        // in the child until exec, and the cpu set is built before the fork.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            if let Some(c) = cpu {
-                libc::CPU_SET(c, &mut set);
-            }
-            cmd.pre_exec(move || {
-                if libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if cpu.is_some()
-                    && libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw const set) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {what}: {e}"));
-        Self { child, what }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().ok().flatten().is_none()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let pid = self.child.id() as i32;
-        // SAFETY: kill(2) on the pid of our own child, not yet reaped.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.alive() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if self.alive() {
-            eprintln!("{} did not stop on SIGTERM; killing it", self.what);
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
-
-/// Utime + stime of a process, all its threads, from /proc/PID/stat.
-fn proc_cpu(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start at the last ')'.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<u64> = rest.split_whitespace().filter_map(|v| v.parse().ok()).collect();
-    // rest[0] is the state (not a number, filtered out): utime and stime are fields 14 and 15
-    // of the line, here 11 and 12 of the numbers.
-    let ticks = f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0);
-    Duration::from_micros(ticks * 1_000_000 / clk_tck())
-}
-
-fn clk_tck() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as u64
 }
 
 /// Busy time of the whole machine (every state but idle, iowait and nice: niced work is
