@@ -687,3 +687,60 @@ fn nested_profiles_answer_from_their_children_and_fail_over_between_them() {
     assert!(dig4(c, api, "A").status == "NOERROR");
     daemon.stop();
 }
+
+/// Geographic routing by a GeoIP database (MaxMind's format, written here): a Client Subnet in
+/// a German block goes to the region listing DE, a French one to the region of continent EU, an
+/// American one to the US region, an unknown one to `world`; `/v1/select` agrees.
+#[test]
+fn geographic_routing_follows_a_geoip_database() {
+    let bed = Bed::new();
+    let mut w = mmdb_writer::Writer::new("GeoLite2-Country");
+    for (net, country, continent) in [
+        ("198.18.50.0/24", "DE", "EU"),
+        ("198.18.51.0/24", "FR", "EU"),
+        ("198.18.60.0/24", "US", "NA"),
+    ] {
+        let record = serde_json::json!({"country": {"iso_code": country}, "continent": {"code": continent}});
+        w.insert(net.parse::<ipnet::IpNet>().unwrap(), &record).unwrap();
+    }
+    let db = bed.files.dir.join("geo.mmdb");
+    std::fs::write(&db, w.to_bytes().unwrap()).unwrap();
+    let body = dns_section(&format!(
+        "geoip_db = \"{}\"\n[[dns.region]]\nname = \"de\"\ncountries = [\"DE\"]\n\
+         [[dns.region]]\nname = \"europe\"\ncontinents = [\"EU\"]\n\
+         [[dns.region]]\nname = \"us\"\ncountries = [\"US\"]\n",
+        db.display()
+    )) + &profile(
+        "geo",
+        "routing = \"geographic\"",
+        &[
+            ("de", V4[0], "region = \"de\""),
+            ("europe", V4[1], "region = \"europe\""),
+            ("us", V4[2], "region = \"us\""),
+            ("world", V6[0], "region = \"world\""),
+        ],
+    );
+    let daemon = bed.start(&body);
+    wait_online(&daemon, "geo", &["de", "europe", "us", "world"]);
+    let c = bed.client();
+    for (subnet, qtype, want) in [
+        ("198.18.50.0/24", "A", V4[0]),
+        ("198.18.51.0/24", "A", V4[1]),
+        ("198.18.60.0/24", "A", V4[2]),
+        ("192.0.2.0/24", "AAAA", V6[0]),
+    ] {
+        let d = dig(c, DNS_V4, "geo.tm.example.", qtype, &[&format!("+subnet={subnet}")]);
+        assert_eq!(d.addresses(), [want], "{subnet}: {}", d.raw);
+        let source = subnet.replace("0/24", "1");
+        let v = daemon.get(&format!("/v1/select/geo?source={source}"));
+        assert_eq!(v["addresses"], serde_json::json!([want]), "{v}");
+    }
+    // A database that is not one stops a reload, and the running one stays.
+    std::fs::write(&db, b"not a database").unwrap();
+    let (code, v) = daemon.call("POST", "/v1/reload");
+    assert_ne!(code, 200, "{v}");
+    assert!(v.to_string().contains("geo.mmdb"), "the error names the file: {v}");
+    let d = dig(c, DNS_V4, "geo.tm.example.", "A", &["+subnet=198.18.60.0/24"]);
+    assert_eq!(d.addresses(), [V4[2]]);
+    daemon.stop();
+}

@@ -440,8 +440,12 @@ pub struct Dns {
     pub negative_ttl: u32,
     /// The zone's NS names, absolute; `ns1.<zone>` when unset.
     pub nameservers: Vec<String>,
-    /// `[[dns.region]]`: source subnets per region, for geographic routing.
+    /// `[[dns.region]]`: source subnets, countries and continents per region, for geographic
+    /// routing.
     pub regions: Vec<DnsRegion>,
+    /// A MaxMind-format database (GeoLite2/GeoIP2 Country or City) that gives a source's
+    /// country and continent, for the regions that name them.
+    pub geoip_db: Option<PathBuf>,
 }
 
 impl Dns {
@@ -467,9 +471,14 @@ impl Dns {
     }
 }
 
-/// `[[dns.region]]`: the sources that count as one region.
+/// `[[dns.region]]`: the sources that count as one region: by subnet first (the most specific
+/// wins), else by the country, else the continent `geoip_db` gives.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DnsRegion {
     pub name: String,
     pub subnets: Vec<IpNet>,
+    /// ISO 3166-1 alpha-2 codes, upper case.
+    pub countries: Vec<String>,
+    /// AF, AN, AS, EU, NA, OC, SA.
+    pub continents: Vec<String>,
 }

@@ -143,7 +143,7 @@ pub struct Zone {
 impl Zone {
     /// The zone of `config` with the statuses of `snapshot`; `serial` numbers this version of
     /// it (the SOA's serial: seconds since the epoch when it was built, in practice).
-    pub fn build(config: &Config, dns: &Dns, snapshot: &Snapshot, serial: u32) -> Zone {
+    pub fn build(config: &Config, dns: &Dns, regions: Regions, snapshot: &Snapshot, serial: u32) -> Zone {
         let enabled: FastMap<&str, bool> = snapshot
             .profiles
             .iter()
@@ -167,7 +167,7 @@ impl Zone {
                 minimum: dns.negative_ttl,
             },
             nameservers: dns.nameservers.clone(),
-            regions: Regions::new(&dns.regions),
+            regions,
             profiles: Vec::new(),
             by_name: FastMap::default(),
             by_profile: FastMap::default(),

@@ -80,3 +80,38 @@ fn two_profiles_may_not_answer_to_one_name() {
     ok(&odd);
     expect_error(&format!("{DNS}\n{odd}"), "profile[0].dns_name");
 }
+
+#[test]
+fn regions_by_country_and_continent_need_the_geoip_database() {
+    let region = "[[dns.region]]\nname = \"eu\"\ncountries = [\"DE\"]\ncontinents = [\"EU\"]\n";
+    let only_countries = "[[dns.region]]\nname = \"eu\"\ncountries = [\"DE\"]\n";
+    expect_error(&format!("{DNS}{only_countries}"), "dns.region[0].countries");
+    let c = ok(&format!("{DNS}geoip_db = \"/var/lib/GeoLite2-Country.mmdb\"\n{region}"));
+    let dns = c.dns.unwrap();
+    assert_eq!(dns.regions[0].countries, ["DE"]);
+    assert!(dns.regions[0].subnets.is_empty(), "a region may be countries alone");
+}
+
+rule!(
+    geoip_db_relative,
+    format!("{DNS}geoip_db = \"GeoLite2.mmdb\""),
+    "dns.geoip_db"
+);
+rule!(
+    country_lower_case,
+    format!("{DNS}geoip_db = \"/g.mmdb\"\n[[dns.region]]\nname = \"eu\"\ncountries = [\"de\"]"),
+    "dns.region[0].countries[0]"
+);
+rule!(
+    continent_unknown,
+    format!("{DNS}geoip_db = \"/g.mmdb\"\n[[dns.region]]\nname = \"eu\"\ncontinents = [\"EUR\"]"),
+    "dns.region[0].continents[0]"
+);
+rule!(
+    country_in_two_regions,
+    format!(
+        "{DNS}geoip_db = \"/g.mmdb\"\n[[dns.region]]\nname = \"eu\"\ncountries = [\"DE\"]\n\
+         [[dns.region]]\nname = \"de\"\ncountries = [\"DE\"]"
+    ),
+    "dns.region[1].countries"
+);

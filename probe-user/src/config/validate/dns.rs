@@ -20,8 +20,18 @@ use crate::{
     status::select::WORLD_REGION,
 };
 
-const DNS_KEYS: [&str; 6] = ["listen", "zone", "ttl", "negative_ttl", "nameservers", "region"];
-const REGION_KEYS: [&str; 2] = ["name", "subnets"];
+const DNS_KEYS: [&str; 7] = [
+    "listen",
+    "zone",
+    "ttl",
+    "negative_ttl",
+    "nameservers",
+    "region",
+    "geoip_db",
+];
+const REGION_KEYS: [&str; 4] = ["name", "subnets", "countries", "continents"];
+/// The continent codes of MaxMind's databases.
+const CONTINENTS: [&str; 7] = ["AF", "AN", "AS", "EU", "NA", "OC", "SA"];
 
 pub(super) fn dns(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option<Option<Dns>> {
     let Some(t) = opt_table(r, v, "dns", &DNS_KEYS)? else {
@@ -49,7 +59,15 @@ pub(super) fn dns(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) ->
         }
         Some(list) => list.v.iter().map(|item| absolute_name(r, item)).collect(),
     };
-    let regions = regions(r, Reader::get(&t, "region"));
+    let geoip_db = match r.string(&t, "geoip_db") {
+        None => Some(None),
+        Some(item) if item.v.starts_with('/') => Some(Some(std::path::PathBuf::from(&item.v))),
+        Some(item) => {
+            r.bad(&item, "expected an absolute path to a MaxMind-format (.mmdb) database");
+            None
+        }
+    };
+    let regions = regions(r, Reader::get(&t, "region"), Reader::get(&t, "geoip_db").is_some());
     let ttl = ttl?;
     Some(Some(Dns {
         listen: listen?,
@@ -58,6 +76,7 @@ pub(super) fn dns(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) ->
         negative_ttl: negative_ttl.unwrap_or(Some(ttl))?,
         nameservers: nameservers?,
         regions: regions?,
+        geoip_db: geoip_db?,
     }))
 }
 
@@ -135,7 +154,7 @@ pub(super) fn ttl_value(r: &mut Reader<'_>, item: &Item<String>) -> Option<u32> 
     }
 }
 
-fn regions(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option<Vec<DnsRegion>> {
+fn regions(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>, geoip: bool) -> Option<Vec<DnsRegion>> {
     let Some(v) = v else {
         return Some(Vec::new());
     };
@@ -150,6 +169,7 @@ fn regions(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option
     };
     let mut names = HashSet::new();
     let mut owner: HashMap<IpNet, String> = HashMap::new();
+    let mut code_owner: HashMap<String, String> = HashMap::new();
     let mut out = Vec::new();
     let mut ok = true;
     for (i, item) in items.iter().enumerate() {
@@ -183,12 +203,28 @@ fn regions(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option
             }
             Some(item) => Some(item.v),
         };
+        let countries = codes(r, &t, "countries", geoip, |c| {
+            c.len() == 2 && c.bytes().all(|b| b.is_ascii_uppercase())
+        });
+        let continents = codes(r, &t, "continents", geoip, |c| CONTINENTS.contains(&c));
+        for (key, list) in [("countries", &countries), ("continents", &continents)] {
+            for code in list.iter().flatten() {
+                let region = name.clone().unwrap_or_default();
+                if let Some(other) = code_owner.insert(code.clone(), region) {
+                    r.missing(&t, key, format!("{code} is in region {other:?} already"));
+                }
+            }
+        }
         let subnets = match r.strings(&t, "subnets") {
+            // Countries or continents instead (reported above when they are wrong).
+            None if Reader::get(&t, "countries").is_some() || Reader::get(&t, "continents").is_some() => {
+                Some(Vec::new())
+            }
             None => {
                 r.missing(
                     &t,
                     "subnets",
-                    "a region is the sources in its subnets: list at least one",
+                    "a region is the sources in its subnets, countries or continents: list at least one",
                 );
                 None
             }
@@ -209,12 +245,49 @@ fn regions(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option
                 Some(nets)
             }
         };
-        match (name, subnets) {
-            (Some(name), Some(subnets)) => out.push(DnsRegion { name, subnets }),
+        match (name, subnets, countries, continents) {
+            (Some(name), Some(subnets), Some(countries), Some(continents)) => out.push(DnsRegion {
+                name,
+                subnets,
+                countries,
+                continents,
+            }),
             _ => ok = false,
         }
     }
     ok.then_some(out)
+}
+
+/// `countries` or `continents` of a region: codes `valid` accepts, which only a GeoIP
+/// database can match a source to.
+fn codes(
+    r: &mut Reader<'_>,
+    t: &Table<'_, '_>,
+    key: &str,
+    geoip: bool,
+    valid: impl Fn(&str) -> bool,
+) -> Option<Vec<String>> {
+    let Some(list) = r.strings(t, key) else {
+        return Some(Vec::new());
+    };
+    if !geoip {
+        r.bad(
+            &list,
+            "only a GeoIP database tells a source's country or continent: set dns.geoip_db",
+        );
+        return None;
+    }
+    let mut out = Vec::new();
+    for item in &list.v {
+        if valid(&item.v) {
+            out.push(item.v.clone());
+        } else if key == "countries" {
+            r.bad(item, "expected an ISO 3166-1 alpha-2 code in upper case, like \"DE\"");
+        } else {
+            r.bad(item, format!("expected one of {}", CONTINENTS.join(", ")));
+        }
+    }
+    (out.len() == list.v.len()).then_some(out)
 }
 
 /// A profile's `dns_name`: one or more labels under the zone, stored in lower case.

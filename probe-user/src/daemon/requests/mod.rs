@@ -22,8 +22,7 @@ impl Runner {
                 let _ = reply.send(status::endpoint(&self.table, &p, &e));
             }
             Command::Select(p, query, reply) => {
-                let regions = self.config.dns.as_ref().map(|d| &d.regions[..]).unwrap_or_default();
-                let _ = reply.send(select::select(&self.table, regions, &mut self.rng, &p, query));
+                let _ = reply.send(select::select(&self.table, &self.regions, &mut self.rng, &p, query));
             }
             Command::SetAdmin(p, e, state, reply) => {
                 let _ = reply.send(self.set_admin(&p, &e, state));

@@ -49,6 +49,7 @@ impl Runner {
         };
         // The engine must run and new sinks must find their structures before the table goes
         // live; if either fails, nothing changes.
+        let regions = crate::daemon::runner::dns_regions(config.dns.as_ref()).map_err(RequestError::Refused)?;
         let sinks = self
             .prepare_sinks(&config.sinks)
             .map_err(|e| RequestError::Refused(error_chain(&e)))?;
@@ -60,6 +61,7 @@ impl Runner {
         self.next_owner = next_owner;
         self.apply(table);
         self.start_sinks(&config.sinks, sinks);
+        self.regions = regions;
         self.refollow_dns(&config);
         self.config = config;
         log::info!(

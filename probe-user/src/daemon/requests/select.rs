@@ -5,7 +5,6 @@
 use std::net::IpAddr;
 
 use crate::{
-    config::DnsRegion,
     daemon::{
         control::{RequestError, SelectQuery},
         table::Table,
@@ -18,7 +17,7 @@ use crate::{
 
 pub(super) fn select(
     table: &Table,
-    regions: &[DnsRegion],
+    regions: &Regions,
     rng: &mut SplitMix64,
     profile: &str,
     query: SelectQuery,
@@ -27,9 +26,7 @@ pub(super) fn select(
         .profile(profile)
         .ok_or_else(|| RequestError::NoProfile(profile.into()))?;
     let source = crate::dns::regions::canonical(query.source);
-    let region = query
-        .region
-        .or_else(|| Regions::new(regions).region_of(source).map(str::to_string));
+    let region = query.region.or_else(|| regions.region_of(source).map(str::to_string));
     let ask = Query {
         source,
         region: region.as_deref(),

@@ -5,8 +5,20 @@ use super::Runner;
 use crate::{
     config::{Config, Dns},
     daemon::DaemonError,
-    dns::{DnsServer, Zone},
+    dns::{
+        regions::{load_db, Regions},
+        DnsServer, Zone,
+    },
 };
+
+/// The regions of `dns`, its GeoIP database read; the error names the file.
+pub(in crate::daemon) fn regions(dns: Option<&Dns>) -> Result<Regions, String> {
+    let Some(dns) = dns else {
+        return Ok(Regions::default());
+    };
+    let db = dns.geoip_db.as_deref().map(load_db).transpose()?;
+    Ok(Regions::new(&dns.regions, db))
+}
 
 /// Like a sink's queue: one change per endpoint at most, far beyond any zone.
 const DNS_QUEUE: usize = 1 << 20;
@@ -44,7 +56,7 @@ impl Runner {
     fn zone_now(&mut self, config: &Config, dns: &Dns) -> (Zone, crate::daemon::changes::Subscription) {
         let (snapshot, changes) = self.subscribe(SUBSCRIBER, DNS_QUEUE);
         let serial = u32::try_from(self.ports.clock.unix_ms() / 1000).unwrap_or(u32::MAX);
-        let mut zone = Zone::build(config, dns, &snapshot, serial);
+        let mut zone = Zone::build(config, dns, self.regions.clone(), &snapshot, serial);
         for t in self.table.targets.values() {
             zone.set_rtt(&t.profile, &t.name, t.last_rtt);
         }

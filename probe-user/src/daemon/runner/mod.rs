@@ -13,6 +13,7 @@ mod results;
 mod sinks;
 #[cfg(test)]
 mod tests;
+pub(in crate::daemon) use dns::regions as dns_regions;
 pub(crate) use pace::BEHIND_NS;
 mod watchdog;
 mod workers;
@@ -153,6 +154,9 @@ pub(crate) struct Runner {
     pub(super) events: Option<EventWriter>,
     /// The `[[sink]]`s, each on its own thread, following its profile's changes.
     pub(super) sinks: Vec<crate::sinks::Running>,
+    /// Where sources are, for geographic routing: `[[dns.region]]` and the GeoIP database,
+    /// read at start and reload (`dns.rs`); the DNS server and `/v1/select` share it.
+    pub(super) regions: crate::dns::regions::Regions,
     /// The DNS server and the `[dns]` settings it answers with (`dns.rs`).
     pub(super) dns: Option<(crate::dns::DnsServer, crate::config::Dns)>,
     pub(super) metrics: RunnerMetrics,
@@ -210,6 +214,7 @@ impl Runner {
             events: None,
             sinks: Vec::new(),
             dns: None,
+            regions: dns::regions(config.dns.as_ref()).map_err(DaemonError::Unsupported)?,
             metrics: RunnerMetrics::default(),
             persist: Persist {
                 dirty: false,

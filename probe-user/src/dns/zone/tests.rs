@@ -101,9 +101,13 @@ fn snapshot(config: &Config) -> Snapshot {
     s
 }
 
+fn regions(c: &Config) -> Regions {
+    Regions::new(&c.dns.as_ref().unwrap().regions, None)
+}
+
 fn zone() -> Zone {
     let c = config();
-    Zone::build(&c, c.dns.as_ref().unwrap(), &snapshot(&c), 7)
+    Zone::build(&c, c.dns.as_ref().unwrap(), regions(&c), &snapshot(&c), 7)
 }
 
 fn ask(zone: &Zone, name: &str, qtype: QType, from: &str) -> Reply {
@@ -285,7 +289,7 @@ fn a_profile_disabled_by_the_stream_answers_nxdomain() {
 fn performance_follows_the_rtts_it_is_given() {
     let text = CONFIG.replace("routing = \"priority\"", "routing = \"performance\"");
     let c = Config::parse(&text, "t.toml").unwrap();
-    let mut z = Zone::build(&c, c.dns.as_ref().unwrap(), &snapshot(&c), 1);
+    let mut z = Zone::build(&c, c.dns.as_ref().unwrap(), regions(&c), &snapshot(&c), 1);
     assert!(z.wants_rtts());
     z.set_rtt("web", "a", Some(Duration::from_millis(30)));
     z.set_rtt("web", "b", Some(Duration::from_millis(3)));
