@@ -744,3 +744,41 @@ fn geographic_routing_follows_a_geoip_database() {
     assert_eq!(d.addresses(), [V4[2]]);
     daemon.stop();
 }
+
+/// Performance routing answers with the endpoint this node measures closest (its checks'
+/// round-trip time), and moves when the times change: two HTTP backends whose health answers
+/// take 80 ms and none, then the other way round.
+#[test]
+fn performance_follows_the_measured_round_trip_times() {
+    use probed_tests::http_server::Route;
+    let bed = Bed::new();
+    let slow = bed.topo.backend.http_server(&format!("{}:8080", V4[0]));
+    let fast = bed.topo.backend.http_server(&format!("{}:8080", V4[1]));
+    slow.route("/health", Route::status(200).delayed(Duration::from_millis(80)));
+    fast.route("/health", Route::status(200));
+    let body = dns_section("")
+        + "\n[[profile]]\nname = \"perf\"\ndialect = \"lb\"\nrouting = \"performance\"\n\n[profile.health]\n\
+           protocol = \"http\"\nport = 8080\npath = \"/health\"\ninterval = \"100ms\"\ntimeout = \"500ms\"\n\
+           healthy_threshold = 2\nunhealthy_threshold = 2\n"
+        + &format!(
+            "\n[[profile.endpoint]]\nname = \"a\"\naddress = \"{}\"\n\n[[profile.endpoint]]\nname = \"b\"\naddress = \"{}\"\n",
+            V4[0], V4[1]
+        );
+    let daemon = bed.start(&body);
+    wait_online(&daemon, "perf", &["a", "b"]);
+    let c = bed.client();
+    // The server learns the times once a second.
+    wait_until("the fast endpoint answers", Duration::from_secs(3), || {
+        dig4(c, "perf.tm.example.", "A").addresses() == [V4[1]]
+    });
+    slow.route("/health", Route::status(200));
+    fast.route("/health", Route::status(200).delayed(Duration::from_millis(80)));
+    wait_until("the answer follows the times", Duration::from_secs(3), || {
+        dig4(c, "perf.tm.example.", "A").addresses() == [V4[0]]
+    });
+    assert_eq!(
+        daemon.get("/v1/select/perf?source=198.18.0.2")["addresses"],
+        serde_json::json!([V4[0]])
+    );
+    daemon.stop();
+}
