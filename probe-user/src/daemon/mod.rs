@@ -13,7 +13,8 @@
 //! | `probed-l4` (`engine/`) | the kernel engine: batches to the generator, ring-buffer reads, timeouts | blocking bpf() calls and a 1 ms reply tick |
 //! | `probed-events` | the events file, the change stream's first subscriber | a slow disk or a blocked stdout must not hold up probing |
 //! | `probed-state` | the state file (sort, encode, fsync, rename) | an fsync can take tens of ms |
-//! | `probed-dns` (current-thread runtime) | the `[dns]` server (hickory) and the task that keeps its zone in step with the change stream | a query flood must never delay a probe |
+//! | `probed-dns-udp` (one per `[dns].listen`) | DNS queries over UDP in batches (recvmmsg/sendmmsg), answered from the zone | a query flood must never delay a probe |
+//! | `probed-dns` (current-thread runtime) | DNS over TCP (hickory-server) and the task that keeps the zone in step with the change stream | as above |
 //! | `probed-sink-NAME` | one `[[sink]]`: syncs its nft map or set with its profile's eligible set | a failing data path must never hold up probing or another sink |
 //!
 //! # Data flow

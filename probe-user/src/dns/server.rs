@@ -1,12 +1,13 @@
-//! The server's thread: hickory-server on UDP and TCP at every `[dns].listen` address, and the
-//! task that keeps the zone in step with the change stream. Queries read the zone under a
-//! read lock; a batch of changes takes the write lock once. The runner never waits for this
-//! thread: a query flood costs CPU, never a probe's place in the schedule.
+//! The server's threads: one per UDP listener, answering batches of datagrams (recvmmsg and
+//! sendmmsg: one system call each way for up to 32 queries), and one with hickory-server on the
+//! TCP listeners and the task that keeps the zone in step with the change stream. Queries read
+//! the zone under a read lock; a batch of changes takes the write lock once. The runner never
+//! waits for these threads: a query flood costs CPU, never a probe's place in the schedule.
 use std::{
     cell::RefCell,
     net::SocketAddr,
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, PoisonError, RwLock, RwLockReadGuard,
     },
     time::Duration,
@@ -22,6 +23,8 @@ use crate::{daemon::changes::Subscription, rng::SplitMix64};
 const TCP_IDLE: Duration = Duration::from_secs(5);
 /// Answers queued per TCP connection before hickory stops reading more of its queries.
 const TCP_QUEUE: usize = 32;
+/// A UDP thread looks at its stop flag this often when no query comes.
+const UDP_POLL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, thiserror::Error)]
 pub enum DnsError {
@@ -92,6 +95,8 @@ pub struct DnsServer {
     updates: mpsc::UnboundedSender<Update>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    udp_stop: Arc<AtomicBool>,
+    udp_threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl DnsServer {
@@ -115,11 +120,38 @@ impl DnsServer {
         });
         let (updates, updates_rx) = mpsc::unbounded_channel();
         let (stop, stop_rx) = oneshot::channel();
+        let udp_stop = Arc::new(AtomicBool::new(false));
+        let mut udp_threads = Vec::new();
+        for sock in udp {
+            let (shared, stop) = (shared.clone(), udp_stop.clone());
+            let thread = std::thread::Builder::new()
+                .name("probed-dns-udp".into())
+                .spawn(move || serve_udp(&shared, &sock, &stop));
+            match thread {
+                Ok(t) => udp_threads.push(t),
+                Err(e) => {
+                    udp_stop.store(true, Ordering::Relaxed);
+                    for t in udp_threads {
+                        let _ = t.join();
+                    }
+                    return Err(DnsError::Thread(e));
+                }
+            }
+        }
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("probed-dns".into())
-            .spawn(move || serve(thread_shared, udp, tcp, changes, updates_rx, stop_rx))
-            .map_err(DnsError::Thread)?;
+            .spawn(move || serve(thread_shared, tcp, changes, updates_rx, stop_rx));
+        let thread = match thread {
+            Ok(t) => t,
+            Err(e) => {
+                udp_stop.store(true, Ordering::Relaxed);
+                for t in udp_threads {
+                    let _ = t.join();
+                }
+                return Err(DnsError::Thread(e));
+            }
+        };
         log::info!(
             "dns: answering for {} on {}",
             shared.zone().origin(),
@@ -131,6 +163,8 @@ impl DnsServer {
             updates,
             stop: Some(stop),
             thread: Some(thread),
+            udp_stop,
+            udp_threads,
         })
     }
 
@@ -157,12 +191,16 @@ impl DnsServer {
         &self.shared.counters
     }
 
-    /// Stops answering and joins the thread.
+    /// Stops answering and joins the threads.
     pub fn stop(&mut self) {
+        self.udp_stop.store(true, Ordering::Relaxed);
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
         if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        for t in self.udp_threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -174,9 +212,57 @@ impl Drop for DnsServer {
     }
 }
 
+/// One UDP listener: a batch of queries in, their answers out, until `stop`.
+fn serve_udp(shared: &Shared, sock: &std::net::UdpSocket, stop: &AtomicBool) {
+    use crate::kernel::mmsg::{send_batch, RecvBatch, BATCH};
+    if let Err(e) = sock
+        .set_nonblocking(false)
+        .and_then(|()| sock.set_read_timeout(Some(UDP_POLL)))
+    {
+        log::error!("dns: UDP socket {:?}: {e}; it answers nothing", sock.local_addr());
+        return;
+    }
+    let mut batch = RecvBatch::default();
+    let mut out = Vec::with_capacity(BATCH);
+    while !stop.load(Ordering::Relaxed) {
+        let n = match batch.recv(sock) {
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                log::warn!("dns: receiving on {:?}: {e}", sock.local_addr());
+                std::thread::sleep(UDP_POLL);
+                continue;
+            }
+        };
+        out.clear();
+        for i in 0..n {
+            let (datagram, from) = batch.get(i);
+            if let Some(from) = from {
+                if let Some(answer) = super::wire::answer_udp(shared, datagram, from) {
+                    out.push((answer, from));
+                }
+            }
+        }
+        match send_batch(sock, &out) {
+            Ok(sent) if sent < out.len() => {
+                let lost = (out.len() - sent) as u64;
+                shared.counters.send_errors.fetch_add(lost, Ordering::Relaxed);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                log::debug!("dns: sending answers: {e}");
+                shared
+                    .counters
+                    .send_errors
+                    .fetch_add(out.len() as u64, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
 fn serve(
     shared: Arc<Shared>,
-    udp: Vec<std::net::UdpSocket>,
     tcp: Vec<std::net::TcpListener>,
     changes: Subscription,
     updates: mpsc::UnboundedReceiver<Update>,
@@ -191,12 +277,6 @@ fn serve(
     };
     rt.block_on(async move {
         let mut server = Server::new(Handler { shared: shared.clone() });
-        for s in udp {
-            match tokio::net::UdpSocket::from_std(s) {
-                Ok(s) => server.register_socket(s),
-                Err(e) => log::error!("dns: a UDP socket cannot be served: {e}"),
-            }
-        }
         for l in tcp {
             match tokio::net::TcpListener::from_std(l) {
                 Ok(l) => server.register_listener(l, TCP_IDLE, TCP_QUEUE),

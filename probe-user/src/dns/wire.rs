@@ -4,7 +4,7 @@
 //! retries over TCP) and answers FORMERR to what it cannot decode; this file refuses what the
 //! zone must not see.
 use std::{
-    net::IpAddr,
+    net::{IpAddr, SocketAddr},
     str::FromStr,
     sync::{atomic::Ordering, Arc},
 };
@@ -12,7 +12,7 @@ use std::{
 use hickory_server::{
     net::{runtime::Time, xfer::Protocol},
     proto::{
-        op::{Edns, Header, HeaderCounts, Metadata, OpCode, ResponseCode},
+        op::{Edns, Header, HeaderCounts, MessageType, Metadata, OpCode, ResponseCode},
         rr::{
             rdata::{
                 opt::{ClientSubnet, EdnsCode, EdnsOption},
@@ -20,9 +20,10 @@ use hickory_server::{
             },
             DNSClass, Name, RData, Record, RecordType,
         },
+        serialize::binary::{BinDecodable, BinDecoder, BinEncodable, BinEncoder},
     },
     server::{Request, RequestHandler, ResponseHandler, ResponseInfo},
-    zone_handler::MessageResponseBuilder,
+    zone_handler::{MessageResponse, MessageResponseBuilder, Queries},
 };
 
 use super::{
@@ -38,46 +39,62 @@ pub(super) struct Handler {
     pub shared: Arc<Shared>,
 }
 
+/// A request's answer, ready for either transport.
+struct Prepared {
+    parts: Parts,
+    edns: Option<Edns>,
+    meta: Metadata,
+}
+
+/// Asks the zone (unless the request is refused first) and counts the answer.
+fn prepare(shared: &Shared, request: &Request) -> Prepared {
+    let mut edns = response_edns(request);
+    let parts = match check(request) {
+        Err(code) => Parts::only(code),
+        Ok((qname, qtype)) => {
+            let client = Client {
+                address: edns
+                    .as_ref()
+                    .and_then(|(_, ecs)| ecs.as_ref())
+                    .filter(|ecs| ecs.source_prefix() > 0)
+                    .map_or(request.src().ip(), ClientSubnet::addr),
+            };
+            let question = Question {
+                name: &qname,
+                qtype,
+                client,
+            };
+            let zone = shared.zone();
+            let reply = super::server::with_rng(|rng| zone.answer(&question, rng));
+            render(&zone, &qname, &reply)
+        }
+    };
+    count(&shared.counters, parts.code, request.protocol());
+    let mut meta = Metadata::response_from_request(&request.metadata);
+    meta.response_code = parts.code;
+    meta.authoritative = matches!(parts.code, ResponseCode::NoError | ResponseCode::NXDomain);
+    if let Some((e, Some(ecs))) = edns.as_mut() {
+        let scope = if parts.by_location { ecs.source_prefix() } else { 0 };
+        let mut echoed = ClientSubnet::new(ecs.addr(), ecs.source_prefix(), 0);
+        echoed.set_scope_prefix(scope);
+        e.options_mut().insert(EdnsOption::Subnet(echoed));
+    }
+    Prepared {
+        parts,
+        edns: edns.map(|(e, _)| e),
+        meta,
+    }
+}
+
+/// TCP (and anything else hickory's server carries): hickory frames and sends the answer.
 #[async_trait::async_trait]
 impl RequestHandler for Handler {
     async fn handle_request<R: ResponseHandler, T: Time>(&self, request: &Request, mut response: R) -> ResponseInfo {
-        let counters = &self.shared.counters;
-        let mut edns = response_edns(request);
-        let parts = match check(request) {
-            Err(code) => Parts::only(code),
-            Ok((qname, qtype)) => {
-                let client = Client {
-                    address: edns
-                        .as_ref()
-                        .and_then(|(_, ecs)| ecs.as_ref())
-                        .filter(|ecs| ecs.source_prefix() > 0)
-                        .map_or(request.src().ip(), ClientSubnet::addr),
-                };
-                let question = Question {
-                    name: &qname,
-                    qtype,
-                    client,
-                };
-                let zone = self.shared.zone();
-                let reply = super::server::with_rng(|rng| zone.answer(&question, rng));
-                render(&zone, &qname, &reply)
-            }
-        };
-        count(counters, parts.code, request.protocol());
-        let mut meta = Metadata::response_from_request(&request.metadata);
-        meta.response_code = parts.code;
-        meta.authoritative = matches!(parts.code, ResponseCode::NoError | ResponseCode::NXDomain);
-        if let Some((e, Some(ecs))) = edns.as_mut() {
-            let scope = if parts.by_location { ecs.source_prefix() } else { 0 };
-            let mut echoed = ClientSubnet::new(ecs.addr(), ecs.source_prefix(), 0);
-            echoed.set_scope_prefix(scope);
-            e.options_mut().insert(EdnsOption::Subnet(echoed));
-        }
-        let builder = MessageResponseBuilder::new(&request.queries, edns.as_ref().map(|(e, _)| e));
-        let message = builder.build(
-            meta,
-            parts.answers.iter(),
-            parts.authority.iter(),
+        let p = prepare(&self.shared, request);
+        let message = MessageResponseBuilder::new(&request.queries, p.edns.as_ref()).build(
+            p.meta,
+            p.parts.answers.iter(),
+            p.parts.authority.iter(),
             std::iter::empty(),
             std::iter::empty(),
         );
@@ -85,7 +102,7 @@ impl RequestHandler for Handler {
             Ok(info) => info,
             Err(e) => {
                 log::debug!("dns: no answer sent to {}: {e}", request.src());
-                counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                self.shared.counters.send_errors.fetch_add(1, Ordering::Relaxed);
                 let mut meta = Metadata::response_from_request(&request.metadata);
                 meta.response_code = ResponseCode::ServFail;
                 ResponseInfo::from(Header {
@@ -95,6 +112,64 @@ impl RequestHandler for Handler {
             }
         }
     }
+}
+
+/// UDP: the answer to one datagram, encoded, or None when it gets none (shorter than a header,
+/// or a response rather than a query), as hickory's own server decides.
+pub(super) fn answer_udp(shared: &Shared, datagram: &[u8], src: SocketAddr) -> Option<Vec<u8>> {
+    let header = Header::read(&mut BinDecoder::new(datagram)).ok()?;
+    if header.metadata.message_type == MessageType::Response {
+        return None;
+    }
+    let Ok(request) = Request::from_bytes(datagram.to_vec(), src, Protocol::Udp) else {
+        count(&shared.counters, ResponseCode::FormErr, Protocol::Udp);
+        // No question can be read back: the answer carries none, as hickory's server does.
+        let empty = Queries::read(&mut BinDecoder::new(&[]), 0).ok()?;
+        let message = MessageResponseBuilder::new(&empty, None).error_msg(&header.metadata, ResponseCode::FormErr);
+        return Some(encode(message, 512));
+    };
+    let p = prepare(shared, &request);
+    // Truncation: hickory cuts at the last whole record that fits and sets TC.
+    let max = p.edns.as_ref().map_or(512, Edns::max_payload);
+    let message = MessageResponseBuilder::new(&request.queries, p.edns.as_ref()).build(
+        p.meta,
+        p.parts.answers.iter(),
+        p.parts.authority.iter(),
+        std::iter::empty(),
+        std::iter::empty(),
+    );
+    Some(encode(message, max))
+}
+
+/// A message as bytes of at most `max`; SERVFAIL if it cannot be encoded at all.
+fn encode<'a>(
+    message: MessageResponse<
+        '_,
+        'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+    >,
+    max: u16,
+) -> Vec<u8> {
+    let id = message.metadata().id;
+    let mut bytes = Vec::with_capacity(512);
+    let mut encoder = BinEncoder::new(&mut bytes);
+    encoder.set_max_size(max);
+    if message.destructive_emit(&mut encoder).is_ok() {
+        return bytes;
+    }
+    bytes.clear();
+    let mut encoder = BinEncoder::new(&mut bytes);
+    let mut metadata = Metadata::new(id, MessageType::Response, OpCode::Query);
+    metadata.response_code = ResponseCode::ServFail;
+    let header = Header {
+        metadata,
+        counts: HeaderCounts::default(),
+    };
+    let _ = header.emit(&mut encoder);
+    bytes
 }
 
 /// The question the zone is asked, or the code a request gets without asking it.

@@ -4,6 +4,7 @@
 //! Everything that talks to the bpf() syscall, netlink or libc lives under this module and is
 //! kept thin; callers get typed handles and errors that say what to try.
 pub mod l4;
+pub mod mmsg;
 pub mod netlink;
 pub mod nft;
 pub mod notrack;
