@@ -1,8 +1,10 @@
 //! The DNS wire, through hickory: a request becomes a zone `Question`, the zone's `Reply`
-//! becomes records, rcode and EDNS (Client Subnet scope included). hickory-server reads and
-//! writes the messages, truncates UDP answers past the client's buffer (TC set, so the client
-//! retries over TCP) and answers FORMERR to what it cannot decode; this file refuses what the
-//! zone must not see.
+//! becomes records, rcode and EDNS (Client Subnet scope included). hickory decodes and encodes
+//! every message (no wire format of ours), truncates UDP answers past the client's buffer at a
+//! whole record (TC set, so the client retries over TCP), and serves TCP; UDP datagrams come
+//! here in batches from `server.rs` (`answer_udp`), which answers what hickory cannot decode
+//! with FORMERR and drops what is not a query, as hickory's own server does. This file refuses
+//! what the zone must not see.
 use std::{
     net::{IpAddr, SocketAddr},
     str::FromStr,

@@ -158,8 +158,13 @@ fn empty_file_gets_defaults() {
 fn example_config_parses() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/probed.toml");
     let c = Config::load(path).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(c.profiles.len(), 6);
+    assert_eq!(c.profiles.len(), 7);
     assert_eq!(c.endpoint_count(), 16);
+    let www = c.profile("www").unwrap();
+    assert_eq!((www.nested[0].child.as_str(), www.nested[0].min_child_endpoints), ("edge", 2));
+    let dns = c.dns.as_ref().unwrap();
+    assert_eq!(dns.name_of(www), "www.tm.example.");
+    assert_eq!(dns.regions.len(), 2);
     let api = c.profile("api").unwrap();
     assert_eq!(both(api.thresholds()), (1, 4));
     assert_eq!(api.endpoints[2].state, AdminState::AlwaysServe);
