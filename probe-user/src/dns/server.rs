@@ -55,6 +55,8 @@ pub struct Counters {
 /// What the query path and the follower share.
 pub(super) struct Shared {
     zone: RwLock<Zone>,
+    /// Bumped by every write to the zone: answers remembered under an older one are dropped.
+    generation: AtomicU64,
     pub counters: Counters,
 }
 
@@ -65,8 +67,16 @@ impl Shared {
         self.zone.read().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The zone's version now. Read it before answering: an answer made while a write lands
+    /// is then remembered under the version it may predate, and never served.
+    pub(super) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
     fn update(&self, f: impl FnOnce(&mut Zone)) {
-        f(&mut self.zone.write().unwrap_or_else(PoisonError::into_inner));
+        let mut zone = self.zone.write().unwrap_or_else(PoisonError::into_inner);
+        f(&mut zone);
+        self.generation.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -116,6 +126,7 @@ impl DnsServer {
         }
         let shared = Arc::new(Shared {
             zone: RwLock::new(zone),
+            generation: AtomicU64::new(0),
             counters: Counters::default(),
         });
         let (updates, updates_rx) = mpsc::unbounded_channel();
@@ -224,6 +235,7 @@ fn serve_udp(shared: &Shared, sock: &std::net::UdpSocket, stop: &AtomicBool) {
     }
     let mut batch = RecvBatch::default();
     let mut out = Vec::with_capacity(BATCH);
+    let mut cache = super::wire::AnswerCache::default();
     while !stop.load(Ordering::Relaxed) {
         let n = match batch.recv(sock) {
             Ok(n) => n,
@@ -239,7 +251,7 @@ fn serve_udp(shared: &Shared, sock: &std::net::UdpSocket, stop: &AtomicBool) {
         for i in 0..n {
             let (datagram, from) = batch.get(i);
             if let Some(from) = from {
-                if let Some(answer) = super::wire::answer_udp(shared, datagram, from) {
+                if let Some(answer) = super::wire::answer_udp(shared, &mut cache, datagram, from) {
                     out.push((answer, from));
                 }
             }

@@ -68,7 +68,10 @@ fn prepare(shared: &Shared, request: &Request) -> Prepared {
             };
             let zone = shared.zone();
             let reply = super::server::with_rng(|rng| zone.answer(&question, rng));
-            render(&zone, &qname, &reply)
+            let mut parts = render(&zone, &qname, &reply);
+            // The source address decides nothing here, so identical bytes, identical answer.
+            parts.deterministic = zone.deterministic(&qname);
+            parts
         }
     };
     count(&shared.counters, parts.code, request.protocol());
@@ -116,12 +119,60 @@ impl RequestHandler for Handler {
     }
 }
 
+/// Answers already encoded, by the query's bytes after its id: a query identical to an earlier
+/// one, while the zone has not changed since, gets the same bytes under its own id. Only
+/// answers that follow from the question alone are kept (`Zone::deterministic`: not subnet,
+/// geographic or weighted), so the cache can never answer differently from the zone; any
+/// change of the zone (a verdict, a reload, new round-trip times) empties it. One per UDP
+/// thread, so no lock.
+#[derive(Default)]
+pub(super) struct AnswerCache {
+    generation: u64,
+    answers: std::collections::HashMap<Vec<u8>, (Vec<u8>, ResponseCode)>,
+}
+
+impl AnswerCache {
+    /// At most this many answers (a few hundred bytes each with their keys); then it starts over.
+    const CAPACITY: usize = 16_384;
+
+    fn get(&mut self, generation: u64, key: &[u8]) -> Option<&(Vec<u8>, ResponseCode)> {
+        if generation != self.generation {
+            self.answers.clear();
+            self.generation = generation;
+        }
+        self.answers.get(key)
+    }
+
+    fn put(&mut self, generation: u64, key: &[u8], answer: &[u8], code: ResponseCode) {
+        if generation != self.generation {
+            return;
+        }
+        if self.answers.len() >= Self::CAPACITY {
+            self.answers.clear();
+        }
+        self.answers.insert(key.to_vec(), (answer.to_vec(), code));
+    }
+}
+
 /// UDP: the answer to one datagram, encoded, or None when it gets none (shorter than a header,
 /// or a response rather than a query), as hickory's own server decides.
-pub(super) fn answer_udp(shared: &Shared, datagram: &[u8], src: SocketAddr) -> Option<Vec<u8>> {
+pub(super) fn answer_udp(
+    shared: &Shared,
+    cache: &mut AnswerCache,
+    datagram: &[u8],
+    src: SocketAddr,
+) -> Option<Vec<u8>> {
     let header = Header::read(&mut BinDecoder::new(datagram)).ok()?;
     if header.metadata.message_type == MessageType::Response {
         return None;
+    }
+    let generation = shared.generation();
+    let key = &datagram[2..];
+    if let Some((answer, code)) = cache.get(generation, key) {
+        count(&shared.counters, *code, Protocol::Udp);
+        let mut answer = answer.clone();
+        answer[..2].copy_from_slice(&datagram[..2]);
+        return Some(answer);
     }
     let Ok(request) = Request::from_bytes(datagram.to_vec(), src, Protocol::Udp) else {
         count(&shared.counters, ResponseCode::FormErr, Protocol::Udp);
@@ -133,6 +184,7 @@ pub(super) fn answer_udp(shared: &Shared, datagram: &[u8], src: SocketAddr) -> O
     let p = prepare(shared, &request);
     // Truncation: hickory cuts at the last whole record that fits and sets TC.
     let max = p.edns.as_ref().map_or(512, Edns::max_payload);
+    let (code, keep) = (p.parts.code, p.parts.deterministic);
     let message = MessageResponseBuilder::new(&request.queries, p.edns.as_ref()).build(
         p.meta,
         p.parts.answers.iter(),
@@ -140,7 +192,11 @@ pub(super) fn answer_udp(shared: &Shared, datagram: &[u8], src: SocketAddr) -> O
         std::iter::empty(),
         std::iter::empty(),
     );
-    Some(encode(message, max))
+    let answer = encode(message, max);
+    if keep {
+        cache.put(generation, key, &answer, code);
+    }
+    Some(answer)
 }
 
 /// A message as bytes of at most `max`; SERVFAIL if it cannot be encoded at all.
@@ -251,6 +307,8 @@ struct Parts {
     answers: Vec<Record>,
     authority: Vec<Record>,
     by_location: bool,
+    /// The same query bytes get the same answer until the zone changes (`AnswerCache`).
+    deterministic: bool,
 }
 
 impl Parts {
@@ -260,6 +318,7 @@ impl Parts {
             answers: Vec::new(),
             authority: Vec::new(),
             by_location: false,
+            deterministic: false,
         }
     }
 }

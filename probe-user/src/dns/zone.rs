@@ -107,6 +107,9 @@ struct ZoneProfile {
     enabled: bool,
     /// Its answers depend on the client's location: its method does, or a nested child's.
     by_location: bool,
+    /// The same question gets the same answer until the zone changes: no location, no random
+    /// pick (weighted), here or in a nested child.
+    deterministic: bool,
     routing: Routing,
     ttl: u32,
     /// In configuration order: selection breaks ties by it.
@@ -226,6 +229,7 @@ impl Zone {
             zone.profiles.push(ZoneProfile {
                 enabled: enabled.get(p.name.as_str()).copied().unwrap_or(p.enabled),
                 by_location: matches!(p.routing, Routing::Subnet | Routing::Geographic),
+                deterministic: !matches!(p.routing, Routing::Subnet | Routing::Geographic | Routing::Weighted),
                 routing: p.routing,
                 ttl: p.dns_ttl.unwrap_or(dns.ttl),
                 by_endpoint: endpoints.iter().enumerate().map(|(i, e)| (e.name.clone(), i)).collect(),
@@ -251,9 +255,26 @@ impl Zone {
                             .any(|c| zone.profiles[c].by_location)
                 })
                 .collect();
-            let moved = zone.profiles.iter().zip(&by_location).any(|(p, b)| p.by_location != *b);
-            for (p, b) in zone.profiles.iter_mut().zip(by_location) {
+            let deterministic: Vec<bool> = zone
+                .profiles
+                .iter()
+                .map(|p| {
+                    p.deterministic
+                        && p.endpoints
+                            .iter()
+                            .filter_map(|e| e.child)
+                            .all(|c| zone.profiles[c].deterministic)
+                })
+                .collect();
+            let moved = zone.profiles.iter().zip(&by_location).any(|(p, b)| p.by_location != *b)
+                || zone
+                    .profiles
+                    .iter()
+                    .zip(&deterministic)
+                    .any(|(p, d)| p.deterministic != *d);
+            for ((p, b), d) in zone.profiles.iter_mut().zip(by_location).zip(deterministic) {
                 p.by_location = b;
+                p.deterministic = d;
             }
             if !moved {
                 break;
@@ -313,6 +334,13 @@ impl Zone {
                 std::mem::replace(&mut p.enabled, enabled) != enabled
             }
         }
+    }
+
+    /// Whether a question for `name` (absolute, lower case) gets the same answer from any
+    /// client until the zone changes: every name but those of profiles that route by location
+    /// or at random (weighted), themselves or through a nested child.
+    pub fn deterministic(&self, name: &str) -> bool {
+        self.by_name.get(name).is_none_or(|&i| self.profiles[i].deterministic)
     }
 
     /// Profiles whose answers depend on measured round-trip times.

@@ -161,7 +161,10 @@ fn example_config_parses() {
     assert_eq!(c.profiles.len(), 7);
     assert_eq!(c.endpoint_count(), 16);
     let www = c.profile("www").unwrap();
-    assert_eq!((www.nested[0].child.as_str(), www.nested[0].min_child_endpoints), ("edge", 2));
+    assert_eq!(
+        (www.nested[0].child.as_str(), www.nested[0].min_child_endpoints),
+        ("edge", 2)
+    );
     let dns = c.dns.as_ref().unwrap();
     assert_eq!(dns.name_of(www), "www.tm.example.");
     assert_eq!(dns.regions.len(), 2);

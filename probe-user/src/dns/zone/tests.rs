@@ -298,3 +298,18 @@ fn performance_follows_the_rtts_it_is_given() {
     };
     assert_eq!(addresses, addrs(&["198.18.1.2"]));
 }
+
+#[test]
+fn only_answers_that_follow_from_the_question_alone_are_deterministic() {
+    let z = zone();
+    assert!(z.deterministic("web.tm.example."), "priority");
+    assert!(z.deterministic("multi.tm.example."), "multivalue");
+    assert!(!z.deterministic("api.eu.tm.example."), "geographic: by location");
+    assert!(!z.deterministic("net.tm.example."), "subnet: by location");
+    assert!(z.deterministic("nope.tm.example."), "NXDOMAIN");
+    assert!(z.deterministic("tm.example."), "the apex");
+    let text = CONFIG.replace("routing = \"priority\"", "routing = \"weighted\"");
+    let c = Config::parse(&text, "t.toml").unwrap();
+    let z = Zone::build(&c, c.dns.as_ref().unwrap(), regions(&c), &snapshot(&c), 1);
+    assert!(!z.deterministic("web.tm.example."), "weighted: at random");
+}
