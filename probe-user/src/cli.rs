@@ -554,14 +554,15 @@ mod tests {
             panic!("disable parses");
         };
         assert_eq!((a.profile.as_str(), a.endpoint.as_deref()), ("web", Some("web-1")));
+
+        assert_eq!(a.api.token_file.as_deref(), Some(std::path::Path::new("/etc/probed/t")));
+        assert_eq!(percent_encode("[2001:db8::1]:80"), "%5B2001%3Adb8%3A%3A1%5D%3A80");
         let Ok(Cli {
-            command: Command::Enable(a),
+            command: Command::Enable(whole),
         }) = parse(&["enable", "web"])
         else {
             panic!("enable of a profile parses");
         };
-        assert_eq!(a.endpoint, None);
-        assert_eq!(a.api.token_file.as_deref(), Some(std::path::Path::new("/etc/probed/t")));
-        assert_eq!(percent_encode("[2001:db8::1]:80"), "%5B2001%3Adb8%3A%3A1%5D%3A80");
+        assert_eq!(whole.endpoint, None, "no endpoint: the whole profile");
     }
 }
