@@ -4,7 +4,7 @@
 //! value alone, and restarts (through the state file).
 use crate::{
     daemon::{
-        changes::{Change, ChangeKind, ProfileChange},
+        changes::ChangeKind,
         control::RequestError,
         runner::Runner,
         views::{EndpointView, ProfileView},
@@ -13,6 +13,19 @@ use crate::{
 };
 
 impl Runner {
+    /// After an admin change of endpoint `id`, which was probed or not (`was`): its check is
+    /// registered or removed to match; a re-enabled endpoint starts over in CheckingEndpoint
+    /// (SPEC 4).
+    fn reprobe(&mut self, id: crate::daemon::table::OwnerId, was: bool, now: u64) {
+        let is = self.table.targets[&id].should_probe();
+        if was && !is {
+            self.unregister(id);
+        } else if !was && is {
+            self.table.targets.get_mut(&id).expect("found").tracker.reset();
+            self.register(id, now);
+        }
+    }
+
     pub(in crate::daemon) fn set_admin(
         &mut self,
         profile: &str,
@@ -24,14 +37,7 @@ impl Runner {
         let t = self.table.targets.get_mut(&id).expect("found");
         let was = t.should_probe();
         t.set_admin(state);
-        let is = t.should_probe();
-        if was && !is {
-            self.unregister(id);
-        } else if !was && is {
-            // SPEC: a re-enabled endpoint starts over in CheckingEndpoint.
-            self.table.targets.get_mut(&id).expect("found").tracker.reset();
-            self.register(id, now);
-        }
+        self.reprobe(id, was, now);
         self.restatus(id, ChangeKind::Admin, now, None);
         self.persist.dirty = true;
         Ok(super::status::endpoint_view(&self.table, id))
@@ -60,33 +66,16 @@ impl Runner {
             let t = self.table.targets.get_mut(&id).expect("owners are targets");
             let was = t.should_probe();
             t.profile_enabled = enabled;
-            let is = t.should_probe();
-            if was && !is {
-                self.unregister(id);
-            } else if !was && is {
-                self.table.targets.get_mut(&id).expect("found").tracker.reset();
-                self.register(id, now);
-            }
+            self.reprobe(id, was, now);
             self.restatus(id, ChangeKind::Admin, now, None);
         }
         for nix in 0..self.table.profiles[ix].nested.len() {
             self.renest(ix, nix, now);
         }
         // A profile without endpoints has no endpoint change to carry its own.
-        let entry = &mut self.table.profiles[ix];
-        if owners.is_empty() && entry.nested.is_empty() {
-            entry.recount();
-            if (entry.status, entry.fail_open) != before {
-                let change = Change::Profile(ProfileChange {
-                    seq: 0,
-                    at_unix_ms: self.ports.clock.unix_ms(),
-                    profile: entry.name.clone(),
-                    from: Some(before.0),
-                    to: Some(entry.status),
-                    fail_open: entry.fail_open,
-                });
-                self.publish(change, now);
-            }
+        if owners.is_empty() && self.table.profiles[ix].nested.is_empty() {
+            self.table.profiles[ix].recount();
+            self.publish_profile(ix, before, now);
         }
         // Its status stands for it in the profiles it is nested in.
         self.cascade(ix, now);

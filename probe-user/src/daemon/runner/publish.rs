@@ -9,7 +9,7 @@ use crate::{
         table::OwnerId,
         views::LastChange,
     },
-    status::{self, EndpointStatus},
+    status::{self, EndpointStatus, ProfileStatus},
 };
 
 impl Runner {
@@ -75,22 +75,10 @@ impl Runner {
         let profile_ix = t.profile_ix as usize;
         let moved = new_status != old_status;
         self.publish(change, now);
-        let p = &self.table.profiles[profile_ix];
-        let (profile_status, fail_open, name) = (p.status, p.fail_open, p.name.clone());
-        if fail_open != old_fail_open {
+        if self.table.profiles[profile_ix].fail_open != old_fail_open {
             self.flip_fail_open(profile_ix, Some(id), None, at_ns);
         }
-        if (profile_status, fail_open) != (old_profile, old_fail_open) {
-            let change = Change::Profile(ProfileChange {
-                seq: 0,
-                at_unix_ms,
-                profile: name,
-                from: Some(old_profile),
-                to: Some(profile_status),
-                fail_open,
-            });
-            self.publish(change, now);
-        }
+        self.publish_profile(profile_ix, (old_profile, old_fail_open), at_ns);
         if moved {
             self.cascade(profile_ix, at_ns);
         }
@@ -142,24 +130,31 @@ impl Runner {
             Some(old_status),
             (at_unix_ms, at_ns),
         ));
-        let (profile_status, name) = (p.status, p.name.clone());
         self.persist.dirty = true;
         self.publish(change, now);
         if fail_open != old_fail_open {
             self.flip_fail_open(pix, None, Some(nix), at_ns);
         }
-        if (profile_status, fail_open) != (old_profile, old_fail_open) {
-            let change = Change::Profile(ProfileChange {
-                seq: 0,
-                at_unix_ms,
-                profile: name,
-                from: Some(old_profile),
-                to: Some(profile_status),
-                fail_open,
-            });
-            self.publish(change, now);
-        }
+        self.publish_profile(pix, (old_profile, old_fail_open), at_ns);
         self.cascade(pix, at_ns);
+    }
+
+    /// Publishes profile `pix`'s status and fail-open if they differ from `before`.
+    pub(in crate::daemon) fn publish_profile(&mut self, pix: usize, before: (ProfileStatus, bool), at_ns: u64) {
+        let p = &self.table.profiles[pix];
+        if (p.status, p.fail_open) == before {
+            return;
+        }
+        let change = Change::Profile(ProfileChange {
+            seq: 0,
+            at_unix_ms: self.ports.clock.unix_ms_at(at_ns),
+            profile: p.name.clone(),
+            from: Some(before.0),
+            to: Some(p.status),
+            fail_open: p.fail_open,
+        });
+        let now = self.now();
+        self.publish(change, now);
     }
 
     /// Fail-open of a profile flipped: every Degraded endpoint, probed or nested, but the one
