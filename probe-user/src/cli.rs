@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use probed::kernel::{pin::PinDir, rx::RxProgram, AttachMode};
 
 mod check;
+mod logging;
 mod notify;
 
 #[derive(Parser)]
@@ -15,6 +16,10 @@ mod notify;
     about = "Kernel-accelerated health checks for load-balancer backends"
 )]
 struct Cli {
+    /// How log lines look: `auto` is `journal` under systemd (priority prefixes, no
+    /// timestamps: journald adds its own), else `text`; `json` is one object per line.
+    #[arg(long, global = true, value_enum, default_value_t = logging::LogFormat::Auto)]
+    log_format: logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -146,7 +151,7 @@ pub fn main() -> ExitCode {
     if !matches!(cli.command, Command::Run { .. }) {
         unblock_signals(&blocked);
     }
-    StderrLog::install();
+    logging::install(cli.log_format);
     let result = match cli.command {
         Command::Attach {
             iface,
@@ -478,38 +483,6 @@ fn reload(api: &ApiArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Log lines to standard error; `PROBED_LOG=debug|info|warn|error` sets the level (info).
-struct StderrLog(log::LevelFilter);
-
-impl StderrLog {
-    fn install() {
-        let level = match std::env::var("PROBED_LOG").as_deref() {
-            Ok("debug") => log::LevelFilter::Debug,
-            Ok("trace") => log::LevelFilter::Trace,
-            Ok("warn") => log::LevelFilter::Warn,
-            Ok("error") => log::LevelFilter::Error,
-            _ => log::LevelFilter::Info,
-        };
-        if log::set_boxed_logger(Box::new(StderrLog(level))).is_ok() {
-            log::set_max_level(level);
-        }
-    }
-}
-
-impl log::Log for StderrLog {
-    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-        m.level() <= self.0
-    }
-
-    fn log(&self, r: &log::Record<'_>) {
-        if self.enabled(r.metadata()) {
-            eprintln!("probed: {}: {}", r.level().as_str().to_lowercase(), r.args());
-        }
-    }
-
-    fn flush(&self) {}
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -533,6 +506,7 @@ mod tests {
     fn api_commands_use_the_unix_socket_by_default() {
         let Ok(Cli {
             command: Command::Status { api, .. },
+            ..
         }) = parse(&["status"])
         else {
             panic!("status parses");
@@ -541,6 +515,7 @@ mod tests {
         assert!(api.token_file.is_none());
         let Ok(Cli {
             command: Command::Disable(a),
+            ..
         }) = parse(&[
             "disable",
             "web",
@@ -559,10 +534,18 @@ mod tests {
         assert_eq!(percent_encode("[2001:db8::1]:80"), "%5B2001%3Adb8%3A%3A1%5D%3A80");
         let Ok(Cli {
             command: Command::Enable(whole),
+            ..
         }) = parse(&["enable", "web"])
         else {
             panic!("enable of a profile parses");
         };
         assert_eq!(whole.endpoint, None, "no endpoint: the whole profile");
+        let cli = parse(&["status", "--log-format", "json"]).unwrap();
+        assert_eq!(
+            cli.log_format,
+            logging::LogFormat::Json,
+            "a global flag, after the subcommand too"
+        );
+        assert_eq!(parse(&["status"]).unwrap().log_format, logging::LogFormat::Auto);
     }
 }

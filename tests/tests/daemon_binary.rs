@@ -38,11 +38,17 @@ impl Drop for Proc {
     }
 }
 
-/// As `spawn`, with `NOTIFY_SOCKET` pointing at `notify` (systemd's readiness protocol).
-fn spawn_notified(ns: &Netns, config: &std::path::Path, notify: &std::path::Path) -> Proc {
+/// As `spawn`, as systemd starts it: `NOTIFY_SOCKET` pointing at `notify` (the readiness
+/// protocol) and `JOURNAL_STREAM` set, standard error going to `log`.
+fn spawn_notified(ns: &Netns, config: &std::path::Path, notify: &std::path::Path, log: &std::path::Path) -> Proc {
     let netns = std::fs::File::open(ns.path()).expect("open the namespace");
     let mut cmd = Command::new(probed_bin());
-    cmd.arg("run").arg("--config").arg(config).env("NOTIFY_SOCKET", notify);
+    cmd.arg("run")
+        .arg("--config")
+        .arg(config)
+        .env("NOTIFY_SOCKET", notify)
+        .env("JOURNAL_STREAM", "8:4242")
+        .stderr(std::fs::File::create(log).expect("create the log file"));
     // SAFETY: as in `spawn`.
     unsafe {
         cmd.pre_exec(move || {
@@ -215,7 +221,8 @@ fn a_sighup_during_start_is_not_fatal_and_readiness_is_notified() {
     let notify_path = files.dir.join("notify.sock");
     let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("bind the notify socket");
     notify.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut daemon = spawn_notified(&topo.prober, &files.config_path(), &notify_path);
+    let log = files.dir.join("stderr.log");
+    let mut daemon = spawn_notified(&topo.prober, &files.config_path(), &notify_path, &log);
     // A reload asked for while the daemon is still starting (systemd's ExecReload, say).
     std::thread::sleep(Duration::from_millis(10));
     signal(&daemon, libc::SIGHUP);
@@ -239,6 +246,15 @@ fn a_sighup_during_start_is_not_fatal_and_readiness_is_notified() {
     assert_eq!(seen.last().map(String::as_str), Some("STOPPING=1"), "{seen:?}");
     let status = daemon.0.wait().unwrap();
     assert!(status.success(), "clean exit: {status:?}");
+    // Under journald, each line carries its priority and no timestamp of its own.
+    let lines = std::fs::read_to_string(&log).unwrap();
+    assert!(lines.lines().any(|l| l.starts_with("<6>probed running")), "{lines}");
+    for l in lines.lines().filter(|l| !l.starts_with("  ")) {
+        let ok = l.len() > 3 && l.starts_with('<') && l.as_bytes()[1].is_ascii_digit() && &l[2..3] == ">";
+        assert!(ok, "a line without its priority: {l:?}\n{lines}");
+        let year = l[3..].get(..2).is_some_and(|y| y.bytes().all(|b| b.is_ascii_digit()));
+        assert!(!year, "journald adds the time itself: {l:?}");
+    }
 }
 
 /// The value of an unlabelled metric in a scrape.
