@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use probed::kernel::{pin::PinDir, rx::RxProgram, AttachMode};
 
 mod check;
+mod generate;
 mod logging;
 mod notify;
 
@@ -94,6 +95,22 @@ enum Command {
     AlwaysServe(AdminArgs),
     /// Probe one target now: one line per probe; exit 0 only if every probe was healthy.
     Check(Box<check::CheckArgs>),
+    /// Write the manual pages or the shell completions into a directory (for packages).
+    #[command(hide = true)]
+    Generate {
+        #[arg(value_enum)]
+        what: Generated,
+        dir: PathBuf,
+    },
+}
+
+/// What `probed generate` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Generated {
+    /// probed.8 and probed-SUBCOMMAND.8.
+    Man,
+    /// probed.bash, _probed (zsh), probed.fish.
+    Completions,
 }
 
 /// How to reach the daemon's API.
@@ -169,6 +186,18 @@ pub fn main() -> ExitCode {
         Command::Disable(a) => admin(&a, "disable"),
         Command::AlwaysServe(a) => admin(&a, "always-serve"),
         Command::Check(args) => check::run(*args),
+        Command::Generate { what, dir } => {
+            let written = match what {
+                Generated::Man => generate::man(&dir),
+                Generated::Completions => generate::completions(&dir),
+            };
+            written.map(|files| {
+                for f in files {
+                    println!("{}", f.display());
+                }
+                ExitCode::SUCCESS
+            })
+        }
     };
     match result {
         Ok(code) => code,
