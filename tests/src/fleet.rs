@@ -34,6 +34,12 @@ pub const EXPECTED: &[(&str, &str, EndpointStatus)] = &[
     ("www", "standby", EndpointStatus::Online),
 ];
 
+/// (parent profile, nested endpoint, status once settled): `site` over `www` and `tcp`.
+pub const EXPECTED_NESTED: &[(&str, &str, EndpointStatus)] = &[
+    ("site", "www", EndpointStatus::Online),
+    ("site", "tcp", EndpointStatus::Online),
+];
+
 pub struct Fleet {
     // Servers first: they must stop before their namespace goes.
     _tcp: Vec<Backend>,
@@ -128,6 +134,11 @@ impl Fleet {
         text += &format!(
             "\n[[profile.endpoint]]\nname = \"standby\"\naddress = \"{STANDBY}\"\nport = 8080\npriority = 2\n"
         );
+        // A parent of two nested profiles (SPEC 8): www first, the tcp pool behind it.
+        text += &format!(
+            "\n[[profile]]\nname = \"site\"\ndialect = \"lb\"\nrouting = \"priority\"\n\n[profile.health]\nprotocol = \"tcp\"\n{timing}"
+        );
+        text += "\n[[profile.endpoint]]\nprofile = \"www\"\npriority = 1\n\n[[profile.endpoint]]\nprofile = \"tcp\"\npriority = 2\n";
         text += &format!("\n[dns]\nlisten = [\"{DNS_SERVER}:53\"]\nzone = \"tm.example.\"\nttl = \"5s\"\n");
         text
     }

@@ -493,6 +493,7 @@ fn demo_fleet_reaches_expected_statuses() {
     let (_, flapping) = client_round(&fleet);
     assert!(flapping > 0, "the flapping backend takes a share while it is up");
     daemon.wait_status("www", "primary", S::Online, Duration::from_secs(5));
+    dashboard_queries_only_metrics_the_daemon_exports(&daemon);
     assert_eq!(
         fleet.dig_www(),
         "198.18.0.2",
@@ -528,7 +529,16 @@ fn demo_fleet_reaches_expected_statuses() {
         .iter()
         .map(|p| p["status"].as_str().unwrap())
         .collect();
-    assert_eq!(statuses, ["Degraded", "Degraded", "Degraded", "Online"]);
+    assert_eq!(statuses, ["Degraded", "Degraded", "Degraded", "Online", "Online"]);
+    let site = daemon.get("/v1/status/site");
+    for (_, nested, status) in probed_tests::fleet::EXPECTED_NESTED {
+        let n = site["nested"].as_array().unwrap().iter().find(|n| n["name"] == *nested);
+        assert_eq!(
+            n.map(|n| n["status"].clone()),
+            Some(serde_json::json!(status.as_str())),
+            "{site}"
+        );
+    }
     let (_, metrics) = daemon.call("GET", "/metrics");
     let metrics = metrics.as_str().unwrap();
     for kind in ["tcp", "http", "udp"] {
@@ -777,4 +787,40 @@ fn probe_ports_are_reserved_and_the_cookie_key_is_not_pinned() {
         err.contains("source.ports 61000-65095 overlaps the kernel's ephemeral ports 40000-62000"),
         "{err}"
     );
+}
+
+/// Every metric `dist/grafana-dashboard.json` queries is one a running daemon exports (the demo
+/// fleet's, which has sinks, DNS and the kernel engine): a renamed metric breaks this, not a
+/// panel in production.
+fn dashboard_queries_only_metrics_the_daemon_exports(daemon: &RunningDaemon) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../dist/grafana-dashboard.json");
+    let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let (_, metrics) = daemon.call("GET", "/metrics");
+    let metrics = metrics.as_str().unwrap().to_string();
+    let mut queried = std::collections::BTreeSet::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let mut rest = target["expr"].as_str().unwrap();
+            while let Some(at) = rest.find("probed_") {
+                let name: String = rest[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                    .collect();
+                rest = &rest[at + name.len()..];
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s))
+                    .unwrap_or(&name)
+                    .to_string();
+                queried.insert(base);
+            }
+        }
+    }
+    assert!(queried.len() >= 20, "the dashboard queries {queried:?}");
+    for name in &queried {
+        assert!(
+            metrics.contains(&format!("# TYPE {name} ")),
+            "the dashboard queries {name}, which /metrics does not have"
+        );
+    }
 }
