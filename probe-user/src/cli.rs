@@ -9,6 +9,7 @@ mod check;
 mod generate;
 mod logging;
 mod notify;
+mod term;
 
 #[derive(Parser)]
 #[command(
@@ -68,8 +69,15 @@ enum Command {
         #[command(flatten)]
         api: ApiArgs,
         /// Print the API's JSON instead of a table.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "watch")]
         json: bool,
+        /// Redraw the table in place until q or Ctrl-C: problems first, endpoints in
+        /// transition marked with their results so far, a summary line on top.
+        #[arg(long)]
+        watch: bool,
+        /// How often --watch redraws, in milliseconds: 100 to 60000.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+        every_ms: u64,
     },
     /// Show each sink of a running daemon: what it follows, what its structure holds, whether
     /// that is what it should hold, and its errors.
@@ -179,7 +187,14 @@ pub fn main() -> ExitCode {
         } => attach(&iface, pin_dir, mode, every_ms, duration_s),
         Command::Validate { file } => Ok(validate(&file)),
         Command::Run { config } => run(&config),
-        Command::Status { profile, api, json } => status(profile.as_deref(), &api, json),
+        Command::Status {
+            profile,
+            api,
+            watch: true,
+            every_ms,
+            ..
+        } => watch(profile.as_deref(), &api, Duration::from_millis(every_ms)),
+        Command::Status { profile, api, json, .. } => status(profile.as_deref(), &api, json),
         Command::Reload { api } => reload(&api),
         Command::Sinks { api, json } => sinks(&api, json),
         Command::Enable(a) => admin(&a, "enable"),
@@ -391,6 +406,24 @@ fn api_error(body: &str) -> String {
 }
 
 fn status(profile: Option<&str>, api: &ApiArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let (body, views) = fetch_status(profile, api)?;
+    if json {
+        println!("{body}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    print!("{}", probed::daemon::views::render_table(&views, colour_out()));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Colours when standard output is a terminal and NO_COLOR is unset.
+fn colour_out() -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    let tty = unsafe { libc::isatty(1) } == 1;
+    tty && std::env::var_os("NO_COLOR").is_none()
+}
+
+/// The status of every profile, or of one: the API's JSON and its views.
+fn fetch_status(profile: Option<&str>, api: &ApiArgs) -> anyhow::Result<(String, Vec<probed::daemon::ProfileView>)> {
     let path = match profile {
         Some(p) => format!("/v1/status/{p}"),
         None => "/v1/status".to_string(),
@@ -399,21 +432,74 @@ fn status(profile: Option<&str>, api: &ApiArgs, json: bool) -> anyhow::Result<Ex
     if resp.status != 200 {
         anyhow::bail!("{}", api_error(&resp.body));
     }
-    if json {
-        println!("{}", resp.body);
-        return Ok(ExitCode::SUCCESS);
-    }
     // One profile comes as the object itself, every profile as a list.
-    let views: Vec<probed::daemon::ProfileView> = match profile {
+    let views = match profile {
         Some(_) => serde_json::from_str(&resp.body).map(|v| vec![v]),
         None => serde_json::from_str(&resp.body),
     }
     .context("decode the status (is the daemon the same version?)")?;
-    // SAFETY: isatty only inspects the descriptor.
-    let tty = unsafe { libc::isatty(1) } == 1;
-    let colour = tty && std::env::var_os("NO_COLOR").is_none();
-    print!("{}", probed::daemon::views::render_table(&views, colour));
+    Ok((resp.body, views))
+}
+
+/// `probed status --watch`: one frame per `every` until q, Q or Ctrl-C; a daemon that does not
+/// answer is said so in the frame, and the watch goes on.
+fn watch(profile: Option<&str>, api: &ApiArgs, every: Duration) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    let terminal = term::RawTerminal::enter();
+    let colour = colour_out();
+    let mut last: Option<(std::time::Instant, f64)> = None;
+    loop {
+        let frame = match fetch_status(profile, api) {
+            Ok((_, views)) => {
+                let (sent, lag) = api_get(api, "GET", "/metrics").map_or((None, None), |r| watch_figures(&r.body));
+                let now = std::time::Instant::now();
+                let probes_per_s = match (last, sent) {
+                    (Some((then, before)), Some(total)) => {
+                        Some((total - before).max(0.0) / now.duration_since(then).as_secs_f64().max(1e-3))
+                    }
+                    _ => None,
+                };
+                last = sent.map(|s| (now, s));
+                let summary = probed::daemon::views::WatchSummary {
+                    probes_per_s,
+                    lag_ms: lag.map(|l| l * 1000.0),
+                    keys: "q quits",
+                };
+                probed::daemon::views::render_watch(&views, &summary, colour)
+            }
+            Err(e) => format!("probed: {e:#}\n(retrying every {} ms; q quits)\n", every.as_millis()),
+        };
+        let mut out = std::io::stdout().lock();
+        // Home and clear, then the frame: redrawn in place, never scrolled.
+        let _ = write!(out, "\x1b[H\x1b[2J{frame}");
+        let _ = out.flush();
+        drop(out);
+        match &terminal {
+            Some(t) => {
+                if matches!(t.key(every), Some(b'q' | b'Q' | 3)) {
+                    break;
+                }
+            }
+            None => std::thread::sleep(every),
+        }
+    }
+    drop(terminal);
     Ok(ExitCode::SUCCESS)
+}
+
+/// From a metrics scrape: every probe sent so far, and the scheduler's worst lag in seconds.
+fn watch_figures(metrics: &str) -> (Option<f64>, Option<f64>) {
+    let value = |l: &str| l.rsplit_once(' ').and_then(|(_, v)| v.trim().parse::<f64>().ok());
+    let sent: Vec<f64> = metrics
+        .lines()
+        .filter(|l| l.starts_with("probed_probes_sent_total{"))
+        .filter_map(value)
+        .collect();
+    let lag = metrics
+        .lines()
+        .find(|l| l.starts_with("probed_schedule_lag_seconds "))
+        .and_then(value);
+    ((!sent.is_empty()).then(|| sent.iter().sum()), lag)
 }
 
 fn sinks(api: &ApiArgs, json: bool) -> anyhow::Result<ExitCode> {
@@ -518,6 +604,21 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Cli, String> {
         Cli::try_parse_from(std::iter::once("probed").chain(args.iter().copied())).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_watch_reads_its_figures_from_a_scrape() {
+        let scrape = "# TYPE probed_probes_sent_total counter\n\
+                      probed_probes_sent_total{kind=\"tcp\",profile=\"a\"} 10\n\
+                      probed_probes_sent_total{kind=\"http\",profile=\"b\"} 5\n\
+                      probed_schedule_lag_seconds 0.012\n";
+        assert_eq!(watch_figures(scrape), (Some(15.0), Some(0.012)));
+        assert_eq!(watch_figures(""), (None, None));
+        assert!(
+            parse(&["status", "--watch", "--json"]).is_err(),
+            "a watch prints no JSON"
+        );
+        assert!(parse(&["status", "--watch", "--every-ms", "50"]).is_err());
     }
 
     #[test]

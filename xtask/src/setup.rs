@@ -27,6 +27,7 @@ const PACKAGES: &[&str] = &[
     "bind9-dnsutils", // dig: the DNS tests ask the daemon with a real client
     "dnsperf",        // `bench dns`: the load generator
     "gdnsd",          // `bench dns`: the established failover DNS server probed is measured against
+    "tmux",           // `probed status --watch` is tested in a tmux pane
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";

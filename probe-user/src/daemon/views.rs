@@ -215,7 +215,13 @@ pub fn render_table(profiles: &[ProfileView], colour: bool) -> String {
                 }
                 None => "-".to_string(),
             };
-            let status = format!("{:<17}", e.status);
+            // In transition: results toward a change so far (down toward Degraded, up toward
+            // Online).
+            let status = match (e.pending, e.status) {
+                (0, s) => format!("{s:<17}"),
+                (n, EndpointStatus::Degraded) => format!("{:<17}", format!("{} ^{n}", e.status)),
+                (n, s) => format!("{:<17}", format!("{s} v{n}")),
+            };
             let _ = writeln!(
                 out,
                 "  {:<18} {:<24} {:<5} {} {:<4} {:<22} {:>9}  {}",
@@ -251,6 +257,83 @@ pub fn render_table(profiles: &[ProfileView], colour: bool) -> String {
         }
     }
     out
+}
+
+/// What `probed status --watch` shows above the table, from the daemon's metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WatchSummary {
+    /// Probes sent per second since the previous frame.
+    pub probes_per_s: Option<f64>,
+    /// The worst start lateness among the endpoints' last probes.
+    pub lag_ms: Option<f64>,
+    /// What the keys do, at the end of the line (the CLI's watch: "q quits").
+    pub keys: &'static str,
+}
+
+/// The watch view: a summary line, then the table with problems first (profiles and their
+/// endpoints by severity: Degraded, then in transition or checking, then the rest).
+pub fn render_watch(profiles: &[ProfileView], summary: &WatchSummary, colour: bool) -> String {
+    use std::fmt::Write;
+    let mut sorted = profiles.to_vec();
+    sorted.sort_by_key(|p| (profile_rank(p.status), p.name.clone()));
+    for p in &mut sorted {
+        p.endpoints
+            .sort_by_key(|e| (endpoint_rank(e.status), e.pending == 0, e.name.clone()));
+    }
+    let mut counts: Vec<(EndpointStatus, usize)> = Vec::new();
+    for e in sorted.iter().flat_map(|p| &p.endpoints) {
+        match counts.iter_mut().find(|(s, _)| *s == e.status) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((e.status, 1)),
+        }
+    }
+    counts.sort_by_key(|(s, _)| endpoint_rank(*s));
+    let by_status: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "probed: {} profiles, endpoints: {}",
+        sorted.len(),
+        if by_status.is_empty() {
+            "none".to_string()
+        } else {
+            by_status.join(", ")
+        }
+    );
+    if let Some(r) = summary.probes_per_s {
+        let _ = write!(out, "; {r:.0} probes/s");
+    }
+    if let Some(l) = summary.lag_ms {
+        let _ = write!(out, "; lateness {l:.0} ms");
+    }
+    if !summary.keys.is_empty() {
+        let _ = write!(out, "   ({})", summary.keys);
+    }
+    out.push_str("\n\n");
+    out.push_str(&render_table(&sorted, colour));
+    out
+}
+
+fn profile_rank(s: ProfileStatus) -> u8 {
+    match s {
+        ProfileStatus::Degraded => 0,
+        ProfileStatus::CheckingEndpoints => 1,
+        ProfileStatus::Inactive => 2,
+        ProfileStatus::Online => 3,
+        ProfileStatus::Disabled => 4,
+    }
+}
+
+fn endpoint_rank(s: EndpointStatus) -> u8 {
+    match s {
+        EndpointStatus::Degraded => 0,
+        EndpointStatus::Stopped => 1,
+        EndpointStatus::CheckingEndpoint => 2,
+        EndpointStatus::Online => 3,
+        EndpointStatus::Unmonitored => 4,
+        EndpointStatus::Disabled => 5,
+        EndpointStatus::Inactive => 6,
+    }
 }
 
 fn truncate(s: &str, n: usize) -> String {

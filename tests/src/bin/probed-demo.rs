@@ -9,7 +9,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use probed::daemon::{views::render_table, ProfileView};
+use probed::daemon::{
+    views::{render_watch, WatchSummary},
+    ProfileView,
+};
 use probed_tests::{
     daemon::RunningDaemon,
     fleet::{Fleet, VIP},
@@ -72,7 +75,8 @@ fn main() {
             started.elapsed().as_secs_f64(),
             if fleet.flapping_down() { "dropping" } else { "up" }
         );
-        print!("{}", render_table(&views, tty));
+        // The view of `probed status --watch`: problems first, transitions marked.
+        print!("{}", render_watch(&views, &WatchSummary::default(), tty));
         // A client's short connections through the node's load balancer (nft dnat through the
         // slot map the nftables sink keeps): where did the last round go?
         let made = connect_within(&fleet.client, VIP, 40, Duration::from_millis(100));
