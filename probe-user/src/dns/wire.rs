@@ -48,6 +48,29 @@ struct Prepared {
     meta: Metadata,
 }
 
+impl Prepared {
+    /// The answer as hickory sends it: the request's question, then the prepared sections.
+    fn message<'a>(
+        &'a self,
+        queries: &'a Queries,
+    ) -> MessageResponse<
+        'a,
+        'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+        impl Iterator<Item = &'a Record> + Send + 'a,
+    > {
+        MessageResponseBuilder::new(queries, self.edns.as_ref()).build(
+            self.meta,
+            self.parts.answers.iter(),
+            self.parts.authority.iter(),
+            std::iter::empty(),
+            std::iter::empty(),
+        )
+    }
+}
+
 /// Asks the zone (unless the request is refused first) and counts the answer.
 fn prepare(shared: &Shared, request: &Request) -> Prepared {
     let mut edns = response_edns(request);
@@ -96,14 +119,7 @@ fn prepare(shared: &Shared, request: &Request) -> Prepared {
 impl RequestHandler for Handler {
     async fn handle_request<R: ResponseHandler, T: Time>(&self, request: &Request, mut response: R) -> ResponseInfo {
         let p = prepare(&self.shared, request);
-        let message = MessageResponseBuilder::new(&request.queries, p.edns.as_ref()).build(
-            p.meta,
-            p.parts.answers.iter(),
-            p.parts.authority.iter(),
-            std::iter::empty(),
-            std::iter::empty(),
-        );
-        match response.send_response(message).await {
+        match response.send_response(p.message(&request.queries)).await {
             Ok(info) => info,
             Err(e) => {
                 log::debug!("dns: no answer sent to {}: {e}", request.src());
@@ -184,15 +200,8 @@ pub(super) fn answer_udp(
     let p = prepare(shared, &request);
     // Truncation: hickory cuts at the last whole record that fits and sets TC.
     let max = p.edns.as_ref().map_or(512, Edns::max_payload);
+    let answer = encode(p.message(&request.queries), max);
     let (code, keep) = (p.parts.code, p.parts.deterministic);
-    let message = MessageResponseBuilder::new(&request.queries, p.edns.as_ref()).build(
-        p.meta,
-        p.parts.answers.iter(),
-        p.parts.authority.iter(),
-        std::iter::empty(),
-        std::iter::empty(),
-    );
-    let answer = encode(message, max);
     if keep {
         cache.put(generation, key, &answer, code);
     }

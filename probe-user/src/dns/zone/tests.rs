@@ -125,6 +125,15 @@ fn addrs(list: &[&str]) -> Vec<IpAddr> {
     list.iter().map(|a| a.parse().unwrap()).collect()
 }
 
+/// What `web` (priority, dns_ttl 10 s) answers with these addresses.
+fn web_answer(list: &[&str]) -> Reply {
+    Reply::Addresses {
+        ttl: 10,
+        addresses: addrs(list),
+        by_location: false,
+    }
+}
+
 fn health(seq: u64, profile: &str, endpoint: &str, status: EndpointStatus) -> Change {
     let mut state = EndpointState::tcp("198.18.1.1".parse().unwrap(), 80, status == EndpointStatus::Online);
     state.status = status;
@@ -174,31 +183,10 @@ fn unknown_and_disabled_names_are_nxdomain_and_parents_of_names_are_nodata() {
 fn priority_answers_per_family_with_the_profile_ttl_and_fails_over() {
     let mut z = zone();
     let web = "web.tm.example.";
-    assert_eq!(
-        ask(&z, web, QType::A, "192.0.2.1"),
-        Reply::Addresses {
-            ttl: 10,
-            addresses: addrs(&["198.18.1.1"]),
-            by_location: false
-        }
-    );
-    assert_eq!(
-        ask(&z, web, QType::Aaaa, "192.0.2.1"),
-        Reply::Addresses {
-            ttl: 10,
-            addresses: addrs(&["2001:2::1"]),
-            by_location: false
-        }
-    );
+    assert_eq!(ask(&z, web, QType::A, "192.0.2.1"), web_answer(&["198.18.1.1"]));
+    assert_eq!(ask(&z, web, QType::Aaaa, "192.0.2.1"), web_answer(&["2001:2::1"]));
     assert!(z.apply(&health(11, "web", "a", EndpointStatus::Degraded)));
-    assert_eq!(
-        ask(&z, web, QType::A, "192.0.2.1"),
-        Reply::Addresses {
-            ttl: 10,
-            addresses: addrs(&["198.18.1.2"]),
-            by_location: false
-        }
-    );
+    assert_eq!(ask(&z, web, QType::A, "192.0.2.1"), web_answer(&["198.18.1.2"]));
     assert!(
         !z.apply(&health(11, "web", "a", EndpointStatus::Online)),
         "an old change"
@@ -211,14 +199,7 @@ fn priority_answers_per_family_with_the_profile_ttl_and_fails_over() {
     );
     assert!(z.apply(&health(13, "web", "a6", EndpointStatus::Degraded)));
     // Every eligible endpoint Degraded: fail-open answers as if they were Online.
-    assert_eq!(
-        ask(&z, web, QType::A, "192.0.2.1"),
-        Reply::Addresses {
-            ttl: 10,
-            addresses: addrs(&["198.18.1.1"]),
-            by_location: false
-        }
-    );
+    assert_eq!(ask(&z, web, QType::A, "192.0.2.1"), web_answer(&["198.18.1.1"]));
 }
 
 #[test]
