@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use probed::kernel::{pin::PinDir, rx::RxProgram, AttachMode};
 
 mod check;
+mod events;
 mod generate;
 mod logging;
 mod notify;
@@ -85,6 +86,23 @@ enum Command {
         #[command(flatten)]
         api: ApiArgs,
         /// Print the API's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a running daemon's recent endpoint changes, one line each (it keeps the last
+    /// 1000); with --follow, keep printing new ones as they happen until Ctrl-C.
+    Events {
+        /// Only this profile.
+        profile: Option<String>,
+        #[command(flatten)]
+        api: ApiArgs,
+        /// Keep printing changes as they happen.
+        #[arg(long, short)]
+        follow: bool,
+        /// How many recent changes to print first: 0 to 1000.
+        #[arg(long, short = 'n', default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=1000))]
+        lines: u64,
+        /// Print each change as the JSON line the events file has, instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -197,6 +215,22 @@ pub fn main() -> ExitCode {
         Command::Status { profile, api, json, .. } => status(profile.as_deref(), &api, json),
         Command::Reload { api } => reload(&api),
         Command::Sinks { api, json } => sinks(&api, json),
+        Command::Events {
+            profile,
+            api,
+            follow,
+            lines,
+            json,
+        } => {
+            let options = events::Options {
+                profile: profile.as_deref(),
+                lines,
+                follow,
+                json,
+                colour: colour_out(),
+            };
+            api_client(&api).and_then(|c| events::run(&c, &options).map_err(|e| api_failure(e, &api.api)))
+        }
         Command::Enable(a) => admin(&a, "enable"),
         Command::Disable(a) => admin(&a, "disable"),
         Command::AlwaysServe(a) => admin(&a, "always-serve"),
@@ -379,25 +413,33 @@ fn set_signal_mask(how: libc::c_int, signals: &[libc::c_int]) {
 }
 
 fn api_get(api: &ApiArgs, method: &str, path: &str) -> anyhow::Result<probed::api::client::Response> {
-    use probed::api::client::{Client, ClientError};
-    let mut client = Client::new(&api.api);
-    if let Some(f) = &api.token_file {
-        client = client.with_token_file(f)?;
-    }
-    let addr = &api.api;
-    client.request(method, path).map_err(|e| {
-        let hint = match &e {
-            ClientError::Connect { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
-                format!("the socket {addr} is for root and the members of daemon.api_socket_group (default probed)")
-            }
-            ClientError::Timeout { .. } => "the daemon accepted but did not answer; is it stuck?".to_string(),
-            _ => format!("is `probed run` up, with daemon.api_listen = {addr:?}? (--api sets the address)"),
-        };
-        anyhow::Error::new(e).context(hint)
+    api_client(api)?
+        .request(method, path)
+        .map_err(|e| api_failure(e, &api.api))
+}
+
+/// A client for the daemon `api` names, with its token when given.
+fn api_client(api: &ApiArgs) -> anyhow::Result<probed::api::client::Client> {
+    let client = probed::api::client::Client::new(&api.api);
+    Ok(match &api.token_file {
+        Some(f) => client.with_token_file(f)?,
+        None => client,
     })
 }
 
-/// The API's error sentence, or the raw body.
+/// A failure to talk to the API at `addr`, with what the operator should look at.
+fn api_failure(e: probed::api::client::ClientError, addr: &str) -> anyhow::Error {
+    use probed::api::client::ClientError;
+    let hint = match &e {
+        ClientError::Connect { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
+            format!("the socket {addr} is for root and the members of daemon.api_socket_group (default probed)")
+        }
+        ClientError::Timeout { .. } => "the daemon accepted but did not answer; is it stuck?".to_string(),
+        _ => format!("is `probed run` up, with daemon.api_listen = {addr:?}? (--api sets the address)"),
+    };
+    anyhow::Error::new(e).context(hint)
+}
+
 fn api_error(body: &str) -> String {
     serde_json::from_str::<serde_json::Value>(body)
         .ok()

@@ -16,6 +16,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest answer read; the status of a big fleet is a few MiB.
 const MAX_RESPONSE: u64 = 256 * 1024 * 1024;
+/// The largest response head (and chunk-size line) read.
+const MAX_HEAD: usize = 64 * 1024;
 
 /// Errors talking to the API.
 #[derive(Debug, thiserror::Error)]
@@ -99,27 +101,76 @@ impl Client {
     /// Sends `method path`; requests other than GET say `Content-Type: application/json`, as
     /// the API wants of changes.
     pub fn request(&self, method: &str, path: &str) -> Result<Response, ClientError> {
-        let start = Instant::now();
-        let deadline = start + self.timeout;
-        let api = self.api.as_str();
-        let timed_out = || ClientError::Timeout {
-            addr: api.to_string(),
-            after: self.timeout,
-        };
-        let mut stream = self.connect(deadline)?;
-        let io = |source: std::io::Error| {
-            if matches!(
-                source.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) {
-                timed_out()
-            } else {
-                ClientError::Io {
-                    addr: api.to_string(),
-                    source,
-                }
+        let deadline = Instant::now() + self.timeout;
+        let mut stream = self.send(method, path, deadline)?;
+        let mut raw = Vec::new();
+        self.read_to_end(&mut stream, &mut raw, deadline)?;
+        parse(&raw).ok_or(self.malformed())
+    }
+
+    /// `GET path` of a streamed answer (`/v1/events?follow=1`): hands `line` each line of the
+    /// body as it arrives until the daemon ends the stream or `line` returns false. The
+    /// timeouts bound the connection and the response's head; the body may take forever.
+    pub fn follow(&self, path: &str, mut line: impl FnMut(&str) -> bool) -> Result<Followed, ClientError> {
+        let deadline = Instant::now() + self.timeout;
+        let mut stream = self.send("GET", path, deadline)?;
+        let mut raw = Vec::new();
+        let mut buf = [0u8; 16 * 1024];
+        let head_end = loop {
+            if let Some(at) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            if raw.len() > MAX_HEAD {
+                return Err(self.malformed());
+            }
+            match self.read_some(&mut stream, &mut buf, deadline)? {
+                0 => return Err(self.malformed()),
+                n => raw.extend_from_slice(&buf[..n]),
             }
         };
+        let head = Head::parse(&raw[..head_end]).ok_or(self.malformed())?;
+        if head.status != 200 {
+            self.read_to_end(&mut stream, &mut raw, deadline)?;
+            return Ok(Followed::Refused(parse(&raw).ok_or(self.malformed())?));
+        }
+        stream.set_read_timeout(None).map_err(|e| self.io(e))?;
+        let mut pending = raw.split_off(head_end);
+        let mut body = Vec::new();
+        loop {
+            let done = if head.chunked {
+                take_chunks(&mut pending, &mut body).ok_or(self.malformed())?
+            } else {
+                body.append(&mut pending);
+                false
+            };
+            while let Some(end) = body.iter().position(|&b| b == b'\n') {
+                let keep_going = line(&String::from_utf8_lossy(&body[..end]));
+                body.drain(..=end);
+                if !keep_going {
+                    return Ok(Followed::Ended);
+                }
+            }
+            if done {
+                return Ok(Followed::Ended);
+            }
+            match stream.read(&mut buf) {
+                Ok(0) if head.chunked => {
+                    return Err(self.io(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the daemon closed the stream in the middle",
+                    )))
+                }
+                Ok(0) => return Ok(Followed::Ended),
+                Ok(n) => pending.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.io(e)),
+            }
+        }
+    }
+
+    /// Connects and writes the request, within `deadline`.
+    fn send(&self, method: &str, path: &str, deadline: Instant) -> Result<Socket, ClientError> {
+        let mut stream = self.connect(deadline)?;
         let mut req = format!("{method} {path} HTTP/1.1\r\nHost: probed\r\nConnection: close\r\nContent-Length: 0\r\n");
         if !method.eq_ignore_ascii_case("GET") && !method.eq_ignore_ascii_case("HEAD") {
             req.push_str("Content-Type: application/json\r\n");
@@ -131,27 +182,65 @@ impl Client {
         let left = deadline
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(1));
-        stream.set_write_timeout(Some(left)).map_err(io)?;
-        stream.write_all(req.as_bytes()).map_err(io)?;
-        let mut raw = Vec::new();
-        let mut buf = [0u8; 16 * 1024];
+        stream.set_write_timeout(Some(left)).map_err(|e| self.io(e))?;
+        stream.write_all(req.as_bytes()).map_err(|e| self.io(e))?;
+        Ok(stream)
+    }
+
+    /// Reads into `buf` what comes before `deadline`; 0 at the end of the stream.
+    fn read_some(&self, stream: &mut Socket, buf: &mut [u8], deadline: Instant) -> Result<usize, ClientError> {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(timed_out());
+                return Err(self.timed_out());
             }
-            stream.set_read_timeout(Some(left)).map_err(io)?;
-            match stream.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => raw.extend_from_slice(&buf[..n]),
+            stream.set_read_timeout(Some(left)).map_err(|e| self.io(e))?;
+            match stream.read(buf) {
+                Ok(n) => return Ok(n),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(io(e)),
-            }
-            if raw.len() as u64 > MAX_RESPONSE {
-                return Err(ClientError::Malformed { addr: api.to_string() });
+                Err(e) => return Err(self.io(e)),
             }
         }
-        parse(&raw).ok_or(ClientError::Malformed { addr: api.to_string() })
+    }
+
+    /// Appends to `raw` everything up to the end of the stream, before `deadline`.
+    fn read_to_end(&self, stream: &mut Socket, raw: &mut Vec<u8>, deadline: Instant) -> Result<(), ClientError> {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match self.read_some(stream, &mut buf, deadline)? {
+                0 => return Ok(()),
+                n => raw.extend_from_slice(&buf[..n]),
+            }
+            if raw.len() as u64 > MAX_RESPONSE {
+                return Err(self.malformed());
+            }
+        }
+    }
+
+    fn timed_out(&self) -> ClientError {
+        ClientError::Timeout {
+            addr: self.api.clone(),
+            after: self.timeout,
+        }
+    }
+
+    fn malformed(&self) -> ClientError {
+        ClientError::Malformed { addr: self.api.clone() }
+    }
+
+    /// A socket error; a read or write timeout is the request's timeout.
+    fn io(&self, source: std::io::Error) -> ClientError {
+        if matches!(
+            source.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
+            self.timed_out()
+        } else {
+            ClientError::Io {
+                addr: self.api.clone(),
+                source,
+            }
+        }
     }
 
     /// Connects within the connect timeout and what is left of the whole one. A unix connect
@@ -197,36 +286,90 @@ pub fn request(api: &str, method: &str, path: &str) -> Result<Response, ClientEr
     Client::new(api).request(method, path)
 }
 
+/// How a followed stream ended.
+#[derive(Debug)]
+pub enum Followed {
+    /// The daemon ended it (it stopped) or the caller did.
+    Ended,
+    /// The daemon answered with an error instead of a stream.
+    Refused(Response),
+}
+
+/// What the CLI needs of a response's head.
+struct Head {
+    status: u16,
+    chunked: bool,
+}
+
+impl Head {
+    fn parse(head: &[u8]) -> Option<Head> {
+        let head = std::str::from_utf8(head).ok()?;
+        let status = head.lines().next()?.split_whitespace().nth(1)?.parse().ok()?;
+        let chunked = head
+            .lines()
+            .any(|l| l.to_ascii_lowercase().replace(' ', "") == "transfer-encoding:chunked");
+        Some(Head { status, chunked })
+    }
+}
+
 fn parse(raw: &[u8]) -> Option<Response> {
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = std::str::from_utf8(&raw[..split]).ok()?;
-    let mut body = raw[split + 4..].to_vec();
-    let status: u16 = head.lines().next()?.split_whitespace().nth(1)?.parse().ok()?;
-    let chunked = head
-        .lines()
-        .any(|l| l.to_ascii_lowercase().replace(' ', "") == "transfer-encoding:chunked");
-    if chunked {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = Head::parse(&raw[..split])?;
+    let mut body = raw[split..].to_vec();
+    if head.chunked {
         body = dechunk(&body)?;
     }
     Some(Response {
-        status,
+        status: head.status,
         body: String::from_utf8_lossy(&body).into_owned(),
     })
 }
 
-fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
+/// The body of a whole chunked response; None when it is cut short or not chunked.
+fn dechunk(b: &[u8]) -> Option<Vec<u8>> {
+    let mut rest = b.to_vec();
     let mut out = Vec::new();
-    loop {
-        let line_end = b.windows(2).position(|w| w == b"\r\n")?;
-        let size_text = std::str::from_utf8(&b[..line_end]).ok()?;
+    take_chunks(&mut rest, &mut out)?.then_some(out)
+}
+
+/// Moves the data of the complete chunks at the front of `buf` to `out`, leaving a partial
+/// chunk in `buf`: Some(true) once the last (empty) chunk has been read, None when `buf` is
+/// not chunked encoding.
+fn take_chunks(buf: &mut Vec<u8>, out: &mut Vec<u8>) -> Option<bool> {
+    let mut at = 0;
+    let done = loop {
+        let rest = &buf[at..];
+        let Some(line_end) = rest.windows(2).position(|w| w == b"\r\n") else {
+            // A size line is a few hex digits and perhaps an extension, never kilobytes.
+            if rest.len() > MAX_HEAD {
+                return None;
+            }
+            break false;
+        };
+        let size_text = std::str::from_utf8(&rest[..line_end]).ok()?;
         let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
-        b = &b[line_end + 2..];
         if size == 0 {
-            return Some(out);
+            // The last chunk: then trailers, if any, and an empty line.
+            match rest[line_end..].windows(4).position(|w| w == b"\r\n\r\n") {
+                Some(end) => {
+                    at += line_end + end + 4;
+                    break true;
+                }
+                None => break false,
+            }
         }
-        out.extend_from_slice(b.get(..size)?);
-        b = b.get(size + 2..)?;
-    }
+        let data = line_end + 2;
+        let Some(end) = data.checked_add(size).filter(|&e| e + 2 <= rest.len()) else {
+            break false;
+        };
+        if &rest[end..end + 2] != b"\r\n" {
+            return None;
+        }
+        out.extend_from_slice(&rest[data..end]);
+        at += end + 2;
+    };
+    buf.drain(..at);
+    Some(done)
 }
 
 #[cfg(test)]
@@ -241,6 +384,77 @@ mod tests {
             .unwrap();
         assert_eq!((r.status, r.body.as_str()), (404, "abcde"));
         assert!(parse(b"garbage").is_none());
+        // Cut short: no last chunk.
+        assert!(parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n").is_none());
+    }
+
+    #[test]
+    fn chunks_are_taken_as_they_complete() {
+        let stream = b"5\r\nab\ncd\r\n3;x=1\r\ne\nf\r\n0\r\n\r\n";
+        // Fed one byte at a time, the data comes out whole chunks at a time and in order.
+        let (mut buf, mut out, mut done) = (Vec::new(), Vec::new(), false);
+        let mut seen = Vec::new();
+        for &b in stream {
+            assert!(!done, "nothing after the last chunk");
+            buf.push(b);
+            done = take_chunks(&mut buf, &mut out).unwrap();
+            seen.push(out.len());
+        }
+        assert!(done && buf.is_empty());
+        assert_eq!(out, b"ab\ncde\nf");
+        assert!(seen.iter().all(|&n| [0, 5, 8].contains(&n)), "{seen:?}");
+        assert_eq!(take_chunks(&mut b"zz\r\n".to_vec(), &mut Vec::new()), None);
+        assert_eq!(take_chunks(&mut b"2\r\nabXY".to_vec(), &mut Vec::new()), None);
+    }
+
+    #[test]
+    fn a_followed_stream_is_read_line_by_line_as_it_comes() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (sent_first, first_sent) = std::sync::mpsc::channel::<()>();
+        let (read_first, first_read) = std::sync::mpsc::channel::<()>();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut req = [0u8; 1024];
+            let _ = s.read(&mut req).unwrap();
+            s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\none\ntw\r\n")
+                .unwrap();
+            sent_first.send(()).unwrap();
+            // The second part only once the client has handed on the first line.
+            first_read.recv_timeout(Duration::from_secs(5)).unwrap();
+            s.write_all(b"4\r\no\n3\n\r\n0\r\n\r\n").unwrap();
+        });
+        let mut lines = Vec::new();
+        let ended = Client::new(&addr)
+            .follow("/v1/events?follow=1", |l| {
+                if lines.is_empty() {
+                    first_sent.recv_timeout(Duration::from_secs(5)).unwrap();
+                    read_first.send(()).unwrap();
+                }
+                lines.push(l.to_string());
+                true
+            })
+            .unwrap();
+        assert!(matches!(ended, Followed::Ended));
+        assert_eq!(lines, ["one", "two", "3"]);
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn a_refused_follow_returns_the_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let _ = s.read(&mut [0u8; 1024]).unwrap();
+            s.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 7\r\n\r\n{\"e\":1}")
+                .unwrap();
+        });
+        match Client::new(&addr).follow("/v1/events?profile=x", |_| true).unwrap() {
+            Followed::Refused(r) => assert_eq!((r.status, r.body.as_str()), (404, "{\"e\":1}")),
+            Followed::Ended => panic!("a 404 is not a stream"),
+        }
+        server.join().unwrap();
     }
 
     #[test]

@@ -3,13 +3,14 @@
 //! runner through `Control`; nothing here holds state.
 mod auth;
 pub mod client;
+mod events;
 mod limits;
 mod socket;
 
 use std::{convert::Infallible, net::IpAddr, path::PathBuf, sync::Arc};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::{
     body::{Body, Incoming},
     header,
@@ -84,6 +85,8 @@ impl Server {
     /// connect; changes need the socket group (unix) or the bearer token (TCP), see auth.rs.
     pub async fn start(api: &Api, control: Control) -> Result<Server, ApiError> {
         let (stop, stop_rx) = oneshot::channel::<()>();
+        let feed = Arc::new(events::Feed::default());
+        events::Feed::start(feed.clone(), control.clone());
         // SAFETY: geteuid only reads the process's credentials.
         let owner = unsafe { libc::geteuid() };
         match &api.listen {
@@ -105,7 +108,7 @@ impl Server {
                     .await
                     .map_err(|source| ApiError::Tcp { addr: *addr, source })?;
                 let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr.to_string());
-                let task = accept_loop(listener, stop_rx, control, policy);
+                let task = accept_loop(listener, stop_rx, control, policy, feed);
                 Ok(Server {
                     addr: bound,
                     unix_path: None,
@@ -121,7 +124,7 @@ impl Server {
                     owner,
                     token: None,
                 });
-                let task = accept_loop(listener, stop_rx, control, policy);
+                let task = accept_loop(listener, stop_rx, control, policy, feed);
                 Ok(Server {
                     addr: format!("unix:{}", path.display()),
                     unix_path: Some(path.clone()),
@@ -193,11 +196,12 @@ impl Listener for tokio::net::UnixListener {
     }
 }
 
-/// What one connection may do: its peer and the server's policy.
+/// What one connection may do (its peer and the server's policy), and the server's event feed.
 #[derive(Clone)]
 struct Access {
     peer: Arc<auth::Peer>,
     policy: Arc<auth::Policy>,
+    feed: Arc<events::Feed>,
 }
 
 /// Serves every connection `listener` accepts until `stop` fires. An accept error never ends
@@ -207,6 +211,7 @@ fn accept_loop<L: Listener>(
     mut stop: oneshot::Receiver<()>,
     control: Control,
     policy: Arc<auth::Policy>,
+    feed: Arc<events::Feed>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let permits = Arc::new(Semaphore::new(limits::MAX_CONNECTIONS));
@@ -246,6 +251,7 @@ fn accept_loop<L: Listener>(
             let access = Access {
                 peer: Arc::new(L::peer(&stream)),
                 policy: policy.clone(),
+                feed: feed.clone(),
             };
             serve(stream, control.clone(), access, &table, permit);
         }
@@ -363,12 +369,12 @@ async fn route_limited(req: Request<Incoming>, control: Control, access: &Access
         );
         return error(refusal.status, &refusal.message);
     }
-    route(req, control).await
+    route(req, control, &access.feed).await
 }
 
-type Reply = Response<Full<Bytes>>;
+type Reply = Response<BoxBody<Bytes, Infallible>>;
 
-async fn route(req: Request<Incoming>, control: Control) -> Reply {
+async fn route(req: Request<Incoming>, control: Control, feed: &events::Feed) -> Reply {
     let method = req.method().clone();
     let segments: Vec<String> = req
         .uri()
@@ -428,10 +434,19 @@ async fn route(req: Request<Incoming>, control: Control) -> Reply {
         }
         (&Method::POST, ["v1", "reload"]) => json(control.reload(None).await),
         (&Method::GET, ["v1", "sinks"]) => json(control.sinks().await),
+        (&Method::GET, ["v1", "events"]) => {
+            // A misspelt profile would follow silence: name it as /v1/status would.
+            if let Some(p) = param(&query, "profile") {
+                if let Err(e) = control.profile(&p).await {
+                    return request_error(e);
+                }
+            }
+            events_reply(feed, &query)
+        }
         (&Method::GET, ["metrics"]) => match control.metrics().await {
             Ok(text) => Response::builder()
                 .header(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")
-                .body(Full::new(Bytes::from(text)))
+                .body(full(text.into()))
                 .expect("static headers are valid"),
             Err(e) => request_error(e),
         },
@@ -449,10 +464,69 @@ fn json<T: serde::Serialize>(r: Result<T, RequestError>) -> Reply {
             let body = serde_json::to_vec_pretty(&v).expect("views always encode");
             Response::builder()
                 .header(header::CONTENT_TYPE, "application/json")
-                .body(Full::new(Bytes::from(body)))
+                .body(full(body.into()))
                 .expect("static headers are valid")
         }
         Err(e) => request_error(e),
+    }
+}
+
+fn full(bytes: Bytes) -> BoxBody<Bytes, Infallible> {
+    Full::new(bytes).boxed()
+}
+
+/// `GET /v1/events[?lines=N][&follow=1][&profile=P]`: newline-delimited JSON.
+fn events_reply(feed: &events::Feed, query: &str) -> Reply {
+    let follow = match param(query, "follow").as_deref() {
+        None | Some("0" | "false") => false,
+        Some("1" | "true") => true,
+        Some(other) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("follow={other:?}: expected 1 or true (stream new events), 0 or false"),
+            )
+        }
+    };
+    let lines = match param(query, "lines") {
+        // Without follow: every line kept; following: only what happens from now on.
+        None => {
+            if follow {
+                0
+            } else {
+                events::RECENT
+            }
+        }
+        Some(n) => match n.parse::<usize>() {
+            Ok(n) if n <= events::RECENT => n,
+            _ => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    &format!(
+                        "lines={n:?}: expected a count from 0 to {} (the events kept)",
+                        events::RECENT
+                    ),
+                )
+            }
+        },
+    };
+    let profile = param(query, "profile");
+    let ask = events::Ask {
+        lines,
+        follow,
+        profile: profile.as_deref(),
+    };
+    match feed.open(&ask) {
+        Ok(body) => Response::builder()
+            .header(header::CONTENT_TYPE, "application/x-ndjson")
+            .body(body.boxed())
+            .expect("static headers are valid"),
+        Err(events::TooMany) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "{} clients already follow the events; try again later",
+                events::MAX_FOLLOWERS
+            ),
+        ),
     }
 }
 
@@ -470,7 +544,7 @@ fn error(code: StatusCode, message: &str) -> Reply {
     Response::builder()
         .status(code)
         .header(header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
+        .body(full(body.to_string().into()))
         .expect("static headers are valid")
 }
 
@@ -536,6 +610,7 @@ mod tests {
                 owner: 0,
                 token: None,
             }),
+            feed: Arc::default(),
         };
         tokio::spawn(async move { serve_connection(server, control, access, &entry, timeouts).await });
         client

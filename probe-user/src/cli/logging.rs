@@ -103,7 +103,7 @@ fn priority(level: log::Level) -> u8 {
 }
 
 /// `2026-12-02T01:02:03.456Z` (UTC, from the civil-from-days algorithm: no time crate needed).
-fn rfc3339(unix_ms: u64) -> String {
+pub(crate) fn rfc3339(unix_ms: u64) -> String {
     let secs = unix_ms / 1000;
     let days = i64::try_from(secs / 86_400).unwrap_or(0);
     let rem = secs % 86_400;

@@ -152,22 +152,25 @@ pub struct ReloadReport {
     pub restart_needed: Vec<String>,
 }
 
+/// `text` in the colour of `status` (an endpoint's or a profile's) when `colour`.
+pub fn paint(status: &str, text: String, colour: bool) -> String {
+    if !colour {
+        return text;
+    }
+    let code = match status {
+        "Online" => "32",
+        "Degraded" => "31",
+        "CheckingEndpoint" | "CheckingEndpoints" => "33",
+        "Unmonitored" => "36",
+        _ => "2",
+    };
+    format!("\x1b[{code}m{text}\x1b[0m")
+}
+
 /// The status table `probed status` and the demo print; ANSI colours when `colour`.
 pub fn render_table(profiles: &[ProfileView], colour: bool) -> String {
     use std::fmt::Write;
-    let paint = |status: &str, text: String| -> String {
-        if !colour {
-            return text;
-        }
-        let code = match status {
-            "Online" => "32",
-            "Degraded" => "31",
-            "CheckingEndpoint" | "CheckingEndpoints" => "33",
-            "Unmonitored" => "36",
-            _ => "2",
-        };
-        format!("\x1b[{code}m{text}\x1b[0m")
-    };
+    let paint = |status: &str, text: String| paint(status, text, colour);
     let mut out = String::new();
     for p in profiles {
         let status = if p.fail_open {
