@@ -14,6 +14,14 @@ pub fn stable(bytes: &[u8]) -> u64 {
     })
 }
 
+/// SplitMix64's finaliser: spreads a weak hash's (FNV's) bits over the whole word, so that
+/// `mix64(x) % n` and comparisons of mixed values are fair.
+pub fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// A check key as the state file stores it: its stable hash in hex. The key itself holds
 /// request headers (an Authorization value, say), which have no business on disk.
 pub fn fingerprint(key: &str) -> String {

@@ -8,6 +8,7 @@
 //! persistence), `api` (HTTP JSON), `metrics` (Prometheus).
 pub mod api;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod dns;

@@ -20,6 +20,7 @@
 //! Pure: no clock, no I/O. The hash is spelled out here (FNV-1a and SplitMix64's finaliser)
 //! because std's hashers are not promised to stay the same across Rust releases, and a table
 //! that changed with the compiler would move every flow on an upgrade.
+use crate::hash::{mix64, stable};
 
 /// The most slots a table may have; the config refuses more.
 pub const MAX_SLOTS: u32 = 65_536;
@@ -198,10 +199,10 @@ struct Walk {
 
 impl Walk {
     fn new(name: &str, n: u64) -> Walk {
-        let h = fnv1a(name.as_bytes());
-        let offset = mix(h) % n;
+        let h = stable(name.as_bytes());
+        let offset = mix64(h) % n;
         let mut skip = if n > 1 {
-            mix(h ^ 0x9e37_79b9_7f4a_7c15) % (n - 1) + 1
+            mix64(h ^ 0x9e37_79b9_7f4a_7c15) % (n - 1) + 1
         } else {
             1
         };
@@ -214,17 +215,6 @@ impl Walk {
     fn at(&self, j: u64) -> usize {
         ((self.offset + (j % self.n) * self.skip) % self.n) as usize
     }
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    crate::hash::stable(bytes)
-}
-
-/// SplitMix64's finaliser: spreads FNV's weak low bits over the whole word.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 fn gcd(mut a: u64, mut b: u64) -> u64 {
