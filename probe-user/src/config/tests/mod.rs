@@ -54,6 +54,7 @@ macro_rules! rule {
 }
 
 // Declared after `rule!` so the section files can use it.
+mod cluster;
 mod daemon;
 mod dns;
 mod endpoint;

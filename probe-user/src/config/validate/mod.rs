@@ -1,6 +1,7 @@
 //! The rules: turns the spanned TOML tree into a resolved `Config`, or into the full list of
 //! what is wrong with it. One file per part of the file it checks; the helpers here are the
 //! ones more than one part uses.
+mod cluster;
 mod daemon;
 mod dns;
 mod endpoint;
@@ -49,10 +50,15 @@ pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigErrors> {
 }
 
 fn read_config(r: &mut Reader<'_>, root: &toml::Spanned<DeValue<'_>>) -> Option<Config> {
-    let top = r.table(root, String::new(), &["daemon", "source", "profile", "sink", "dns"])?;
+    let top = r.table(
+        root,
+        String::new(),
+        &["daemon", "source", "profile", "sink", "dns", "cluster"],
+    )?;
     let daemon = daemon(r, Reader::get(&top, "daemon"));
     let source = source(r, Reader::get(&top, "source"));
     let dns = dns::dns(r, Reader::get(&top, "dns"));
+    let cluster = cluster::cluster(r, Reader::get(&top, "cluster"));
     let mut profiles = Vec::new();
     let mut names: Vec<Option<String>> = Vec::new();
     let mut spans = Vec::new();
@@ -87,6 +93,7 @@ fn read_config(r: &mut Reader<'_>, root: &toml::Spanned<DeValue<'_>>) -> Option<
         profiles: profiles.into_iter().collect::<Option<Vec<_>>>()?,
         sinks: sinks?,
         dns: dns?,
+        cluster: cluster?,
     })
 }
 

@@ -11,7 +11,7 @@ use crate::config::{
 };
 use crate::status::Routing;
 
-const PROFILE_KEYS: [&str; 9] = [
+const PROFILE_KEYS: [&str; 10] = [
     "name",
     "enabled",
     "dialect",
@@ -21,6 +21,7 @@ const PROFILE_KEYS: [&str; 9] = [
     "endpoint",
     "dns_name",
     "dns_ttl",
+    "aggregate",
 ];
 
 pub(super) fn profile(
@@ -61,6 +62,7 @@ pub(super) fn profile(
     };
     let routing = routing(r, &t);
     let dns_name = super::dns::dns_name(r, &t);
+    let aggregate = super::cluster::aggregate(r, &t);
     let dns_ttl = match r.string(&t, "dns_ttl") {
         None => Some(None),
         Some(item) => super::dns::ttl_value(r, &item).map(Some),
@@ -97,6 +99,7 @@ pub(super) fn profile(
             nested: endpoints.1,
             dns_name: dns_name?,
             dns_ttl: dns_ttl?,
+            aggregate: aggregate?,
         })
     });
     (profile, shown_name)
