@@ -22,5 +22,6 @@ pub mod probe;
 pub mod rng;
 pub mod rules;
 pub mod schedule;
+pub mod secret;
 pub mod sinks;
 pub mod status;

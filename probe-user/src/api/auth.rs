@@ -1,7 +1,7 @@
 //! Who may change state through the API: the decision is a pure function of the request's
 //! method and headers, the transport's peer and the policy; the unix socket's credentials and
 //! the token file are read elsewhere (socket.rs, `Token::from_file`).
-use std::{os::unix::fs::MetadataExt, path::Path};
+use std::path::Path;
 
 use hyper::{header, HeaderMap, Method, StatusCode};
 
@@ -225,39 +225,17 @@ impl Token {
 
     /// Reads `path`, which only its owner (root or the daemon's user) may read or write.
     pub(super) fn from_file(path: &Path, owner: u32) -> Result<Token, TokenError> {
-        use std::io::Read;
-        let read = |source| TokenError::Read {
-            path: path.to_path_buf(),
-            source,
-        };
         let refused = |problem: String| TokenError::Refused {
             path: path.to_path_buf(),
             problem,
         };
-        let mut file = std::fs::File::open(path).map_err(read)?;
-        let meta = file.metadata().map_err(read)?;
-        if !meta.is_file() {
-            return Err(refused("not a regular file".into()));
-        }
-        let mode = meta.mode() & 0o7777;
-        if mode & 0o077 != 0 {
-            return Err(refused(format!(
-                "open to its group or others (mode 0{mode:o}): the token lets anyone change endpoints; \
-                 `chmod 600 {}`",
-                path.display()
-            )));
-        }
-        if meta.uid() != 0 && meta.uid() != owner {
-            return Err(refused(format!(
-                "owned by uid {}: it must belong to root or to the daemon's user (uid {owner})",
-                meta.uid()
-            )));
-        }
-        let mut text = Vec::new();
-        file.by_ref()
-            .take(MAX_TOKEN_LEN as u64 + 64)
-            .read_to_end(&mut text)
-            .map_err(read)?;
+        let text = crate::secret::read_private(path, owner, MAX_TOKEN_LEN as u64 + 64).map_err(|e| match e {
+            crate::secret::SecretFileError::Read(source) => TokenError::Read {
+                path: path.to_path_buf(),
+                source,
+            },
+            crate::secret::SecretFileError::Refused(problem) => refused(problem),
+        })?;
         Token::parse(&text).map_err(refused)
     }
 
@@ -423,7 +401,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("token");
         std::fs::write(&path, format!("{TOKEN}\n")).unwrap();
-        let owner = std::fs::metadata(&path).unwrap().uid();
+        let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&path).unwrap());
         for (mode, ok) in [
             (0o600, true),
             (0o400, true),

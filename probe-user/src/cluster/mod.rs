@@ -4,4 +4,5 @@
 //! combine (`aggregate`).
 pub mod aggregate;
 pub mod shard;
+pub mod transport;
 pub mod verdicts;

@@ -63,7 +63,7 @@ pub struct DecodeError {
 pub fn decode(value: &str) -> Result<Vec<(u64, Verdict)>, DecodeError> {
     let bytes = value.as_bytes();
     let bad = |at| DecodeError { len: bytes.len(), at };
-    if bytes.len() % ENTRY != 0 {
+    if !bytes.len().is_multiple_of(ENTRY) {
         return Err(bad(bytes.len() - bytes.len() % ENTRY));
     }
     bytes

@@ -55,7 +55,7 @@ rule!(
     "[cluster]\nlisten = \"198.18.0.1:7946\"\nkey_file = \"/k\"",
     "cluster.node"
 );
-rule!(node_bad, format!("{CLUSTER}").replace("lb-1", "lb 1"), "cluster.node");
+rule!(node_bad, CLUSTER.replace("lb-1", "lb 1"), "cluster.node");
 rule!(
     key_missing,
     "[cluster]\nnode = \"a\"\nlisten = \"198.18.0.1:7946\"",
@@ -63,7 +63,7 @@ rule!(
 );
 rule!(
     key_relative,
-    format!("{CLUSTER}").replace("/etc/probed/cluster.key", "cluster.key"),
+    CLUSTER.replace("/etc/probed/cluster.key", "cluster.key"),
     "cluster.key_file"
 );
 rule!(
@@ -73,12 +73,12 @@ rule!(
 );
 rule!(
     listen_no_port,
-    format!("{CLUSTER}").replace("198.18.0.1:7946", "198.18.0.1"),
+    CLUSTER.replace("198.18.0.1:7946", "198.18.0.1"),
     "cluster.listen"
 );
 rule!(
     wildcard_without_advertise,
-    format!("{CLUSTER}").replace("198.18.0.1:7946", "0.0.0.0:7946"),
+    CLUSTER.replace("198.18.0.1:7946", "0.0.0.0:7946"),
     "cluster.advertise"
 );
 rule!(

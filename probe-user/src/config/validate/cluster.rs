@@ -114,7 +114,7 @@ pub(super) fn cluster(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>
             }
         },
     };
-    let distinct_regions = r.boolean(&t, "distinct_regions").map_or(true, |b| b.v);
+    let distinct_regions = r.boolean(&t, "distinct_regions").is_none_or(|b| b.v);
     let key_file = match r.string(&t, "key_file") {
         None => {
             r.missing(

@@ -1,0 +1,478 @@
+//! Gossip over UDP, authenticated with the cluster's shared key. chitchat itself trusts every
+//! datagram: anyone who can reach its port could add nodes, forge any node's verdicts, or use
+//! the nodes to amplify traffic at a third party. Here every datagram carries an HMAC-SHA256
+//! tag over all of it, checked (in constant time) before a byte of it is decoded, a send
+//! time, and a message id; a datagram with a wrong tag, sent more than `MAX_SKEW` ago (or
+//! ahead), or seen before is dropped without an answer. What an attacker on the cluster's
+//! network can still do: drop or delay datagrams (partition a node), and read them: verdicts
+//! and node names travel in clear (use a private network, WireGuard or IPsec if that matters).
+//!
+//! chitchat fills a message up to the largest UDP payload, so with the header and tag a
+//! message may not fit one datagram: it is cut into parts of at most `PART_BYTES`, each
+//! authenticated on its own, and put back together on arrival (a message whose parts do not
+//! all arrive within `REASSEMBLY_WAIT` is dropped, as a lost datagram would be).
+//!
+//! Datagram: `PRBG` | version 1 | part | parts | 0 | send time (unix ms, u64) | message id
+//! (u64) | payload part | tag (32 bytes, over everything before it).
+use std::{
+    collections::{HashMap, VecDeque},
+    net::SocketAddr,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::Context;
+use async_trait::async_trait;
+use chitchat::{
+    transport::{Socket, Transport},
+    ChitchatMessage, Deserializable, Serializable,
+};
+use ring::hmac;
+
+const MAGIC: &[u8; 4] = b"PRBG";
+const VERSION: u8 = 1;
+const HEADER: usize = 24;
+const TAG: usize = 32;
+/// The most payload bytes in one datagram: with the header and tag, well under UDP's 65,507.
+pub const PART_BYTES: usize = 32 * 1024;
+/// More parts than any chitchat message needs (it is at most 65,507 bytes).
+const MAX_PARTS: usize = 4;
+/// How far a datagram's send time may be from ours: the nodes' clocks must agree this well.
+pub const MAX_SKEW: Duration = Duration::from_secs(30);
+/// How long the first part of a message waits for the others.
+const REASSEMBLY_WAIT: Duration = Duration::from_secs(2);
+/// Messages being put together at once, from all peers.
+const MAX_PARTIAL: usize = 64;
+/// Message ids remembered to refuse replays: enough for `MAX_SKEW` of a busy cluster's traffic.
+const MAX_SEEN: usize = 200_000;
+/// The shortest key: 32 bytes (256 bits, HMAC-SHA256's strength).
+pub const MIN_KEY_BYTES: usize = 32;
+
+/// What the transport turned away, for the metrics.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub accepted: AtomicU64,
+    /// Wrong tag (no key, another key, or altered on the way), or too short to carry one.
+    pub forged: AtomicU64,
+    /// Sent longer ago (or further ahead) than `MAX_SKEW`.
+    pub stale: AtomicU64,
+    /// A message id already seen.
+    pub replayed: AtomicU64,
+    /// Authentic but not a message this version understands.
+    pub malformed: AtomicU64,
+}
+
+/// The shared key, ready to sign and verify.
+#[derive(Clone)]
+pub struct Key(hmac::Key);
+
+impl Key {
+    /// A key from the key file's content (surrounding whitespace ignored).
+    pub fn new(secret: &[u8]) -> Result<Key, String> {
+        let secret = secret.trim_ascii();
+        if secret.len() < MIN_KEY_BYTES {
+            return Err(format!(
+                "{} bytes long: the cluster key needs at least {MIN_KEY_BYTES}, e.g. `head -c 32 /dev/urandom | base64`",
+                secret.len()
+            ));
+        }
+        Ok(Key(hmac::Key::new(hmac::HMAC_SHA256, secret)))
+    }
+}
+
+/// chitchat's transport: UDP with the cluster key.
+pub struct AuthTransport {
+    key: Key,
+    counters: Arc<Counters>,
+}
+
+impl AuthTransport {
+    pub fn new(key: Key, counters: Arc<Counters>) -> AuthTransport {
+        AuthTransport { key, counters }
+    }
+}
+
+#[async_trait]
+impl Transport for AuthTransport {
+    async fn open(&self, listen: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
+        let socket = tokio::net::UdpSocket::bind(listen)
+            .await
+            .with_context(|| format!("bind the gossip socket {listen}/udp (cluster.listen)"))?;
+        let mut first = [0u8; 8];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut first)
+            .map_err(|_| anyhow::anyhow!("no random numbers for gossip message ids"))?;
+        Ok(Box::new(AuthSocket {
+            socket,
+            key: self.key.clone(),
+            counters: self.counters.clone(),
+            next_id: u64::from_le_bytes(first),
+            recv_buf: vec![0; 65_536],
+            partial: HashMap::new(),
+            seen: Seen::default(),
+        }))
+    }
+}
+
+struct AuthSocket {
+    socket: tokio::net::UdpSocket,
+    key: Key,
+    counters: Arc<Counters>,
+    next_id: u64,
+    recv_buf: Vec<u8>,
+    partial: HashMap<(SocketAddr, u64), Partial>,
+    seen: Seen,
+}
+
+/// The parts of one message received so far.
+struct Partial {
+    parts: Vec<Option<Vec<u8>>>,
+    since: Instant,
+}
+
+/// Recently seen (peer, message id) pairs, oldest first, bounded.
+#[derive(Default)]
+struct Seen {
+    order: VecDeque<((SocketAddr, u64, u8), Instant)>,
+    set: std::collections::HashSet<(SocketAddr, u64, u8)>,
+}
+
+impl Seen {
+    /// False when `id` was seen within `MAX_SKEW` (a replay).
+    fn insert(&mut self, id: (SocketAddr, u64, u8), now: Instant) -> bool {
+        while let Some(&(old, at)) = self.order.front() {
+            if now.duration_since(at) <= MAX_SKEW && self.order.len() < MAX_SEEN {
+                break;
+            }
+            self.order.pop_front();
+            self.set.remove(&old);
+        }
+        if !self.set.insert(id) {
+            return false;
+        }
+        self.order.push_back((id, now));
+        true
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The datagrams that carry `payload` as message `id`, sent at `now_ms`.
+pub fn seal(key: &Key, payload: &[u8], id: u64, now_ms: u64) -> Vec<Vec<u8>> {
+    let chunks: Vec<&[u8]> = if payload.is_empty() {
+        vec![&[][..]]
+    } else {
+        payload.chunks(PART_BYTES).collect()
+    };
+    let parts = chunks.len() as u8;
+    chunks
+        .iter()
+        .enumerate()
+        .map(|(i, chunk)| {
+            let mut d = Vec::with_capacity(HEADER + chunk.len() + TAG);
+            d.extend_from_slice(MAGIC);
+            d.extend_from_slice(&[VERSION, i as u8, parts, 0]);
+            d.extend_from_slice(&now_ms.to_be_bytes());
+            d.extend_from_slice(&id.to_be_bytes());
+            d.extend_from_slice(chunk);
+            let tag = hmac::sign(&key.0, &d);
+            d.extend_from_slice(tag.as_ref());
+            d
+        })
+        .collect()
+}
+
+/// One authentic datagram's fields.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Opened<'a> {
+    pub part: u8,
+    pub parts: u8,
+    pub sent_ms: u64,
+    pub id: u64,
+    pub payload: &'a [u8],
+}
+
+/// Why a datagram was dropped.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    Forged,
+    Stale,
+    Malformed,
+}
+
+/// Checks `datagram`'s tag first, then its header and send time against `now_ms`.
+pub fn open<'a>(key: &Key, datagram: &'a [u8], now_ms: u64) -> Result<Opened<'a>, Refused> {
+    if datagram.len() < HEADER + TAG {
+        return Err(Refused::Forged);
+    }
+    let (body, tag) = datagram.split_at(datagram.len() - TAG);
+    hmac::verify(&key.0, body, tag).map_err(|_| Refused::Forged)?;
+    let (part, parts) = (body[5], body[6]);
+    if &body[..4] != MAGIC || body[4] != VERSION || parts == 0 || usize::from(parts) > MAX_PARTS || part >= parts {
+        return Err(Refused::Malformed);
+    }
+    let sent_ms = u64::from_be_bytes(body[8..16].try_into().expect("8 bytes"));
+    if sent_ms.abs_diff(now_ms) > MAX_SKEW.as_millis() as u64 {
+        return Err(Refused::Stale);
+    }
+    Ok(Opened {
+        part,
+        parts,
+        sent_ms,
+        id: u64::from_be_bytes(body[16..24].try_into().expect("8 bytes")),
+        payload: &body[HEADER..],
+    })
+}
+
+#[async_trait]
+impl Socket for AuthSocket {
+    async fn send(&mut self, to: SocketAddr, msg: ChitchatMessage) -> anyhow::Result<()> {
+        let payload = msg.serialize_to_vec();
+        self.next_id = self.next_id.wrapping_add(1);
+        for d in seal(&self.key, &payload, self.next_id, unix_ms()) {
+            // Like chitchat's own UDP transport: a datagram that cannot go is a lost one.
+            if let Err(e) = self.socket.send_to(&d, to).await {
+                log::debug!("gossip: send to {to}: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    async fn recv(&mut self) -> anyhow::Result<(SocketAddr, ChitchatMessage)> {
+        loop {
+            let (len, from) = match self.socket.recv_from(&mut self.recv_buf).await {
+                Ok(r) => r,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::ConnectionReset
+                    ) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(e).context("receive gossip"),
+            };
+            if let Some(message) = self.take(from, len) {
+                return Ok((from, message));
+            }
+        }
+    }
+}
+
+impl AuthSocket {
+    /// The message the datagram of `len` bytes in the buffer completes, if any.
+    fn take(&mut self, from: SocketAddr, len: usize) -> Option<ChitchatMessage> {
+        let c = &self.counters;
+        let opened = match open(&self.key, &self.recv_buf[..len], unix_ms()) {
+            Ok(o) => o,
+            Err(why) => {
+                let counter = match why {
+                    Refused::Forged => &c.forged,
+                    Refused::Stale => &c.stale,
+                    Refused::Malformed => &c.malformed,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        };
+        let now = Instant::now();
+        if !self.seen.insert((from, opened.id, opened.part), now) {
+            c.replayed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let whole = if opened.parts == 1 {
+            opened.payload.to_vec()
+        } else {
+            self.partial
+                .retain(|_, p| now.duration_since(p.since) < REASSEMBLY_WAIT);
+            if self.partial.len() >= MAX_PARTIAL && !self.partial.contains_key(&(from, opened.id)) {
+                // Full of messages whose other parts have not come: the oldest is lost.
+                let oldest = self.partial.iter().min_by_key(|(_, p)| p.since).map(|(k, _)| *k);
+                if let Some(k) = oldest {
+                    self.partial.remove(&k);
+                }
+            }
+            let entry = self.partial.entry((from, opened.id)).or_insert_with(|| Partial {
+                parts: vec![None; usize::from(opened.parts)],
+                since: now,
+            });
+            if entry.parts.len() != usize::from(opened.parts) {
+                c.malformed.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            entry.parts[usize::from(opened.part)] = Some(opened.payload.to_vec());
+            if entry.parts.iter().any(Option::is_none) {
+                return None;
+            }
+            let done = self.partial.remove(&(from, opened.id))?;
+            done.parts.into_iter().flatten().flatten().collect()
+        };
+        match ChitchatMessage::deserialize(&mut &whole[..]) {
+            Ok(m) => {
+                c.accepted.fetch_add(1, Ordering::Relaxed);
+                Some(m)
+            }
+            Err(e) => {
+                log::debug!("gossip from {from}: an authentic message that does not decode: {e}");
+                c.malformed.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(fill: u8) -> Key {
+        Key::new(&[fill; 32]).unwrap()
+    }
+
+    const NOW: u64 = 1_796_173_323_456;
+
+    #[test]
+    fn a_sealed_message_opens_with_the_same_key_only() {
+        let k = key(1);
+        let d = seal(&k, b"hello", 7, NOW);
+        assert_eq!(d.len(), 1);
+        let o = open(&k, &d[0], NOW + 10).unwrap();
+        assert_eq!(
+            o,
+            Opened {
+                part: 0,
+                parts: 1,
+                sent_ms: NOW,
+                id: 7,
+                payload: b"hello"
+            }
+        );
+        assert_eq!(open(&key(2), &d[0], NOW), Err(Refused::Forged));
+    }
+
+    #[test]
+    fn any_changed_byte_is_a_forgery() {
+        let k = key(1);
+        let d = seal(&k, b"verdicts", 1, NOW).remove(0);
+        for i in 0..d.len() {
+            let mut bad = d.clone();
+            bad[i] ^= 0x40;
+            assert_eq!(open(&k, &bad, NOW), Err(Refused::Forged), "byte {i}");
+        }
+        assert_eq!(open(&k, &d[..HEADER + TAG - 1], NOW), Err(Refused::Forged));
+        assert_eq!(open(&k, &[], NOW), Err(Refused::Forged));
+    }
+
+    #[test]
+    fn old_or_future_datagrams_are_stale() {
+        let k = key(1);
+        let skew = MAX_SKEW.as_millis() as u64;
+        let d = seal(&k, b"x", 1, NOW).remove(0);
+        assert!(open(&k, &d, NOW + skew).is_ok());
+        assert_eq!(open(&k, &d, NOW + skew + 1), Err(Refused::Stale));
+        assert_eq!(open(&k, &d, NOW - skew - 1), Err(Refused::Stale));
+    }
+
+    #[test]
+    fn big_messages_are_cut_into_parts_that_each_fit_a_datagram() {
+        let k = key(1);
+        let payload: Vec<u8> = (0..65_507u32).map(|i| (i % 251) as u8).collect();
+        let d = seal(&k, &payload, 9, NOW);
+        assert_eq!(d.len(), 2);
+        assert!(d
+            .iter()
+            .all(|d| d.len() <= HEADER + PART_BYTES + TAG && d.len() <= 65_507));
+        let mut back = Vec::new();
+        for (i, dg) in d.iter().enumerate() {
+            let o = open(&k, dg, NOW).unwrap();
+            assert_eq!((o.part as usize, o.parts, o.id), (i, 2, 9));
+            back.extend_from_slice(o.payload);
+        }
+        assert_eq!(back, payload);
+    }
+
+    #[test]
+    fn short_keys_are_refused() {
+        let e = Key::new(b"  short secret \n").err().unwrap();
+        assert!(e.contains("12 bytes") && e.contains("at least 32"), "{e}");
+        assert!(Key::new(&[b'k'; 32]).is_ok());
+    }
+
+    #[test]
+    fn replays_are_refused_while_they_could_still_pass_the_clock() {
+        let mut seen = Seen::default();
+        let peer: SocketAddr = "198.18.0.1:7946".parse().unwrap();
+        let t0 = Instant::now();
+        assert!(seen.insert((peer, 1, 0), t0));
+        assert!(!seen.insert((peer, 1, 0), t0 + Duration::from_secs(1)));
+        assert!(seen.insert((peer, 1, 1), t0), "another part of the message");
+        assert!(seen.insert((peer, 2, 0), t0));
+        // Forgotten once the clock check alone refuses it.
+        assert!(seen.insert((peer, 1, 0), t0 + MAX_SKEW + Duration::from_secs(1)));
+    }
+
+    /// Two real sockets on loopback: a message passes; a forged datagram and a replay of a
+    /// genuine one are dropped and counted; a two-part message comes back whole.
+    #[tokio::test]
+    async fn over_loopback() {
+        use chitchat::ChitchatMessage;
+        let counters = Arc::new(Counters::default());
+        let t = AuthTransport::new(key(3), counters.clone());
+        let mut a = t.open("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let raw = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        // Find a's port by sending it a message from b and reading the source on a.
+        let mut b = t.open("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let probe = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let probe_addr = probe.local_addr().unwrap();
+        b.send(probe_addr, ChitchatMessage::BadCluster).await.unwrap();
+        let mut buf = vec![0u8; 65_536];
+        let (n, b_addr) = probe.recv_from(&mut buf).await.unwrap();
+        let genuine = buf[..n].to_vec();
+        assert!(open(&key(3), &genuine, unix_ms()).is_ok());
+        // a's address: a sends to the probe too.
+        a.send(probe_addr, ChitchatMessage::BadCluster).await.unwrap();
+        let (_, a_addr) = probe.recv_from(&mut buf).await.unwrap();
+
+        // Forged (another key), then a genuine message: only the genuine one comes out.
+        let forged = seal(&key(4), &ChitchatMessage::BadCluster.serialize_to_vec(), 5, unix_ms());
+        raw.send_to(&forged[0], a_addr).unwrap();
+        b.send(a_addr, ChitchatMessage::BadCluster).await.unwrap();
+        let (from, m) = tokio::time::timeout(Duration::from_secs(2), a.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((from, m), (b_addr, ChitchatMessage::BadCluster));
+        assert_eq!(counters.forged.load(Ordering::Relaxed), 1);
+
+        // A replay of b's genuine datagram from its own address is dropped (its id was seen
+        // by the probe, not by a: so replay one a has seen).
+        let again = seal(&key(3), &ChitchatMessage::BadCluster.serialize_to_vec(), 77, unix_ms());
+        raw.send_to(&again[0], a_addr).unwrap();
+        let (from, _) = tokio::time::timeout(Duration::from_secs(2), a.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(from, raw.local_addr().unwrap());
+        raw.send_to(&again[0], a_addr).unwrap();
+        // The replay is refused; a marker message after it shows it was read.
+        // chitchat's Digest type cannot be named outside it.
+        #[allow(clippy::default_trait_access)]
+        let big = || ChitchatMessage::Syn {
+            cluster_id: "c".repeat(40_000),
+            digest: Default::default(),
+        };
+        b.send(a_addr, big()).await.unwrap();
+        let (from, m) = tokio::time::timeout(Duration::from_secs(2), a.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((from, m), (b_addr, big()), "a two-part message, whole");
+        assert_eq!(counters.replayed.load(Ordering::Relaxed), 1);
+    }
+}
