@@ -1,0 +1,354 @@
+//! The other nodes' verdicts as this node knows them, from what gossip says each live node
+//! holds. A node's buckets are decoded again only when their version changes, and each change
+//! is turned into the targets whose set of verdicts it changed, so that the runner hears only
+//! about those. A node that stops being live keeps counting for `verdict_ttl` (a short
+//! partition does not empty the cluster's view); past it, its verdicts are dropped. A node that
+//! comes back under a new generation (it restarted) replaces its old self at once. Pure: the
+//! caller supplies the time.
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use super::{aggregate::Verdict, shard::Member, verdicts};
+use crate::hash::FastMap;
+
+/// A live node as gossip shows it: the values of its verdict keys with their versions.
+#[derive(Debug, Clone)]
+pub struct LiveNode {
+    pub name: String,
+    pub generation: u64,
+    pub region: String,
+    /// (key, version, value) of every `v/` key.
+    pub buckets: Vec<(String, u64, String)>,
+}
+
+struct Known {
+    generation: u64,
+    region: String,
+    live: bool,
+    last_live: Instant,
+    /// By key: the version decoded and its entries.
+    buckets: HashMap<String, (u64, Vec<(u64, Verdict)>)>,
+}
+
+/// What a node says about one target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Said {
+    pub node: Arc<str>,
+    pub verdict: Verdict,
+}
+
+/// One node's figures, for the API.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NodeSummary {
+    pub name: String,
+    pub region: String,
+    pub live: bool,
+    /// Since it was last seen live (0 while it is).
+    pub silent_ms: u64,
+    pub verdicts: usize,
+}
+
+pub struct Remote {
+    me: String,
+    nodes: HashMap<String, Known>,
+    by_target: FastMap<u64, Vec<Said>>,
+    /// Values that would not decode, for the log: (node, error).
+    pub bad_values: Vec<(String, String)>,
+}
+
+impl Remote {
+    pub fn new(me: &str) -> Remote {
+        Remote {
+            me: me.to_string(),
+            nodes: HashMap::new(),
+            by_target: FastMap::default(),
+            bad_values: Vec::new(),
+        }
+    }
+
+    /// Takes the live set gossip reports now; returns the targets whose verdicts changed.
+    pub fn observe(&mut self, live: Vec<LiveNode>, now: Instant) -> BTreeSet<u64> {
+        let mut dirty = BTreeSet::new();
+        let mut seen = Vec::with_capacity(live.len());
+        for n in live {
+            if n.name == self.me {
+                continue;
+            }
+            // Two generations of one name live at once (the old one not yet judged dead):
+            // the newer one speaks for the node.
+            if let Some(k) = self.nodes.get(&n.name) {
+                if k.generation > n.generation {
+                    continue;
+                }
+                if k.generation < n.generation {
+                    self.forget(&n.name, &mut dirty);
+                }
+            }
+            seen.push(n.name.clone());
+            let k = self.nodes.entry(n.name.clone()).or_insert_with(|| Known {
+                generation: n.generation,
+                region: n.region.clone(),
+                live: true,
+                last_live: now,
+                buckets: HashMap::new(),
+            });
+            k.live = true;
+            k.last_live = now;
+            k.region.clone_from(&n.region);
+            let node: Arc<str> = Arc::from(n.name.as_str());
+            let mut present: Vec<String> = Vec::with_capacity(n.buckets.len());
+            for (key, version, value) in n.buckets {
+                present.push(key.clone());
+                if k.buckets.get(&key).is_some_and(|(v, _)| *v == version) {
+                    continue;
+                }
+                let entries = match verdicts::decode(&value) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        self.bad_values.push((n.name.clone(), format!("{key}: {e}")));
+                        Vec::new()
+                    }
+                };
+                let old = k.buckets.insert(key, (version, entries.clone())).map(|(_, e)| e);
+                retract(&mut self.by_target, &node, old.iter().flatten(), &mut dirty);
+                state(&mut self.by_target, &node, &entries, &mut dirty);
+            }
+            // Buckets the node no longer has (deleted keys).
+            let gone: Vec<String> = k.buckets.keys().filter(|key| !present.contains(key)).cloned().collect();
+            for key in gone {
+                if let Some((_, old)) = k.buckets.remove(&key) {
+                    retract(&mut self.by_target, &node, old.iter(), &mut dirty);
+                }
+            }
+        }
+        for (name, k) in &mut self.nodes {
+            if !seen.contains(name) {
+                k.live = false;
+            }
+        }
+        dirty
+    }
+
+    /// Drops the verdicts of nodes silent for longer than `ttl`; returns the targets changed.
+    pub fn expire(&mut self, now: Instant, ttl: Duration) -> BTreeSet<u64> {
+        let mut dirty = BTreeSet::new();
+        let gone: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|(_, k)| !k.live && now.saturating_duration_since(k.last_live) > ttl)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in gone {
+            self.forget(&name, &mut dirty);
+        }
+        dirty
+    }
+
+    fn forget(&mut self, name: &str, dirty: &mut BTreeSet<u64>) {
+        if let Some(k) = self.nodes.remove(name) {
+            let node: Arc<str> = Arc::from(name);
+            for (_, entries) in k.buckets.values() {
+                retract(&mut self.by_target, &node, entries.iter(), dirty);
+            }
+        }
+    }
+
+    /// What the other nodes say about `target`.
+    pub fn said(&self, target: u64) -> &[Said] {
+        self.by_target.get(&target).map_or(&[], Vec::as_slice)
+    }
+
+    /// The live nodes, this one (`my_region`) included, for sharding.
+    pub fn members(&self, my_region: &str) -> Vec<Member> {
+        let mut m: Vec<Member> = self
+            .nodes
+            .iter()
+            .filter(|(_, k)| k.live)
+            .map(|(n, k)| Member::new(n, &k.region))
+            .collect();
+        m.push(Member::new(&self.me, my_region));
+        m.sort_by(|a, b| a.name.cmp(&b.name));
+        m
+    }
+
+    pub fn summary(&self, now: Instant) -> Vec<NodeSummary> {
+        let mut out: Vec<NodeSummary> = self
+            .nodes
+            .iter()
+            .map(|(n, k)| NodeSummary {
+                name: n.clone(),
+                region: k.region.clone(),
+                live: k.live,
+                silent_ms: if k.live {
+                    0
+                } else {
+                    u64::try_from(now.saturating_duration_since(k.last_live).as_millis()).unwrap_or(u64::MAX)
+                },
+                verdicts: k.buckets.values().map(|(_, e)| e.len()).sum(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+}
+
+fn retract<'a>(
+    by_target: &mut FastMap<u64, Vec<Said>>,
+    node: &Arc<str>,
+    entries: impl Iterator<Item = &'a (u64, Verdict)>,
+    dirty: &mut BTreeSet<u64>,
+) {
+    for (target, _) in entries {
+        if let Some(list) = by_target.get_mut(target) {
+            list.retain(|s| s.node != *node);
+            if list.is_empty() {
+                by_target.remove(target);
+            }
+            dirty.insert(*target);
+        }
+    }
+}
+
+fn state(
+    by_target: &mut FastMap<u64, Vec<Said>>,
+    node: &Arc<str>,
+    entries: &[(u64, Verdict)],
+    dirty: &mut BTreeSet<u64>,
+) {
+    for &(target, verdict) in entries {
+        by_target.entry(target).or_default().push(Said {
+            node: node.clone(),
+            verdict,
+        });
+        dirty.insert(target);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Verdict::*, *};
+
+    fn node(name: &str, generation: u64, buckets: &[(&str, u64, &[(u64, Verdict)])]) -> LiveNode {
+        LiveNode {
+            name: name.into(),
+            generation,
+            region: format!("r-{name}"),
+            buckets: buckets
+                .iter()
+                .map(|(k, v, e)| (k.to_string(), *v, verdicts::encode(e)))
+                .collect(),
+        }
+    }
+
+    fn verdicts_of(r: &Remote, target: u64) -> Vec<(String, Verdict)> {
+        let mut v: Vec<(String, Verdict)> = r.said(target).iter().map(|s| (s.node.to_string(), s.verdict)).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    #[test]
+    fn verdicts_follow_what_each_node_holds() {
+        let t0 = Instant::now();
+        let mut r = Remote::new("me");
+        let dirty = r.observe(
+            vec![
+                node("a", 1, &[("v/0", 1, &[(10, Up), (11, Down)])]),
+                node("b", 1, &[("v/0", 4, &[(10, Down)])]),
+                node("me", 1, &[("v/0", 9, &[(10, Up)])]),
+            ],
+            t0,
+        );
+        assert_eq!(dirty.into_iter().collect::<Vec<_>>(), [10, 11]);
+        assert_eq!(
+            verdicts_of(&r, 10),
+            [("a".into(), Up), ("b".into(), Down)],
+            "not my own"
+        );
+        // The same versions again: nothing to do.
+        let again = r.observe(
+            vec![
+                node("a", 1, &[("v/0", 1, &[(10, Up), (11, Down)])]),
+                node("b", 1, &[("v/0", 4, &[(10, Down)])]),
+            ],
+            t0,
+        );
+        assert!(again.is_empty());
+        // a's bucket changes: 11 goes Up, 10 leaves a's set.
+        let dirty = r.observe(
+            vec![
+                node("a", 1, &[("v/0", 2, &[(11, Up)])]),
+                node("b", 1, &[("v/0", 4, &[(10, Down)])]),
+            ],
+            t0,
+        );
+        assert_eq!(dirty.into_iter().collect::<Vec<_>>(), [10, 11]);
+        assert_eq!(verdicts_of(&r, 10), [("b".into(), Down)]);
+        assert_eq!(verdicts_of(&r, 11), [("a".into(), Up)]);
+        let names: Vec<String> = r.members("r-me").into_iter().map(|m| m.name).collect();
+        assert_eq!(names, ["a", "b", "me"]);
+    }
+
+    #[test]
+    fn a_silent_node_counts_until_its_verdicts_expire() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(10);
+        let mut r = Remote::new("me");
+        r.observe(vec![node("a", 1, &[("v/0", 1, &[(10, Down)])])], t0);
+        // a is no longer live: out of the members at once, its verdict still counts.
+        r.observe(vec![], t0 + Duration::from_secs(1));
+        assert_eq!(r.members("x").len(), 1);
+        assert_eq!(verdicts_of(&r, 10).len(), 1);
+        assert!(r.expire(t0 + Duration::from_secs(5), ttl).is_empty());
+        let s = r.summary(t0 + Duration::from_secs(5));
+        assert_eq!(
+            (s[0].live, s[0].silent_ms, s[0].verdicts),
+            (false, 5000, 1),
+            "last seen live at t0"
+        );
+        let dirty = r.expire(t0 + Duration::from_secs(12), ttl);
+        assert_eq!(dirty.into_iter().collect::<Vec<_>>(), [10]);
+        assert!(verdicts_of(&r, 10).is_empty());
+        assert!(r.summary(t0).is_empty());
+    }
+
+    #[test]
+    fn a_restarted_node_replaces_its_old_generation() {
+        let t0 = Instant::now();
+        let mut r = Remote::new("me");
+        r.observe(vec![node("a", 1, &[("v/0", 5, &[(10, Down), (12, Up)])])], t0);
+        // The new generation starts over at version 1 with fewer verdicts; the old one is
+        // still live a moment: the newer speaks.
+        let dirty = r.observe(
+            vec![
+                node("a", 1, &[("v/0", 5, &[(10, Down), (12, Up)])]),
+                node("a", 2, &[("v/0", 1, &[(10, Up)])]),
+            ],
+            t0,
+        );
+        assert!(dirty.contains(&10) && dirty.contains(&12));
+        assert_eq!(verdicts_of(&r, 10), [("a".into(), Up)]);
+        assert!(verdicts_of(&r, 12).is_empty());
+    }
+
+    #[test]
+    fn deleted_buckets_and_bad_values() {
+        let t0 = Instant::now();
+        let mut r = Remote::new("me");
+        r.observe(
+            vec![node("a", 1, &[("v/0", 1, &[(10, Down)]), ("v/1", 2, &[(11, Up)])])],
+            t0,
+        );
+        let dirty = r.observe(vec![node("a", 1, &[("v/0", 1, &[(10, Down)])])], t0);
+        assert_eq!(dirty.into_iter().collect::<Vec<_>>(), [11]);
+        assert!(verdicts_of(&r, 11).is_empty());
+        let mut bad = node("a", 1, &[]);
+        bad.buckets.push(("v/0".into(), 3, "garbage".into()));
+        r.observe(vec![bad], t0);
+        assert!(verdicts_of(&r, 10).is_empty(), "a bad value counts as no verdicts");
+        assert_eq!(r.bad_values.len(), 1);
+        assert!(r.bad_values[0].1.contains("v/0"), "{:?}", r.bad_values);
+    }
+}
