@@ -3,6 +3,7 @@
 //! The pure parts: who probes what (`shard`), how verdicts travel (`verdicts`) and how they
 //! combine (`aggregate`).
 pub mod aggregate;
+pub mod node;
 pub mod remote;
 pub mod shard;
 pub mod transport;
