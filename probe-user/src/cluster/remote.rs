@@ -231,7 +231,10 @@ fn state(
 mod tests {
     use super::{Verdict::*, *};
 
-    fn node(name: &str, generation: u64, buckets: &[(&str, u64, &[(u64, Verdict)])]) -> LiveNode {
+    /// A bucket as a test writes it: key, version, entries.
+    type Bucket<'a> = (&'a str, u64, &'a [(u64, Verdict)]);
+
+    fn node(name: &str, generation: u64, buckets: &[Bucket<'_>]) -> LiveNode {
         LiveNode {
             name: name.into(),
             generation,
