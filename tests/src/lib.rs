@@ -14,6 +14,7 @@ pub mod netns;
 pub mod procs;
 pub mod reflector;
 pub mod servers;
+pub mod star;
 pub mod topo;
 
 pub use netns::Netns;

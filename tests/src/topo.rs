@@ -87,7 +87,7 @@ impl Topology {
 
 /// One veth pair between `a` (the forwarding side) and `b`, each end with its addresses (IPv4
 /// /24, IPv6 /64), up with GRO on, forwarding on a's end and static neighbours both ways.
-fn link(
+pub(crate) fn link(
     a: &Netns,
     (prober_if, prober_addrs): (&str, &[&str]),
     b: &Netns,

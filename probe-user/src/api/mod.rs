@@ -434,6 +434,7 @@ async fn route(req: Request<Incoming>, control: Control, feed: &events::Feed) ->
         }
         (&Method::POST, ["v1", "reload"]) => json(control.reload(None).await),
         (&Method::GET, ["v1", "sinks"]) => json(control.sinks().await),
+        (&Method::GET, ["v1", "cluster"]) => json(control.cluster().await),
         (&Method::GET, ["v1", "events"]) => {
             // A misspelt profile would follow silence: name it as /v1/status would.
             if let Some(p) = param(&query, "profile") {
@@ -532,7 +533,7 @@ fn events_reply(feed: &events::Feed, query: &str) -> Reply {
 
 fn request_error(e: RequestError) -> Reply {
     let code = match e {
-        RequestError::NoProfile(_) | RequestError::NoEndpoint { .. } => StatusCode::NOT_FOUND,
+        RequestError::NoProfile(_) | RequestError::NoEndpoint { .. } | RequestError::NoCluster => StatusCode::NOT_FOUND,
         RequestError::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
         RequestError::Stopped => StatusCode::SERVICE_UNAVAILABLE,
     };

@@ -104,6 +104,7 @@ pub fn render(e: &Event, colour: bool) -> String {
         ChangeKind::Admin => "set by an operator".to_string(),
         ChangeKind::Config => "by a reload".to_string(),
         ChangeKind::FailOpen => "the profile's fail-open".to_string(),
+        ChangeKind::Cluster => "the cluster's verdicts".to_string(),
     };
     format!(
         "{} {}/{} {} {change}, {serving} ({cause})",

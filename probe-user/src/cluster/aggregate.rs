@@ -4,7 +4,8 @@
 use std::fmt;
 
 /// One location's verdict on a check, as it publishes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Up,
     Down,

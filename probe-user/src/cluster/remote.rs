@@ -41,7 +41,7 @@ pub struct Said {
 }
 
 /// One node's figures, for the API.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NodeSummary {
     pub name: String,
     pub region: String,

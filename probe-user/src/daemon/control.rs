@@ -25,6 +25,8 @@ pub enum RequestError {
     Refused(String),
     #[error("the daemon has stopped")]
     Stopped,
+    #[error("this daemon runs alone: its configuration has no [cluster]")]
+    NoCluster,
 }
 
 impl From<ConfigErrors> for RequestError {
@@ -51,6 +53,7 @@ pub(crate) enum Command {
     Subscribe(SubscribeRequest, Reply<(Snapshot, Subscription)>),
     Sinks(Reply<Vec<crate::sinks::SinkView>>),
     ReopenEvents(Reply<()>),
+    Cluster(Reply<super::views::ClusterView>),
 }
 
 /// What `GET /v1/select` asks: the query a DNS client at `source` would send.
@@ -135,6 +138,11 @@ impl Control {
             capacity,
         };
         self.ask(|r| Command::Subscribe(request, r)).await
+    }
+
+    /// This node's place in the cluster and what every node says.
+    pub async fn cluster(&self) -> Result<super::views::ClusterView, RequestError> {
+        self.ask(Command::Cluster).await
     }
 
     /// Every sink: what it follows, what it holds, how its last syncs went.

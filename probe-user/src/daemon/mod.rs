@@ -84,6 +84,8 @@ pub enum DaemonError {
     Sink { name: String, reason: String },
     #[error("start the DNS server")]
     Dns(#[source] crate::dns::DnsError),
+    #[error("{0}")]
+    Cluster(String),
     #[error("the daemon has stopped")]
     Stopped,
 }
@@ -114,14 +116,6 @@ impl Daemon {
 
     /// Starts the runner with the given ports.
     pub fn start_with(config: Config, options: Options, ports: ports::Ports) -> Result<Daemon, DaemonError> {
-        if let Some(c) = &config.cluster {
-            // The file is checked (validate accepts it) but the gossip runtime is not built
-            // yet: refusing beats probing alone while the operator believes it shares.
-            return Err(DaemonError::Unsupported(format!(
-                "[cluster] (node {:?}): this build checks the section but cannot run a cluster yet;                  remove [cluster] to probe from this node alone",
-                c.node
-            )));
-        }
         let (tx, rx) = mpsc::channel(64);
         let runner = runner::Runner::new(config, options, ports)?;
         let (stop, stop_rx) = oneshot::channel();

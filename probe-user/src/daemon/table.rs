@@ -46,6 +46,17 @@ pub(crate) struct Target {
     /// The status and eligibility last published for it (see `Table::settle`).
     pub status: EndpointStatus,
     pub eligible: bool,
+    /// With `[cluster]`: whether this node is one of the check's k probers (always without).
+    pub owned: bool,
+    /// The check's name for sharding (the same for every target of one check) and this
+    /// endpoint's name for verdicts, on every node with the same configuration.
+    pub shard_key: u64,
+    pub verdict_key: u64,
+    /// With `[cluster]`: the aggregate of every location's verdict (SPEC 9), which stands
+    /// for the endpoint's health; None while no location has a verdict.
+    pub cluster_health: Option<Health>,
+    /// The verdict this node last gossiped for it (None: none, it does not probe it).
+    pub cluster_sent: Option<crate::cluster::aggregate::Verdict>,
 }
 
 impl Target {
@@ -54,11 +65,12 @@ impl Target {
     }
 
     pub fn should_probe(&self) -> bool {
-        self.profile_enabled && self.admin() == AdminState::Enabled
+        self.profile_enabled && self.admin() == AdminState::Enabled && self.owned
     }
 
+    /// The endpoint's health: its locations' aggregate in a cluster, else its own verdict.
     pub fn health(&self) -> Health {
-        self.tracker.state()
+        self.cluster_health.unwrap_or_else(|| self.tracker.state())
     }
 
     /// The status its inputs give now (SPEC section 4), which `status` catches up with.
@@ -361,7 +373,6 @@ pub(crate) fn build(
                     profile_enabled,
                     config_admin: endpoint.state,
                     admin_override: start.admin_override,
-                    check_key,
                     spec: Arc::new(spec),
                     params: check_params(&profile.health),
                     check: None,
@@ -372,6 +383,12 @@ pub(crate) fn build(
                     late_ns: 0,
                     status: EndpointStatus::Inactive,
                     eligible: false,
+                    owned: true,
+                    shard_key: crate::hash::stable(check_key.as_bytes()),
+                    verdict_key: verdict_key(&profile.name, &endpoint.name, &check_key),
+                    cluster_health: None,
+                    cluster_sent: None,
+                    check_key,
                 },
             );
         }
@@ -387,6 +404,18 @@ pub(crate) fn build(
     }
     table.settle();
     Ok(table)
+}
+
+/// An endpoint's name in the cluster's verdicts: the same on every node with the same
+/// configuration, and different for each profile that probes the same check (their
+/// thresholds may differ).
+pub(crate) fn verdict_key(profile: &str, endpoint: &str, check_key: &str) -> u64 {
+    let mut named = Vec::with_capacity(profile.len() + endpoint.len() + check_key.len() + 2);
+    for part in [profile, endpoint, check_key] {
+        named.extend_from_slice(part.as_bytes());
+        named.push(0);
+    }
+    crate::hash::stable(&named)
 }
 
 /// An endpoint that stays: its health and history carry over. The operator's API override

@@ -85,6 +85,53 @@ pub struct EndpointView {
     pub last_result: Option<LastResult>,
     pub last_change: Option<LastChange>,
     pub windows: Windows,
+    /// With `[cluster]`: every location's verdict, of which `health` is the aggregate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<EndpointCluster>,
+}
+
+/// An endpoint as the cluster sees it (SPEC 9).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndpointCluster {
+    /// This node is one of its k probers.
+    pub probed_here: bool,
+    /// How its profile aggregates: "50%", "any", "all", "N%".
+    pub aggregate: String,
+    /// Each location's verdict (this node's first when it probes it): up, down or checking.
+    pub locations: Vec<LocationVerdict>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocationVerdict {
+    pub node: String,
+    pub verdict: crate::cluster::aggregate::Verdict,
+}
+
+/// `GET /v1/cluster`: this node, the members, and what each node gossips.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterView {
+    pub node: String,
+    pub region: String,
+    /// k (0: every node probes every endpoint).
+    pub probers_per_target: usize,
+    /// Live nodes, this one included, by name.
+    pub members: Vec<String>,
+    /// The other nodes this one has heard of: live or silent, and for how long.
+    pub nodes: Vec<crate::cluster::remote::NodeSummary>,
+    /// Endpoints this node probes, of all it knows.
+    pub probed_here: usize,
+    pub endpoints: usize,
+    /// Gossip datagrams taken and turned away, by reason.
+    pub datagrams: DatagramCounts,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatagramCounts {
+    pub accepted: u64,
+    pub forged: u64,
+    pub stale: u64,
+    pub replayed: u64,
+    pub malformed: u64,
 }
 
 /// One profile and its endpoints.
@@ -367,5 +414,6 @@ fn kind_name(k: ChangeKind) -> &'static str {
         ChangeKind::Admin => "admin",
         ChangeKind::Config => "config",
         ChangeKind::FailOpen => "fail-open",
+        ChangeKind::Cluster => "cluster",
     }
 }

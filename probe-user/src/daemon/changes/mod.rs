@@ -39,13 +39,16 @@ pub enum ChangeKind {
     Config,
     /// The profile entered or left fail-open: the endpoint's eligibility changed alone.
     FailOpen,
+    /// Other locations' verdicts changed the endpoint's aggregate health (`[cluster]`).
+    Cluster,
 }
 
 impl ChangeKind {
     /// Which cause a coalesced change keeps: the one that says most about what happened.
     fn weight(self) -> u8 {
         match self {
-            ChangeKind::Health => 3,
+            ChangeKind::Health => 4,
+            ChangeKind::Cluster => 3,
             ChangeKind::Admin => 2,
             ChangeKind::Config => 1,
             ChangeKind::FailOpen => 0,

@@ -24,6 +24,8 @@ impl Runner {
             self.table.targets.get_mut(&id).expect("found").tracker.reset();
             self.register(id, now);
         }
+        // In a cluster: this node's vote follows (withdrawn while it does not probe).
+        self.cluster_sync(id);
     }
 
     pub(in crate::daemon) fn set_admin(

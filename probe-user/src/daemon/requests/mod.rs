@@ -16,10 +16,21 @@ impl Runner {
         match cmd {
             Command::Status(profile, reply) => {
                 let sinks: Vec<_> = self.sinks.iter().map(crate::sinks::Running::view).collect();
-                let _ = reply.send(status::profiles(&self.table, &sinks, profile.as_deref()));
+                let mut views = status::profiles(&self.table, &sinks, profile.as_deref());
+                for v in views.iter_mut().flatten().flat_map(|p| p.endpoints.iter_mut()) {
+                    self.fill_cluster(v);
+                }
+                let _ = reply.send(views);
             }
             Command::Endpoint(p, e, reply) => {
-                let _ = reply.send(status::endpoint(&self.table, &p, &e));
+                let mut view = status::endpoint(&self.table, &p, &e);
+                if let Ok(v) = &mut view {
+                    self.fill_cluster(v);
+                }
+                let _ = reply.send(view);
+            }
+            Command::Cluster(reply) => {
+                let _ = reply.send(self.cluster_view().ok_or(super::control::RequestError::NoCluster));
             }
             Command::Select(p, query, reply) => {
                 let _ = reply.send(select::select(&self.table, &self.regions, &mut self.rng, &p, query));

@@ -112,6 +112,10 @@ fn restart_needed(old: &Config, new: &Config, engine_running: bool) -> Vec<Strin
         (None, Some(_)) | (Some(_), None) => out.push("dns".to_string()),
         (None, None) => {}
     }
+    // The running node keeps its name, address, key and share until it restarts.
+    if new.cluster != old.cluster {
+        out.push("cluster".to_string());
+    }
     out
 }
 

@@ -116,5 +116,7 @@ pub(super) fn endpoint_view(table: &Table, id: OwnerId) -> EndpointView {
             late_ms: ms(std::time::Duration::from_nanos(t.late_ns)),
             hold: !t.should_probe() || t.late_ns <= crate::daemon::runner::BEHIND_NS,
         },
+        // Filled by the runner, which holds the cluster's view (runner/cluster.rs).
+        cluster: None,
     }
 }

@@ -28,6 +28,7 @@ impl Runner {
     pub(in crate::daemon) fn apply(&mut self, mut table: Table) {
         // Profile indices may change even for targets whose checks stay.
         self.epoch += 1;
+        self.cluster_assign(&mut table);
         let now = self.now();
         let old_ids: Vec<OwnerId> = self.table.targets.keys().copied().collect();
         for id in old_ids {
@@ -99,6 +100,7 @@ impl Runner {
         }
         self.publish_table_changes(&old, &before, &profiles_before, now);
         self.publish_nested_changes(&nested_before, now);
+        self.cluster_applied();
         self.persist.dirty = true;
     }
 

@@ -5,6 +5,7 @@
 //! when due. Changes are published from one place (`publish.rs`); applying a table is
 //! `apply.rs`.
 mod apply;
+mod cluster;
 mod dns;
 mod fire;
 mod pace;
@@ -159,6 +160,8 @@ pub(crate) struct Runner {
     pub(super) regions: crate::dns::regions::Regions,
     /// The DNS server and the `[dns]` settings it answers with (`dns.rs`).
     pub(super) dns: Option<(crate::dns::DnsServer, crate::config::Dns)>,
+    /// `[cluster]`: this node's share, its gossip and the other nodes' verdicts (`cluster.rs`).
+    pub(super) cluster: Option<cluster::Link>,
     pub(super) metrics: RunnerMetrics,
     pub(super) persist: Persist,
     pub(super) rng: SplitMix64,
@@ -214,6 +217,7 @@ impl Runner {
             events: None,
             sinks: Vec::new(),
             dns: None,
+            cluster: config.cluster.as_ref().map(cluster::Link::new),
             regions: dns::regions(config.dns.as_ref()).map_err(DaemonError::Unsupported)?,
             metrics: RunnerMetrics::default(),
             persist: Persist {
@@ -235,6 +239,7 @@ impl Runner {
         runner.ensure_l4(&config, first_l4(&table))?;
         let sinks = runner.prepare_sinks(&config.sinks)?;
         runner.apply(table);
+        runner.start_cluster()?;
         runner.start_sinks(&config.sinks, sinks);
         runner.start_dns()?;
         // After the first table: the events file records changes, not the starting state.
@@ -297,6 +302,7 @@ impl Runner {
                         break;
                     }
                 },
+                Some(update) = cluster::recv(&mut self.cluster) => self.on_cluster(update),
                 Some((token, report, queued_ns)) = self.tasks.rx.recv(), if results_open => {
                     self.on_result(token, report, queued_ns);
                     while let Ok((token, report, queued_ns)) = self.tasks.rx.try_recv() {
@@ -333,6 +339,9 @@ impl Runner {
         }
         if let Some((mut dns, _)) = self.dns.take() {
             dns.stop();
+        }
+        if let Some(mut node) = self.cluster.take().and_then(|l| l.node) {
+            node.stop();
         }
         // Dropping the engine joins its thread, detaches probe_rx and removes the pins.
         drop(self.l4.port.take());

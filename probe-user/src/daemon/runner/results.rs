@@ -137,6 +137,11 @@ impl Runner {
             measured_window_ms: ms(tr.measured_window),
             formula_window_ms: ms(tr.formula_window),
         };
+        // In a cluster this node's verdict is one vote: the endpoint changes only when the
+        // aggregate does.
+        if self.cluster.is_some() && !self.cluster_sync(owner) {
+            return;
+        }
         self.restatus(owner, ChangeKind::Health, tr.at_ns, Some(Arc::new(detail)));
     }
 

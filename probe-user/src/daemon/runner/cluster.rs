@@ -1,0 +1,339 @@
+//! The runner's side of `[cluster]`: which checks this node probes (its share by rendezvous
+//! hashing over the live members), the verdicts it gossips (one per endpoint it probes), and
+//! each endpoint's health as the aggregate of every location's verdict (SPEC 9), which is what
+//! the change stream, the API, the sinks and DNS see.
+//!
+//! An endpoint's own tracker still counts this node's consecutive results (SPEC 9: within each
+//! location); its verdict is one vote. A node that takes a check over (a member left) starts
+//! its tracker from the cluster's aggregate, so the endpoint does not go back through
+//! CheckingEndpoint; one that hands a check over withdraws its vote.
+use tokio::sync::mpsc;
+
+use super::Runner;
+use crate::{
+    cluster::{
+        aggregate::Verdict,
+        node::{Node, Settings, Update},
+        remote::Said,
+        shard::{self, Member},
+        transport::Key,
+    },
+    config::Cluster,
+    daemon::{changes::ChangeKind, table::OwnerId, table::Table, DaemonError},
+    hash::FastMap,
+    health::Tracker,
+    status::Health,
+};
+
+/// The most a key file may hold: far more than any key.
+const MAX_KEY_FILE: u64 = 4096;
+
+pub(in crate::daemon) struct Link {
+    pub(in crate::daemon) node: Option<Node>,
+    rx: Option<mpsc::UnboundedReceiver<Update>>,
+    settings: Cluster,
+    members: Vec<Member>,
+    /// What the other nodes say, by verdict key.
+    said: FastMap<u64, Vec<Said>>,
+    /// Targets by verdict key (rebuilt with every table).
+    by_verdict: FastMap<u64, OwnerId>,
+}
+
+impl Link {
+    /// Before the first table: alone until gossip says otherwise, so this node probes all.
+    pub(in crate::daemon) fn new(settings: &Cluster) -> Link {
+        Link {
+            node: None,
+            rx: None,
+            members: vec![Member::new(&settings.node, &settings.region)],
+            settings: settings.clone(),
+            said: FastMap::default(),
+            by_verdict: FastMap::default(),
+        }
+    }
+
+    fn owns(&self, shard_key: u64) -> bool {
+        let s = &self.settings;
+        shard::is_owner(
+            &s.node,
+            shard_key,
+            &self.members,
+            s.probers_per_target,
+            s.distinct_regions,
+        )
+    }
+
+    pub(in crate::daemon) fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    /// What the other locations say about the endpoint with `verdict_key`.
+    pub(in crate::daemon) fn said(&self, verdict_key: u64) -> &[Said] {
+        self.said.get(&verdict_key).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// A tracker's state as a vote.
+pub(in crate::daemon) fn verdict_of(h: Health) -> Verdict {
+    match h {
+        Health::Healthy => Verdict::Up,
+        Health::Unhealthy => Verdict::Down,
+        Health::CheckingEndpoint => Verdict::Checking,
+    }
+}
+
+fn health_of(up: bool) -> Health {
+    if up {
+        Health::Healthy
+    } else {
+        Health::Unhealthy
+    }
+}
+
+pub(super) async fn recv(link: &mut Option<Link>) -> Option<Update> {
+    match link.as_mut().and_then(|l| l.rx.as_mut()) {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Runner {
+    /// Joins the cluster once the first table is applied: reads the key, binds gossip and
+    /// gossips the verdicts this node has (resumed from the state file, or none yet).
+    pub(super) fn start_cluster(&mut self) -> Result<(), DaemonError> {
+        let Some(link) = &mut self.cluster else {
+            return Ok(());
+        };
+        let s = &link.settings;
+        // SAFETY: geteuid only reads the process's credentials.
+        let uid = unsafe { libc::geteuid() };
+        let secret = crate::secret::read_private(&s.key_file, uid, MAX_KEY_FILE).map_err(|e| {
+            let why = match e {
+                crate::secret::SecretFileError::Read(e) => format!("cannot be read: {e}"),
+                crate::secret::SecretFileError::Refused(why) => why,
+            };
+            DaemonError::Cluster(format!("cluster.key_file {}: {why}", s.key_file.display()))
+        })?;
+        let key = Key::new(&secret)
+            .map_err(|why| DaemonError::Cluster(format!("cluster.key_file {} is {why}", s.key_file.display())))?;
+        let settings = Settings {
+            node: s.node.clone(),
+            region: s.region.clone(),
+            listen: s.listen,
+            advertise: s.advertise,
+            seeds: s.seeds.clone(),
+            gossip_interval: s.gossip_interval,
+            verdict_ttl: s.verdict_ttl,
+            key,
+        };
+        let own = own_verdicts(&self.table);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let node = Node::start(settings, own, tx).map_err(|e| DaemonError::Cluster(format!("{e:#}")))?;
+        link.node = Some(node);
+        link.rx = Some(rx);
+        Ok(())
+    }
+
+    /// Gives `table`'s endpoints their share, keys and aggregate health before it is applied,
+    /// so that applying it registers only this node's checks and publishes no false change.
+    pub(super) fn cluster_assign(&self, table: &mut Table) {
+        let Some(link) = &self.cluster else {
+            return;
+        };
+        for t in table.targets.values_mut() {
+            t.owned = link.owns(t.shard_key);
+            let own = t.should_probe().then(|| verdict_of(t.tracker.state()));
+            let rule = table.profiles[t.profile_ix as usize].cfg.aggregate;
+            let votes = own
+                .into_iter()
+                .chain(link.said(t.verdict_key).iter().map(|s| s.verdict));
+            t.cluster_health = rule.healthy(votes).map(health_of);
+            t.cluster_sent = own;
+        }
+        table.settle();
+    }
+
+    /// After a table was applied: the verdicts to gossip and the index by verdict key.
+    pub(super) fn cluster_applied(&mut self) {
+        let Some(link) = &mut self.cluster else {
+            return;
+        };
+        link.by_verdict = self.table.targets.iter().map(|(id, t)| (t.verdict_key, *id)).collect();
+        if let Some(node) = &link.node {
+            node.replace(own_verdicts(&self.table));
+        }
+    }
+
+    /// What gossip brought: new members re-share the checks; changed verdicts re-aggregate.
+    pub(super) fn on_cluster(&mut self, update: Update) {
+        let now = self.now();
+        let Some(link) = &mut self.cluster else {
+            return;
+        };
+        let mut touched = Vec::with_capacity(update.verdicts.len());
+        for (key, said) in update.verdicts {
+            if said.is_empty() {
+                link.said.remove(&key);
+            } else {
+                link.said.insert(key, said);
+            }
+            if let Some(id) = link.by_verdict.get(&key) {
+                touched.push(*id);
+            }
+        }
+        if let Some(members) = update.members {
+            link.members = members;
+            self.reshard(now);
+        }
+        for id in touched {
+            self.cluster_refresh(id, now);
+        }
+    }
+
+    /// Takes or hands over each check whose owners changed with the members.
+    fn reshard(&mut self, now: u64) {
+        let Some(link) = &self.cluster else {
+            return;
+        };
+        let moved: Vec<(OwnerId, bool)> = self
+            .table
+            .targets
+            .iter()
+            .filter_map(|(id, t)| {
+                let owned = link.owns(t.shard_key);
+                (owned != t.owned).then_some((*id, owned))
+            })
+            .collect();
+        let (mut taken, mut handed) = (0usize, 0usize);
+        for (id, owned) in moved {
+            let t = self.table.targets.get_mut(&id).expect("listed");
+            let was = t.should_probe();
+            t.owned = owned;
+            if owned {
+                taken += 1;
+                // From the cluster's verdict, not from CheckingEndpoint: no flap for a check
+                // that only changed hands.
+                let start = t.cluster_health.unwrap_or(Health::CheckingEndpoint);
+                t.tracker = Tracker::resume(t.tracker.thresholds(), t.tracker.timing(), start);
+            } else {
+                handed += 1;
+            }
+            let is = t.should_probe();
+            if was && !is {
+                self.unregister(id);
+            } else if !was && is {
+                self.register(id, now);
+            }
+            self.cluster_refresh(id, now);
+        }
+        if taken + handed > 0 {
+            log::info!(
+                "cluster: {taken} endpoint(s) taken over, {handed} handed over; {} member(s)",
+                self.cluster.as_ref().map_or(0, |l| l.members.len())
+            );
+        }
+    }
+
+    /// Gossips endpoint `id`'s own verdict if it changed and re-aggregates its health;
+    /// true when the aggregate changed (the caller publishes).
+    pub(in crate::daemon) fn cluster_sync(&mut self, id: OwnerId) -> bool {
+        let Some(link) = &self.cluster else {
+            return false;
+        };
+        let Some(t) = self.table.targets.get_mut(&id) else {
+            return false;
+        };
+        let own = t.should_probe().then(|| verdict_of(t.tracker.state()));
+        if own != t.cluster_sent {
+            if let Some(node) = &link.node {
+                match own {
+                    Some(v) => node.set(t.verdict_key, v),
+                    None => node.withdraw(t.verdict_key),
+                }
+            }
+            t.cluster_sent = own;
+        }
+        let rule = self.table.profiles[t.profile_ix as usize].cfg.aggregate;
+        let votes = own
+            .into_iter()
+            .chain(link.said(t.verdict_key).iter().map(|s| s.verdict));
+        let agg = rule.healthy(votes).map(health_of);
+        let changed = agg != t.cluster_health;
+        t.cluster_health = agg;
+        changed
+    }
+
+    /// `cluster_sync`, publishing the endpoint's change when its aggregate moved.
+    pub(in crate::daemon) fn cluster_refresh(&mut self, id: OwnerId, now: u64) {
+        if self.cluster_sync(id) {
+            self.restatus(id, ChangeKind::Cluster, now, None);
+        }
+    }
+}
+
+impl Runner {
+    /// Every location's verdict on the endpoint `view` shows, with `[cluster]`.
+    pub(in crate::daemon) fn fill_cluster(&self, view: &mut crate::daemon::views::EndpointView) {
+        use crate::daemon::views::{EndpointCluster, LocationVerdict};
+        let Some(link) = &self.cluster else {
+            return;
+        };
+        let Some(t) = self
+            .table
+            .find(&view.profile, &view.name)
+            .and_then(|id| self.table.targets.get(&id))
+        else {
+            return;
+        };
+        let own = t.cluster_sent.map(|verdict| LocationVerdict {
+            node: link.settings.node.clone(),
+            verdict,
+        });
+        let others = link.said(t.verdict_key).iter().map(|s| LocationVerdict {
+            node: s.node.to_string(),
+            verdict: s.verdict,
+        });
+        view.cluster = Some(EndpointCluster {
+            probed_here: t.should_probe(),
+            aggregate: self.table.profiles[t.profile_ix as usize].cfg.aggregate.to_string(),
+            locations: own.into_iter().chain(others).collect(),
+        });
+    }
+
+    /// `GET /v1/cluster`; None without `[cluster]`.
+    pub(in crate::daemon) fn cluster_view(&self) -> Option<crate::daemon::views::ClusterView> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let link = self.cluster.as_ref()?;
+        let snap = link.node.as_ref().map(Node::snapshot).unwrap_or_default();
+        let datagrams = link.node.as_ref().map_or_else(Default::default, |n| {
+            let c = &n.counters;
+            crate::daemon::views::DatagramCounts {
+                accepted: c.accepted.load(Relaxed),
+                forged: c.forged.load(Relaxed),
+                stale: c.stale.load(Relaxed),
+                replayed: c.replayed.load(Relaxed),
+                malformed: c.malformed.load(Relaxed),
+            }
+        });
+        Some(crate::daemon::views::ClusterView {
+            node: link.settings.node.clone(),
+            region: link.settings.region.clone(),
+            probers_per_target: link.settings.probers_per_target,
+            members: link.members().iter().map(|m| m.name.clone()).collect(),
+            nodes: snap.nodes,
+            probed_here: self.table.targets.values().filter(|t| t.should_probe()).count(),
+            endpoints: self.table.targets.len(),
+            datagrams,
+        })
+    }
+}
+
+/// This node's votes: every endpoint it probes, with its tracker's state.
+fn own_verdicts(table: &Table) -> Vec<(u64, Verdict)> {
+    table
+        .targets
+        .values()
+        .filter(|t| t.should_probe())
+        .map(|t| (t.verdict_key, verdict_of(t.tracker.state())))
+        .collect()
+}

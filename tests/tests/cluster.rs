@@ -1,0 +1,323 @@
+//! Several probed daemons, each in a namespace of its own around one backend namespace
+//! (tests/src/star.rs), sharing verdicts over authenticated gossip: with probers_per_target = 2
+//! each target is probed by exactly two nodes (counted per source at the backend by nft), every
+//! node shows every endpoint with its locations' verdicts, a node with another key is kept
+//! out, and when a node stops its targets are taken over without a flap. With every node
+//! probing (k = 0) and the 50% rule, a target failing from one location of three stays in
+//! rotation everywhere and one failing from two goes out everywhere.
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use probed::status::EndpointStatus as S;
+use probed_tests::{
+    daemon::{DaemonFiles, RunningDaemon},
+    servers::counted_packets,
+    star::{Star, NODE_IF},
+};
+
+const PORT: u16 = 8080;
+const TARGETS: usize = 12;
+
+fn target(j: usize) -> String {
+    format!("198.19.0.{}", j + 1)
+}
+
+/// Node `i`'s configuration: one profile of TARGETS TCP endpoints, and `[cluster]`.
+fn config(files: &DaemonFiles, i: usize, k: usize, key: &std::path::Path) -> String {
+    let mut text = files.header(NODE_IF);
+    text += &format!(
+        "[cluster]\nnode = \"n{i}\"\nlisten = \"{}:7946\"\nseeds = [\"{}:7946\"]\nprobers_per_target = {k}\n\
+         key_file = \"{}\"\ngossip_interval = \"100ms\"\n\n",
+        Star::addr(i),
+        Star::addr(0),
+        key.display()
+    );
+    text += "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\n\
+             interval = \"200ms\"\ntimeout = \"200ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n";
+    for j in 0..TARGETS {
+        text += &format!(
+            "\n[[profile.endpoint]]\nname = \"t{j}\"\naddress = \"{}\"\nport = {PORT}\n",
+            target(j)
+        );
+    }
+    text
+}
+
+/// A key file only its owner may read.
+fn key_file(dir: &std::path::Path, name: &str, fill: char) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, fill.to_string().repeat(44)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+/// The backend's SYN counters: one rule per (node, target).
+fn count_syns(star: &Star) {
+    let mut rules = String::new();
+    for i in 0..star.nodes.len() {
+        for j in 0..TARGETS {
+            rules += &format!(
+                "add rule inet probed_test input ip saddr {} ip daddr {} tcp dport {PORT} tcp flags & (syn | ack) == syn counter\n",
+                Star::addr(i),
+                target(j)
+            );
+        }
+    }
+    star.backend.nft(&format!(
+        "table inet probed_test {{\n chain input {{\n type filter hook input priority 0; policy accept;\n }}\n}}\n{rules}"
+    ));
+}
+
+/// SYNs so far by (node, target).
+fn syns(star: &Star) -> BTreeMap<(usize, usize), u64> {
+    let listing = star
+        .backend
+        .exec("nft", &["list", "chain", "inet", "probed_test", "input"]);
+    let mut out = BTreeMap::new();
+    for i in 0..star.nodes.len() {
+        for j in 0..TARGETS {
+            let needle = format!("saddr {} ip daddr {} ", Star::addr(i), target(j));
+            out.insert((i, j), counted_packets(&listing, &needle));
+        }
+    }
+    out
+}
+
+fn since(
+    after: &BTreeMap<(usize, usize), u64>,
+    before: &BTreeMap<(usize, usize), u64>,
+) -> BTreeMap<(usize, usize), u64> {
+    after
+        .iter()
+        .map(|(k, v)| (*k, v - before.get(k).copied().unwrap_or(0)))
+        .collect()
+}
+
+fn wait_for(what: &str, within: Duration, mut ok: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    start.elapsed()
+}
+
+fn members(d: &RunningDaemon) -> Vec<String> {
+    let v = d.get("/v1/cluster");
+    v["members"]
+        .as_array()
+        .map(|m| m.iter().filter_map(|n| n.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+/// An endpoint's name, status, and its locations' (node, verdict).
+type Seen = (String, String, Vec<(String, String)>);
+
+/// Every endpoint of `d`, with its status and its locations' verdicts.
+fn endpoints(d: &RunningDaemon) -> Vec<Seen> {
+    let v = d.get("/v1/status/web");
+    v["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let locations = e["cluster"]["locations"]
+                .as_array()
+                .map(|l| {
+                    l.iter()
+                        .map(|x| {
+                            (
+                                x["node"].as_str().unwrap().to_string(),
+                                x["verdict"].as_str().unwrap().to_string(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            (
+                e["name"].as_str().unwrap().to_string(),
+                e["status"].as_str().unwrap().to_string(),
+                locations,
+            )
+        })
+        .collect()
+}
+
+fn start(star: &Star, files: &[DaemonFiles], i: usize, k: usize, key: &std::path::Path) -> RunningDaemon {
+    let cfg = files[i].write_config(&config(&files[i], i, k, key));
+    RunningDaemon::start(&star.nodes[i], cfg, None).unwrap_or_else(|e| panic!("start n{i}: {e}"))
+}
+
+#[test]
+fn two_probers_per_target_a_stranger_kept_out_and_a_node_leaving_without_a_flap() {
+    let star = Star::new(4);
+    star.anyip("198.19.0.0/24");
+    let _listener = star.backend.tcp_listen(&format!("0.0.0.0:{PORT}"));
+    count_syns(&star);
+    let files: Vec<DaemonFiles> = (0..4).map(|_| DaemonFiles::new()).collect();
+    let key = key_file(&files[0].dir, "cluster.key", 'k');
+    let other_key = key_file(&files[3].dir, "other.key", 'x');
+    let mut daemons: Vec<Option<RunningDaemon>> = (0..3).map(|i| Some(start(&star, &files, i, 2, &key))).collect();
+    // n3 has the right config but another key.
+    let stranger = start(&star, &files, 3, 2, &other_key);
+    let d = |i: usize, ds: &[Option<RunningDaemon>]| -> Vec<String> { members(ds[i].as_ref().unwrap()) };
+    let joined = wait_for("the three nodes see each other", Duration::from_secs(15), || {
+        (0..3).all(|i| d(i, &daemons) == ["n0", "n1", "n2"])
+    });
+    println!("three nodes joined in {joined:?}");
+    assert_eq!(members(&stranger), ["n3"], "the stranger learns nobody");
+    // Every endpoint Online everywhere, with the verdicts of two locations.
+    wait_for(
+        "every endpoint Online with two locations, on every node",
+        Duration::from_secs(10),
+        || {
+            (0..3).all(|i| {
+                endpoints(daemons[i].as_ref().unwrap())
+                    .iter()
+                    .all(|(_, status, locations)| status == "Online" && locations.len() == 2)
+            })
+        },
+    );
+
+    // Probes over two seconds: each target from exactly two of the three nodes, none from n3's
+    // share leaking (n3 probes alone, all twelve: it is a cluster of one).
+    std::thread::sleep(Duration::from_millis(500));
+    let before = syns(&star);
+    std::thread::sleep(Duration::from_secs(2));
+    let window = since(&syns(&star), &before);
+    for j in 0..TARGETS {
+        let from: Vec<usize> = (0..3).filter(|i| window[&(*i, j)] > 0).collect();
+        assert_eq!(from.len(), 2, "target {j} probed by {from:?}; counts {window:?}");
+        for i in &from {
+            assert!(window[&(*i, j)] >= 5, "about ten probes in 2 s at 200 ms: {window:?}");
+        }
+        assert!(window[&(3, j)] >= 5, "the stranger probes everything itself");
+    }
+    let total: u64 = (0..3)
+        .flat_map(|i| (0..TARGETS).map(move |j| (i, j)))
+        .map(|k| window[&k])
+        .sum();
+    println!(
+        "probes in 2 s by the cluster: {total} (k/N = 2/3 of the unshared {})",
+        3 * 2 * TARGETS * 5
+    );
+    let probed_here: u64 = (0..3)
+        .map(|i| {
+            daemons[i].as_ref().unwrap().get("/v1/cluster")["probed_here"]
+                .as_u64()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(probed_here, 2 * TARGETS as u64);
+    let forged = daemons[0].as_ref().unwrap().get("/v1/cluster")["datagrams"]["forged"]
+        .as_u64()
+        .unwrap();
+    assert!(forged > 0, "the stranger's datagrams are refused at n0 (its seed)");
+    for i in 0..3 {
+        for (name, _, locations) in endpoints(daemons[i].as_ref().unwrap()) {
+            assert!(
+                locations.iter().all(|(n, _)| n != "n3"),
+                "{name} on n{i}: {locations:?}"
+            );
+        }
+    }
+
+    // n2 stops: n0 and n1 take its share; nothing flaps.
+    let events_before: Vec<usize> = (0..2).map(|i| daemons[i].as_ref().unwrap().events().len()).collect();
+    let stopped = Instant::now();
+    daemons[2].take().unwrap().stop();
+    let before = syns(&star);
+    let took = wait_for("n0 and n1 probe every target", Duration::from_secs(20), || {
+        let now = since(&syns(&star), &before);
+        (0..TARGETS).all(|j| now[&(0, j)] > 0 && now[&(1, j)] > 0)
+    });
+    println!(
+        "n2's targets probed again by both others {:?} after it stopped",
+        stopped.elapsed()
+    );
+    let _ = took;
+    wait_for("n0 and n1 see two members", Duration::from_secs(10), || {
+        (0..2).all(|i| d(i, &daemons) == ["n0", "n1"])
+    });
+    for i in 0..2 {
+        let d = daemons[i].as_ref().unwrap();
+        let new: Vec<_> = d.events().into_iter().skip(events_before[i]).collect();
+        assert!(
+            new.iter().all(|e| e.to == Some(S::Online)),
+            "n{i}: an endpoint left Online while the cluster shrank: {new:#?}"
+        );
+        assert!(endpoints(d).iter().all(|(_, status, _)| status == "Online"));
+    }
+    for d in daemons.into_iter().flatten() {
+        d.stop();
+    }
+    stranger.stop();
+}
+
+#[test]
+fn with_every_node_probing_half_the_locations_decide() {
+    let star = Star::new(3);
+    star.anyip("198.19.0.0/24");
+    let _listener = star.backend.tcp_listen(&format!("0.0.0.0:{PORT}"));
+    let files: Vec<DaemonFiles> = (0..3).map(|_| DaemonFiles::new()).collect();
+    let key = key_file(&files[0].dir, "cluster.key", 'k');
+    let daemons: Vec<RunningDaemon> = (0..3).map(|i| start(&star, &files, i, 0, &key)).collect();
+    wait_for(
+        "every endpoint Online with three locations, on every node",
+        Duration::from_secs(15),
+        || {
+            daemons.iter().all(|d| {
+                endpoints(d)
+                    .iter()
+                    .all(|(_, status, locations)| status == "Online" && locations.len() == 3)
+            })
+        },
+    );
+    // t0 fails from n0 only: one location of three sees it down, it stays in.
+    let drop_from = |i: usize| {
+        star.backend.nft(&format!(
+            "table inet probed_cut {{\n chain input {{\n type filter hook input priority -10; policy accept;\n }}\n}}\n\
+             add rule inet probed_cut input ip saddr {} ip daddr {} tcp dport {PORT} drop\n",
+            Star::addr(i),
+            target(0)
+        ));
+    };
+    drop_from(0);
+    let t0_on = |d: &RunningDaemon| endpoints(d).into_iter().find(|e| e.0 == "t0").unwrap();
+    wait_for("n0 votes t0 down", Duration::from_secs(5), || {
+        daemons
+            .iter()
+            .all(|d| t0_on(d).2.contains(&("n0".to_string(), "down".to_string())))
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    for d in &daemons {
+        let (_, status, locations) = t0_on(d);
+        assert_eq!(status, "Online", "one of three down keeps it in: {locations:?}");
+    }
+    // From n1 too: two of three down, out everywhere.
+    drop_from(1);
+    let took = wait_for("t0 Degraded on every node", Duration::from_secs(5), || {
+        daemons.iter().all(|d| t0_on(d).1 == "Degraded")
+    });
+    println!("t0 out everywhere {took:?} after its second location lost it");
+    for d in &daemons {
+        // The node whose own vote decided it records a health change (with its results);
+        // the one whose vote stayed up records the cluster's.
+        use probed::daemon::views::ChangeKind;
+        let ev = d
+            .events()
+            .into_iter()
+            .find(|e| e.endpoint == "t0" && e.to == Some(S::Degraded))
+            .expect("t0's change is in the events");
+        assert!(matches!(ev.kind, ChangeKind::Cluster | ChangeKind::Health), "{ev:?}");
+        assert!(t0_on(d).2.iter().filter(|(_, v)| v == "down").count() >= 2);
+        // The other endpoints never moved.
+        assert!(endpoints(d).iter().filter(|e| e.0 != "t0").all(|e| e.1 == "Online"));
+    }
+    for d in daemons {
+        d.stop();
+    }
+}
