@@ -106,6 +106,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show a running daemon's cluster: its share of the probing, the members, and what each
+    /// node gossips (`[cluster]`).
+    Cluster {
+        #[command(flatten)]
+        api: ApiArgs,
+        /// Print the API's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Ask a running daemon to re-read its configuration file and apply it (like SIGHUP).
     Reload {
         #[command(flatten)]
@@ -215,6 +224,7 @@ pub fn main() -> ExitCode {
         Command::Status { profile, api, json, .. } => status(profile.as_deref(), &api, json),
         Command::Reload { api } => reload(&api),
         Command::Sinks { api, json } => sinks(&api, json),
+        Command::Cluster { api, json } => cluster(&api, json),
         Command::Events {
             profile,
             api,
@@ -621,6 +631,20 @@ fn percent_encode(s: &str) -> String {
             }
         })
         .collect()
+}
+
+fn cluster(api: &ApiArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let resp = api_get(api, "GET", "/v1/cluster")?;
+    if resp.status != 200 {
+        anyhow::bail!("{}", api_error(&resp.body));
+    }
+    if json {
+        println!("{}", resp.body);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let view: probed::daemon::views::ClusterView = serde_json::from_str(&resp.body).context("decode the cluster")?;
+    print!("{}", probed::daemon::views::render_cluster(&view));
+    Ok(ExitCode::SUCCESS)
 }
 
 fn reload(api: &ApiArgs) -> anyhow::Result<ExitCode> {

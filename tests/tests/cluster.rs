@@ -12,7 +12,8 @@ use std::{
 
 use probed::status::EndpointStatus as S;
 use probed_tests::{
-    daemon::{DaemonFiles, RunningDaemon},
+    daemon::{metric, DaemonFiles, RunningDaemon},
+    probed_bin,
     servers::counted_packets,
     star::{Star, NODE_IF},
 };
@@ -216,6 +217,33 @@ fn two_probers_per_target_a_stranger_kept_out_and_a_node_leaving_without_a_flap(
         .as_u64()
         .unwrap();
     assert!(forged > 0, "the stranger's datagrams are refused at n0 (its seed)");
+    let metrics = daemons[0].as_ref().unwrap().get("/metrics");
+    let text = metrics.as_str().unwrap();
+    assert_eq!(metric(text, "probed_cluster_members "), 3.0);
+    assert!(metric(text, "probed_cluster_datagrams_total{result=\"forged\"} ") > 0.0);
+    assert!(metric(text, "probed_cluster_datagrams_total{result=\"accepted\"} ") > 0.0);
+    let here = metric(text, "probed_cluster_probed_endpoints ");
+    assert!((1.0..=TARGETS as f64).contains(&here), "{here}");
+    // What an operator sees.
+    let out = std::process::Command::new(probed_bin())
+        .args(["cluster", "--api", &files[0].api()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.contains("members: n0 n1 n2") && text.contains("2 nodes probe each endpoint"),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("n1 ") && l.contains(" yes ")),
+        "{text}"
+    );
+    let out = std::process::Command::new(probed_bin())
+        .args(["cluster", "--api", &files[3].api()])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("members: n3"), "{out:?}");
     for (i, d) in daemons.iter().flatten().enumerate() {
         for (name, _, locations) in endpoints(d) {
             assert!(

@@ -147,6 +147,22 @@ impl RunnerMetrics {
         r.set_total(&catalog::DNS_SEND_ERRORS, vec![], load(&counters.send_errors));
     }
 
+    pub fn cluster(&mut self, view: &super::views::ClusterView) {
+        let r = &mut self.registry;
+        r.set(&catalog::CLUSTER_MEMBERS, vec![], view.members.len() as f64);
+        r.set(&catalog::CLUSTER_PROBED_HERE, vec![], view.probed_here as f64);
+        let d = &view.datagrams;
+        for (result, n) in [
+            ("accepted", d.accepted),
+            ("forged", d.forged),
+            ("stale", d.stale),
+            ("replayed", d.replayed),
+            ("malformed", d.malformed),
+        ] {
+            r.set_total(&catalog::CLUSTER_DATAGRAMS, vec![("result", result.to_string())], n);
+        }
+    }
+
     /// The runner's metrics text, with the gauges computed now. Kernel counters are read by
     /// the caller off the runner's thread (`metrics::kernel`).
     pub fn render(

@@ -199,6 +199,50 @@ pub struct ReloadReport {
     pub restart_needed: Vec<String>,
 }
 
+/// `probed cluster`: this node's share, the members, what each node gossips.
+pub fn render_cluster(v: &ClusterView) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let k = match v.probers_per_target {
+        0 => "every node probes every endpoint".to_string(),
+        k => format!("{k} nodes probe each endpoint"),
+    };
+    let _ = writeln!(
+        out,
+        "node {} (region {}): probes {} of {} endpoints; {k}",
+        v.node, v.region, v.probed_here, v.endpoints
+    );
+    let _ = writeln!(out, "members: {}", v.members.join(" "));
+    let _ = writeln!(
+        out,
+        "{:<20} {:<12} {:<5} {:>9} {:>9}",
+        "NODE", "REGION", "LIVE", "SILENT", "VERDICTS"
+    );
+    for n in &v.nodes {
+        let silent = if n.live {
+            "-".to_string()
+        } else {
+            format!("{:.1}s", n.silent_ms as f64 / 1000.0)
+        };
+        let _ = writeln!(
+            out,
+            "{:<20} {:<12} {:<5} {:>9} {:>9}",
+            n.name,
+            n.region,
+            if n.live { "yes" } else { "NO" },
+            silent,
+            n.verdicts
+        );
+    }
+    let d = &v.datagrams;
+    let _ = writeln!(
+        out,
+        "gossip datagrams: {} accepted; dropped: {} forged, {} stale, {} replayed, {} malformed",
+        d.accepted, d.forged, d.stale, d.replayed, d.malformed
+    );
+    out
+}
+
 /// `text` in the colour of `status` (an endpoint's or a profile's) when `colour`.
 pub fn paint(status: &str, text: String, colour: bool) -> String {
     if !colour {

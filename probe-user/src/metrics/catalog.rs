@@ -223,6 +223,21 @@ pub const DNS_SEND_ERRORS: Metric = Metric::counter(
 );
 
 /// Every declaration, for the documentation test.
+pub const CLUSTER_MEMBERS: Metric = Metric::gauge(
+    "probed_cluster_members",
+    "Live nodes of the cluster, this one included",
+    &[],
+);
+pub const CLUSTER_PROBED_HERE: Metric = Metric::gauge(
+    "probed_cluster_probed_endpoints",
+    "Endpoints this node probes (its share); the rest it learns from the other nodes",
+    &[],
+);
+pub const CLUSTER_DATAGRAMS: Metric = Metric::counter(
+    "probed_cluster_datagrams_total",
+    "Gossip datagrams received, by result (accepted; forged, stale, replayed, malformed: dropped)",
+    &["result"],
+);
 pub const ALL: &[&Metric] = &[
     &PROBES_SENT,
     &PROBE_RESULTS,
@@ -254,6 +269,9 @@ pub const ALL: &[&Metric] = &[
     &DNS_ANSWERS,
     &DNS_TCP_ANSWERS,
     &DNS_SEND_ERRORS,
+    &CLUSTER_MEMBERS,
+    &CLUSTER_PROBED_HERE,
+    &CLUSTER_DATAGRAMS,
 ];
 
 #[cfg(test)]

@@ -8,6 +8,9 @@ impl Runner {
         if let Some((dns, _)) = &self.dns {
             self.metrics.dns(dns.counters());
         }
+        if let Some(view) = self.cluster_view() {
+            self.metrics.cluster(&view);
+        }
         let text = self.metrics.render(
             &self.table,
             self.sched.len(),
