@@ -253,6 +253,43 @@ fn two_probers_per_target_a_stranger_kept_out_and_a_node_leaving_without_a_flap(
         }
     }
 
+    // A partition: n2 cut off from the others' gossip (at the backend, which forwards it).
+    // Each side re-shares the probing among what it sees; nothing flaps; on healing the
+    // members merge again.
+    let events_before: Vec<usize> = (0..3).map(|i| daemons[i].as_ref().unwrap().events().len()).collect();
+    let n2 = Star::addr(2);
+    star.backend.nft(&format!(
+        "table inet probed_part {{\n chain forward {{\n type filter hook forward priority 0; policy accept;\n \
+         ip saddr {n2} udp dport 7946 drop\n ip daddr {n2} udp dport 7946 drop\n }}\n}}\n"
+    ));
+    let split = wait_for(
+        "each side of the partition sees only itself",
+        Duration::from_secs(15),
+        || d(0, &daemons) == ["n0", "n1"] && d(1, &daemons) == ["n0", "n1"] && d(2, &daemons) == ["n2"],
+    );
+    println!("partition seen by both sides in {split:?}");
+    let before = syns(&star);
+    wait_for(
+        "n2 probes everything, n0 and n1 cover everything",
+        Duration::from_secs(10),
+        || {
+            let now = since(&syns(&star), &before);
+            (0..TARGETS).all(|j| now[&(2, j)] > 0 && (now[&(0, j)] > 0 || now[&(1, j)] > 0))
+        },
+    );
+    star.backend.exec("nft", &["delete", "table", "inet", "probed_part"]);
+    let healed = wait_for("the members merge after healing", Duration::from_secs(15), || {
+        (0..3).all(|i| d(i, &daemons) == ["n0", "n1", "n2"])
+    });
+    println!("partition healed: all three members again {healed:?} later");
+    for (i, d) in daemons.iter().flatten().enumerate() {
+        let new: Vec<_> = d.events().into_iter().skip(events_before[i]).collect();
+        assert!(
+            new.iter().all(|e| e.to == Some(S::Online)),
+            "n{i}: an endpoint left Online through the partition: {new:#?}"
+        );
+    }
+
     // n2 stops: n0 and n1 take its share; nothing flaps.
     let events_before: Vec<usize> = (0..2).map(|i| daemons[i].as_ref().unwrap().events().len()).collect();
     let stopped = Instant::now();
