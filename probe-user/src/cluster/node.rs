@@ -343,7 +343,7 @@ impl Task {
                     if changed.is_err() {
                         break;
                     }
-                    let live = live_nodes(&watcher.borrow_and_update());
+                    let live = live_nodes(&watcher.borrow_and_update(), &self.remote);
                     let dirty = self.remote.observe(live, Instant::now());
                     self.report(dirty);
                 }
@@ -393,8 +393,9 @@ impl Task {
     }
 }
 
-/// The live nodes' names, regions and verdict keys, copied out of chitchat's view.
-fn live_nodes(live: &BTreeMap<ChitchatId, NodeState>) -> Vec<LiveNode> {
+/// The live nodes' names, regions and verdict keys, copied out of chitchat's view; only the
+/// values `remote` has not decoded at their version yet are copied.
+fn live_nodes(live: &BTreeMap<ChitchatId, NodeState>, remote: &Remote) -> Vec<LiveNode> {
     live.iter()
         .map(|(id, state)| LiveNode {
             name: id.node_id.to_string(),
@@ -403,7 +404,11 @@ fn live_nodes(live: &BTreeMap<ChitchatId, NodeState>) -> Vec<LiveNode> {
             buckets: state
                 .iter_prefix(verdicts::PREFIX)
                 .filter(|(_, v)| !v.is_deleted())
-                .map(|(k, v)| (k.to_string(), v.version, v.value.clone()))
+                .map(|(k, v)| {
+                    let known = remote.known_version(&id.node_id, id.generation_id, k) == Some(v.version);
+                    let value = if known { String::new() } else { v.value.clone() };
+                    (k.to_string(), v.version, value)
+                })
                 .collect(),
         })
         .collect()

@@ -20,7 +20,8 @@ pub struct LiveNode {
     pub name: String,
     pub generation: u64,
     pub region: String,
-    /// (key, version, value) of every `v/` key.
+    /// (key, version, value) of every `v/` key; the value may be left empty when its version
+    /// is the one `Remote::known_version` gives (it is not read again).
     pub buckets: Vec<(String, u64, String)>,
 }
 
@@ -154,6 +155,13 @@ impl Remote {
                 retract(&mut self.by_target, &node, entries.iter(), dirty);
             }
         }
+    }
+
+    /// The version of `key` already decoded for node `name` of `generation`: a value gossip
+    /// still holds at that version need not be copied out again.
+    pub fn known_version(&self, name: &str, generation: u64, key: &str) -> Option<u64> {
+        let k = self.nodes.get(name).filter(|k| k.generation == generation)?;
+        k.buckets.get(key).map(|(v, _)| *v)
     }
 
     /// What the other nodes say about `target`.

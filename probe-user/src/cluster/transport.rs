@@ -54,6 +54,10 @@ pub const MIN_KEY_BYTES: usize = 32;
 /// What the transport turned away, for the metrics.
 #[derive(Debug, Default)]
 pub struct Counters {
+    /// Bytes of gossip sent and received (whole datagrams, header and tag included; every
+    /// datagram received, dropped or not).
+    pub bytes_sent: AtomicU64,
+    pub bytes_received: AtomicU64,
     pub accepted: AtomicU64,
     /// Wrong tag (no key, another key, or altered on the way), or too short to carry one.
     pub forged: AtomicU64,
@@ -237,8 +241,11 @@ impl Socket for AuthSocket {
         self.next_id = self.next_id.wrapping_add(1);
         for d in seal(&self.key, &payload, self.next_id, unix_ms()) {
             // Like chitchat's own UDP transport: a datagram that cannot go is a lost one.
-            if let Err(e) = self.socket.send_to(&d, to).await {
-                log::debug!("gossip: send to {to}: {e}");
+            match self.socket.send_to(&d, to).await {
+                Ok(n) => {
+                    self.counters.bytes_sent.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) => log::debug!("gossip: send to {to}: {e}"),
             }
         }
         Ok(())
@@ -258,6 +265,7 @@ impl Socket for AuthSocket {
                 }
                 Err(e) => return Err(e).context("receive gossip"),
             };
+            self.counters.bytes_received.fetch_add(len as u64, Ordering::Relaxed);
             if let Some(message) = self.take(from, len) {
                 return Ok((from, message));
             }

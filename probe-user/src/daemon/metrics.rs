@@ -161,6 +161,9 @@ impl RunnerMetrics {
         ] {
             r.set_total(&catalog::CLUSTER_DATAGRAMS, vec![("result", result.to_string())], n);
         }
+        for (direction, n) in [("sent", d.bytes_sent), ("received", d.bytes_received)] {
+            r.set_total(&catalog::CLUSTER_BYTES, vec![("direction", direction.to_string())], n);
+        }
     }
 
     /// The runner's metrics text, with the gauges computed now. Kernel counters are read by

@@ -127,6 +127,8 @@ pub struct ClusterView {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DatagramCounts {
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
     pub accepted: u64,
     pub forged: u64,
     pub stale: u64,
@@ -237,8 +239,14 @@ pub fn render_cluster(v: &ClusterView) -> String {
     let d = &v.datagrams;
     let _ = writeln!(
         out,
-        "gossip datagrams: {} accepted; dropped: {} forged, {} stale, {} replayed, {} malformed",
-        d.accepted, d.forged, d.stale, d.replayed, d.malformed
+        "gossip: {:.1} KiB sent, {:.1} KiB received; datagrams {} accepted, dropped {} forged, {} stale, {} replayed, {} malformed",
+        d.bytes_sent as f64 / 1024.0,
+        d.bytes_received as f64 / 1024.0,
+        d.accepted,
+        d.forged,
+        d.stale,
+        d.replayed,
+        d.malformed
     );
     out
 }

@@ -238,6 +238,11 @@ pub const CLUSTER_DATAGRAMS: Metric = Metric::counter(
     "Gossip datagrams received, by result (accepted; forged, stale, replayed, malformed: dropped)",
     &["result"],
 );
+pub const CLUSTER_BYTES: Metric = Metric::counter(
+    "probed_cluster_gossip_bytes_total",
+    "Bytes of gossip sent and received (whole datagrams)",
+    &["direction"],
+);
 pub const ALL: &[&Metric] = &[
     &PROBES_SENT,
     &PROBE_RESULTS,
@@ -272,6 +277,7 @@ pub const ALL: &[&Metric] = &[
     &CLUSTER_MEMBERS,
     &CLUSTER_PROBED_HERE,
     &CLUSTER_DATAGRAMS,
+    &CLUSTER_BYTES,
 ];
 
 #[cfg(test)]

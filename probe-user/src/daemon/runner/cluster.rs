@@ -308,6 +308,8 @@ impl Runner {
         let datagrams = link.node.as_ref().map_or_else(Default::default, |n| {
             let c = &n.counters;
             crate::daemon::views::DatagramCounts {
+                bytes_sent: c.bytes_sent.load(Relaxed),
+                bytes_received: c.bytes_received.load(Relaxed),
                 accepted: c.accepted.load(Relaxed),
                 forged: c.forged.load(Relaxed),
                 stale: c.stale.load(Relaxed),
