@@ -3,7 +3,9 @@
 //! forwards between the links, so the nodes reach each other (gossip) through it, and AnyIP
 //! blocks make whole ranges of target addresses local to it. For cluster tests: each node runs
 //! a daemon, and the backend counts what each node sends with nftables.
-use crate::{topo::link, Netns};
+use std::path::{Path, PathBuf};
+
+use crate::{daemon::DaemonFiles, topo::link, Netns};
 
 /// The node's end of its link.
 pub const NODE_IF: &str = "nd0";
@@ -46,5 +48,71 @@ impl Star {
     /// Makes `cidr` (IPv4) local to the backend; the nodes reach it by their default routes.
     pub fn anyip(&self, cidr: &str) {
         self.backend.ip(&["route", "add", "local", cidr, "dev", "lo"]);
+    }
+}
+
+/// The port the star's targets listen on, and their addresses: 198.19.0.(j+1).
+pub const TARGET_PORT: u16 = 8080;
+
+pub fn target(j: usize) -> String {
+    format!("198.19.0.{}", j + 1)
+}
+
+/// Node `i`'s configuration: one profile "web" of `targets` TCP endpoints (t0, t1, ...) at
+/// 200 ms, and `[cluster]` with node 0 as the seed, `k` probers per target and `key`.
+pub fn cluster_config(files: &DaemonFiles, i: usize, targets: usize, k: usize, key: &Path) -> String {
+    let mut text = files.header(NODE_IF);
+    text += &format!(
+        "[cluster]\nnode = \"n{i}\"\nlisten = \"{}:7946\"\nseeds = [\"{}:7946\"]\nprobers_per_target = {k}\n\
+         key_file = \"{}\"\ngossip_interval = \"100ms\"\n\n",
+        Star::addr(i),
+        Star::addr(0),
+        key.display()
+    );
+    text += "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\n\
+             interval = \"200ms\"\ntimeout = \"200ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n";
+    for j in 0..targets {
+        text += &format!(
+            "\n[[profile.endpoint]]\nname = \"t{j}\"\naddress = \"{}\"\nport = {TARGET_PORT}\n",
+            target(j)
+        );
+    }
+    text
+}
+
+/// A cluster key file in `dir` only its owner may read: `fill` 44 times.
+pub fn key_file(dir: &Path, name: &str, fill: char) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, fill.to_string().repeat(44)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+impl Star {
+    /// Drops what node `i` sends to target `j` (at the backend's input), until `restore`.
+    pub fn cut(&self, i: usize, j: usize) {
+        self.backend.nft(&format!(
+            "table inet probed_cut {{\n chain input {{\n type filter hook input priority -10; policy accept;\n }}\n}}\n\
+             add rule inet probed_cut input ip saddr {} ip daddr {} tcp dport {TARGET_PORT} drop\n",
+            Star::addr(i),
+            target(j)
+        ));
+    }
+
+    /// Removes every `cut`.
+    pub fn restore(&self) {
+        let _ = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.backend.name,
+                "nft",
+                "delete",
+                "table",
+                "inet",
+                "probed_cut",
+            ])
+            .output();
     }
 }

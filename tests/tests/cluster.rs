@@ -15,45 +15,11 @@ use probed_tests::{
     daemon::{metric, DaemonFiles, RunningDaemon},
     probed_bin,
     servers::counted_packets,
-    star::{Star, NODE_IF},
+    star::{cluster_config, key_file, target, Star, TARGET_PORT},
 };
 
-const PORT: u16 = 8080;
+const PORT: u16 = TARGET_PORT;
 const TARGETS: usize = 12;
-
-fn target(j: usize) -> String {
-    format!("198.19.0.{}", j + 1)
-}
-
-/// Node `i`'s configuration: one profile of TARGETS TCP endpoints, and `[cluster]`.
-fn config(files: &DaemonFiles, i: usize, k: usize, key: &std::path::Path) -> String {
-    let mut text = files.header(NODE_IF);
-    text += &format!(
-        "[cluster]\nnode = \"n{i}\"\nlisten = \"{}:7946\"\nseeds = [\"{}:7946\"]\nprobers_per_target = {k}\n\
-         key_file = \"{}\"\ngossip_interval = \"100ms\"\n\n",
-        Star::addr(i),
-        Star::addr(0),
-        key.display()
-    );
-    text += "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\n\
-             interval = \"200ms\"\ntimeout = \"200ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n";
-    for j in 0..TARGETS {
-        text += &format!(
-            "\n[[profile.endpoint]]\nname = \"t{j}\"\naddress = \"{}\"\nport = {PORT}\n",
-            target(j)
-        );
-    }
-    text
-}
-
-/// A key file only its owner may read.
-fn key_file(dir: &std::path::Path, name: &str, fill: char) -> std::path::PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join(name);
-    std::fs::write(&path, fill.to_string().repeat(44)).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    path
-}
 
 /// The backend's SYN counters: one rule per (node, target).
 fn count_syns(star: &Star) {
@@ -148,7 +114,7 @@ fn endpoints(d: &RunningDaemon) -> Vec<Seen> {
 }
 
 fn start(star: &Star, files: &[DaemonFiles], i: usize, k: usize, key: &std::path::Path) -> RunningDaemon {
-    let cfg = files[i].write_config(&config(&files[i], i, k, key));
+    let cfg = files[i].write_config(&cluster_config(&files[i], i, TARGETS, k, key));
     RunningDaemon::start(&star.nodes[i], cfg, None).unwrap_or_else(|e| panic!("start n{i}: {e}"))
 }
 
@@ -342,15 +308,7 @@ fn with_every_node_probing_half_the_locations_decide() {
         },
     );
     // t0 fails from n0 only: one location of three sees it down, it stays in.
-    let drop_from = |i: usize| {
-        star.backend.nft(&format!(
-            "table inet probed_cut {{\n chain input {{\n type filter hook input priority -10; policy accept;\n }}\n}}\n\
-             add rule inet probed_cut input ip saddr {} ip daddr {} tcp dport {PORT} drop\n",
-            Star::addr(i),
-            target(0)
-        ));
-    };
-    drop_from(0);
+    star.cut(0, 0);
     let t0_on = |d: &RunningDaemon| endpoints(d).into_iter().find(|e| e.0 == "t0").unwrap();
     wait_for("n0 votes t0 down", Duration::from_secs(5), || {
         daemons
@@ -363,7 +321,7 @@ fn with_every_node_probing_half_the_locations_decide() {
         assert_eq!(status, "Online", "one of three down keeps it in: {locations:?}");
     }
     // From n1 too: two of three down, out everywhere.
-    drop_from(1);
+    star.cut(1, 0);
     let took = wait_for("t0 Degraded on every node", Duration::from_secs(5), || {
         daemons.iter().all(|d| t0_on(d).1 == "Degraded")
     });
@@ -385,4 +343,31 @@ fn with_every_node_probing_half_the_locations_decide() {
     for d in daemons {
         d.stop();
     }
+}
+
+/// `cargo xtask demo --cluster`, for 14 s: three nodes come up, t0 cut off from one of its
+/// probers stays Online with one vote down, cut off from both goes Degraded on every node.
+#[test]
+fn the_cluster_demo_shows_both_steps() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_probed-demo"))
+        .args(["--cluster", "--seconds", "14"])
+        .output()
+        .expect("run the demo");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let frames: Vec<&str> = text.split("probed cluster demo, ").skip(1).collect();
+    assert!(frames.len() >= 10, "a frame a second: {}", frames.len());
+    let t0 = |f: &str| f.lines().find(|l| l.starts_with("t0 ")).unwrap_or("").to_string();
+    assert!(
+        frames.iter().any(|f| {
+            let l = t0(f);
+            l.matches("Online [").count() == 3 && l.contains(":Down")
+        }),
+        "a frame with t0 Online everywhere and one vote down:\n{text}"
+    );
+    assert!(
+        frames.iter().any(|f| t0(f).matches("Degraded [").count() == 3),
+        "a frame with t0 Degraded everywhere:\n{text}"
+    );
+    assert!(frames.iter().any(|f| f.contains("members [\"n0\",\"n1\",\"n2\"]")));
 }

@@ -40,6 +40,9 @@ enum Command {
         /// Stop by itself after this many seconds (default: run until Ctrl-C).
         #[arg(long)]
         seconds: Option<u64>,
+        /// Three probed nodes sharing verdicts (`[cluster]`) instead of one.
+        #[arg(long)]
+        cluster: bool,
     },
     /// Benchmarks (not tests): `l4`, `http`, `schedule`, `sinks`, `peers`, `dns`.
     Bench {
@@ -71,7 +74,7 @@ fn main() -> std::process::ExitCode {
         Command::Setup => setup::run(),
         Command::Build { release } => build::run(release),
         Command::Test { filter } => test::run(filter.as_deref()),
-        Command::Demo { seconds } => demo::run(seconds),
+        Command::Demo { seconds, cluster } => demo::run(seconds, cluster),
         Command::Bench { which, extra } => bench::run(&which, &extra),
         Command::Inspect { pin_dir } => inspect::run(&pin_dir),
         Command::Lint => lint::run(),

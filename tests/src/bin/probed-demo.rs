@@ -34,13 +34,20 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok());
     if std::env::args().any(|a| a == "--help" || a == "-h") {
-        println!("probed-demo [--seconds N]: run probed against a fleet in namespaces; Ctrl-C stops it");
+        println!(
+            "probed-demo [--cluster] [--seconds N]: run probed against a fleet in namespaces (--cluster: \
+             three nodes sharing verdicts); Ctrl-C stops it"
+        );
         return;
     }
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    if std::env::args().any(|a| a == "--cluster") {
+        cluster(seconds);
+        return;
     }
     let mut fleet = Fleet::new();
     let config = fleet.files.write_config(&fleet.config_text());
@@ -111,4 +118,106 @@ fn main() {
     }
     println!("demo: {seen_events} transitions; stopping the daemon, removing namespaces and pins");
     daemon.stop();
+}
+
+/// `--cluster`: three nodes around one backend share verdicts, each target probed by two of
+/// them. Every six seconds the next step: one target cut off from one of its probers (its
+/// votes split, it stays Online under the 50% rule), then from both (Degraded on every node),
+/// then restored.
+fn cluster(seconds: Option<u64>) {
+    use probed_tests::{
+        daemon::DaemonFiles,
+        star::{cluster_config, key_file, Star, TARGET_PORT},
+    };
+    const TARGETS: usize = 8;
+    const STEP: Duration = Duration::from_secs(6);
+    let star = Star::new(3);
+    star.anyip("198.19.0.0/24");
+    let _listener = star.backend.tcp_listen(&format!("0.0.0.0:{TARGET_PORT}"));
+    let files: Vec<DaemonFiles> = (0..3).map(|_| DaemonFiles::new()).collect();
+    let key = key_file(&files[0].dir, "cluster.key", 'k');
+    let daemons: Vec<RunningDaemon> = (0..3)
+        .map(|i| {
+            let cfg = files[i].write_config(&cluster_config(&files[i], i, TARGETS, 2, &key));
+            RunningDaemon::start(&star.nodes[i], cfg, None).unwrap_or_else(|e| panic!("start n{i}: {e}"))
+        })
+        .collect();
+    for (i, d) in daemons.iter().enumerate() {
+        println!(
+            "demo: n{i} in ns {} at {}, API {}",
+            star.nodes[i].name,
+            Star::addr(i),
+            d.api
+        );
+    }
+    // SAFETY: isatty only inspects the descriptor.
+    let tty = unsafe { libc::isatty(1) } == 1;
+    let started = Instant::now();
+    while !STOP.load(Ordering::Relaxed) && seconds.is_none_or(|s| started.elapsed() < Duration::from_secs(s)) {
+        let step = (started.elapsed().as_secs() / STEP.as_secs()) % 4;
+        // t0's probers, as n0 sees them.
+        let t0 = daemons[0].endpoint("web", "t0");
+        let probers: Vec<usize> = t0
+            .cluster
+            .as_ref()
+            .map(|c| c.locations.iter().filter_map(|l| l.node[1..].parse().ok()).collect())
+            .unwrap_or_default();
+        star.restore();
+        let what = match step {
+            1 if !probers.is_empty() => {
+                star.cut(probers[0], 0);
+                format!(
+                    "t0 cut off from n{} (one of its two probers): 1 of 2 up keeps it in",
+                    probers[0]
+                )
+            }
+            2 => {
+                for &i in &probers {
+                    star.cut(i, 0);
+                }
+                "t0 cut off from both its probers: out on every node".to_string()
+            }
+            _ => "every target reachable".to_string(),
+        };
+        if tty {
+            print!("\x1b[2J\x1b[H");
+        }
+        println!(
+            "probed cluster demo, {:>4.1} s: {what}  (Ctrl-C stops and cleans up)\n",
+            started.elapsed().as_secs_f64()
+        );
+        print!("{:<6}", "");
+        for i in 0..3 {
+            print!("{:<34}", format!("on n{i}"));
+        }
+        println!();
+        for j in 0..TARGETS {
+            print!("{:<6}", format!("t{j}"));
+            for d in &daemons {
+                let e = d.endpoint("web", &format!("t{j}"));
+                let votes: Vec<String> = e
+                    .cluster
+                    .map(|c| {
+                        c.locations
+                            .iter()
+                            .map(|l| format!("{}:{:?}", l.node, l.verdict))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                print!("{:<34}", format!("{} [{}]", e.status.as_str(), votes.join(" ")));
+            }
+            println!();
+        }
+        let view = daemons[0].get("/v1/cluster");
+        println!(
+            "\nn0: members {}, probes {} of {} endpoints; gossip {} B sent",
+            view["members"], view["probed_here"], view["endpoints"], view["datagrams"]["bytes_sent"]
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    star.restore();
+    println!("demo: stopping the three daemons, removing namespaces and pins");
+    for d in daemons {
+        d.stop();
+    }
 }
