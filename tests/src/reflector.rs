@@ -8,7 +8,7 @@ use crate::Netns;
 
 /// The reflector attached to one interface; detached when dropped.
 pub struct Reflector {
-    _ebpf: Ebpf,
+    ebpf: Ebpf,
 }
 
 impl Reflector {
@@ -28,7 +28,27 @@ impl Reflector {
                 .unwrap();
             prog.load().expect("load test_reflector");
             probed::kernel::attach_xdp(prog, "test_reflector", iface, mode).expect("attach test_reflector");
-            Self { _ebpf: ebpf }
+            Self { ebpf }
         })
+    }
+}
+
+impl Reflector {
+    /// SYNs this reflector has answered (what reached the backend over its link).
+    pub fn syns(&self) -> u64 {
+        let map = self.ebpf.map("REFLECTED_SYNS").expect("REFLECTED_SYNS");
+        let counts: aya::maps::PerCpuArray<_, u64> = aya::maps::PerCpuArray::try_from(map).expect("a per-CPU array");
+        counts.get(&0, 0).map_or(0, |per_cpu| per_cpu.iter().sum())
+    }
+
+    /// From now on SYNs to `addr` are dropped (the backend went dark), or answered again.
+    pub fn set_dark(&mut self, addr: std::net::Ipv4Addr, dark: bool) {
+        let map = self.ebpf.map_mut("REFLECT_DARK").expect("REFLECT_DARK");
+        let mut m: aya::maps::HashMap<_, [u8; 4], u8> = aya::maps::HashMap::try_from(map).expect("a hash map");
+        if dark {
+            m.insert(addr.octets(), 1, 0).expect("mark dark");
+        } else {
+            let _ = m.remove(&addr.octets());
+        }
     }
 }

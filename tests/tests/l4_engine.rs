@@ -329,10 +329,11 @@ fn xdp_reflector_backend_answers_probes_without_the_backend_stack() {
     // that the prober's RST is consumed by it.
     let topo = Topology::new();
     topo.anyip("198.19.0.0/22");
-    let _reflector = probed_tests::reflector::Reflector::attach(&topo.backend, BACKEND_IF);
+    let mut reflector = probed_tests::reflector::Reflector::attach(&topo.backend, BACKEND_IF);
     let pins = TestPins::new();
     let reqs = anyip_port80(500);
-    let results = topo.prober.enter(|| {
+    let dark = std::net::Ipv4Addr::new(198, 19, 0, 7);
+    let (results, later) = topo.prober.enter(|| {
         // At XDP whatever PROBED_HOOK says: the reflector's XDP_TX toward a prober veth that
         // runs no XDP program is dropped by veth (be0's xdp_tx_errors count them), so this
         // fixture only stands in for a fleet in front of the XDP hook.
@@ -341,13 +342,22 @@ fn xdp_reflector_backend_answers_probes_without_the_backend_stack() {
         let results = collect(&mut rx, 500, Duration::from_secs(10));
         let snap = engine.snapshot().unwrap();
         assert_eq!(snap.rx.rst_sent, 500, "{:?}", snap.rx);
-        results
+        // A target the reflector keeps dark times out; the others still answer.
+        reflector.set_dark(dark, true);
+        let mut two = anyip_port80(8)[6..].to_vec();
+        two.iter_mut().for_each(|r| r.timeout = Duration::from_millis(300));
+        engine.submit(two).unwrap();
+        (results, collect(&mut rx, 2, Duration::from_secs(5)))
     });
     assert_eq!(results.len(), 500);
     assert!(
         results.iter().all(|r| r.outcome == L4Outcome::Open),
         "no listener exists: only the reflector answers"
     );
+    let outcome = |ip: std::net::Ipv4Addr| later.iter().find(|r| r.target.ip() == ip).map(|r| r.outcome);
+    assert_eq!(outcome(dark), Some(L4Outcome::Timeout), "{later:?}");
+    assert_eq!(outcome(std::net::Ipv4Addr::new(198, 19, 0, 6)), Some(L4Outcome::Open));
+    assert_eq!(reflector.syns(), 501, "the SYNs it answered, the dark one not");
 }
 
 #[test]
