@@ -153,3 +153,24 @@ pub fn stat_cpu(path: &str) -> Duration {
 pub fn proc_cpu(pid: u32) -> Duration {
     stat_cpu(&format!("/proc/{pid}/stat"))
 }
+
+/// Busy time of the whole machine (every state but idle, iowait and nice: niced work is
+/// someone else's), from /proc/stat.
+pub fn machine_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let busy: u64 = f
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| ![1, 3, 4].contains(i) && *i < 8)
+        .map(|(_, v)| v)
+        .sum();
+    Duration::from_micros(busy * 1_000_000 / clk_tck())
+}

@@ -28,7 +28,10 @@ pub fn run(which: &str, extra: &[String]) -> anyhow::Result<()> {
             cmd.args(["run", "--release", "-p", "probed-tests", "--bin", "bench-dns", "--"])
                 .args(extra)
         }
-        other => bail!("unknown benchmark {other:?}: choose l4, http, schedule, sinks, peers or dns"),
+        "cluster" => cmd
+            .args(["run", "--release", "-p", "probed-tests", "--bin", "bench-cluster", "--"])
+            .args(extra),
+        other => bail!("unknown benchmark {other:?}: choose l4, http, schedule, sinks, peers, dns or cluster"),
     };
     sh(&mut cmd)
 }

@@ -44,11 +44,11 @@ enum Command {
         #[arg(long)]
         cluster: bool,
     },
-    /// Benchmarks (not tests): `l4`, `http`, `schedule`, `sinks`, `peers`, `dns`.
+    /// Benchmarks (not tests): `l4`, `http`, `schedule`, `sinks`, `peers`, `dns`, `cluster`.
     Bench {
         which: String,
         /// Passed to the benchmark (`peers`: --sizes, --kinds, --seconds, --only; `dns`: --seconds,
-        /// --outstanding, --steps, --only).
+        /// --outstanding, --steps, --only; `cluster`: --nodes, --targets, --seconds).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         extra: Vec<String>,
     },

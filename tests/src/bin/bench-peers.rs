@@ -25,7 +25,7 @@ use std::{
 use probed_tests::{
     daemon::DaemonFiles,
     probed_bin,
-    procs::{clk_tck, proc_cpu, Proc},
+    procs::{clk_tck, machine_cpu, proc_cpu, Proc},
     servers::counted_packets,
     topo::PROBER_IF,
     Topology,
@@ -140,27 +140,6 @@ fn args() -> Args {
         }
     }
     a
-}
-
-/// Busy time of the whole machine (every state but idle, iowait and nice: niced work is
-/// someone else's), from /proc/stat.
-fn machine_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let f: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    let busy: u64 = f
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| ![1, 3, 4].contains(i) && *i < 8)
-        .map(|(_, v)| v)
-        .sum();
-    Duration::from_micros(busy * 1_000_000 / clk_tck())
 }
 
 /// The machine's busy time in the "nice" state: work of another niced process would skew
