@@ -221,7 +221,7 @@ fn main() {
             assert!(t + 1 < 65_536, "one /16 of targets at most");
             let unshared = run(n, t, 0, seconds);
             let sharded = run(n, t, 2, seconds);
-            for (k, r) in [(0, &unshared), (2, &sharded)] {
+            for (k, r) in [(0usize, &unshared), (2, &sharded)] {
                 let ratio = r.probes_per_s / unshared.probes_per_s;
                 let goal = if k == 0 { 1.0 } else { k as f64 / n as f64 };
                 let prop = r.propagation_ms.map_or("-".to_string(), |(p50, p99, max, missing)| {
