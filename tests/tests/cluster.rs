@@ -234,6 +234,17 @@ fn two_probers_per_target_a_stranger_kept_out_and_a_node_leaving_without_a_flap(
         || d(0, &daemons) == ["n0", "n1"] && d(1, &daemons) == ["n0", "n1"] && d(2, &daemons) == ["n2"],
     );
     println!("partition seen by both sides in {split:?}");
+    // n2's votes still count on n0 for a while, shown with how long n2 has been silent.
+    let view = daemons[0].as_ref().unwrap().get("/v1/status/web");
+    let silent: Vec<u64> = view["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e["cluster"]["locations"].as_array().cloned().unwrap_or_default())
+        .filter(|l| l["node"] == "n2")
+        .map(|l| l["silent_ms"].as_u64().unwrap())
+        .collect();
+    assert!(!silent.is_empty() && silent.iter().all(|&ms| ms > 0), "{silent:?}");
     let before = syns(&star);
     wait_for(
         "n2 probes everything, n0 and n1 cover everything",

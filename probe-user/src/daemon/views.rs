@@ -105,6 +105,10 @@ pub struct EndpointCluster {
 pub struct LocationVerdict {
     pub node: String,
     pub verdict: crate::cluster::aggregate::Verdict,
+    /// How long the node has been silent (0 while it is live, and for this node): a silent
+    /// node's verdict counts until `cluster.verdict_ttl`.
+    #[serde(default)]
+    pub silent_ms: u64,
 }
 
 /// `GET /v1/cluster`: this node, the members, and what each node gossips.

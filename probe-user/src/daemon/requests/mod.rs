@@ -17,16 +17,12 @@ impl Runner {
             Command::Status(profile, reply) => {
                 let sinks: Vec<_> = self.sinks.iter().map(crate::sinks::Running::view).collect();
                 let mut views = status::profiles(&self.table, &sinks, profile.as_deref());
-                for v in views.iter_mut().flatten().flat_map(|p| p.endpoints.iter_mut()) {
-                    self.fill_cluster(v);
-                }
+                self.fill_cluster(views.iter_mut().flatten().flat_map(|p| p.endpoints.iter_mut()));
                 let _ = reply.send(views);
             }
             Command::Endpoint(p, e, reply) => {
                 let mut view = status::endpoint(&self.table, &p, &e);
-                if let Ok(v) = &mut view {
-                    self.fill_cluster(v);
-                }
+                self.fill_cluster(view.iter_mut());
                 let _ = reply.send(view);
             }
             Command::Cluster(reply) => {

@@ -272,12 +272,30 @@ impl Runner {
 }
 
 impl Runner {
-    /// Every location's verdict on the endpoint `view` shows, with `[cluster]`.
-    pub(in crate::daemon) fn fill_cluster(&self, view: &mut crate::daemon::views::EndpointView) {
-        use crate::daemon::views::{EndpointCluster, LocationVerdict};
+    /// Every location's verdict on the endpoints `views` show, with `[cluster]`.
+    pub(in crate::daemon) fn fill_cluster<'a>(
+        &self,
+        views: impl Iterator<Item = &'a mut crate::daemon::views::EndpointView>,
+    ) {
         let Some(link) = &self.cluster else {
             return;
         };
+        let silent: FastMap<String, u64> = link
+            .node
+            .as_ref()
+            .map(Node::snapshot)
+            .unwrap_or_default()
+            .nodes
+            .into_iter()
+            .map(|n| (n.name, n.silent_ms))
+            .collect();
+        for view in views {
+            self.fill_one(link, &silent, view);
+        }
+    }
+
+    fn fill_one(&self, link: &Link, silent: &FastMap<String, u64>, view: &mut crate::daemon::views::EndpointView) {
+        use crate::daemon::views::{EndpointCluster, LocationVerdict};
         let Some(t) = self
             .table
             .find(&view.profile, &view.name)
@@ -288,10 +306,12 @@ impl Runner {
         let own = t.cluster_sent.map(|verdict| LocationVerdict {
             node: link.settings.node.clone(),
             verdict,
+            silent_ms: 0,
         });
         let others = link.said(t.verdict_key).iter().map(|s| LocationVerdict {
             node: s.node.to_string(),
             verdict: s.verdict,
+            silent_ms: silent.get(&*s.node).copied().unwrap_or(0),
         });
         view.cluster = Some(EndpointCluster {
             probed_here: t.should_probe(),
