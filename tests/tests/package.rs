@@ -17,7 +17,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use probed_tests::{chroot::Chroot, run, Netns};
+use probed_tests::{
+    chroot::Chroot,
+    run,
+    topo::{Topology, BACKEND_V4},
+    Netns,
+};
 
 /// Every file the package must hold, besides the manual pages (checked against the binary).
 const FILES: &[&str] = &[
@@ -311,6 +316,37 @@ fn package_contents_control_files_and_lintian() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The packaged binary is stripped: its embedded eBPF object must still load, attach and match
+/// replies (`probed check` over the kernel engine, in the harness's prober namespace).
+#[test]
+#[ignore = "needs the built .deb and debootstrap: cargo xtask test runs it after building the package"]
+fn package_binary_probes_with_its_embedded_xdp_program() {
+    let deb = deb();
+    let tree = std::env::temp_dir().join(probed_tests::unique_name("probed-deb-"));
+    let _cleanup = RemoveDir(tree.clone());
+    run("dpkg-deb", &["-x", deb.to_str().unwrap(), tree.to_str().unwrap()]);
+    let topo = Topology::new();
+    let _listener = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    let bin = tree.join("usr/bin/probed");
+    let target = format!("tcp://{BACKEND_V4}:8080");
+    let out = run(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &topo.prober.name,
+            bin.to_str().unwrap(),
+            "check",
+            &target,
+            "--count",
+            "2",
+            "--interval",
+            "10",
+        ],
+    );
+    assert_eq!(out.lines().filter(|l| l.contains(" healthy open ")).count(), 2, "{out}");
 }
 
 /// The unit's `[Service]` settings, in order.

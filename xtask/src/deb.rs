@@ -31,6 +31,12 @@ const COPIED: &[(&str, &str, u32)] = &[
         "usr/share/doc/probed/examples/backend-nftables.nft",
         0o644,
     ),
+    // Why the tags lintian raises that do not apply are left.
+    (
+        "dist/debian/lintian-overrides",
+        "usr/share/lintian/overrides/probed",
+        0o644,
+    ),
     // Every kind of profile, commented: what the shipped conffile points to.
     (
         "probe-user/examples/probed.toml",
@@ -101,10 +107,6 @@ pub fn build() -> anyhow::Result<PathBuf> {
         0o644,
     )?;
     stage_generated(&binary, &out_dir, &stage)?;
-    let overrides = root.join("dist/debian/lintian-overrides");
-    if overrides.exists() {
-        copy(&overrides, &stage.join("usr/share/lintian/overrides/probed"), 0o644)?;
-    }
 
     // Directories 0755, whatever the umask made them; dpkg-deb records these modes.
     set_dir_modes(&stage)?;
