@@ -10,13 +10,17 @@ use std::{
     sync::Mutex,
 };
 
-/// Where the tests' roots and the cached tarball live: target/debian/.
+/// Where the tests' roots and the cached tarball live: target/debian/, as an absolute path
+/// without symlinks, the form /proc/self/mounts and /proc/PID/root give theirs in.
 fn debian_dir() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
         || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
         PathBuf::from,
     );
-    target.join("debian")
+    let dir = target.join("debian");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    dir.canonicalize()
+        .unwrap_or_else(|e| panic!("resolve {}: {e}", dir.display()))
 }
 
 const SUITE: &str = "bookworm";
@@ -150,9 +154,28 @@ impl Drop for Chroot {
     }
 }
 
-/// Unmounts everything mounted inside `dir`, then removes it; leaves it (and says so) when a
-/// mount cannot be undone, since removing files below a mount point would reach into it.
+/// Kills whatever still runs inside the root (a process a maintainer script or a test started
+/// and nobody stopped), by PID: those whose root directory is `dir` or below it.
+fn kill_processes_in(dir: &Path) {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<libc::pid_t>().ok()) else {
+            continue;
+        };
+        if std::fs::read_link(p.path().join("root")).is_ok_and(|r| r.starts_with(dir)) {
+            // SAFETY: kill(2) with a PID read from /proc and a valid signal number.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Stops what runs in `dir`, unmounts everything mounted inside it, then removes it; leaves it
+/// (and says so) when a mount cannot be undone, since removing files below a mount point would
+/// reach into it.
 fn remove_root(dir: &Path, known: &[PathBuf]) {
+    kill_processes_in(dir);
     for m in known.iter().rev() {
         let _ = Command::new("umount").arg(m).status();
     }
