@@ -3,6 +3,7 @@
 //!
 //! Every test builds its own namespaces with names unique to the process and the test, so
 //! tests run in parallel; addresses come from 198.18.0.0/15 and 2001:2::/48 only.
+pub mod chroot;
 pub mod daemon;
 pub mod fleet;
 pub mod flood;

@@ -4,6 +4,7 @@
 //! works on a machine that has none of it yet.
 mod bench;
 mod build;
+mod deb;
 mod demo;
 mod fuzz;
 mod inspect;
@@ -44,6 +45,8 @@ enum Command {
         #[arg(long)]
         cluster: bool,
     },
+    /// Build the Debian package target/debian/probed_VERSION_ARCH.deb from the release build.
+    Deb,
     /// Benchmarks (not tests): `l4`, `http`, `schedule`, `sinks`, `peers`, `dns`, `cluster`.
     Bench {
         which: String,
@@ -75,6 +78,7 @@ fn main() -> std::process::ExitCode {
         Command::Build { release } => build::run(release),
         Command::Test { filter } => test::run(filter.as_deref()),
         Command::Demo { seconds, cluster } => demo::run(seconds, cluster),
+        Command::Deb => deb::run(),
         Command::Bench { which, extra } => bench::run(&which, &extra),
         Command::Inspect { pin_dir } => inspect::run(&pin_dir),
         Command::Lint => lint::run(),

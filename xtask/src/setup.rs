@@ -28,6 +28,13 @@ const PACKAGES: &[&str] = &[
     "dnsperf",        // `bench dns`: the load generator
     "gdnsd",          // `bench dns`: the established failover DNS server probed is measured against
     "tmux",           // `probed status --watch` is tested in a tmux pane
+    "dpkg-dev",       // `xtask deb`: dpkg-deb, dpkg-shlibdeps, dpkg-parsechangelog
+    "binutils",       // `xtask deb`: strip; the package test: objdump, readelf
+    "lintian",        // the package test checks the .deb with it
+    "debootstrap",    // the package test installs the .deb into a throwaway Debian root
+    // The keys debootstrap checks the mirror's signatures with.
+    "debian-archive-keyring",
+    "systemd", // systemd-analyze verify on the packaged unit (nothing is started)
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";

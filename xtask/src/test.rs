@@ -1,4 +1,5 @@
-//! `cargo xtask test`: set-up, build, unit tests, then the privileged integration tests.
+//! `cargo xtask test`: set-up, build, unit tests, then the privileged integration tests, then
+//! the Debian package built and tested.
 use crate::util::{cargo, require_root, sh};
 
 pub fn run(filter: Option<&str>) -> anyhow::Result<()> {
@@ -6,7 +7,7 @@ pub fn run(filter: Option<&str>) -> anyhow::Result<()> {
     crate::setup::run()?;
     crate::build::run_build(false, true)?;
     let mut unit = cargo();
-    unit.args(["test", "-p", "probe-common", "-p", "probe-user"]);
+    unit.args(["test", "-p", "probe-common", "-p", "probe-user", "-p", "xtask"]);
     if let Some(f) = filter {
         unit.arg(f);
     }
@@ -45,6 +46,20 @@ pub fn run(filter: Option<&str>) -> anyhow::Result<()> {
         tcx.args(["test", "-p", "probed-tests", "--test", "l4_engine", "--test", "udp"])
             .env("PROBED_HOOK", "tcx");
         sh(&mut tcx)?;
+    }
+    // The Debian package, from the release build: inspected, linted, then installed, run,
+    // upgraded and purged in a throwaway Debian root (tests/tests/package.rs; ignored in the
+    // pass above, which has no package to give them).
+    if filter.is_none_or(|f| f.contains("package")) {
+        let deb = crate::deb::build()?;
+        let mut package = cargo();
+        package
+            .args(["test", "-p", "probed-tests", "--test", "package", "--", "--ignored"])
+            .env("PROBED_DEB", &deb);
+        if let Some(f) = filter {
+            package.arg(f);
+        }
+        sh(&mut package)?;
     }
     Ok(())
 }

@@ -11,6 +11,12 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Where cargo puts its output: `CARGO_TARGET_DIR` (relative to the workspace, where `cargo()`
+/// runs) or the workspace's target/.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), |d| root().join(d))
+}
+
 /// Runs `cmd`, echoing it, and fails with its exit status when it fails.
 pub fn sh(cmd: &mut Command) -> anyhow::Result<()> {
     eprintln!("+ {}", render(cmd));

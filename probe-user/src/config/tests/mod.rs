@@ -184,6 +184,47 @@ fn example_config_parses() {
     assert!(!c.profile("staging").unwrap().enabled);
 }
 
+/// dist/probed.toml, which the Debian package installs as /etc/probed/probed.toml: valid as
+/// shipped, probing nothing, with the paths the unit and the maintainer scripts prepare.
+#[test]
+fn packaged_config_is_valid_and_probes_nothing() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../dist/probed.toml");
+    let c = Config::load(path).unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.profiles.is_empty() && c.sinks.is_empty() && c.dns.is_none());
+    assert!(c.source.interfaces.is_empty());
+    assert_eq!(c.daemon.api.listen, ApiListen::Unix("/run/probed/api.sock".into()));
+    assert_eq!(c.daemon.api.socket_group, ApiGroup::Name("probed".into()));
+    assert_eq!(c.daemon.events, EventsOutput::Stdout);
+    assert_eq!(c.daemon.state_file, std::path::Path::new("/var/lib/probed/state.json"));
+    assert_eq!(c.daemon.pin_dir, std::path::Path::new("/sys/fs/bpf/probed"));
+}
+
+/// The commented-out example in the packaged config is valid once its setting lines (`# key =
+/// value` and `# [table]`, exactly one space after the '#') are uncommented: what the file tells
+/// the operator to do. Prose and indented examples stay comments.
+#[test]
+fn packaged_config_example_is_valid_uncommented() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../dist/probed.toml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let setting = |rest: &str| {
+        rest.starts_with('[')
+            || rest
+                .split_once(" = ")
+                .is_some_and(|(key, _)| !key.is_empty() && key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+    };
+    let uncommented: String = text
+        .lines()
+        .map(|l| match l.strip_prefix("# ") {
+            Some(rest) if setting(rest) => rest,
+            _ => l,
+        })
+        .fold(String::new(), |acc, l| acc + l + "\n");
+    let c = ok(&uncommented);
+    assert_eq!(c.profiles.len(), 1, "{uncommented}");
+    assert_eq!(c.endpoint_count(), 3);
+    assert!(c.source.interfaces.is_empty(), "indented examples stay comments");
+}
+
 #[test]
 fn missing_file_is_one_error() {
     let errs = Config::load("/nonexistent/probed.toml").unwrap_err();
