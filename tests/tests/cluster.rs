@@ -382,3 +382,26 @@ fn the_cluster_demo_shows_both_steps() {
     );
     assert!(frames.iter().any(|f| f.contains("members [\"n0\",\"n1\",\"n2\"]")));
 }
+
+/// A daemon with `[cluster]` whose key others could read, or that is too short, refuses to
+/// start, saying which file and why.
+#[test]
+fn a_key_others_can_read_or_a_short_key_stops_the_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let star = Star::new(1);
+    let files = vec![DaemonFiles::new()];
+    let key = key_file(&files[0].dir, "cluster.key", 'k');
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let cfg = files[0].write_config(&cluster_config(&files[0], 0, 1, 0, &key));
+    let e = RunningDaemon::start(&star.nodes[0], cfg.clone(), None)
+        .err()
+        .expect("refused");
+    assert!(
+        e.contains("cluster.key_file") && e.contains("open to its group or others"),
+        "{e}"
+    );
+    std::fs::write(&key, "short").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let e = RunningDaemon::start(&star.nodes[0], cfg, None).err().expect("refused");
+    assert!(e.contains("5 bytes long") && e.contains("at least 32"), "{e}");
+}

@@ -20,6 +20,7 @@ use probed::{
 };
 use probed_tests::{
     l4::{collect, start_engine},
+    probed_bin,
     servers::Responder,
     topo::*,
     Netns, TestPins, Topology,
@@ -468,19 +469,6 @@ fn forged_icmp_errors_change_nothing() {
             r.elapsed
         );
     }
-}
-
-/// The probed binary, built on demand: this package depends on probe-user's library only.
-fn probed_bin() -> std::path::PathBuf {
-    let status = std::process::Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", "probe-user", "--bin", "probed"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("run cargo build");
-    assert!(status.success(), "build the probed binary");
-    // target/debug/deps/udp-HASH -> target/debug/probed
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(|d| d.parent()).unwrap().join("probed")
 }
 
 /// Runs `probed ARGS` inside `ns`; returns (success, stdout).
