@@ -389,10 +389,10 @@ fn the_cluster_demo_shows_both_steps() {
 fn a_key_others_can_read_or_a_short_key_stops_the_start() {
     use std::os::unix::fs::PermissionsExt;
     let star = Star::new(1);
-    let files = vec![DaemonFiles::new()];
-    let key = key_file(&files[0].dir, "cluster.key", 'k');
+    let files = DaemonFiles::new();
+    let key = key_file(&files.dir, "cluster.key", 'k');
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let cfg = files[0].write_config(&cluster_config(&files[0], 0, 1, 0, &key));
+    let cfg = files.write_config(&cluster_config(&files, 0, 1, 0, &key));
     let e = RunningDaemon::start(&star.nodes[0], cfg.clone(), None)
         .err()
         .expect("refused");
