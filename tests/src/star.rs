@@ -58,17 +58,23 @@ pub fn target(j: usize) -> String {
     format!("198.19.0.{}", j + 1)
 }
 
-/// Node `i`'s configuration: one profile "web" of `targets` TCP endpoints (t0, t1, ...) at
-/// 200 ms, and `[cluster]` with node 0 as the seed, `k` probers per target and `key`.
-pub fn cluster_config(files: &DaemonFiles, i: usize, targets: usize, k: usize, key: &Path) -> String {
-    let mut text = files.header(NODE_IF);
-    text += &format!(
+/// Node `i`'s `[cluster]` section: node 0 is the seed, `k` probers per target, `key`, and
+/// gossip every `gossip_interval`.
+pub fn cluster_section(i: usize, k: usize, key: &Path, gossip_interval: &str) -> String {
+    format!(
         "[cluster]\nnode = \"n{i}\"\nlisten = \"{}:7946\"\nseeds = [\"{}:7946\"]\nprobers_per_target = {k}\n\
-         key_file = \"{}\"\ngossip_interval = \"100ms\"\n\n",
+         key_file = \"{}\"\ngossip_interval = \"{gossip_interval}\"\n\n",
         Star::addr(i),
         Star::addr(0),
         key.display()
-    );
+    )
+}
+
+/// Node `i`'s configuration: one profile "web" of `targets` TCP endpoints (t0, t1, ...) at
+/// 200 ms, and `[cluster]` (`cluster_section`) gossiping every 100 ms.
+pub fn cluster_config(files: &DaemonFiles, i: usize, targets: usize, k: usize, key: &Path) -> String {
+    let mut text = files.header(NODE_IF);
+    text += &cluster_section(i, k, key, "100ms");
     text += "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\n\
              interval = \"200ms\"\ntimeout = \"200ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n";
     for j in 0..targets {

@@ -21,7 +21,7 @@ use probed_tests::{
     daemon::{DaemonFiles, RunningDaemon},
     procs::{machine_cpu, proc_cpu},
     reflector::Reflector,
-    star::{key_file, Star, NODE_IF},
+    star::{cluster_section, key_file, Star, NODE_IF},
 };
 
 const INTERVAL: &str = "2s";
@@ -45,13 +45,8 @@ fn target(j: usize) -> Ipv4Addr {
 
 fn config(files: &DaemonFiles, i: usize, targets: usize, k: usize, key: &std::path::Path) -> String {
     let mut text = files.header(NODE_IF);
-    text += &format!(
-        "[cluster]\nnode = \"n{i}\"\nlisten = \"{}:7946\"\nseeds = [\"{}:7946\"]\nprobers_per_target = {k}\n\
-         key_file = \"{}\"\n\n",
-        Star::addr(i),
-        Star::addr(0),
-        key.display()
-    );
+    // Gossip at the default interval, as an operator would run it.
+    text += &cluster_section(i, k, key, "200ms");
     text += &format!(
         "[[profile]]\nname = \"web\"\ndialect = \"lb\"\nrouting = \"weighted\"\n[profile.health]\nprotocol = \"tcp\"\n\
          port = 80\ninterval = \"{INTERVAL}\"\ntimeout = \"1s\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n"
