@@ -405,3 +405,78 @@ fn a_key_others_can_read_or_a_short_key_stops_the_start() {
     let e = RunningDaemon::start(&star.nodes[0], cfg, None).err().expect("refused");
     assert!(e.contains("5 bytes long") && e.contains("at least 32"), "{e}");
 }
+
+/// Reloads in a cluster: every node gets two more endpoints, which two nodes each start to
+/// probe and every node shows with two votes, while the others stay Online throughout; a
+/// `[cluster]` change is reported as needing a restart and the share stays as it was.
+#[test]
+fn reloads_add_endpoints_to_the_shared_probing() {
+    let star = Star::new(3);
+    star.anyip("198.19.0.0/24");
+    let _listener = star.backend.tcp_listen(&format!("0.0.0.0:{PORT}"));
+    let files: Vec<DaemonFiles> = (0..3).map(|_| DaemonFiles::new()).collect();
+    let key = key_file(&files[0].dir, "cluster.key", 'k');
+    let daemons: Vec<RunningDaemon> = (0..3)
+        .map(|i| {
+            let cfg = files[i].write_config(&cluster_config(&files[i], i, TARGETS, 2, &key));
+            RunningDaemon::start(&star.nodes[i], cfg, Some(&files[i].config_path())).expect("start")
+        })
+        .collect();
+    let all_online = |n: usize| {
+        move |d: &RunningDaemon| {
+            let e = endpoints(d);
+            e.len() == n
+                && e.iter()
+                    .all(|(_, status, locations)| status == "Online" && locations.len() == 2)
+        }
+    };
+    wait_for("every endpoint Online with two votes", Duration::from_secs(15), || {
+        daemons.iter().all(all_online(TARGETS))
+    });
+    let events_before: Vec<usize> = daemons.iter().map(|d| d.events().len()).collect();
+    for (i, d) in daemons.iter().enumerate() {
+        std::fs::write(
+            files[i].config_path(),
+            cluster_config(&files[i], i, TARGETS + 2, 2, &key),
+        )
+        .unwrap();
+        let (code, report) = d.call("POST", "/v1/reload");
+        assert_eq!(code, 200, "{report}");
+        assert_eq!(
+            (report["kept"].as_u64(), report["added"].as_u64()),
+            (Some(12), Some(2)),
+            "{report}"
+        );
+        assert_eq!(report["restart_needed"], serde_json::json!([]), "{report}");
+    }
+    wait_for(
+        "the two new endpoints Online with two votes everywhere",
+        Duration::from_secs(10),
+        || daemons.iter().all(all_online(TARGETS + 2)),
+    );
+    let probed: u64 = daemons
+        .iter()
+        .map(|d| d.get("/v1/cluster")["probed_here"].as_u64().unwrap())
+        .sum();
+    assert_eq!(probed, 2 * (TARGETS as u64 + 2));
+    for (i, d) in daemons.iter().enumerate() {
+        // The endpoints that stayed never left Online; the new ones came to it.
+        let new: Vec<_> = d.events().into_iter().skip(events_before[i]).collect();
+        let (added, kept): (Vec<_>, Vec<_>) = new.iter().partition(|e| e.endpoint == "t12" || e.endpoint == "t13");
+        assert!(kept.iter().all(|e| e.to == Some(S::Online)), "n{i}: {kept:#?}");
+        for name in ["t12", "t13"] {
+            let last = added.iter().rev().find(|e| e.endpoint == name);
+            assert_eq!(last.map(|e| e.to), Some(Some(S::Online)), "n{i} {name}: {added:#?}");
+        }
+    }
+    // A [cluster] change waits for a restart: the running share stays.
+    let text = cluster_config(&files[0], 0, TARGETS + 2, 3, &key);
+    std::fs::write(files[0].config_path(), text).unwrap();
+    let (code, report) = daemons[0].call("POST", "/v1/reload");
+    assert_eq!(code, 200, "{report}");
+    assert_eq!(report["restart_needed"], serde_json::json!(["cluster"]), "{report}");
+    assert_eq!(daemons[0].get("/v1/cluster")["probers_per_target"], 2);
+    for d in daemons {
+        d.stop();
+    }
+}
