@@ -6,6 +6,7 @@ pub mod client;
 mod events;
 mod limits;
 mod socket;
+mod stream;
 
 use std::{convert::Infallible, net::IpAddr, path::PathBuf, sync::Arc};
 
@@ -374,6 +375,9 @@ async fn route_limited(req: Request<Incoming>, control: Control, access: &Access
 
 type Reply = Response<BoxBody<Bytes, Infallible>>;
 
+/// The most endpoints one paged status request may ask for.
+const MAX_PAGE: usize = 10_000;
+
 async fn route(req: Request<Incoming>, control: Control, feed: &events::Feed) -> Reply {
     let method = req.method().clone();
     let segments: Vec<String> = req
@@ -386,8 +390,34 @@ async fn route(req: Request<Incoming>, control: Control, feed: &events::Feed) ->
     let query = req.uri().query().unwrap_or("").to_string();
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
     match (&method, segs.as_slice()) {
-        (&Method::GET, ["v1", "status"]) => json(control.status().await),
-        (&Method::GET, ["v1", "status", profile]) => json(control.profile(profile).await),
+        (&Method::GET, ["v1", "status"]) => match param(&query, "stream").as_deref() {
+            None | Some("0" | "false") => json(control.status().await),
+            Some("1" | "true") => Response::builder()
+                .header(header::CONTENT_TYPE, "application/x-ndjson")
+                .body(stream::status(control).boxed())
+                .expect("static headers are valid"),
+            Some(other) => error(
+                StatusCode::BAD_REQUEST,
+                &format!("stream={other:?}: expected 1 or true (JSON lines, a page at a time), 0 or false"),
+            ),
+        },
+        (&Method::GET, ["v1", "status", profile]) => {
+            if param(&query, "offset").is_none() && param(&query, "limit").is_none() {
+                return json(control.profile(profile).await);
+            }
+            let page = number(&query, "offset", 0, usize::MAX)
+                .and_then(|offset| Ok((offset, number(&query, "limit", stream::PAGE, MAX_PAGE)?)));
+            let (offset, limit) = match page {
+                Ok(p) => p,
+                Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+            };
+            json(
+                control
+                    .status_page(Some(profile), offset, limit)
+                    .await
+                    .and_then(|mut v| v.pop().ok_or_else(|| RequestError::NoProfile(profile.to_string()))),
+            )
+        }
         (&Method::GET, ["v1", "status", profile, endpoint]) => json(control.endpoint(profile, endpoint).await),
         (&Method::GET, ["v1", "select", profile]) => {
             let source = param(&query, "source");
@@ -547,6 +577,18 @@ fn error(code: StatusCode, message: &str) -> Reply {
         .header(header::CONTENT_TYPE, "application/json")
         .body(full(body.to_string().into()))
         .expect("static headers are valid")
+}
+
+/// `key`'s whole number in the query string, `default` when absent.
+fn number(query: &str, key: &str, default: usize, max: usize) -> Result<usize, String> {
+    match param(query, key) {
+        None => Ok(default),
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n <= max)
+            .ok_or_else(|| format!("{key}={v:?}: expected a whole number from 0 to {max}")),
+    }
 }
 
 /// The value of `key` in a query string, percent-decoded.

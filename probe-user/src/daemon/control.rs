@@ -43,7 +43,8 @@ pub(crate) type MetricsReply = (String, Option<Arc<L4Engine>>);
 
 /// A request to the runner; one handler per variant under `requests/`.
 pub(crate) enum Command {
-    Status(Option<String>, Reply<Vec<ProfileView>>),
+    /// Profiles (all, or one), and with (offset, limit) one page of each one's endpoints.
+    Status(Option<String>, Option<(usize, usize)>, Reply<Vec<ProfileView>>),
     Endpoint(String, String, Reply<EndpointView>),
     Select(String, SelectQuery, Reply<SelectView>),
     SetAdmin(String, String, AdminState, Reply<EndpointView>),
@@ -87,13 +88,24 @@ impl Control {
 
     /// Every profile.
     pub async fn status(&self) -> Result<Vec<ProfileView>, RequestError> {
-        self.ask(|r| Command::Status(None, r)).await
+        self.ask(|r| Command::Status(None, None, r)).await
     }
 
     /// One profile.
     pub async fn profile(&self, profile: &str) -> Result<ProfileView, RequestError> {
-        let mut views = self.ask(|r| Command::Status(Some(profile.into()), r)).await?;
+        let mut views = self.ask(|r| Command::Status(Some(profile.into()), None, r)).await?;
         views.pop().ok_or_else(|| RequestError::NoProfile(profile.into()))
+    }
+
+    /// Every profile (all, or the one named) with `limit` of its endpoints from `offset`.
+    pub async fn status_page(
+        &self,
+        profile: Option<&str>,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<ProfileView>, RequestError> {
+        self.ask(|r| Command::Status(profile.map(str::to_string), Some((offset, limit)), r))
+            .await
     }
 
     /// One endpoint: the GetHealthStatus of SPEC section 5.

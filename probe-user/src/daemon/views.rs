@@ -161,6 +161,18 @@ pub struct ProfileView {
     /// Its nested endpoints: other profiles standing as endpoints (SPEC 8).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nested: Vec<NestedView>,
+    /// Set when `endpoints` is one page of them (`?offset=&limit=`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page: Option<Page>,
+}
+
+/// Which endpoints of a profile a paged view holds, in configuration order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Page {
+    pub offset: usize,
+    pub limit: usize,
+    /// Endpoints the profile has in all.
+    pub total: usize,
 }
 
 /// A nested endpoint: its status comes from its child profile's endpoints.

@@ -83,7 +83,7 @@ impl Runner {
         self.cascade(ix, now);
         self.persist.dirty = true;
         let sinks: Vec<_> = self.sinks.iter().map(crate::sinks::Running::view).collect();
-        super::status::profiles(&self.table, &sinks, Some(profile))?
+        super::status::profiles(&self.table, &sinks, Some(profile), None)?
             .pop()
             .ok_or_else(|| RequestError::NoProfile(profile.into()))
     }

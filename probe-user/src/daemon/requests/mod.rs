@@ -14,9 +14,9 @@ impl Runner {
         // Scrapes and reloads see every result so far, under the profile indices they had.
         self.metrics.flush(&self.table.profiles);
         match cmd {
-            Command::Status(profile, reply) => {
+            Command::Status(profile, page, reply) => {
                 let sinks: Vec<_> = self.sinks.iter().map(crate::sinks::Running::view).collect();
-                let mut views = status::profiles(&self.table, &sinks, profile.as_deref());
+                let mut views = status::profiles(&self.table, &sinks, profile.as_deref(), page);
                 self.fill_cluster(views.iter_mut().flatten().flat_map(|p| p.endpoints.iter_mut()));
                 let _ = reply.send(views);
             }
@@ -64,7 +64,7 @@ pub(crate) fn status_view(runner: &Runner, endpoint: &str) -> super::views::Endp
 
 #[cfg(test)]
 pub(crate) fn profile_view_of(runner: &Runner, profile: &str) -> super::views::ProfileView {
-    status::profiles(&runner.table, &[], Some(profile))
+    status::profiles(&runner.table, &[], Some(profile), None)
         .expect("the profile exists")
         .remove(0)
 }

@@ -4,26 +4,32 @@ use crate::{
     daemon::{
         control::RequestError,
         table::{OwnerId, ProfileEntry, Table},
-        views::{EndpointView, NestedView, ProfileView, Windows},
+        views::{EndpointView, NestedView, Page, ProfileView, Windows},
     },
     health::{fail_window, success_window},
     sinks::SinkView,
     status::EndpointStatus,
 };
 
-/// Every profile, or the one named.
+/// Every profile, or the one named; with `page` (offset, limit), each holds only those of its
+/// endpoints, so that no request builds more than a page of views on the runner's thread.
 pub(super) fn profiles(
     table: &Table,
     sinks: &[SinkView],
     profile: Option<&str>,
+    page: Option<(usize, usize)>,
 ) -> Result<Vec<ProfileView>, RequestError> {
     match profile {
-        None => Ok(table.profiles.iter().map(|p| profile_view(table, sinks, p)).collect()),
+        None => Ok(table
+            .profiles
+            .iter()
+            .map(|p| profile_view(table, sinks, p, page))
+            .collect()),
         Some(name) => {
             let (_, p) = table
                 .profile(name)
                 .ok_or_else(|| RequestError::NoProfile(name.into()))?;
-            Ok(vec![profile_view(table, sinks, p)])
+            Ok(vec![profile_view(table, sinks, p, page)])
         }
     }
 }
@@ -43,7 +49,9 @@ pub(super) fn find(table: &Table, profile: &str, endpoint: &str) -> Result<Owner
     })
 }
 
-fn profile_view(table: &Table, sinks: &[SinkView], p: &ProfileEntry) -> ProfileView {
+fn profile_view(table: &Table, sinks: &[SinkView], p: &ProfileEntry, page: Option<(usize, usize)>) -> ProfileView {
+    let (offset, limit) = page.unwrap_or((0, usize::MAX));
+    let owners = p.owners.iter().skip(offset).take(limit);
     ProfileView {
         name: p.cfg.name.clone(),
         enabled: p.enabled(),
@@ -52,7 +60,12 @@ fn profile_view(table: &Table, sinks: &[SinkView], p: &ProfileEntry) -> ProfileV
         routing: p.cfg.routing,
         status: p.status,
         fail_open: p.fail_open,
-        endpoints: p.owners.iter().map(|id| endpoint_view(table, *id)).collect(),
+        endpoints: owners.map(|id| endpoint_view(table, *id)).collect(),
+        page: page.map(|(offset, limit)| Page {
+            offset,
+            limit,
+            total: p.owners.len(),
+        }),
         sinks: sinks.iter().filter(|s| s.profile == p.cfg.name).cloned().collect(),
         nested: p
             .nested
