@@ -5,7 +5,11 @@
 //! a daemon, and the backend counts what each node sends with nftables.
 use std::path::{Path, PathBuf};
 
-use crate::{daemon::DaemonFiles, topo::link, Netns};
+use crate::{
+    daemon::{DaemonFiles, RunningDaemon},
+    topo::link,
+    Netns,
+};
 
 /// The node's end of its link.
 pub const NODE_IF: &str = "nd0";
@@ -120,5 +124,45 @@ impl Star {
                 "probed_cut",
             ])
             .output();
+    }
+}
+
+/// A cluster ready to start: `n` nodes around one backend that answers TCP on `TARGET_PORT` at
+/// every address of 198.19.0.0/24, a daemon's files per node and one shared key.
+pub struct Rig {
+    // Declared first, dropped last: the namespaces outlive what runs in them.
+    pub star: Star,
+    pub files: Vec<DaemonFiles>,
+    pub key: PathBuf,
+    _listener: std::net::TcpListener,
+}
+
+impl Rig {
+    pub fn new(n: usize) -> Rig {
+        let star = Star::new(n);
+        star.anyip("198.19.0.0/24");
+        let listener = star.backend.tcp_listen(&format!("0.0.0.0:{TARGET_PORT}"));
+        let files: Vec<DaemonFiles> = (0..n).map(|_| DaemonFiles::new()).collect();
+        let key = key_file(&files[0].dir, "cluster.key", 'k');
+        Rig {
+            star,
+            files,
+            key,
+            _listener: listener,
+        }
+    }
+
+    /// Starts node `i` with `targets` endpoints, `k` probers per target and `key`; it re-reads
+    /// its file on reload.
+    pub fn start_with(&self, i: usize, targets: usize, k: usize, key: &Path) -> RunningDaemon {
+        let files = &self.files[i];
+        let cfg = files.write_config(&cluster_config(files, i, targets, k, key));
+        RunningDaemon::start(&self.star.nodes[i], cfg, Some(&files.config_path()))
+            .unwrap_or_else(|e| panic!("start n{i}: {e}"))
+    }
+
+    /// Starts node `i` with the rig's key.
+    pub fn start(&self, i: usize, targets: usize, k: usize) -> RunningDaemon {
+        self.start_with(i, targets, k, &self.key)
     }
 }

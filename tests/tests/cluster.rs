@@ -15,7 +15,7 @@ use probed_tests::{
     daemon::{metric, DaemonFiles, RunningDaemon},
     probed_bin,
     servers::counted_packets,
-    star::{cluster_config, key_file, target, Star, TARGET_PORT},
+    star::{cluster_config, key_file, target, Rig, Star, TARGET_PORT},
 };
 
 const PORT: u16 = TARGET_PORT;
@@ -113,23 +113,15 @@ fn endpoints(d: &RunningDaemon) -> Vec<Seen> {
         .collect()
 }
 
-fn start(star: &Star, files: &[DaemonFiles], i: usize, k: usize, key: &std::path::Path) -> RunningDaemon {
-    let cfg = files[i].write_config(&cluster_config(&files[i], i, TARGETS, k, key));
-    RunningDaemon::start(&star.nodes[i], cfg, None).unwrap_or_else(|e| panic!("start n{i}: {e}"))
-}
-
 #[test]
 fn two_probers_per_target_a_stranger_kept_out_and_a_node_leaving_without_a_flap() {
-    let star = Star::new(4);
-    star.anyip("198.19.0.0/24");
-    let _listener = star.backend.tcp_listen(&format!("0.0.0.0:{PORT}"));
-    count_syns(&star);
-    let files: Vec<DaemonFiles> = (0..4).map(|_| DaemonFiles::new()).collect();
-    let key = key_file(&files[0].dir, "cluster.key", 'k');
+    let rig = Rig::new(4);
+    let (star, files) = (&rig.star, &rig.files);
+    count_syns(star);
     let other_key = key_file(&files[3].dir, "other.key", 'x');
-    let mut daemons: Vec<Option<RunningDaemon>> = (0..3).map(|i| Some(start(&star, &files, i, 2, &key))).collect();
+    let mut daemons: Vec<Option<RunningDaemon>> = (0..3).map(|i| Some(rig.start(i, TARGETS, 2))).collect();
     // n3 has the right config but another key.
-    let stranger = start(&star, &files, 3, 2, &other_key);
+    let stranger = rig.start_with(3, TARGETS, 2, &other_key);
     let d = |i: usize, ds: &[Option<RunningDaemon>]| -> Vec<String> { members(ds[i].as_ref().unwrap()) };
     let joined = wait_for("the three nodes see each other", Duration::from_secs(15), || {
         (0..3).all(|i| d(i, &daemons) == ["n0", "n1", "n2"])
@@ -152,9 +144,9 @@ fn two_probers_per_target_a_stranger_kept_out_and_a_node_leaving_without_a_flap(
     // Probes over two seconds: each target from exactly two of the three nodes, none from n3's
     // share leaking (n3 probes alone, all twelve: it is a cluster of one).
     std::thread::sleep(Duration::from_millis(500));
-    let before = syns(&star);
+    let before = syns(star);
     std::thread::sleep(Duration::from_secs(2));
-    let window = since(&syns(&star), &before);
+    let window = since(&syns(star), &before);
     for j in 0..TARGETS {
         let from: Vec<usize> = (0..3).filter(|i| window[&(*i, j)] > 0).collect();
         assert_eq!(from.len(), 2, "target {j} probed by {from:?}; counts {window:?}");
@@ -245,12 +237,12 @@ fn two_probers_per_target_a_stranger_kept_out_and_a_node_leaving_without_a_flap(
         .map(|l| l["silent_ms"].as_u64().unwrap())
         .collect();
     assert!(!silent.is_empty() && silent.iter().all(|&ms| ms > 0), "{silent:?}");
-    let before = syns(&star);
+    let before = syns(star);
     wait_for(
         "n2 probes everything, n0 and n1 cover everything",
         Duration::from_secs(10),
         || {
-            let now = since(&syns(&star), &before);
+            let now = since(&syns(star), &before);
             (0..TARGETS).all(|j| now[&(2, j)] > 0 && (now[&(0, j)] > 0 || now[&(1, j)] > 0))
         },
     );
@@ -271,9 +263,9 @@ fn two_probers_per_target_a_stranger_kept_out_and_a_node_leaving_without_a_flap(
     let events_before: Vec<usize> = (0..2).map(|i| daemons[i].as_ref().unwrap().events().len()).collect();
     let stopped = Instant::now();
     daemons[2].take().unwrap().stop();
-    let before = syns(&star);
+    let before = syns(star);
     let took = wait_for("n0 and n1 probe every target", Duration::from_secs(20), || {
-        let now = since(&syns(&star), &before);
+        let now = since(&syns(star), &before);
         (0..TARGETS).all(|j| now[&(0, j)] > 0 && now[&(1, j)] > 0)
     });
     println!(
@@ -301,12 +293,9 @@ fn two_probers_per_target_a_stranger_kept_out_and_a_node_leaving_without_a_flap(
 
 #[test]
 fn with_every_node_probing_half_the_locations_decide() {
-    let star = Star::new(3);
-    star.anyip("198.19.0.0/24");
-    let _listener = star.backend.tcp_listen(&format!("0.0.0.0:{PORT}"));
-    let files: Vec<DaemonFiles> = (0..3).map(|_| DaemonFiles::new()).collect();
-    let key = key_file(&files[0].dir, "cluster.key", 'k');
-    let daemons: Vec<RunningDaemon> = (0..3).map(|i| start(&star, &files, i, 0, &key)).collect();
+    let rig = Rig::new(3);
+    let star = &rig.star;
+    let daemons: Vec<RunningDaemon> = (0..3).map(|i| rig.start(i, TARGETS, 0)).collect();
     wait_for(
         "every endpoint Online with three locations, on every node",
         Duration::from_secs(15),
@@ -411,17 +400,9 @@ fn a_key_others_can_read_or_a_short_key_stops_the_start() {
 /// `[cluster]` change is reported as needing a restart and the share stays as it was.
 #[test]
 fn reloads_add_endpoints_to_the_shared_probing() {
-    let star = Star::new(3);
-    star.anyip("198.19.0.0/24");
-    let _listener = star.backend.tcp_listen(&format!("0.0.0.0:{PORT}"));
-    let files: Vec<DaemonFiles> = (0..3).map(|_| DaemonFiles::new()).collect();
-    let key = key_file(&files[0].dir, "cluster.key", 'k');
-    let daemons: Vec<RunningDaemon> = (0..3)
-        .map(|i| {
-            let cfg = files[i].write_config(&cluster_config(&files[i], i, TARGETS, 2, &key));
-            RunningDaemon::start(&star.nodes[i], cfg, Some(&files[i].config_path())).expect("start")
-        })
-        .collect();
+    let rig = Rig::new(3);
+    let (files, key) = (&rig.files, &rig.key);
+    let daemons: Vec<RunningDaemon> = (0..3).map(|i| rig.start(i, TARGETS, 2)).collect();
     let all_online = |n: usize| {
         move |d: &RunningDaemon| {
             let e = endpoints(d);
@@ -437,7 +418,7 @@ fn reloads_add_endpoints_to_the_shared_probing() {
     for (i, d) in daemons.iter().enumerate() {
         std::fs::write(
             files[i].config_path(),
-            cluster_config(&files[i], i, TARGETS + 2, 2, &key),
+            cluster_config(&files[i], i, TARGETS + 2, 2, key),
         )
         .unwrap();
         let (code, report) = d.call("POST", "/v1/reload");
@@ -470,7 +451,7 @@ fn reloads_add_endpoints_to_the_shared_probing() {
         }
     }
     // A [cluster] change waits for a restart: the running share stays.
-    let text = cluster_config(&files[0], 0, TARGETS + 2, 3, &key);
+    let text = cluster_config(&files[0], 0, TARGETS + 2, 3, key);
     std::fs::write(files[0].config_path(), text).unwrap();
     let (code, report) = daemons[0].call("POST", "/v1/reload");
     assert_eq!(code, 200, "{report}");

@@ -125,23 +125,12 @@ fn main() {
 /// votes split, it stays Online under the 50% rule), then from both (Degraded on every node),
 /// then restored.
 fn cluster(seconds: Option<u64>) {
-    use probed_tests::{
-        daemon::DaemonFiles,
-        star::{cluster_config, key_file, Star, TARGET_PORT},
-    };
+    use probed_tests::star::{Rig, Star};
     const TARGETS: usize = 8;
     const STEP: Duration = Duration::from_secs(6);
-    let star = Star::new(3);
-    star.anyip("198.19.0.0/24");
-    let _listener = star.backend.tcp_listen(&format!("0.0.0.0:{TARGET_PORT}"));
-    let files: Vec<DaemonFiles> = (0..3).map(|_| DaemonFiles::new()).collect();
-    let key = key_file(&files[0].dir, "cluster.key", 'k');
-    let daemons: Vec<RunningDaemon> = (0..3)
-        .map(|i| {
-            let cfg = files[i].write_config(&cluster_config(&files[i], i, TARGETS, 2, &key));
-            RunningDaemon::start(&star.nodes[i], cfg, None).unwrap_or_else(|e| panic!("start n{i}: {e}"))
-        })
-        .collect();
+    let rig = Rig::new(3);
+    let star = &rig.star;
+    let daemons: Vec<RunningDaemon> = (0..3).map(|i| rig.start(i, TARGETS, 2)).collect();
     for (i, d) in daemons.iter().enumerate() {
         println!(
             "demo: n{i} in ns {} at {}, API {}",
