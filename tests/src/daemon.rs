@@ -64,6 +64,24 @@ impl DaemonFiles {
         )
     }
 
+    /// The header for `iface`, then one lb profile per `(name, ports)` with a fast TCP check
+    /// (100 ms, thresholds 2) and an endpoint `NAME-1`, `NAME-2`, ... per port at `address`.
+    pub fn tcp_profiles(&self, iface: &str, address: &str, profiles: &[(&str, &[u16])]) -> String {
+        let health = "[profile.health]\nprotocol = \"tcp\"\ninterval = \"100ms\"\ntimeout = \"100ms\"\n\
+                      healthy_threshold = 2\nunhealthy_threshold = 2\n";
+        let mut text = self.header(iface);
+        for (profile, ports) in profiles {
+            text += &format!("\n[[profile]]\nname = \"{profile}\"\ndialect = \"lb\"\n{health}");
+            for (i, port) in ports.iter().enumerate() {
+                text += &format!(
+                    "\n[[profile.endpoint]]\nname = \"{profile}-{}\"\naddress = \"{address}\"\nport = {port}\n",
+                    i + 1
+                );
+            }
+        }
+        text
+    }
+
     /// Writes the config file and parses it, panicking with every error.
     pub fn write_config(&self, text: &str) -> Config {
         std::fs::write(self.config_path(), text).unwrap();

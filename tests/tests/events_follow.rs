@@ -98,20 +98,9 @@ fn followers_see_each_change_as_it_happens_until_the_daemon_stops() {
         .map(|p| topo.backend.tcp_listen(&format!("{BACKEND_V4}:{p}")))
         .collect();
     let files = DaemonFiles::new();
-    let health = "[profile.health]\nprotocol = \"tcp\"\ninterval = \"100ms\"\ntimeout = \"100ms\"\n\
-                  healthy_threshold = 2\nunhealthy_threshold = 2\n";
-    let mut text = files.header(PROBER_IF);
     // web has a second endpoint, so that web-1 alone failing leaves it out of rotation
     // (with none left, the profile would fail open).
-    for (profile, ports) in [("web", &[8080, 8082][..]), ("db", &[8081][..])] {
-        text += &format!("\n[[profile]]\nname = \"{profile}\"\ndialect = \"lb\"\n{health}");
-        for (i, port) in ports.iter().enumerate() {
-            text += &format!(
-                "\n[[profile.endpoint]]\nname = \"{profile}-{}\"\naddress = \"{BACKEND_V4}\"\nport = {port}\n",
-                i + 1
-            );
-        }
-    }
+    let text = files.tcp_profiles(PROBER_IF, BACKEND_V4, &[("web", &[8080, 8082]), ("db", &[8081])]);
     let cfg = files.write_config(&text);
     let daemon = RunningDaemon::start(&topo.prober, cfg, None).expect("start the daemon");
     daemon.wait_status("web", "web-1", S::Online, Duration::from_secs(5));

@@ -83,15 +83,7 @@ fn the_watch_redraws_problems_first_and_quits_on_q() {
         .map(|p| topo.backend.tcp_listen(&format!("{BACKEND_V4}:{p}")))
         .collect();
     let files = DaemonFiles::new();
-    let health = "[profile.health]\nprotocol = \"tcp\"\ninterval = \"100ms\"\ntimeout = \"100ms\"\n\
-                  healthy_threshold = 2\nunhealthy_threshold = 2\n";
-    let mut text = files.header(PROBER_IF);
-    for (profile, port) in [("aaa", 8080), ("web", 8081)] {
-        text += &format!(
-            "\n[[profile]]\nname = \"{profile}\"\ndialect = \"lb\"\n{health}\n[[profile.endpoint]]\n\
-             name = \"{profile}-1\"\naddress = \"{BACKEND_V4}\"\nport = {port}\n"
-        );
-    }
+    let text = files.tcp_profiles(PROBER_IF, BACKEND_V4, &[("aaa", &[8080]), ("web", &[8081])]);
     let cfg = files.write_config(&text);
     let daemon = RunningDaemon::start(&topo.prober, cfg, None).expect("start the daemon");
     daemon.wait_status("web", "web-1", S::Online, Duration::from_secs(5));
