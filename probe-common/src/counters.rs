@@ -24,9 +24,16 @@ pub struct RxCounters {
     pub rst_sent: u64,
     /// Matched replies lost because the event ring buffer was full.
     pub ringbuf_full: u64,
+    /// HTTP probes: requests sent in answer to a SYN+ACK (again for a repeated SYN+ACK).
+    pub http_requests: u64,
+    /// HTTP probes: responses, resets and closes matched after the request.
+    pub matched_http: u64,
+    /// HTTP probes whose SYN+ACK frame had no room for the request (the driver gives XDP no
+    /// tailroom): those checks go through sockets from then on.
+    pub http_no_room: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<RxCounters>() == 88);
+const _: () = assert!(core::mem::size_of::<RxCounters>() == 112);
 
 impl RxCounters {
     /// Adds another CPU's slot to this one.
@@ -42,6 +49,9 @@ impl RxCounters {
         self.stale += o.stale;
         self.rst_sent += o.rst_sent;
         self.ringbuf_full += o.ringbuf_full;
+        self.http_requests += o.http_requests;
+        self.matched_http += o.matched_http;
+        self.http_no_room += o.http_no_room;
     }
 }
 

@@ -2,8 +2,10 @@
 //! whole frame with one store; the raw-socket fallback sends the same bytes minus Ethernet.
 use crate::{
     csum::{add_bytes, finish, pseudo_v4, pseudo_v6},
+    http::REQUEST_WINDOW,
     packet::{
-        EthHdr, Ipv4Hdr, Ipv6Hdr, TcpHdr, UdpHdr, ETH_P_IP, ETH_P_IPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_RST, TCP_SYN,
+        EthHdr, Ipv4Hdr, Ipv6Hdr, TcpHdr, UdpHdr, ETH_P_IP, ETH_P_IPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_PSH,
+        TCP_RST, TCP_SYN,
     },
 };
 
@@ -198,6 +200,45 @@ pub fn write_segment_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, seq: u32, ack: u32, f
     f.tcp.csum_be = finish(sum).to_be_bytes();
 }
 
+/// Writes the headers of the segment that carries an HTTP probe's request: ACK of the
+/// target's SYN+ACK (`ack`), our `seq`, PSH, `payload_len` bytes of payload whose word sum
+/// is `payload_sum` following the headers in the frame.
+#[inline(always)]
+pub fn write_request_v4(f: &mut RstV4, e: &Ends<[u8; 4]>, seq: u32, ack: u32, payload_len: u16, payload_sum: u64) {
+    let seg_len = TcpHdr::LEN as u16 + payload_len;
+    f.eth = eth(e, ETH_P_IP);
+    f.ip = ipv4(e.saddr, e.daddr, IPPROTO_TCP, seg_len, 0);
+    f.tcp = tcp(
+        e.sport,
+        e.dport,
+        seq,
+        ack,
+        TcpHdr::LEN,
+        TCP_ACK | TCP_PSH,
+        REQUEST_WINDOW,
+    );
+    let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_TCP, seg_len) + tcp_sum(&f.tcp) + payload_sum;
+    f.tcp.csum_be = finish(sum).to_be_bytes();
+}
+
+#[inline(always)]
+pub fn write_request_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, seq: u32, ack: u32, payload_len: u16, payload_sum: u64) {
+    let seg_len = TcpHdr::LEN as u16 + payload_len;
+    f.eth = eth(e, ETH_P_IPV6);
+    f.ip = ipv6(e.saddr, e.daddr, IPPROTO_TCP, seg_len, 0);
+    f.tcp = tcp(
+        e.sport,
+        e.dport,
+        seq,
+        ack,
+        TcpHdr::LEN,
+        TCP_ACK | TCP_PSH,
+        REQUEST_WINDOW,
+    );
+    let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_TCP, u32::from(seg_len)) + tcp_sum(&f.tcp) + payload_sum;
+    f.tcp.csum_be = finish(sum).to_be_bytes();
+}
+
 /// Value-returning forms of the writers, for userspace (raw-socket fallback, tests).
 pub fn syn_v4(e: &Ends<[u8; 4]>, isn: u32) -> SynV4 {
     let mut f = SynV4::default();
@@ -380,6 +421,28 @@ mod tests {
         let e = ends6();
         let f = rst_v6(&e, 5);
         verify_v6(e.saddr, e.daddr, IPPROTO_TCP, &f.bytes()[54..]);
+    }
+
+    #[test]
+    fn request_segments_checksum_with_payload() {
+        let req = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+        let (len, sum) = (req.len() as u16, payload_sum(req));
+        let e = ends4();
+        let mut f = RstV4::default();
+        write_request_v4(&mut f, &e, 11, 22, len, sum);
+        assert_eq!(finish(payload_sum(&f.bytes()[14..34])), 0, "IPv4 header checksum");
+        assert_eq!(u16::from_be_bytes(f.ip.tot_len_be), 40 + len);
+        assert_eq!((f.tcp.seq(), f.tcp.ack(), f.tcp.flags), (11, 22, TCP_ACK | TCP_PSH));
+        let mut seg = f.bytes()[34..].to_vec();
+        seg.extend_from_slice(req);
+        verify_v4(e.saddr, e.daddr, IPPROTO_TCP, &seg);
+        let e = ends6();
+        let mut f = RstV6::default();
+        write_request_v6(&mut f, &e, 11, 22, len, sum);
+        assert_eq!(u16::from_be_bytes(f.ip.payload_len_be), 20 + len);
+        let mut seg = f.bytes()[54..].to_vec();
+        seg.extend_from_slice(req);
+        verify_v6(e.saddr, e.daddr, IPPROTO_TCP, &seg);
     }
 
     #[test]

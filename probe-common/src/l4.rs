@@ -76,11 +76,24 @@ pub struct Inflight {
     /// The cookie sent (TCP initial sequence number; low 16 bits are the UDP IPv4 id, low 20
     /// bits the UDP IPv6 flow label).
     pub cookie: u32,
-    pub _pad: u32,
+    /// The target's next sequence number once its SYN+ACK came (HTTP probes: where the
+    /// response starts); 0 before.
+    pub peer_seq: u32,
     /// bpf_ktime_get_ns (CLOCK_MONOTONIC) when the probe left.
     pub sent_ns: u64,
+    /// HTTP probes: the request template's id plus one (`PROBE_HTTP_REQS`); 0 for a plain SYN
+    /// or UDP probe.
+    pub req: u32,
+    /// Where an HTTP probe is: `STAGE_SYN_SENT`, then `STAGE_REQUEST_SENT`.
+    pub stage: u8,
+    pub _pad: [u8; 3],
 }
-const _: () = assert!(core::mem::size_of::<Inflight>() == 24);
+const _: () = assert!(core::mem::size_of::<Inflight>() == 32);
+
+/// An HTTP probe's SYN is out; nothing has come back.
+pub const STAGE_SYN_SENT: u8 = 0;
+/// The target's SYN+ACK was answered with the request; its response is awaited.
+pub const STAGE_REQUEST_SENT: u8 = 1;
 
 /// One probe for the generator to send.
 #[repr(C)]
@@ -89,8 +102,11 @@ pub struct ProbeJob {
     pub flow: FlowKey,
     pub slot: u32,
     pub gen: u32,
+    /// HTTP probes: the request template's id plus one; 0 for a plain SYN or UDP probe.
+    pub req: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(core::mem::size_of::<ProbeJob>() == 48);
+const _: () = assert!(core::mem::size_of::<ProbeJob>() == 56);
 
 /// What the kernel reports for a probe.
 #[repr(u8)]
@@ -106,6 +122,18 @@ pub enum EventKind {
     NoNeighbour = 4,
     /// The generator found no route to the target.
     NoRoute = 5,
+    /// HTTP: the response's status line, its code in `ProbeEvent::status` (the connection was
+    /// reset).
+    HttpStatus = 6,
+    /// HTTP: the target reset the connection after its SYN+ACK, before any response.
+    HttpReset = 7,
+    /// HTTP: the target closed the connection (FIN) without a response.
+    HttpClosed = 8,
+    /// HTTP: the first bytes of the response are no HTTP/1.x status line.
+    HttpMalformed = 9,
+    /// HTTP: the SYN+ACK's frame could not be grown to carry the request (the driver gives
+    /// XDP no tailroom); the connection was reset and the check must use a socket.
+    HttpNoRoom = 10,
 }
 
 impl EventKind {
@@ -116,6 +144,11 @@ impl EventKind {
             3 => Self::Unreachable,
             4 => Self::NoNeighbour,
             5 => Self::NoRoute,
+            6 => Self::HttpStatus,
+            7 => Self::HttpReset,
+            8 => Self::HttpClosed,
+            9 => Self::HttpMalformed,
+            10 => Self::HttpNoRoom,
             _ => return None,
         })
     }
@@ -132,7 +165,10 @@ pub struct ProbeEvent {
     pub kind: u8,
     pub icmp_type: u8,
     pub icmp_code: u8,
-    pub _pad: [u8; 5],
+    pub _pad: u8,
+    /// HttpStatus: the response's status code.
+    pub status: u16,
+    pub _pad2: [u8; 2],
 }
 const _: () = assert!(core::mem::size_of::<ProbeEvent>() == 24);
 
@@ -196,4 +232,6 @@ mod pod {
     unsafe impl aya::Pod for super::TxCtl {}
     // SAFETY: see above.
     unsafe impl aya::Pod for super::CookieKey {}
+    // SAFETY: see above.
+    unsafe impl aya::Pod for crate::http::HttpReq {}
 }

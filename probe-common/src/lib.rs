@@ -11,6 +11,7 @@ pub mod cookie;
 pub mod counters;
 pub mod csum;
 pub mod frame;
+pub mod http;
 pub mod l4;
 pub mod packet;
 pub mod parse;

@@ -48,6 +48,8 @@ unsafe impl Wire for IcmpHdr {}
 unsafe impl Wire for VlanTag {}
 // SAFETY: as above.
 unsafe impl Wire for ExtHdr {}
+// SAFETY: byte arrays have alignment 1 and accept any bytes.
+unsafe impl<const N: usize> Wire for [u8; N] {}
 
 /// Bounds-checked reads from a packet: the kernel implements it with its `ptr_at`, the host
 /// with a byte slice. A read that does not fit is `None`, never a short value.
@@ -129,6 +131,9 @@ pub struct L3 {
     pub ident: u32,
     /// Offset of the transport header.
     pub l4_off: usize,
+    /// Offset of the end of the IP packet, as its length field says (link-layer padding of
+    /// short frames lies beyond it). In a quote it may lie past the frame's end.
+    pub l3_end: usize,
 }
 
 /// Parses an IPv4 (or, with `ipv6`, IPv6) header at `off`. `None` means "do not read past":
@@ -150,6 +155,7 @@ pub fn parse_l3<P: Packet + ?Sized>(p: &P, off: usize, ipv6: bool) -> Option<L3>
             proto,
             ident: ip.flow_label(),
             l4_off,
+            l3_end: off + Ipv6Hdr::LEN + usize::from(u16::from_be_bytes(ip.payload_len_be)),
         })
     } else {
         let ip = p.read::<Ipv4Hdr>(off)?;
@@ -167,6 +173,7 @@ pub fn parse_l3<P: Packet + ?Sized>(p: &P, off: usize, ipv6: bool) -> Option<L3>
             ident: u32::from(ip.id()),
             // Options, if any, are skipped whole: IHL counts them.
             l4_off: off + ip.header_len(),
+            l3_end: off + usize::from(u16::from_be_bytes(ip.tot_len_be)),
         })
     }
 }

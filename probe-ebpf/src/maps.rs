@@ -1,11 +1,12 @@
 //! Every map of the probe programs; names share the `PROBE_` prefix so `bpftool map` groups them.
 use aya_ebpf::{
-    bindings::BPF_F_MMAPABLE,
+    bindings::{BPF_F_MMAPABLE, BPF_F_NO_PREALLOC},
     macros::map,
     maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use probe_common::{
     counters::{RxCounters, TxCounters},
+    http::{HttpReq, MAX_HTTP_REQS},
     l4::{CookieKey, FlowKey, Inflight, ProbeJob, TxCtl, MAX_IFACES, MAX_INFLIGHT, MAX_JOBS},
 };
 
@@ -37,6 +38,11 @@ pub static PROBE_IFACES: HashMap<u32, u32> = HashMap::with_max_entries(MAX_IFACE
 /// Probes on the wire, by flow.
 #[map]
 pub static PROBE_INFLIGHT: HashMap<FlowKey, Inflight> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
+
+/// HTTP request templates by id (Inflight::req minus one). Allocated as userspace adds
+/// them, so a node without HTTP checks pays nothing for the map.
+#[map]
+pub static PROBE_HTTP_REQS: HashMap<u32, HttpReq> = HashMap::with_max_entries(MAX_HTTP_REQS, BPF_F_NO_PREALLOC);
 
 /// Outcomes and generator reports for userspace.
 #[map]

@@ -17,19 +17,20 @@ use aya_ebpf::{
 };
 use probe_common::{
     counters::RxCounters,
-    frame::{write_rst_v4, write_rst_v6, Ends, RstV4, RstV6, FLOW_LABEL_MASK},
-    l4::{EventKind, FlowKey, Inflight, ProbeEvent},
+    frame::{write_request_v4, write_request_v6, write_rst_v4, write_rst_v6, Ends, RstV4, RstV6, FLOW_LABEL_MASK},
+    http::{parse_status, HttpReq, HTTP_REQ_MAX, STATUS_LINE_LEN},
+    l4::{EventKind, FlowKey, Inflight, ProbeEvent, STAGE_REQUEST_SENT},
     packet::{
         classify_icmp, classify_tcp_flags, IcmpHdr, ReplyClass, TcpHdr, ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP,
-        IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK,
+        IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_FIN,
     },
     parse::{parse_link, parse_quote, Link, Packet, VlanTag},
 };
 
 use crate::{
     ctx::Packet as Hooked,
-    maps::{is_probe_port, rx_counters, PROBE_EVENTS, PROBE_INFLIGHT},
-    parse::{parse_l3_into, read_at, shrink_to_at, write_at, Frame, L3},
+    maps::{is_probe_port, rx_counters, PROBE_EVENTS, PROBE_HTTP_REQS, PROBE_INFLIGHT},
+    parse::{parse_l3_into, ptr_at, read_at, shrink_to_at, write_at, Frame, L3},
 };
 
 /// What the matcher decided, whatever the hook.
@@ -41,6 +42,11 @@ enum Verdict {
     Drop,
     /// Rewritten in place into an RST: send it back out of the interface it came in by.
     Bounce,
+    /// Rewritten into an HTTP probe's request: back out of the interface it came in by, as
+    /// a redirect. Not XDP_TX: veth does not wake a peer without an XDP program for frames
+    /// sent that way (they wait for the next frame to arrive by any other path), while a
+    /// redirect's flush always does. A request that waits costs the probe its timeout.
+    BounceNow,
 }
 
 const PASS: Verdict = Verdict::Pass;
@@ -51,7 +57,11 @@ pub fn probe_rx(mut ctx: XdpContext) -> u32 {
     if crate::tx::is_generator_frame(&ctx) {
         return crate::tx::generate(&mut ctx);
     }
-    xdp_verdict(try_probe_rx(&mut ctx).unwrap_or(PASS))
+    match try_probe_rx(&mut ctx).unwrap_or(PASS) {
+        // SAFETY: bpf_redirect only records the target ifindex for after the program returns.
+        Verdict::BounceNow => unsafe { bpf_redirect(ctx.ingress_ifindex() as u32, 0) as u32 },
+        v => xdp_verdict(v),
+    }
 }
 
 #[classifier]
@@ -67,6 +77,7 @@ fn xdp_verdict(v: Verdict) -> u32 {
         Verdict::Pass => xdp_action::XDP_PASS,
         Verdict::Drop => xdp_action::XDP_DROP,
         Verdict::Bounce => xdp_action::XDP_TX,
+        Verdict::BounceNow => xdp_action::XDP_ABORTED,
     }
 }
 
@@ -77,7 +88,7 @@ fn tc_verdict(ctx: &TcContext, v: Verdict) -> i32 {
     match v {
         Verdict::Pass => tcx_action_base::TCX_NEXT,
         Verdict::Drop => tcx_action_base::TCX_DROP,
-        Verdict::Bounce => {
+        Verdict::Bounce | Verdict::BounceNow => {
             // SAFETY: reading the ingress ifindex from the program's own __sk_buff context.
             let ifindex = unsafe { (*ctx.skb.skb).ifindex };
             // SAFETY: bpf_redirect only records the target (flags 0: that device's egress)
@@ -132,6 +143,20 @@ fn try_probe_rx(ctx: &mut impl Hooked) -> Option<Verdict> {
                 c.rst_sent += 1;
                 Some(Verdict::Bounce)
             }
+            Tcp::SendRequest(req) => {
+                if request_in_place(ctx, &link, &l3, req).is_some() {
+                    c.http_requests += 1;
+                    return Some(Verdict::BounceNow);
+                }
+                // No room in the frame for the request (it is unchanged): the probe ends
+                // here, and the half-open connection with the RST the SYN+ACK becomes.
+                if no_room(&l3, &Frame::of(ctx), c) {
+                    rst_in_place(ctx, &link, &l3)?;
+                    c.rst_sent += 1;
+                    return Some(Verdict::Bounce);
+                }
+                Some(PASS)
+            }
         },
         IPPROTO_ICMP if !v6 => on_icmp(&frame, &l3, c),
         IPPROTO_ICMPV6 if v6 => on_icmp(&frame, &l3, c),
@@ -151,10 +176,13 @@ fn family(ipv6: bool) -> u8 {
     }
 }
 
-/// What on_tcp decided: an action, or a matched SYN+ACK to be turned into its RST.
+/// What on_tcp decided: an action, a matched reply to be turned into the RST that ends its
+/// connection, or an HTTP probe's SYN+ACK to be turned into the segment carrying its request
+/// (the template's id).
 enum Tcp {
     Done(Verdict),
     SendRst,
+    SendRequest(u32),
 }
 
 // on_tcp, on_icmp and rst_in_place are not inlined: each gets its own stack frame, and
@@ -167,10 +195,7 @@ fn on_tcp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Tcp> {
     match class {
         ReplyClass::SynAck => c.syn_ack += 1,
         ReplyClass::Rst => c.rst += 1,
-        _ => {
-            c.other += 1;
-            return Some(Tcp::Done(PASS));
-        }
+        _ => c.other += 1,
     }
     if !is_probe_port(tcp.dport()) {
         return Some(Tcp::Done(PASS));
@@ -186,9 +211,17 @@ fn on_tcp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Tcp> {
         _pad: [0; 2],
     };
     let Some(entry) = live(&flow) else {
-        c.stale += 1;
+        if class != ReplyClass::Other {
+            c.stale += 1;
+        }
         return Some(Tcp::Done(PASS));
     };
+    if entry.stage == STAGE_REQUEST_SENT {
+        return on_http_reply(frame, l3, &tcp, class, &flow, &entry, c);
+    }
+    if class == ReplyClass::Other {
+        return Some(Tcp::Done(PASS));
+    }
     // Both a SYN+ACK and the RST refusing a SYN acknowledge exactly the cookie plus one.
     if tcp.flags & TCP_ACK == 0 || tcp.ack() != entry.cookie.wrapping_add(1) {
         c.forged += 1;
@@ -201,11 +234,210 @@ fn on_tcp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Tcp> {
         }
         return Some(Tcp::Done(PASS));
     }
+    if entry.req != 0 {
+        // An HTTP probe: the connection is up; the request goes out in the SYN+ACK's frame.
+        // The target's first sequence number is where its response will start.
+        let Some(e) = PROBE_INFLIGHT.get_ptr_mut(&flow) else {
+            c.stale += 1;
+            return Some(Tcp::Done(PASS));
+        };
+        // SAFETY: a pointer to a live hash-map value; the fields are plain integers, and a
+        // concurrent delete by userspace only makes this write land in a freed entry that
+        // nothing reads again (its timeout already owns the outcome).
+        unsafe {
+            (*e).peer_seq = tcp.seq().wrapping_add(1);
+            (*e).stage = STAGE_REQUEST_SENT;
+        }
+        return Some(Tcp::SendRequest(entry.req - 1));
+    }
     if !claim(&flow, &entry, EventKind::Open, 0, 0, c) {
         return Some(Tcp::Done(PASS));
     }
     c.matched_open += 1;
     Some(Tcp::SendRst)
+}
+
+/// A segment of a connection whose request is out (HTTP probes). The target proves it saw
+/// the request by acknowledging all of it; its response must start at its first sequence
+/// number. Then:
+/// - a repeated SYN+ACK (our request was lost) is answered with the request again;
+/// - data: the status line decides, and the segment becomes the RST that ends the connection;
+/// - a FIN without data: closed without a response; a pure ACK is dropped (the node's stack,
+///   which has no socket for the flow, would answer it with a RST);
+/// - a RST at the target's sequence number: reset before the response.
+#[inline(always)]
+fn on_http_reply(
+    frame: &Frame,
+    l3: &L3,
+    tcp: &TcpHdr,
+    class: ReplyClass,
+    flow: &FlowKey,
+    entry: &Inflight,
+    c: &mut RxCounters,
+) -> Option<Tcp> {
+    if class == ReplyClass::SynAck {
+        if tcp.ack() != entry.cookie.wrapping_add(1) {
+            c.forged += 1;
+            return Some(Tcp::Done(PASS));
+        }
+        return Some(Tcp::SendRequest(entry.req - 1));
+    }
+    if class == ReplyClass::Rst {
+        if tcp.seq() != entry.peer_seq {
+            c.forged += 1;
+            return Some(Tcp::Done(PASS));
+        }
+        if claim_status(flow, entry, EventKind::HttpReset, 0, c) {
+            return Some(Tcp::Done(DROP));
+        }
+        return Some(Tcp::Done(PASS));
+    }
+    let req_id = entry.req - 1;
+    // SAFETY: the template is copied out at once; userspace never changes or deletes a
+    // template while a probe that uses it is in flight.
+    let req_len = unsafe { PROBE_HTTP_REQS.get(&req_id) }.map(|r| r.len)?;
+    if tcp.flags & TCP_ACK == 0 || tcp.ack() != entry.cookie.wrapping_add(1).wrapping_add(req_len) {
+        c.forged += 1;
+        return Some(Tcp::Done(PASS));
+    }
+    let payload_off = l3.l4_off + tcp.header_len();
+    let payload_len = l3.l3_end.saturating_sub(payload_off);
+    if payload_len == 0 {
+        if tcp.flags & TCP_FIN == 0 {
+            return Some(Tcp::Done(DROP));
+        }
+        return Some(if claim_status(flow, entry, EventKind::HttpClosed, 0, c) {
+            Tcp::SendRst
+        } else {
+            Tcp::Done(PASS)
+        });
+    }
+    if tcp.seq() != entry.peer_seq {
+        // Not the start of the response (its first segment was lost): the target sends that
+        // again, since nothing of it was acknowledged.
+        return Some(Tcp::Done(DROP));
+    }
+    let status = if payload_len < STATUS_LINE_LEN {
+        None
+    } else {
+        frame
+            .read::<[u8; STATUS_LINE_LEN]>(payload_off)
+            .and_then(|head| parse_status(&head))
+    };
+    let claimed = match status {
+        Some(code) => claim_status(flow, entry, EventKind::HttpStatus, code, c),
+        None => claim_status(flow, entry, EventKind::HttpMalformed, 0, c),
+    };
+    Some(if claimed { Tcp::SendRst } else { Tcp::Done(PASS) })
+}
+
+/// claim for HTTP outcomes, counted as such.
+#[inline(always)]
+fn claim_status(flow: &FlowKey, entry: &Inflight, kind: EventKind, status: u16, c: &mut RxCounters) -> bool {
+    let claimed = claim(flow, entry, kind, 0, status, c);
+    if claimed {
+        c.matched_http += 1;
+    }
+    claimed
+}
+
+/// Reports an HTTP probe whose SYN+ACK frame could not carry its request, and takes its
+/// entry; true when the caller should reset the connection.
+#[inline(never)]
+fn no_room(l3: &L3, frame: &Frame, c: &mut RxCounters) -> bool {
+    let Some(tcp) = frame.read::<TcpHdr>(l3.l4_off) else {
+        return false;
+    };
+    let flow = FlowKey {
+        saddr: l3.daddr,
+        daddr: l3.saddr,
+        sport: tcp.dport(),
+        dport: tcp.sport(),
+        proto: IPPROTO_TCP,
+        family: family(l3.ipv6),
+        _pad: [0; 2],
+    };
+    let Some(entry) = live(&flow) else {
+        return false;
+    };
+    c.http_no_room += 1;
+    claim(&flow, &entry, EventKind::HttpNoRoom, 0, 0, c)
+}
+
+/// Turns an HTTP probe's SYN+ACK into the segment that acknowledges it and carries the
+/// request (template `req`): back to its sender, seq = its ack, ack = its seq + 1. The frame
+/// grows to hold the request; None when it cannot (then it is unchanged).
+#[inline(always)]
+fn request_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32) -> Option<()> {
+    if l3.ipv6 {
+        request_v6_in_place(ctx, link, l3, req)
+    } else {
+        request_v4_in_place(ctx, link, l3, req)
+    }
+}
+
+/// The template's length, bounded for the verifier: 1..=HTTP_REQ_MAX.
+#[inline(always)]
+fn bounded_len(r: &HttpReq) -> usize {
+    ((r.len as usize).wrapping_sub(1) & (HTTP_REQ_MAX - 1)) + 1
+}
+
+#[inline(never)]
+fn request_v4_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32) -> Option<()> {
+    let tcp = read_at::<TcpHdr>(ctx, l3.l4_off)?;
+    let (sport, dport, seq, ack) = (tcp.dport(), tcp.sport(), tcp.ack(), tcp.seq().wrapping_add(1));
+    // SAFETY: see on_http_reply: templates in use never change.
+    let r = unsafe { PROBE_HTTP_REQS.get(&req) }?;
+    let len = bounded_len(r);
+    let saved = save_tags(ctx, link.tags)?;
+    let off = link.tags * VLAN_LEN;
+    if !ctx.resize(off + RstV4::LEN + len) {
+        return None;
+    }
+    if !ctx.store(off + RstV4::LEN, r.bytes.as_ptr(), len as u32) {
+        return None;
+    }
+    let f = ptr_at::<RstV4>(ctx, off)?;
+    let e = Ends {
+        smac: link.eth.dst,
+        dmac: link.eth.src,
+        saddr: [l3.daddr[0], l3.daddr[1], l3.daddr[2], l3.daddr[3]],
+        daddr: [l3.saddr[0], l3.saddr[1], l3.saddr[2], l3.saddr[3]],
+        sport,
+        dport,
+    };
+    // SAFETY: ptr_at checked the bounds after the resize; the layout has alignment 1.
+    write_request_v4(unsafe { &mut *f }, &e, seq, ack, len as u16, r.sum);
+    restore_tags(ctx, link.tags, &e, saved)
+}
+
+#[inline(never)]
+fn request_v6_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32) -> Option<()> {
+    let tcp = read_at::<TcpHdr>(ctx, l3.l4_off)?;
+    let (sport, dport, seq, ack) = (tcp.dport(), tcp.sport(), tcp.ack(), tcp.seq().wrapping_add(1));
+    // SAFETY: see on_http_reply: templates in use never change.
+    let r = unsafe { PROBE_HTTP_REQS.get(&req) }?;
+    let len = bounded_len(r);
+    let saved = save_tags(ctx, link.tags)?;
+    let off = link.tags * VLAN_LEN;
+    if !ctx.resize(off + RstV6::LEN + len) {
+        return None;
+    }
+    if !ctx.store(off + RstV6::LEN, r.bytes.as_ptr(), len as u32) {
+        return None;
+    }
+    let f = ptr_at::<RstV6>(ctx, off)?;
+    let e = Ends {
+        smac: link.eth.dst,
+        dmac: link.eth.src,
+        saddr: l3.daddr,
+        daddr: l3.saddr,
+        sport,
+        dport,
+    };
+    // SAFETY: as for IPv4.
+    write_request_v6(unsafe { &mut *f }, &e, seq, ack, len as u16, r.sum);
+    restore_tags(ctx, link.tags, &e, saved)
 }
 
 /// Turns the matched SYN+ACK in the frame into the RST that closes the half-open connection:
@@ -336,7 +568,7 @@ fn on_icmp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Verdict> {
         c.forged += 1;
         return Some(PASS);
     }
-    if claim(&flow, &entry, EventKind::Unreachable, icmp.kind, icmp.code, c) {
+    if claim(&flow, &entry, EventKind::Unreachable, u16::from_be_bytes([icmp.kind, icmp.code]), 0, c) {
         c.matched_unreach += 1;
         return Some(DROP);
     }
@@ -353,7 +585,7 @@ fn live(flow: &FlowKey) -> Option<Inflight> {
 /// Takes ownership of a probe's outcome: reserves the event first, so that once the entry
 /// is deleted the event is certain to follow; whoever deletes the entry reports the outcome.
 #[inline(always)]
-fn claim(flow: &FlowKey, entry: &Inflight, kind: EventKind, icmp_type: u8, icmp_code: u8, c: &mut RxCounters) -> bool {
+fn claim(flow: &FlowKey, entry: &Inflight, kind: EventKind, icmp: u16, status: u16, c: &mut RxCounters) -> bool {
     let Some(mut slot) = PROBE_EVENTS.reserve::<ProbeEvent>(0) else {
         // No room to report the reply. The entry is taken all the same, so that the engine's
         // timeout finds it gone and, with no event to follow, reports "no verdict": left in
@@ -379,9 +611,11 @@ fn claim(flow: &FlowKey, entry: &Inflight, kind: EventKind, icmp_type: u8, icmp_
         slot: entry.slot,
         gen: entry.gen,
         kind: kind as u8,
-        icmp_type,
-        icmp_code,
-        _pad: [0; 5],
+        icmp_type: (icmp >> 8) as u8,
+        icmp_code: icmp as u8,
+        _pad: 0,
+        status,
+        _pad2: [0; 2],
     });
     slot.submit(0);
     true

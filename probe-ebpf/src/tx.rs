@@ -17,7 +17,10 @@ use aya_ebpf::{
 use probe_common::{
     cookie::probe_cookie,
     frame::{write_syn_v4, write_syn_v6, write_udp_v4, write_udp_v6, Ends},
-    l4::{EventKind, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, FAMILY_V4, FIB_NOT_A_PROBE_IFACE, GENERATOR_META},
+    l4::{
+        EventKind, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, FAMILY_V4, FIB_NOT_A_PROBE_IFACE, GENERATOR_META,
+        STAGE_SYN_SENT,
+    },
     packet::IPPROTO_TCP,
 };
 
@@ -140,8 +143,11 @@ fn try_generate(ctx: &mut XdpContext) -> Option<u32> {
         slot: job.slot,
         gen: job.gen,
         cookie,
-        _pad: 0,
+        peer_seq: 0,
         sent_ns,
+        req: job.req,
+        stage: STAGE_SYN_SENT,
+        _pad: [0; 3],
     };
     if PROBE_INFLIGHT.insert(flow, entry, 0).is_err() {
         counters.inflight_full += 1;

@@ -7,6 +7,7 @@
 mod raw;
 mod run;
 pub mod source;
+pub mod templates;
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -103,6 +104,9 @@ pub enum L4Proto {
     Tcp,
     /// One datagram with this payload, expect silence.
     Udp { payload: Arc<[u8]> },
+    /// SYN, then this request (at most probe_common::http::HTTP_REQ_MAX bytes) in answer to
+    /// the SYN+ACK, and the response's status line: all in probe_rx, no socket.
+    Http { request: Arc<[u8]> },
 }
 
 /// One probe to send.
@@ -134,6 +138,20 @@ pub enum L4Outcome {
     /// The probe could not be sent for want of a local resource (socket buffers, a full
     /// in-flight table): no verdict on the target.
     LocalError { errno: i32 },
+    /// HTTP: the response's status code (the caller judges it).
+    HttpStatus { status: u16 },
+    /// HTTP: reset by the target after the connection was up, before a response.
+    HttpReset,
+    /// HTTP: closed by the target without a response.
+    HttpClosed,
+    /// HTTP: the response does not start with an HTTP/1.x status line.
+    HttpMalformed,
+    /// HTTP: connected, request sent, no response within the timeout.
+    HttpResponseTimeout,
+    /// HTTP: the kernel could not send the request from the SYN+ACK's frame (no tailroom on
+    /// this driver), or every request template is in use: no verdict; the caller should
+    /// probe this check through a socket.
+    HttpUnsupported,
 }
 
 impl L4Outcome {
@@ -155,6 +173,12 @@ impl std::fmt::Display for L4Outcome {
             L4Outcome::LocalError { errno } => {
                 write!(f, "local error: {}", std::io::Error::from_raw_os_error(*errno))
             }
+            L4Outcome::HttpStatus { status } => write!(f, "status {status}"),
+            L4Outcome::HttpReset => f.write_str("reset"),
+            L4Outcome::HttpClosed => f.write_str("closed"),
+            L4Outcome::HttpMalformed => f.write_str("http error: no HTTP/1.x status line"),
+            L4Outcome::HttpResponseTimeout => f.write_str("timeout response"),
+            L4Outcome::HttpUnsupported => f.write_str("local error: no kernel path for this HTTP probe"),
         }
     }
 }
@@ -169,7 +193,12 @@ impl From<L4Outcome> for crate::outcome::Outcome {
             L4Outcome::Timeout => crate::outcome::Outcome::Timeout,
             L4Outcome::Silent => crate::outcome::Outcome::Silent,
             L4Outcome::NoRoute => crate::outcome::Outcome::NoRoute,
-            L4Outcome::LocalError { .. } => crate::outcome::Outcome::LocalError,
+            L4Outcome::LocalError { .. } | L4Outcome::HttpUnsupported => crate::outcome::Outcome::LocalError,
+            L4Outcome::HttpStatus { .. } => crate::outcome::Outcome::Status,
+            L4Outcome::HttpReset => crate::outcome::Outcome::Reset,
+            L4Outcome::HttpClosed => crate::outcome::Outcome::Closed,
+            L4Outcome::HttpMalformed => crate::outcome::Outcome::HttpError,
+            L4Outcome::HttpResponseTimeout => crate::outcome::Outcome::Timeout,
         }
     }
 }
@@ -198,6 +227,8 @@ pub struct EngineStats {
     pub rejected: u64,
     /// Requests waiting for room in the in-flight table right now.
     pub backlog: u64,
+    /// HTTP request templates in the kernel right now.
+    pub http_templates: u64,
 }
 
 /// Errors starting or talking to the engine.

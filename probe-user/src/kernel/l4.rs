@@ -17,6 +17,7 @@ use aya::{
 };
 use probe_common::{
     counters::{RxCounters, TxCounters},
+    http::HttpReq,
     l4::{CookieKey, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, GENERATOR_META, MAX_JOBS},
 };
 
@@ -66,6 +67,7 @@ pub struct L4Kernel {
     jobs: JobsMmap,
     ctl: Array<MapData, TxCtl>,
     inflight: HashMap<MapData, FlowKey, Inflight>,
+    http_reqs: HashMap<MapData, u32, HttpReq>,
     events: RingBuf<MapData>,
     rx_counters: PerCpuArray<MapData, RxCounters>,
     tx_counters: PerCpuArray<MapData, TxCounters>,
@@ -163,6 +165,7 @@ impl L4Kernel {
             jobs,
             ctl: Array::try_from(take(&mut ebpf, "PROBE_TX_CTL")?).map_err(map_err("PROBE_TX_CTL"))?,
             inflight: HashMap::try_from(take(&mut ebpf, "PROBE_INFLIGHT")?).map_err(map_err("PROBE_INFLIGHT"))?,
+            http_reqs: HashMap::try_from(take(&mut ebpf, "PROBE_HTTP_REQS")?).map_err(map_err("PROBE_HTTP_REQS"))?,
             events: RingBuf::try_from(take(&mut ebpf, "PROBE_EVENTS")?).map_err(map_err("PROBE_EVENTS"))?,
             rx_counters: PerCpuArray::try_from(take(&mut ebpf, "PROBE_RX_COUNTERS")?)
                 .map_err(map_err("PROBE_RX_COUNTERS"))?,
@@ -279,6 +282,25 @@ impl L4Kernel {
     /// Claims a probe's outcome for userspace (timeout): true if the entry was still there.
     pub fn claim(&mut self, flow: &FlowKey) -> bool {
         self.inflight.remove(flow).is_ok()
+    }
+
+    /// Claims an HTTP probe's outcome like `claim`, and says which stage it had reached (the
+    /// entry is read, then deleted: probe_rx may advance it in between, which only makes a
+    /// response timeout read as a connect timeout).
+    pub fn claim_stage(&mut self, flow: &FlowKey) -> Option<u8> {
+        let entry = self.inflight.get(flow, 0).ok()?;
+        self.inflight.remove(flow).ok()?;
+        Some(entry.stage)
+    }
+
+    /// Writes HTTP request template `id`.
+    pub fn set_http_req(&mut self, id: u32, req: &HttpReq) -> Result<(), KernelError> {
+        self.http_reqs.insert(id, req, 0).map_err(map_err("PROBE_HTTP_REQS"))
+    }
+
+    /// Deletes HTTP request template `id`.
+    pub fn remove_http_req(&mut self, id: u32) -> Result<(), KernelError> {
+        self.http_reqs.remove(&id).map_err(map_err("PROBE_HTTP_REQS"))
     }
 
     /// Records a probe that userspace sends itself (the raw-socket path).

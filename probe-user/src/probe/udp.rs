@@ -100,7 +100,7 @@ impl UdpOutcome {
     }
 }
 
-/// The L4 engine's outcome of a UDP probe; `None` for the TCP-only outcomes.
+/// The L4 engine's outcome of a UDP probe; an error for the TCP and HTTP outcomes.
 impl TryFrom<L4Outcome> for UdpOutcome {
     type Error = L4Outcome;
 
@@ -111,7 +111,14 @@ impl TryFrom<L4Outcome> for UdpOutcome {
             L4Outcome::Timeout => Ok(UdpOutcome::Timeout),
             L4Outcome::NoRoute => Ok(UdpOutcome::NoRoute),
             L4Outcome::LocalError { errno } => Ok(UdpOutcome::LocalError(errno)),
-            L4Outcome::Open | L4Outcome::Refused => Err(o),
+            L4Outcome::Open
+            | L4Outcome::Refused
+            | L4Outcome::HttpStatus { .. }
+            | L4Outcome::HttpReset
+            | L4Outcome::HttpClosed
+            | L4Outcome::HttpMalformed
+            | L4Outcome::HttpResponseTimeout
+            | L4Outcome::HttpUnsupported => Err(o),
         }
     }
 }

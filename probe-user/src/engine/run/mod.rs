@@ -20,6 +20,7 @@ pub(crate) use wait::Waker;
 use super::{
     raw::RawSender,
     source::{choose_path, needs_fib_src, SourcePicker},
+    templates::Templates,
     Cmd, EngineConfig, EngineError, EngineStats, L4Outcome, L4Request, L4Result, Snapshot, TxPath,
 };
 use crate::hash::FastMap;
@@ -46,6 +47,8 @@ struct Live {
     /// The kernel took the entry before our timeout did: its event is on the way.
     claimed: bool,
     payload: Option<Arc<[u8]>>,
+    /// HTTP probes: the request template's id plus one (0 for others).
+    req: u32,
 }
 
 pub(crate) struct EngineState {
@@ -80,7 +83,13 @@ pub(crate) struct EngineState {
     /// Generator runs that failed, and when that was last logged.
     failed_runs: u64,
     last_run_warning: Option<Instant>,
+    /// HTTP request templates in the kernel, and when unused ones are next freed.
+    templates: Templates,
+    next_sweep: Instant,
 }
+
+/// How often unused HTTP request templates are looked for.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// The cookie key, from the kernel's random pool. There is no fallback: a key anyone could
 /// guess (a time, a pid) would let a blind attacker forge replies, so an engine without a
@@ -204,6 +213,8 @@ impl EngineState {
             warned_iface: false,
             failed_runs: 0,
             last_run_warning: None,
+            templates: Templates::new(probe_common::http::MAX_HTTP_REQS),
+            next_sweep: Instant::now() + SWEEP_EVERY,
         })
     }
 
@@ -245,6 +256,7 @@ impl EngineState {
             self.read_events();
             self.expire(Instant::now());
             self.pump();
+            self.sweep_templates();
             self.wait();
         }
     }
@@ -270,11 +282,27 @@ impl EngineState {
     }
 
     fn snapshot(&self) -> Snapshot {
+        let mut engine = self.stats;
+        engine.http_templates = self.templates.len() as u64;
         Snapshot {
             rx: self.kernel.rx_counters().unwrap_or_default(),
             tx: self.kernel.tx_counters().unwrap_or_default(),
-            engine: self.stats,
+            engine,
             inflight: self.active_flows.len(),
+        }
+    }
+
+    /// Deletes the HTTP request templates no probe has used for a while.
+    fn sweep_templates(&mut self) {
+        let now = Instant::now();
+        if now < self.next_sweep {
+            return;
+        }
+        self.next_sweep = now + SWEEP_EVERY;
+        for id in self.templates.sweep(now) {
+            if let Err(e) = self.kernel.remove_http_req(id) {
+                log::debug!("cannot delete HTTP request template {id}: {e}");
+            }
         }
     }
 
@@ -296,6 +324,9 @@ impl EngineState {
             return;
         };
         self.free.push(slot);
+        if live.req != 0 {
+            self.templates.release(live.req - 1, Instant::now());
+        }
         self.active_flows.remove(&live.key);
         self.stats.completed += 1;
         let _ = self.results.send(L4Result {

@@ -5,7 +5,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use probe_common::l4::{EventKind, ProbeJob};
+use probe_common::l4::{EventKind, ProbeJob, STAGE_REQUEST_SENT};
 
 use super::EngineState;
 use crate::engine::L4Outcome;
@@ -44,6 +44,8 @@ impl EngineState {
                             flow: live.flow,
                             slot: ev.slot,
                             gen: ev.gen,
+                            req: live.req,
+                            _pad: 0,
                         };
                         self.send_raw(&job);
                         continue;
@@ -68,6 +70,11 @@ impl EngineState {
                     self.fail_now(ev.slot, L4Outcome::NoRoute);
                     continue;
                 }
+                Some(EventKind::HttpStatus) => L4Outcome::HttpStatus { status: ev.status },
+                Some(EventKind::HttpReset) => L4Outcome::HttpReset,
+                Some(EventKind::HttpClosed) => L4Outcome::HttpClosed,
+                Some(EventKind::HttpMalformed) => L4Outcome::HttpMalformed,
+                Some(EventKind::HttpNoRoom) => L4Outcome::HttpUnsupported,
                 None => continue,
             };
             self.finish(ev.slot, outcome, Duration::from_nanos(ev.rtt_ns));
@@ -98,9 +105,24 @@ impl EngineState {
             }
             let flow = live.flow;
             let udp = live.udp;
+            let http = live.req != 0;
             let elapsed = now - live.sent;
-            if self.kernel.claim(&flow) {
-                self.finish(slot, if udp { L4Outcome::Silent } else { L4Outcome::Timeout }, elapsed);
+            let claimed = if http {
+                // Which phase it timed out in: the stage probe_rx left in the entry.
+                self.kernel.claim_stage(&flow).map(|stage| {
+                    if stage == STAGE_REQUEST_SENT {
+                        L4Outcome::HttpResponseTimeout
+                    } else {
+                        L4Outcome::Timeout
+                    }
+                })
+            } else if self.kernel.claim(&flow) {
+                Some(if udp { L4Outcome::Silent } else { L4Outcome::Timeout })
+            } else {
+                None
+            };
+            if let Some(outcome) = claimed {
+                self.finish(slot, outcome, elapsed);
             } else {
                 // A reply won the race: its event is in the ring buffer or about to be.
                 live.claimed = true;

@@ -19,6 +19,7 @@ use super::{EngineState, Live};
 use crate::engine::{
     is_v4,
     source::{source_by, SourceBy},
+    templates::Acquired,
     L4Outcome, L4Proto, L4Request, TxPath,
 };
 
@@ -87,12 +88,25 @@ impl EngineState {
                 },
             };
             let (proto, payload) = match &req.proto {
-                L4Proto::Tcp => (IPPROTO_TCP, None),
+                L4Proto::Tcp | L4Proto::Http { .. } => (IPPROTO_TCP, None),
                 L4Proto::Udp { payload } => (IPPROTO_UDP, Some(payload.clone())),
+            };
+            let req_id = match &req.proto {
+                L4Proto::Http { request } => match self.template(request, now) {
+                    Some(id) => id + 1,
+                    None => {
+                        self.reject(&req, L4Outcome::HttpUnsupported);
+                        continue;
+                    }
+                },
+                _ => 0,
             };
             let gen = self.next_gen;
             self.next_gen = self.next_gen.wrapping_add(1).max(1);
             let Some(flow) = self.pick_flow(src, &req, proto, gen) else {
+                if req_id != 0 {
+                    self.templates.release(req_id - 1, now);
+                }
                 self.reject(&req, L4Outcome::NoRoute);
                 continue;
             };
@@ -106,6 +120,7 @@ impl EngineState {
                 sent: now,
                 claimed: false,
                 payload: payload.clone(),
+                req: req_id,
             };
             let slot = self.alloc_slot(live);
             self.active_flows.insert(flow, slot);
@@ -113,7 +128,13 @@ impl EngineState {
             groups
                 .entry((is_v4(&req.target.ip()), payload))
                 .or_default()
-                .push(ProbeJob { flow, slot, gen });
+                .push(ProbeJob {
+                    flow,
+                    slot,
+                    gen,
+                    req: req_id,
+                    _pad: 0,
+                });
         }
         for ((v4, payload), mut jobs) in groups {
             match self.path {
@@ -124,6 +145,24 @@ impl EngineState {
                     }
                 }
             }
+        }
+    }
+
+    /// The kernel template of an HTTP request, written there first if new; None when it
+    /// cannot be had (too long, every id in use, the kernel refused).
+    fn template(&mut self, request: &Arc<[u8]>, now: Instant) -> Option<u32> {
+        let bytes = probe_common::http::HttpReq::new(request)?;
+        match self.templates.acquire(request, now) {
+            Acquired::Known(id) => Some(id),
+            Acquired::New(id) => match self.kernel.set_http_req(id, &bytes) {
+                Ok(()) => Some(id),
+                Err(e) => {
+                    log::warn!("cannot write an HTTP request template to the kernel: {e}");
+                    self.templates.release(id, now);
+                    None
+                }
+            },
+            Acquired::Full => None,
         }
     }
 
@@ -198,8 +237,11 @@ impl EngineState {
             slot: job.slot,
             gen: job.gen,
             cookie,
-            _pad: 0,
+            peer_seq: 0,
             sent_ns: crate::clock::mono_ns(),
+            req: job.req,
+            stage: probe_common::l4::STAGE_SYN_SENT,
+            _pad: [0; 3],
         };
         if self.kernel.track(&job.flow, entry).is_err() {
             self.fail_now(job.slot, L4Outcome::NoRoute);

@@ -1,0 +1,214 @@
+//! HTTP probes in the kernel: probe_rx answers the target's SYN+ACK with the request and reads
+//! the response's status line, against real servers in the backend namespace (hyper, and raw
+//! listeners that close, talk nonsense or say nothing), for IPv4 and IPv6.
+use std::{
+    io::{Read, Write},
+    net::TcpListener,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use probed::engine::{L4Outcome, L4Proto, L4Request, TxChoice};
+use probed_tests::{
+    http_server::Route,
+    l4::{collect, start_engine},
+    topo::*,
+    TestPins, Topology,
+};
+
+const WEB: u16 = 8080;
+const CLOSES: u16 = 8081;
+const NONSENSE: u16 = 8082;
+const SILENT: u16 = 8083;
+const CLOSED: u16 = 8084;
+const DROPPED: u16 = 8085;
+
+fn get(token: u64, target: &str, path: &str, timeout_ms: u64) -> L4Request {
+    let host = target.rsplit_once(':').map_or(target, |(h, _)| h);
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: probed-test\r\nConnection: close\r\n\r\n");
+    L4Request {
+        token,
+        target: target.parse().unwrap(),
+        proto: L4Proto::Http {
+            request: Arc::from(request.as_bytes()),
+        },
+        timeout: Duration::from_millis(timeout_ms),
+    }
+}
+
+/// A listener that does `what` with every connection it accepts, until dropped.
+struct Raw {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Raw {
+    fn start(l: TcpListener, what: fn(std::net::TcpStream)) -> Self {
+        l.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((s, _)) => {
+                        s.set_nonblocking(false).unwrap();
+                        let keep = s.try_clone().unwrap();
+                        what(s);
+                        held.push(keep);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn close_at_once(s: std::net::TcpStream) {
+    let _ = s.shutdown(std::net::Shutdown::Write);
+}
+
+fn talk_nonsense(mut s: std::net::TcpStream) {
+    let mut buf = [0u8; 512];
+    s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let _ = s.read(&mut buf);
+    let _ = s.write_all(b"SSH-2.0-OpenSSH_9.2\r\n");
+}
+
+fn say_nothing(_s: std::net::TcpStream) {}
+
+#[test]
+fn status_lines_and_failures_read_in_the_kernel() {
+    let topo = Topology::new();
+    topo.backend.nft_drop("tcp", DROPPED);
+    // RSTs reaching the backend: one per probe that got an answer, from probe_rx.
+    topo.backend.nft_input_rule("tcp flags & rst == rst counter");
+    let mut servers = Vec::new();
+    let mut raws = Vec::new();
+    for ip in [BACKEND_V4.to_string(), format!("[{BACKEND_V6}]")] {
+        let web = topo.backend.http_server(&format!("{ip}:{WEB}"));
+        web.route("/health", Route::status(200));
+        web.route("/down", Route::status(503));
+        web.route("/moved", Route::status(301));
+        web.route("/teapot", Route::status(418));
+        servers.push(web);
+        raws.push(Raw::start(
+            topo.backend.tcp_listen(&format!("{ip}:{CLOSES}")),
+            close_at_once,
+        ));
+        raws.push(Raw::start(
+            topo.backend.tcp_listen(&format!("{ip}:{NONSENSE}")),
+            talk_nonsense,
+        ));
+        raws.push(Raw::start(
+            topo.backend.tcp_listen(&format!("{ip}:{SILENT}")),
+            say_nothing,
+        ));
+    }
+    let cases: Vec<(u16, &str, L4Outcome)> = vec![
+        (WEB, "/health", L4Outcome::HttpStatus { status: 200 }),
+        (WEB, "/down", L4Outcome::HttpStatus { status: 503 }),
+        (WEB, "/moved", L4Outcome::HttpStatus { status: 301 }),
+        (WEB, "/teapot", L4Outcome::HttpStatus { status: 418 }),
+        (CLOSES, "/", L4Outcome::HttpClosed),
+        (NONSENSE, "/", L4Outcome::HttpMalformed),
+        (SILENT, "/", L4Outcome::HttpResponseTimeout),
+        (CLOSED, "/", L4Outcome::Refused),
+        (DROPPED, "/", L4Outcome::Timeout),
+    ];
+    let mut reqs = Vec::new();
+    for (i, (port, path, _)) in cases.iter().enumerate() {
+        reqs.push(get(i as u64, &format!("{BACKEND_V4}:{port}"), path, 600));
+        reqs.push(get(100 + i as u64, &format!("[{BACKEND_V6}]:{port}"), path, 600));
+    }
+    let pins = TestPins::new();
+    let started = Instant::now();
+    let (results, snap) = topo.prober.enter(|| {
+        let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
+        engine.submit(reqs.clone()).unwrap();
+        let results = collect(&mut rx, reqs.len(), Duration::from_secs(5));
+        (results, engine.snapshot().unwrap())
+    });
+    assert_eq!(results.len(), reqs.len(), "one result per probe: {results:?}");
+    for r in &results {
+        let (_, path, want) = &cases[(r.token % 100) as usize];
+        assert_eq!(r.outcome, *want, "{} {path}: {r:?}", r.target);
+        if matches!(want, L4Outcome::HttpStatus { .. }) {
+            assert!(r.elapsed < Duration::from_millis(300), "answered at once: {r:?}");
+        }
+    }
+    assert!(started.elapsed() < Duration::from_secs(4));
+    assert_eq!(snap.inflight, 0, "{snap:?}");
+    assert_eq!(
+        snap.rx.http_no_room, 0,
+        "the frames had room for the requests: {:?}",
+        snap.rx
+    );
+    // Answered: 4 statuses, close, nonsense per family.
+    assert_eq!(snap.rx.matched_http, 12, "{:?}", snap.rx);
+    assert_eq!(
+        snap.rx.http_requests, 14,
+        "a request per connection that came up: {:?}",
+        snap.rx
+    );
+    assert_eq!((snap.rx.forged, snap.rx.stale), (0, 0), "{:?}", snap.rx);
+    // The servers saw exactly the requests sent, one per connection.
+    for web in &servers {
+        let seen = web.seen();
+        let mut paths: Vec<_> = seen.iter().map(|s| s.target.clone()).collect();
+        paths.sort();
+        assert_eq!(paths, ["/down", "/health", "/moved", "/teapot"], "{seen:?}");
+        assert!(
+            seen.iter().all(|s| s.header("user-agent") == ["probed-test"]),
+            "{seen:?}"
+        );
+    }
+    // One RST per answered probe, from probe_rx; none from the prober's stack (which has no
+    // socket for these flows and would reset them at the first segment it saw).
+    let rsts = topo.backend.nft_rule_packets("tcp flags & rst == rst");
+    assert_eq!(rsts, 12, "probe_rx ends every answered connection with one RST");
+}
+
+#[test]
+fn the_same_request_shares_one_template() {
+    let topo = Topology::new();
+    let web = topo.backend.http_server(&format!("{BACKEND_V4}:{WEB}"));
+    web.route("/health", Route::status(204));
+    let pins = TestPins::new();
+    let reqs: Vec<_> = (0..50)
+        .map(|i| get(i, &format!("{BACKEND_V4}:{WEB}"), "/health", 1000))
+        .collect();
+    let (results, snap) = topo.prober.enter(|| {
+        let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
+        // Fifty probes of one target at once need fifty source ports and one template.
+        engine.submit(reqs.clone()).unwrap();
+        let results = collect(&mut rx, reqs.len(), Duration::from_secs(5));
+        (results, engine.snapshot().unwrap())
+    });
+    assert_eq!(results.len(), 50);
+    assert!(
+        results
+            .iter()
+            .all(|r| r.outcome == L4Outcome::HttpStatus { status: 204 }),
+        "{results:?}"
+    );
+    assert_eq!(snap.engine.http_templates, 1, "{:?}", snap.engine);
+    assert_eq!(web.seen().len(), 50);
+}
