@@ -212,3 +212,81 @@ fn the_same_request_shares_one_template() {
     assert_eq!(snap.engine.http_templates, 1, "{:?}", snap.engine);
     assert_eq!(web.seen().len(), 50);
 }
+
+/// The daemon's HTTP checks: plain status checks run in the kernel, a body match through a
+/// socket, and `http_probes = "sockets"` sends them all through sockets; the verdicts and
+/// their reasons are the same either way.
+#[test]
+fn the_daemon_runs_status_checks_in_the_kernel() {
+    use probed::status::EndpointStatus as S;
+    use probed_tests::daemon::{metric, DaemonFiles, RunningDaemon};
+
+    let topo = Topology::new();
+    let web = topo.backend.http_server(&format!("{BACKEND_V4}:{WEB}"));
+    web.route("/health", Route::status(200).body("all good\n"));
+    web.route("/sick", Route::status(503));
+    for mode in ["kernel", "sockets"] {
+        web.clear();
+        let files = DaemonFiles::new();
+        let health = |path: &str, extra: &str| {
+            format!(
+                "[profile.health]\nprotocol = \"http\"\npath = \"{path}\"\ninterval = \"100ms\"\ntimeout = \"200ms\"\n\
+                 healthy_threshold = 2\nunhealthy_threshold = 2\n{extra}"
+            )
+        };
+        let endpoint = |name: &str| {
+            format!("\n[[profile.endpoint]]\nname = \"{name}\"\naddress = \"{BACKEND_V4}\"\nport = {WEB}\n")
+        };
+        let mut text = files
+            .header(PROBER_IF)
+            .replace("[source]", &format!("http_probes = \"{mode}\"\n\n[source]"));
+        for (profile, path, extra) in [
+            ("ok", "/health", ""),
+            ("sick", "/sick", ""),
+            ("body", "/health", "method = \"GET\"\nbody_match = \"all good\"\n"),
+            ("silent", "/health", ""),
+        ] {
+            text += &format!(
+                "\n[[profile]]\nname = \"{profile}\"\ndialect = \"lb\"\n{}",
+                health(path, extra)
+            );
+            if profile == "silent" {
+                text += &format!(
+                    "\n[[profile.endpoint]]\nname = \"silent-1\"\naddress = \"{BACKEND_V4}\"\nport = {SILENT}\n"
+                );
+            } else {
+                text += &endpoint(&format!("{profile}-1"));
+            }
+        }
+        let _silent = Raw::start(topo.backend.tcp_listen(&format!("{BACKEND_V4}:{SILENT}")), say_nothing);
+        let config = files.write_config(&text);
+        let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start the daemon");
+        daemon.wait_status("ok", "ok-1", S::Online, Duration::from_secs(3));
+        daemon.wait_status("body", "body-1", S::Online, Duration::from_secs(3));
+        let sick = daemon.wait_status("sick", "sick-1", S::Degraded, Duration::from_secs(3));
+        assert_eq!(sick.last_result.unwrap().reason, "status 503", "{mode}");
+        let silent = daemon.wait_status("silent", "silent-1", S::Degraded, Duration::from_secs(3));
+        assert_eq!(silent.last_result.unwrap().reason, "timeout response", "{mode}");
+        let (_, metrics) = daemon.call("GET", "/metrics");
+        let metrics = metrics.as_str().unwrap().to_string();
+        let seen = web.seen();
+        let body_probes = seen.iter().filter(|s| s.target == "/health").count();
+        if mode == "kernel" {
+            let in_kernel = metric(&metrics, "probed_kernel_rx_total{event=\"matched_http\"}");
+            let requests = metric(&metrics, "probed_kernel_rx_total{event=\"http_requests\"}");
+            // ok and sick in the kernel; body through its socket; silent's requests unanswered.
+            assert!(in_kernel >= 4.0, "{metrics}");
+            assert!(
+                requests > in_kernel,
+                "the silent target's requests went out too: {metrics}"
+            );
+            assert_eq!(metric(&metrics, "probed_engine_http_templates"), 3.0, "{metrics}");
+            assert!(body_probes >= 4, "{seen:?}");
+        } else {
+            // No TCP or UDP checks, and HTTP through sockets: the engine does not even start.
+            assert!(!metrics.contains("probed_kernel_rx_total"), "{metrics}");
+            assert!(body_probes >= 6, "every probe reached the server by socket: {seen:?}");
+        }
+        daemon.stop();
+    }
+}

@@ -46,6 +46,23 @@ pub struct Daemon {
     pub state_file: PathBuf,
     /// Threads that run HTTP(S) and UDP request/response probes; None: one per core.
     pub l7_workers: Option<u16>,
+    /// Where plain HTTP checks run.
+    pub http_probes: HttpProbes,
+}
+
+/// `http_probes` of `[daemon]`: where plain HTTP checks run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HttpProbes {
+    /// In probe_rx, without a socket, for every check that allows it (plain HTTP, the status
+    /// alone decides, a request of at most 256 bytes); the others through sockets.
+    Kernel,
+    /// Every HTTP check through a socket of its own.
+    Sockets,
+}
+
+impl HttpProbes {
+    pub const NAMES: [&str; 2] = ["kernel", "sockets"];
 }
 
 impl Daemon {

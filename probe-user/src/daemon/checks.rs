@@ -124,7 +124,11 @@ pub mod http {
     use super::ProbeReport;
     use crate::{
         config::{Endpoint, HostName, HttpCheck as HttpSettings},
-        probe::http::{request::DEFAULT_BODY_LIMIT, HttpCheck, HttpCheckError, HttpCheckParts, Scheme, TlsVerify},
+        engine::L4Outcome,
+        probe::http::{
+            request::DEFAULT_BODY_LIMIT, HttpCheck, HttpCheckError, HttpCheckParts, HttpOutcome, Phase, Scheme,
+            StatusSet, TlsVerify,
+        },
     };
 
     /// A ready HTTP(S) check, shared by every probe of one check.
@@ -155,6 +159,54 @@ pub mod http {
 
         pub fn check(&self) -> &HttpCheck {
             &self.check
+        }
+
+        /// The request probe_rx sends for this check to `target`, when the check can run in
+        /// the kernel: plain HTTP, the status alone decides (no body to match), and the
+        /// request fits a template.
+        pub fn kernel_request(&self, target: std::net::SocketAddr) -> Option<Arc<[u8]>> {
+            if self.check.scheme() != Scheme::Http || self.check.expect_body().is_some() {
+                return None;
+            }
+            let request = crate::probe::http::render_request(&self.check, target);
+            (request.len() <= probe_common::http::HTTP_REQ_MAX).then(|| Arc::from(request))
+        }
+
+        /// The report of a probe the kernel ran, in the socket prober's words.
+        pub fn kernel_report(&self, outcome: L4Outcome, elapsed: Duration) -> ProbeReport {
+            let o = kernel_outcome(outcome, self.check.status());
+            ProbeReport {
+                healthy: o.healthy(),
+                outcome: (&o).into(),
+                elapsed,
+                reason: Arc::from(o.to_string()),
+            }
+        }
+    }
+
+    /// What a kernel HTTP probe's outcome means for a check whose healthy statuses are `status`.
+    pub(super) fn kernel_outcome(o: L4Outcome, status: &StatusSet) -> HttpOutcome {
+        match o {
+            L4Outcome::HttpStatus { status: s } if status.contains(s) => HttpOutcome::Passed(s),
+            L4Outcome::HttpStatus { status: s } => HttpOutcome::BadStatus(s),
+            L4Outcome::Refused => HttpOutcome::Refused,
+            L4Outcome::Unreachable { .. } => HttpOutcome::Unreachable,
+            L4Outcome::Timeout => HttpOutcome::Timeout(Phase::Connect),
+            L4Outcome::HttpResponseTimeout => HttpOutcome::Timeout(Phase::Response),
+            L4Outcome::HttpReset => HttpOutcome::Reset,
+            L4Outcome::HttpClosed => HttpOutcome::Closed,
+            L4Outcome::HttpMalformed => {
+                HttpOutcome::Protocol("the response does not start with an HTTP/1.x status line".into())
+            }
+            L4Outcome::NoRoute => HttpOutcome::Connect("no route to the target".into()),
+            L4Outcome::LocalError { errno } => {
+                HttpOutcome::LocalError(std::io::Error::from_raw_os_error(errno).to_string())
+            }
+            // Neither comes for an HTTP probe (Open: the kernel answers the SYN+ACK with the
+            // request; Silent is UDP's); no verdict rather than a made-up one.
+            L4Outcome::HttpUnsupported | L4Outcome::Open | L4Outcome::Silent => {
+                HttpOutcome::LocalError(format!("the kernel could not run this HTTP probe ({o})"))
+            }
         }
     }
 

@@ -187,7 +187,7 @@ pub const TX_PATH: Metric = Metric::gauge(
 );
 pub const KERNEL_RX: Metric = Metric::counter(
     "probed_kernel_rx_total",
-    "probe_rx events: matched replies, forged and stale replies, RSTs sent",
+    "probe_rx events: matched replies, forged and stale replies, RSTs sent, HTTP requests sent and responses matched",
     &["event"],
 );
 pub const KERNEL_TX: Metric = Metric::counter(
@@ -201,6 +201,11 @@ pub const ENGINE_STACK_FALLBACKS: Metric = Metric::counter(
     &[],
 );
 pub const ENGINE_INFLIGHT: Metric = Metric::gauge("probed_engine_inflight", "L4 probes in flight", &[]);
+pub const ENGINE_HTTP_TEMPLATES: Metric = Metric::gauge(
+    "probed_engine_http_templates",
+    "HTTP request templates held in the kernel for HTTP probes run by probe_rx",
+    &[],
+);
 pub const NESTED_ENDPOINTS: Metric = Metric::gauge(
     "probed_nested_endpoints",
     "Nested endpoints (other profiles standing as endpoints) by monitor status; probed_endpoints counts them too",
@@ -270,6 +275,7 @@ pub const ALL: &[&Metric] = &[
     &KERNEL_TX,
     &ENGINE_STACK_FALLBACKS,
     &ENGINE_INFLIGHT,
+    &ENGINE_HTTP_TEMPLATES,
     &NESTED_ENDPOINTS,
     &DNS_ANSWERS,
     &DNS_TCP_ANSWERS,

@@ -29,6 +29,9 @@ pub fn render(engine: &L4Engine) -> String {
         ("rst_sent", s.rx.rst_sent),
         ("ringbuf_full", s.rx.ringbuf_full),
         ("passed_other", s.rx.other),
+        ("http_requests", s.rx.http_requests),
+        ("matched_http", s.rx.matched_http),
+        ("http_no_room", s.rx.http_no_room),
     ];
     let tx = [
         ("sent", s.tx.sent),
@@ -44,5 +47,6 @@ pub fn render(engine: &L4Engine) -> String {
     }
     m.set_total(&catalog::ENGINE_STACK_FALLBACKS, vec![], s.engine.stack_fallbacks);
     m.set(&catalog::ENGINE_INFLIGHT, vec![], s.inflight as f64);
+    m.set(&catalog::ENGINE_HTTP_TEMPLATES, vec![], s.engine.http_templates as f64);
     m.render()
 }

@@ -104,3 +104,19 @@ fn l7_workers_default_to_one_per_core() {
     assert_eq!(ok("").daemon.l7_workers, None);
     assert_eq!(ok("[daemon]\nl7_workers = 4").daemon.l7_workers, Some(4));
 }
+
+rule!(
+    http_probes_unknown,
+    "[daemon]\nhttp_probes = \"ebpf\"",
+    "daemon.http_probes"
+);
+
+#[test]
+fn http_probes_default_to_the_kernel() {
+    use crate::config::model::HttpProbes;
+    assert_eq!(ok("").daemon.http_probes, HttpProbes::Kernel);
+    assert_eq!(
+        ok("[daemon]\nhttp_probes = \"sockets\"").daemon.http_probes,
+        HttpProbes::Sockets
+    );
+}

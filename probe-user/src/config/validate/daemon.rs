@@ -1,5 +1,5 @@
 //! `[daemon]`: where the API listens and who may change state through it, where events go,
-//! the bpffs pin directory, the state file and the L7 worker threads.
+//! the bpffs pin directory, the state file, the L7 worker threads and where HTTP checks run.
 use std::{net::SocketAddr, path::PathBuf};
 
 use toml::de::DeValue;
@@ -24,6 +24,7 @@ pub(super) fn daemon(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>)
         "pin_dir",
         "state_file",
         "l7_workers",
+        "http_probes",
     ];
     let Some(t) = opt_table(r, v, "daemon", &keys)? else {
         return Some(Daemon {
@@ -32,6 +33,7 @@ pub(super) fn daemon(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>)
             pin_dir: PathBuf::from(DEFAULT_PIN_DIR),
             state_file: PathBuf::from(DEFAULT_STATE_FILE),
             l7_workers: None,
+            http_probes: HttpProbes::Kernel,
         });
     };
     let api = api(r, &t);
@@ -82,12 +84,30 @@ pub(super) fn daemon(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>)
             }
         },
     };
+    let http_probes = match r.string(&t, "http_probes") {
+        None => Some(HttpProbes::Kernel),
+        Some(item) => match item.v.as_str() {
+            "kernel" => Some(HttpProbes::Kernel),
+            "sockets" => Some(HttpProbes::Sockets),
+            _ => {
+                r.bad(
+                    &item,
+                    format!(
+                        "expected one of {:?}: where plain HTTP checks run (in probe_rx where the check allows it, or each through a socket)",
+                        HttpProbes::NAMES
+                    ),
+                );
+                None
+            }
+        },
+    };
     Some(Daemon {
         api: api?,
         events: events?,
         pin_dir: pin_dir?,
         state_file: state_file?,
         l7_workers: l7_workers?,
+        http_probes: http_probes?,
     })
 }
 

@@ -53,7 +53,7 @@ impl Runner {
         let sinks = self
             .prepare_sinks(&config.sinks)
             .map_err(|e| RequestError::Refused(error_chain(&e)))?;
-        self.ensure_l4(&config, first_l4(&table))
+        self.ensure_l4(&config, first_l4(&table, &config))
             .map_err(|e| RequestError::Refused(error_chain(&e)))?;
         if let (Some(sink), Some(writer)) = (events, self.events.as_mut()) {
             writer.switch(sink, self.changes.seq());
@@ -103,6 +103,9 @@ fn restart_needed(old: &Config, new: &Config, engine_running: bool) -> Vec<Strin
     }
     if new.daemon.l7_workers != old.daemon.l7_workers {
         out.push("daemon.l7_workers".to_string());
+    }
+    if new.daemon.http_probes != old.daemon.http_probes {
+        out.push("daemon.http_probes".to_string());
     }
     if new.source != old.source && engine_running {
         out.push("source".to_string());

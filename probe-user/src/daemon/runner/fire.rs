@@ -4,11 +4,12 @@ use std::{net::SocketAddr, sync::Arc};
 
 use super::{CheckSlot, Inflight, Runner, SlotCache};
 use crate::{
+    config::HttpProbes,
     daemon::checks::{
         http::{HttpProbe, HttpProber},
         ProbeKind, ProbeReport,
     },
-    engine::L4Request,
+    engine::{L4Proto, L4Request},
     probe::udp::{UdpProber, UdpRequest},
     schedule::CheckId,
 };
@@ -95,6 +96,9 @@ impl Runner {
             .map(|t| t.profile_ix);
         let l4 = match &spec.kind {
             ProbeKind::L4(proto) => Some((spec.target, proto.clone(), spec.timeout)),
+            ProbeKind::Http(probe) if self.kernel_http() => probe
+                .kernel_request(spec.target)
+                .map(|request| (spec.target, L4Proto::Http { request }, spec.timeout)),
             ProbeKind::Http(_) | ProbeKind::UdpExchange(_) => None,
         };
         Some(SlotCache {
@@ -106,6 +110,12 @@ impl Runner {
             timeout: spec.timeout,
             l4,
         })
+    }
+
+    /// Whether plain HTTP checks go to probe_rx: so configured, the L4 engine runs, and it
+    /// has not said it cannot.
+    fn kernel_http(&self) -> bool {
+        self.config.daemon.http_probes == HttpProbes::Kernel && self.l4.port.is_some() && !self.kernel_http_off
     }
 
     /// The job of a check that runs on the L7 workers (HTTP, UDP exchange); its report comes

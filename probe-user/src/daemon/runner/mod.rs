@@ -146,6 +146,8 @@ pub(crate) struct Runner {
     slots: Vec<CheckSlot>,
     /// Bumped by every registration change: slot caches of older epochs are refilled.
     epoch: u64,
+    /// The kernel said it cannot run HTTP probes on this node: they all use sockets.
+    kernel_http_off: bool,
     due_buf: Vec<(CheckId, u64)>,
     pub(super) l4: L4,
     tasks: Tasks,
@@ -198,6 +200,7 @@ impl Runner {
             next_owner,
             slots: Vec::new(),
             epoch: 0,
+            kernel_http_off: false,
             due_buf: Vec::new(),
             l4: L4::default(),
             tasks: Tasks {
@@ -236,7 +239,7 @@ impl Runner {
             ports,
             config: config.clone(),
         };
-        runner.ensure_l4(&config, first_l4(&table))?;
+        runner.ensure_l4(&config, first_l4(&table, &config))?;
         let sinks = runner.prepare_sinks(&config.sinks)?;
         runner.apply(table);
         runner.start_cluster()?;
@@ -360,15 +363,27 @@ impl Runner {
         self.save_if_due(force_save);
     }
 
-    /// Starts the L4 port the first time a configuration has TCP or UDP checks.
-    pub(super) fn ensure_l4(&mut self, config: &Config, first: Option<SocketAddr>) -> Result<(), DaemonError> {
+    /// Starts the L4 port the first time a configuration has TCP or UDP checks (it must
+    /// start), or HTTP checks the kernel can run (when it cannot start, they use sockets).
+    pub(super) fn ensure_l4(&mut self, config: &Config, first: FirstL4) -> Result<(), DaemonError> {
         if self.l4.port.is_some() {
             return Ok(());
         }
-        let Some(first) = first else {
-            return Ok(());
+        let started = match first {
+            FirstL4::None => return Ok(()),
+            FirstL4::Required(first) => (self.ports.start_l4)(config, first)?,
+            FirstL4::Http(first) => match (self.ports.start_l4)(config, first) {
+                Ok(started) => started,
+                Err(e) => {
+                    log::warn!(
+                        "the L4 engine did not start ({e}); HTTP checks go through sockets (set [daemon] \
+                         http_probes = \"sockets\" to say so and silence this)"
+                    );
+                    return Ok(());
+                }
+            },
         };
-        let (port, rx) = (self.ports.start_l4)(config, first)?;
+        let (port, rx) = started;
         self.l4 = L4 {
             port: Some(port),
             rx: Some(rx),
@@ -434,14 +449,29 @@ fn take_locks(config: &Config) -> Result<Vec<super::lock::Lock>, DaemonError> {
     ])
 }
 
-/// Where the first TCP/UDP check of a table goes: the route to it names the interface when
-/// the config names none.
-pub(super) fn first_l4(table: &Table) -> Option<SocketAddr> {
+/// Whether a table needs the L4 engine, and the target whose route names its interface
+/// when the config names none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum FirstL4 {
+    None,
+    /// A TCP or UDP check: the engine must run.
+    Required(SocketAddr),
+    /// Only HTTP checks the kernel could run: without the engine they use sockets.
+    Http(SocketAddr),
+}
+
+pub(super) fn first_l4(table: &Table, config: &Config) -> FirstL4 {
+    if let Some(t) = table.targets.values().find(|t| matches!(t.spec.kind, ProbeKind::L4(_))) {
+        return FirstL4::Required(t.spec.target);
+    }
+    if config.daemon.http_probes != crate::config::HttpProbes::Kernel {
+        return FirstL4::None;
+    }
     table
         .targets
         .values()
-        .find(|t| matches!(t.spec.kind, ProbeKind::L4(_)))
-        .map(|t| t.spec.target)
+        .find(|t| matches!(&t.spec.kind, ProbeKind::Http(p) if p.kernel_request(t.spec.target).is_some()))
+        .map_or(FirstL4::None, |t| FirstL4::Http(t.spec.target))
 }
 
 async fn recv_l4(rx: &mut Option<mpsc::UnboundedReceiver<L4Result>>) -> Option<L4Result> {

@@ -9,7 +9,7 @@ use crate::{
     config::Protocol,
     daemon::{
         changes::{ChangeKind, RunResult, TransitionDetail},
-        checks::ProbeReport,
+        checks::{ProbeKind, ProbeReport},
         views::LastResult,
     },
     engine::L4Result,
@@ -22,6 +22,10 @@ const LOCAL_WARN_EVERY_NS: u64 = 10_000_000_000;
 
 impl Runner {
     pub(super) fn on_l4(&mut self, r: L4Result) {
+        if let Some(report) = self.kernel_http_report(&r) {
+            self.on_result(r.token, report, 0);
+            return;
+        }
         // UDP results speak UDP's words ("port unreachable"), as `probed check udp://` does.
         let udp = self.inflight_of(r.token).is_some_and(|i| i.protocol == Protocol::Udp);
         let (outcome, reason) = match crate::probe::udp::UdpOutcome::try_from(r.outcome) {
@@ -165,6 +169,29 @@ impl Runner {
     }
 
     /// The probe a result's token names, if it is still the one in flight.
+    /// The report of an HTTP check the kernel ran; None for other checks. When the kernel
+    /// says it cannot run HTTP probes here, every HTTP check goes back to sockets (the slot
+    /// caches are refilled) and this probe counts as no verdict.
+    fn kernel_http_report(&mut self, r: &L4Result) -> Option<ProbeReport> {
+        if self.inflight_of(r.token)?.protocol != Protocol::Http {
+            return None;
+        }
+        let ProbeKind::Http(probe) = &self.sched.key(CheckId::from_u64(r.token))?.spec.kind else {
+            return None;
+        };
+        let report = probe.kernel_report(r.outcome, r.elapsed);
+        if r.outcome == crate::engine::L4Outcome::HttpUnsupported && !self.kernel_http_off {
+            log::warn!(
+                "HTTP probes cannot run in the kernel here (the receiving driver leaves the SYN+ACK's \
+                 frame no room for the request, or every request template is in use): every HTTP \
+                 check goes through sockets from now on"
+            );
+            self.kernel_http_off = true;
+            self.epoch += 1;
+        }
+        Some(report)
+    }
+
     fn inflight_of(&self, token: u64) -> Option<&Inflight> {
         let check = CheckId::from_u64(token);
         self.slots

@@ -25,6 +25,7 @@ use hyper_util::rt::TokioIo;
 use tokio::{net::TcpStream, task::JoinHandle, time::Instant};
 
 pub use error::HttpCheckError;
+pub use exchange::render_request;
 pub use request::{HttpCheck, HttpCheckParts, HttpCheckSpec, Scheme};
 pub use status::StatusSet;
 pub use tls::TlsVerify;
