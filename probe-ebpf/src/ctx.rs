@@ -2,7 +2,9 @@
 //! parsers and the reply matcher are written against this trait, so the XDP and the tcx
 //! entry points run the same code.
 use aya_ebpf::{
-    helpers::{bpf_skb_change_tail, bpf_skb_store_bytes, bpf_xdp_adjust_head, bpf_xdp_adjust_tail, bpf_xdp_store_bytes},
+    helpers::{
+        bpf_skb_change_tail, bpf_skb_store_bytes, bpf_xdp_adjust_head, bpf_xdp_adjust_tail, bpf_xdp_store_bytes,
+    },
     programs::{TcContext, XdpContext},
 };
 
@@ -57,7 +59,9 @@ impl Packet for XdpContext {
         }
         // SAFETY: both helpers check the frame's room themselves and fail without change
         // when there is too little; callers re-derive their packet pointers afterwards.
-        unsafe { bpf_xdp_adjust_tail(self.ctx, delta) == 0 || (delta > 0 && bpf_xdp_adjust_head(self.ctx, -delta) == 0) }
+        unsafe {
+            bpf_xdp_adjust_tail(self.ctx, delta) == 0 || (delta > 0 && bpf_xdp_adjust_head(self.ctx, -delta) == 0)
+        }
     }
 
     #[inline(always)]

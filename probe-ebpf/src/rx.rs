@@ -237,7 +237,7 @@ fn on_tcp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Tcp> {
     if entry.req != 0 {
         // An HTTP probe: the connection is up; the request goes out in the SYN+ACK's frame.
         // The target's first sequence number is where its response will start.
-        let Some(e) = PROBE_INFLIGHT.get_ptr_mut(&flow) else {
+        let Some(e) = PROBE_INFLIGHT.get_ptr_mut(flow) else {
             c.stale += 1;
             return Some(Tcp::Done(PASS));
         };
@@ -295,7 +295,7 @@ fn on_http_reply(
     let req_id = entry.req - 1;
     // SAFETY: the template is copied out at once; userspace never changes or deletes a
     // template while a probe that uses it is in flight.
-    let req_len = unsafe { PROBE_HTTP_REQS.get(&req_id) }.map(|r| r.len)?;
+    let req_len = unsafe { PROBE_HTTP_REQS.get(req_id) }.map(|r| r.len)?;
     if tcp.flags & TCP_ACK == 0 || tcp.ack() != entry.cookie.wrapping_add(1).wrapping_add(req_len) {
         c.forged += 1;
         return Some(Tcp::Done(PASS));
@@ -387,7 +387,7 @@ fn request_v4_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32) ->
     let tcp = read_at::<TcpHdr>(ctx, l3.l4_off)?;
     let (sport, dport, seq, ack) = (tcp.dport(), tcp.sport(), tcp.ack(), tcp.seq().wrapping_add(1));
     // SAFETY: see on_http_reply: templates in use never change.
-    let r = unsafe { PROBE_HTTP_REQS.get(&req) }?;
+    let r = unsafe { PROBE_HTTP_REQS.get(req) }?;
     let len = bounded_len(r);
     let saved = save_tags(ctx, link.tags)?;
     let off = link.tags * VLAN_LEN;
@@ -416,7 +416,7 @@ fn request_v6_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32) ->
     let tcp = read_at::<TcpHdr>(ctx, l3.l4_off)?;
     let (sport, dport, seq, ack) = (tcp.dport(), tcp.sport(), tcp.ack(), tcp.seq().wrapping_add(1));
     // SAFETY: see on_http_reply: templates in use never change.
-    let r = unsafe { PROBE_HTTP_REQS.get(&req) }?;
+    let r = unsafe { PROBE_HTTP_REQS.get(req) }?;
     let len = bounded_len(r);
     let saved = save_tags(ctx, link.tags)?;
     let off = link.tags * VLAN_LEN;
@@ -568,7 +568,14 @@ fn on_icmp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Verdict> {
         c.forged += 1;
         return Some(PASS);
     }
-    if claim(&flow, &entry, EventKind::Unreachable, u16::from_be_bytes([icmp.kind, icmp.code]), 0, c) {
+    if claim(
+        &flow,
+        &entry,
+        EventKind::Unreachable,
+        u16::from_be_bytes([icmp.kind, icmp.code]),
+        0,
+        c,
+    ) {
         c.matched_unreach += 1;
         return Some(DROP);
     }

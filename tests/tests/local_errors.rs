@@ -34,7 +34,10 @@ fn set_nofile(soft: libc::rlim_t) -> libc::rlim_t {
 fn running_out_of_descriptors_changes_no_endpoint() {
     let topo = Topology::new();
     let files = DaemonFiles::new();
-    let mut text = files.header(PROBER_IF)
+    // Sockets: the kernel path opens no descriptor per probe, so only it can run out.
+    let mut text = files
+        .header(PROBER_IF)
+        .replacen("[daemon]\n", "[daemon]\nhttp_probes = \"sockets\"\n", 1)
         + "[[profile]]\nname = \"web\"\ndialect = \"lb\"\nrouting = \"priority\"\n\n[profile.health]\n\
            protocol = \"http\"\npath = \"/health\"\ninterval = \"100ms\"\ntimeout = \"100ms\"\n\
            healthy_threshold = 2\nunhealthy_threshold = 2\n";

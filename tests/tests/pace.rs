@@ -19,7 +19,10 @@ fn probes_that_cannot_start_on_time_are_reported_behind_schedule() {
     let server = topo.backend.http_server("0.0.0.0:8080");
     server.route("/health", Route::status(200).delayed(Duration::from_millis(400)));
     let files = DaemonFiles::new();
-    let mut text = files.header(PROBER_IF)
+    // Sockets: their 256 lanes are the limit here (HTTP probes in the kernel wait for none).
+    let mut text = files
+        .header(PROBER_IF)
+        .replacen("[daemon]\n", "[daemon]\nhttp_probes = \"sockets\"\n", 1)
         + "[[profile]]\nname = \"fleet\"\ndialect = \"lb\"\nrouting = \"priority\"\n\n[profile.health]\n\
            protocol = \"http\"\npath = \"/health\"\ninterval = \"100ms\"\ntimeout = \"1s\"\n\
            healthy_threshold = 2\nunhealthy_threshold = 2\n";

@@ -190,7 +190,7 @@ impl From<L4Outcome> for crate::outcome::Outcome {
             L4Outcome::Open => crate::outcome::Outcome::Open,
             L4Outcome::Refused => crate::outcome::Outcome::Refused,
             L4Outcome::Unreachable { .. } => crate::outcome::Outcome::Unreachable,
-            L4Outcome::Timeout => crate::outcome::Outcome::Timeout,
+            L4Outcome::Timeout | L4Outcome::HttpResponseTimeout => crate::outcome::Outcome::Timeout,
             L4Outcome::Silent => crate::outcome::Outcome::Silent,
             L4Outcome::NoRoute => crate::outcome::Outcome::NoRoute,
             L4Outcome::LocalError { .. } | L4Outcome::HttpUnsupported => crate::outcome::Outcome::LocalError,
@@ -198,7 +198,6 @@ impl From<L4Outcome> for crate::outcome::Outcome {
             L4Outcome::HttpReset => crate::outcome::Outcome::Reset,
             L4Outcome::HttpClosed => crate::outcome::Outcome::Closed,
             L4Outcome::HttpMalformed => crate::outcome::Outcome::HttpError,
-            L4Outcome::HttpResponseTimeout => crate::outcome::Outcome::Timeout,
         }
     }
 }

@@ -99,7 +99,7 @@ impl Templates {
     }
 
     /// Templates held now.
-    pub fn len(&self) -> usize {
+    pub fn held(&self) -> usize {
         self.by_bytes.len()
     }
 }
@@ -120,7 +120,7 @@ mod tests {
         assert_eq!(t.acquire(&a, now), Acquired::New(0));
         assert_eq!(t.acquire(&a, now), Acquired::Known(0));
         assert_eq!(t.acquire(&b, now), Acquired::New(1));
-        assert_eq!(t.len(), 2);
+        assert_eq!(t.held(), 2);
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //!   over TLS on 443, for every address of an AnyIP /16 (198.19.0.0/16).
 //! - The checkers: HAProxy (`option httpchk GET /health`, `http-check expect status 200`,
 //!   `check inter 1s`; `check-ssl verify none` for HTTPS; a plain `check` in `mode tcp` for TCP)
-//!   and `probed run` with the same checks, each in the prober namespace, alone.
+//!   and `probed run` with the same checks, each in the prober namespace, alone; for HTTP also
+//!   `probed run` with `http_probes = "sockets"` (every check through a socket, as before the
+//!   kernel path).
 //! - Two placements: both checkers pinned to CPU 0 (nginx on CPU 1), then unpinned on both
 //!   cores (HAProxy with `nbthread 2`, probed with its default workers).
 //! - Counted: checks per second *at the backend* (an nft counter of SYNs to 80/443 in the
@@ -67,7 +69,10 @@ impl Kind {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Checker {
     Haproxy,
+    /// probed as configured by default: HTTP checks in probe_rx.
     Probed,
+    /// probed with `http_probes = "sockets"`: each HTTP check through a socket of its own.
+    ProbedSockets,
 }
 
 impl Checker {
@@ -75,6 +80,16 @@ impl Checker {
         match self {
             Checker::Haproxy => "haproxy",
             Checker::Probed => "probed",
+            Checker::ProbedSockets => "probed (sockets)",
+        }
+    }
+
+    /// Who checks `kind`: HAProxy, probed, and for HTTP probed with sockets as well (the
+    /// kernel path's before and after).
+    fn all_for(kind: Kind) -> &'static [Checker] {
+        match kind {
+            Kind::Http => &[Checker::Haproxy, Checker::Probed, Checker::ProbedSockets],
+            _ => &[Checker::Haproxy, Checker::Probed],
         }
     }
 }
@@ -293,8 +308,11 @@ fn haproxy_config(dir: &Path, kind: Kind, n: usize, threads: usize) -> PathBuf {
     path
 }
 
-fn probed_config(files: &DaemonFiles, kind: Kind, n: usize) -> PathBuf {
+fn probed_config(files: &DaemonFiles, kind: Kind, n: usize, sockets: bool) -> PathBuf {
     let mut c = files.header(PROBER_IF);
+    if sockets {
+        c = c.replacen("[daemon]\n", "[daemon]\nhttp_probes = \"sockets\"\n", 1);
+    }
     let check = match kind {
         Kind::Tcp => "protocol = \"tcp\"\n".to_string(),
         Kind::Http => format!("protocol = \"http\"\nport = {HTTP_PORT}\nmethod = \"GET\"\npath = \"/health\"\n"),
@@ -351,8 +369,8 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
                 "haproxy",
             )
         }
-        Checker::Probed => {
-            let cfg = probed_config(&files, kind, n);
+        Checker::Probed | Checker::ProbedSockets => {
+            let cfg = probed_config(&files, kind, n, checker == Checker::ProbedSockets);
             // PROBED_BIN: another build of probed to measure (before/after a change).
             let bin = std::env::var_os("PROBED_BIN").map_or_else(probed_bin, PathBuf::from);
             Proc::spawn(
@@ -395,10 +413,15 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
     );
     let (((s0, a0), b0), p0, m0, n0) = (fleet.counts(), proc_cpu(proc.pid()), machine_cpu(), nice_cpu());
     let t0 = Instant::now();
-    let perf = a.perf.as_ref().filter(|_| checker == Checker::Probed).map(|dir| {
+    let perf = a.perf.as_ref().filter(|_| checker != Checker::Haproxy).map(|dir| {
         std::fs::create_dir_all(dir).unwrap();
         let out = dir.join(format!(
-            "probed-{}-{n}-{}.data",
+            "{}-{}-{n}-{}.data",
+            if checker == Checker::Probed {
+                "probed"
+            } else {
+                "probed-sockets"
+            },
             kind.name(),
             if pinned { "pinned" } else { "unpinned" }
         ));
@@ -423,7 +446,7 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
     // of a passing check. HAProxy logs each; probed writes an event for each.
     let (said, mark) = match checker {
         Checker::Haproxy => (std::fs::read_to_string(&log).unwrap_or_default(), "is DOWN"),
-        Checker::Probed => (
+        Checker::Probed | Checker::ProbedSockets => (
             std::fs::read_to_string(files.events()).unwrap_or_default(),
             "\"to\":\"Degraded\"",
         ),
@@ -462,10 +485,10 @@ fn main() {
         };
         for &kind in &a.kinds {
             for &n in &a.sizes {
-                for checker in [Checker::Haproxy, Checker::Probed] {
+                for &checker in Checker::all_for(kind) {
                     let row = measure(&fleet, checker, kind, n, pinned, &a);
                     eprintln!(
-                        "{:<6} {:>6} {:<8} {:<8} {:>9.0} checks/s  {:>6.1} us/check (process)  {:>6.1} us/check (machine)  {:>8} KiB peak",
+                        "{:<6} {:>6} {:<8} {:<16} {:>9.0} checks/s  {:>6.1} us/check (process)  {:>6.1} us/check (machine)  {:>8} KiB peak",
                         kind.name(),
                         n,
                         if pinned { "1 core" } else { "2 cores" },
@@ -511,27 +534,33 @@ fn report(rows: &[Row]) {
         ));
     }
     let _ = out.write_fmt(format_args!(
-        "\n| check | targets | cores | probed/HAProxy checks/s | process CPU/check | machine CPU/check |\n|---|---:|---|---:|---:|---:|\n"
+        "\n| check | targets | cores | checker | checks/s against HAProxy | process CPU/check | machine CPU/check |\n|---|---:|---|---|---:|---:|---:|\n"
     ));
-    for pair in rows.chunks(2) {
-        let [h, p] = pair else { continue };
-        if h.checks_per_s < 1.0 {
-            let _ = out.write_fmt(format_args!(
-                "| {} | {} | {} | HAProxy sent no checks | | |\n",
-                p.kind.name(),
-                p.n,
-                if p.pinned { "1 (pinned)" } else { "2" }
-            ));
+    // Each group (kind, size, placement) starts with HAProxy's row; the others compare to it.
+    let mut haproxy: Option<&Row> = None;
+    for r in rows {
+        if r.checker == Checker::Haproxy {
+            haproxy = Some(r);
             continue;
         }
+        let cores = if r.pinned { "1 (pinned)" } else { "2" };
+        let Some(h) = haproxy.filter(|h| h.checks_per_s >= 1.0) else {
+            let _ = out.write_fmt(format_args!(
+                "| {} | {} | {cores} | {} | HAProxy sent no checks | | |\n",
+                r.kind.name(),
+                r.n,
+                r.checker.name()
+            ));
+            continue;
+        };
         let _ = out.write_fmt(format_args!(
-            "| {} | {} | {} | {:.2}x | {:.2}x | {:.2}x |\n",
-            p.kind.name(),
-            p.n,
-            if p.pinned { "1 (pinned)" } else { "2" },
-            p.checks_per_s / h.checks_per_s,
-            p.proc_us / h.proc_us,
-            p.machine_us / h.machine_us
+            "| {} | {} | {cores} | {} | {:.2}x | {:.2}x | {:.2}x |\n",
+            r.kind.name(),
+            r.n,
+            r.checker.name(),
+            r.checks_per_s / h.checks_per_s,
+            r.proc_us / h.proc_us,
+            r.machine_us / h.machine_us
         ));
     }
     let niced: f64 = rows.iter().map(|r| r.niced_s).sum();

@@ -283,7 +283,7 @@ impl EngineState {
 
     fn snapshot(&self) -> Snapshot {
         let mut engine = self.stats;
-        engine.http_templates = self.templates.len() as u64;
+        engine.http_templates = self.templates.held() as u64;
         Snapshot {
             rx: self.kernel.rx_counters().unwrap_or_default(),
             tx: self.kernel.tx_counters().unwrap_or_default(),
