@@ -405,4 +405,60 @@ mod tests {
             "203.0.113.10"
         );
     }
+
+    fn http_probe(profile: &str, endpoint: &str) -> http::HttpProbe {
+        let c = example();
+        let p = c.profile(profile).unwrap();
+        let e = p.endpoints.iter().find(|e| e.name == endpoint).unwrap();
+        match CheckSpec::resolve(p, e).unwrap().1.kind {
+            ProbeKind::Http(probe) => probe,
+            other => panic!("{profile}/{endpoint}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn plain_status_checks_run_in_the_kernel_and_https_does_not() {
+        let target = "10.0.0.11:8080".parse().unwrap();
+        let web = http_probe("web", "web-1");
+        let request = web.kernel_request(target).expect("plain HTTP, status only");
+        let text = std::str::from_utf8(&request).unwrap();
+        assert!(
+            text.starts_with("HEAD /healthz HTTP/1.1\r\nHost: www.example.com\r\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("\r\n\r\n"), "{text}");
+        assert_eq!(&*request, &crate::probe::http::render_request(web.check(), target)[..]);
+        assert!(http_probe("api", "primary").kernel_request(target).is_none(), "HTTPS");
+    }
+
+    #[test]
+    fn kernel_outcomes_read_as_the_socket_prober_words_them() {
+        use crate::{engine::L4Outcome as K, outcome::Outcome as O};
+        let web = http_probe("web", "web-1");
+        let ms = std::time::Duration::from_millis(3);
+        for (kernel, healthy, outcome, reason) in [
+            (K::HttpStatus { status: 204 }, true, O::Status, "status 204"),
+            (K::HttpStatus { status: 302 }, true, O::Status, "status 302"),
+            (K::HttpStatus { status: 503 }, false, O::BadStatus, "status 503"),
+            (K::Timeout, false, O::Timeout, "timeout connect"),
+            (K::HttpResponseTimeout, false, O::Timeout, "timeout response"),
+            (K::Refused, false, O::Refused, "refused"),
+            (K::HttpReset, false, O::Reset, "reset"),
+            (K::HttpClosed, false, O::Closed, "closed"),
+            (
+                K::HttpMalformed,
+                false,
+                O::HttpError,
+                "http error: the response does not start with an HTTP/1.x status line",
+            ),
+        ] {
+            let r = web.kernel_report(kernel, ms);
+            assert_eq!((r.healthy, r.outcome, &*r.reason), (healthy, outcome, reason), "{kernel:?}");
+            assert_eq!(r.elapsed, ms);
+        }
+        // No verdict when the kernel could not run the probe at all.
+        let r = web.kernel_report(K::HttpUnsupported, ms);
+        assert_eq!((r.healthy, r.outcome), (false, O::LocalError));
+        assert!(!r.outcome.is_verdict());
+    }
 }
