@@ -453,7 +453,11 @@ mod tests {
             ),
         ] {
             let r = web.kernel_report(kernel, ms);
-            assert_eq!((r.healthy, r.outcome, &*r.reason), (healthy, outcome, reason), "{kernel:?}");
+            assert_eq!(
+                (r.healthy, r.outcome, &*r.reason),
+                (healthy, outcome, reason),
+                "{kernel:?}"
+            );
             assert_eq!(r.elapsed, ms);
         }
         // No verdict when the kernel could not run the probe at all.

@@ -259,8 +259,9 @@ impl Runner {
     ) -> Result<(), DaemonError> {
         let mut last_wake = 0u64;
         let mut failure = None;
-        // Task results are taken in batches, at most one per tick: a wake-up per result would
-        // cost a thread switch each at thousands of HTTP checks a second.
+        // Results (L4 and task) are taken in batches, at most one per tick, and with each tick's
+        // firing: a wake-up per result would cost a thread switch each at thousands of checks a
+        // second.
         let mut results_after_ns = 0u64;
         loop {
             let now = self.now();
@@ -289,33 +290,43 @@ impl Runner {
                     Some(cmd) => self.command(cmd),
                     None => break,
                 },
-                r = recv_l4(&mut self.l4.rx) => match r {
+                r = recv_l4(&mut self.l4.rx), if results_open => match r {
                     Some(r) => {
                         self.on_l4(r);
-                        while let Some(r) = self.l4.rx.as_mut().and_then(|rx| rx.try_recv().ok()) {
-                            self.on_l4(r);
+                        if self.drain_results().is_err() {
+                            failure = Some(engine_stopped());
+                            break;
                         }
+                        results_after_ns = self.now() + TICK_NS;
                     }
                     // The engine's thread is gone (it panicked or its interface vanished): no
                     // L4 check will get a result again. Stop, so that the service manager
                     // restarts the daemon, rather than freezing every L4 endpoint's health.
                     None => {
-                        log::error!("the L4 engine has stopped; probed stops so that it can be restarted");
-                        failure = Some(DaemonError::EngineStopped);
+                        failure = Some(engine_stopped());
                         break;
                     }
                 },
                 Some(update) = cluster::recv(&mut self.cluster) => self.on_cluster(update),
                 Some((token, report, queued_ns)) = self.tasks.rx.recv(), if results_open => {
                     self.on_result(token, report, queued_ns);
-                    while let Ok((token, report, queued_ns)) = self.tasks.rx.try_recv() {
-                        self.on_result(token, report, queued_ns);
+                    if self.drain_results().is_err() {
+                        failure = Some(engine_stopped());
+                        break;
                     }
                     results_after_ns = self.now() + TICK_NS;
                 }
                 _ = sleep => {
                     let woke = self.now();
                     if woke >= fire_ns {
+                        // What came back since the last batch goes first (it reschedules those
+                        // checks), in this wake-up rather than one of its own: one thread
+                        // switch per tick, not one per tick and per result batch.
+                        if self.drain_results().is_err() {
+                            failure = Some(engine_stopped());
+                            break;
+                        }
+                        results_after_ns = woke + TICK_NS;
                         last_wake = woke;
                         self.fire(last_wake);
                         if last_wake >= self.next_watchdog_ns {
@@ -355,6 +366,21 @@ impl Runner {
 
     pub(super) fn now(&self) -> u64 {
         self.ports.clock.mono_ns()
+    }
+
+    /// Takes every L4 and task result waiting; Err when the L4 engine's thread is gone.
+    fn drain_results(&mut self) -> Result<(), ()> {
+        loop {
+            match self.l4.rx.as_mut().map(mpsc::UnboundedReceiver::try_recv) {
+                Some(Ok(r)) => self.on_l4(r),
+                Some(Err(mpsc::error::TryRecvError::Disconnected)) => return Err(()),
+                Some(Err(mpsc::error::TryRecvError::Empty)) | None => break,
+            }
+        }
+        while let Ok((token, report, queued_ns)) = self.tasks.rx.try_recv() {
+            self.on_result(token, report, queued_ns);
+        }
+        Ok(())
     }
 
     /// What every loop turn ends with: metrics merged, state saved when due.
@@ -472,6 +498,12 @@ pub(super) fn first_l4(table: &Table, config: &Config) -> FirstL4 {
         .values()
         .find(|t| matches!(&t.spec.kind, ProbeKind::Http(p) if p.kernel_request(t.spec.target).is_some()))
         .map_or(FirstL4::None, |t| FirstL4::Http(t.spec.target))
+}
+
+/// Says that the L4 engine's thread is gone, and the error the daemon stops with.
+fn engine_stopped() -> DaemonError {
+    log::error!("the L4 engine has stopped; probed stops so that it can be restarted");
+    DaemonError::EngineStopped
 }
 
 async fn recv_l4(rx: &mut Option<mpsc::UnboundedReceiver<L4Result>>) -> Option<L4Result> {
