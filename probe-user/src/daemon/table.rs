@@ -31,7 +31,7 @@ pub(crate) struct Target {
     /// The configured admin state, and the API's override of it.
     pub config_admin: AdminState,
     pub admin_override: Option<AdminState>,
-    pub check_key: String,
+    pub check_key: Arc<str>,
     pub spec: Arc<CheckSpec>,
     pub params: CheckParams,
     /// Registered with the scheduler: only while probed.
@@ -237,7 +237,9 @@ pub(crate) struct Table {
     pub profiles: Vec<ProfileEntry>,
     /// Child profile index -> its (parent index, nested index) places.
     pub parents: FastMap<usize, Vec<(usize, usize)>>,
-    pub targets: FastMap<OwnerId, Target>,
+    /// Boxed: a Target is about 500 bytes, and a hash map's slots (up to twice the entries,
+    /// and three times while it grows) would hold that much each.
+    pub targets: FastMap<OwnerId, Box<Target>>,
     /// Endpoints that kept their state, and endpoints that start afresh (or from the state file).
     pub kept: usize,
     pub added: usize,
@@ -348,7 +350,7 @@ pub(crate) fn build(
             let running = old_by_name
                 .get(&(profile.name.as_str(), endpoint.name.as_str()))
                 .and_then(|id| old.get(id).map(|t| (*id, t)))
-                .filter(|(_, t)| t.check_key == check_key);
+                .filter(|(_, t)| *t.check_key == *check_key);
             let start = match running {
                 Some((id, t)) => carry_over(id, t, endpoint, thresholds, timing),
                 None => {
@@ -365,7 +367,7 @@ pub(crate) fn build(
             entry.owners.push(start.id);
             table.targets.insert(
                 start.id,
-                Target {
+                Box::new(Target {
                     profile: name.clone(),
                     profile_ix: table.profiles.len() as u32,
                     name: Arc::from(endpoint.name.as_str()),
@@ -388,8 +390,8 @@ pub(crate) fn build(
                     verdict_key: verdict_key(&profile.name, &endpoint.name, &check_key),
                     cluster_health: None,
                     cluster_sent: None,
-                    check_key,
-                },
+                    check_key: Arc::from(check_key),
+                }),
             );
         }
         table.profiles.push(entry);

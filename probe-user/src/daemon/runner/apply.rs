@@ -9,7 +9,7 @@ use super::{Runner, SchedKey};
 use crate::{
     daemon::{
         changes::{Change, ChangeKind, EndpointState, ProfileChange},
-        table::{OwnerId, Table, Target},
+        table::{OwnerId, Table},
     },
     hash::FastMap,
     status::ProfileStatus,
@@ -32,7 +32,7 @@ impl Runner {
         let now = self.now();
         let old_ids: Vec<OwnerId> = self.table.targets.keys().copied().collect();
         for id in old_ids {
-            let keep = table.targets.get(&id).is_some_and(Target::should_probe);
+            let keep = table.targets.get(&id).is_some_and(|t| t.should_probe());
             let check = self.table.targets[&id].check;
             match (check, table.targets.get_mut(&id)) {
                 (Some(check), Some(new)) if keep => new.check = Some(check),

@@ -20,6 +20,11 @@ impl Runner {
         let mut due = std::mem::take(&mut self.due_buf);
         due.clear();
         self.sched.pop_due_with(now, |id, due_ns| due.push((id, due_ns)));
+        // Room for every check at once, not by doubling as higher ids show up (a slot is about
+        // 200 bytes; doubling held three of them per check at the last step).
+        if let Some(more) = self.sched.len().checked_sub(self.slots.len()).filter(|&n| n > 0) {
+            self.slots.reserve_exact(more);
+        }
         let mut batch = Vec::new();
         let mut http = Vec::new();
         let mut udp = Vec::new();

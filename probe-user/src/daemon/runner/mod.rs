@@ -53,7 +53,7 @@ const SAVE_EVERY_NS: u64 = 1_000_000_000;
 /// instead of hashing the key string into a side map for every probe.
 #[derive(Clone)]
 pub(crate) struct SchedKey {
-    key: String,
+    key: Arc<str>,
     spec: Arc<super::checks::CheckSpec>,
 }
 

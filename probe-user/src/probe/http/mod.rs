@@ -150,7 +150,9 @@ impl HttpReport {
 /// Runs HTTP(S) checks. One prober serves many targets and checks; it holds the shared
 /// TLS configuration and, in keep-alive mode, a few idle connections per target.
 pub struct HttpProber {
-    presented: Arc<rustls::ClientConfig>,
+    /// Built by the first HTTPS probe: its session cache reserves room for RESUMABLE_TARGETS
+    /// sessions (several MiB), which a node without HTTPS checks has no use for.
+    presented: std::sync::OnceLock<Arc<rustls::ClientConfig>>,
     keep_alive: bool,
     idle: Mutex<HashMap<PoolKey, Vec<SendRequest<Empty<Bytes>>>>>,
 }
@@ -186,7 +188,7 @@ impl HttpProber {
     /// A prober that opens a connection per probe and closes it afterwards.
     pub fn new() -> Self {
         Self {
-            presented: tls::presented_config(),
+            presented: std::sync::OnceLock::new(),
             keep_alive: false,
             idle: Mutex::new(HashMap::new()),
         }
@@ -370,7 +372,10 @@ impl HttpProber {
         check: &HttpCheck,
         deadline: Instant,
     ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, Failed> {
-        let config = check.tls().strict_config().unwrap_or(&self.presented).clone();
+        let config = match check.tls().strict_config() {
+            Some(strict) => strict.clone(),
+            None => self.presented.get_or_init(tls::presented_config).clone(),
+        };
         let connector = tokio_rustls::TlsConnector::from(config);
         let shake = connector.connect(check.server_name(target), tcp);
         match tokio::time::timeout_at(deadline, shake).await {
