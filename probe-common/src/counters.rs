@@ -31,9 +31,12 @@ pub struct RxCounters {
     /// HTTP probes whose SYN+ACK frame had no room for the request (the driver gives XDP no
     /// tailroom): those checks go through sockets from then on.
     pub http_no_room: u64,
+    /// Segments of probe connections that are gone (a FIN or data arriving after probe_rx's
+    /// RST, an answer after the timeout), answered with the RST the node's stack would send.
+    pub late_reset: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<RxCounters>() == 112);
+const _: () = assert!(core::mem::size_of::<RxCounters>() == 120);
 
 impl RxCounters {
     /// Adds another CPU's slot to this one.
@@ -52,6 +55,7 @@ impl RxCounters {
         self.http_requests += o.http_requests;
         self.matched_http += o.matched_http;
         self.http_no_room += o.http_no_room;
+        self.late_reset += o.late_reset;
     }
 }
 

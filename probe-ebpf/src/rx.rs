@@ -4,9 +4,13 @@
 //! counts every reply class, and matches SYN+ACK, RST and ICMP unreachable against live
 //! probes in the in-flight table:
 //! - a matched SYN+ACK is reported open and rewritten in place into the RST that closes the
-//!   half-open connection, which goes back out of the interface it came in by (XDP_TX, or a
-//!   tc redirect to the same device's egress), so the node's own stack never sees it;
+//!   half-open connection, which goes back out of the interface it came in by (a redirect to
+//!   it, at XDP or tc), so the node's own stack never sees it; an HTTP probe's SYN+ACK is
+//!   rewritten into the segment that carries its request instead, and the response's first
+//!   segment is read for its status line and turned into the RST;
 //! - a matched RST or ICMP error is reported and dropped;
+//! - a segment of a probe connection that is gone (a FIN after our RST) is answered with the
+//!   RST the node's stack would send;
 //! - anything else is passed untouched (and counted as stale or forged when it aims at the
 //!   probe port range).
 use aya_ebpf::{
@@ -40,13 +44,12 @@ enum Verdict {
     Pass,
     /// A matched reply, consumed.
     Drop,
-    /// Rewritten in place into an RST: send it back out of the interface it came in by.
+    /// Rewritten in place (into a RST, or an HTTP probe's request): send it back out of the
+    /// interface it came in by. At XDP as a redirect to that interface, not XDP_TX: veth does
+    /// not wake a peer without an XDP program for XDP_TX frames (they wait in its ring for the
+    /// next frame to arrive by any other path, which in a quiet moment may be never), while a
+    /// redirect's flush always does. The cost is the same order on other drivers.
     Bounce,
-    /// Rewritten into an HTTP probe's request: back out of the interface it came in by, as
-    /// a redirect. Not XDP_TX: veth does not wake a peer without an XDP program for frames
-    /// sent that way (they wait for the next frame to arrive by any other path), while a
-    /// redirect's flush always does. A request that waits costs the probe its timeout.
-    BounceNow,
 }
 
 const PASS: Verdict = Verdict::Pass;
@@ -57,11 +60,8 @@ pub fn probe_rx(mut ctx: XdpContext) -> u32 {
     if crate::tx::is_generator_frame(&ctx) {
         return crate::tx::generate(&mut ctx);
     }
-    match try_probe_rx(&mut ctx).unwrap_or(PASS) {
-        // SAFETY: bpf_redirect only records the target ifindex for after the program returns.
-        Verdict::BounceNow => unsafe { bpf_redirect(ctx.ingress_ifindex() as u32, 0) as u32 },
-        v => xdp_verdict(v),
-    }
+    let v = try_probe_rx(&mut ctx).unwrap_or(PASS);
+    xdp_verdict(&ctx, v)
 }
 
 #[classifier]
@@ -72,12 +72,12 @@ pub fn probe_rx_tc(mut ctx: TcContext) -> i32 {
 }
 
 #[inline(always)]
-fn xdp_verdict(v: Verdict) -> u32 {
+fn xdp_verdict(ctx: &XdpContext, v: Verdict) -> u32 {
     match v {
         Verdict::Pass => xdp_action::XDP_PASS,
         Verdict::Drop => xdp_action::XDP_DROP,
-        Verdict::Bounce => xdp_action::XDP_TX,
-        Verdict::BounceNow => xdp_action::XDP_ABORTED,
+        // SAFETY: bpf_redirect only records the target ifindex for after the program returns.
+        Verdict::Bounce => unsafe { bpf_redirect(ctx.ingress_ifindex() as u32, 0) as u32 },
     }
 }
 
@@ -88,7 +88,7 @@ fn tc_verdict(ctx: &TcContext, v: Verdict) -> i32 {
     match v {
         Verdict::Pass => tcx_action_base::TCX_NEXT,
         Verdict::Drop => tcx_action_base::TCX_DROP,
-        Verdict::Bounce | Verdict::BounceNow => {
+        Verdict::Bounce => {
             // SAFETY: reading the ingress ifindex from the program's own __sk_buff context.
             let ifindex = unsafe { (*ctx.skb.skb).ifindex };
             // SAFETY: bpf_redirect only records the target (flags 0: that device's egress)
@@ -146,7 +146,7 @@ fn try_probe_rx(ctx: &mut impl Hooked) -> Option<Verdict> {
             Tcp::SendRequest(req) => {
                 if request_in_place(ctx, &link, &l3, req).is_some() {
                     c.http_requests += 1;
-                    return Some(Verdict::BounceNow);
+                    return Some(Verdict::Bounce);
                 }
                 // No room in the frame for the request (it is unchanged): the probe ends
                 // here, and the half-open connection with the RST the SYN+ACK becomes.
@@ -213,6 +213,15 @@ fn on_tcp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Tcp> {
     let Some(entry) = live(&flow) else {
         if class != ReplyClass::Other {
             c.stale += 1;
+            return Some(Tcp::Done(PASS));
+        }
+        if tcp.flags & TCP_ACK != 0 {
+            // A segment of a probe connection that is gone: the FIN a server sends after its
+            // response, which crosses probe_rx's RST, or an answer after the timeout. No
+            // socket owns the probe ports, so the node's stack would answer it with a RST
+            // (seq = its ack); that RST is sent from here, without the stack's work.
+            c.late_reset += 1;
+            return Some(Tcp::SendRst);
         }
         return Some(Tcp::Done(PASS));
     };

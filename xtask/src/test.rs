@@ -38,13 +38,33 @@ pub fn run(filter: Option<&str>) -> anyhow::Result<()> {
     if filter.is_none() {
         let mut generic = cargo();
         generic
-            .args(["test", "-p", "probed-tests", "--test", "l4_engine", "--test", "udp"])
+            .args([
+                "test",
+                "-p",
+                "probed-tests",
+                "--test",
+                "l4_engine",
+                "--test",
+                "udp",
+                "--test",
+                "http_kernel",
+            ])
             .env("PROBED_XDP_MODE", "skb");
         sh(&mut generic)?;
         // And once at tcx ingress (`[source] hook = "tcx"`), the hook beside another XDP owner.
         let mut tcx = cargo();
-        tcx.args(["test", "-p", "probed-tests", "--test", "l4_engine", "--test", "udp"])
-            .env("PROBED_HOOK", "tcx");
+        tcx.args([
+            "test",
+            "-p",
+            "probed-tests",
+            "--test",
+            "l4_engine",
+            "--test",
+            "udp",
+            "--test",
+            "http_kernel",
+        ])
+        .env("PROBED_HOOK", "tcx");
         sh(&mut tcx)?;
     }
     // The Debian package, from the release build: inspected, linted, then installed, run,

@@ -32,6 +32,7 @@ pub fn render(engine: &L4Engine) -> String {
         ("http_requests", s.rx.http_requests),
         ("matched_http", s.rx.matched_http),
         ("http_no_room", s.rx.http_no_room),
+        ("late_reset", s.rx.late_reset),
     ];
     let tx = [
         ("sent", s.tx.sent),
