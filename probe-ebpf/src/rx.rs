@@ -4,8 +4,8 @@
 //! counts every reply class, and matches SYN+ACK, RST and ICMP unreachable against live
 //! probes in the in-flight table:
 //! - a matched SYN+ACK is reported open and rewritten in place into the RST that closes the
-//!   half-open connection, which goes back out of the interface it came in by (a redirect to
-//!   it, at XDP or tc), so the node's own stack never sees it; an HTTP probe's SYN+ACK is
+//!   half-open connection, which goes back out of the interface it came in by (XDP_TX, or a
+//!   tc redirect to the same device's egress), so the node's own stack never sees it; an HTTP probe's SYN+ACK is
 //!   rewritten into the segment that carries its request instead, and the response's first
 //!   segment is read for its status line and turned into the RST;
 //! - a matched RST or ICMP error is reported and dropped;
@@ -44,12 +44,17 @@ enum Verdict {
     Pass,
     /// A matched reply, consumed.
     Drop,
-    /// Rewritten in place (into a RST, or an HTTP probe's request): send it back out of the
-    /// interface it came in by. At XDP as a redirect to that interface, not XDP_TX: veth does
-    /// not wake a peer without an XDP program for XDP_TX frames (they wait in its ring for the
-    /// next frame to arrive by any other path, which in a quiet moment may be never), while a
-    /// redirect's flush always does. The cost is the same order on other drivers.
+    /// Rewritten in place into a RST: send it back out of the interface it came in by
+    /// (XDP_TX, or a tc redirect to the same device's egress).
     Bounce,
+    /// Rewritten into an HTTP probe's request: back out of the interface it came in by, at
+    /// XDP as a redirect. Not XDP_TX: veth does not wake a peer without an XDP program for
+    /// XDP_TX frames (they wait in its ring for the next frame to arrive by any other path,
+    /// which in a quiet moment may be never), while a redirect's flush always does; a
+    /// request that waits costs the probe its timeout. RSTs keep XDP_TX: late is harmless
+    /// for them, and redirecting them too overflowed veth's 256-frame ring at 30k probes a
+    /// second (the generator's SYNs were dropped with them).
+    BounceNow,
 }
 
 const PASS: Verdict = Verdict::Pass;
@@ -76,8 +81,9 @@ fn xdp_verdict(ctx: &XdpContext, v: Verdict) -> u32 {
     match v {
         Verdict::Pass => xdp_action::XDP_PASS,
         Verdict::Drop => xdp_action::XDP_DROP,
+        Verdict::Bounce => xdp_action::XDP_TX,
         // SAFETY: bpf_redirect only records the target ifindex for after the program returns.
-        Verdict::Bounce => unsafe { bpf_redirect(ctx.ingress_ifindex() as u32, 0) as u32 },
+        Verdict::BounceNow => unsafe { bpf_redirect(ctx.ingress_ifindex() as u32, 0) as u32 },
     }
 }
 
@@ -88,7 +94,7 @@ fn tc_verdict(ctx: &TcContext, v: Verdict) -> i32 {
     match v {
         Verdict::Pass => tcx_action_base::TCX_NEXT,
         Verdict::Drop => tcx_action_base::TCX_DROP,
-        Verdict::Bounce => {
+        Verdict::Bounce | Verdict::BounceNow => {
             // SAFETY: reading the ingress ifindex from the program's own __sk_buff context.
             let ifindex = unsafe { (*ctx.skb.skb).ifindex };
             // SAFETY: bpf_redirect only records the target (flags 0: that device's egress)
@@ -146,7 +152,7 @@ fn try_probe_rx(ctx: &mut impl Hooked) -> Option<Verdict> {
             Tcp::SendRequest(req) => {
                 if request_in_place(ctx, &link, &l3, req).is_some() {
                     c.http_requests += 1;
-                    return Some(Verdict::Bounce);
+                    return Some(Verdict::BounceNow);
                 }
                 // No room in the frame for the request (it is unchanged): the probe ends
                 // here, and the half-open connection with the RST the SYN+ACK becomes.
