@@ -184,19 +184,33 @@ pub fn write_rst_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, seq: u32) {
 /// Writes a bare (option-less, empty) TCP segment with the given numbers and flags.
 #[inline(always)]
 pub fn write_segment_v4(f: &mut RstV4, e: &Ends<[u8; 4]>, seq: u32, ack: u32, flags: u8) {
-    f.eth = eth(e, ETH_P_IP);
-    f.ip = ipv4(e.saddr, e.daddr, IPPROTO_TCP, TcpHdr::LEN as u16, 0);
-    f.tcp = tcp(e.sport, e.dport, seq, ack, TcpHdr::LEN, flags, 0);
-    let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_TCP, TcpHdr::LEN as u16) + tcp_sum(&f.tcp);
-    f.tcp.csum_be = finish(sum).to_be_bytes();
+    write_tcp_v4(f, e, (seq, ack, flags, 0), 0, 0);
 }
 
 #[inline(always)]
 pub fn write_segment_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, seq: u32, ack: u32, flags: u8) {
+    write_tcp_v6(f, e, (seq, ack, flags, 0), 0, 0);
+}
+
+/// The headers of an option-less TCP segment: (seq, ack, flags, window), followed in the frame
+/// by `payload_len` bytes whose word sum is `payload_sum`.
+#[inline(always)]
+fn write_tcp_v4(f: &mut RstV4, e: &Ends<[u8; 4]>, h: (u32, u32, u8, u16), payload_len: u16, payload_sum: u64) {
+    let seg_len = TcpHdr::LEN as u16 + payload_len;
+    f.eth = eth(e, ETH_P_IP);
+    f.ip = ipv4(e.saddr, e.daddr, IPPROTO_TCP, seg_len, 0);
+    f.tcp = tcp(e.sport, e.dport, h.0, h.1, TcpHdr::LEN, h.2, h.3);
+    let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_TCP, seg_len) + tcp_sum(&f.tcp) + payload_sum;
+    f.tcp.csum_be = finish(sum).to_be_bytes();
+}
+
+#[inline(always)]
+fn write_tcp_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, h: (u32, u32, u8, u16), payload_len: u16, payload_sum: u64) {
+    let seg_len = TcpHdr::LEN as u16 + payload_len;
     f.eth = eth(e, ETH_P_IPV6);
-    f.ip = ipv6(e.saddr, e.daddr, IPPROTO_TCP, TcpHdr::LEN as u16, 0);
-    f.tcp = tcp(e.sport, e.dport, seq, ack, TcpHdr::LEN, flags, 0);
-    let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_TCP, TcpHdr::LEN as u32) + tcp_sum(&f.tcp);
+    f.ip = ipv6(e.saddr, e.daddr, IPPROTO_TCP, seg_len, 0);
+    f.tcp = tcp(e.sport, e.dport, h.0, h.1, TcpHdr::LEN, h.2, h.3);
+    let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_TCP, u32::from(seg_len)) + tcp_sum(&f.tcp) + payload_sum;
     f.tcp.csum_be = finish(sum).to_be_bytes();
 }
 
@@ -205,38 +219,24 @@ pub fn write_segment_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, seq: u32, ack: u32, f
 /// is `payload_sum` following the headers in the frame.
 #[inline(always)]
 pub fn write_request_v4(f: &mut RstV4, e: &Ends<[u8; 4]>, seq: u32, ack: u32, payload_len: u16, payload_sum: u64) {
-    let seg_len = TcpHdr::LEN as u16 + payload_len;
-    f.eth = eth(e, ETH_P_IP);
-    f.ip = ipv4(e.saddr, e.daddr, IPPROTO_TCP, seg_len, 0);
-    f.tcp = tcp(
-        e.sport,
-        e.dport,
-        seq,
-        ack,
-        TcpHdr::LEN,
-        TCP_ACK | TCP_PSH,
-        REQUEST_WINDOW,
+    write_tcp_v4(
+        f,
+        e,
+        (seq, ack, TCP_ACK | TCP_PSH, REQUEST_WINDOW),
+        payload_len,
+        payload_sum,
     );
-    let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_TCP, seg_len) + tcp_sum(&f.tcp) + payload_sum;
-    f.tcp.csum_be = finish(sum).to_be_bytes();
 }
 
 #[inline(always)]
 pub fn write_request_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, seq: u32, ack: u32, payload_len: u16, payload_sum: u64) {
-    let seg_len = TcpHdr::LEN as u16 + payload_len;
-    f.eth = eth(e, ETH_P_IPV6);
-    f.ip = ipv6(e.saddr, e.daddr, IPPROTO_TCP, seg_len, 0);
-    f.tcp = tcp(
-        e.sport,
-        e.dport,
-        seq,
-        ack,
-        TcpHdr::LEN,
-        TCP_ACK | TCP_PSH,
-        REQUEST_WINDOW,
+    write_tcp_v6(
+        f,
+        e,
+        (seq, ack, TCP_ACK | TCP_PSH, REQUEST_WINDOW),
+        payload_len,
+        payload_sum,
     );
-    let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_TCP, u32::from(seg_len)) + tcp_sum(&f.tcp) + payload_sum;
-    f.tcp.csum_be = finish(sum).to_be_bytes();
 }
 
 /// Value-returning forms of the writers, for userspace (raw-socket fallback, tests).

@@ -397,62 +397,75 @@ fn bounded_len(r: &HttpReq) -> usize {
     ((r.len as usize).wrapping_sub(1) & (HTTP_REQ_MAX - 1)) + 1
 }
 
-#[inline(never)]
-fn request_v4_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32) -> Option<()> {
+/// The part of a request segment both families share: the SYN+ACK's ports and numbers read,
+/// the frame resized to `off + hdr + len` (the VLAN tags and headers come before the request)
+/// and the template's bytes copied in after the headers.
+struct Prepared {
+    sport: u16,
+    dport: u16,
+    seq: u32,
+    ack: u32,
+    len: usize,
+    sum: u64,
+    saved: [VlanTag; 2],
+    off: usize,
+}
+
+#[inline(always)]
+fn prepare_request(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32, hdr: usize) -> Option<Prepared> {
     let tcp = read_at::<TcpHdr>(ctx, l3.l4_off)?;
-    let (sport, dport, seq, ack) = (tcp.dport(), tcp.sport(), tcp.ack(), tcp.seq().wrapping_add(1));
     // SAFETY: see on_http_reply: templates in use never change.
     let r = unsafe { PROBE_HTTP_REQS.get(req) }?;
     let len = bounded_len(r);
     let saved = save_tags(ctx, link.tags)?;
     let off = link.tags * VLAN_LEN;
-    if !ctx.resize(off + RstV4::LEN + len) {
+    if !ctx.resize(off + hdr + len) || !ctx.store(off + hdr, r.bytes.as_ptr(), len as u32) {
         return None;
     }
-    if !ctx.store(off + RstV4::LEN, r.bytes.as_ptr(), len as u32) {
-        return None;
-    }
-    let f = ptr_at::<RstV4>(ctx, off)?;
+    Some(Prepared {
+        sport: tcp.dport(),
+        dport: tcp.sport(),
+        seq: tcp.ack(),
+        ack: tcp.seq().wrapping_add(1),
+        len,
+        sum: r.sum,
+        saved,
+        off,
+    })
+}
+
+#[inline(never)]
+fn request_v4_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32) -> Option<()> {
+    let p = prepare_request(ctx, link, l3, req, RstV4::LEN)?;
+    let f = ptr_at::<RstV4>(ctx, p.off)?;
     let e = Ends {
         smac: link.eth.dst,
         dmac: link.eth.src,
         saddr: [l3.daddr[0], l3.daddr[1], l3.daddr[2], l3.daddr[3]],
         daddr: [l3.saddr[0], l3.saddr[1], l3.saddr[2], l3.saddr[3]],
-        sport,
-        dport,
+        sport: p.sport,
+        dport: p.dport,
     };
     // SAFETY: ptr_at checked the bounds after the resize; the layout has alignment 1.
-    write_request_v4(unsafe { &mut *f }, &e, seq, ack, len as u16, r.sum);
-    restore_tags(ctx, link.tags, &e, saved)
+    write_request_v4(unsafe { &mut *f }, &e, p.seq, p.ack, p.len as u16, p.sum);
+    restore_tags(ctx, link.tags, &e, p.saved)
 }
 
 #[inline(never)]
 fn request_v6_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32) -> Option<()> {
-    let tcp = read_at::<TcpHdr>(ctx, l3.l4_off)?;
-    let (sport, dport, seq, ack) = (tcp.dport(), tcp.sport(), tcp.ack(), tcp.seq().wrapping_add(1));
-    // SAFETY: see on_http_reply: templates in use never change.
-    let r = unsafe { PROBE_HTTP_REQS.get(req) }?;
-    let len = bounded_len(r);
-    let saved = save_tags(ctx, link.tags)?;
-    let off = link.tags * VLAN_LEN;
-    if !ctx.resize(off + RstV6::LEN + len) {
-        return None;
-    }
-    if !ctx.store(off + RstV6::LEN, r.bytes.as_ptr(), len as u32) {
-        return None;
-    }
-    let f = ptr_at::<RstV6>(ctx, off)?;
+    let p = prepare_request(ctx, link, l3, req, RstV6::LEN)?;
+    let f = ptr_at::<RstV6>(ctx, p.off)?;
     let e = Ends {
         smac: link.eth.dst,
         dmac: link.eth.src,
         saddr: l3.daddr,
         daddr: l3.saddr,
-        sport,
-        dport,
+        sport: p.sport,
+        dport: p.dport,
     };
     // SAFETY: as for IPv4.
-    write_request_v6(unsafe { &mut *f }, &e, seq, ack, len as u16, r.sum);
-    restore_tags(ctx, link.tags, &e, saved)
+    write_request_v6(unsafe { &mut *f }, &e, p.seq, p.ack, p.len as u16, p.sum);
+    restore_tags(ctx, link.tags, &e, p.saved)
 }
 
 /// Turns the matched SYN+ACK in the frame into the RST that closes the half-open connection:

@@ -36,36 +36,17 @@ pub fn run(filter: Option<&str>) -> anyhow::Result<()> {
     // The integration tests run probe_rx in native mode (what `auto` picks on veth). Drivers
     // without native XDP get generic mode, so the kernel engine's suites run once more there.
     if filter.is_none() {
-        let mut generic = cargo();
-        generic
-            .args([
-                "test",
-                "-p",
-                "probed-tests",
-                "--test",
-                "l4_engine",
-                "--test",
-                "udp",
-                "--test",
-                "http_kernel",
-            ])
-            .env("PROBED_XDP_MODE", "skb");
-        sh(&mut generic)?;
-        // And once at tcx ingress (`[source] hook = "tcx"`), the hook beside another XDP owner.
-        let mut tcx = cargo();
-        tcx.args([
-            "test",
-            "-p",
-            "probed-tests",
-            "--test",
-            "l4_engine",
-            "--test",
-            "udp",
-            "--test",
-            "http_kernel",
-        ])
-        .env("PROBED_HOOK", "tcx");
-        sh(&mut tcx)?;
+        // The suites that load the kernel programs: once more in generic mode, and once at tcx
+        // ingress (`[source] hook = "tcx"`, the hook beside another XDP owner).
+        let kernel_suites = ["--test", "l4_engine", "--test", "udp", "--test", "http_kernel"];
+        for (var, value) in [("PROBED_XDP_MODE", "skb"), ("PROBED_HOOK", "tcx")] {
+            let mut again = cargo();
+            again
+                .args(["test", "-p", "probed-tests"])
+                .args(kernel_suites)
+                .env(var, value);
+            sh(&mut again)?;
+        }
     }
     // The Debian package, from the release build: inspected, linted, then installed, run,
     // upgraded and purged in a throwaway Debian root (tests/tests/package.rs; ignored in the
