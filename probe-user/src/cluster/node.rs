@@ -520,6 +520,11 @@ mod tests {
                 .is_some_and(|v| v.contains(&("a".into(), Verdict::Down)))
                 && s.verdicts.get(&43) == Some(&vec![("a".into(), Verdict::Up)])
         });
+        // b must have heard 43 before its withdrawal can be news to it: a set and a withdraw
+        // within one gossip interval reach a node that missed the set as nothing at all.
+        wait(&mut b_rx, &mut sb, "b hears a's 43", |s| {
+            s.verdicts.get(&43) == Some(&vec![("a".into(), Verdict::Up)])
+        });
         a.withdraw(43);
         wait(&mut b_rx, &mut sb, "b hears a withdraw 43", |s| {
             s.verdicts
