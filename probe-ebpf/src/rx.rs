@@ -206,16 +206,7 @@ fn on_tcp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Tcp> {
     if !is_probe_port(tcp.dport()) {
         return Some(Tcp::Done(PASS));
     }
-    // The reply's destination is our side of the probe's flow.
-    let flow = FlowKey {
-        saddr: l3.daddr,
-        daddr: l3.saddr,
-        sport: tcp.dport(),
-        dport: tcp.sport(),
-        proto: IPPROTO_TCP,
-        family: family(l3.ipv6),
-        _pad: [0; 2],
-    };
+    let flow = reply_flow(l3, &tcp);
     let Some(entry) = live(&flow) else {
         if class != ReplyClass::Other {
             c.stale += 1;
@@ -356,14 +347,10 @@ fn claim_status(flow: &FlowKey, entry: &Inflight, kind: EventKind, status: u16, 
     claimed
 }
 
-/// Reports an HTTP probe whose SYN+ACK frame could not carry its request, and takes its
-/// entry; true when the caller should reset the connection.
-#[inline(never)]
-fn no_room(l3: &L3, frame: &Frame, c: &mut RxCounters) -> bool {
-    let Some(tcp) = frame.read::<TcpHdr>(l3.l4_off) else {
-        return false;
-    };
-    let flow = FlowKey {
+/// The probe flow a TCP reply belongs to: the reply's destination is our side of it.
+#[inline(always)]
+fn reply_flow(l3: &L3, tcp: &TcpHdr) -> FlowKey {
+    FlowKey {
         saddr: l3.daddr,
         daddr: l3.saddr,
         sport: tcp.dport(),
@@ -371,7 +358,17 @@ fn no_room(l3: &L3, frame: &Frame, c: &mut RxCounters) -> bool {
         proto: IPPROTO_TCP,
         family: family(l3.ipv6),
         _pad: [0; 2],
+    }
+}
+
+/// Reports an HTTP probe whose SYN+ACK frame could not carry its request, and takes its
+/// entry; true when the caller should reset the connection.
+#[inline(never)]
+fn no_room(l3: &L3, frame: &Frame, c: &mut RxCounters) -> bool {
+    let Some(tcp) = frame.read::<TcpHdr>(l3.l4_off) else {
+        return false;
     };
+    let flow = reply_flow(l3, &tcp);
     let Some(entry) = live(&flow) else {
         return false;
     };
