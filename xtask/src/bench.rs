@@ -28,10 +28,16 @@ pub fn run(which: &str, extra: &[String]) -> anyhow::Result<()> {
             cmd.args(["run", "--release", "-p", "probed-tests", "--bin", "bench-dns", "--"])
                 .args(extra)
         }
+        "million" => {
+            // probed as the operator runs it, so that its RSS and CPU are its own.
+            sh(cargo().args(["build", "--release", "-p", "probe-user", "--bin", "probed"]))?;
+            cmd.args(["run", "--release", "-p", "probed-tests", "--bin", "bench-million", "--"])
+                .args(extra)
+        }
         "cluster" => cmd
             .args(["run", "--release", "-p", "probed-tests", "--bin", "bench-cluster", "--"])
             .args(extra),
-        other => bail!("unknown benchmark {other:?}: choose l4, http, schedule, sinks, peers, dns or cluster"),
+        other => bail!("unknown benchmark {other:?}: choose l4, http, schedule, sinks, peers, dns, cluster or million"),
     };
     sh(&mut cmd)
 }

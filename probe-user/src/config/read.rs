@@ -39,6 +39,9 @@ pub(crate) struct Reader<'t> {
     pub text: &'t str,
     pub file: &'t str,
     pub errors: Vec<ConfigError>,
+    /// Where the tree being read starts in `text`: spans are relative to it (a profile block
+    /// parsed on its own, see `validate/sections.rs`).
+    pub base: usize,
 }
 
 /// How a raw TOML value looks in an error message.
@@ -64,7 +67,7 @@ impl<'t> Reader<'t> {
     }
 
     pub fn error(&mut self, span: Range<usize>, field: &str, value: Option<String>, problem: impl Into<String>) {
-        let (line, column) = self.place(span.start);
+        let (line, column) = self.place(self.base + span.start);
         self.errors.push(ConfigError {
             file: self.file.to_string(),
             line,

@@ -135,6 +135,59 @@ fn syntax_error_points_at_the_line() {
     assert_eq!(errs.0[0].line, 2, "{errs}");
 }
 
+/// Profiles are read one `[[profile]]` block at a time (validate/sections.rs): the same config
+/// as the file read whole, and errors at the file's own lines, wherever the block is.
+#[test]
+fn profile_blocks_read_one_at_a_time_give_what_the_whole_file_gives() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/probed.toml");
+    let text = std::fs::read_to_string(path).unwrap();
+    // `[dns]` (with its `[[dns.region]]`s) moved from the end to between two profiles.
+    let (head, dns) = text.split_at(text.find("\n[dns]").expect("the example has [dns]") + 1);
+    let fourth = head.match_indices("\n[[profile]]").nth(3).expect("a fourth profile").0 + 1;
+    let moved = format!("{}{dns}\n{}", &head[..fourth], &head[fourth..]);
+    assert_ne!(moved, text);
+    let whole = ok(&text);
+    assert_eq!(ok(&moved), whole);
+    // The same file the split cannot read block by block: a dotted `profile` key up front
+    // makes it TOML's error, from the whole file.
+    let errs = refused(&format!("profile.x = 1\n{text}"));
+    assert!(errs.iter().any(|e| e.problem.contains("not valid TOML")), "{errs}");
+}
+
+#[test]
+fn errors_in_later_profile_blocks_point_at_their_lines() {
+    let block = |name: &str, port: &str| {
+        format!(
+            "[[profile]]\nname = \"{name}\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\n\
+             [[profile.endpoint]]\naddress = \"198.18.0.1\"\nport = {port}\n"
+        )
+    };
+    // Blocks are 8 lines: the bad port is on the second block's last line (16), the duplicate
+    // name on the third block's second line (2 * 8 + 3 lines of [dns] + 2 = 21).
+    let text = format!(
+        "{}{}[dns]\nlisten = [\"198.18.0.53:53\"]\nzone = \"tm.example.\"\n{}",
+        block("a", "80"),
+        block("b", "0"),
+        block("a", "81")
+    );
+    let errs = refused(&text);
+    let at = |field: &str| {
+        errs.iter()
+            .find(|e| e.field == field)
+            .map_or_else(|| panic!("no error on {field}: {errs}"), |e| (e.line, e.column))
+    };
+    assert_eq!(at("profile[1].endpoint[0].port"), (16, 8), "{errs}");
+    assert_eq!(at("profile[2].name"), (21, 8), "{errs}");
+    assert_eq!(errs.len(), 2, "{errs}");
+    // A syntax error in a block: its line in the file.
+    let broken = format!(
+        "{}{}",
+        block("a", "80"),
+        block("b", "80").replace("port = 80", "port = ")
+    );
+    assert_eq!(refused(&broken).0[0].line, 16);
+}
+
 #[test]
 fn empty_file_gets_defaults() {
     let c = ok("");

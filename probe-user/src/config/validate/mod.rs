@@ -8,6 +8,7 @@ mod endpoint;
 mod health;
 mod http;
 mod profile;
+mod sections;
 mod sink;
 mod source;
 
@@ -30,17 +31,27 @@ pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigErrors> {
         text,
         file,
         errors: Vec::new(),
+        base: 0,
     };
-    let root = match DeTable::parse(text) {
-        Ok(root) => root,
-        Err(e) => {
-            let span = e.span().unwrap_or(0..0);
-            r.error(span, "", None, format!("not valid TOML: {}", e.message().trim_end()));
+    // A file of many profiles is read one `[[profile]]` block at a time (sections.rs);
+    // anything else whole.
+    let mut sections = sections::split(text);
+    let rest = sections.as_ref().map_or(text, |s| &s.others);
+    let Some(mut root) = parse_toml(&mut r, rest) else {
+        return Err(ConfigErrors(r.errors));
+    };
+    // `profile` written outside the blocks too (`profile = [...]`, dotted keys): TOML's own
+    // error, from the whole file.
+    if sections.is_some() && root.get_ref().contains_key("profile") {
+        sections = None;
+        let Some(whole) = parse_toml(&mut r, text) else {
             return Err(ConfigErrors(r.errors));
-        }
-    };
+        };
+        root = whole;
+    }
     let root_value = toml::Spanned::new(root.span(), DeValue::Table(root.into_inner()));
-    let config = read_config(&mut r, &root_value);
+    let blocks = sections.as_ref().map(|s| s.profiles.as_slice());
+    let config = read_config(&mut r, &root_value, blocks);
     // Rules run in dependency order; the operator reads the file top to bottom.
     r.errors.sort_by_key(|e| (e.line, e.column));
     match config {
@@ -49,7 +60,59 @@ pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigErrors> {
     }
 }
 
-fn read_config(r: &mut Reader<'_>, root: &toml::Spanned<DeValue<'_>>) -> Option<Config> {
+/// The TOML tree of `text` (which starts at `r.base` in the file), or None with the error.
+fn parse_toml<'i>(r: &mut Reader<'_>, text: &'i str) -> Option<toml::Spanned<DeTable<'i>>> {
+    match DeTable::parse(text) {
+        Ok(root) => Some(root),
+        Err(e) => {
+            let span = e.span().unwrap_or(0..0);
+            r.error(span, "", None, format!("not valid TOML: {}", e.message().trim_end()));
+            None
+        }
+    }
+}
+
+/// The profiles read so far: each one's model, name and where it was written in the file.
+#[derive(Default)]
+struct Profiles {
+    list: Vec<Option<Profile>>,
+    names: Vec<Option<String>>,
+    spans: Vec<std::ops::Range<usize>>,
+    seen: HashSet<String>,
+}
+
+impl Profiles {
+    fn read(&mut self, r: &mut Reader<'_>, item: &toml::Spanned<DeValue<'_>>) {
+        let (profile, name) = profile(r, item, self.list.len(), &mut self.seen);
+        self.names.push(name);
+        self.list.push(profile);
+        let span = item.span();
+        self.spans.push(r.base + span.start..r.base + span.end);
+    }
+}
+
+/// Reads `[[profile]]` blocks, each parsed on its own: its tree is dropped before the next.
+fn read_blocks(r: &mut Reader<'_>, blocks: &[std::ops::Range<usize>], out: &mut Profiles) {
+    let text = r.text;
+    for block in blocks {
+        r.base = block.start;
+        if let Some(root) = parse_toml(r, &text[block.clone()]) {
+            // A block holds its one `[[profile]]` table and nothing else (sections.rs).
+            if let Some(DeValue::Array(items)) = root.get_ref().get("profile").map(toml::Spanned::get_ref) {
+                for item in items {
+                    out.read(r, item);
+                }
+            }
+        }
+    }
+    r.base = 0;
+}
+
+fn read_config(
+    r: &mut Reader<'_>,
+    root: &toml::Spanned<DeValue<'_>>,
+    blocks: Option<&[std::ops::Range<usize>]>,
+) -> Option<Config> {
     let top = r.table(
         root,
         String::new(),
@@ -59,18 +122,12 @@ fn read_config(r: &mut Reader<'_>, root: &toml::Spanned<DeValue<'_>>) -> Option<
     let source = source(r, Reader::get(&top, "source"));
     let dns = dns::dns(r, Reader::get(&top, "dns"));
     let cluster = cluster::cluster(r, Reader::get(&top, "cluster"));
-    let mut profiles = Vec::new();
-    let mut names: Vec<Option<String>> = Vec::new();
-    let mut spans = Vec::new();
+    let mut read = Profiles::default();
     if let Some(list) = Reader::get(&top, "profile") {
         match list.get_ref() {
             DeValue::Array(items) => {
-                let mut seen = HashSet::new();
-                for (i, item) in items.iter().enumerate() {
-                    let (profile, name) = profile(r, item, i, &mut seen);
-                    names.push(name);
-                    profiles.push(profile);
-                    spans.push(item.span());
+                for item in items {
+                    read.read(r, item);
                 }
             }
             other => r.error(
@@ -81,6 +138,15 @@ fn read_config(r: &mut Reader<'_>, root: &toml::Spanned<DeValue<'_>>) -> Option<
             ),
         }
     }
+    if let Some(blocks) = blocks {
+        read_blocks(r, blocks, &mut read);
+    }
+    let Profiles {
+        list: profiles,
+        names,
+        spans,
+        ..
+    } = read;
     let sinks = sink::sinks(r, Reader::get(&top, "sink"), &names, &profiles);
     if let Some(Some(dns)) = &dns {
         dns::profile_names(r, dns, &profiles, &spans);

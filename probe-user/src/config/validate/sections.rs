@@ -1,0 +1,224 @@
+//! Where each `[[profile]]` block of a config file starts and ends, so that a file of many
+//! profiles is read one profile at a time.
+//!
+//! The TOML parser keeps every token, every event and the whole tree of a document at once:
+//! about 2.7 KB per endpoint while a file is read, which at a million endpoints is more than
+//! everything the daemon keeps afterwards. A `[[profile]]` block (its header, then its
+//! `[profile.*]` and `[[profile.*]]` sub-tables) is a TOML document of its own, so the blocks
+//! are parsed one by one and the rest of the file (`[daemon]`, `[dns]`, `[[sink]]`, ...) on
+//! its own, with the blocks blanked out so that offsets still point into the file.
+//!
+//! The split is found with the TOML lexer, so a header-like line inside a multi-line string is
+//! text, not a header. Anything the split cannot place with certainty (a `[profile]` table, a
+//! `profile.*` header before the first `[[profile]]`, an escaped or odd key) gives `None`, and
+//! the file is parsed whole, as TOML reads it.
+use std::{borrow::Cow, ops::Range};
+
+use toml_parser::{
+    lexer::{Token, TokenKind},
+    Source,
+};
+
+/// A file cut into its `[[profile]]` blocks and everything else.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Sections<'t> {
+    /// The file with each block replaced by blanks (a newline kept at a block's end, so the
+    /// next header still starts a line): the same length, so spans are the file's.
+    pub others: Cow<'t, str>,
+    /// The blocks, in file order, as byte ranges of whole lines.
+    pub profiles: Vec<Range<usize>>,
+}
+
+/// A table header: its dotted key, and whether it is an array of tables (`[[...]]`).
+#[derive(Debug, PartialEq, Eq)]
+struct Header<'t> {
+    key: Vec<&'t str>,
+    array: bool,
+}
+
+/// The header whose tokens (whitespace left out, up to the line's end) are `tokens`; None if
+/// they are not a header this split can read with certainty.
+fn header<'t>(text: &'t str, tokens: &[Token]) -> Option<Header<'t>> {
+    use TokenKind::{Atom, BasicString, Dot, LeftSquareBracket as Open, LiteralString, RightSquareBracket as Close};
+    let kinds: Vec<TokenKind> = tokens.iter().map(Token::kind).collect();
+    // `[[` and `]]` are header brackets only when the two touch.
+    let touching = |a: usize| tokens[a].span().end() == tokens[a + 1].span().start();
+    let n = kinds.len();
+    let array =
+        n >= 4 && kinds[..2] == [Open, Open] && kinds[n - 2..] == [Close, Close] && touching(0) && touching(n - 2);
+    let inner = if array {
+        &tokens[2..n - 2]
+    } else if n >= 2 && kinds[0] == Open && kinds[n - 1] == Close {
+        &tokens[1..n - 1]
+    } else {
+        return None;
+    };
+    let mut key = Vec::new();
+    for (i, t) in inner.iter().enumerate() {
+        let raw = &text[t.span().start()..t.span().end()];
+        match (i % 2, t.kind()) {
+            (0, Atom) => key.push(raw),
+            // A quoted part with an escape could spell anything: leave it to the whole parse.
+            (0, BasicString) if !raw.contains('\\') => key.push(raw.get(1..raw.len() - 1)?),
+            (0, LiteralString) => key.push(raw.get(1..raw.len() - 1)?),
+            (1, Dot) => {}
+            _ => return None,
+        }
+    }
+    (!key.is_empty() && inner.len() % 2 == 1).then_some(Header { key, array })
+}
+
+/// The file's `[[profile]]` blocks, or None to parse it whole (no such block, or a header
+/// the split cannot place).
+pub(super) fn split(text: &str) -> Option<Sections<'_>> {
+    let mut profiles: Vec<Range<usize>> = Vec::new();
+    // The block being read: where it started.
+    let mut open: Option<usize> = None;
+    let mut line_start = 0;
+    let mut at_line_start = true;
+    let mut lexer = Source::new(text).lex();
+    while let Some(t) = lexer.next() {
+        match t.kind() {
+            TokenKind::Newline => {
+                at_line_start = true;
+                line_start = t.span().end();
+                continue;
+            }
+            TokenKind::Whitespace if at_line_start => continue,
+            TokenKind::Eof => break,
+            _ => {}
+        }
+        let header_line = at_line_start && t.kind() == TokenKind::LeftSquareBracket;
+        at_line_start = false;
+        if !header_line {
+            continue;
+        }
+        // The rest of the header's line.
+        let mut tokens = vec![t];
+        for t in lexer.by_ref() {
+            match t.kind() {
+                TokenKind::Whitespace | TokenKind::Comment => {}
+                TokenKind::Newline | TokenKind::Eof => {
+                    at_line_start = true;
+                    break;
+                }
+                _ => tokens.push(t),
+            }
+        }
+        let h = header(text, &tokens)?;
+        let this_line = line_start;
+        // The next line starts after this header's newline (the lexer consumed it above).
+        line_start = text[this_line..].find('\n').map_or(text.len(), |i| this_line + i + 1);
+        match (h.key.first() == Some(&"profile"), h.key.len(), h.array) {
+            (true, 1, true) => {
+                if let Some(start) = open.replace(this_line) {
+                    profiles.push(start..this_line);
+                }
+            }
+            // `[profile]` as a table, or a profile's sub-table outside any block.
+            (true, 1, false) => return None,
+            (true, _, _) if open.is_none() => return None,
+            (true, _, _) => {}
+            (false, _, _) => {
+                if let Some(start) = open.take() {
+                    profiles.push(start..this_line);
+                }
+            }
+        }
+    }
+    if let Some(start) = open {
+        profiles.push(start..text.len());
+    }
+    let first = profiles.first()?.start;
+    // Blocks that run to the end with nothing between them leave the head of the file as it
+    // is; otherwise the blocks are blanked in a copy.
+    let contiguous = profiles.windows(2).all(|w| w[0].end == w[1].start) && profiles.last()?.end == text.len();
+    let others = if contiguous {
+        Cow::Borrowed(&text[..first])
+    } else {
+        let mut bytes = text.as_bytes().to_vec();
+        for r in &profiles {
+            bytes[r.clone()].fill(b' ');
+            if text[r.clone()].ends_with('\n') {
+                bytes[r.end - 1] = b'\n';
+            }
+        }
+        // Only ASCII blanks replaced whole lines of valid UTF-8.
+        Cow::Owned(String::from_utf8(bytes).expect("whole lines blanked"))
+    };
+    Some(Sections { others, profiles })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blocks<'t>(text: &'t str, s: &Sections<'_>) -> Vec<&'t str> {
+        s.profiles.iter().map(|r| &text[r.clone()]).collect()
+    }
+
+    #[test]
+    fn profiles_after_the_other_sections_leave_the_head_as_it_is() {
+        let text = "[daemon]\napi_listen = \"x\"\n\n[[profile]]\nname = \"a\"\n[profile.health]\nport = 1\n\
+                    [[profile.endpoint]]\naddress = \"198.18.0.1\"\n[[profile]]\nname = \"b\"\n";
+        let s = split(text).expect("split");
+        assert_eq!(s.others, Cow::Borrowed("[daemon]\napi_listen = \"x\"\n\n"));
+        assert_eq!(
+            blocks(text, &s),
+            [
+                "[[profile]]\nname = \"a\"\n[profile.health]\nport = 1\n[[profile.endpoint]]\naddress = \"198.18.0.1\"\n",
+                "[[profile]]\nname = \"b\"\n"
+            ]
+        );
+    }
+
+    #[test]
+    fn sections_between_profiles_stay_in_place_with_the_blocks_blanked() {
+        let text = "[[profile]]\nname = \"a\"\n[dns]\nzone = \"z.\"\n[[ \"profile\" ]] # b\nname = \"b\"\n[[sink]]\nkind = \"x\"\n";
+        let s = split(text).expect("split");
+        assert_eq!(
+            blocks(text, &s),
+            ["[[profile]]\nname = \"a\"\n", "[[ \"profile\" ]] # b\nname = \"b\"\n"]
+        );
+        assert_eq!(s.others.len(), text.len());
+        let blank_a = " ".repeat("[[profile]]\nname = \"a\"".len()) + "\n";
+        let blank_b = " ".repeat("[[ \"profile\" ]] # b\nname = \"b\"".len()) + "\n";
+        assert_eq!(
+            s.others,
+            format!("{blank_a}[dns]\nzone = \"z.\"\n{blank_b}[[sink]]\nkind = \"x\"\n")
+        );
+        // What is left parses, and its spans are the file's.
+        let doc = toml::de::DeTable::parse(&s.others).expect("the rest parses");
+        let dns = doc.get_ref().get("dns").expect("dns");
+        assert_eq!(dns.span().start, text.find("[dns]").unwrap());
+    }
+
+    #[test]
+    fn a_header_inside_a_multi_line_string_is_text() {
+        let text = "[[profile]]\nname = \"a\"\nbody = \"\"\"\n[[profile]]\n[dns]\n\"\"\"\n";
+        let s = split(text).expect("split");
+        assert_eq!(blocks(text, &s), [text]);
+    }
+
+    #[test]
+    fn what_the_split_cannot_place_is_parsed_whole() {
+        for text in [
+            "[daemon]\nx = 1\n",
+            "[profile]\nname = \"a\"\n[[profile]]\nname = \"b\"\n",
+            "[profile.health]\nport = 1\n[[profile]]\nname = \"b\"\n",
+            "[[\"pro\\u0066ile\"]]\nname = \"a\"\n",
+            "[ [profile]]\nname = \"a\"\n",
+            "[[profile]\n",
+        ] {
+            assert_eq!(split(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_block_at_the_end_without_a_newline() {
+        let text = "[daemon]\n[[profile]]\nname = \"a\"";
+        let s = split(text).expect("split");
+        assert_eq!(blocks(text, &s), ["[[profile]]\nname = \"a\""]);
+        assert_eq!(s.others, "[daemon]\n");
+    }
+}

@@ -1,0 +1,329 @@
+//! `cargo xtask bench million`: one probed (the release binary, `probed run`) holding 250k, 500k
+//! and 1M TCP targets at a 2 s interval against the XDP reflector, for `--seconds` (30) after
+//! the first rounds.
+//!
+//! The fleet: every address of 198.19.0.0/16 on 16 ports (80-95), 1,048,576 distinct ip:port
+//! targets, routed from the prober to the backend namespace, where `test_reflector` answers each
+//! SYN with a SYN+ACK in XDP (the backend's own TCP stack never sees them). The config groups
+//! them as a load balancer node would: one profile per port and /22 (1,024 endpoints each).
+//!
+//! Per fleet: how long the config takes to load (spawn to the API answering) and to reach every
+//! target once (probes sent >= targets); then over the measured window, probes/s sent, results
+//! other than open, lateness p50/p99 from the daemon's histogram, CPU per probe of the process
+//! and of the machine's softirq time (where the XDP and veth work lands), peak RSS (VmHWM) and
+//! the kernel memory of the process's BPF maps (memlock in fdinfo), each per target. Last, a
+//! reload with 1% of the endpoints moved: time for `POST /v1/reload` to answer, and whether the
+//! other endpoints kept their state.
+//!
+//! `PROBED_BIN` measures another build (before/after a change).
+use std::{
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use probed::api::client;
+use probed_tests::{
+    daemon::{histogram_quantile_between, DaemonFiles},
+    probed_bin,
+    procs::{clk_tck, proc_cpu, Proc},
+    reflector::Reflector,
+    topo::{BACKEND_IF, PROBER_IF},
+    Topology,
+};
+
+const LATENESS: &str = "probed_schedule_lateness_seconds";
+/// Endpoints per profile: one /22 of addresses on one port.
+const PER_PROFILE: usize = 1024;
+/// The fleet's ports: 65,536 addresses on each.
+const PORTS: usize = 16;
+const FIRST_PORT: usize = 80;
+/// Limits on each wait, so that a daemon that cannot cope ends the bench instead of hanging it.
+const START_LIMIT: Duration = Duration::from_secs(120);
+
+struct Args {
+    sizes: Vec<usize>,
+    seconds: u64,
+    interval_s: u64,
+    /// Record each measured window with `perf record -g` into this directory.
+    perf: Option<PathBuf>,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        sizes: vec![250_000, 500_000, 1_000_000],
+        seconds: 30,
+        interval_s: 2,
+        perf: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--sizes" => {
+                a.sizes = value
+                    .split(',')
+                    .map(|v| v.parse().unwrap_or_else(|_| panic!("--sizes: {v:?} is not a number")))
+                    .collect();
+            }
+            "--seconds" => a.seconds = value.parse().expect("--seconds: whole seconds"),
+            "--interval" => a.interval_s = value.parse().expect("--interval: whole seconds"),
+            "--perf" => a.perf = Some(PathBuf::from(value)),
+            other => panic!("unknown flag {other}: --sizes N,N --seconds S --interval S --perf DIR"),
+        }
+    }
+    for &n in &a.sizes {
+        assert!(n <= PORTS * 65_536, "at most {} targets", PORTS * 65_536);
+    }
+    a
+}
+
+/// Target `i`: an address of 198.19.0.0/16 and a port; profile `i / PER_PROFILE` holds one /22
+/// of addresses on one port.
+fn target(i: usize) -> (String, usize) {
+    let (port_index, addr) = (i / 65_536, i % 65_536);
+    (format!("198.19.{}.{}", addr / 256, addr % 256), FIRST_PORT + port_index)
+}
+
+/// The config for `n` targets; `moved` endpoints (every 100th, from the first) point at
+/// another port of their address, as a reload that changes 1% of them.
+fn config(files: &DaemonFiles, n: usize, interval_s: u64, moved: bool) -> String {
+    let mut c = files.header(PROBER_IF);
+    c.reserve(n * 64);
+    for i in 0..n {
+        if i % PER_PROFILE == 0 {
+            let _ = write!(
+                c,
+                "\n[[profile]]\nname = \"svc{}\"\ndialect = \"lb\"\nrouting = \"weighted\"\n\n[profile.health]\n\
+                 protocol = \"tcp\"\ninterval = \"{interval_s}s\"\ntimeout = \"1s\"\n\
+                 healthy_threshold = 2\nunhealthy_threshold = 2\n",
+                i / PER_PROFILE
+            );
+        }
+        let (addr, mut port) = target(i);
+        if moved && i % 100 == 0 {
+            port += 1000;
+        }
+        let _ = write!(
+            c,
+            "[[profile.endpoint]]\nname = \"e{i}\"\naddress = \"{addr}\"\nport = {port}\n"
+        );
+    }
+    c
+}
+
+fn call(api: &str, method: &str, path: &str) -> Result<String, String> {
+    let r = client::request(api, method, path).map_err(|e| format!("{method} {path}: {e}"))?;
+    if r.status == 200 {
+        Ok(r.body)
+    } else {
+        Err(format!("{method} {path}: {} {}", r.status, r.body))
+    }
+}
+
+/// The sum of every series of `name` (all profiles).
+fn total(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn not_open(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("probed_probe_results_total{") && !l.contains("outcome=\"open\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Softirq time of the whole machine, from /proc/stat (the 7th value of the cpu line).
+fn softirq() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: u64 = stat
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(7))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Duration::from_micros(v * 1_000_000 / clk_tck())
+}
+
+/// A /proc/PID/status field in KiB (VmHWM, VmRSS).
+fn status_kb(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Kernel memory of the BPF maps the process holds open (each map once), in bytes.
+fn map_memory(pid: u32) -> u64 {
+    let mut seen = std::collections::HashSet::new();
+    let mut sum = 0;
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return 0;
+    };
+    for fd in fds.flatten() {
+        let info = std::fs::read_to_string(fd.path()).unwrap_or_default();
+        let field = |k: &str| info.lines().find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok());
+        if let (Some(id), Some(mem)) = (field("map_id:"), field("memlock:")) {
+            if seen.insert(id) {
+                sum += mem;
+            }
+        }
+    }
+    sum
+}
+
+fn wait_until(limit: Duration, what: &str, proc: &mut Proc, mut done: impl FnMut() -> bool) -> Duration {
+    let t = Instant::now();
+    while !done() {
+        assert!(proc.alive(), "probed exited while {what}: {}", proc.output());
+        assert!(t.elapsed() < limit, "probed took over {limit:?} {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    t.elapsed()
+}
+
+struct Row {
+    n: usize,
+    load_s: f64,
+    first_round_s: f64,
+    probes_per_s: f64,
+    not_open: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    proc_ns: f64,
+    softirq_ns: f64,
+    /// VmHWM before the reload, and after it.
+    steady_hwm_kb: u64,
+    hwm_kb: u64,
+    maps_bytes: u64,
+    reload_s: f64,
+    reload_kept: bool,
+}
+
+fn measure(n: usize, a: &Args, bin: &Path) -> Row {
+    let topo = Topology::new();
+    topo.anyip("198.19.0.0/16");
+    let _reflector = Reflector::attach(&topo.backend, BACKEND_IF);
+    let files = DaemonFiles::new();
+    let path = files.config_path();
+    std::fs::write(&path, config(&files, n, a.interval_s, false)).unwrap();
+    let api = files.api();
+    let log = files.dir.join("probed.log");
+    let mut proc = Proc::spawn(
+        &topo.prober,
+        None,
+        &[bin.to_str().unwrap(), "run", "--config", path.to_str().unwrap()],
+        &log,
+        "probed",
+    );
+    let load = wait_until(START_LIMIT, "loading its config", &mut proc, || {
+        call(&api, "GET", "/v1/status/svc0/e0").is_ok()
+    });
+    let metrics = || call(&api, "GET", "/metrics").expect("scrape /metrics");
+    let sent = |m: &str| total(m, "probed_probes_sent_total");
+    let first_round = load
+        + wait_until(START_LIMIT, "probing every target once", &mut proc, || {
+            sent(&metrics()) >= n as f64
+        });
+    // Every endpoint's first transitions (and their events and state-file writes) come in the
+    // first rounds; the window starts after them.
+    std::thread::sleep(Duration::from_secs(3 * a.interval_s + 2));
+    let (m0, c0, s0, t0) = (metrics(), proc_cpu(proc.pid()), softirq(), Instant::now());
+    let perf = a.perf.as_ref().map(|dir| {
+        std::fs::create_dir_all(dir).unwrap();
+        Command::new("perf")
+            .args(["record", "-g", "-q", "-o"])
+            .arg(dir.join(format!("probed-{n}.data")))
+            .args(["-p", &proc.pid().to_string(), "--", "sleep", &a.seconds.to_string()])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn perf record")
+    });
+    std::thread::sleep(Duration::from_secs(a.seconds));
+    if let Some(mut p) = perf {
+        let _ = p.wait();
+    }
+    let steady_hwm_kb = status_kb(proc.pid(), "VmHWM:");
+    let (m1, c1, s1) = (metrics(), proc_cpu(proc.pid()), softirq());
+    let wall = t0.elapsed().as_secs_f64();
+    assert!(proc.alive(), "probed exited while measured: {}", proc.output());
+    let probes = (sent(&m1) - sent(&m0)).max(1.0);
+    let maps_bytes = map_memory(proc.pid());
+    // A reload with 1% of the endpoints moved: the others must keep their state (online).
+    std::fs::write(&path, config(&files, n, a.interval_s, true)).unwrap();
+    let t = Instant::now();
+    let reloaded = call(&api, "POST", "/v1/reload");
+    let reload_s = t.elapsed().as_secs_f64();
+    if let Err(e) = &reloaded {
+        eprintln!("  reload failed: {e}");
+    }
+    let kept = reloaded.is_ok() && call(&api, "GET", "/v1/status/svc0/e1").is_ok_and(|b| b.contains("\"Online\""));
+    let hwm_kb = status_kb(proc.pid(), "VmHWM:");
+    drop(proc);
+    Row {
+        n,
+        load_s: load.as_secs_f64(),
+        first_round_s: first_round.as_secs_f64(),
+        probes_per_s: probes / wall,
+        not_open: not_open(&m1) - not_open(&m0),
+        p50_ms: histogram_quantile_between(&m0, &m1, LATENESS, 0.5) * 1e3,
+        p99_ms: histogram_quantile_between(&m0, &m1, LATENESS, 0.99) * 1e3,
+        proc_ns: (c1 - c0).as_secs_f64() * 1e9 / probes,
+        softirq_ns: (s1 - s0).as_secs_f64() * 1e9 / probes,
+        steady_hwm_kb,
+        hwm_kb,
+        maps_bytes,
+        reload_s,
+        reload_kept: kept,
+    }
+}
+
+fn main() {
+    let a = args();
+    let bin: PathBuf = std::env::var_os("PROBED_BIN").map_or_else(probed_bin, PathBuf::from);
+    eprintln!(
+        "probed {} against the XDP reflector: {} s measured per fleet, interval {} s",
+        bin.display(),
+        a.seconds,
+        a.interval_s
+    );
+    let mut rows = Vec::new();
+    for &n in &a.sizes {
+        eprintln!("{n} targets ...");
+        let row = measure(n, &a, &bin);
+        rows.push(row);
+    }
+    println!(
+        "| targets | config loaded | every target probed | probes/s | not open | lateness p50 | p99 | \
+         CPU/probe process | softirq/probe | peak RSS | RSS/target | peak RSS with the reload | BPF maps | maps/target | reload 1% | others kept |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    for r in &rows {
+        println!(
+            "| {} | {:.1} s | {:.1} s | {:.0} | {:.0} | <= {} ms | <= {} ms | {:.2} µs | {:.2} µs | {} MiB | {:.0} B | {} MiB | {} MiB | {:.0} B | {:.1} s | {} |",
+            r.n,
+            r.load_s,
+            r.first_round_s,
+            r.probes_per_s,
+            r.not_open,
+            r.p50_ms,
+            r.p99_ms,
+            r.proc_ns / 1e3,
+            r.softirq_ns / 1e3,
+            r.steady_hwm_kb / 1024,
+            r.steady_hwm_kb as f64 * 1024.0 / r.n as f64,
+            r.hwm_kb / 1024,
+            r.maps_bytes >> 20,
+            r.maps_bytes as f64 / r.n as f64,
+            r.reload_s,
+            if r.reload_kept { "yes" } else { "no" },
+        );
+    }
+}
