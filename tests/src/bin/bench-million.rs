@@ -10,8 +10,8 @@
 //! Per fleet: how long the config takes to load (spawn to the API answering) and to reach every
 //! target once (probes sent >= targets); then over the measured window, probes/s sent, results
 //! other than open, lateness p50/p99 from the daemon's histogram, CPU per probe of the process
-//! and of the machine's softirq time (where the XDP and veth work lands), peak RSS (VmHWM) and
-//! the kernel memory of the process's BPF maps (memlock in fdinfo), each per target. Last, a
+//! and of the machine's softirq time (where the XDP and veth work lands), peak RSS (VmHWM), RSS
+//! at the window's end, and the kernel memory of the process's BPF maps (memlock in fdinfo), each per target. Last, a
 //! reload with 1% of the endpoints moved: time for `POST /v1/reload` to answer, and whether the
 //! other endpoints kept their state.
 //!
@@ -48,6 +48,8 @@ struct Args {
     interval_s: u64,
     /// Record each measured window with `perf record -g` into this directory.
     perf: Option<PathBuf>,
+    /// Save the scrape at the end of each measured window into this directory.
+    metrics: Option<PathBuf>,
 }
 
 fn args() -> Args {
@@ -56,6 +58,7 @@ fn args() -> Args {
         seconds: 30,
         interval_s: 2,
         perf: None,
+        metrics: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -70,7 +73,8 @@ fn args() -> Args {
             "--seconds" => a.seconds = value.parse().expect("--seconds: whole seconds"),
             "--interval" => a.interval_s = value.parse().expect("--interval: whole seconds"),
             "--perf" => a.perf = Some(PathBuf::from(value)),
-            other => panic!("unknown flag {other}: --sizes N,N --seconds S --interval S --perf DIR"),
+            "--metrics" => a.metrics = Some(PathBuf::from(value)),
+            other => panic!("unknown flag {other}: --sizes N,N --seconds S --interval S --perf DIR --metrics DIR"),
         }
     }
     for &n in &a.sizes {
@@ -199,8 +203,9 @@ struct Row {
     p99_ms: f64,
     proc_ns: f64,
     softirq_ns: f64,
-    /// VmHWM before the reload, and after it.
+    /// VmHWM before the reload, and after it; VmRSS at the end of the measured window.
     steady_hwm_kb: u64,
+    rss_kb: u64,
     hwm_kb: u64,
     maps_bytes: u64,
     reload_s: f64,
@@ -251,8 +256,13 @@ fn measure(n: usize, a: &Args, bin: &Path) -> Row {
         let _ = p.wait();
     }
     let steady_hwm_kb = status_kb(proc.pid(), "VmHWM:");
+    let rss_kb = status_kb(proc.pid(), "VmRSS:");
     let (m1, c1, s1) = (metrics(), proc_cpu(proc.pid()), softirq());
     let wall = t0.elapsed().as_secs_f64();
+    if let Some(dir) = &a.metrics {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join(format!("metrics-{n}.txt")), &m1).unwrap();
+    }
     assert!(proc.alive(), "probed exited while measured: {}", proc.output());
     let probes = (sent(&m1) - sent(&m0)).max(1.0);
     let maps_bytes = map_memory(proc.pid());
@@ -278,6 +288,7 @@ fn measure(n: usize, a: &Args, bin: &Path) -> Row {
         proc_ns: (c1 - c0).as_secs_f64() * 1e9 / probes,
         softirq_ns: (s1 - s0).as_secs_f64() * 1e9 / probes,
         steady_hwm_kb,
+        rss_kb,
         hwm_kb,
         maps_bytes,
         reload_s,
@@ -302,12 +313,12 @@ fn main() {
     }
     println!(
         "| targets | config loaded | every target probed | probes/s | not open | lateness p50 | p99 | \
-         CPU/probe process | softirq/probe | peak RSS | RSS/target | peak RSS with the reload | BPF maps | maps/target | reload 1% | others kept |"
+         CPU/probe process | softirq/probe | peak RSS | RSS/target | RSS after the window | peak RSS with the reload | BPF maps | maps/target | reload 1% | others kept |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in &rows {
         println!(
-            "| {} | {:.1} s | {:.1} s | {:.0} | {:.0} | <= {} ms | <= {} ms | {:.2} µs | {:.2} µs | {} MiB | {:.0} B | {} MiB | {} MiB | {:.0} B | {:.1} s | {} |",
+            "| {} | {:.1} s | {:.1} s | {:.0} | {:.0} | <= {} ms | <= {} ms | {:.2} µs | {:.2} µs | {} MiB | {:.0} B | {} MiB | {} MiB | {} MiB | {:.0} B | {:.1} s | {} |",
             r.n,
             r.load_s,
             r.first_round_s,
@@ -319,6 +330,7 @@ fn main() {
             r.softirq_ns / 1e3,
             r.steady_hwm_kb / 1024,
             r.steady_hwm_kb as f64 * 1024.0 / r.n as f64,
+            r.rss_kb / 1024,
             r.hwm_kb / 1024,
             r.maps_bytes >> 20,
             r.maps_bytes as f64 / r.n as f64,
