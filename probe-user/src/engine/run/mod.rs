@@ -1,13 +1,13 @@
 //! The engine thread: send, match, time out. It owns the kernel side and is the only
 //! thread that runs the generator. This file holds its state and its loop; sending, replies
 //! and timeouts, and sleeping between turns have their own files.
+mod deadlines;
 mod replies;
 mod send;
 mod wait;
 
 use std::{
-    cmp::Reverse,
-    collections::{BinaryHeap, VecDeque},
+    collections::VecDeque,
     net::SocketAddr,
     sync::{mpsc, Arc},
     time::{Duration, Instant},
@@ -65,7 +65,9 @@ pub(crate) struct EngineState {
     slots: Vec<Option<Live>>,
     free: Vec<u32>,
     active_flows: FastMap<FlowKey, u32>,
-    deadlines: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    deadlines: deadlines::Deadlines,
+    /// `expire`'s buffer of deadlines come due.
+    due: Vec<deadlines::Deadline>,
     next_gen: u32,
     results: tokio::sync::mpsc::UnboundedSender<L4Result>,
     wake: Arc<Waker>,
@@ -200,7 +202,8 @@ impl EngineState {
             slots: Vec::new(),
             free: Vec::new(),
             active_flows: FastMap::default(),
-            deadlines: BinaryHeap::new(),
+            deadlines: deadlines::Deadlines::default(),
+            due: Vec::new(),
             next_gen: 1,
             results,
             wake,

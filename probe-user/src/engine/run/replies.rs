@@ -1,9 +1,6 @@
 //! Replies and timeouts: outcomes read from the ring buffer, and probes whose deadline
 //! passed claimed back from the kernel, racing the reply that may still come.
-use std::{
-    cmp::Reverse,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use probe_common::l4::{EventKind, ProbeJob, STAGE_REQUEST_SENT};
 
@@ -83,11 +80,9 @@ impl EngineState {
     }
 
     pub(super) fn expire(&mut self, now: Instant) {
-        while let Some(Reverse((due, slot, gen))) = self.deadlines.peek().copied() {
-            if due > now {
-                break;
-            }
-            self.deadlines.pop();
+        let mut due = std::mem::take(&mut self.due);
+        self.deadlines.take_due(now, &mut due);
+        for (_, slot, gen) in due.drain(..) {
             let Some(live) = self.slots.get_mut(slot as usize).and_then(|l| l.as_mut()) else {
                 continue;
             };
@@ -126,9 +121,10 @@ impl EngineState {
             } else {
                 // A reply won the race: its event is in the ring buffer or about to be.
                 live.claimed = true;
-                self.deadlines.push(Reverse((now + CLAIM_GRACE, slot, gen)));
+                self.deadlines.push(now, CLAIM_GRACE, slot, gen);
                 self.read_events();
             }
         }
+        self.due = due;
     }
 }

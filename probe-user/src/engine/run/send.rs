@@ -1,8 +1,6 @@
 //! Sending: the backlog goes out as far as the in-flight table has room, grouped by frame
 //! shape through the generator, or one by one through the raw socket when it cannot.
 use std::{
-    cmp::Reverse,
-    collections::HashMap,
     net::IpAddr,
     sync::Arc,
     time::{Duration, Instant},
@@ -65,11 +63,18 @@ impl EngineState {
             self.send(batch);
         }
         self.stats.backlog = self.backlog.len() as u64;
+        // The first round puts a whole fleet on the wire at once; afterwards a table that
+        // large is mostly empty, and every probe's lookups miss the cache across it.
+        let live = self.active_flows.len();
+        if self.active_flows.capacity() > 4096 && live < self.active_flows.capacity() / 8 {
+            self.active_flows.shrink_to(live * 2);
+        }
     }
 
     fn send(&mut self, reqs: Vec<L4Request>) {
-        // Group by frame shape: family and transport (and payload for UDP).
-        let mut groups: HashMap<FrameShape, Vec<ProbeJob>> = HashMap::new();
+        // Group by frame shape: family and transport (and payload for UDP). There are a few
+        // shapes in a batch, so a list searched in order beats hashing each probe's shape.
+        let mut groups: Vec<(FrameShape, Vec<ProbeJob>)> = Vec::new();
         let now = Instant::now();
         for req in reqs {
             // On the XDP path the generator's route lookup picks any source not configured,
@@ -124,17 +129,22 @@ impl EngineState {
             };
             let slot = self.alloc_slot(live);
             self.active_flows.insert(flow, slot);
-            self.deadlines.push(Reverse((now + req.timeout, slot, gen)));
-            groups
-                .entry((is_v4(&req.target.ip()), payload))
-                .or_default()
-                .push(ProbeJob {
-                    flow,
-                    slot,
-                    gen,
-                    req: req_id,
-                    _pad: 0,
-                });
+            self.deadlines.push(now, req.timeout, slot, gen);
+            let shape = (is_v4(&req.target.ip()), payload);
+            let group = match groups.iter().position(|(s, _)| *s == shape) {
+                Some(i) => i,
+                None => {
+                    groups.push((shape, Vec::new()));
+                    groups.len() - 1
+                }
+            };
+            groups[group].1.push(ProbeJob {
+                flow,
+                slot,
+                gen,
+                req: req_id,
+                _pad: 0,
+            });
         }
         for ((v4, payload), mut jobs) in groups {
             match self.path {

@@ -1,7 +1,6 @@
 //! Sleeping between turns: the eventfd that wakes the engine thread for commands, and the
 //! poll on it and on the ring buffer.
 use std::{
-    cmp::Reverse,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
     time::{Duration, Instant},
 };
@@ -63,8 +62,8 @@ impl EngineState {
     /// millisecond without making them less exact. With nothing arriving the thread sleeps
     /// until the next deadline: an idle engine wakes a few times a second, not once a tick.
     pub(super) fn wait(&mut self) {
-        let wait = match self.deadlines.peek() {
-            Some(Reverse((due, _, _))) => due.saturating_duration_since(Instant::now()).min(IDLE_WAIT),
+        let wait = match self.deadlines.next() {
+            Some(due) => due.saturating_duration_since(Instant::now()).min(IDLE_WAIT),
             None => IDLE_WAIT,
         };
         let woke = self.poll(true, wait);
