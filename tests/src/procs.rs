@@ -109,6 +109,27 @@ pub fn describe(status: ExitStatus) -> String {
         .map_or_else(|| status.to_string(), |s| format!("signal {s}"))
 }
 
+impl Proc {
+    /// Sends SIGTERM and waits up to `within` for the process to exit: how long it took, or
+    /// None if it had not exited by then (it is killed when dropped).
+    pub fn terminate(&mut self, within: Duration) -> Option<Duration> {
+        if !self.alive() {
+            return Some(Duration::ZERO);
+        }
+        let pid = self.child.id() as i32;
+        // SAFETY: kill(2) on the pid of our own child, which has not been reaped (it is alive).
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let t = Instant::now();
+        while self.alive() {
+            if t.elapsed() > within {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(t.elapsed())
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         if !self.alive() {

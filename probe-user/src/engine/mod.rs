@@ -120,7 +120,7 @@ pub struct L4Request {
 }
 
 /// What a probe found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum L4Outcome {
     /// TCP: SYN+ACK (the half-open connection was reset).

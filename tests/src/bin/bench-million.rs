@@ -13,7 +13,7 @@
 //! and of the machine's softirq time (where the XDP and veth work lands), peak RSS (VmHWM), RSS
 //! at the window's end, and the kernel memory of the process's BPF maps (memlock in fdinfo), each per target. Last, a
 //! reload with 1% of the endpoints moved: time for `POST /v1/reload` to answer, and whether the
-//! other endpoints kept their state.
+//! other endpoints kept their state; then how long the daemon takes to stop on SIGTERM.
 //!
 //! `PROBED_BIN` measures another build (before/after a change).
 use std::{
@@ -118,7 +118,14 @@ fn config(files: &DaemonFiles, n: usize, interval_s: u64, moved: bool) -> String
 }
 
 fn call(api: &str, method: &str, path: &str) -> Result<String, String> {
-    let r = client::request(api, method, path).map_err(|e| format!("{method} {path}: {e}"))?;
+    call_within(api, method, path, Duration::from_secs(10))
+}
+
+fn call_within(api: &str, method: &str, path: &str, within: Duration) -> Result<String, String> {
+    let r = client::Client::new(api)
+        .with_timeouts(Duration::from_secs(2), within)
+        .request(method, path)
+        .map_err(|e| format!("{method} {path}: {e}"))?;
     if r.status == 200 {
         Ok(r.body)
     } else {
@@ -210,6 +217,8 @@ struct Row {
     maps_bytes: u64,
     reload_s: f64,
     reload_kept: bool,
+    /// From SIGTERM to exit.
+    stop_s: f64,
 }
 
 fn measure(n: usize, a: &Args, bin: &Path) -> Row {
@@ -269,14 +278,14 @@ fn measure(n: usize, a: &Args, bin: &Path) -> Row {
     // A reload with 1% of the endpoints moved: the others must keep their state (online).
     std::fs::write(&path, config(&files, n, a.interval_s, true)).unwrap();
     let t = Instant::now();
-    let reloaded = call(&api, "POST", "/v1/reload");
+    let reloaded = call_within(&api, "POST", "/v1/reload", START_LIMIT);
     let reload_s = t.elapsed().as_secs_f64();
     if let Err(e) = &reloaded {
         eprintln!("  reload failed: {e}");
     }
     let kept = reloaded.is_ok() && call(&api, "GET", "/v1/status/svc0/e1").is_ok_and(|b| b.contains("\"Online\""));
     let hwm_kb = status_kb(proc.pid(), "VmHWM:");
-    drop(proc);
+    let stop_s = proc.terminate(START_LIMIT).map_or(f64::INFINITY, |t| t.as_secs_f64());
     Row {
         n,
         load_s: load.as_secs_f64(),
@@ -293,6 +302,7 @@ fn measure(n: usize, a: &Args, bin: &Path) -> Row {
         maps_bytes,
         reload_s,
         reload_kept: kept,
+        stop_s,
     }
 }
 
@@ -313,12 +323,12 @@ fn main() {
     }
     println!(
         "| targets | config loaded | every target probed | probes/s | not open | lateness p50 | p99 | \
-         CPU/probe process | softirq/probe | peak RSS | RSS/target | RSS after the window | peak RSS with the reload | BPF maps | maps/target | reload 1% | others kept |"
+         CPU/probe process | softirq/probe | peak RSS | RSS/target | RSS after the window | peak RSS with the reload | BPF maps | maps/target | reload 1% | others kept | stop |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|");
     for r in &rows {
         println!(
-            "| {} | {:.1} s | {:.1} s | {:.0} | {:.0} | <= {} ms | <= {} ms | {:.2} µs | {:.2} µs | {} MiB | {:.0} B | {} MiB | {} MiB | {} MiB | {:.0} B | {:.1} s | {} |",
+            "| {} | {:.1} s | {:.1} s | {:.0} | {:.0} | <= {} ms | <= {} ms | {:.2} µs | {:.2} µs | {} MiB | {:.0} B | {} MiB | {} MiB | {} MiB | {:.0} B | {:.1} s | {} | {:.1} s |",
             r.n,
             r.load_s,
             r.first_round_s,
@@ -336,6 +346,7 @@ fn main() {
             r.maps_bytes as f64 / r.n as f64,
             r.reload_s,
             if r.reload_kept { "yes" } else { "no" },
+            r.stop_s,
         );
     }
 }

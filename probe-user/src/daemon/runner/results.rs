@@ -17,6 +17,12 @@ use crate::{
     schedule::{Cadence, CheckId},
 };
 
+/// An L4 outcome as a result says it: the outcome and its reason.
+pub(super) type Words = (crate::outcome::Outcome, Arc<str>);
+
+/// Distinct L4 outcomes whose words are kept.
+const WORDS_KEPT: usize = 4096;
+
 /// How often probes that could not run for want of a local resource are logged.
 const LOCAL_WARN_EVERY_NS: u64 = 10_000_000_000;
 
@@ -26,19 +32,34 @@ impl Runner {
             self.on_result(r.token, report, 0);
             return;
         }
-        // UDP results speak UDP's words ("port unreachable"), as `probed check udp://` does.
         let udp = self.inflight_of(r.token).is_some_and(|i| i.protocol == Protocol::Udp);
-        let (outcome, reason) = match crate::probe::udp::UdpOutcome::try_from(r.outcome) {
-            Ok(u) if udp => ((&u).into(), u.to_string()),
-            _ => (r.outcome.into(), r.outcome.to_string()),
-        };
+        let (outcome, reason) = self.l4_words(udp, r.outcome);
         let report = ProbeReport {
             healthy: r.outcome.healthy(),
             outcome,
             elapsed: r.elapsed,
-            reason: Arc::from(reason),
+            reason,
         };
         self.on_result(r.token, report, 0);
+    }
+
+    /// The outcome and reason an L4 outcome reports: UDP results speak UDP's words ("port
+    /// unreachable"), as `probed check udp://` does. Made once per distinct outcome and shared:
+    /// formatting and allocating a reason for every result cost the runner a malloc and a free
+    /// per probe at fleet rates. The outcomes are a handful (ICMP codes and HTTP statuses make
+    /// at most a few thousand); past `WORDS_KEPT` they are made each time.
+    fn l4_words(&mut self, udp: bool, o: crate::engine::L4Outcome) -> Words {
+        if let Some(w) = self.l4_words.get(&(udp, o)) {
+            return w.clone();
+        }
+        let w = match crate::probe::udp::UdpOutcome::try_from(o) {
+            Ok(u) if udp => ((&u).into(), Arc::from(u.to_string())),
+            _ => (o.into(), Arc::from(o.to_string())),
+        };
+        if self.l4_words.len() < WORDS_KEPT {
+            self.l4_words.insert((udp, o), w.clone());
+        }
+        w
     }
 
     /// Feeds one result to every owner of its check, then reschedules the check. `queued_ns`

@@ -741,3 +741,13 @@ fn header_values_never_reach_the_state_file() {
     drop(runner);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_state_file_is_rewritten_less_often_as_the_table_grows() {
+    use super::save_gap_ns;
+    let s = 1_000_000_000;
+    assert_eq!(save_gap_ns(0), s);
+    assert_eq!(save_gap_ns(100_000), s);
+    assert_eq!(save_gap_ns(250_000), 5 * s / 2);
+    assert_eq!(save_gap_ns(1_000_000), 10 * s);
+}
