@@ -240,7 +240,8 @@ fn measure(n: usize, a: &Args, bin: &Path) -> Row {
     let load = wait_until(START_LIMIT, "loading its config", &mut proc, || {
         call(&api, "GET", "/v1/status/svc0/e0").is_ok()
     });
-    let metrics = || call(&api, "GET", "/metrics").expect("scrape /metrics");
+    // An overloaded daemon answers late: a minute for each scrape before the bench gives up.
+    let metrics = || call_within(&api, "GET", "/metrics", Duration::from_secs(60)).expect("scrape /metrics");
     let sent = |m: &str| total(m, "probed_probes_sent_total");
     let first_round = load
         + wait_until(START_LIMIT, "probing every target once", &mut proc, || {
@@ -306,6 +307,30 @@ fn measure(n: usize, a: &Args, bin: &Path) -> Row {
     }
 }
 
+fn print_row(r: &Row) {
+    println!(
+        "| {} | {:.1} s | {:.1} s | {:.0} | {:.0} | <= {} ms | <= {} ms | {:.2} µs | {:.2} µs | {} MiB | {:.0} B | {} MiB | {} MiB | {} MiB | {:.0} B | {:.1} s | {} | {:.1} s |",
+        r.n,
+        r.load_s,
+        r.first_round_s,
+        r.probes_per_s,
+        r.not_open,
+        r.p50_ms,
+        r.p99_ms,
+        r.proc_ns / 1e3,
+        r.softirq_ns / 1e3,
+        r.steady_hwm_kb / 1024,
+        r.steady_hwm_kb as f64 * 1024.0 / r.n as f64,
+        r.rss_kb / 1024,
+        r.hwm_kb / 1024,
+        r.maps_bytes >> 20,
+        r.maps_bytes as f64 / r.n as f64,
+        r.reload_s,
+        if r.reload_kept { "yes" } else { "no" },
+        r.stop_s,
+    );
+}
+
 fn main() {
     let a = args();
     let bin: PathBuf = std::env::var_os("PROBED_BIN").map_or_else(probed_bin, PathBuf::from);
@@ -315,38 +340,14 @@ fn main() {
         a.seconds,
         a.interval_s
     );
-    let mut rows = Vec::new();
-    for &n in &a.sizes {
-        eprintln!("{n} targets ...");
-        let row = measure(n, &a, &bin);
-        rows.push(row);
-    }
     println!(
         "| targets | config loaded | every target probed | probes/s | not open | lateness p50 | p99 | \
          CPU/probe process | softirq/probe | peak RSS | RSS/target | RSS after the window | peak RSS with the reload | BPF maps | maps/target | reload 1% | others kept | stop |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|");
-    for r in &rows {
-        println!(
-            "| {} | {:.1} s | {:.1} s | {:.0} | {:.0} | <= {} ms | <= {} ms | {:.2} µs | {:.2} µs | {} MiB | {:.0} B | {} MiB | {} MiB | {} MiB | {:.0} B | {:.1} s | {} | {:.1} s |",
-            r.n,
-            r.load_s,
-            r.first_round_s,
-            r.probes_per_s,
-            r.not_open,
-            r.p50_ms,
-            r.p99_ms,
-            r.proc_ns / 1e3,
-            r.softirq_ns / 1e3,
-            r.steady_hwm_kb / 1024,
-            r.steady_hwm_kb as f64 * 1024.0 / r.n as f64,
-            r.rss_kb / 1024,
-            r.hwm_kb / 1024,
-            r.maps_bytes >> 20,
-            r.maps_bytes as f64 / r.n as f64,
-            r.reload_s,
-            if r.reload_kept { "yes" } else { "no" },
-            r.stop_s,
-        );
+    // Each row as soon as it is measured: a larger fleet that fails does not take the others.
+    for &n in &a.sizes {
+        eprintln!("{n} targets ...");
+        print_row(&measure(n, &a, &bin));
     }
 }
