@@ -195,3 +195,32 @@ pub fn machine_cpu() -> Duration {
         .sum();
     Duration::from_micros(busy * 1_000_000 / clk_tck())
 }
+
+/// Softirq time of the whole machine, from /proc/stat (the 7th value of the cpu line).
+pub fn softirq_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let t: u64 = stat
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(7))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    ticks(t)
+}
+
+/// A /proc/PID/status field in KiB (`VmHWM:`, `VmRSS:`); 0 if the process is gone.
+pub fn status_kb(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A benchmark's `--sizes N,N,...` value.
+pub fn parse_sizes(value: &str) -> Vec<usize> {
+    value
+        .split(',')
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("--sizes: {v:?} is not a number")))
+        .collect()
+}

@@ -56,20 +56,6 @@ fn cpu_time() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// System-wide softirq time from /proc/stat.
-fn softirq_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: u64 = stat
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(7))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Duration::from_micros(ticks * 1_000_000 / hz)
-}
-
 fn rss_kb() -> i64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
@@ -98,7 +84,7 @@ impl Meter {
             start: now,
             last: now,
             cpu: cpu_time(),
-            softirq: softirq_time(),
+            softirq: probed_tests::procs::softirq_cpu(),
             rss,
             peak: rss,
         }
@@ -119,7 +105,7 @@ impl Meter {
             probes,
             wall: self.last - self.start,
             cpu: cpu_time() - self.cpu,
-            softirq: softirq_time().saturating_sub(self.softirq),
+            softirq: probed_tests::procs::softirq_cpu().saturating_sub(self.softirq),
             lost,
             unhealthy,
             rss_growth_kb: self.peak - self.rss,

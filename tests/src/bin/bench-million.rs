@@ -27,7 +27,7 @@ use probed::api::client;
 use probed_tests::{
     daemon::{histogram_quantile_between, DaemonFiles},
     probed_bin,
-    procs::{clk_tck, proc_cpu, Proc},
+    procs::{parse_sizes, proc_cpu, softirq_cpu, status_kb, Proc},
     reflector::Reflector,
     topo::{BACKEND_IF, PROBER_IF},
     Topology,
@@ -64,12 +64,7 @@ fn args() -> Args {
     while let Some(flag) = it.next() {
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
         match flag.as_str() {
-            "--sizes" => {
-                a.sizes = value
-                    .split(',')
-                    .map(|v| v.parse().unwrap_or_else(|_| panic!("--sizes: {v:?} is not a number")))
-                    .collect();
-            }
+            "--sizes" => a.sizes = parse_sizes(&value),
             "--seconds" => a.seconds = value.parse().expect("--seconds: whole seconds"),
             "--interval" => a.interval_s = value.parse().expect("--interval: whole seconds"),
             "--perf" => a.perf = Some(PathBuf::from(value)),
@@ -148,27 +143,6 @@ fn not_open(metrics: &str) -> f64 {
         .filter(|l| l.starts_with("probed_probe_results_total{") && !l.contains("outcome=\"open\""))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-/// Softirq time of the whole machine, from /proc/stat (the 7th value of the cpu line).
-fn softirq() -> Duration {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let v: u64 = stat
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(7))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    Duration::from_micros(v * 1_000_000 / clk_tck())
-}
-
-/// A /proc/PID/status field in KiB (VmHWM, VmRSS).
-fn status_kb(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// Kernel memory of the BPF maps the process holds open (each map once), in bytes.
@@ -250,7 +224,7 @@ fn measure(n: usize, a: &Args, bin: &Path) -> Row {
     // Every endpoint's first transitions (and their events and state-file writes) come in the
     // first rounds; the window starts after them.
     std::thread::sleep(Duration::from_secs(3 * a.interval_s + 2));
-    let (m0, c0, s0, t0) = (metrics(), proc_cpu(proc.pid()), softirq(), Instant::now());
+    let (m0, c0, s0, t0) = (metrics(), proc_cpu(proc.pid()), softirq_cpu(), Instant::now());
     let perf = a.perf.as_ref().map(|dir| {
         std::fs::create_dir_all(dir).unwrap();
         Command::new("perf")
@@ -267,7 +241,7 @@ fn measure(n: usize, a: &Args, bin: &Path) -> Row {
     }
     let steady_hwm_kb = status_kb(proc.pid(), "VmHWM:");
     let rss_kb = status_kb(proc.pid(), "VmRSS:");
-    let (m1, c1, s1) = (metrics(), proc_cpu(proc.pid()), softirq());
+    let (m1, c1, s1) = (metrics(), proc_cpu(proc.pid()), softirq_cpu());
     let wall = t0.elapsed().as_secs_f64();
     if let Some(dir) = &a.metrics {
         std::fs::create_dir_all(dir).unwrap();

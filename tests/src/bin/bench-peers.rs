@@ -122,10 +122,7 @@ fn args() -> Args {
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
         match flag.as_str() {
             "--sizes" => {
-                a.sizes = value
-                    .split(',')
-                    .map(|s| s.parse().unwrap_or_else(|_| panic!("--sizes: {s:?} is not a number")))
-                    .collect();
+                a.sizes = probed_tests::procs::parse_sizes(&value);
                 assert!(
                     a.sizes.iter().all(|&n| (1..=65_536).contains(&n)),
                     "--sizes: 1 to 65536"
@@ -168,16 +165,6 @@ fn nice_cpu() -> Duration {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     Duration::from_micros(nice * 1_000_000 / clk_tck())
-}
-
-fn peak_rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 /// The backend namespace with nginx serving the fleet.
@@ -439,7 +426,7 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
     }
     let (((s1, a1), b1), p1, m1, n1) = (fleet.counts(), proc_cpu(proc.pid()), machine_cpu(), nice_cpu());
     let wall = t0.elapsed().as_secs_f64();
-    let rss_kb = peak_rss_kb(proc.pid());
+    let rss_kb = probed_tests::procs::status_kb(proc.pid(), "VmHWM:");
     assert!(proc.alive(), "{} exited while measured", checker.name());
     drop(proc);
     // Targets the checker declared down: its checks failed, so its cost per check is not that
