@@ -8,8 +8,8 @@
 //! are parsed one by one and the rest of the file (`[daemon]`, `[dns]`, `[[sink]]`, ...) on
 //! its own, with the blocks blanked out so that offsets still point into the file.
 //!
-//! The split is found with the TOML lexer, so a header-like line inside a multi-line string is
-//! text, not a header. Anything the split cannot place with certainty (a `[profile]` table, a
+//! The split is found with the TOML lexer, so a header-like line inside a multi-line string,
+//! array or inline table is part of the value, not a header. Anything the split cannot place with certainty (a `[profile]` table, a
 //! `profile.*` header before the first `[[profile]]`, an escaped or odd key) gives `None`, and
 //! the file is parsed whole, as TOML reads it.
 use std::{borrow::Cow, ops::Range};
@@ -76,6 +76,9 @@ pub(super) fn split(text: &str) -> Option<Sections<'_>> {
     let mut open: Option<usize> = None;
     let mut line_start = 0;
     let mut at_line_start = true;
+    // Brackets and braces open in a value (an array or inline table over several lines): a
+    // line that starts with `[` in there is an element, not a header.
+    let mut depth = 0usize;
     let mut lexer = Source::new(text).lex();
     while let Some(t) = lexer.next() {
         match t.kind() {
@@ -88,9 +91,14 @@ pub(super) fn split(text: &str) -> Option<Sections<'_>> {
             TokenKind::Eof => break,
             _ => {}
         }
-        let header_line = at_line_start && t.kind() == TokenKind::LeftSquareBracket;
+        let header_line = at_line_start && depth == 0 && t.kind() == TokenKind::LeftSquareBracket;
         at_line_start = false;
         if !header_line {
+            match t.kind() {
+                TokenKind::LeftSquareBracket | TokenKind::LeftCurlyBracket => depth += 1,
+                TokenKind::RightSquareBracket | TokenKind::RightCurlyBracket => depth = depth.saturating_sub(1),
+                _ => {}
+            }
             continue;
         }
         // The rest of the header's line.
@@ -198,6 +206,14 @@ mod tests {
         let text = "[[profile]]\nname = \"a\"\nbody = \"\"\"\n[[profile]]\n[dns]\n\"\"\"\n";
         let s = split(text).expect("split");
         assert_eq!(blocks(text, &s), [text]);
+    }
+
+    #[test]
+    fn a_line_of_a_multi_line_array_is_no_header() {
+        let text = "[[profile]]\nname = \"a\"\nlists = [\n[\"x\"]\n]\nmore = { a = [\n[\"y\"]\n] }\n[[profile]]\nname = \"b\"\n";
+        let s = split(text).expect("split");
+        let second = text.rfind("[[profile]]").unwrap();
+        assert_eq!(blocks(text, &s), [&text[..second], &text[second..]]);
     }
 
     #[test]
