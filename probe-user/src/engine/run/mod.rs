@@ -66,8 +66,6 @@ pub(crate) struct EngineState {
     free: Vec<u32>,
     active_flows: FastMap<FlowKey, u32>,
     deadlines: deadlines::Deadlines,
-    /// `expire`'s buffer of deadlines come due.
-    due: Vec<deadlines::Deadline>,
     next_gen: u32,
     results: tokio::sync::mpsc::UnboundedSender<L4Result>,
     wake: Arc<Waker>,
@@ -203,7 +201,6 @@ impl EngineState {
             free: Vec::new(),
             active_flows: FastMap::default(),
             deadlines: deadlines::Deadlines::default(),
-            due: Vec::new(),
             next_gen: 1,
             results,
             wake,

@@ -80,9 +80,11 @@ impl EngineState {
     }
 
     pub(super) fn expire(&mut self, now: Instant) {
-        let mut due = std::mem::take(&mut self.due);
+        // A fresh list per turn: one allocation a turn is nothing beside the probes in it, and
+        // a kept buffer would hold on to the first round's burst.
+        let mut due = Vec::new();
         self.deadlines.take_due(now, &mut due);
-        for (_, slot, gen) in due.drain(..) {
+        for (_, slot, gen) in due {
             let Some(live) = self.slots.get_mut(slot as usize).and_then(|l| l.as_mut()) else {
                 continue;
             };
@@ -125,6 +127,5 @@ impl EngineState {
                 self.read_events();
             }
         }
-        self.due = due;
     }
 }
