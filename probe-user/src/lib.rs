@@ -18,6 +18,7 @@ pub mod health;
 pub mod kernel;
 pub mod metrics;
 pub mod outcome;
+pub mod prefetch;
 pub mod probe;
 pub mod rng;
 pub mod rules;

@@ -344,6 +344,13 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
         self.check(id).map_or(&[], |c| c.owners.as_slice())
     }
 
+    /// Prefetches check `id`'s entry (its owners, when there is one), ahead of `owners`.
+    pub fn prefetch(&self, id: CheckId) {
+        if let Some(e) = self.entries.get(id.index as usize) {
+            crate::prefetch::line(e);
+        }
+    }
+
     pub fn params(&self, id: CheckId) -> Option<&CheckParams> {
         self.check(id).ok().map(|c| &c.params)
     }

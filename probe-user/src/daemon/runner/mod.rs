@@ -45,6 +45,9 @@ use crate::{
 const TICK_NS: u64 = 1_000_000;
 /// HTTP probes in flight at once; more wait for a slot (and show up as lateness).
 const HTTP_CONCURRENCY: usize = 256;
+/// L4 results fed to the threshold machines per batch: enough for their cache misses to
+/// overlap (`Runner::warm`), few enough that the prefetched lines are still there when used.
+const RESULT_BATCH: usize = 128;
 /// The state file is rewritten at most this often while changes happen...
 const SAVE_EVERY_NS: u64 = 1_000_000_000;
 /// ...and at most once per this much time per target: a rewrite costs the runner a snapshot
@@ -161,6 +164,8 @@ pub(crate) struct Runner {
     kernel_http_off: bool,
     /// What each L4 outcome (UDP's or not) says, made once (`results.rs`).
     l4_words: crate::hash::FastMap<(bool, crate::engine::L4Outcome), results::Words>,
+    /// L4 results taken off the channel and not yet fed (`drain_results`), kept for its buffer.
+    l4_batch: Vec<crate::engine::L4Result>,
     due_buf: Vec<(CheckId, u64)>,
     pub(super) l4: L4,
     tasks: Tasks,
@@ -215,6 +220,7 @@ impl Runner {
             epoch: 0,
             kernel_http_off: false,
             l4_words: crate::hash::FastMap::default(),
+            l4_batch: Vec::with_capacity(RESULT_BATCH),
             due_buf: Vec::new(),
             l4: L4::default(),
             tasks: Tasks {
@@ -382,14 +388,35 @@ impl Runner {
         self.ports.clock.mono_ns()
     }
 
-    /// Takes every L4 and task result waiting; Err when the L4 engine's thread is gone.
+    /// Takes every L4 and task result waiting; Err when the L4 engine's thread is gone. L4
+    /// results are taken `RESULT_BATCH` at a time, the lines each one needs prefetched first
+    /// (`Runner::warm`).
     fn drain_results(&mut self) -> Result<(), ()> {
-        loop {
-            match self.l4.rx.as_mut().map(mpsc::UnboundedReceiver::try_recv) {
-                Some(Ok(r)) => self.on_l4(r),
-                Some(Err(mpsc::error::TryRecvError::Disconnected)) => return Err(()),
-                Some(Err(mpsc::error::TryRecvError::Empty)) | None => break,
+        let mut batch = std::mem::take(&mut self.l4_batch);
+        let mut gone = false;
+        while let Some(rx) = self.l4.rx.as_mut() {
+            while batch.len() < RESULT_BATCH {
+                match rx.try_recv() {
+                    Ok(r) => batch.push(r),
+                    Err(mpsc::error::TryRecvError::Disconnected) => {
+                        gone = true;
+                        break;
+                    }
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                }
             }
+            let full = batch.len() == RESULT_BATCH;
+            self.warm(&batch);
+            for r in batch.drain(..) {
+                self.on_l4(r);
+            }
+            if gone || !full {
+                break;
+            }
+        }
+        self.l4_batch = batch;
+        if gone {
+            return Err(());
         }
         while let Ok((token, report, queued_ns)) = self.tasks.rx.try_recv() {
             self.on_result(token, report, queued_ns);
