@@ -45,15 +45,21 @@ fn bounds(m: &catalog::Metric) -> &'static [f64] {
 }
 
 impl RunnerMetrics {
-    /// A probe of `protocol` left `late_ns` after its due time, for these profiles.
-    pub fn sent<'a>(&mut self, protocol: Protocol, profiles: impl Iterator<Item = &'a u32>, late_ns: u64) {
+    /// A probe of `protocol` was sent for these profiles.
+    pub fn sent<'a>(&mut self, protocol: Protocol, profiles: impl Iterator<Item = &'a u32>) {
+        for &p in profiles {
+            *self.pending.sent.entry((protocol, p)).or_default() += 1;
+        }
+    }
+
+    /// A probe went out `late_ns` after its due time (the runner's delay and any wait after
+    /// it: for an HTTP slot, in the L4 engine's backlog). Observed when its result comes,
+    /// which is when the whole wait is known.
+    pub fn late(&mut self, late_ns: u64) {
         self.pending
             .lateness
             .get_or_insert_with(|| Histogram::new(bounds(&catalog::SCHEDULE_LATENESS)))
             .observe(Duration::from_nanos(late_ns).as_secs_f64());
-        for &p in profiles {
-            *self.pending.sent.entry((protocol, p)).or_default() += 1;
-        }
     }
 
     /// A result for one owner of a check.

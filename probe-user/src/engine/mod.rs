@@ -210,6 +210,9 @@ pub struct L4Result {
     pub outcome: L4Outcome,
     /// Send to outcome: the RTT for replies, the wait for timeouts.
     pub elapsed: Duration,
+    /// Submit to send: how long the probe waited for the engine before it went on the wire,
+    /// which the caller's schedule counts as lateness (zero for a request refused outright).
+    pub queued: Duration,
 }
 
 /// Engine-side figures, beside the kernel counters.
@@ -248,7 +251,8 @@ pub enum EngineError {
 }
 
 pub(crate) enum Cmd {
-    Probe(Vec<L4Request>),
+    /// Probes, and when they were submitted.
+    Probe(std::time::Instant, Vec<L4Request>),
     Snapshot(mpsc::Sender<Snapshot>),
     Stop,
 }
@@ -360,7 +364,9 @@ impl L4Engine {
 
     /// Queues probes; each yields exactly one result.
     pub fn submit(&self, reqs: Vec<L4Request>) -> Result<(), EngineError> {
-        self.cmds.send(Cmd::Probe(reqs)).map_err(|_| EngineError::Stopped)?;
+        self.cmds
+            .send(Cmd::Probe(std::time::Instant::now(), reqs))
+            .map_err(|_| EngineError::Stopped)?;
         self.wake.wake();
         Ok(())
     }

@@ -86,7 +86,7 @@ pub const PROBE_RTT: Metric = Metric::histogram(
 );
 pub const SCHEDULE_LATENESS: Metric = Metric::histogram(
     "probed_schedule_lateness_seconds",
-    "Time from a probe's due time to its send",
+    "Time from a probe's due time to its start (on the wire for L4 probes, after any wait for an HTTP slot)",
     LATENESS_BUCKETS,
     &[],
 );

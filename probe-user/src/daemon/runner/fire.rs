@@ -47,11 +47,8 @@ impl Runner {
             let slot = &mut self.slots[id.index()];
             let cache = slot.cache.as_ref().expect("filled above");
             let late_ns = now.saturating_sub(due_ns);
-            self.metrics.sent(
-                cache.protocol,
-                cache.first_profile.iter().chain(&cache.more_profiles),
-                late_ns,
-            );
+            self.metrics
+                .sent(cache.protocol, cache.first_profile.iter().chain(&cache.more_profiles));
             slot.inflight = Some(Inflight {
                 check: id,
                 started_ns: now,

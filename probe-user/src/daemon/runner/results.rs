@@ -53,8 +53,10 @@ impl Runner {
     }
 
     pub(super) fn on_l4(&mut self, r: L4Result) {
+        // The engine's wait before the wire is the probe's lateness as much as the runner's.
+        let queued_ns = u64::try_from(r.queued.as_nanos()).unwrap_or(u64::MAX);
         if let Some(report) = self.kernel_http_report(&r) {
-            self.on_result(r.token, report, 0);
+            self.on_result(r.token, report, queued_ns);
             return;
         }
         let udp = self.inflight_of(r.token).is_some_and(|i| i.protocol == Protocol::Udp);
@@ -65,7 +67,7 @@ impl Runner {
             elapsed: r.elapsed,
             reason,
         };
-        self.on_result(r.token, report, 0);
+        self.on_result(r.token, report, queued_ns);
     }
 
     /// The outcome and reason an L4 outcome reports: UDP results speak UDP's words ("port
@@ -88,7 +90,8 @@ impl Runner {
     }
 
     /// Feeds one result to every owner of its check, then reschedules the check. `queued_ns`
-    /// is how long the probe waited to start after it was sent (HTTP slots).
+    /// is how long the probe waited to start after it was sent (for an HTTP slot, or in the
+    /// L4 engine's backlog).
     pub(super) fn on_result(&mut self, token: u64, report: ProbeReport, queued_ns: u64) {
         let check = CheckId::from_u64(token);
         let Some(inflight) = self
@@ -116,6 +119,7 @@ impl Runner {
         };
         let proto = inflight.protocol;
         let late_ns = inflight.late_ns.saturating_add(queued_ns);
+        self.metrics.late(late_ns);
         let at_unix_ms = self.ports.clock.unix_ms_at(finished);
         // Shared checks follow the most urgent owner's cadence (Cadence::combine).
         let mut cadence: Option<Cadence> = None;

@@ -96,6 +96,7 @@ impl Harness {
                     target: req.target,
                     outcome,
                     elapsed: Duration::from_millis(1),
+                    queued: Duration::ZERO,
                 });
             }
         }
@@ -185,6 +186,7 @@ fn probes_go_through_the_port_and_verdicts_become_changes() {
         target: sent[0].target,
         outcome: L4Outcome::Open,
         elapsed: Duration::from_millis(1),
+        queued: Duration::ZERO,
     });
 
     h.run_for(4000, OPEN);
@@ -575,6 +577,7 @@ fn a_probe_without_a_result_is_lost_not_a_failure_and_its_check_goes_on() {
         target: sent[0].target,
         outcome: L4Outcome::Timeout,
         elapsed: Duration::from_millis(500),
+        queued: Duration::ZERO,
     });
     assert_eq!(crate::daemon::requests::status_view(&h.runner, "a").pending, 0);
     h.run_for(2000, OPEN);
@@ -622,6 +625,7 @@ fn probes_started_late_are_shown_as_windows_that_do_not_hold() {
             target: req.target,
             outcome: L4Outcome::Open,
             elapsed: Duration::from_millis(1),
+            queued: Duration::ZERO,
         });
     }
     let late: Vec<_> = ["a", "b"]
@@ -646,6 +650,41 @@ fn probes_started_late_are_shown_as_windows_that_do_not_hold() {
         text.contains("probed_schedule_behind_endpoints{profile=\"web\"} 0"),
         "{text}"
     );
+}
+
+#[test]
+fn a_probe_held_in_the_engines_backlog_is_late_too() {
+    let mut h = Harness::new("queued", &[("a", 80)]);
+    h.run_for(4000, OPEN);
+    h.runner.end_turn(false);
+    let before = h.runner.render_metrics().0;
+    // Fired on time, but the engine had a backlog: it went on the wire 120 ms later.
+    let due = h.runner.sched.next_due().expect("scheduled");
+    h.clock.set_ns(due);
+    h.runner.fire(h.clock.now());
+    let sent = h.l4.take();
+    assert_eq!(sent.len(), 1);
+    h.clock.advance_ms(121);
+    h.runner.on_l4(L4Result {
+        token: sent[0].token,
+        target: sent[0].target,
+        outcome: L4Outcome::Open,
+        elapsed: Duration::from_millis(1),
+        queued: Duration::from_millis(120),
+    });
+    let w = crate::daemon::requests::status_view(&h.runner, "a").windows;
+    assert!(!w.hold && (120.0..121.0).contains(&w.late_ms), "{w:?}");
+    h.runner.end_turn(false);
+    let after = h.runner.render_metrics().0;
+    let count = |text: &str, le: &str| {
+        let needle = format!("probed_schedule_lateness_seconds_bucket{{le=\"{le}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(needle.as_str()))
+            .map_or(0.0, |v| v.parse::<f64>().unwrap())
+    };
+    // The histogram has it past 100 ms: one more probe at or below 250 ms, none more at 100.
+    assert_eq!(count(&after, "0.25") - count(&before, "0.25"), 1.0, "{after}");
+    assert_eq!(count(&after, "0.1"), count(&before, "0.1"), "{after}");
 }
 
 #[test]

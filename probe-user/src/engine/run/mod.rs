@@ -15,6 +15,7 @@ use std::{
 
 use probe_common::l4::{FlowKey, ProbeEvent};
 
+use send::SEND_SLICE;
 pub(crate) use wait::Waker;
 
 use super::{
@@ -44,6 +45,8 @@ struct Live {
     gen: u32,
     udp: bool,
     sent: Instant,
+    /// From submit to `sent`.
+    queued: Duration,
     /// The kernel took the entry before our timeout did: its event is on the way.
     claimed: bool,
     payload: Option<Arc<[u8]>>,
@@ -72,7 +75,8 @@ pub(crate) struct EngineState {
     stats: EngineStats,
     events: Vec<ProbeEvent>,
     /// Requests waiting for room in the in-flight table.
-    backlog: VecDeque<L4Request>,
+    /// Probes not sent yet, with when they were submitted.
+    backlog: VecDeque<(Instant, L4Request)>,
     /// When the current loop turn began.
     last_turn: Instant,
     /// When `lost_interface` next asks the kernel.
@@ -242,7 +246,7 @@ impl EngineState {
             let mut batch = Vec::new();
             loop {
                 match cmds.try_recv() {
-                    Ok(Cmd::Probe(reqs)) => batch.extend(reqs),
+                    Ok(Cmd::Probe(at, reqs)) => batch.extend(reqs.into_iter().map(|r| (at, r))),
                     Ok(Cmd::Snapshot(reply)) => {
                         let _ = reply.send(self.snapshot());
                     }
@@ -252,10 +256,18 @@ impl EngineState {
             }
             self.stats.submitted += batch.len() as u64;
             self.backlog.extend(batch);
-            self.pump();
-            self.read_events();
-            self.expire(Instant::now());
-            self.pump();
+            // Sending and reading replies take turns, a slice at a time: a backlog of a whole
+            // fleet due at once (500k probes) sent in one go kept its replies in the ring for
+            // the second it took, the in-flight table a quarter of a million deep and cold in
+            // the cache. Bounded: every slice sends something or the loop ends.
+            loop {
+                let sent = self.pump(SEND_SLICE);
+                self.read_events();
+                self.expire(Instant::now());
+                if sent == 0 || self.backlog.is_empty() {
+                    break;
+                }
+            }
             self.sweep_templates();
             self.wait();
         }
@@ -334,6 +346,7 @@ impl EngineState {
             target: live.target,
             outcome,
             elapsed,
+            queued: live.queued,
         });
     }
 
@@ -344,6 +357,7 @@ impl EngineState {
             target: req.target,
             outcome,
             elapsed: Duration::ZERO,
+            queued: Duration::ZERO,
         });
     }
 

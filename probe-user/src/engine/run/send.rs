@@ -21,6 +21,11 @@ use crate::engine::{
     L4Outcome, L4Proto, L4Request, TxPath,
 };
 
+/// Probes sent between two reads of the ring buffer when a large backlog goes out: enough
+/// for the generator's batches to stay full, few enough that replies are taken while their
+/// probes' slots and flows are still in the cache.
+pub(super) const SEND_SLICE: usize = 4096;
+
 /// Source ports tried for one probe before it is given up as NoRoute (the range is busy).
 const PICK_ATTEMPTS: u16 = 16;
 
@@ -54,10 +59,11 @@ impl EngineState {
         })
     }
 
-    /// Sends as much of the backlog as the in-flight table has room for.
-    pub(super) fn pump(&mut self) {
+    /// Sends up to `most` probes of the backlog, as far as the in-flight table has room;
+    /// says how many left the backlog.
+    pub(super) fn pump(&mut self, most: usize) -> usize {
         let room = self.max_inflight.saturating_sub(self.active_flows.len());
-        let n = room.min(self.backlog.len());
+        let n = room.min(self.backlog.len()).min(most);
         if n > 0 {
             let batch: Vec<_> = self.backlog.drain(..n).collect();
             self.send(batch);
@@ -69,14 +75,15 @@ impl EngineState {
         if self.active_flows.capacity() > 4096 && live < self.active_flows.capacity() / 8 {
             self.active_flows.shrink_to(live * 2);
         }
+        n
     }
 
-    fn send(&mut self, reqs: Vec<L4Request>) {
+    fn send(&mut self, reqs: Vec<(Instant, L4Request)>) {
         // Group by frame shape: family and transport (and payload for UDP). There are a few
         // shapes in a batch, so a list searched in order beats hashing each probe's shape.
         let mut groups: Vec<(FrameShape, Vec<ProbeJob>)> = Vec::new();
         let now = Instant::now();
-        for req in reqs {
+        for (submitted, req) in reqs {
             // On the XDP path the generator's route lookup picks any source not configured,
             // where the kernel lets it (source_by).
             let ip = req.target.ip();
@@ -123,6 +130,7 @@ impl EngineState {
                 gen,
                 udp: payload.is_some(),
                 sent: now,
+                queued: now.saturating_duration_since(submitted),
                 claimed: false,
                 payload: payload.clone(),
                 req: req_id,
