@@ -210,6 +210,9 @@ pub(crate) struct ProfileEntry {
     pub counts: StatusCounts,
     pub status: ProfileStatus,
     pub fail_open: bool,
+    /// Its probed endpoints whose last probe started more than `runner::BEHIND_NS` late,
+    /// kept in step by the runner as results come (`runner/pace.rs`).
+    pub behind: u64,
 }
 
 impl ProfileEntry {
@@ -335,6 +338,7 @@ pub(crate) fn build(
             counts: StatusCounts::default(),
             status: ProfileStatus::Inactive,
             fail_open: false,
+            behind: 0,
         };
         for endpoint in &profile.endpoints {
             let (check_key, spec) = match CheckSpec::resolve(profile, endpoint) {

@@ -101,7 +101,7 @@ impl Runner {
         self.publish_table_changes(&old, &before, &profiles_before, now);
         self.publish_nested_changes(&nested_before, now);
         self.cluster_applied();
-        self.persist.dirty = true;
+        self.persist.table_replaced();
     }
 
     /// Publishes the nested endpoints that appeared, went or changed with the new table.
@@ -257,6 +257,8 @@ impl Runner {
         let Some(id) = t.check.take() else {
             return;
         };
+        // Not probed any more: it is not behind schedule either.
+        super::pace::note_late(&mut self.table.profiles, t, 0);
         let _ = self.sched.remove(&owner, id);
     }
 }

@@ -9,6 +9,7 @@ mod cluster;
 mod dns;
 mod fire;
 mod pace;
+mod persist;
 mod publish;
 mod results;
 mod sinks;
@@ -18,6 +19,8 @@ pub(in crate::daemon) use dns::regions as dns_regions;
 pub(crate) use pace::BEHIND_NS;
 mod watchdog;
 mod workers;
+
+use persist::Persist;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -30,7 +33,7 @@ use super::{
     events::{EventSink, EventWriter, QUEUE_CAPACITY},
     metrics::RunnerMetrics,
     ports::{L4Port, Ports},
-    state::{self, SavedTarget},
+    state,
     table::{self, OwnerId, Table},
     DaemonError, Options,
 };
@@ -48,20 +51,6 @@ const HTTP_CONCURRENCY: usize = 256;
 /// L4 results fed to the threshold machines per batch: enough for their cache misses to
 /// overlap (`Runner::warm`), few enough that the prefetched lines are still there when used.
 const RESULT_BATCH: usize = 128;
-/// The state file is rewritten at most this often while changes happen...
-const SAVE_EVERY_NS: u64 = 1_000_000_000;
-/// ...and at most once per this much time per target: a rewrite costs the runner a snapshot
-/// and the saver's thread a serialisation of every target, which at a million targets once a
-/// second was 15% of the daemon's CPU (`cargo xtask bench million --perf`).
-const SAVE_GAP_PER_TARGET_NS: u64 = 10_000;
-
-/// The shortest time between two rewrites of the state file for a table of `targets`: one
-/// second up to 100k targets, then growing with the table (10 s at 1M). The file serves
-/// restarts; what a crash loses in between is health the next probes find again.
-fn save_gap_ns(targets: usize) -> u64 {
-    SAVE_EVERY_NS.max((targets as u64).saturating_mul(SAVE_GAP_PER_TARGET_NS))
-}
-
 /// The scheduler's key: identical checks share one entry by `key` alone, and the spec of the
 /// first owner rides along. Sending reads the spec from the entry `pop_due` has just touched,
 /// instead of hashing the key string into a side map for every probe.
@@ -139,13 +128,6 @@ pub(super) struct L4 {
     rx: Option<mpsc::UnboundedReceiver<L4Result>>,
 }
 
-/// The state file: rewritten by the saver's thread at most once per `save_gap_ns`.
-pub(super) struct Persist {
-    pub(super) dirty: bool,
-    last_save_ns: u64,
-    saver: state::Saver,
-}
-
 pub(crate) struct Runner {
     pub(super) config: Config,
     pub(super) options: Options,
@@ -194,6 +176,8 @@ pub(crate) struct Runner {
     local_warned_ns: Option<u64>,
     /// Whether probes start on time (`pace.rs`).
     pace: pace::Pace,
+    /// The worst lateness of the probes that ended since the last `assess_pace`.
+    worst_late_ns: u64,
     /// The watchdog's next scan of the probes in flight.
     next_watchdog_ns: u64,
     /// The state file's and the pin directory's locks, held for the runner's lifetime.
@@ -243,16 +227,13 @@ impl Runner {
             cluster: config.cluster.as_ref().map(cluster::Link::new),
             regions: dns::regions(config.dns.as_ref()).map_err(DaemonError::Unsupported)?,
             metrics: RunnerMetrics::default(),
-            persist: Persist {
-                dirty: false,
-                last_save_ns: 0,
-                saver: state::Saver::new(),
-            },
+            persist: Persist::new(),
             rng: SplitMix64(now),
             last_result_ns: now,
             local_errors: 0,
             local_warned_ns: None,
             pace: pace::Pace::default(),
+            worst_late_ns: 0,
             _locks: locks,
             next_watchdog_ns: now + watchdog::EVERY_NS,
             options,
@@ -456,49 +437,6 @@ impl Runner {
             rx: Some(rx),
         };
         Ok(())
-    }
-
-    fn save_if_due(&mut self, force: bool) {
-        let now = self.now();
-        let p = &mut self.persist;
-        let gap = save_gap_ns(self.table.targets.len());
-        if !p.dirty || (!force && now.saturating_sub(p.last_save_ns) < gap) {
-            return;
-        }
-        // Sorting and serialising happen on the saver's thread: at 100k targets the sort
-        // alone held this loop up for tens of milliseconds.
-        let targets: Vec<SavedTarget> = self
-            .table
-            .targets
-            .values()
-            .map(|t| SavedTarget {
-                profile: t.profile.to_string(),
-                endpoint: t.name.to_string(),
-                check: crate::hash::fingerprint(&t.check_key),
-                health: t.health(),
-                admin_override: t.admin_override,
-                last_change: t.last_change.clone(),
-            })
-            .collect();
-        let profiles = self
-            .table
-            .profiles
-            .iter()
-            .filter_map(|p| {
-                p.enabled_override.map(|enabled| state::SavedProfile {
-                    profile: p.name.to_string(),
-                    enabled,
-                })
-            })
-            .collect();
-        p.saver.save(
-            &self.config.daemon.state_file,
-            targets,
-            profiles,
-            self.ports.clock.unix_ms(),
-        );
-        p.dirty = false;
-        p.last_save_ns = now;
     }
 }
 

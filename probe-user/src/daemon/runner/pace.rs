@@ -1,9 +1,13 @@
 //! Keeping time honestly: when probes start later than their due time, the fail and success
 //! windows of SPEC 3 stretch by as much, so probed says so instead of letting status look fine.
-//! Once a second the runner looks at how late each probed endpoint's last probe started (the
-//! send plus any wait for an HTTP slot), exports how many are behind and the worst lateness,
-//! and logs when falling behind starts and when it has stopped.
+//! Each result records how late its probe started (the runner's send plus any wait for an
+//! HTTP slot or in the L4 engine's backlog) and keeps each profile's count of endpoints behind
+//! in step; once a second the runner exports the counts and the worst lateness since the last
+//! second, and logs when falling behind starts and when it has stopped. Counting as results
+//! come, not by a scan: a scan of every endpoint each second held the runner up for tens of
+//! milliseconds at 500k endpoints, and so made probes late itself.
 use super::Runner;
+use crate::daemon::table::{ProfileEntry, Target};
 
 /// A probe that starts later than this after its due time no longer keeps its windows to the
 /// precision the seeds' figures need.
@@ -16,7 +20,7 @@ const CALM_SCANS: u32 = 5;
 pub(super) struct Scan {
     /// Probed endpoints whose last probe started more than `BEHIND_NS` late.
     pub behind: u64,
-    /// The latest start among the probed endpoints' last probes.
+    /// The latest start among the probes that ended since the last scan.
     pub worst_ns: u64,
 }
 
@@ -63,20 +67,32 @@ impl Pace {
     }
 }
 
-impl Runner {
-    /// Counts the endpoints behind schedule, per profile, for the metrics and the log.
-    pub(super) fn assess_pace(&mut self, now_ns: u64) {
-        let mut per_profile = vec![0u64; self.table.profiles.len()];
-        let mut scan = Scan::default();
-        for t in self.table.targets.values().filter(|t| t.should_probe()) {
-            scan.worst_ns = scan.worst_ns.max(t.late_ns);
-            if t.late_ns > BEHIND_NS {
-                scan.behind += 1;
-                if let Some(n) = per_profile.get_mut(t.profile_ix as usize) {
-                    *n += 1;
-                }
-            }
+/// Sets how late target `t`'s last probe started (0 when it is no longer probed), keeping its
+/// profile's count of endpoints behind in step.
+pub(super) fn note_late(profiles: &mut [ProfileEntry], t: &mut Target, late_ns: u64) {
+    let (was, is) = (t.late_ns > BEHIND_NS, late_ns > BEHIND_NS);
+    t.late_ns = late_ns;
+    if was == is {
+        return;
+    }
+    if let Some(p) = profiles.get_mut(t.profile_ix as usize) {
+        if is {
+            p.behind += 1;
+        } else {
+            p.behind = p.behind.saturating_sub(1);
         }
+    }
+}
+
+impl Runner {
+    /// Exports the endpoints behind schedule per profile and the worst lateness since the
+    /// last call, and logs when falling behind starts or ends.
+    pub(super) fn assess_pace(&mut self, now_ns: u64) {
+        let per_profile: Vec<u64> = self.table.profiles.iter().map(|p| p.behind).collect();
+        let scan = Scan {
+            behind: per_profile.iter().sum(),
+            worst_ns: std::mem::take(&mut self.worst_late_ns),
+        };
         self.metrics.pace(&self.table, &per_profile, scan.worst_ns);
         let ms = |ns: u64| ns as f64 / 1e6;
         match self.pace.tick(now_ns, scan) {

@@ -120,6 +120,7 @@ impl Runner {
         let proto = inflight.protocol;
         let late_ns = inflight.late_ns.saturating_add(queued_ns);
         self.metrics.late(late_ns);
+        self.worst_late_ns = self.worst_late_ns.max(late_ns);
         let at_unix_ms = self.ports.clock.unix_ms_at(finished);
         // Shared checks follow the most urgent owner's cadence (Cadence::combine).
         let mut cadence: Option<Cadence> = None;
@@ -129,7 +130,7 @@ impl Runner {
                 continue;
             };
             self.metrics.result(proto, t.profile_ix, &report);
-            t.late_ns = late_ns;
+            super::pace::note_late(&mut self.table.profiles, t, late_ns);
             if report.healthy {
                 t.last_rtt = Some(report.elapsed);
             }

@@ -609,6 +609,20 @@ fn local_resource_errors_are_no_verdict_and_real_failures_still_count() {
     assert_eq!(h.status("a").0, S::Degraded);
 }
 
+/// Each profile's count of endpoints behind schedule, as the runner keeps it, after checking
+/// it against a count of the probed endpoints' lateness.
+fn behind_counts(runner: &Runner) -> Vec<u64> {
+    let kept: Vec<u64> = runner.table.profiles.iter().map(|p| p.behind).collect();
+    let mut counted = vec![0u64; kept.len()];
+    for t in runner.table.targets.values() {
+        if t.should_probe() && t.late_ns > super::BEHIND_NS {
+            counted[t.profile_ix as usize] += 1;
+        }
+    }
+    assert_eq!(kept, counted, "counts kept as results come vs counted");
+    kept
+}
+
 #[test]
 fn probes_started_late_are_shown_as_windows_that_do_not_hold() {
     let mut h = Harness::new("late", &[("a", 80), ("b", 81)]);
@@ -642,6 +656,16 @@ fn probes_started_late_are_shown_as_windows_that_do_not_hold() {
         "{text}"
     );
     assert!(text.contains("probed_schedule_lag_seconds 0.2"), "{text}");
+    assert_eq!(behind_counts(&h.runner), vec![1]);
+    // The late endpoint is disabled, then enabled again: not probed, it is not behind.
+    let name = ["a", "b"]
+        .into_iter()
+        .find(|e| !crate::daemon::requests::status_view(&h.runner, e).windows.hold)
+        .expect("one is late");
+    h.runner.set_admin("web", name, AdminState::Disabled).unwrap();
+    assert_eq!(behind_counts(&h.runner), vec![0]);
+    h.runner.set_admin("web", name, AdminState::Enabled).unwrap();
+    assert_eq!(behind_counts(&h.runner), vec![0]);
     // On time again: the next probes of both catch up and the count drops to zero.
     h.run_for(2000, OPEN);
     h.runner.assess_pace(h.clock.now());
@@ -783,10 +807,30 @@ fn header_values_never_reach_the_state_file() {
 
 #[test]
 fn the_state_file_is_rewritten_less_often_as_the_table_grows() {
-    use super::save_gap_ns;
+    use super::persist::save_gap_ns;
     let s = 1_000_000_000;
     assert_eq!(save_gap_ns(0), s);
     assert_eq!(save_gap_ns(100_000), s);
     assert_eq!(save_gap_ns(250_000), 5 * s / 2);
     assert_eq!(save_gap_ns(1_000_000), 10 * s);
+}
+
+#[test]
+fn a_snapshot_taken_in_slices_holds_every_endpoint_once() {
+    use super::persist::Snapshot;
+    let h = Harness::new("slices", &[("a", 80), ("b", 81), ("c", 82)]);
+    let names = |s: &Snapshot| {
+        s.targets
+            .iter()
+            .map(|t| (t.profile.clone(), t.endpoint.clone()))
+            .collect::<Vec<_>>()
+    };
+    let mut whole = Snapshot::default();
+    assert!(whole.take(&h.runner.table, usize::MAX));
+    let mut sliced = Snapshot::default();
+    assert!(!sliced.take(&h.runner.table, 2), "two of three in the first slice");
+    assert_eq!(sliced.targets.len(), 2);
+    assert!(sliced.take(&h.runner.table, 2), "the rest in the second");
+    assert_eq!(names(&sliced), names(&whole));
+    assert_eq!(whole.targets.len(), 3);
 }

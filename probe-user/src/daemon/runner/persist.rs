@@ -1,0 +1,146 @@
+//! The state file: a snapshot of every endpoint's health, admin override and last change,
+//! taken by the runner and written by the saver's thread. At large tables the snapshot is
+//! taken a slice per loop turn: copying 500k endpoints at once held the runner up for a
+//! tenth of a second, and every probe due meanwhile left late.
+use super::Runner;
+use crate::daemon::{
+    state::{self, SavedTarget},
+    table::{Table, Target},
+};
+
+/// The state file is rewritten at most this often while changes happen...
+const SAVE_EVERY_NS: u64 = 1_000_000_000;
+/// ...and at most once per this much time per target: a rewrite costs the runner a snapshot
+/// and the saver's thread a serialisation of every target, which at a million targets once a
+/// second was 15% of the daemon's CPU (`cargo xtask bench million --perf`).
+const SAVE_GAP_PER_TARGET_NS: u64 = 10_000;
+/// Endpoints copied into a snapshot per loop turn (a few milliseconds of the runner's time).
+const SNAPSHOT_SLICE: usize = 8192;
+
+/// The shortest time between two rewrites of the state file for a table of `targets`: one
+/// second up to 100k targets, then growing with the table (10 s at 1M). The file serves
+/// restarts; what a crash loses in between is health the next probes find again.
+pub(super) fn save_gap_ns(targets: usize) -> u64 {
+    SAVE_EVERY_NS.max((targets as u64).saturating_mul(SAVE_GAP_PER_TARGET_NS))
+}
+
+/// The state file: rewritten by the saver's thread at most once per `save_gap_ns`.
+pub(in crate::daemon) struct Persist {
+    /// Something the file holds changed since the snapshot being taken (or the last one).
+    pub(in crate::daemon) dirty: bool,
+    last_save_ns: u64,
+    pub(super) saver: state::Saver,
+    /// The snapshot being taken, when one is.
+    taking: Option<Snapshot>,
+}
+
+impl Persist {
+    pub(super) fn new() -> Self {
+        Self {
+            dirty: false,
+            last_save_ns: 0,
+            saver: state::Saver::new(),
+            taking: None,
+        }
+    }
+
+    /// The table was replaced: a snapshot half taken from the old one is dropped, and the
+    /// new one is saved.
+    pub(super) fn table_replaced(&mut self) {
+        self.taking = None;
+        self.dirty = true;
+    }
+}
+
+/// A snapshot in progress: the endpoints copied so far, in the table's profile order, and
+/// where the next slice starts.
+#[derive(Default)]
+pub(super) struct Snapshot {
+    profile: usize,
+    pos: usize,
+    pub(super) targets: Vec<SavedTarget>,
+}
+
+impl Snapshot {
+    /// Copies up to `most` more endpoints; true when every endpoint of `table` is in.
+    pub(super) fn take(&mut self, table: &Table, most: usize) -> bool {
+        let mut n = 0;
+        while let Some(p) = table.profiles.get(self.profile) {
+            while let Some(id) = p.owners.get(self.pos) {
+                if n == most {
+                    return false;
+                }
+                n += 1;
+                self.pos += 1;
+                if let Some(t) = table.targets.get(id) {
+                    self.targets.push(saved(t));
+                }
+            }
+            self.profile += 1;
+            self.pos = 0;
+        }
+        true
+    }
+}
+
+fn saved(t: &Target) -> SavedTarget {
+    SavedTarget {
+        profile: t.profile.to_string(),
+        endpoint: t.name.to_string(),
+        check: crate::hash::fingerprint(&t.check_key),
+        health: t.health(),
+        admin_override: t.admin_override,
+        last_change: t.last_change.clone(),
+    }
+}
+
+impl Runner {
+    /// Takes the next slice of a snapshot in progress, or starts one when something changed
+    /// and the gap since the last has passed; hands a complete one to the saver. `force`
+    /// (at shutdown) takes whatever is unsaved whole, now.
+    pub(super) fn save_if_due(&mut self, force: bool) {
+        let now = self.now();
+        let p = &mut self.persist;
+        if force && p.taking.take().is_some() {
+            p.dirty = true;
+        }
+        if p.taking.is_none() {
+            let gap = save_gap_ns(self.table.targets.len());
+            if !p.dirty || (!force && now.saturating_sub(p.last_save_ns) < gap) {
+                return;
+            }
+            // A change from here on may miss the copy: it marks the next snapshot due.
+            p.dirty = false;
+            p.last_save_ns = now;
+            p.taking = Some(Snapshot {
+                targets: Vec::with_capacity(self.table.targets.len()),
+                ..Snapshot::default()
+            });
+        }
+        let most = if force { usize::MAX } else { SNAPSHOT_SLICE };
+        let snapshot = p.taking.as_mut().expect("set above");
+        if !snapshot.take(&self.table, most) {
+            return;
+        }
+        let targets = p.taking.take().expect("set above").targets;
+        // Sorting and serialising happen on the saver's thread: at 100k targets the sort
+        // alone held this loop up for tens of milliseconds.
+        let profiles = self
+            .table
+            .profiles
+            .iter()
+            .filter_map(|p| {
+                p.enabled_override.map(|enabled| state::SavedProfile {
+                    profile: p.name.to_string(),
+                    enabled,
+                })
+            })
+            .collect();
+        p.saver.save(
+            &self.config.daemon.state_file,
+            targets,
+            profiles,
+            self.ports.clock.unix_ms(),
+        );
+    }
+}
