@@ -102,7 +102,7 @@ pub const SCHEDULE_BEHIND: Metric = Metric::gauge(
 );
 pub const SCHEDULE_LAG: Metric = Metric::gauge(
     "probed_schedule_lag_seconds",
-    "The latest start after its due time among the probed endpoints' last probes",
+    "The latest start after its due time among the probes that ended in the last second",
     &[],
 );
 pub const LAST_RESULT_AGE: Metric = Metric::gauge(
