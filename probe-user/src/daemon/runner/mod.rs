@@ -51,6 +51,7 @@ const HTTP_CONCURRENCY: usize = 256;
 /// L4 results fed to the threshold machines per batch: enough for their cache misses to
 /// overlap (`Runner::warm`), few enough that the prefetched lines are still there when used.
 const RESULT_BATCH: usize = 128;
+
 /// The scheduler's key: identical checks share one entry by `key` alone, and the spec of the
 /// first owner rides along. Sending reads the spec from the entry `pop_due` has just touched,
 /// instead of hashing the key string into a side map for every probe.
@@ -140,6 +141,10 @@ pub(crate) struct Runner {
     /// a hash lookup, and a result for a check removed meanwhile finds a different generation
     /// and is dropped.
     slots: Vec<CheckSlot>,
+    /// Where the watchdog's next look over the slots starts (`watchdog::reap_lost`).
+    reap_from: usize,
+    /// When the watchdog last looked.
+    reaped_ns: u64,
     /// Bumped by every registration change: slot caches of older epochs are refilled.
     epoch: u64,
     /// The kernel said it cannot run HTTP probes on this node: they all use sockets.
@@ -201,6 +206,8 @@ impl Runner {
             table: Table::default(),
             next_owner,
             slots: Vec::new(),
+            reap_from: 0,
+            reaped_ns: now,
             epoch: 0,
             kernel_http_off: false,
             l4_words: crate::hash::FastMap::default(),
@@ -330,8 +337,10 @@ impl Runner {
                         results_after_ns = woke + TICK_NS;
                         last_wake = woke;
                         self.fire(last_wake);
+                        let slice = watchdog::slice(self.slots.len(), last_wake.saturating_sub(self.reaped_ns));
+                        self.reap_lost(last_wake, slice);
+                        self.reaped_ns = last_wake;
                         if last_wake >= self.next_watchdog_ns {
-                            self.reap_lost(last_wake);
                             self.assess_pace(last_wake);
                             self.push_dns_rtts();
                             self.next_watchdog_ns = last_wake + watchdog::EVERY_NS;

@@ -557,10 +557,10 @@ fn a_probe_without_a_result_is_lost_not_a_failure_and_its_check_goes_on() {
     );
     // Past its 500 ms timeout but within the grace: still waiting.
     h.clock.advance_ms(1500);
-    h.runner.reap_lost(h.clock.now());
+    h.runner.reap_lost(h.clock.now(), usize::MAX);
     assert!(h.runner.sched.next_due().is_none());
     h.clock.advance_ms(1100);
-    h.runner.reap_lost(h.clock.now());
+    h.runner.reap_lost(h.clock.now(), usize::MAX);
     let view = crate::daemon::requests::status_view(&h.runner, "a");
     let last = view.last_result.expect("a lost result is shown");
     assert_eq!((last.ok, last.outcome), (false, crate::outcome::Outcome::Lost));
@@ -833,4 +833,42 @@ fn a_snapshot_taken_in_slices_holds_every_endpoint_once() {
     assert!(sliced.take(&h.runner.table, 2), "the rest in the second");
     assert_eq!(names(&sliced), names(&whole));
     assert_eq!(whole.targets.len(), 3);
+}
+
+#[test]
+fn the_watchdog_looks_over_the_slots_a_slice_at_a_time() {
+    let mut h = Harness::new("lost-slices", &[("a", 80), ("b", 81)]);
+    // Both first probes leave and nothing answers them.
+    let mut sent = 0;
+    for _ in 0..2 {
+        let due = h.runner.sched.next_due().expect("scheduled");
+        h.clock.set_ns(due.max(h.clock.now()));
+        h.runner.fire(h.clock.now());
+        sent += h.l4.take().len();
+    }
+    assert_eq!(sent, 2);
+    h.clock.advance_ms(3000);
+    let lost = |h: &Harness| {
+        ["a", "b"]
+            .iter()
+            .filter(|e| {
+                crate::daemon::requests::status_view(&h.runner, e)
+                    .last_result
+                    .is_some_and(|l| l.outcome == crate::outcome::Outcome::Lost)
+            })
+            .count()
+    };
+    h.runner.reap_lost(h.clock.now(), 1);
+    assert_eq!(lost(&h), 1, "one slot looked over");
+    h.runner.reap_lost(h.clock.now(), 1);
+    assert_eq!(lost(&h), 2, "then the next");
+}
+
+#[test]
+fn the_watchdogs_slices_make_one_pass_a_second() {
+    use super::watchdog::slice;
+    assert_eq!(slice(1_000_000, 1_000_000), 1000, "a millisecond's share");
+    assert_eq!(slice(1_000_000, 1_000_000_000), 1_000_000);
+    assert_eq!(slice(10, 1_000_000), 1, "rounded up: a small table is not skipped");
+    assert_eq!(slice(10, 0), 0);
 }

@@ -13,8 +13,18 @@ use crate::{
     schedule::Cadence,
 };
 
-/// How often the probes in flight are looked over.
+/// How often the per-second work (pace, DNS RTTs) runs, and how long one pass of the
+/// watchdog over every check slot takes.
 pub(super) const EVERY_NS: u64 = 1_000_000_000;
+
+/// How many of `slots` check slots to look over `elapsed_ns` after the last look, for one
+/// pass per `EVERY_NS`: the pass is spread over the firings in between (a tick apart at
+/// fleet rates). One pass over a million slots at once (200 MB) held the runner up for tens
+/// of milliseconds each second, and every probe due meanwhile left late.
+pub(super) fn slice(slots: usize, elapsed_ns: u64) -> usize {
+    let share = (slots as u128 * u128::from(elapsed_ns)).div_ceil(u128::from(EVERY_NS));
+    usize::try_from(share).unwrap_or(usize::MAX)
+}
 /// Beyond a probe's own timeout: the engine reports timeouts itself within a tick or two.
 pub(super) const GRACE_NS: u64 = 2_000_000_000;
 
@@ -26,10 +36,16 @@ pub(super) fn deadline(timeout: Duration) -> u64 {
 }
 
 impl Runner {
-    /// Gives up on every probe past its deadline.
-    pub(super) fn reap_lost(&mut self, now: u64) {
+    /// Gives up on the probes past their deadline among the next `most` check slots (from
+    /// where the last call stopped, round the table at most once).
+    pub(super) fn reap_lost(&mut self, now: u64, most: usize) {
         let mut lost = Vec::new();
-        for slot in &mut self.slots {
+        for _ in 0..most.min(self.slots.len()) {
+            if self.reap_from >= self.slots.len() {
+                self.reap_from = 0;
+            }
+            let slot = &mut self.slots[self.reap_from];
+            self.reap_from += 1;
             if let Some(i) = slot.inflight.take_if(|i| i.deadline_ns <= now) {
                 lost.push(i);
             }
