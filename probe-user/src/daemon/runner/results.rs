@@ -107,8 +107,9 @@ impl Runner {
             .started_ns
             .saturating_add(queued_ns)
             .saturating_add(u64::try_from(report.elapsed.as_nanos()).unwrap_or(u64::MAX));
-        let finished = ended.min(self.now());
-        self.last_result_ns = self.now();
+        let now = self.now();
+        let finished = ended.min(now);
+        self.last_result_ns = now;
         let obs = Observation {
             success: report.healthy,
             started_ns: inflight.started_ns,
