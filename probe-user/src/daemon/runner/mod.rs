@@ -183,7 +183,7 @@ pub(crate) struct Runner {
     pace: pace::Pace,
     /// The worst lateness of the probes that ended since the last `assess_pace`.
     worst_late_ns: u64,
-    /// The watchdog's next scan of the probes in flight.
+    /// When the once-a-second work (pace, DNS RTTs) is next due; the loop wakes for it.
     next_watchdog_ns: u64,
     /// The state file's and the pin directory's locks, held for the runner's lifetime.
     _locks: Vec<super::lock::Lock>,
@@ -274,7 +274,7 @@ impl Runner {
         loop {
             let now = self.now();
             // Wake at most once per tick and pop the whole tick (see schedule::next_due), and
-            // for the watchdog's next scan even when nothing is due.
+            // for the once-a-second work (and a watchdog slice) even when nothing is due.
             let fire_ns = self
                 .sched
                 .next_due()
