@@ -196,16 +196,22 @@ pub fn machine_cpu() -> Duration {
     Duration::from_micros(busy * 1_000_000 / clk_tck())
 }
 
-/// Softirq time of the whole machine, from /proc/stat (the 7th value of the cpu line).
-pub fn softirq_cpu() -> Duration {
+/// One column of the whole machine's `cpu` line in /proc/stat (1 user, 2 nice, 3 system,
+/// ... 7 softirq), as time.
+pub fn machine_stat(column: usize) -> Duration {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let t: u64 = stat
         .lines()
         .next()
-        .and_then(|l| l.split_whitespace().nth(7))
+        .and_then(|l| l.split_whitespace().nth(column))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     ticks(t)
+}
+
+/// Softirq time of the whole machine.
+pub fn softirq_cpu() -> Duration {
+    machine_stat(7)
 }
 
 /// A /proc/PID/status field in KiB (`VmHWM:`, `VmRSS:`); 0 if the process is gone.

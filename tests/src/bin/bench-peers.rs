@@ -27,7 +27,7 @@ use std::{
 use probed_tests::{
     daemon::DaemonFiles,
     probed_bin,
-    procs::{clk_tck, machine_cpu, proc_cpu, Proc},
+    procs::{machine_cpu, machine_stat, proc_cpu, Proc},
     servers::counted_packets,
     topo::PROBER_IF,
     Topology,
@@ -157,14 +157,7 @@ fn args() -> Args {
 /// The machine's busy time in the "nice" state: work of another niced process would skew
 /// the whole-machine figures, so the report says how much there was.
 fn nice_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let nice: u64 = stat
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(2))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    Duration::from_micros(nice * 1_000_000 / clk_tck())
+    machine_stat(2)
 }
 
 /// The backend namespace with nginx serving the fleet.
