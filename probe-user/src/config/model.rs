@@ -208,6 +208,35 @@ impl Profile {
     pub fn thresholds(&self) -> Thresholds {
         self.health.thresholds
     }
+
+    /// A copy of everything but its endpoints: a profile's settings, which a reload compares
+    /// to tell whether the endpoints that stay the same can stay untouched.
+    pub fn settings(&self) -> Profile {
+        let Profile {
+            name,
+            enabled,
+            dialect,
+            routing,
+            health,
+            endpoints: _,
+            nested,
+            dns_name,
+            dns_ttl,
+            aggregate,
+        } = self;
+        Profile {
+            name: name.clone(),
+            enabled: *enabled,
+            dialect: *dialect,
+            routing: *routing,
+            health: health.clone(),
+            endpoints: Vec::new(),
+            nested: nested.clone(),
+            dns_name: dns_name.clone(),
+            dns_ttl: *dns_ttl,
+            aggregate: *aggregate,
+        }
+    }
 }
 
 /// The health check of a profile.

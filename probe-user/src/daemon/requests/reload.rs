@@ -6,7 +6,7 @@ use crate::{
     daemon::{
         control::RequestError,
         events::EventSink,
-        runner::{first_l4, Runner},
+        runner::{first_l4, FirstL4, Runner},
         state::Saved,
         table,
         views::ReloadReport,
@@ -26,8 +26,14 @@ impl Runner {
         };
         let restart_needed = restart_needed(&self.config, &config, self.l4.port.is_some());
         let mut next_owner = self.next_owner;
-        let table = table::build(&config, &Saved::default(), &self.table, &mut next_owner)
-            .map_err(|e| RequestError::Refused(e.to_string()))?;
+        let plan = table::plan(
+            &config,
+            Some(&self.config),
+            &self.table,
+            &Saved::default(),
+            &mut next_owner,
+        )
+        .map_err(|e| RequestError::Refused(e.to_string()))?;
         let events = self
             .events
             .as_ref()
@@ -35,16 +41,10 @@ impl Runner {
             .map(|_| EventSink::open(&config.daemon.events))
             .transpose()
             .map_err(|e| RequestError::Refused(error_chain(&e)))?;
-        let removed = self
-            .table
-            .targets
-            .keys()
-            .filter(|id| !table.targets.contains_key(id))
-            .count();
         let report = ReloadReport {
-            kept: table.kept,
-            added: table.added,
-            removed,
+            kept: plan.kept,
+            added: plan.added,
+            removed: plan.removed,
             restart_needed,
         };
         // The engine must run and new sinks must find their structures before the table goes
@@ -53,13 +53,17 @@ impl Runner {
         let sinks = self
             .prepare_sinks(&config.sinks)
             .map_err(|e| RequestError::Refused(error_chain(&e)))?;
-        self.ensure_l4(&config, first_l4(&table, &config))
+        let first = match self.l4.port {
+            Some(_) => FirstL4::None,
+            None => first_l4(plan.built().chain(self.table.targets.values().map(|t| &**t)), &config),
+        };
+        self.ensure_l4(&config, first)
             .map_err(|e| RequestError::Refused(error_chain(&e)))?;
         if let (Some(sink), Some(writer)) = (events, self.events.as_mut()) {
             writer.switch(sink, self.changes.seq());
         }
         self.next_owner = next_owner;
-        self.apply(table);
+        self.apply(plan);
         self.start_sinks(&config.sinks, sinks);
         self.regions = regions;
         self.refollow_dns(&config);

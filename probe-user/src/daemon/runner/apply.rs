@@ -1,4 +1,4 @@
-//! Swapping in a built table: checks of endpoints that stay keep their schedule, the rest are
+//! Swapping in a plan: checks of endpoints that stay keep their schedule, the rest are
 //! registered or removed, and every endpoint or profile whose state changed is published.
 use std::{
     collections::{HashMap, HashSet},
@@ -9,60 +9,20 @@ use super::{Runner, SchedKey};
 use crate::{
     daemon::{
         changes::{Change, ChangeKind, EndpointState, ProfileChange},
-        table::{OwnerId, Table},
+        table::{OwnerId, Plan, Swapped, Target},
     },
     hash::FastMap,
-    status::ProfileStatus,
+    status::{self, ProfileStatus},
 };
-
-/// What the running table said of an endpoint before a new one replaced it, by name: an
-/// endpoint whose check changed gets a new id but is the same endpoint to consumers.
-struct Before {
-    id: OwnerId,
-    state: EndpointState,
-}
 
 type Name = (Arc<str>, Arc<str>);
 
 impl Runner {
-    pub(in crate::daemon) fn apply(&mut self, mut table: Table) {
+    pub(in crate::daemon) fn apply(&mut self, mut plan: Plan) {
         // Profile indices may change even for targets whose checks stay.
         self.epoch += 1;
-        self.cluster_assign(&mut table);
+        self.cluster_share(&mut plan);
         let now = self.now();
-        let old_ids: Vec<OwnerId> = self.table.targets.keys().copied().collect();
-        for id in old_ids {
-            let keep = table.targets.get(&id).is_some_and(|t| t.should_probe());
-            let check = self.table.targets[&id].check;
-            match (check, table.targets.get_mut(&id)) {
-                (Some(check), Some(new)) if keep => new.check = Some(check),
-                (Some(_), new) => {
-                    self.unregister(id);
-                    if let Some(new) = new {
-                        new.check = None;
-                    }
-                }
-                (None, _) => {}
-            }
-        }
-        let was_probed: FastMap<OwnerId, bool> = self
-            .table
-            .targets
-            .iter()
-            .map(|(id, t)| (*id, t.should_probe()))
-            .collect();
-        let before: HashMap<Name, Before> = self
-            .table
-            .targets
-            .iter()
-            .map(|(id, t)| {
-                let b = Before {
-                    id: *id,
-                    state: t.state(),
-                };
-                ((t.profile.clone(), t.name.clone()), b)
-            })
-            .collect();
         let nested_before: HashMap<Name, EndpointState> = self
             .table
             .profiles
@@ -80,25 +40,36 @@ impl Runner {
             .iter()
             .map(|p| (p.name.clone(), p.status, p.fail_open))
             .collect();
-        let old = std::mem::replace(&mut self.table, table);
-        let mut reset = false;
-        let ids: Vec<OwnerId> = self.table.targets.keys().copied().collect();
-        for id in ids {
-            let t = &self.table.targets[&id];
-            if t.should_probe() && t.check.is_none() {
-                // A target that was known but not probed comes back: SPEC "re-enabled starts in
-                // CheckingEndpoint". A new or resumed one keeps what `build` gave it.
-                if was_probed.get(&id) == Some(&false) {
-                    self.table.targets.get_mut(&id).expect("listed").tracker.reset();
-                    reset = true;
-                }
-                self.register(id, now);
+        let swapped = self.table.swap_in(plan);
+        for (id, t) in &swapped.gone {
+            // A check that did not move to a successor ends with its target.
+            if let Some(check) = t.check {
+                self.epoch += 1;
+                let _ = self.sched.remove(id, check);
             }
         }
-        if reset {
-            self.table.settle();
+        for &(id, was_probed) in &swapped.built {
+            let t = self.table.targets.get_mut(&id).expect("built targets are in the table");
+            match (t.check, t.should_probe()) {
+                (Some(check), false) => {
+                    t.check = None;
+                    self.epoch += 1;
+                    let _ = self.sched.remove(&id, check);
+                }
+                (None, true) => {
+                    // A target that was known but not probed comes back: SPEC "re-enabled
+                    // starts in CheckingEndpoint". A new or resumed one keeps what the plan
+                    // gave it.
+                    if was_probed == Some(false) {
+                        t.tracker.reset();
+                    }
+                    self.register(id, now);
+                }
+                _ => {}
+            }
         }
-        self.publish_table_changes(&old, &before, &profiles_before, now);
+        self.table.settle_some(&swapped.dirty);
+        self.publish_table_changes(&swapped, &profiles_before, now);
         self.publish_nested_changes(&nested_before, now);
         self.cluster_applied();
         self.persist.table_replaced();
@@ -150,59 +121,102 @@ impl Runner {
         }
     }
 
-    /// Publishes what changed between the old table and the one now live.
+    /// Publishes what a swap changed: the endpoints that went, the ones built anew (against
+    /// their running selves of the same name), the untouched ones whose eligibility moved with
+    /// their profile's fail-open, and the profiles whose status moved.
     fn publish_table_changes(
         &mut self,
-        old: &Table,
-        before: &HashMap<Name, Before>,
+        swapped: &Swapped,
         profiles_before: &[(Arc<str>, ProfileStatus, bool)],
         now: u64,
     ) {
         let at_unix_ms = self.ports.clock.unix_ms();
         let mut changes = Vec::new();
-        // Endpoints gone first: an endpoint whose check changed is published once, below.
-        let live: HashSet<(&str, &str)> = self.table.targets.values().map(|t| (&*t.profile, &*t.name)).collect();
-        for t in old.targets.values() {
-            if !live.contains(&(&*t.profile, &*t.name)) {
-                changes.push(Change::Endpoint(t.change(
+        // By name: a start builds every target and has nothing gone to look up.
+        let built: FastMap<Name, OwnerId> = if swapped.gone.is_empty() {
+            FastMap::default()
+        } else {
+            swapped
+                .built
+                .iter()
+                .map(|(id, _)| {
+                    let t = &self.table.targets[id];
+                    ((t.profile.clone(), t.name.clone()), *id)
+                })
+                .collect()
+        };
+        // Endpoints gone first: one rebuilt under its name is published once, below.
+        let mut before: FastMap<OwnerId, (OwnerId, EndpointState)> = FastMap::default();
+        for (id, t) in &swapped.gone {
+            match built.get(&(t.profile.clone(), t.name.clone())) {
+                Some(successor) => {
+                    before.insert(*successor, (*id, t.state()));
+                }
+                None => changes.push(Change::Endpoint(t.change(
                     ChangeKind::Config,
                     Some(t.status),
                     true,
                     at_unix_ms,
                     now,
-                )));
+                ))),
             }
         }
-        drop(live);
-        for p in &self.table.profiles {
-            for id in &p.owners {
-                let t = self.table.targets.get_mut(id).expect("owners are targets");
-                // Anything a consumer sees (address, port, weight, admin, status, eligibility)
-                // or a new check (a new id) is a change.
-                let from = before.get(&(t.profile.clone(), t.name.clone()));
-                if from.is_some_and(|b| b.id == *id && b.state == t.state()) {
-                    continue;
-                }
-                // An endpoint that appears has no status to change from: its last change stays
-                // what it was (none, or the one resumed from the state file).
-                if let Some(b) = from.filter(|b| b.state.status != t.status) {
-                    t.last_change = Some(crate::daemon::views::LastChange {
-                        at_unix_ms,
-                        kind: ChangeKind::Config,
-                        from: Some(b.state.status),
-                        to: t.status,
-                        measured_window_ms: 0.0,
-                        formula_window_ms: 0.0,
-                    });
-                }
-                let from = from.map(|b| b.state.status);
-                changes.push(Change::Endpoint(t.change(
-                    ChangeKind::Config,
-                    from,
-                    false,
+        let mut publish = |t: &mut Target, was: Option<EndpointState>| {
+            // An endpoint that appears has no status to change from: its last change stays
+            // what it was (none, or the one resumed from the state file).
+            if let Some(b) = was.as_ref().filter(|b| b.status != t.status) {
+                t.last_change = Some(crate::daemon::views::LastChange {
                     at_unix_ms,
-                    now,
-                )));
+                    kind: ChangeKind::Config,
+                    from: Some(b.status),
+                    to: t.status,
+                    measured_window_ms: 0.0,
+                    formula_window_ms: 0.0,
+                });
+            }
+            changes.push(Change::Endpoint(t.change(
+                ChangeKind::Config,
+                was.map(|b| b.status),
+                false,
+                at_unix_ms,
+                now,
+            )));
+        };
+        for (id, _) in &swapped.built {
+            let t = self.table.targets.get_mut(id).expect("built targets are in the table");
+            // Anything a consumer sees (address, port, weight, admin, status, eligibility) or a
+            // new check (a new id) is a change.
+            let was = before.remove(id);
+            if was
+                .as_ref()
+                .is_some_and(|(was_id, state)| was_id == id && *state == t.state())
+            {
+                continue;
+            }
+            publish(t, was.map(|(_, state)| state));
+        }
+        // An untouched endpoint's own inputs are the same; only its profile's fail-open can
+        // move its eligibility.
+        let flipped: Vec<(usize, bool)> = (self.table.profiles.iter().enumerate())
+            .filter(|(pix, _)| swapped.dirty[*pix])
+            .filter_map(|(pix, p)| {
+                let (_, _, open) = profiles_before.iter().find(|(name, ..)| *name == p.name)?;
+                (*open != p.fail_open).then_some((pix, *open))
+            })
+            .collect();
+        if !flipped.is_empty() {
+            let built_ids: HashSet<OwnerId> = swapped.built.iter().map(|(id, _)| *id).collect();
+            for (pix, open) in flipped {
+                for id in &self.table.profiles[pix].owners {
+                    let t = self.table.targets.get_mut(id).expect("owners are targets");
+                    let was_eligible = status::eligible(t.status, open);
+                    if was_eligible == t.eligible || built_ids.contains(id) {
+                        continue;
+                    }
+                    let mut was = t.state();
+                    was.eligible = was_eligible;
+                    publish(t, Some(was));
+                }
             }
         }
         for p in &self.table.profiles {

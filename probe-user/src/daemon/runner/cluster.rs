@@ -19,7 +19,11 @@ use crate::{
         transport::Key,
     },
     config::Cluster,
-    daemon::{changes::ChangeKind, table::OwnerId, table::Table, DaemonError},
+    daemon::{
+        changes::ChangeKind,
+        table::{OwnerId, Plan, Table},
+        DaemonError,
+    },
     hash::FastMap,
     health::Tracker,
     status::Health,
@@ -134,23 +138,22 @@ impl Runner {
         Ok(())
     }
 
-    /// Gives `table`'s endpoints their share, keys and aggregate health before it is applied,
-    /// so that applying it registers only this node's checks and publishes no false change.
-    pub(super) fn cluster_assign(&self, table: &mut Table) {
+    /// Gives the endpoints `plan` builds their share, keys and aggregate health before it is
+    /// applied, so that applying it registers only this node's checks and publishes no false
+    /// change. (The endpoints that stay keep theirs: a new membership reshards them.)
+    pub(super) fn cluster_share(&self, plan: &mut Plan) {
         let Some(link) = &self.cluster else {
             return;
         };
-        for t in table.targets.values_mut() {
+        for (profile, t) in plan.built_mut() {
             t.owned = link.owns(t.shard_key);
             let own = t.should_probe().then(|| verdict_of(t.tracker.state()));
-            let rule = table.profiles[t.profile_ix as usize].cfg.aggregate;
             let votes = own
                 .into_iter()
                 .chain(link.said(t.verdict_key).iter().map(|s| s.verdict));
-            t.cluster_health = rule.healthy(votes).map(health_of);
+            t.cluster_health = profile.aggregate.healthy(votes).map(health_of);
             t.cluster_sent = own;
         }
-        table.settle();
     }
 
     /// After a table was applied: the verdicts to gossip and the index by verdict key.

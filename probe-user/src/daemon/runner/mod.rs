@@ -199,7 +199,7 @@ impl Runner {
         let now = ports.clock.mono_ns();
         let saved = state::load(&config.daemon.state_file, ports.clock.unix_ms());
         let mut next_owner = 1;
-        let table = table::build(&config, &saved, &Table::default(), &mut next_owner)
+        let plan = table::plan(&config, None, &Table::default(), &saved, &mut next_owner)
             .map_err(|e| DaemonError::Unsupported(e.to_string()))?;
         let mut runner = Runner {
             sched: Scheduler::new(SchedulerConfig::default()),
@@ -247,9 +247,9 @@ impl Runner {
             ports,
             config: config.clone(),
         };
-        runner.ensure_l4(&config, first_l4(&table, &config))?;
+        runner.ensure_l4(&config, first_l4(plan.built(), &config))?;
         let sinks = runner.prepare_sinks(&config.sinks)?;
-        runner.apply(table);
+        runner.apply(plan);
         runner.start_cluster()?;
         runner.start_sinks(&config.sinks, sinks);
         runner.start_dns()?;
@@ -475,16 +475,15 @@ pub(super) enum FirstL4 {
     Http(SocketAddr),
 }
 
-pub(super) fn first_l4(table: &Table, config: &Config) -> FirstL4 {
-    if let Some(t) = table.targets.values().find(|t| matches!(t.spec.kind, ProbeKind::L4(_))) {
+pub(super) fn first_l4<'a>(targets: impl Iterator<Item = &'a table::Target> + Clone, config: &Config) -> FirstL4 {
+    if let Some(t) = targets.clone().find(|t| matches!(t.spec.kind, ProbeKind::L4(_))) {
         return FirstL4::Required(t.spec.target);
     }
     if config.daemon.http_probes != crate::config::HttpProbes::Kernel {
         return FirstL4::None;
     }
-    table
-        .targets
-        .values()
+    targets
+        .into_iter()
         .find(|t| matches!(&t.spec.kind, ProbeKind::Http(p) if p.kernel_request(t.spec.target).is_some()))
         .map_or(FirstL4::None, |t| FirstL4::Http(t.spec.target))
 }

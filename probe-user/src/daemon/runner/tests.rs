@@ -507,6 +507,143 @@ fn reload_carries_state_over_and_publishes_what_changed() {
     assert_eq!(h.status("d"), (S::Online, true));
 }
 
+/// Where a target lives: a reload that leaves an endpoint untouched keeps this.
+fn target_at(h: &Harness, endpoint: &str) -> (u64, *const crate::daemon::table::Target) {
+    let id = h.runner.table.find("web", endpoint).expect("endpoint exists");
+    (id, &raw const *h.runner.table.targets[&id])
+}
+
+/// Every target's profile index names the profile that owns it.
+fn assert_profile_indices(runner: &Runner) {
+    for (pix, p) in runner.table.profiles.iter().enumerate() {
+        for id in &p.owners {
+            assert_eq!(runner.table.targets[id].profile_ix as usize, pix, "{}", p.name);
+        }
+    }
+    assert_eq!(
+        runner.table.targets.len(),
+        runner.table.profiles.iter().map(|p| p.owners.len()).sum::<usize>()
+    );
+}
+
+#[test]
+fn a_reload_leaves_the_endpoints_it_does_not_change_untouched() {
+    let mut h = Harness::new("untouched", &[("a", 80), ("b", 80), ("c", 80)]);
+    h.run_for(4000, OPEN);
+    h.changes();
+    let (a, c) = (target_at(&h, "a"), target_at(&h, "c"));
+    let b = target_at(&h, "b").0;
+    let report = h.reload(&[("a", 80), ("b", 81), ("c", 80)]).expect("applied");
+    assert_eq!((report.kept, report.added, report.removed), (2, 1, 1));
+    assert_eq!(
+        (target_at(&h, "a"), target_at(&h, "c")),
+        (a, c),
+        "the same targets, not copies"
+    );
+    assert_ne!(target_at(&h, "b").0, b, "a new check, a new id");
+    assert_eq!(
+        endpoint_changes(&h.changes()),
+        [(
+            "b",
+            ChangeKind::Config,
+            Some(S::Online),
+            Some(S::CheckingEndpoint),
+            true
+        )]
+    );
+    // The untouched ones keep being probed on their schedule; b's new check starts over.
+    h.run_for(3000, OPEN);
+    assert_eq!(
+        (h.status("a"), h.status("b"), h.status("c")),
+        ((S::Online, true), (S::Online, true), (S::Online, true))
+    );
+    assert_eq!(h.runner.sched.len(), 3);
+    behind_counts(&h.runner);
+    h.changes();
+    // A profile setting that changes (here its routing) rebuilds its endpoints with their
+    // state: the same ids, Online still, nothing for consumers to see.
+    let text = config_text(&h.dir, &[("a", 80), ("b", 81), ("c", 80)]).replace("\"priority\"", "\"weighted\"");
+    let report = h.runner.reload(Some(parse(&text))).expect("applied");
+    assert_eq!((report.kept, report.added, report.removed), (3, 0, 0));
+    assert_eq!(target_at(&h, "a").0, a.0);
+    assert_ne!(target_at(&h, "a").1, a.1, "rebuilt with the new routing");
+    assert_eq!(h.status("a"), (S::Online, true));
+    let changes = h.changes();
+    assert!(endpoint_changes(&changes).is_empty(), "{changes:#?}");
+}
+
+#[test]
+fn a_reload_that_leaves_only_degraded_endpoints_turns_fail_open_on_for_the_untouched_ones() {
+    let mut h = Harness::new("reload-fail-open", &[("a", 80), ("b", 81)]);
+    h.run_for(4000, |t| {
+        if t.port() == 80 {
+            L4Outcome::Timeout
+        } else {
+            L4Outcome::Open
+        }
+    });
+    assert_eq!(
+        (h.status("a"), h.status("b")),
+        ((S::Degraded, false), (S::Online, true))
+    );
+    h.changes();
+    let a = target_at(&h, "a");
+    // b goes: a, untouched, is the whole pool and Degraded, so it answers again.
+    let report = h.reload(&[("a", 80)]).expect("applied");
+    assert_eq!((report.kept, report.added, report.removed), (1, 0, 1));
+    assert_eq!(target_at(&h, "a"), a);
+    assert_eq!(h.status("a"), (S::Degraded, true));
+    assert_eq!(h.profile(), (ProfileStatus::Degraded, true));
+    let changes = h.changes();
+    let mut got = endpoint_changes(&changes);
+    got.sort_by_key(|c| c.0);
+    assert_eq!(
+        got,
+        [
+            ("a", ChangeKind::Config, Some(S::Degraded), Some(S::Degraded), true),
+            ("b", ChangeKind::Config, Some(S::Online), None, false),
+        ]
+    );
+    assert!(profile_changes(&changes).iter().any(|p| p.fail_open));
+    // b comes back: fail-open ends, a leaves rotation again.
+    h.reload(&[("a", 80), ("b", 81)]).expect("applied");
+    assert_eq!(h.status("a"), (S::Degraded, false));
+    assert!(!h.profile().1, "fail-open ends");
+}
+
+#[test]
+fn profiles_and_endpoints_that_move_in_the_file_stay_untouched() {
+    let h_text = |dir: &std::path::Path, swapped: bool| {
+        let base = config_text(dir, &[("a", 80), ("b", 81)]);
+        let (head, web) = base.split_at(base.find("[[profile]]").unwrap());
+        let api = web
+            .replace("name = \"web\"", "name = \"api\"")
+            .replace("198.18.1.", "198.18.2.");
+        if swapped {
+            // api first, and web's endpoints in the other order (each keeps its address).
+            let (top, eps) = web.split_at(web.find("[[profile.endpoint]]").unwrap());
+            let (ea, eb) = eps.split_at(eps.find("\n[[profile.endpoint]]").unwrap());
+            format!("{head}{api}\n{top}{}\n{ea}\n", eb.trim_start())
+        } else {
+            format!("{head}{web}\n{api}")
+        }
+    };
+    let mut h = Harness::new("moved", &[]);
+    h.runner.reload(Some(parse(&h_text(&h.dir, false)))).expect("applied");
+    h.run_for(4000, OPEN);
+    h.changes();
+    let (a, b) = (target_at(&h, "a"), target_at(&h, "b"));
+    let report = h.runner.reload(Some(parse(&h_text(&h.dir, true)))).expect("applied");
+    assert_eq!((report.kept, report.added, report.removed), (4, 0, 0));
+    assert_eq!((target_at(&h, "a"), target_at(&h, "b")), (a, b));
+    assert_eq!(h.runner.table.profiles[0].name.as_ref(), "api");
+    let web = &h.runner.table.profiles[1];
+    assert_eq!(web.owners, [b.0, a.0], "owners follow the file's order");
+    assert_profile_indices(&h.runner);
+    assert!(endpoint_changes(&h.changes()).is_empty());
+    behind_counts(&h.runner);
+}
+
 #[test]
 fn a_restart_resumes_saved_health_without_probing_first() {
     let mut h = Harness::new("restart", &[("a", 80), ("b", 81), ("c", 82)]);

@@ -1,21 +1,25 @@
 //! The target table a configuration resolves to, and an endpoint's lifecycle in one place:
 //! its admin state (config and API override), whether it is probed, its derived status and
-//! eligibility, and what it carries over across a reload or a restart. Pure: no clock, no I/O.
-use std::{collections::HashMap, sync::Arc, time::Duration};
+//! eligibility, and what it carries over across a reload or a restart (`plan`). Pure: no
+//! clock, no I/O.
+use std::{sync::Arc, time::Duration};
 
 use super::{
     changes::{ChangeKind, EndpointChange, EndpointState},
     checks::CheckSpec,
-    state::Saved,
     views::{LastChange, LastResult},
 };
 use crate::{
-    config::{Config, Endpoint, HealthCheck, NestedEndpoint, Profile},
+    config::{Endpoint, HealthCheck, NestedEndpoint, Profile},
     hash::FastMap,
-    health::{ProbeTiming, Thresholds, Tracker},
+    health::Tracker,
     schedule::{CheckId, CheckParams},
     status::{self, AdminState, EndpointInput, EndpointStatus, Health, ProfileStatus, StatusCounts},
 };
+
+mod plan;
+
+pub(crate) use plan::{plan, Plan, Swapped};
 
 /// Identifies one endpoint of one profile for as long as it keeps its check.
 pub type OwnerId = u64;
@@ -246,9 +250,6 @@ pub(crate) struct Table {
     /// Boxed: a Target is about 500 bytes, and a hash map's slots (up to twice the entries,
     /// and three times while it grows) would hold that much each.
     pub targets: FastMap<OwnerId, Box<Target>>,
-    /// Endpoints that kept their state, and endpoints that start afresh (or from the state file).
-    pub kept: usize,
-    pub added: usize,
 }
 
 /// Why a configuration cannot be applied: one line per problem.
@@ -268,157 +269,6 @@ pub(crate) fn check_params(health: &HealthCheck) -> CheckParams {
     }
 }
 
-/// What an endpoint starts with: carried over from the running table, resumed from the
-/// state file, or fresh.
-struct Start {
-    id: OwnerId,
-    tracker: Tracker,
-    last: Option<LastResult>,
-    last_rtt: Option<Duration>,
-    last_change: Option<LastChange>,
-    admin_override: Option<AdminState>,
-    kept: bool,
-}
-
-/// Resolves every endpoint of `config`. An endpoint that stays (same profile, name and check
-/// key) keeps its id, health and history from `old`; a new one resumes from `saved` when the
-/// saved check is the same, else starts in CheckingEndpoint. A profile keeps the API's
-/// enable/disable from `old` (or `saved`) unless the file changed its `enabled` itself. New
-/// ids come from `next_id`.
-pub(crate) fn build(
-    config: &Config,
-    saved: &Saved,
-    old_table: &Table,
-    next_id: &mut OwnerId,
-) -> Result<Table, BuildError> {
-    let old = &old_table.targets;
-    let mut errors = Vec::new();
-    let mut table = Table::default();
-    let old_by_name: HashMap<(&str, &str), OwnerId> =
-        old.iter().map(|(&id, t)| ((&*t.profile, &*t.name), id)).collect();
-    for profile in &config.profiles {
-        // Validated when the config was read: one Thresholds type from file to tracker.
-        let thresholds = profile.health.thresholds;
-        let timing = ProbeTiming {
-            interval: profile.health.interval,
-            timeout: profile.health.timeout,
-        };
-        let name: Arc<str> = Arc::from(profile.name.as_str());
-        let enabled_override = match old_table.profile(&profile.name) {
-            Some((_, p)) => p.enabled_override.filter(|_| p.cfg.enabled == profile.enabled),
-            None => saved
-                .profiles
-                .get(&profile.name)
-                .copied()
-                .filter(|&e| e != profile.enabled),
-        };
-        let profile_enabled = enabled_override.unwrap_or(profile.enabled);
-        let old_nested = old_table.profile(&profile.name).map(|(_, p)| &p.nested);
-        let nested = profile
-            .nested
-            .iter()
-            .map(|n| NestedTarget {
-                cfg: n.clone(),
-                name: Arc::from(n.name.as_str()),
-                child: config
-                    .profiles
-                    .iter()
-                    .position(|p| p.name == n.child)
-                    .expect("validated: the child exists"),
-                status: EndpointStatus::Inactive,
-                eligible: false,
-                last_change: old_nested
-                    .and_then(|o| o.iter().find(|o| o.cfg.name == n.name && o.cfg.child == n.child))
-                    .and_then(|o| o.last_change.clone()),
-            })
-            .collect();
-        let mut entry = ProfileEntry {
-            // The endpoints are cloned and dropped at once: one profile's worth at a time.
-            cfg: Profile {
-                endpoints: Vec::new(),
-                ..profile.clone()
-            },
-            nested,
-            enabled_override,
-            name: name.clone(),
-            owners: Vec::new(),
-            counts: StatusCounts::default(),
-            status: ProfileStatus::Inactive,
-            fail_open: false,
-            behind: 0,
-        };
-        for endpoint in &profile.endpoints {
-            let (check_key, spec) = match CheckSpec::resolve(profile, endpoint) {
-                Ok(r) => r,
-                Err(e) => {
-                    let e = e.to_string();
-                    if !errors.contains(&e) {
-                        errors.push(e);
-                    }
-                    continue;
-                }
-            };
-            let running = old_by_name
-                .get(&(profile.name.as_str(), endpoint.name.as_str()))
-                .and_then(|id| old.get(id).map(|t| (*id, t)))
-                .filter(|(_, t)| *t.check_key == *check_key);
-            let start = match running {
-                Some((id, t)) => carry_over(id, t, endpoint, thresholds, timing),
-                None => {
-                    let id = *next_id;
-                    *next_id += 1;
-                    resume(id, saved, profile, endpoint, &check_key, thresholds, timing)
-                }
-            };
-            if start.kept {
-                table.kept += 1;
-            } else {
-                table.added += 1;
-            }
-            entry.owners.push(start.id);
-            table.targets.insert(
-                start.id,
-                Box::new(Target {
-                    profile: name.clone(),
-                    profile_ix: table.profiles.len() as u32,
-                    name: Arc::from(endpoint.name.as_str()),
-                    endpoint: endpoint.clone(),
-                    profile_enabled,
-                    config_admin: endpoint.state,
-                    admin_override: start.admin_override,
-                    spec: Arc::new(spec),
-                    params: check_params(&profile.health),
-                    check: None,
-                    tracker: start.tracker,
-                    last: start.last,
-                    last_rtt: start.last_rtt,
-                    last_change: start.last_change,
-                    late_ns: 0,
-                    status: EndpointStatus::Inactive,
-                    eligible: false,
-                    owned: true,
-                    shard_key: crate::hash::stable(check_key.as_bytes()),
-                    verdict_key: verdict_key(&profile.name, &endpoint.name, &check_key),
-                    cluster_health: None,
-                    cluster_sent: None,
-                    check_key: Arc::from(check_key),
-                }),
-            );
-        }
-        table.profiles.push(entry);
-    }
-    if !errors.is_empty() {
-        return Err(BuildError(errors));
-    }
-    for (pix, p) in table.profiles.iter().enumerate() {
-        for (nix, n) in p.nested.iter().enumerate() {
-            table.parents.entry(n.child).or_default().push((pix, nix));
-        }
-    }
-    table.settle();
-    Ok(table)
-}
-
 /// An endpoint's name in the cluster's verdicts: the same on every node with the same
 /// configuration, and different for each profile that probes the same check (their
 /// thresholds may differ).
@@ -431,87 +281,53 @@ pub(crate) fn verdict_key(profile: &str, endpoint: &str, check_key: &str) -> u64
     crate::hash::stable(&named)
 }
 
-/// An endpoint that stays: its health and history carry over. The operator's API override
-/// stands unless the file changed that endpoint's admin state itself.
-fn carry_over(id: OwnerId, t: &Target, endpoint: &Endpoint, thresholds: Thresholds, timing: ProbeTiming) -> Start {
-    let tracker = if t.tracker.thresholds() == thresholds && t.tracker.timing() == timing {
-        t.tracker.clone()
-    } else {
-        Tracker::resume(thresholds, timing, t.tracker.state())
-    };
-    Start {
-        id,
-        tracker,
-        last: t.last.clone(),
-        last_rtt: t.last_rtt,
-        last_change: t.last_change.clone(),
-        admin_override: t.admin_override.filter(|_| t.config_admin == endpoint.state),
-        kept: true,
-    }
-}
-
-/// A new endpoint: its saved state when the state file has the very same check.
-fn resume(
-    id: OwnerId,
-    saved: &Saved,
-    profile: &Profile,
-    endpoint: &Endpoint,
-    check_key: &str,
-    thresholds: Thresholds,
-    timing: ProbeTiming,
-) -> Start {
-    let saved = saved
-        .targets
-        .get(&(profile.name.clone(), endpoint.name.clone()))
-        .filter(|s| s.check == crate::hash::fingerprint(check_key));
-    Start {
-        id,
-        tracker: Tracker::resume(thresholds, timing, saved.map_or(Health::CheckingEndpoint, |s| s.health)),
-        last: None,
-        last_rtt: None,
-        last_change: saved.and_then(|s| s.last_change.clone()),
-        admin_override: saved.and_then(|s| s.admin_override),
-        kept: false,
-    }
-}
-
 impl Table {
-    /// Derives every endpoint's status and eligibility and every profile's aggregate. Nested
-    /// endpoints follow their children, which may be nested in turn: rounds until nothing
-    /// moves, at most one per profile (configurations have no loops).
-    pub fn settle(&mut self) {
-        for p in &mut self.profiles {
+    /// Derives the status of every endpoint of the profiles `dirty` names, their counts and
+    /// their count of endpoints behind schedule, then the nested endpoints, which follow their
+    /// children and may be nested in turn: rounds until nothing moves, at most one per profile
+    /// (configurations have no loops). Eligibility is redone wherever a profile's status or
+    /// fail-open may have moved. The other profiles' endpoints are not read: a reload that
+    /// changes a few endpoints of a large fleet settles only their profiles.
+    pub fn settle_some(&mut self, dirty: &[bool]) {
+        let mut redo: Vec<bool> = (0..self.profiles.len()).map(|i| dirty.get(i) == Some(&true)).collect();
+        for (p, _) in self.profiles.iter_mut().zip(&redo).filter(|(_, d)| **d) {
+            p.counts = StatusCounts::default();
+            p.behind = 0;
             for id in &p.owners {
                 let t = self.targets.get_mut(id).expect("owners are targets");
                 t.status = t.derive_status();
+                p.counts.add(t.status);
+                p.behind += u64::from(t.should_probe() && t.late_ns > crate::daemon::runner::BEHIND_NS);
             }
+            for n in &p.nested {
+                p.counts.add(n.status);
+            }
+            p.recount();
         }
         for _ in 0..=self.profiles.len() {
             let mut moved = false;
-            for pix in 0..self.profiles.len() {
+            for (pix, redo) in redo.iter_mut().enumerate() {
                 let enabled = self.profiles[pix].enabled();
                 for nix in 0..self.profiles[pix].nested.len() {
                     let child = self.profiles[pix].nested[nix].child;
                     let status = self.profiles[pix].nested[nix].derive_status(enabled, &self.profiles[child]);
-                    let n = &mut self.profiles[pix].nested[nix];
-                    moved |= std::mem::replace(&mut n.status, status) != status;
+                    let p = &mut self.profiles[pix];
+                    let was = std::mem::replace(&mut p.nested[nix].status, status);
+                    if was != status {
+                        // Its parents read its counts, not only its status.
+                        p.counts.remove(was);
+                        p.counts.add(status);
+                        p.recount();
+                        moved = true;
+                        *redo = true;
+                    }
                 }
-                let p = &mut self.profiles[pix];
-                p.counts = StatusCounts::default();
-                for id in &p.owners {
-                    p.counts.add(self.targets[id].status);
-                }
-                for n in &p.nested {
-                    p.counts.add(n.status);
-                }
-                let before = p.recount();
-                moved |= before != (p.status, p.fail_open);
             }
             if !moved {
                 break;
             }
         }
-        for p in &mut self.profiles {
+        for (p, _) in self.profiles.iter_mut().zip(&redo).filter(|(_, d)| **d) {
             for id in &p.owners {
                 let t = self.targets.get_mut(id).expect("owners are targets");
                 t.eligible = status::eligible(t.status, p.fail_open);

@@ -1,0 +1,404 @@
+//! A configuration resolved against the running table, and swapped into it.
+//!
+//! A reload usually changes a few endpoints of a large fleet. `plan` builds only the targets
+//! that are new or changed (an endpoint that stays, in a profile whose settings stay, is left
+//! untouched where it is), so that a million-endpoint reload costs the parse plus a compare per
+//! endpoint instead of a second table. Nothing is changed until `Table::swap_in`, which cannot
+//! fail: a plan that does not resolve leaves the running table as it was.
+use std::{collections::HashMap, sync::Arc};
+
+use super::{check_params, verdict_key, BuildError, NestedTarget, OwnerId, ProfileEntry, Table, Target};
+use crate::{
+    config::{Config, Endpoint, Profile},
+    daemon::{checks::CheckSpec, state::Saved},
+    health::{ProbeTiming, Tracker},
+    status::{EndpointStatus, Health, ProfileStatus, StatusCounts},
+};
+
+/// What a configuration changes in the running table.
+pub(crate) struct Plan {
+    pub(super) profiles: Vec<Planned>,
+    /// Per profile of the running table, by position in its `owners`: the targets that stay
+    /// untouched. Empty when none does.
+    pub(super) stay: Vec<Vec<bool>>,
+    /// Endpoints that keep their state (untouched, or rebuilt on the same check), endpoints
+    /// that start afresh (or from the state file), and running endpoints that go.
+    pub kept: usize,
+    pub added: usize,
+    pub removed: usize,
+}
+
+/// One profile of the new configuration.
+pub(super) struct Planned {
+    /// Its entry, `owners` in config order (ids that stay and ids built); its aggregate state
+    /// is carried from the running entry when it swaps in.
+    pub(super) entry: ProfileEntry,
+    /// Its index in the running table, if it was there.
+    pub(super) old: Option<usize>,
+    /// Its targets built anew, in config order.
+    pub(super) built: Vec<(OwnerId, Box<Target>)>,
+    /// Whether any of its targets is built or gone: its counts and status must be redone.
+    pub(super) dirty: bool,
+}
+
+impl Plan {
+    /// The targets built anew, each with its profile's settings.
+    pub(crate) fn built_mut(&mut self) -> impl Iterator<Item = (&Profile, &mut Target)> {
+        self.profiles
+            .iter_mut()
+            .flat_map(|p| p.built.iter_mut().map(|(_, t)| (&p.entry.cfg, &mut **t)))
+    }
+
+    pub(crate) fn built(&self) -> impl Iterator<Item = &Target> + Clone {
+        self.profiles.iter().flat_map(|p| p.built.iter().map(|(_, t)| &**t))
+    }
+}
+
+/// What `Table::swap_in` took out and put in.
+pub(crate) struct Swapped {
+    /// Running targets that went: removed, or replaced by one built anew (with the same id when
+    /// it kept its state, its check moved over to it).
+    pub gone: Vec<(OwnerId, Box<Target>)>,
+    /// The targets built anew, and for one that replaced a target with its id, whether that
+    /// one was probed.
+    pub built: Vec<(OwnerId, Option<bool>)>,
+    /// Per profile: its counts and status were redone.
+    pub dirty: Vec<bool>,
+}
+
+/// What a built endpoint starts with: carried over from its running self, resumed from the
+/// state file, or fresh.
+struct Start {
+    id: OwnerId,
+    tracker: Tracker,
+    last: Option<crate::daemon::views::LastResult>,
+    last_rtt: Option<std::time::Duration>,
+    last_change: Option<crate::daemon::views::LastChange>,
+    admin_override: Option<crate::status::AdminState>,
+    kept: bool,
+}
+
+/// Resolves `config` against the running table `old`, which `running` produced (its profiles
+/// and their endpoints line up with the table's: profile by profile, owner by owner). An
+/// endpoint equal to its running self in a profile whose settings are the same stays
+/// untouched. Any other that stays (same profile, name and check key) is rebuilt and keeps its
+/// id, health and history; a new one resumes from `saved` when the saved check is the same,
+/// else starts in CheckingEndpoint. A profile keeps the API's enable/disable unless the file
+/// changed its `enabled` itself. New ids come from `next_id`.
+pub(crate) fn plan(
+    config: &Config,
+    running: Option<&Config>,
+    old: &Table,
+    saved: &Saved,
+    next_id: &mut OwnerId,
+) -> Result<Plan, BuildError> {
+    let mut errors = Vec::new();
+    let old_ix: HashMap<&str, usize> = old.profiles.iter().enumerate().map(|(i, p)| (&*p.name, i)).collect();
+    let mut plan = Plan {
+        profiles: Vec::with_capacity(config.profiles.len()),
+        stay: vec![Vec::new(); old.profiles.len()],
+        kept: 0,
+        added: 0,
+        removed: 0,
+    };
+    for profile in &config.profiles {
+        let oix = old_ix.get(profile.name.as_str()).copied();
+        let was = oix.map(|i| &old.profiles[i]);
+        // The running profile's endpoints, aligned with its entry's owners.
+        let was_cfg = oix
+            .and_then(|i| running?.profiles.get(i))
+            .filter(|r| r.name == profile.name && Some(r.endpoints.len()) == was.map(|p| p.owners.len()));
+        debug_assert!(
+            was.is_none() || was_cfg.is_some(),
+            "the running config made the running table"
+        );
+        let mut entry = new_entry(config, profile, was, saved);
+        let untouched = was.is_some_and(|w| w.cfg == entry.cfg);
+        let mut by_name: Option<HashMap<&str, usize>> = None;
+        let mut built = Vec::new();
+        let mut stayed = 0;
+        for (i, endpoint) in profile.endpoints.iter().enumerate() {
+            // The running endpoint of that name: the same position unless endpoints moved.
+            let at = was_cfg.and_then(|r| {
+                if r.endpoints.get(i).is_some_and(|e| e.name == endpoint.name) {
+                    return Some(i);
+                }
+                let names = by_name.get_or_insert_with(|| {
+                    r.endpoints
+                        .iter()
+                        .enumerate()
+                        .map(|(j, e)| (e.name.as_str(), j))
+                        .collect()
+                });
+                names.get(endpoint.name.as_str()).copied()
+            });
+            let (Some(j), Some(w), Some(r), Some(oix)) = (at, was, was_cfg, oix) else {
+                let target = build_one(profile, endpoint, &entry, plan.profiles.len(), None, saved, next_id);
+                push_built(&mut plan, &mut entry, &mut built, target, &mut errors);
+                continue;
+            };
+            if untouched && r.endpoints[j] == *endpoint {
+                let stay = &mut plan.stay[oix];
+                if stay.is_empty() {
+                    stay.resize(w.owners.len(), false);
+                }
+                stay[j] = true;
+                stayed += 1;
+                plan.kept += 1;
+                entry.owners.push(w.owners[j]);
+                continue;
+            }
+            let running_target = old.targets.get(&w.owners[j]).map(|t| (w.owners[j], &**t));
+            let target = build_one(
+                profile,
+                endpoint,
+                &entry,
+                plan.profiles.len(),
+                running_target,
+                saved,
+                next_id,
+            );
+            push_built(&mut plan, &mut entry, &mut built, target, &mut errors);
+        }
+        let dirty = !built.is_empty() || was.is_none_or(|w| stayed != w.owners.len());
+        plan.profiles.push(Planned {
+            entry,
+            old: oix,
+            built,
+            dirty,
+        });
+    }
+    if !errors.is_empty() {
+        return Err(BuildError(errors));
+    }
+    plan.removed = old.targets.len() - plan.kept;
+    Ok(plan)
+}
+
+/// Counts a built target into the plan, or its error into `errors` (each message once).
+fn push_built(
+    plan: &mut Plan,
+    entry: &mut ProfileEntry,
+    built: &mut Vec<(OwnerId, Box<Target>)>,
+    target: Result<(OwnerId, bool, Box<Target>), String>,
+    errors: &mut Vec<String>,
+) {
+    match target {
+        Ok((id, kept, t)) => {
+            if kept {
+                plan.kept += 1;
+            } else {
+                plan.added += 1;
+            }
+            entry.owners.push(id);
+            built.push((id, t));
+        }
+        Err(e) => {
+            if !errors.contains(&e) {
+                errors.push(e);
+            }
+        }
+    }
+}
+
+/// A profile's entry for the new table: its settings, its nested endpoints (their last change
+/// carried), the API's enable/disable carried unless the file changed `enabled` itself.
+fn new_entry(config: &Config, profile: &Profile, was: Option<&ProfileEntry>, saved: &Saved) -> ProfileEntry {
+    let enabled_override = match was {
+        Some(p) => p.enabled_override.filter(|_| p.cfg.enabled == profile.enabled),
+        None => saved
+            .profiles
+            .get(&profile.name)
+            .copied()
+            .filter(|&e| e != profile.enabled),
+    };
+    let nested = profile
+        .nested
+        .iter()
+        .map(|n| NestedTarget {
+            cfg: n.clone(),
+            name: Arc::from(n.name.as_str()),
+            child: config
+                .profiles
+                .iter()
+                .position(|p| p.name == n.child)
+                .expect("validated: the child exists"),
+            status: EndpointStatus::Inactive,
+            eligible: false,
+            last_change: was
+                .and_then(|w| w.nested.iter().find(|o| o.cfg.name == n.name && o.cfg.child == n.child))
+                .and_then(|o| o.last_change.clone()),
+        })
+        .collect();
+    ProfileEntry {
+        cfg: profile.settings(),
+        nested,
+        enabled_override,
+        name: was.map_or_else(|| Arc::from(profile.name.as_str()), |w| w.name.clone()),
+        owners: Vec::with_capacity(profile.endpoints.len()),
+        counts: StatusCounts::default(),
+        status: ProfileStatus::Inactive,
+        fail_open: false,
+        behind: 0,
+    }
+}
+
+/// One endpoint's target, built anew: carrying over `running` (its running self, by name) when
+/// the check stays the same.
+fn build_one(
+    profile: &Profile,
+    endpoint: &Endpoint,
+    entry: &ProfileEntry,
+    profile_ix: usize,
+    running: Option<(OwnerId, &Target)>,
+    saved: &Saved,
+    next_id: &mut OwnerId,
+) -> Result<(OwnerId, bool, Box<Target>), String> {
+    let (check_key, spec) = CheckSpec::resolve(profile, endpoint).map_err(|e| e.to_string())?;
+    let thresholds = profile.health.thresholds;
+    let timing = ProbeTiming {
+        interval: profile.health.interval,
+        timeout: profile.health.timeout,
+    };
+    let start = match running.filter(|(_, t)| *t.check_key == *check_key) {
+        Some((id, t)) => carry_over(id, t, endpoint, thresholds, timing),
+        None => {
+            let id = *next_id;
+            *next_id += 1;
+            resume(id, saved, profile, endpoint, &check_key, timing)
+        }
+    };
+    let target = Box::new(Target {
+        profile: entry.name.clone(),
+        profile_ix: profile_ix as u32,
+        name: running.map_or_else(|| Arc::from(endpoint.name.as_str()), |(_, t)| t.name.clone()),
+        endpoint: endpoint.clone(),
+        profile_enabled: entry.enabled(),
+        config_admin: endpoint.state,
+        admin_override: start.admin_override,
+        spec: Arc::new(spec),
+        params: check_params(&profile.health),
+        check: None,
+        tracker: start.tracker,
+        last: start.last,
+        last_rtt: start.last_rtt,
+        last_change: start.last_change,
+        late_ns: 0,
+        status: EndpointStatus::Inactive,
+        eligible: false,
+        owned: true,
+        shard_key: crate::hash::stable(check_key.as_bytes()),
+        verdict_key: verdict_key(&profile.name, &endpoint.name, &check_key),
+        cluster_health: None,
+        cluster_sent: None,
+        check_key: Arc::from(check_key),
+    });
+    Ok((start.id, start.kept, target))
+}
+
+/// An endpoint that stays: its health and history carry over. The operator's API override
+/// stands unless the file changed that endpoint's admin state itself.
+fn carry_over(
+    id: OwnerId,
+    t: &Target,
+    endpoint: &Endpoint,
+    thresholds: crate::health::Thresholds,
+    timing: ProbeTiming,
+) -> Start {
+    let tracker = if t.tracker.thresholds() == thresholds && t.tracker.timing() == timing {
+        t.tracker.clone()
+    } else {
+        Tracker::resume(thresholds, timing, t.tracker.state())
+    };
+    Start {
+        id,
+        tracker,
+        last: t.last.clone(),
+        last_rtt: t.last_rtt,
+        last_change: t.last_change.clone(),
+        admin_override: t.admin_override.filter(|_| t.config_admin == endpoint.state),
+        kept: true,
+    }
+}
+
+/// A new endpoint: its saved state when the state file has the very same check.
+fn resume(
+    id: OwnerId,
+    saved: &Saved,
+    profile: &Profile,
+    endpoint: &Endpoint,
+    check_key: &str,
+    timing: ProbeTiming,
+) -> Start {
+    let saved = saved
+        .targets
+        .get(&(profile.name.clone(), endpoint.name.clone()))
+        .filter(|s| s.check == crate::hash::fingerprint(check_key));
+    Start {
+        id,
+        tracker: Tracker::resume(
+            profile.health.thresholds,
+            timing,
+            saved.map_or(Health::CheckingEndpoint, |s| s.health),
+        ),
+        last: None,
+        last_rtt: None,
+        last_change: saved.and_then(|s| s.last_change.clone()),
+        admin_override: saved.and_then(|s| s.admin_override),
+        kept: false,
+    }
+}
+
+impl Table {
+    /// Puts `plan` in place of what it replaces: running targets that neither stay nor carry
+    /// over are taken out (returned), the built ones go in (a replaced target's check moves to
+    /// its successor with the same id) and profiles take their new order, their aggregate state
+    /// carried. The caller settles the profiles `dirty` says once the checks are registered.
+    pub(crate) fn swap_in(&mut self, plan: Plan) -> Swapped {
+        let old_profiles = std::mem::take(&mut self.profiles);
+        let mut gone = Vec::new();
+        for (p, stay) in old_profiles.iter().zip(&plan.stay) {
+            for (j, id) in p.owners.iter().enumerate() {
+                if stay.get(j) != Some(&true) {
+                    gone.push((*id, self.targets.remove(id).expect("owners are targets")));
+                }
+            }
+        }
+        let replaced: crate::hash::FastMap<OwnerId, usize> =
+            gone.iter().enumerate().map(|(i, (id, _))| (*id, i)).collect();
+        let mut built = Vec::new();
+        let mut dirty = Vec::with_capacity(plan.profiles.len());
+        for (pix, planned) in plan.profiles.into_iter().enumerate() {
+            let mut entry = planned.entry;
+            if let Some(w) = planned.old.map(|o| &old_profiles[o]) {
+                (entry.counts, entry.status, entry.fail_open, entry.behind) =
+                    (w.counts, w.status, w.fail_open, w.behind);
+                if planned.old != Some(pix) {
+                    for id in &entry.owners {
+                        if let Some(t) = self.targets.get_mut(id) {
+                            t.profile_ix = pix as u32;
+                        }
+                    }
+                }
+            }
+            for (id, mut t) in planned.built {
+                let was = replaced.get(&id).map(|&i| {
+                    let before = &mut gone[i].1;
+                    t.check = before.check.take();
+                    before.should_probe()
+                });
+                built.push((id, was));
+                self.targets.insert(id, t);
+            }
+            dirty.push(planned.dirty);
+            self.profiles.push(entry);
+        }
+        self.parents.clear();
+        for (pix, p) in self.profiles.iter().enumerate() {
+            for (nix, n) in p.nested.iter().enumerate() {
+                self.parents.entry(n.child).or_default().push((pix, nix));
+            }
+        }
+        Swapped { gone, built, dirty }
+    }
+}
