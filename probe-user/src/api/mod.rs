@@ -641,6 +641,7 @@ mod tests {
         let entry = table.register();
         let control = Control {
             tx: tokio::sync::mpsc::channel(1).0,
+            config_path: None,
         };
         let access = Access {
             peer: Arc::new(auth::Peer::Unix(Some(auth::PeerCred {

@@ -77,6 +77,8 @@ pub(crate) struct SubscribeRequest {
 #[derive(Clone)]
 pub struct Control {
     pub(crate) tx: mpsc::Sender<Command>,
+    /// The file a reload without a config re-reads (`Options::config_path`).
+    pub(crate) config_path: Option<Arc<std::path::Path>>,
 }
 
 impl Control {
@@ -136,8 +138,20 @@ impl Control {
             .await
     }
 
-    /// Applies `config`, or re-reads the file the daemon was started with.
+    /// Applies `config`, or re-reads the file the daemon was started with. The file is read
+    /// and parsed here, on a blocking thread, not on the runner's: parsing a million endpoints
+    /// takes seconds, and the runner keeps probing meanwhile.
     pub async fn reload(&self, config: Option<Config>) -> Result<ReloadReport, RequestError> {
+        let config = match (config, &self.config_path) {
+            (None, Some(path)) => {
+                let path = path.clone();
+                let read = tokio::task::spawn_blocking(move || Config::load(&path))
+                    .await
+                    .map_err(|_| RequestError::Stopped)?;
+                Some(read?)
+            }
+            (config, _) => config,
+        };
         self.ask(|r| Command::Reload(config.map(Box::new), r)).await
     }
 

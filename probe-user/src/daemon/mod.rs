@@ -117,6 +117,7 @@ impl Daemon {
     /// Starts the runner with the given ports.
     pub fn start_with(config: Config, options: Options, ports: ports::Ports) -> Result<Daemon, DaemonError> {
         let (tx, rx) = mpsc::channel(64);
+        let config_path = options.config_path.as_deref().map(std::sync::Arc::from);
         let runner = runner::Runner::new(config, options, ports)?;
         let (stop, stop_rx) = oneshot::channel();
         let (done_tx, done) = oneshot::channel();
@@ -139,7 +140,7 @@ impl Daemon {
                 source,
             })?;
         Ok(Daemon {
-            control: Control { tx },
+            control: Control { tx, config_path },
             stop: Some(stop),
             done,
             thread: Some(thread),

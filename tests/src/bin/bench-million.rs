@@ -12,7 +12,8 @@
 //! other than open, lateness p50/p99 from the daemon's histogram, CPU per probe of the process
 //! and of the machine's softirq time (where the XDP and veth work lands), peak RSS (VmHWM), RSS
 //! at the window's end, and the kernel memory of the process's BPF maps (memlock in fdinfo), each per target. Last, a
-//! reload with 1% of the endpoints moved: time for `POST /v1/reload` to answer, and whether the
+//! reload with 1% of the endpoints moved: time for `POST /v1/reload` to answer, the lateness p99
+//! of the probes from its start to one interval after it (how long probing stood still), and whether the
 //! other endpoints kept their state; then how long the daemon takes to stop on SIGTERM.
 //!
 //! `PROBED_BIN` measures another build (before/after a change).
@@ -190,6 +191,8 @@ struct Row {
     hwm_kb: u64,
     maps_bytes: u64,
     reload_s: f64,
+    /// Lateness p99 of the probes from the reload's start to one interval after its end.
+    reload_p99_ms: f64,
     reload_kept: bool,
     /// From SIGTERM to exit.
     stop_s: f64,
@@ -252,12 +255,16 @@ fn measure(n: usize, a: &Args, bin: &Path) -> Row {
     let maps_bytes = map_memory(proc.pid());
     // A reload with 1% of the endpoints moved: the others must keep their state (online).
     std::fs::write(&path, config(&files, n, a.interval_s, true)).unwrap();
+    let m_reload = metrics();
     let t = Instant::now();
     let reloaded = call_within(&api, "POST", "/v1/reload", START_LIMIT);
     let reload_s = t.elapsed().as_secs_f64();
     if let Err(e) = &reloaded {
         eprintln!("  reload failed: {e}");
     }
+    // The probes due while the runner applied it, and one interval after: how late they left.
+    std::thread::sleep(Duration::from_secs(a.interval_s));
+    let reload_p99_ms = histogram_quantile_between(&m_reload, &metrics(), LATENESS, 0.99) * 1e3;
     let kept = reloaded.is_ok() && call(&api, "GET", "/v1/status/svc0/e1").is_ok_and(|b| b.contains("\"Online\""));
     let hwm_kb = status_kb(proc.pid(), "VmHWM:");
     let stop_s = proc.terminate(START_LIMIT).map_or(f64::INFINITY, |t| t.as_secs_f64());
@@ -276,6 +283,7 @@ fn measure(n: usize, a: &Args, bin: &Path) -> Row {
         hwm_kb,
         maps_bytes,
         reload_s,
+        reload_p99_ms,
         reload_kept: kept,
         stop_s,
     }
@@ -283,7 +291,7 @@ fn measure(n: usize, a: &Args, bin: &Path) -> Row {
 
 fn print_row(r: &Row) {
     println!(
-        "| {} | {:.1} s | {:.1} s | {:.0} | {:.0} | <= {} ms | <= {} ms | {:.2} µs | {:.2} µs | {} MiB | {:.0} B | {} MiB | {} MiB | {} MiB | {:.0} B | {:.1} s | {} | {:.1} s |",
+        "| {} | {:.1} s | {:.1} s | {:.0} | {:.0} | <= {} ms | <= {} ms | {:.2} µs | {:.2} µs | {} MiB | {:.0} B | {} MiB | {} MiB | {} MiB | {:.0} B | {:.1} s | <= {} ms | {} | {:.1} s |",
         r.n,
         r.load_s,
         r.first_round_s,
@@ -300,6 +308,7 @@ fn print_row(r: &Row) {
         r.maps_bytes >> 20,
         r.maps_bytes as f64 / r.n as f64,
         r.reload_s,
+        r.reload_p99_ms,
         if r.reload_kept { "yes" } else { "no" },
         r.stop_s,
     );
@@ -316,9 +325,9 @@ fn main() {
     );
     println!(
         "| targets | config loaded | every target probed | probes/s | not open | lateness p50 | p99 | \
-         CPU/probe process | softirq/probe | peak RSS | RSS/target | RSS after the window | peak RSS with the reload | BPF maps | maps/target | reload 1% | others kept | stop |"
+         CPU/probe process | softirq/probe | peak RSS | RSS/target | RSS after the window | peak RSS with the reload | BPF maps | maps/target | reload 1% | lateness p99 around it | others kept | stop |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|");
     // Each row as soon as it is measured: a larger fleet that fails does not take the others.
     for &n in &a.sizes {
         eprintln!("{n} targets ...");
