@@ -29,7 +29,14 @@ impl Runner {
                 let _ = reply.send(self.cluster_view().ok_or(super::control::RequestError::NoCluster));
             }
             Command::Select(p, query, reply) => {
-                let _ = reply.send(select::select(&self.table, &self.regions, &mut self.rng, &p, query));
+                let _ = reply.send(select::select(
+                    &self.table,
+                    &self.config,
+                    &self.regions,
+                    &mut self.rng,
+                    &p,
+                    query,
+                ));
             }
             Command::SetAdmin(p, e, state, reply) => {
                 let _ = reply.send(self.set_admin(&p, &e, state));

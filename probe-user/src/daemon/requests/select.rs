@@ -5,6 +5,7 @@
 use std::net::IpAddr;
 
 use crate::{
+    config::Config,
     daemon::{
         control::{RequestError, SelectQuery},
         table::Table,
@@ -17,6 +18,7 @@ use crate::{
 
 pub(super) fn select(
     table: &Table,
+    config: &Config,
     regions: &Regions,
     rng: &mut SplitMix64,
     profile: &str,
@@ -32,7 +34,7 @@ pub(super) fn select(
         region: region.as_deref(),
         family: query.family,
     };
-    let picked = pick(table, ix, &ask, rng, 0);
+    let picked = pick(table, config, ix, &ask, rng, 0);
     Ok(SelectView {
         profile: profile.into(),
         source: query.source.to_string(),
@@ -45,21 +47,32 @@ pub(super) fn select(
 
 /// What profile `ix` answers `query` with: (endpoint, address) pairs, best first; a nested
 /// endpoint's are its child's answer, named `nested/child-endpoint`.
-fn pick(table: &Table, ix: usize, query: &Query<'_>, rng: &mut SplitMix64, depth: usize) -> Vec<(String, IpAddr)> {
+fn pick(
+    table: &Table,
+    config: &Config,
+    ix: usize,
+    query: &Query<'_>,
+    rng: &mut SplitMix64,
+    depth: usize,
+) -> Vec<(String, IpAddr)> {
     let entry = &table.profiles[ix];
+    // The running config made the table: its endpoints line up with the owners.
+    let endpoints = &config.profiles[ix].endpoints;
+    debug_assert_eq!(endpoints.len(), entry.owners.len());
     if depth > status::select::MAX_NESTING {
         return Vec::new();
     }
     let targets: Vec<_> = entry.owners.iter().map(|id| &table.targets[id]).collect();
     let candidates: Vec<Candidate<'_>> = targets
         .iter()
-        .map(|t| Candidate {
+        .zip(endpoints)
+        .map(|(t, e)| Candidate {
             family: Some(Family::of(t.endpoint.address)),
             status: t.status,
             priority: t.endpoint.priority,
             weight: t.endpoint.weight,
-            subnets: &t.endpoint.subnets,
-            region: t.endpoint.region.as_deref(),
+            subnets: &e.subnets,
+            region: e.region.as_deref(),
             rtt: t.last_rtt,
         })
         .chain(entry.nested.iter().map(|n| Candidate {
@@ -82,7 +95,7 @@ fn pick(table: &Table, ix: usize, query: &Query<'_>, rng: &mut SplitMix64, depth
             Some(t) => out.push((t.name.to_string(), t.endpoint.address)),
             None => {
                 let n = &entry.nested[i - targets.len()];
-                for (name, address) in pick(table, n.child, query, rng, depth + 1) {
+                for (name, address) in pick(table, config, n.child, query, rng, depth + 1) {
                     out.push((format!("{}/{name}", n.name), address));
                 }
             }

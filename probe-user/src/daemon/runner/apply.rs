@@ -257,7 +257,8 @@ impl Runner {
             key: t.check_key.clone(),
             spec: t.spec.clone(),
         };
-        match self.sched.add(owner, key, t.params, now) {
+        let params = crate::daemon::table::check_params(&self.table.profiles[t.profile_ix as usize].cfg.health);
+        match self.sched.add(owner, key, params, now) {
             Ok(id) => t.check = Some(id),
             Err(e) => log::error!("cannot schedule {}: {e}", t.check_key),
         }

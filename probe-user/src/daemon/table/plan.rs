@@ -7,7 +7,7 @@
 //! fail: a plan that does not resolve leaves the running table as it was.
 use std::{collections::HashMap, sync::Arc};
 
-use super::{check_params, verdict_key, BuildError, NestedTarget, OwnerId, ProfileEntry, Table, Target};
+use super::{verdict_key, Brief, BuildError, NestedTarget, OwnerId, ProfileEntry, Table, Target};
 use crate::{
     config::{Config, Endpoint, Profile},
     daemon::{checks::CheckSpec, state::Saved},
@@ -272,12 +272,11 @@ fn build_one(
         profile: entry.name.clone(),
         profile_ix: profile_ix as u32,
         name: running.map_or_else(|| Arc::from(endpoint.name.as_str()), |(_, t)| t.name.clone()),
-        endpoint: endpoint.clone(),
+        endpoint: Brief::of(endpoint),
         profile_enabled: entry.enabled(),
         config_admin: endpoint.state,
         admin_override: start.admin_override,
         spec: Arc::new(spec),
-        params: check_params(&profile.health),
         check: None,
         tracker: start.tracker,
         last: start.last,
