@@ -280,6 +280,15 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
         self.wheel.len()
     }
 
+    /// Makes room for `additional` more checks at once: at a million, growing a step at a time
+    /// copies (and faults in) every table several times over.
+    pub fn reserve(&mut self, additional: usize) {
+        let more = additional.saturating_sub(self.free.len());
+        self.entries.reserve(more);
+        self.by_key.reserve(additional);
+        self.wheel.reserve(self.entries.len() + more);
+    }
+
     /// Registers `owner`'s interest in the check `key`. The first owner creates the check, with
     /// its first probe spread over the interval from `now_ns`; later owners share it.
     pub fn add(&mut self, owner: O, key: K, params: CheckParams, now_ns: u64) -> Result<CheckId, ScheduleError> {

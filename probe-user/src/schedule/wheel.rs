@@ -60,6 +60,11 @@ impl Wheel {
         }
     }
 
+    /// Makes room for indices below `indices`.
+    pub fn reserve(&mut self, indices: usize) {
+        self.links.reserve(indices.saturating_sub(self.links.len()));
+    }
+
     /// Number of scheduled entries.
     pub fn len(&self) -> usize {
         self.len

@@ -41,6 +41,7 @@ impl Runner {
             .map(|p| (p.name.clone(), p.status, p.fail_open))
             .collect();
         let swapped = self.table.swap_in(plan);
+        self.sched.reserve(swapped.built.len());
         for (id, t) in &swapped.gone {
             // A check that did not move to a successor ends with its target.
             if let Some(check) = t.check {

@@ -365,7 +365,9 @@ impl Table {
         }
         let replaced: crate::hash::FastMap<OwnerId, usize> =
             gone.iter().enumerate().map(|(i, (id, _))| (*id, i)).collect();
-        let mut built = Vec::new();
+        let built_count = plan.profiles.iter().map(|p| p.built.len()).sum();
+        self.targets.reserve(built_count);
+        let mut built = Vec::with_capacity(built_count);
         let mut dirty = Vec::with_capacity(plan.profiles.len());
         for (pix, planned) in plan.profiles.into_iter().enumerate() {
             let mut entry = planned.entry;
