@@ -34,6 +34,19 @@ impl Config {
     pub fn profile(&self, name: &str) -> Option<&Profile> {
         self.profiles.iter().find(|p| p.name == name)
     }
+
+    /// A copy of everything but the profiles: the daemon's own settings, cheap to copy at any
+    /// fleet size.
+    pub fn without_profiles(&self) -> Config {
+        Config {
+            daemon: self.daemon.clone(),
+            source: self.source.clone(),
+            profiles: Vec::new(),
+            sinks: self.sinks.clone(),
+            dns: self.dns.clone(),
+            cluster: self.cluster.clone(),
+        }
+    }
 }
 
 /// `[daemon]`.

@@ -245,13 +245,16 @@ impl Runner {
             next_watchdog_ns: now + watchdog::EVERY_NS,
             options,
             ports,
-            config: config.clone(),
+            // The runner's copy: a second one of a million endpoints would be 150 MB more at
+            // the start, when the memory in use peaks.
+            config,
         };
-        runner.ensure_l4(&config, first_l4(plan.built(), &config))?;
-        let sinks = runner.prepare_sinks(&config.sinks)?;
+        let settings = runner.config.without_profiles();
+        runner.ensure_l4(&settings, first_l4(plan.built(), &settings))?;
+        let sinks = runner.prepare_sinks(&settings.sinks)?;
         runner.apply(plan);
         runner.start_cluster()?;
-        runner.start_sinks(&config.sinks, sinks);
+        runner.start_sinks(&settings.sinks, sinks);
         runner.start_dns()?;
         // After the first table: the events file records changes, not the starting state.
         let events = runner.changes.subscribe("events", QUEUE_CAPACITY);
