@@ -37,7 +37,7 @@ impl Cadence {
 }
 
 /// Timing of one check. Left at `None`/0, the extras keep the SPEC windows exact.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CheckParams {
     /// Gap between the end of one probe and the start of the next.
     pub interval: Duration,
@@ -223,7 +223,8 @@ impl<O: PartialEq> Owners<O> {
 struct Check<K, O> {
     key: K,
     owners: Owners<O>,
-    params: CheckParams,
+    /// Its timing, in `Scheduler::params`.
+    params: u32,
     /// Handed out by `pop_due` and not yet `completed`; never in the wheel meanwhile.
     in_flight: bool,
 }
@@ -245,6 +246,10 @@ pub struct Scheduler<K, O> {
     entries: Vec<Entry<K, O>>,
     free: Vec<u32>,
     by_key: HashMap<K, u32>,
+    /// The distinct timings of the checks, each stored once (a configuration has a handful;
+    /// at a million checks a copy in each was 72 MB), and their index. Never shrinks.
+    params: Vec<CheckParams>,
+    params_ix: HashMap<CheckParams, u32>,
     rng: SplitMix64,
     /// Position in a golden-ratio sequence, so first probes fill the interval evenly.
     spread: u64,
@@ -259,6 +264,8 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
             entries: Vec::new(),
             free: Vec::new(),
             by_key: HashMap::new(),
+            params: Vec::new(),
+            params_ix: HashMap::new(),
             rng: SplitMix64(config.seed),
             spread: 0,
             live: 0,
@@ -299,13 +306,14 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
                 .check
                 .as_mut()
                 .expect("keyed checks are live");
-            if check.params != params {
+            if self.params[check.params as usize] != params {
                 return Err(ScheduleError::ParamsConflict { id });
             }
             check.owners.add(owner);
             return Ok(id);
         }
         let index = self.allocate()?;
+        let params = self.intern(params);
         self.entries[index as usize].check = Some(Check {
             key: key.clone(),
             owners: Owners::One(owner),
@@ -361,7 +369,18 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
     }
 
     pub fn params(&self, id: CheckId) -> Option<&CheckParams> {
-        self.check(id).ok().map(|c| &c.params)
+        self.check(id).ok().map(|c| &self.params[c.params as usize])
+    }
+
+    /// The index of `params` in `self.params`, added if new.
+    fn intern(&mut self, params: CheckParams) -> u32 {
+        if let Some(&ix) = self.params_ix.get(&params) {
+            return ix;
+        }
+        let ix = u32::try_from(self.params.len()).expect("fewer timings than checks");
+        self.params.push(params);
+        self.params_ix.insert(params, ix);
+        ix
     }
 
     /// When the check is next due, if it is waiting in the wheel.
@@ -409,7 +428,8 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
             return Err(ScheduleError::NotInFlight { id });
         }
         check.in_flight = false;
-        let params = check.params;
+        let ix = check.params as usize;
+        let params = self.params[ix];
         let gap = nanos(params.gap(cadence));
         let jitter = self
             .rng
@@ -421,7 +441,7 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
 
     fn schedule_first(&mut self, index: u32, now_ns: u64) {
         let check = self.entries[index as usize].check.as_ref().expect("live");
-        let params = check.params;
+        let params = self.params[check.params as usize];
         let interval = nanos(params.interval);
         let offset = if self.config.spread_first {
             self.spread = self.spread.wrapping_add(GOLDEN_GAMMA);

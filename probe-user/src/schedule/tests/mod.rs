@@ -224,6 +224,28 @@ fn fastinter_shortens_the_window_it_is_meant_to_shorten() {
 }
 
 #[test]
+fn each_distinct_timing_is_stored_once_and_every_check_keeps_its_own() {
+    let mut sched = sched();
+    let (slow, fast) = (CheckParams::new(ms(2_000)), CheckParams::new(ms(500)));
+    let ids: Vec<CheckId> = (0..1000u32)
+        .map(|port| sched.add("p", port, if port % 2 == 0 { slow } else { fast }, 0).unwrap())
+        .collect();
+    assert_eq!(sched.params.len(), 2, "two timings, each once");
+    for (port, id) in ids.iter().enumerate() {
+        let want = if port % 2 == 0 { slow } else { fast };
+        assert_eq!(sched.params(*id), Some(&want));
+    }
+    // Each probe is spaced by its own check's interval.
+    let probes = drive(&mut sched, 10 * S, |_, _| MS);
+    assert!((4..=5).contains(&probes[&ids[0]].len()), "{}", probes[&ids[0]].len());
+    assert!((19..=20).contains(&probes[&ids[1]].len()), "{}", probes[&ids[1]].len());
+    // A check gone leaves its timing for the next one that needs it.
+    assert_eq!(sched.remove(&"p", ids[0]), Ok(true));
+    sched.add("q", 5000, slow, 0).unwrap();
+    assert_eq!(sched.params.len(), 2);
+}
+
+#[test]
 fn identical_checks_are_scheduled_once_and_owned_by_all() {
     let mut sched = sched();
     let params = CheckParams::new(ms(1_000));
