@@ -228,7 +228,11 @@ fn each_distinct_timing_is_stored_once_and_every_check_keeps_its_own() {
     let mut sched = sched();
     let (slow, fast) = (CheckParams::new(ms(2_000)), CheckParams::new(ms(500)));
     let ids: Vec<CheckId> = (0..1000u32)
-        .map(|port| sched.add("p", port, if port % 2 == 0 { slow } else { fast }, 0).unwrap())
+        .map(|port| {
+            sched
+                .add("p", port, if port % 2 == 0 { slow } else { fast }, 0)
+                .unwrap()
+        })
         .collect();
     assert_eq!(sched.params.len(), 2, "two timings, each once");
     for (port, id) in ids.iter().enumerate() {
