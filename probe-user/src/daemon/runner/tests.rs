@@ -166,6 +166,14 @@ fn profile_changes(changes: &[Change]) -> Vec<&ProfileChange> {
 }
 
 const OPEN: fn(SocketAddr) -> L4Outcome = |_| L4Outcome::Open;
+/// Probes of port 80 time out, the others find it open.
+const ONLY_PORT_80_FAILS: fn(SocketAddr) -> L4Outcome = |t| {
+    if t.port() == 80 {
+        L4Outcome::Timeout
+    } else {
+        L4Outcome::Open
+    }
+};
 
 #[test]
 fn probes_go_through_the_port_and_verdicts_become_changes() {
@@ -251,13 +259,7 @@ fn fail_open_flips_the_eligibility_of_every_degraded_endpoint() {
     h.run_for(4000, OPEN);
     h.changes();
     // a fails: Degraded and out of rotation, b carries the traffic.
-    h.run_for(4000, |t| {
-        if t.port() == 80 {
-            L4Outcome::Timeout
-        } else {
-            L4Outcome::Open
-        }
-    });
+    h.run_for(4000, ONLY_PORT_80_FAILS);
     assert_eq!(
         (h.status("a"), h.status("b")),
         ((S::Degraded, false), (S::Online, true))
@@ -283,13 +285,7 @@ fn fail_open_flips_the_eligibility_of_every_degraded_endpoint() {
     assert_eq!(profile.len(), 1);
     assert!(profile[0].fail_open);
     // b recovers: fail-open ends and a leaves rotation again.
-    h.run_for(4000, |t| {
-        if t.port() == 80 {
-            L4Outcome::Timeout
-        } else {
-            L4Outcome::Open
-        }
-    });
+    h.run_for(4000, ONLY_PORT_80_FAILS);
     assert_eq!(
         (h.status("a"), h.status("b")),
         ((S::Degraded, false), (S::Online, true))
@@ -575,13 +571,7 @@ fn a_reload_leaves_the_endpoints_it_does_not_change_untouched() {
 #[test]
 fn a_reload_that_leaves_only_degraded_endpoints_turns_fail_open_on_for_the_untouched_ones() {
     let mut h = Harness::new("reload-fail-open", &[("a", 80), ("b", 81)]);
-    h.run_for(4000, |t| {
-        if t.port() == 80 {
-            L4Outcome::Timeout
-        } else {
-            L4Outcome::Open
-        }
-    });
+    h.run_for(4000, ONLY_PORT_80_FAILS);
     assert_eq!(
         (h.status("a"), h.status("b")),
         ((S::Degraded, false), (S::Online, true))

@@ -46,7 +46,7 @@ pub(crate) struct Target {
     /// How late its last probe started after its due time (the scheduler's send plus any wait
     /// for an HTTP slot): beyond `pace::BEHIND_NS` its windows no longer hold.
     pub late_ns: u64,
-    /// The status and eligibility last published for it (see `Table::settle`).
+    /// The status and eligibility last published for it (see `Table::settle_some`).
     pub status: EndpointStatus,
     pub eligible: bool,
     /// With `[cluster]`: whether this node is one of the check's k probers (always without).
@@ -225,9 +225,8 @@ impl NestedTarget {
 /// One profile: its config, its endpoints in config order, and the aggregate of their
 /// statuses (nested endpoints included), kept in step one change at a time.
 pub(crate) struct ProfileEntry {
-    /// Its configuration without the endpoints (`endpoints` is empty): the targets hold
-    /// those, and a third copy of every endpoint (beside the config's and the target's) cost
-    /// ~180 B per endpoint at a million.
+    /// Its settings: its configuration without the endpoints (`endpoints` is empty; the
+    /// running config has them, lined up with `owners`).
     pub cfg: Profile,
     /// Its nested endpoints, after the plain ones.
     pub nested: Vec<NestedTarget>,
