@@ -92,6 +92,27 @@ fn wait_exit(p: &mut Proc, why: &str) -> std::process::ExitStatus {
     }
 }
 
+/// Waits (at most 5 s) until `sig` is blocked or caught by `p`, as /proc says.
+fn wait_until_served(p: &Proc, sig: libc::c_int) {
+    let bit = 1u64 << (sig - 1);
+    let has = |status: &str, field: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .is_some_and(|mask| mask & bit != 0)
+    };
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", p.0.id())).unwrap_or_default();
+        if has(&status, "SigBlk:") || has(&status, "SigCgt:") {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    panic!("probed neither blocked nor caught signal {sig} within 5 s");
+}
+
 fn signal(p: &Proc, sig: libc::c_int) {
     // SAFETY: kill(2) on the pid of a child we own and have not reaped.
     assert_eq!(unsafe { libc::kill(p.0.id() as i32, sig) }, 0);
@@ -223,11 +244,19 @@ fn a_sighup_during_start_is_not_fatal_and_readiness_is_notified() {
     notify.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let log = files.dir.join("stderr.log");
     let mut daemon = spawn_notified(&topo.prober, &files.config_path(), &notify_path, &log);
-    // A reload asked for while the daemon is still starting (systemd's ExecReload, say).
-    std::thread::sleep(Duration::from_millis(10));
+    // A reload asked for while the daemon is still starting (systemd's ExecReload, say): once
+    // `main` holds SIGHUP blocked, or has its handler. (Before `main` runs, nothing can serve
+    // a signal; a fixed 10 ms wait sometimes landed there on a busy machine.)
+    wait_until_served(&daemon, libc::SIGHUP);
     signal(&daemon, libc::SIGHUP);
     let mut buf = [0u8; 64];
-    let n = notify.recv(&mut buf).expect("READY=1 within 10 s");
+    let n = notify.recv(&mut buf).unwrap_or_else(|e| {
+        panic!(
+            "READY=1 within 10 s: {e}; probed {:?}; its log:\n{}",
+            daemon.0.try_wait(),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    });
     assert_eq!(&buf[..n], b"READY=1");
     assert!(
         daemon.0.try_wait().unwrap().is_none(),
