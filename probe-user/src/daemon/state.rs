@@ -6,6 +6,7 @@
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use serde::{Deserialize, Serialize};
@@ -25,8 +26,9 @@ pub const MAX_CLOCK_SKEW_MS: u64 = 60 * 1000;
 /// What is kept of one endpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SavedTarget {
-    pub profile: String,
-    pub endpoint: String,
+    /// Shared with the table's target: a snapshot of a million endpoints copies no names.
+    pub profile: Arc<str>,
+    pub endpoint: Arc<str>,
     /// The check key's fingerprint (`hash::fingerprint`): health is resumed only for the very
     /// same check. A fingerprint, not the key, because the key holds request headers.
     pub check: String,
@@ -57,8 +59,8 @@ struct StateFile {
 /// What a restart resumes.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Saved {
-    /// By (profile, endpoint).
-    pub targets: HashMap<(String, String), SavedTarget>,
+    /// By profile, then endpoint (looked up by `&str`, without copying names).
+    pub targets: HashMap<Arc<str>, HashMap<Arc<str>, SavedTarget>>,
     /// The API's profile overrides: enabled or not, by profile name.
     pub profiles: HashMap<String, bool>,
 }
@@ -66,6 +68,11 @@ pub struct Saved {
 impl Saved {
     pub fn is_empty(&self) -> bool {
         self.targets.is_empty() && self.profiles.is_empty()
+    }
+
+    /// What was saved of `endpoint` of `profile`.
+    pub fn target(&self, profile: &str, endpoint: &str) -> Option<&SavedTarget> {
+        self.targets.get(profile)?.get(endpoint)
     }
 }
 
@@ -107,11 +114,12 @@ pub fn load(path: &Path, now_unix_ms: u64) -> Saved {
         return Saved::default();
     }
     Saved {
-        targets: file
-            .targets
-            .into_iter()
-            .map(|t| ((t.profile.clone(), t.endpoint.clone()), t))
-            .collect(),
+        targets: file.targets.into_iter().fold(HashMap::new(), |mut by, t| {
+            by.entry(t.profile.clone())
+                .or_insert_with(HashMap::new)
+                .insert(t.endpoint.clone(), t);
+            by
+        }),
         profiles: file.profiles.into_iter().map(|p| (p.profile, p.enabled)).collect(),
     }
 }
@@ -153,8 +161,8 @@ fn parse(text: &str) -> Result<StateFile, String> {
                     .targets
                     .into_iter()
                     .map(|t| SavedTarget {
-                        profile: t.profile,
-                        endpoint: t.endpoint,
+                        profile: t.profile.into(),
+                        endpoint: t.endpoint.into(),
                         // Version 1 stored the key itself.
                         check: crate::hash::fingerprint(&t.check),
                         health: t.health,
@@ -346,10 +354,7 @@ mod tests {
         };
         save(&path, vec![target(Health::Healthy)], vec![off], 1_000_000).unwrap();
         let got = load(&path, 1_000_500);
-        assert_eq!(
-            got.targets[&("web".to_string(), "a".to_string())],
-            target(Health::Healthy)
-        );
+        assert_eq!(*got.target("web", "a").expect("saved"), target(Health::Healthy));
         assert!(!got.profiles["web"], "the profile override comes back");
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(
@@ -368,7 +373,7 @@ mod tests {
             "last_change":{"at_unix_ms":999000,"from":"CheckingEndpoint","to":"Healthy",
             "measured_window_ms":1.0,"formula_window_ms":1.0}}]}"#;
         std::fs::write(&path, v1).unwrap();
-        let migrated = load(&path, 1_000_500).targets[&("web".to_string(), "a".to_string())].clone();
+        let migrated = load(&path, 1_000_500).target("web", "a").expect("migrated").clone();
         assert_eq!(
             migrated,
             SavedTarget {

@@ -85,8 +85,8 @@ impl Snapshot {
 
 fn saved(t: &Target) -> SavedTarget {
     SavedTarget {
-        profile: t.profile.to_string(),
-        endpoint: t.name.to_string(),
+        profile: t.profile.clone(),
+        endpoint: t.name.clone(),
         check: crate::hash::fingerprint(&t.check_key),
         health: t.health(),
         admin_override: t.admin_override,

@@ -330,8 +330,7 @@ fn resume(
     timing: ProbeTiming,
 ) -> Start {
     let saved = saved
-        .targets
-        .get(&(profile.name.clone(), endpoint.name.clone()))
+        .target(&profile.name, &endpoint.name)
         .filter(|s| s.check == crate::hash::fingerprint(check_key));
     Start {
         id,
