@@ -45,18 +45,13 @@ impl Runner {
         for (id, t) in &swapped.gone {
             // A check that did not move to a successor ends with its target.
             if let Some(check) = t.check {
-                self.epoch += 1;
-                let _ = self.sched.remove(id, check);
+                self.drop_check(*id, check);
             }
         }
         for &(id, was_probed) in &swapped.built {
             let t = self.table.targets.get_mut(&id).expect("built targets are in the table");
             match (t.check, t.should_probe()) {
-                (Some(check), false) => {
-                    t.check = None;
-                    self.epoch += 1;
-                    let _ = self.sched.remove(&id, check);
-                }
+                (Some(_), false) => self.unregister(id),
                 (None, true) => {
                     // A target that was known but not probed comes back: SPEC "re-enabled
                     // starts in CheckingEndpoint". A new or resumed one keeps what the plan
@@ -132,6 +127,12 @@ impl Runner {
         now: u64,
     ) {
         let at_unix_ms = self.ports.clock.unix_ms();
+        // By name, once: thousands of profiles looked up in a list, each, were millions of
+        // comparisons per reload.
+        let before_of: HashMap<&str, (ProfileStatus, bool)> = profiles_before
+            .iter()
+            .map(|(name, status, open)| (&**name, (*status, *open)))
+            .collect();
         let mut changes = Vec::new();
         // By name: a start builds every target and has nothing gone to look up.
         let built: FastMap<Name, OwnerId> = if swapped.gone.is_empty() {
@@ -197,12 +198,11 @@ impl Runner {
             publish(t, was.map(|(_, state)| state));
         }
         // An untouched endpoint's own inputs are the same; only its profile's fail-open can
-        // move its eligibility.
+        // move its eligibility (through its own endpoints or a nested one's child).
         let flipped: Vec<(usize, bool)> = (self.table.profiles.iter().enumerate())
-            .filter(|(pix, _)| swapped.dirty[*pix])
             .filter_map(|(pix, p)| {
-                let (_, _, open) = profiles_before.iter().find(|(name, ..)| *name == p.name)?;
-                (*open != p.fail_open).then_some((pix, *open))
+                let &(_, open) = before_of.get(&*p.name)?;
+                (open != p.fail_open).then_some((pix, open))
             })
             .collect();
         if !flipped.is_empty() {
@@ -221,21 +221,22 @@ impl Runner {
             }
         }
         for p in &self.table.profiles {
-            let was = profiles_before.iter().find(|(name, ..)| *name == p.name);
-            if was.is_some_and(|(_, status, open)| *status == p.status && *open == p.fail_open) {
+            let was = before_of.get(&*p.name);
+            if was == Some(&(p.status, p.fail_open)) {
                 continue;
             }
             changes.push(Change::Profile(ProfileChange {
                 seq: 0,
                 at_unix_ms,
                 profile: p.name.clone(),
-                from: was.map(|(_, status, _)| *status),
+                from: was.map(|(status, _)| *status),
                 to: Some(p.status),
                 fail_open: p.fail_open,
             }));
         }
+        let live: HashSet<&str> = self.table.profiles.iter().map(|p| &*p.name).collect();
         for (name, status, _) in profiles_before {
-            if self.table.profile(name).is_none() {
+            if !live.contains(&**name) {
                 changes.push(Change::Profile(ProfileChange {
                     seq: 0,
                     at_unix_ms,
@@ -275,6 +276,12 @@ impl Runner {
         };
         // Not probed any more: it is not behind schedule either.
         super::pace::note_late(&mut self.table.profiles, t, 0);
+        self.drop_check(owner, id);
+    }
+
+    /// Takes `owner` off check `id` in the scheduler (the check goes with its last owner).
+    fn drop_check(&mut self, owner: OwnerId, id: crate::schedule::CheckId) {
+        self.epoch += 1;
         let _ = self.sched.remove(&owner, id);
     }
 }
