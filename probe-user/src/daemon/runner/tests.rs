@@ -509,6 +509,16 @@ fn target_at(h: &Harness, endpoint: &str) -> (u64, *const crate::daemon::table::
     (id, &raw const *h.runner.table.targets[&id])
 }
 
+/// Every profile's counts are those of its endpoints' statuses, nested ones included.
+fn assert_counts(runner: &Runner) {
+    for p in &runner.table.profiles {
+        let statuses: Vec<S> = (p.owners.iter().map(|id| runner.table.targets[id].status))
+            .chain(p.nested.iter().map(|n| n.status))
+            .collect();
+        assert_eq!(p.counts, crate::status::StatusCounts::of(&statuses), "{}", p.name);
+    }
+}
+
 /// Every target's profile index names the profile that owns it.
 fn assert_profile_indices(runner: &Runner) {
     for (pix, p) in runner.table.profiles.iter().enumerate() {
@@ -531,6 +541,7 @@ fn a_reload_leaves_the_endpoints_it_does_not_change_untouched() {
     let b = target_at(&h, "b").0;
     let report = h.reload(&[("a", 80), ("b", 81), ("c", 80)]).expect("applied");
     assert_eq!((report.kept, report.added, report.removed), (2, 1, 1));
+    assert_counts(&h.runner);
     assert_eq!(
         (target_at(&h, "a"), target_at(&h, "c")),
         (a, c),
@@ -599,6 +610,39 @@ fn a_reload_that_leaves_only_degraded_endpoints_turns_fail_open_on_for_the_untou
     h.reload(&[("a", 80), ("b", 81)]).expect("applied");
     assert_eq!(h.status("a"), (S::Degraded, false));
     assert!(!h.profile().1, "fail-open ends");
+}
+
+#[test]
+fn a_reload_of_a_child_profile_that_turns_its_parents_fail_open_on_publishes_the_parents_endpoints() {
+    let mut h = Harness::new("reload-nested-fail-open", &[("a", 80)]);
+    // web: a (port 80, failing) and eu-pool, nested from eu (ports 90 and 91, answering).
+    let dir = h.dir.clone();
+    let text = |child_ports: &[u16]| {
+        let mut t = config_text(&dir, &[("a", 80)])
+            + "\n[[profile.endpoint]]\nname = \"eu-pool\"\nprofile = \"eu\"\nmin_child_endpoints = 2\n"
+            + "\n[[profile]]\nname = \"eu\"\ndialect = \"lb\"\n\n[profile.health]\nprotocol = \"tcp\"\n\
+               interval = \"1s\"\ntimeout = \"500ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n";
+        for (i, port) in child_ports.iter().enumerate() {
+            t += &format!("\n[[profile.endpoint]]\nname = \"e{i}\"\naddress = \"198.18.2.{i}\"\nport = {port}\n");
+        }
+        t
+    };
+    h.runner.reload(Some(parse(&text(&[90, 91])))).expect("applied");
+    h.run_for(4000, ONLY_PORT_80_FAILS);
+    assert_eq!(h.status("a"), (S::Degraded, false), "eu-pool carries web");
+    h.changes();
+    let a = target_at(&h, "a");
+    // Only eu changes: one endpoint fewer than eu-pool needs, so web's pool is all Degraded
+    // and a, untouched in an unchanged profile, answers again.
+    h.runner.reload(Some(parse(&text(&[90])))).expect("applied");
+    assert_eq!(target_at(&h, "a"), a);
+    assert_counts(&h.runner);
+    assert_eq!(h.status("a"), (S::Degraded, true));
+    let changes = h.changes();
+    assert!(
+        endpoint_changes(&changes).contains(&("a", ChangeKind::Config, Some(S::Degraded), Some(S::Degraded), true)),
+        "{changes:#?}"
+    );
 }
 
 #[test]

@@ -215,19 +215,22 @@ fn new_entry(config: &Config, profile: &Profile, was: Option<&ProfileEntry>, sav
     let nested = profile
         .nested
         .iter()
-        .map(|n| NestedTarget {
-            cfg: n.clone(),
-            name: Arc::from(n.name.as_str()),
-            child: config
-                .profiles
-                .iter()
-                .position(|p| p.name == n.child)
-                .expect("validated: the child exists"),
-            status: EndpointStatus::Inactive,
-            eligible: false,
-            last_change: was
-                .and_then(|w| w.nested.iter().find(|o| o.cfg.name == n.name && o.cfg.child == n.child))
-                .and_then(|o| o.last_change.clone()),
+        .map(|n| {
+            // Its running self keeps its status: the entry's counts, carried when the profile
+            // is not settled again, include it.
+            let running = was.and_then(|w| w.nested.iter().find(|o| o.cfg.name == n.name && o.cfg.child == n.child));
+            NestedTarget {
+                cfg: n.clone(),
+                name: Arc::from(n.name.as_str()),
+                child: config
+                    .profiles
+                    .iter()
+                    .position(|p| p.name == n.child)
+                    .expect("validated: the child exists"),
+                status: running.map_or(EndpointStatus::Inactive, |o| o.status),
+                eligible: running.is_some_and(|o| o.eligible),
+                last_change: running.and_then(|o| o.last_change.clone()),
+            }
         })
         .collect();
     ProfileEntry {
