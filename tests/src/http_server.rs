@@ -1,11 +1,15 @@
 //! A real HTTP/1.1 server (hyper) inside a namespace, with per-path status, body and delay,
 //! that records every request; an HTTPS variant with a certificate made by rcgen at test
-//! time and an optional pause before the TLS handshake. Servers stop when dropped.
+//! time, an optional pause before the TLS handshake and TLS versions that can be switched
+//! while it runs. Servers stop when dropped.
 use std::{
     collections::HashMap,
     net::SocketAddr,
     path::Path,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
     time::Duration,
 };
 
@@ -64,8 +68,27 @@ pub struct Seen {
     pub headers: Vec<(String, String)>,
     /// The client's address: one value per TCP connection.
     pub peer: SocketAddr,
-    /// Over TLS: whether the connection resumed an earlier session.
-    pub resumed: Option<bool>,
+    /// Over TLS: what the connection's handshake was.
+    pub tls: Option<TlsSeen>,
+}
+
+/// The TLS handshake of a connection a request came on.
+#[derive(Clone, Debug)]
+pub struct TlsSeen {
+    /// It resumed an earlier session.
+    pub resumed: bool,
+    pub version: rustls::ProtocolVersion,
+    pub suite: rustls::CipherSuite,
+    /// The client's hello carried a key share (as every hello offering TLS 1.3 must).
+    pub key_share: bool,
+}
+
+/// The TLS versions an HTTPS server accepts; switchable while it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsVersions {
+    Both,
+    Tls12Only,
+    Tls13Only,
 }
 
 impl Seen {
@@ -83,6 +106,8 @@ impl Seen {
 struct State {
     routes: Mutex<HashMap<String, Route>>,
     seen: Mutex<Vec<Seen>>,
+    /// TLS handshakes that failed (no request follows them).
+    tls_failures: AtomicUsize,
 }
 
 /// A self-signed certificate and its key, made at test time.
@@ -109,31 +134,53 @@ impl SelfSigned {
         std::fs::write(path, &self.cert_pem).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     }
 
-    fn server_config(&self) -> Arc<rustls::ServerConfig> {
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()));
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![self.cert_der.clone()], key)
-            .expect("certificate and key match");
+    /// A server configuration per `TlsVersions`, sharing one ticket key and session cache so
+    /// that a session made under one is resumed under another.
+    fn server_configs(&self) -> [Arc<rustls::ServerConfig>; 3] {
         // Stateless session tickets, as nginx issues them: resumption is bounded by what the
         // client keeps, not by a server-side cache.
-        let mut config = config;
-        config.ticketer = rustls::crypto::ring::Ticketer::new().expect("a ticket key");
-        Arc::new(config)
+        let ticketer = rustls::crypto::ring::Ticketer::new().expect("a ticket key");
+        let storage = rustls::server::ServerSessionMemoryCache::new(4096);
+        let make = |versions: &[&'static rustls::SupportedProtocolVersion]| {
+            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()));
+            let mut config =
+                rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                    .with_protocol_versions(versions)
+                    .unwrap()
+                    .with_no_client_auth()
+                    .with_single_cert(vec![self.cert_der.clone()], key)
+                    .expect("certificate and key match");
+            config.ticketer = ticketer.clone();
+            config.session_storage = storage.clone();
+            Arc::new(config)
+        };
+        [
+            make(rustls::DEFAULT_VERSIONS),
+            make(&[&rustls::version::TLS12]),
+            make(&[&rustls::version::TLS13]),
+        ]
     }
 }
 
 struct Tls {
-    acceptor: tokio_rustls::TlsAcceptor,
+    /// By `TlsVersions`, in its order.
+    configs: [Arc<rustls::ServerConfig>; 3],
+    versions: Mutex<TlsVersions>,
     handshake_delay: Duration,
+}
+
+impl Tls {
+    fn config(&self) -> Arc<rustls::ServerConfig> {
+        let versions = *self.versions.lock().unwrap();
+        self.configs[versions as usize].clone()
+    }
 }
 
 /// A running server; dropping it stops the accept loop and closes every connection.
 pub struct HttpServer {
     pub addr: SocketAddr,
     state: Arc<State>,
+    tls: Option<Arc<Tls>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -153,6 +200,17 @@ impl HttpServer {
     /// Forgets the requests received so far.
     pub fn clear(&self) {
         self.state.seen.lock().unwrap().clear();
+    }
+
+    /// HTTPS: the TLS versions later handshakes accept.
+    pub fn set_tls_versions(&self, versions: TlsVersions) {
+        let tls = self.tls.as_ref().expect("an HTTPS server");
+        *tls.versions.lock().unwrap() = versions;
+    }
+
+    /// HTTPS: the handshakes that failed so far.
+    pub fn tls_failures(&self) -> usize {
+        self.state.tls_failures.load(Ordering::Relaxed)
     }
 }
 
@@ -177,7 +235,8 @@ impl Netns {
     /// connection before it starts the TLS handshake.
     pub fn https_server(&self, addr: &str, cert: &SelfSigned, handshake_delay: Duration) -> HttpServer {
         let tls = Tls {
-            acceptor: tokio_rustls::TlsAcceptor::from(cert.server_config()),
+            configs: cert.server_configs(),
+            versions: Mutex::new(TlsVersions::Both),
             handshake_delay,
         };
         self.serve(addr, Some(tls))
@@ -191,6 +250,7 @@ impl Netns {
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let shared = state.clone();
         let tls = tls.map(Arc::new);
+        let tls_handle = tls.clone();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -213,6 +273,7 @@ impl Netns {
         HttpServer {
             addr,
             state,
+            tls: tls_handle,
             stop: Some(stop),
             thread: Some(thread),
         }
@@ -228,20 +289,83 @@ async fn connection(tcp: tokio::net::TcpStream, peer: SocketAddr, state: Arc<Sta
         }
         Some(tls) => {
             tokio::time::sleep(tls.handshake_delay).await;
-            let Ok(stream) = tls.acceptor.accept(tcp).await else {
+            let failed = |state: &State| state.tls_failures.fetch_add(1, Ordering::Relaxed);
+            let key_share = peek_hello(&tcp)
+                .await
+                .is_some_and(|hello| hello_has_extension(&hello, KEY_SHARE));
+            let Ok(start) = tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp).await
+            else {
+                failed(&state);
                 return;
             };
-            let resumed = stream.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
-            let service = service_fn(move |req| answer(req, peer, Some(resumed), state.clone()));
+            let Ok(stream) = start.into_stream(tls.config()).await else {
+                failed(&state);
+                return;
+            };
+            let conn = stream.get_ref().1;
+            let seen = TlsSeen {
+                resumed: conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
+                version: conn.protocol_version().expect("a finished handshake has a version"),
+                suite: conn.negotiated_cipher_suite().expect("and a cipher suite").suite(),
+                key_share,
+            };
+            let service = service_fn(move |req| answer(req, peer, Some(seen.clone()), state.clone()));
             let _ = http.serve_connection(TokioIo::new(stream), service).await;
         }
     }
 }
 
+/// The TLS extension a hello offering TLS 1.3 carries its key shares in (RFC 8446 4.2).
+const KEY_SHARE: u16 = 51;
+
+/// The client's first TLS record (its hello), peeked without consuming it, waiting up to
+/// ~100 ms for all of it to arrive.
+async fn peek_hello(tcp: &tokio::net::TcpStream) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 1 << 14];
+    for _ in 0..50 {
+        let n = tcp.peek(&mut buf).await.ok().filter(|&n| n > 0)?;
+        if n >= 5 {
+            let end = 5 + usize::from(u16::from_be_bytes([buf[3], buf[4]]));
+            if n >= end {
+                buf.truncate(end);
+                return Some(buf);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    None
+}
+
+/// Whether a TLS record holding a ClientHello lists extension `ext`.
+fn hello_has_extension(record: &[u8], ext: u16) -> bool {
+    fn skip(b: &[u8], n: usize) -> Option<&[u8]> {
+        b.get(n..)
+    }
+    fn u16_at(b: &[u8]) -> Option<usize> {
+        Some(usize::from(u16::from_be_bytes([*b.first()?, *b.get(1)?])))
+    }
+    let walk = || -> Option<bool> {
+        // Record header (5), handshake header (4), client version (2), random (32).
+        let b = skip(record, 5 + 4 + 2 + 32)?;
+        let b = skip(b, 1 + usize::from(*b.first()?))?; // session id
+        let b = skip(b, 2 + u16_at(b)?)?; // cipher suites
+        let b = skip(b, 1 + usize::from(*b.first()?))?; // compression methods
+        let mut exts = b.get(2..2 + u16_at(b)?)?;
+        while exts.len() >= 4 {
+            if u16_at(exts)? == usize::from(ext) {
+                return Some(true);
+            }
+            exts = skip(exts, 4 + u16_at(&exts[2..])?)?;
+        }
+        Some(false)
+    };
+    walk().unwrap_or(false)
+}
+
 async fn answer(
     req: Request<Incoming>,
     peer: SocketAddr,
-    resumed: Option<bool>,
+    tls: Option<TlsSeen>,
     state: Arc<State>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     let headers: Vec<(String, String)> = req
@@ -267,7 +391,7 @@ async fn answer(
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
         headers,
         peer,
-        resumed,
+        tls,
     });
     let route = state
         .routes

@@ -412,9 +412,89 @@ fn https_probes_of_a_fleet_resume_their_tls_sessions() {
     );
     let seen = server.seen();
     assert_eq!(seen.len(), 2 * FLEET);
-    let resumed = |round: &[probed_tests::http_server::Seen]| round.iter().filter(|r| r.resumed == Some(true)).count();
+    let resumed = |round: &[probed_tests::http_server::Seen]| {
+        round
+            .iter()
+            .filter(|r| r.tls.as_ref().is_some_and(|t| t.resumed))
+            .count()
+    };
     assert_eq!(resumed(&seen[..FLEET]), 0, "the first round shakes hands in full");
     assert_eq!(resumed(&seen[FLEET..]), FLEET, "the second round resumes every target");
+}
+
+/// A server whose last session was TLS 1.2 is greeted with TLS 1.2 alone (a hello without a
+/// key share, which only TLS 1.3 uses) and resumes; when it turns to TLS 1.3 only, the probe still passes (one failed
+/// handshake, then a hello offering both) and later hellos offer TLS 1.3 again. The SHA-256
+/// suites are preferred in both versions.
+#[test]
+fn https_probes_greet_a_tls12_server_with_tls12_alone_and_follow_it_to_tls13() {
+    use probed_tests::http_server::TlsVersions;
+    use rustls::{CipherSuite as S, ProtocolVersion as V};
+    let topo = Topology::new();
+    let cert = SelfSigned::new(&["backend.test"]);
+    let server = topo
+        .backend
+        .https_server(&format!("{BACKEND_V4}:443"), &cert, Duration::ZERO);
+    server.set_tls_versions(TlsVersions::Tls12Only);
+    let target = addr(&format!("{BACKEND_V4}:443"));
+    let c = check(&spec(Scheme::Https, Dialect::Tm));
+    let prober = HttpProber::new();
+    let round = |expected: usize| {
+        let reports = in_prober(&topo, || async {
+            let mut out = Vec::new();
+            for _ in 0..expected {
+                out.push(prober.probe(target, &c).await);
+            }
+            out
+        });
+        for r in &reports {
+            assert_eq!(r.outcome, HttpOutcome::Passed(200), "{r:?}");
+        }
+        let seen: Vec<_> = server.seen().into_iter().map(|s| s.tls.expect("over TLS")).collect();
+        server.clear();
+        assert_eq!(seen.len(), expected, "{seen:?}");
+        seen
+    };
+    let hs = |seen: &[probed_tests::http_server::TlsSeen]| {
+        seen.iter()
+            .map(|t| (t.key_share, t.version, t.resumed))
+            .collect::<Vec<_>>()
+    };
+
+    let tls12 = round(3);
+    assert_eq!(
+        hs(&tls12),
+        [(true, V::TLSv1_2, false), (false, V::TLSv1_2, true), (false, V::TLSv1_2, true)],
+        "the first hello offers both versions (with a key share); once the server is known to speak TLS 1.2, its hellos offer TLS 1.2 alone and resume"
+    );
+    assert!(
+        tls12
+            .iter()
+            .all(|t| t.suite == S::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256),
+        "{tls12:?}"
+    );
+    assert_eq!(server.tls_failures(), 0);
+
+    server.set_tls_versions(TlsVersions::Tls13Only);
+    let tls13 = round(2);
+    assert_eq!(
+        server.tls_failures(),
+        1,
+        "the TLS 1.2 hello fails once, and the same probe retries"
+    );
+    assert_eq!(hs(&tls13), [(true, V::TLSv1_3, false), (true, V::TLSv1_3, true)]);
+    assert!(
+        tls13.iter().all(|t| t.suite == S::TLS13_AES_128_GCM_SHA256),
+        "{tls13:?}"
+    );
+
+    server.set_tls_versions(TlsVersions::Both);
+    assert_eq!(
+        hs(&round(1)),
+        [(true, V::TLSv1_3, true)],
+        "a TLS 1.3 server keeps being offered TLS 1.3"
+    );
+    assert_eq!(server.tls_failures(), 1);
 }
 
 #[test]

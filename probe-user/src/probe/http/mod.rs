@@ -152,7 +152,7 @@ impl HttpReport {
 pub struct HttpProber {
     /// Built by the first HTTPS probe: its session cache reserves room for RESUMABLE_TARGETS
     /// sessions (several MiB), which a node without HTTPS checks has no use for.
-    presented: std::sync::OnceLock<Arc<rustls::ClientConfig>>,
+    presented: std::sync::OnceLock<tls::TlsClient>,
     keep_alive: bool,
     idle: Mutex<HashMap<PoolKey, Vec<SendRequest<Empty<Bytes>>>>>,
 }
@@ -324,15 +324,14 @@ impl HttpProber {
         start: Instant,
         deadline: Instant,
     ) -> Result<HttpReport, Failed> {
-        let tcp = self.connect_tcp(target, deadline).await?;
         let request = exchange::render_request(check, target);
         match check.scheme() {
             Scheme::Http => {
-                let mut tcp = tcp;
+                let mut tcp = self.connect_tcp(target, deadline).await?;
                 exchange::exchange(&mut tcp, &request, check, start, deadline).await
             }
             Scheme::Https => {
-                let mut tls = self.tls_handshake(tcp, target, check, deadline).await?;
+                let mut tls = self.tls_connect(target, check, deadline).await?;
                 exchange::exchange(&mut tls, &request, check, start, deadline).await
             }
         }
@@ -365,19 +364,43 @@ impl HttpProber {
         }
     }
 
-    async fn tls_handshake(
+    /// A TCP connection to `target` with TLS on it. A server whose last session was TLS 1.2 is
+    /// greeted with TLS 1.2 alone (see `tls::TlsClient`); if that handshake fails before the
+    /// deadline, the probe connects once more offering both versions, so a server that moved
+    /// to TLS 1.3 only costs one connection, not a failed probe.
+    async fn tls_connect(
         &self,
-        tcp: TcpStream,
         target: SocketAddr,
         check: &HttpCheck,
         deadline: Instant,
     ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, Failed> {
-        let config = match check.tls().strict_config() {
-            Some(strict) => strict.clone(),
-            None => self.presented.get_or_init(tls::presented_config).clone(),
+        let client = match check.tls().strict_client() {
+            Some(strict) => strict,
+            None => self.presented.get_or_init(tls::presented_client),
         };
+        let name = check.server_name(target);
+        let (config, tls12_only) = client.config_for(&name);
+        let tcp = self.connect_tcp(target, deadline).await?;
+        let first = Self::tls_handshake(config, name.clone(), tcp, deadline).await;
+        match first {
+            Err(f) if tls12_only && matches!(f.outcome, HttpOutcome::Tls(_) | HttpOutcome::Reset) => {
+                client.forget_tls12(&name);
+                let (config, _) = client.config_for(&name);
+                let tcp = self.connect_tcp(target, deadline).await?;
+                Self::tls_handshake(config, name, tcp, deadline).await
+            }
+            other => other,
+        }
+    }
+
+    async fn tls_handshake(
+        config: Arc<rustls::ClientConfig>,
+        name: rustls::pki_types::ServerName<'static>,
+        tcp: TcpStream,
+        deadline: Instant,
+    ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, Failed> {
         let connector = tokio_rustls::TlsConnector::from(config);
-        let shake = connector.connect(check.server_name(target), tcp);
+        let shake = connector.connect(name, tcp);
         match tokio::time::timeout_at(deadline, shake).await {
             Err(_) => Err(HttpOutcome::Timeout(Phase::Tls).into()),
             Ok(Err(e)) => Err(classify_tls(&e).into()),
@@ -413,10 +436,9 @@ impl HttpProber {
         check: &HttpCheck,
         deadline: Instant,
     ) -> Result<(SendRequest<Empty<Bytes>>, JoinHandle<()>), Failed> {
-        let tcp = self.connect_tcp(target, deadline).await?;
         match check.scheme() {
-            Scheme::Http => handshake(tcp).await,
-            Scheme::Https => handshake(self.tls_handshake(tcp, target, check, deadline).await?).await,
+            Scheme::Http => handshake(self.connect_tcp(target, deadline).await?).await,
+            Scheme::Https => handshake(self.tls_connect(target, check, deadline).await?).await,
         }
     }
 

@@ -1,12 +1,22 @@
 //! TLS for HTTPS probes: by default a certificate must be presented but is not validated
 //! (tm semantics); strict mode validates it against system roots or a given CA file.
-use std::{fmt, path::Path, sync::Arc};
+use std::{
+    collections::HashSet,
+    fmt,
+    hash::{BuildHasher, RandomState},
+    path::Path,
+    sync::{Arc, Mutex, PoisonError},
+};
 
 use rustls::{
-    client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
+    client::{
+        danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
+        ClientSessionMemoryCache, ClientSessionStore, ResolvesClientCert, Tls12ClientSessionValue,
+        Tls13ClientSessionValue,
+    },
     crypto::{ring, verify_tls12_signature, verify_tls13_signature, CryptoProvider, WebPkiSupportedAlgorithms},
     pki_types::{pem::PemObject, CertificateDer, ServerName, UnixTime},
-    ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+    ClientConfig, DigitallySignedStruct, NamedGroup, RootCertStore, SignatureScheme, SupportedProtocolVersion,
 };
 
 use super::error::HttpCheckError;
@@ -21,10 +31,10 @@ pub enum TlsVerify {
     Strict(StrictRoots),
 }
 
-/// A client configuration built once from a root store, shared by every probe that uses it.
+/// A client built once from a root store, shared by every probe that uses it.
 #[derive(Clone)]
 pub struct StrictRoots {
-    config: Arc<ClientConfig>,
+    client: Arc<TlsClient>,
     source: String,
     count: usize,
 }
@@ -80,23 +90,21 @@ impl TlsVerify {
     }
 
     fn strict(roots: RootCertStore, source: String, count: usize) -> Self {
-        let mut config = ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .expect("ring supports the default protocol versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        config.resumption = resumption();
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .expect("a root store with at least one root");
+        let client = TlsClient::new(verifier);
         Self::Strict(StrictRoots {
-            config: Arc::new(config),
+            client: Arc::new(client),
             source,
             count,
         })
     }
 
-    pub(crate) fn strict_config(&self) -> Option<&Arc<ClientConfig>> {
+    pub(crate) fn strict_client(&self) -> Option<&TlsClient> {
         match self {
             Self::Presented => None,
-            Self::Strict(r) => Some(&r.config),
+            Self::Strict(r) => Some(&r.client),
         }
     }
 
@@ -106,29 +114,27 @@ impl TlsVerify {
 }
 
 /// The ring provider, named explicitly so no process-wide default has to be installed, with
-/// AES-128-GCM-SHA256 offered first: a probe needs no 256-bit keys, and SHA-384's key schedule
-/// (SHA-512 compression, without hardware help in ring) was the largest hash cost per check.
+/// the SHA-256 suites offered before the SHA-384 ones, in TLS 1.3 and 1.2 alike: a probe needs
+/// no 256-bit keys, and SHA-384's key schedule or TLS 1.2 PRF (SHA-512 compression, without
+/// hardware help in ring) was the largest hash cost per check, on both ends.
 fn provider() -> Arc<CryptoProvider> {
+    use rustls::CipherSuite as S;
     let mut p = ring::default_provider();
-    p.cipher_suites
-        .sort_by_key(|s| s.suite() != rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+    p.cipher_suites.sort_by_key(|s| {
+        matches!(
+            s.suite(),
+            S::TLS13_AES_256_GCM_SHA384
+                | S::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384
+                | S::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384
+        )
+    });
     Arc::new(p)
 }
 
-/// The client configuration of the default mode.
-pub(crate) fn presented_config() -> Arc<ClientConfig> {
-    let provider = provider();
-    let verifier = PresentedOnly {
-        algorithms: provider.signature_verification_algorithms,
-    };
-    let mut config = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier))
-        .with_no_client_auth();
-    config.resumption = resumption();
-    Arc::new(config)
+/// The client of the default mode: a certificate must be presented, its chain is not checked.
+pub(crate) fn presented_client() -> TlsClient {
+    let algorithms = ring::default_provider().signature_verification_algorithms;
+    TlsClient::new(Arc::new(PresentedOnly { algorithms }))
 }
 
 /// Targets whose TLS sessions are kept for resumption (rustls keeps 256 by default). A probe
@@ -137,8 +143,146 @@ pub(crate) fn presented_config() -> Arc<ClientConfig> {
 /// checked, in the configured mode, by the full handshake that made the session.
 const RESUMABLE_TARGETS: usize = 131_072;
 
-fn resumption() -> rustls::client::Resumption {
-    rustls::client::Resumption::in_memory_sessions(RESUMABLE_TARGETS)
+/// One verification mode's TLS client: a configuration offering TLS 1.3 and 1.2, and a twin
+/// offering TLS 1.2 alone, both over one session store (sessions never cross modes: a session
+/// made without checking the chain must not be resumed by a strict probe).
+///
+/// A server whose last session was TLS 1.2 is greeted by the twin: a hello that offers TLS 1.3
+/// carries a key share, and making it (an X25519 key pair) was ~15% of an HTTPS probe's CPU
+/// against a TLS 1.2 backend that resumes its session and never uses the share. Should the
+/// server stop speaking TLS 1.2, the twin's handshake fails and the probe tries once more with
+/// both versions offered (`HttpProber::tls_connect`), so the change costs a connection, never
+/// a verdict.
+pub(crate) struct TlsClient {
+    both: Arc<ClientConfig>,
+    tls12: Arc<ClientConfig>,
+    sessions: Arc<Sessions>,
+}
+
+impl TlsClient {
+    /// Both configurations share one verifier and one (empty) client certificate resolver:
+    /// rustls resumes a session only under the very objects that made it.
+    fn new(verifier: Arc<dyn ServerCertVerifier>) -> Self {
+        let provider = provider();
+        let sessions = Arc::new(Sessions::new(RESUMABLE_TARGETS));
+        let no_client_cert: Arc<dyn ResolvesClientCert> = Arc::new(NoClientCert);
+        let build = |versions: &[&'static SupportedProtocolVersion]| {
+            let mut config = ClientConfig::builder_with_provider(provider.clone())
+                .with_protocol_versions(versions)
+                .expect("ring supports TLS 1.2 and 1.3")
+                .dangerous()
+                .with_custom_certificate_verifier(verifier.clone())
+                .with_client_cert_resolver(no_client_cert.clone());
+            config.resumption = rustls::client::Resumption::store(sessions.clone());
+            Arc::new(config)
+        };
+        Self {
+            both: build(rustls::DEFAULT_VERSIONS),
+            tls12: build(&[&rustls::version::TLS12]),
+            sessions,
+        }
+    }
+
+    /// The configuration to greet `name` with, and whether it is the TLS 1.2 twin.
+    pub(crate) fn config_for(&self, name: &ServerName<'_>) -> (Arc<ClientConfig>, bool) {
+        if self.sessions.last_was_tls12(name) {
+            (self.tls12.clone(), true)
+        } else {
+            (self.both.clone(), false)
+        }
+    }
+
+    /// The twin's handshake with `name` failed: greet it with both versions from now on.
+    pub(crate) fn forget_tls12(&self, name: &ServerName<'_>) {
+        self.sessions.mark(name, false);
+    }
+}
+
+/// Probes present no client certificate.
+#[derive(Debug)]
+struct NoClientCert;
+
+impl ResolvesClientCert for NoClientCert {
+    fn resolve(&self, _hints: &[&[u8]], _schemes: &[SignatureScheme]) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        None
+    }
+
+    fn has_certs(&self) -> bool {
+        false
+    }
+}
+
+/// rustls's in-memory session cache, plus which servers' latest session was TLS 1.2 (set
+/// when a TLS 1.2 session is stored, cleared when a TLS 1.3 handshake completes or a ticket
+/// arrives, or when resuming failed). Servers are kept as hashes of their names (8 bytes
+/// each): two names sharing one only send a TLS 1.3 server the twin's hello, which fails over
+/// as above. Bounded like the cache: past `cap` servers, new ones are not marked and simply
+/// get both versions offered.
+#[derive(Debug)]
+struct Sessions {
+    cache: ClientSessionMemoryCache,
+    tls12: Mutex<HashSet<u64>>,
+    hasher: RandomState,
+    cap: usize,
+}
+
+impl Sessions {
+    fn new(cap: usize) -> Self {
+        Self {
+            cache: ClientSessionMemoryCache::new(cap),
+            tls12: Mutex::new(HashSet::new()),
+            hasher: RandomState::new(),
+            cap,
+        }
+    }
+
+    fn last_was_tls12(&self, name: &ServerName<'_>) -> bool {
+        let key = self.hasher.hash_one(name);
+        self.tls12.lock().unwrap_or_else(PoisonError::into_inner).contains(&key)
+    }
+
+    fn mark(&self, name: &ServerName<'_>, tls12: bool) {
+        let key = self.hasher.hash_one(name);
+        let mut set = self.tls12.lock().unwrap_or_else(PoisonError::into_inner);
+        if !tls12 {
+            set.remove(&key);
+        } else if set.len() < self.cap {
+            set.insert(key);
+        }
+    }
+}
+
+impl ClientSessionStore for Sessions {
+    fn set_kx_hint(&self, server_name: ServerName<'static>, group: NamedGroup) {
+        self.cache.set_kx_hint(server_name, group);
+    }
+
+    fn kx_hint(&self, server_name: &ServerName<'_>) -> Option<NamedGroup> {
+        self.cache.kx_hint(server_name)
+    }
+
+    fn set_tls12_session(&self, server_name: ServerName<'static>, value: Tls12ClientSessionValue) {
+        self.mark(&server_name, true);
+        self.cache.set_tls12_session(server_name, value);
+    }
+
+    fn tls12_session(&self, server_name: &ServerName<'_>) -> Option<Tls12ClientSessionValue> {
+        self.cache.tls12_session(server_name)
+    }
+
+    fn remove_tls12_session(&self, server_name: &ServerName<'static>) {
+        self.mark(server_name, false);
+        self.cache.remove_tls12_session(server_name);
+    }
+
+    fn insert_tls13_ticket(&self, server_name: ServerName<'static>, value: Tls13ClientSessionValue) {
+        self.mark(&server_name, false);
+        self.cache.insert_tls13_ticket(server_name, value);
+    }
+
+    fn take_tls13_ticket(&self, server_name: &ServerName<'static>) -> Option<Tls13ClientSessionValue> {
+        self.cache.take_tls13_ticket(server_name)
+    }
 }
 
 /// Accepts any certificate the server presents (rustls itself refuses a handshake without
