@@ -44,12 +44,14 @@ pub static PROBE_INFLIGHT: HashMap<FlowKey, Inflight> = HashMap::with_max_entrie
 #[map]
 pub static PROBE_HTTP_REQS: HashMap<u32, HttpReq> = HashMap::with_max_entries(MAX_HTTP_REQS, BPF_F_NO_PREALLOC);
 
-/// Outcomes and generator reports for userspace: 16 MiB, about 520k 32-byte records, a
-/// second and more of replies at 400k probes/s. At 4 MiB, fleets of 400k and 500k TCP targets
-/// (`cargo xtask bench million`) overflowed it while the engine thread was busy sending, and
-/// every reply dropped there became a probe without a verdict (`ringbuf_full`).
+/// Outcomes and generator reports for userspace: 4 MiB, about 130k 32-byte records, a quarter
+/// of a second of replies at 500k probes/s. The engine reads it between slices of 4,096
+/// probes sent, so it holds a few slices' replies at a time; it once had to be 16 MiB, when a
+/// whole backlog went out in one turn and replies to it waited in the ring (every reply dropped
+/// there is a probe without a verdict: `ringbuf_full`). Userspace maps its data twice, so each
+/// MiB here is two of the daemon's resident memory at any fleet size.
 #[map]
-pub static PROBE_EVENTS: RingBuf = RingBuf::with_byte_size(1 << 24, 0);
+pub static PROBE_EVENTS: RingBuf = RingBuf::with_byte_size(1 << 22, 0);
 
 /// Lowest and highest source port the engine uses: replies to other ports are foreign.
 /// Load-time globals: the kernel only reads them.
