@@ -175,7 +175,7 @@ fn two_thousand_idle_connections_leave_the_api_and_probes_working() {
     // And a health change still goes through: the backend fails, then comes back.
     server.route("/health", Route::status(503));
     let down = daemon.wait_event("web-1", S::Degraded, Duration::from_secs(5));
-    assert!(down.results.iter().all(|r| r.reason == "status 503"), "{down:#?}");
+    assert!(down.results.iter().all(|r| *r.reason == *"status 503"), "{down:#?}");
     server.route("/health", Route::status(200));
     daemon.wait_event("web-1", S::Online, Duration::from_secs(5));
 

@@ -71,7 +71,7 @@ fn fail_window(dialect: &str, health: &str, interval_ms: u64, timeout_ms: u64, w
         event.measured_window_ms
     );
     assert!(
-        event.results.iter().all(|r| !r.ok && r.reason == "timeout"),
+        event.results.iter().all(|r| !r.ok && *r.reason == *"timeout"),
         "{event:#?}"
     );
     assert_eq!(event.results.len(), 3, "threshold 3: {event:#?}");
@@ -157,7 +157,7 @@ fn tcp_target_comes_back_within_the_success_window() {
         event.measured_window_ms,
         event.formula_window_ms,
     );
-    assert!(event.results.iter().all(|r| r.ok && r.reason == "open"), "{event:#?}");
+    assert!(event.results.iter().all(|r| r.ok && *r.reason == *"open"), "{event:#?}");
     // Recovery starts with the first probe after the rule went: up to a timeout plus an interval.
     check_clock(&event, before, after, seen_at, 20 + 50);
 }
@@ -185,17 +185,17 @@ fn api_status_select_enable_disable_and_metrics() {
 
     let healthy = daemon.wait_status("web", "healthy", S::Online, within);
     assert_eq!(
-        healthy.last_result.as_ref().map(|r| (r.ok, r.reason.as_str())),
+        healthy.last_result.as_ref().map(|r| (r.ok, r.reason.as_ref())),
         Some((true, "open"))
     );
     assert!(healthy.eligible && healthy.probed);
     assert_eq!(healthy.windows.fail_window_ms, 300.0, "100 ms * 2 + 100 ms * 1");
     let dead = daemon.wait_status("web", "dead", S::Degraded, within);
-    assert_eq!(dead.last_result.as_ref().unwrap().reason, "timeout");
+    assert_eq!(&*dead.last_result.as_ref().unwrap().reason, "timeout");
     assert_eq!(dead.last_change.as_ref().unwrap().to, S::Degraded);
     assert!(!dead.eligible);
     let refusing = daemon.wait_status("web", "refusing", S::Degraded, within);
-    assert_eq!(refusing.last_result.as_ref().unwrap().reason, "refused");
+    assert_eq!(&*refusing.last_result.as_ref().unwrap().reason, "refused");
 
     let all = daemon.get("/v1/status");
     assert_eq!(all[0]["name"], "web");
@@ -417,7 +417,7 @@ fn udp_request_response_checks_decide_by_the_reply() {
     let bad = daemon.wait_status("dns", "bad", S::Degraded, Duration::from_secs(3));
     let event = daemon.wait_event("bad", S::Degraded, Duration::from_secs(1));
     assert!(
-        event.results.iter().all(|r| r.reason == "reply mismatch"),
+        event.results.iter().all(|r| *r.reason == *"reply mismatch"),
         "{event:#?} {bad:?}"
     );
 }
@@ -436,7 +436,7 @@ fn http_target_comes_back_after_70ms_scaled() {
     scale(&mut config, 20, 50);
     let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start the daemon");
     let down = daemon.wait_event("web", S::Degraded, Duration::from_secs(3));
-    assert!(down.results.iter().all(|r| r.reason == "status 503"), "{down:#?}");
+    assert!(down.results.iter().all(|r| *r.reason == *"status 503"), "{down:#?}");
 
     let before = mono_ns();
     server.route("/health", Route::status(200).delayed(Duration::from_millis(10)));
@@ -477,7 +477,7 @@ fn demo_fleet_reaches_expected_statuses() {
     );
     let closed = daemon.endpoint("udp", "dns-closed").last_result.unwrap();
     assert_eq!(
-        (closed.outcome, closed.reason.as_str()),
+        (closed.outcome, closed.reason.as_ref()),
         (probed::outcome::Outcome::PortUnreachable, "port unreachable")
     );
     daemon.wait_status("tcp", "flapping", S::Online, Duration::from_secs(5));
@@ -745,7 +745,7 @@ fn endpoints_behind_a_second_listed_interface_are_probed() {
     let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start");
     for name in ["near", "far"] {
         let ep = daemon.wait_status("two-links", name, S::Online, Duration::from_secs(5));
-        assert_eq!(ep.last_result.as_ref().map(|r| r.reason.as_str()), Some("open"));
+        assert_eq!(ep.last_result.as_ref().map(|r| r.reason.as_ref()), Some("open"));
     }
 }
 

@@ -278,9 +278,9 @@ fn the_daemon_runs_status_checks_in_the_kernel() {
         daemon.wait_status("ok", "ok-1", S::Online, Duration::from_secs(3));
         daemon.wait_status("body", "body-1", S::Online, Duration::from_secs(3));
         let sick = daemon.wait_status("sick", "sick-1", S::Degraded, Duration::from_secs(3));
-        assert_eq!(sick.last_result.unwrap().reason, "status 503", "{mode}");
+        assert_eq!(&*sick.last_result.unwrap().reason, "status 503", "{mode}");
         let silent = daemon.wait_status("silent", "silent-1", S::Degraded, Duration::from_secs(3));
-        assert_eq!(silent.last_result.unwrap().reason, "timeout response", "{mode}");
+        assert_eq!(&*silent.last_result.unwrap().reason, "timeout response", "{mode}");
         let (_, metrics) = daemon.call("GET", "/metrics");
         let metrics = metrics.as_str().unwrap().to_string();
         let seen = web.seen();

@@ -130,7 +130,7 @@ fn health_cause(e: &Event) -> String {
                     .and_then(|v| v.as_str().map(str::to_string))
                     .unwrap_or_default()
             } else {
-                r.reason.clone()
+                r.reason.to_string()
             };
             if r.ok {
                 format!("{what} {:.1} ms", r.rtt_ms)

@@ -15,8 +15,9 @@ use crate::{
 pub struct LastResult {
     pub ok: bool,
     pub outcome: Outcome,
-    /// Short cause: "open", "refused", "timeout", "http 503", ...
-    pub reason: String,
+    /// Short cause: "open", "refused", "timeout", "http 503", ... (shared with the report it
+    /// came from: most are one of a few strings).
+    pub reason: std::sync::Arc<str>,
     /// Round-trip time of a reply, or how long the probe waited.
     pub rtt_ms: f64,
     pub at_unix_ms: u64,

@@ -58,42 +58,68 @@ pub struct TargetEvent<T> {
 /// An Unhealthy target needs `healthy` consecutive successes to return, whatever its history.
 #[derive(Debug, Clone)]
 pub struct Tracker {
-    thresholds: Thresholds,
-    timing: ProbeTiming,
+    /// Shared by every target of a profile (at a million targets, a copy each was 32 bytes).
+    rules: Arc<Rules>,
     state: HealthState,
     /// Consecutive results of one kind toward a transition; never longer than its threshold.
+    /// Empty, with no allocation, while results only confirm the state.
     run: Vec<Observation>,
+}
+
+/// What a tracker's transitions depend on: the thresholds, and the timing its windows are
+/// predicted from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    pub thresholds: Thresholds,
+    pub timing: ProbeTiming,
 }
 
 impl Tracker {
     /// A tracker in `CheckingEndpoint`.
     pub fn new(thresholds: Thresholds, timing: ProbeTiming) -> Self {
-        Self {
-            thresholds,
-            timing,
-            state: HealthState::CheckingEndpoint,
-            run: Vec::with_capacity(thresholds.healthy().max(thresholds.unhealthy()) as usize),
-        }
+        Self::starting(&Arc::new(Rules { thresholds, timing }))
+    }
+
+    /// A tracker in `CheckingEndpoint` under shared rules.
+    pub fn starting(rules: &Arc<Rules>) -> Self {
+        Self::resume(rules, HealthState::CheckingEndpoint)
     }
 
     /// A tracker that resumes a state known from before a restart or reload, nothing pending:
     /// a restart must not send a settled target back through CheckingEndpoint.
-    pub fn resume(thresholds: Thresholds, timing: ProbeTiming, state: HealthState) -> Self {
-        let mut t = Self::new(thresholds, timing);
-        t.state = state;
-        t
+    pub fn resume(rules: &Arc<Rules>, state: HealthState) -> Self {
+        Self {
+            rules: rules.clone(),
+            state,
+            run: Vec::new(),
+        }
+    }
+
+    /// The same state and pending run under `rules` (equal to the current ones: only which
+    /// shared copy it points to changes).
+    pub fn with_rules(&self, rules: &Arc<Rules>) -> Self {
+        debug_assert_eq!(*self.rules, **rules);
+        Self {
+            rules: rules.clone(),
+            state: self.state,
+            run: self.run.clone(),
+        }
     }
 
     pub fn state(&self) -> HealthState {
         self.state
     }
 
+    pub fn rules(&self) -> &Arc<Rules> {
+        &self.rules
+    }
+
     pub fn thresholds(&self) -> Thresholds {
-        self.thresholds
+        self.rules.thresholds
     }
 
     pub fn timing(&self) -> ProbeTiming {
-        self.timing
+        self.rules.timing
     }
 
     /// Consecutive results so far toward a transition (0 when the last result confirmed the state).
@@ -127,7 +153,7 @@ impl Tracker {
         }
         let success = obs.success;
         self.run.push(obs);
-        if self.run.len() < self.thresholds.for_result(success) as usize {
+        if self.run.len() < self.rules.thresholds.for_result(success) as usize {
             return None;
         }
         let from = self.state;
@@ -146,9 +172,13 @@ impl Tracker {
         let measured_window = Duration::from_nanos(last.finished_ns.saturating_sub(first.started_ns));
         let formula_window = if last.success {
             let mean = mean_response_time(run.iter().map(|o| o.response_time));
-            success_window(mean, self.timing.interval, self.thresholds.healthy())
+            success_window(mean, self.rules.timing.interval, self.rules.thresholds.healthy())
         } else {
-            fail_window(self.timing.timeout, self.timing.interval, self.thresholds.unhealthy())
+            fail_window(
+                self.rules.timing.timeout,
+                self.rules.timing.interval,
+                self.rules.thresholds.unhealthy(),
+            )
         };
         Transition {
             from,

@@ -110,7 +110,7 @@ fn main() {
                 e.to.map_or("removed", |s| s.as_str()),
                 e.measured_window_ms,
                 e.formula_window_ms,
-                e.results.last().map_or("-", |r| r.reason.as_str())
+                e.results.last().map_or("-", |r| r.reason.as_ref())
             );
         }
         seen_events = events.len().max(seen_events);

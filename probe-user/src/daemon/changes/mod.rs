@@ -103,7 +103,8 @@ impl EndpointState {
 pub struct RunResult {
     pub ok: bool,
     pub outcome: Outcome,
-    pub reason: String,
+    /// Shared with the probe's report (at start-up a million transitions carry two each).
+    pub reason: Arc<str>,
     pub rtt_ms: f64,
     /// CLOCK_MONOTONIC, nanoseconds: comparable with the kernel's and the runner's clock.
     pub started_ns: u64,

@@ -73,7 +73,7 @@ fn pick(
             weight: t.endpoint.weight,
             subnets: &e.subnets,
             region: e.region.as_deref(),
-            rtt: t.last_rtt,
+            rtt: t.last_rtt.get(),
         })
         .chain(entry.nested.iter().map(|n| Candidate {
             family: None,

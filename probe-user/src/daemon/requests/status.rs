@@ -122,7 +122,7 @@ pub(super) fn endpoint_view(table: &Table, id: OwnerId) -> EndpointView {
             unhealthy_threshold: th.unhealthy(),
             fail_window_ms: ms(fail_window(timing.timeout, timing.interval, th.unhealthy())),
             success_window_ms: ms(success_window(
-                t.last_rtt.unwrap_or_default(),
+                t.last_rtt.get().unwrap_or_default(),
                 timing.interval,
                 th.healthy(),
             )),

@@ -256,13 +256,13 @@ impl Runner {
         self.epoch += 1;
         let t = self.table.targets.get_mut(&owner).expect("registered targets exist");
         let key = SchedKey {
-            key: t.check_key.clone(),
+            key: t.check_key,
             spec: t.spec.clone(),
         };
         let params = crate::daemon::table::check_params(&self.table.profiles[t.profile_ix as usize].cfg.health);
         match self.sched.add(owner, key, params, now) {
             Ok(id) => t.check = Some(id),
-            Err(e) => log::error!("cannot schedule {}: {e}", t.check_key),
+            Err(e) => log::error!("cannot schedule {}/{} ({}): {e}", t.profile, t.name, t.spec.target),
         }
     }
 

@@ -146,7 +146,7 @@ impl Runner {
             return;
         };
         for (profile, t) in plan.built_mut() {
-            t.owned = link.owns(t.shard_key);
+            t.owned = link.owns(t.check_key.stable());
             let own = t.should_probe().then(|| verdict_of(t.tracker.state()));
             let votes = own
                 .into_iter()
@@ -203,7 +203,7 @@ impl Runner {
             .targets
             .iter()
             .filter_map(|(id, t)| {
-                let owned = link.owns(t.shard_key);
+                let owned = link.owns(t.check_key.stable());
                 (owned != t.owned).then_some((*id, owned))
             })
             .collect();
@@ -217,7 +217,8 @@ impl Runner {
                 // From the cluster's verdict, not from CheckingEndpoint: no flap for a check
                 // that only changed hands.
                 let start = t.cluster_health.unwrap_or(Health::CheckingEndpoint);
-                t.tracker = Tracker::resume(t.tracker.thresholds(), t.tracker.timing(), start);
+                let rules = t.tracker.rules().clone();
+                t.tracker = Tracker::resume(&rules, start);
             } else {
                 handed += 1;
             }

@@ -64,7 +64,7 @@ impl Runner {
         let serial = u32::try_from(self.ports.clock.unix_ms() / 1000).unwrap_or(u32::MAX);
         let mut zone = Zone::build(config, dns, self.regions.clone(), &snapshot, serial);
         for t in self.table.targets.values() {
-            zone.set_rtt(&t.profile, &t.name, t.last_rtt);
+            zone.set_rtt(&t.profile, &t.name, t.last_rtt.get());
         }
         (zone, changes)
     }
@@ -89,7 +89,7 @@ impl Runner {
             .targets
             .values()
             .filter(|t| performance.contains(&&*t.profile))
-            .map(|t| (t.profile.clone(), t.name.clone(), t.last_rtt))
+            .map(|t| (t.profile.clone(), t.name.clone(), t.last_rtt.get()))
             .collect();
         server.set_rtts(rtts);
     }

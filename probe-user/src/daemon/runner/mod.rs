@@ -54,10 +54,10 @@ const RESULT_BATCH: usize = 128;
 
 /// The scheduler's key: identical checks share one entry by `key` alone, and the spec of the
 /// first owner rides along. Sending reads the spec from the entry `pop_due` has just touched,
-/// instead of hashing the key string into a side map for every probe.
+/// instead of hashing the key into a side map for every probe.
 #[derive(Clone)]
 pub(crate) struct SchedKey {
-    key: Arc<str>,
+    key: super::checks::CheckKey,
     spec: Arc<super::checks::CheckSpec>,
 }
 

@@ -87,7 +87,7 @@ fn saved(t: &Target) -> SavedTarget {
     SavedTarget {
         profile: t.profile.clone(),
         endpoint: t.name.clone(),
-        check: crate::hash::fingerprint(&t.check_key),
+        check: t.check_key.fingerprint(),
         health: t.health(),
         admin_override: t.admin_override,
         last_change: t.last_change.clone(),

@@ -133,7 +133,7 @@ impl Runner {
             self.metrics.result(proto, t.profile_ix, &report);
             super::pace::note_late(&mut self.table.profiles, t, late_ns);
             if report.healthy {
-                t.last_rtt = Some(report.elapsed);
+                t.last_rtt = crate::daemon::table::Rtt::of(report.elapsed);
             }
             match &mut t.last {
                 // The same reason as last time, as it mostly is: no new string.
@@ -147,7 +147,7 @@ impl Runner {
                     *last = Some(LastResult {
                         ok: report.healthy,
                         outcome: report.outcome,
-                        reason: report.reason.to_string(),
+                        reason: report.reason.clone(),
                         rtt_ms: ms(report.elapsed),
                         at_unix_ms,
                     });
@@ -184,7 +184,7 @@ impl Runner {
                 .map(|o| RunResult {
                     ok: o.success,
                     outcome: o.outcome,
-                    reason: o.reason.to_string(),
+                    reason: o.reason.clone(),
                     rtt_ms: ms(o.response_time),
                     started_ns: o.started_ns,
                     finished_ns: o.finished_ns,

@@ -532,6 +532,19 @@ fn assert_profile_indices(runner: &Runner) {
     );
 }
 
+/// Every tracker points to its profile's one copy of the thresholds and timing.
+fn assert_shared_rules(runner: &Runner) {
+    for p in &runner.table.profiles {
+        for id in &p.owners {
+            assert!(
+                Arc::ptr_eq(runner.table.targets[id].tracker.rules(), &p.rules),
+                "{}",
+                p.name
+            );
+        }
+    }
+}
+
 #[test]
 fn a_reload_leaves_the_endpoints_it_does_not_change_untouched() {
     let mut h = Harness::new("untouched", &[("a", 80), ("b", 80), ("c", 80)]);
@@ -577,6 +590,13 @@ fn a_reload_leaves_the_endpoints_it_does_not_change_untouched() {
     assert_eq!(h.status("a"), (S::Online, true));
     let changes = h.changes();
     assert!(endpoint_changes(&changes).is_empty(), "{changes:#?}");
+    assert_shared_rules(&h.runner);
+    // A new threshold: new rules, shared again, the state carried.
+    let text = text.replace("healthy_threshold = 2", "healthy_threshold = 3");
+    h.runner.reload(Some(parse(&text))).expect("applied");
+    assert_shared_rules(&h.runner);
+    assert_eq!(h.runner.table.profiles[0].rules.thresholds.healthy(), 3);
+    assert_eq!(h.status("a"), (S::Online, true));
 }
 
 #[test]
@@ -708,6 +728,7 @@ fn a_restart_resumes_saved_health_without_probing_first() {
     );
     assert!(h.changes().is_empty(), "resuming is not a change");
     assert!(h.l4.take().is_empty(), "nothing was sent yet");
+    assert_shared_rules(&h.runner);
 }
 
 #[test]

@@ -72,7 +72,7 @@ impl Runner {
                 t.last = Some(LastResult {
                     ok: false,
                     outcome: Outcome::Lost,
-                    reason: report.reason.to_string(),
+                    reason: report.reason.clone(),
                     rtt_ms: ms(waited),
                     at_unix_ms,
                 });

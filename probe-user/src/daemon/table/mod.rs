@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 
 use super::{
     changes::{ChangeKind, EndpointChange, EndpointState},
-    checks::CheckSpec,
+    checks::{CheckKey, CheckSpec},
     views::{LastChange, LastResult},
 };
 use crate::{
@@ -35,13 +35,14 @@ pub(crate) struct Target {
     /// The configured admin state, and the API's override of it.
     pub config_admin: AdminState,
     pub admin_override: Option<AdminState>,
-    pub check_key: Arc<str>,
+    pub check_key: CheckKey,
     pub spec: Arc<CheckSpec>,
     /// Registered with the scheduler: only while probed.
     pub check: Option<CheckId>,
     pub tracker: Tracker,
     pub last: Option<LastResult>,
-    pub last_rtt: Option<Duration>,
+    /// The round-trip time of its last healthy probe.
+    pub last_rtt: Rtt,
     pub last_change: Option<LastChange>,
     /// How late its last probe started after its due time (the scheduler's send plus any wait
     /// for an HTTP slot): beyond `pace::BEHIND_NS` its windows no longer hold.
@@ -51,15 +52,33 @@ pub(crate) struct Target {
     pub eligible: bool,
     /// With `[cluster]`: whether this node is one of the check's k probers (always without).
     pub owned: bool,
-    /// The check's name for sharding (the same for every target of one check) and this
-    /// endpoint's name for verdicts, on every node with the same configuration.
-    pub shard_key: u64,
+    /// This endpoint's name for verdicts, on every node with the same configuration (the
+    /// check's name for sharding is `check_key.stable()`).
     pub verdict_key: u64,
     /// With `[cluster]`: the aggregate of every location's verdict (SPEC 9), which stands
     /// for the endpoint's health; None while no location has a verdict.
     pub cluster_health: Option<Health>,
     /// The verdict this node last gossiped for it (None: none, it does not probe it).
     pub cluster_sent: Option<crate::cluster::aggregate::Verdict>,
+}
+
+// A million targets are a million boxes of this: past 256 bytes each takes mimalloc's next
+// size class (320), 64 MB more at a million.
+const _: () = assert!(std::mem::size_of::<Target>() <= 256);
+
+/// A round-trip time in whole microseconds (saturating at 71 minutes; one under a
+/// microsecond counts as one), 0 for none: 4 bytes where an `Option<Duration>` took 16.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Rtt(u32);
+
+impl Rtt {
+    pub fn of(d: Duration) -> Self {
+        Self(u32::try_from(d.as_micros()).unwrap_or(u32::MAX).max(1))
+    }
+
+    pub fn get(self) -> Option<Duration> {
+        (self.0 > 0).then(|| Duration::from_micros(u64::from(self.0)))
+    }
 }
 
 /// What a target keeps of its endpoint's configuration: what consumers see of it. The rest
@@ -233,6 +252,8 @@ pub(crate) struct ProfileEntry {
     /// The API's override of `cfg.enabled`; None when it equals the configuration.
     pub enabled_override: Option<bool>,
     pub name: Arc<str>,
+    /// Its thresholds and timing, shared by its endpoints' trackers.
+    pub rules: Arc<crate::health::Rules>,
     pub owners: Vec<OwnerId>,
     pub counts: StatusCounts,
     pub status: ProfileStatus,

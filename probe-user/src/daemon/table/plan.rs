@@ -10,8 +10,11 @@ use std::{collections::HashMap, sync::Arc};
 use super::{verdict_key, Brief, BuildError, NestedTarget, OwnerId, ProfileEntry, Table, Target};
 use crate::{
     config::{Config, Endpoint, Profile},
-    daemon::{checks::CheckSpec, state::Saved},
-    health::{ProbeTiming, Tracker},
+    daemon::{
+        checks::{CheckKey, CheckSpec},
+        state::Saved,
+    },
+    health::{ProbeTiming, Rules, Tracker},
     status::{EndpointStatus, Health, ProfileStatus, StatusCounts},
 };
 
@@ -72,7 +75,7 @@ struct Start {
     id: OwnerId,
     tracker: Tracker,
     last: Option<crate::daemon::views::LastResult>,
-    last_rtt: Option<std::time::Duration>,
+    last_rtt: super::Rtt,
     last_change: Option<crate::daemon::views::LastChange>,
     admin_override: Option<crate::status::AdminState>,
     kept: bool,
@@ -233,11 +236,23 @@ fn new_entry(config: &Config, profile: &Profile, was: Option<&ProfileEntry>, sav
             }
         })
         .collect();
+    let rules = Rules {
+        thresholds: profile.health.thresholds,
+        timing: ProbeTiming {
+            interval: profile.health.interval,
+            timeout: profile.health.timeout,
+        },
+    };
     ProfileEntry {
         cfg: profile.settings(),
         nested,
         enabled_override,
         name: was.map_or_else(|| Arc::from(profile.name.as_str()), |w| w.name.clone()),
+        // The running copy when it is the same, so untouched trackers keep sharing it.
+        rules: was
+            .map(|w| w.rules.clone())
+            .filter(|r| **r == rules)
+            .unwrap_or_else(|| Arc::new(rules)),
         owners: Vec::with_capacity(profile.endpoints.len()),
         counts: StatusCounts::default(),
         status: ProfileStatus::Inactive,
@@ -257,18 +272,14 @@ fn build_one(
     saved: &Saved,
     next_id: &mut OwnerId,
 ) -> Result<(OwnerId, bool, Box<Target>), String> {
-    let (check_key, spec) = CheckSpec::resolve(profile, endpoint).map_err(|e| e.to_string())?;
-    let thresholds = profile.health.thresholds;
-    let timing = ProbeTiming {
-        interval: profile.health.interval,
-        timeout: profile.health.timeout,
-    };
-    let start = match running.filter(|(_, t)| *t.check_key == *check_key) {
-        Some((id, t)) => carry_over(id, t, endpoint, thresholds, timing),
+    let (key_text, spec) = CheckSpec::resolve(profile, endpoint).map_err(|e| e.to_string())?;
+    let check_key = CheckKey::of(&key_text);
+    let start = match running.filter(|(_, t)| t.check_key == check_key) {
+        Some((id, t)) => carry_over(id, t, endpoint, &entry.rules),
         None => {
             let id = *next_id;
             *next_id += 1;
-            resume(id, saved, profile, endpoint, &check_key, timing)
+            resume(id, saved, profile, endpoint, check_key, &entry.rules)
         }
     };
     let target = Box::new(Target {
@@ -289,28 +300,21 @@ fn build_one(
         status: EndpointStatus::Inactive,
         eligible: false,
         owned: true,
-        shard_key: crate::hash::stable(check_key.as_bytes()),
-        verdict_key: verdict_key(&profile.name, &endpoint.name, &check_key),
+        verdict_key: verdict_key(&profile.name, &endpoint.name, &key_text),
         cluster_health: None,
         cluster_sent: None,
-        check_key: Arc::from(check_key),
+        check_key,
     });
     Ok((start.id, start.kept, target))
 }
 
 /// An endpoint that stays: its health and history carry over. The operator's API override
 /// stands unless the file changed that endpoint's admin state itself.
-fn carry_over(
-    id: OwnerId,
-    t: &Target,
-    endpoint: &Endpoint,
-    thresholds: crate::health::Thresholds,
-    timing: ProbeTiming,
-) -> Start {
-    let tracker = if t.tracker.thresholds() == thresholds && t.tracker.timing() == timing {
-        t.tracker.clone()
+fn carry_over(id: OwnerId, t: &Target, endpoint: &Endpoint, rules: &Arc<Rules>) -> Start {
+    let tracker = if t.tracker.rules() == rules {
+        t.tracker.with_rules(rules)
     } else {
-        Tracker::resume(thresholds, timing, t.tracker.state())
+        Tracker::resume(rules, t.tracker.state())
     };
     Start {
         id,
@@ -329,21 +333,17 @@ fn resume(
     saved: &Saved,
     profile: &Profile,
     endpoint: &Endpoint,
-    check_key: &str,
-    timing: ProbeTiming,
+    check_key: CheckKey,
+    rules: &Arc<Rules>,
 ) -> Start {
     let saved = saved
         .target(&profile.name, &endpoint.name)
-        .filter(|s| s.check == crate::hash::fingerprint(check_key));
+        .filter(|s| s.check == check_key.fingerprint());
     Start {
         id,
-        tracker: Tracker::resume(
-            profile.health.thresholds,
-            timing,
-            saved.map_or(Health::CheckingEndpoint, |s| s.health),
-        ),
+        tracker: Tracker::resume(rules, saved.map_or(Health::CheckingEndpoint, |s| s.health)),
         last: None,
-        last_rtt: None,
+        last_rtt: super::Rtt::default(),
         last_change: saved.and_then(|s| s.last_change.clone()),
         admin_override: saved.and_then(|s| s.admin_override),
         kept: false,
