@@ -145,15 +145,24 @@ impl Tracker {
     /// Feeds one probe result; returns the transition it completes, if any.
     pub fn observe(&mut self, obs: Observation) -> Option<Transition> {
         if confirms(self.state, obs.success) {
-            self.run.clear();
+            // Nothing pending, nothing held: a flap's run is freed, not kept for the next one.
+            if self.run.capacity() > 0 {
+                self.run = Vec::new();
+            }
             return None;
         }
         if self.run.first().is_some_and(|first| first.success != obs.success) {
             self.run.clear();
         }
         let success = obs.success;
+        let need = self.rules.thresholds.for_result(success) as usize;
+        // Exactly the room the run can take (two results: 112 bytes, where growing by doubling
+        // gave four), since every target of a starting fleet holds a run at once.
+        if self.run.len() == self.run.capacity() {
+            self.run.reserve_exact(need.saturating_sub(self.run.len()).max(1));
+        }
         self.run.push(obs);
-        if self.run.len() < self.rules.thresholds.for_result(success) as usize {
+        if self.run.len() < need {
             return None;
         }
         let from = self.state;

@@ -324,3 +324,30 @@ proptest! {
         }
     }
 }
+
+/// A run holds exactly the room its threshold needs while it builds, and nothing once a result
+/// confirms the state again: a fleet of a million starting targets holds a run each.
+#[test]
+fn a_run_holds_its_thresholds_room_and_nothing_once_confirmed() {
+    let timing = ProbeTiming {
+        interval: S,
+        timeout: 500 * MS,
+    };
+    let mut t = Tracker::new(Thresholds::lb(2, 3).unwrap(), timing);
+    let mut p = VirtualProber::new(timing, 0);
+    assert_eq!(t.run.capacity(), 0, "a new tracker allocates nothing");
+    assert!(t.observe(p.probe(true, MS)).is_none());
+    assert_eq!((t.run.len(), t.run.capacity()), (1, 2));
+    assert!(t.observe(p.probe(true, MS)).is_some(), "healthy after two");
+    assert_eq!(t.run.capacity(), 0, "the run went with the transition");
+    assert!(t.observe(p.probe(false, MS)).is_none());
+    assert_eq!(
+        (t.run.len(), t.run.capacity()),
+        (1, 3),
+        "three failures make it unhealthy"
+    );
+    assert!(t.observe(p.probe(true, MS)).is_none());
+    assert_eq!(t.run.capacity(), 0, "a success confirms Healthy: nothing held");
+    let resumed = Tracker::resume(t.rules(), HealthState::Unhealthy);
+    assert_eq!(resumed.run.capacity(), 0);
+}

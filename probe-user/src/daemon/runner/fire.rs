@@ -57,11 +57,11 @@ impl Runner {
                 protocol: cache.protocol,
             });
             match &cache.l4 {
-                Some((target, proto, timeout)) => batch.push(L4Request {
+                Some((target, proto)) => batch.push(L4Request {
                     token,
                     target: *target,
                     proto: proto.clone(),
-                    timeout: *timeout,
+                    timeout: cache.timeout,
                 }),
                 None => match self.task_job(id, token) {
                     Some(Job::Http(j)) => http.push(j),
@@ -97,10 +97,10 @@ impl Runner {
             .filter_map(|o| self.table.targets.get(o))
             .map(|t| t.profile_ix);
         let l4 = match &spec.kind {
-            ProbeKind::L4(proto) => Some((spec.target, proto.clone(), spec.timeout)),
+            ProbeKind::L4(proto) => Some((spec.target, proto.clone())),
             ProbeKind::Http(probe) if self.kernel_http() => probe
                 .kernel_request(spec.target)
-                .map(|request| (spec.target, L4Proto::Http { request }, spec.timeout)),
+                .map(|request| (spec.target, L4Proto::Http { request })),
             ProbeKind::Http(_) | ProbeKind::UdpExchange(_) => None,
         };
         Some(SlotCache {

@@ -95,11 +95,12 @@ struct SlotCache {
     protocol: Protocol,
     /// The owners' profile indices, for the per-profile sent counter: the first inline.
     first_profile: Option<u32>,
-    more_profiles: Vec<u32>,
-    /// The check's timeout: a probe not back by then plus `watchdog::GRACE_NS` is lost.
+    more_profiles: Box<[u32]>,
+    /// The check's timeout: the L4 engine's for its request, and a probe not back by then
+    /// plus `watchdog::GRACE_NS` is lost.
     timeout: Duration,
     /// The request for the L4 engine; None for checks that run as tasks (HTTP, UDP exchange).
-    l4: Option<(SocketAddr, crate::engine::L4Proto, Duration)>,
+    l4: Option<(SocketAddr, crate::engine::L4Proto)>,
 }
 
 /// One check's slot: its send cache and its probe in flight (a check has at most one).
