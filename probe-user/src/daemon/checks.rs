@@ -177,7 +177,7 @@ pub mod http {
                 path: h.path.clone(),
                 host: h.host.clone(),
                 profile_headers: h.headers.clone(),
-                endpoint_headers: endpoint.headers.clone(),
+                endpoint_headers: endpoint.headers.to_vec(),
                 status: h.healthy_status.clone(),
                 body_match: h.body_match.clone(),
                 body_limit: DEFAULT_BODY_LIMIT,
@@ -397,7 +397,7 @@ mod tests {
             ),
             (
                 "endpoint headers",
-                Box::new(|c| c.profiles[0].endpoints[0].headers = vec![Header::parse("X-A:1").unwrap()]),
+                Box::new(|c| c.profiles[0].endpoints[0].headers = [Header::parse("X-A:1").unwrap()].into()),
             ),
             ("port", Box::new(|c| c.profiles[0].endpoints[0].port = 8081)),
             ("interval", Box::new(|c| c.profiles[0].health.interval *= 2)),
