@@ -25,7 +25,12 @@ pub fn mix64(mut z: u64) -> u64 {
 /// A check key as the state file stores it: its stable hash in hex. The key itself holds
 /// request headers (an Authorization value, say), which have no business on disk.
 pub fn fingerprint(key: &str) -> String {
-    format!("{:016x}", stable(key.as_bytes()))
+    fingerprint_of(stable(key.as_bytes()))
+}
+
+/// The fingerprint of a key whose stable hash is already known.
+pub fn fingerprint_of(stable: u64) -> String {
+    format!("{stable:016x}")
 }
 
 /// A HashMap with [`FastHasher`].

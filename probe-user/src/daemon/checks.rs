@@ -80,7 +80,7 @@ impl CheckKey {
 
     /// As the state file stores a check (`crate::hash::fingerprint` of the text).
     pub fn fingerprint(self) -> String {
-        format!("{:016x}", self.stable)
+        crate::hash::fingerprint_of(self.stable)
     }
 }
 

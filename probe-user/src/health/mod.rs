@@ -77,12 +77,7 @@ pub struct Rules {
 impl Tracker {
     /// A tracker in `CheckingEndpoint`.
     pub fn new(thresholds: Thresholds, timing: ProbeTiming) -> Self {
-        Self::starting(&Arc::new(Rules { thresholds, timing }))
-    }
-
-    /// A tracker in `CheckingEndpoint` under shared rules.
-    pub fn starting(rules: &Arc<Rules>) -> Self {
-        Self::resume(rules, HealthState::CheckingEndpoint)
+        Self::resume(&Arc::new(Rules { thresholds, timing }), HealthState::CheckingEndpoint)
     }
 
     /// A tracker that resumes a state known from before a restart or reload, nothing pending:
