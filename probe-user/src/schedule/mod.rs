@@ -292,6 +292,13 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
         self.wheel.len()
     }
 
+    /// Moves every waiting check `by_ns` later. For checks registered before probing could
+    /// start: at a million, registering takes longer than an interval, and first probes spread
+    /// from the registration's start were all overdue by the time the first could leave.
+    pub fn postpone_all(&mut self, by_ns: u64) {
+        self.wheel.postpone_all(by_ns);
+    }
+
     /// Makes room for `additional` more checks at once: at a million, growing a step at a time
     /// copies (and faults in) every table several times over.
     pub fn reserve(&mut self, additional: usize) {

@@ -125,6 +125,21 @@ impl Wheel {
         true
     }
 
+    /// Moves every entry `by_ns` later, keeping their order and spacing.
+    pub fn postpone_all(&mut self, by_ns: u64) {
+        if by_ns == 0 {
+            return;
+        }
+        for idx in 0..self.links.len() {
+            let link = self.links[idx];
+            if link.slot != NIL {
+                let idx = u32::try_from(idx).expect("indices are u32");
+                self.remove(idx);
+                self.insert(idx, link.due_ns.saturating_add(by_ns));
+            }
+        }
+    }
+
     /// Takes `idx` out of its slot's list, leaving the slot's minimum to the caller (except
     /// for a slot left empty); its link as it was, or None if it was not scheduled.
     fn unlink(&mut self, idx: u32) -> Option<Link> {
@@ -263,6 +278,25 @@ mod tests {
         wheel.pop_due(20_000, |i, due| got.push((i, due)));
         assert_eq!(got, [(4, 12_345)]);
         assert_eq!(wheel.next_due(), None);
+    }
+
+    #[test]
+    fn postponing_moves_every_entry_and_keeps_their_spacing() {
+        let mut wheel = Wheel::new(1_000, 64);
+        wheel.insert(1, 2_000);
+        wheel.insert(2, 3_500);
+        wheel.insert(3, 40_000);
+        wheel.remove(3);
+        wheel.insert(4, 9_000);
+        wheel.postpone_all(100_000);
+        assert_eq!(wheel.len(), 3);
+        assert_eq!(wheel.next_due(), Some(102_000));
+        let mut out = Vec::new();
+        wheel.pop_due(101_999, |i, due| out.push((i, due)));
+        assert!(out.is_empty(), "nothing is due at the old times: {out:?}");
+        wheel.pop_due(200_000, |i, due| out.push((i, due)));
+        assert_eq!(out, [(1, 102_000), (2, 103_500), (4, 109_000)]);
+        assert_eq!(wheel.due(3), None, "a removed entry stays out");
     }
 
     #[test]

@@ -146,6 +146,10 @@ pub(crate) struct Runner {
     reap_from: usize,
     /// When the watchdog last looked.
     reaped_ns: u64,
+    /// Set by `new` to when its table was registered: `run` moves the first probes as much
+    /// later as it started after that, so they spread over the interval from the moment
+    /// probing starts (at a million checks, registering alone takes seconds).
+    registered_ns: Option<u64>,
     /// Bumped by every registration change: slot caches of older epochs are refilled.
     epoch: u64,
     /// The kernel said it cannot run HTTP probes on this node: they all use sockets.
@@ -209,6 +213,7 @@ impl Runner {
             slots: Vec::new(),
             reap_from: 0,
             reaped_ns: now,
+            registered_ns: None,
             epoch: 0,
             kernel_http_off: false,
             l4_words: crate::hash::FastMap::default(),
@@ -253,6 +258,7 @@ impl Runner {
         let settings = runner.config.without_profiles();
         runner.ensure_l4(&settings, first_l4(plan.built(), &settings))?;
         let sinks = runner.prepare_sinks(&settings.sinks)?;
+        runner.registered_ns = Some(runner.now());
         runner.apply(plan);
         runner.start_cluster()?;
         runner.start_sinks(&settings.sinks, sinks);
@@ -275,6 +281,9 @@ impl Runner {
         // firing: a wake-up per result would cost a thread switch each at thousands of checks a
         // second.
         let mut results_after_ns = 0u64;
+        if let Some(at) = self.registered_ns.take() {
+            self.sched.postpone_all(self.now().saturating_sub(at));
+        }
         loop {
             let now = self.now();
             // Wake at most once per tick and pop the whole tick (see schedule::next_due), and
