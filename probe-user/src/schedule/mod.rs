@@ -175,6 +175,7 @@ pub enum ScheduleError {
 /// A check's owners: nearly always one, kept inline; a shared check's list is boxed, so the
 /// common case costs 16 bytes per check instead of a vector's 32.
 #[derive(Debug)]
+#[expect(clippy::box_collection, reason = "a thin pointer keeps the enum at 16 bytes")]
 enum Owners<O> {
     One(O),
     Many(Box<Vec<O>>),
