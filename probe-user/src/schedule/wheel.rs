@@ -125,18 +125,23 @@ impl Wheel {
         true
     }
 
-    /// Moves every entry `by_ns` later, keeping their order and spacing.
+    /// Moves every entry `by_ns` later, keeping their order and spacing. Everything is taken
+    /// out first and then put back: `remove` one at a time would walk a slot's list for its new
+    /// minimum each time it took the minimum out (~250 entries a slot at a million timers).
     pub fn postpone_all(&mut self, by_ns: u64) {
         if by_ns == 0 {
             return;
         }
+        let mut moved = Vec::with_capacity(self.len);
         for idx in 0..self.links.len() {
-            let link = self.links[idx];
-            if link.slot != NIL {
-                let idx = u32::try_from(idx).expect("indices are u32");
-                self.remove(idx);
-                self.insert(idx, link.due_ns.saturating_add(by_ns));
+            let idx = u32::try_from(idx).expect("indices are u32");
+            // A slot's minimum goes stale here until the slot empties, which every slot does.
+            if let Some(link) = self.unlink(idx) {
+                moved.push((idx, link.due_ns.saturating_add(by_ns)));
             }
+        }
+        for (idx, due_ns) in moved {
+            self.insert(idx, due_ns);
         }
     }
 
