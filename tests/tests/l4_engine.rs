@@ -137,14 +137,15 @@ fn ten_thousand_anyip_targets_get_exactly_one_outcome_each() {
     let _listener = topo.backend.tcp_listen("0.0.0.0:80");
     let pins = TestPins::new();
     let reqs = anyip_port80(N);
-    let results = topo.prober.enter(|| {
+    let softnet_before = softnet_drops();
+    let (results, snap) = topo.prober.enter(|| {
         let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
         engine.submit(reqs).unwrap();
         let results = collect(&mut rx, N as usize, Duration::from_secs(20));
         // Nothing more may arrive: exactly one result per probe.
         std::thread::sleep(Duration::from_millis(100));
         assert!(rx.try_recv().is_err(), "a probe produced a second result");
-        results
+        (results, engine.snapshot().unwrap())
     });
     assert_eq!(results.len(), N as usize, "results for every target");
     let mut seen = vec![false; N as usize];
@@ -156,12 +157,33 @@ fn ten_thousand_anyip_targets_get_exactly_one_outcome_each() {
         );
     }
     let open = results.iter().filter(|r| r.outcome == L4Outcome::Open).count();
+    // A shortfall here has been seen once under a loaded CI run and not reproduced since: say
+    // where the frames went (engine counters, both ends' link statistics, the per-CPU backlog
+    // drops of /proc/net/softnet_stat) so the next one can be placed.
     assert_eq!(
         open,
         N as usize,
-        "every AnyIP target answered: {:?}",
-        results.iter().find(|r| r.outcome != L4Outcome::Open)
+        "every AnyIP target answered: first other {:?}; engine {snap:?}; softnet drops {} -> {}\n\
+         prober:\n{}{}\nbackend:\n{}{}",
+        results.iter().find(|r| r.outcome != L4Outcome::Open),
+        softnet_before,
+        softnet_drops(),
+        topo.prober.exec("ip", &["-s", "-s", "link", "show", PROBER_IF]),
+        topo.prober.exec("ethtool", &["-S", PROBER_IF]),
+        topo.backend.exec("ip", &["-s", "-s", "link", "show", BACKEND_IF]),
+        topo.backend.exec("ethtool", &["-S", BACKEND_IF]),
     );
+}
+
+/// Packets the kernel dropped for a full per-CPU backlog, summed over the CPUs (the second
+/// column of /proc/net/softnet_stat, hexadecimal).
+fn softnet_drops() -> u64 {
+    std::fs::read_to_string("/proc/net/softnet_stat")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter_map(|d| u64::from_str_radix(d, 16).ok())
+        .sum()
 }
 
 /// The one probe the engine has on the wire (from its pinned in-flight table): flow and entry.
