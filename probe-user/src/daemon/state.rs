@@ -45,15 +45,66 @@ pub struct SavedProfile {
     pub enabled: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct StateFile {
+/// The file as read: `{"version", "saved_unix_ms", "targets": [...], "profiles": [...]}`
+/// (`Writer` writes it in that order; `profiles` is absent in files written before profile
+/// overrides existed, and when there are none).
+#[derive(Deserialize)]
+struct FileRead {
     version: u32,
     saved_unix_ms: u64,
-    targets: Vec<SavedTarget>,
-    /// Absent in files written before profile overrides existed (same version: a reader that
-    /// predates them ignores the key).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    targets: Vec<TargetRead>,
+    #[serde(default)]
     profiles: Vec<SavedProfile>,
+}
+
+/// A target of either version, its last change checked once the version is known (which
+/// may come after the targets in a file not written by probed).
+#[derive(Deserialize)]
+struct TargetRead {
+    profile: Arc<str>,
+    endpoint: Arc<str>,
+    check: String,
+    health: Health,
+    admin_override: Option<AdminState>,
+    #[serde(default)]
+    last_change: Option<ChangeRead>,
+}
+
+/// A last change as version 2 writes it, or anything else (version 1's, to be dropped).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ChangeRead {
+    Known(LastChange),
+    Other(serde::de::IgnoredAny),
+}
+
+impl TargetRead {
+    fn into_saved(self, v1: bool) -> Result<SavedTarget, String> {
+        let last_change = match self.last_change {
+            _ if v1 => None,
+            Some(ChangeRead::Known(c)) => Some(c),
+            Some(ChangeRead::Other(_)) => {
+                return Err(format!(
+                    "not valid (the last change of {:?} in {:?} is not one)",
+                    self.endpoint, self.profile
+                ))
+            }
+            None => None,
+        };
+        Ok(SavedTarget {
+            // Version 1 stored the key itself.
+            check: if v1 {
+                crate::hash::fingerprint(&self.check)
+            } else {
+                self.check
+            },
+            profile: self.profile,
+            endpoint: self.endpoint,
+            health: self.health,
+            admin_override: self.admin_override,
+            last_change,
+        })
+    }
 }
 
 /// What a restart resumes.
@@ -80,16 +131,21 @@ impl Saved {
 /// warning), because starting over in CheckingEndpoint is always safe. A version 1 file gives
 /// its health and API overrides (see `parse`).
 pub fn load(path: &Path, now_unix_ms: u64) -> Saved {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
+    // Read through a buffer, not into one string: at a million targets the file is ~250 MB,
+    // and the text and the parsed targets both held at once were the restart's peak.
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Saved::default(),
         Err(e) => {
             log::warn!("state file {}: {e}; starting every endpoint afresh", path.display());
             return Saved::default();
         }
     };
-    let file = match parse(&text) {
-        Ok(f) => f,
+    let read = serde_json::from_reader::<_, FileRead>(std::io::BufReader::with_capacity(1 << 16, file))
+        .map_err(|e| format!("not valid ({e})"))
+        .and_then(|f| check_version(f.version).map(|v1| (f, v1)));
+    let (file, v1) = match read {
+        Ok(read) => read,
         Err(why) => {
             log::warn!("state file {}: {why}; starting every endpoint afresh", path.display());
             return Saved::default();
@@ -113,137 +169,195 @@ pub fn load(path: &Path, now_unix_ms: u64) -> Saved {
         );
         return Saved::default();
     }
+    let mut targets: HashMap<Arc<str>, HashMap<Arc<str>, SavedTarget>> = HashMap::new();
+    for t in file.targets {
+        match t.into_saved(v1) {
+            Ok(t) => {
+                targets
+                    .entry(t.profile.clone())
+                    .or_default()
+                    .insert(t.endpoint.clone(), t);
+            }
+            Err(why) => {
+                log::warn!("state file {}: {why}; starting every endpoint afresh", path.display());
+                return Saved::default();
+            }
+        }
+    }
+    let profiles = if v1 { Vec::new() } else { file.profiles };
     Saved {
-        targets: file.targets.into_iter().fold(HashMap::new(), |mut by, t| {
-            by.entry(t.profile.clone())
-                .or_insert_with(HashMap::new)
-                .insert(t.endpoint.clone(), t);
-            by
-        }),
-        profiles: file.profiles.into_iter().map(|p| (p.profile, p.enabled)).collect(),
+        targets,
+        profiles: profiles.into_iter().map(|p| (p.profile, p.enabled)).collect(),
     }
 }
 
-/// The file's targets, from version 2, or from version 1 without its last changes.
-///
-/// Version 1 stored health and the API override as the same names the enums use now, so they
-/// carry over: an upgrade must not put back into rotation an endpoint an operator disabled for
-/// maintenance. Its `last_change` mixed two vocabularies and is dropped. Other versions (a
-/// newer probed's file after a downgrade) are refused.
-fn parse(text: &str) -> Result<StateFile, String> {
-    #[derive(Deserialize)]
-    struct Version {
-        version: u32,
-    }
-    #[derive(Deserialize)]
-    struct V1Target {
-        profile: String,
-        endpoint: String,
-        check: String,
-        health: Health,
-        admin_override: Option<AdminState>,
-    }
-    #[derive(Deserialize)]
-    struct V1File {
-        saved_unix_ms: u64,
-        targets: Vec<V1Target>,
-    }
-    let invalid = |e: serde_json::Error| format!("not valid ({e})");
-    match serde_json::from_str::<Version>(text).map_err(invalid)?.version {
-        VERSION => serde_json::from_str(text).map_err(invalid),
+/// Whether a file of `version` is read as version 1 (see `TargetRead::into_saved`): version 1
+/// stored health and the API override as the same names the enums use now, so they carry over
+/// (an upgrade must not put back into rotation an endpoint an operator disabled for
+/// maintenance), and its `last_change` mixed two vocabularies and is dropped. Other versions
+/// (a newer probed's file after a downgrade) are refused.
+fn check_version(version: u32) -> Result<bool, String> {
+    match version {
+        VERSION => Ok(false),
         1 => {
-            let v1: V1File = serde_json::from_str(text).map_err(invalid)?;
             log::warn!("state file of version 1: health and API overrides resumed, last changes dropped");
-            Ok(StateFile {
-                version: VERSION,
-                saved_unix_ms: v1.saved_unix_ms,
-                targets: v1
-                    .targets
-                    .into_iter()
-                    .map(|t| SavedTarget {
-                        profile: t.profile.into(),
-                        endpoint: t.endpoint.into(),
-                        // Version 1 stored the key itself.
-                        check: crate::hash::fingerprint(&t.check),
-                        health: t.health,
-                        admin_override: t.admin_override,
-                        last_change: None,
-                    })
-                    .collect(),
-                profiles: Vec::new(),
-            })
+            Ok(true)
         }
         v => Err(format!("version {v}, this probed reads versions 1 and {VERSION}")),
     }
 }
 
-/// Writes the file atomically (a temporary beside it, fsync, rename), targets in profile and
-/// endpoint order so that it diffs cleanly.
+/// Writes the file atomically (a temporary beside it, fsync, rename), targets in the order
+/// given (the runner gives the table's: profiles, then endpoints, as configured).
 pub fn save(
     path: &Path,
-    mut targets: Vec<SavedTarget>,
-    mut profiles: Vec<SavedProfile>,
-    now_unix_ms: u64,
-) -> Result<(), DaemonError> {
-    use std::io::Write;
-    targets.sort_by(|a, b| (&a.profile, &a.endpoint).cmp(&(&b.profile, &b.endpoint)));
-    profiles.sort_by(|a, b| a.profile.cmp(&b.profile));
-    let io = |op: &'static str, p: &Path| {
-        let path = Some(p.to_path_buf());
-        move |source| DaemonError::Io { op, path, source }
-    };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(io("create the state directory", dir))?;
-    }
-    let file = StateFile {
-        version: VERSION,
-        saved_unix_ms: now_unix_ms,
-        targets,
-        profiles,
-    };
-    // Compact: at 100k targets pretty-printing cost the writer thread a core's worth of time
-    // during bursts of changes; `jq . state.json` reads it just as well. Streamed through a
-    // buffer: the whole document as one string was the daemon's largest peak (about 500 bytes
-    // a target, twice over while it grew).
-    let tmp = temp_path(path);
-    let f = create_private(&tmp).map_err(io("create", &tmp))?;
-    let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
-    serde_json::to_writer(&mut w, &file)
-        .map_err(std::io::Error::from)
-        .and_then(|()| w.flush())
-        .map_err(io("write", &tmp))?;
-    let f = w.into_inner().map_err(|e| io("write", &tmp)(e.into_error()))?;
-    f.sync_all().map_err(io("write", &tmp))?;
-    std::fs::rename(&tmp, path).map_err(io("rename the state file into", path))
-}
-
-/// One queued save.
-struct Job {
-    path: PathBuf,
     targets: Vec<SavedTarget>,
     profiles: Vec<SavedProfile>,
-    at_unix_ms: u64,
+    now_unix_ms: u64,
+) -> Result<(), DaemonError> {
+    let mut file = Writer::begin(path, now_unix_ms)?;
+    file.targets(&targets)?;
+    file.finish(&profiles)
 }
 
+/// A state file being written: opened with its header, the targets streamed in, closed with
+/// the profiles and renamed into place. Dropped unfinished, it removes its temporary.
+///
+/// Streamed because a snapshot of the whole table held at once was the daemon's largest
+/// recurring peak: at a million targets ~110 MB every rewrite, for as long as it took to
+/// serialise.
+struct Writer {
+    path: PathBuf,
+    tmp: PathBuf,
+    out: Option<std::io::BufWriter<std::fs::File>>,
+    written: usize,
+}
+
+fn io_error(op: &'static str, p: &Path) -> impl FnOnce(std::io::Error) -> DaemonError {
+    let path = Some(p.to_path_buf());
+    move |source| DaemonError::Io { op, path, source }
+}
+
+impl Writer {
+    fn begin(path: &Path, now_unix_ms: u64) -> Result<Self, DaemonError> {
+        use std::io::Write;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io_error("create the state directory", dir))?;
+        }
+        let tmp = temp_path(path);
+        let f = create_private(&tmp).map_err(io_error("create", &tmp))?;
+        // Compact: at 100k targets pretty-printing cost the writer thread a core's worth of
+        // time during bursts of changes; `jq . state.json` reads it just as well. The fields
+        // in `FileRead`'s order.
+        let mut file = Self {
+            path: path.to_path_buf(),
+            tmp,
+            out: Some(std::io::BufWriter::with_capacity(1 << 16, f)),
+            written: 0,
+        };
+        let header = format!(r#"{{"version":{VERSION},"saved_unix_ms":{now_unix_ms},"targets":["#);
+        let out = file.out.as_mut().expect("just opened");
+        out.write_all(header.as_bytes()).map_err(io_error("write", &file.tmp))?;
+        Ok(file)
+    }
+
+    fn targets(&mut self, targets: &[SavedTarget]) -> Result<(), DaemonError> {
+        use std::io::Write;
+        let out = self.out.as_mut().expect("open until finished");
+        let mut put = |t: &SavedTarget, first: bool| -> std::io::Result<()> {
+            if !first {
+                out.write_all(b",")?;
+            }
+            serde_json::to_writer(&mut *out, t).map_err(std::io::Error::from)
+        };
+        for t in targets {
+            put(t, self.written == 0).map_err(io_error("write", &self.tmp))?;
+            self.written += 1;
+        }
+        Ok(())
+    }
+
+    fn finish(mut self, profiles: &[SavedProfile]) -> Result<(), DaemonError> {
+        use std::io::Write;
+        let out = self.out.take().expect("open until finished");
+        let closed = (move || -> std::io::Result<std::fs::File> {
+            let mut out = out;
+            out.write_all(b"]")?;
+            if !profiles.is_empty() {
+                out.write_all(br#","profiles":"#)?;
+                serde_json::to_writer(&mut out, profiles)?;
+            }
+            out.write_all(b"}")?;
+            out.into_inner().map_err(|e| e.into_error())
+        })();
+        let f = closed.map_err(io_error("write", &self.tmp))?;
+        f.sync_all().map_err(io_error("write", &self.tmp))?;
+        std::fs::rename(&self.tmp, &self.path).map_err(io_error("rename the state file into", &self.path))?;
+        self.written = usize::MAX;
+        Ok(())
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if self.written != usize::MAX {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// A part of a snapshot on its way to the file: the runner copies the table a slice per loop
+/// turn and hands each slice over as it goes.
+pub struct Part {
+    /// Which snapshot it belongs to: the first part of a newer one abandons an older one
+    /// left unfinished (the table was replaced meanwhile).
+    pub snapshot: u64,
+    /// On the first part: the file, and the time the state is saved as of.
+    pub open: Option<(PathBuf, u64)>,
+    pub targets: Vec<SavedTarget>,
+    /// On the last part: the profile overrides, which close the file.
+    pub close: Option<Vec<SavedProfile>>,
+}
+
+/// Parts queued for the saver at most: a stalled disk holds up the snapshot (the runner keeps
+/// its place), never the probe loop, and never more than a few slices of memory.
+const PARTS_QUEUED: usize = 4;
+
 /// Writes the state file on a thread of its own: an fsync can take tens of milliseconds on a busy
-/// disk, which the probe loop must never wait for. Only the newest pending state is written.
+/// disk, which the probe loop must never wait for.
 pub struct Saver {
-    tx: Option<std::sync::mpsc::Sender<Job>>,
+    tx: Option<std::sync::mpsc::SyncSender<Part>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Saver {
     pub fn new() -> Self {
-        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Part>(PARTS_QUEUED);
         let thread = std::thread::Builder::new()
             .name("probed-state".into())
             .spawn(move || {
-                while let Ok(mut job) = rx.recv() {
-                    while let Ok(newer) = rx.try_recv() {
-                        job = newer;
+                let mut open: Option<(u64, Writer)> = None;
+                let warn = |e: DaemonError| log::warn!("cannot save state: {e}");
+                while let Ok(part) = rx.recv() {
+                    if let Some((path, at_unix_ms)) = &part.open {
+                        open = None;
+                        match Writer::begin(path, *at_unix_ms) {
+                            Ok(w) => open = Some((part.snapshot, w)),
+                            Err(e) => warn(e),
+                        }
                     }
-                    if let Err(e) = save(&job.path, job.targets, job.profiles, job.at_unix_ms) {
-                        log::warn!("cannot save state: {e}");
+                    let Some((_, file)) = open.as_mut().filter(|(id, _)| *id == part.snapshot) else {
+                        continue;
+                    };
+                    if let Err(e) = file.targets(&part.targets) {
+                        warn(e);
+                        open = None;
+                        continue;
+                    }
+                    if let Some(profiles) = part.close {
+                        if let Some((_, file)) = open.take() {
+                            file.finish(&profiles).unwrap_or_else(warn);
+                        }
                     }
                 }
             })
@@ -251,15 +365,18 @@ impl Saver {
         Self { tx: Some(tx), thread }
     }
 
-    /// Queues a save of the state as of `at_unix_ms`; returns at once.
-    pub fn save(&self, path: &Path, targets: Vec<SavedTarget>, profiles: Vec<SavedProfile>, at_unix_ms: u64) {
+    /// Queues `part` if there is room; gives it back when the saver is behind.
+    pub fn offer(&self, part: Part) -> Result<(), Part> {
+        match self.tx.as_ref().map(|tx| tx.try_send(part)) {
+            Some(Err(std::sync::mpsc::TrySendError::Full(part))) => Err(part),
+            _ => Ok(()),
+        }
+    }
+
+    /// Queues `part`, waiting for room (at shutdown).
+    pub fn send(&self, part: Part) {
         if let Some(tx) = &self.tx {
-            let _ = tx.send(Job {
-                path: path.to_path_buf(),
-                targets,
-                profiles,
-                at_unix_ms,
-            });
+            let _ = tx.send(part);
         }
     }
 
@@ -345,6 +462,40 @@ mod tests {
     }
 
     #[test]
+    fn the_saver_streams_parts_and_a_newer_snapshot_abandons_an_older_one() {
+        let dir = std::env::temp_dir().join(format!("probed-state-parts-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("state.json");
+        let named = |endpoint: &str, health| SavedTarget {
+            endpoint: endpoint.into(),
+            ..target(health)
+        };
+        let part = |snapshot, open: bool, endpoint: &str, close: bool| Part {
+            snapshot,
+            open: open.then(|| (path.clone(), 1_000_000)),
+            targets: vec![named(endpoint, Health::Healthy)],
+            close: close.then(Vec::new),
+        };
+        let mut saver = Saver::new();
+        saver.send(part(1, true, "a", false));
+        // The table was replaced: snapshot 1 never finishes, and a late part of it is ignored.
+        saver.send(part(2, true, "b", false));
+        saver.send(part(1, false, "c", true));
+        saver.send(part(2, false, "d", true));
+        saver.finish();
+        let got = load(&path, 1_000_500);
+        let mut names: Vec<_> = got.targets["web"].keys().map(|k| k.to_string()).collect();
+        names.sort();
+        assert_eq!(names, ["b", "d"], "only the finished snapshot's parts");
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["state.json"], "the abandoned file's temporary is gone");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn round_trip_and_staleness() {
         let dir = std::env::temp_dir().join(format!("probed-state-{}", std::process::id()));
         let path = dir.join("state.json");
@@ -393,6 +544,13 @@ mod tests {
         assert!(
             load(&path, 1_000_000 - MAX_CLOCK_SKEW_MS - 1).is_empty(),
             "a save further in the future never goes stale, so it is ignored"
+        );
+        let odd_change = r#"{"version":2,"saved_unix_ms":1000000,"targets":[{"profile":"web","endpoint":"a",
+            "check":"x","health":"Healthy","admin_override":null,"last_change":{"at":1}}]}"#;
+        std::fs::write(&path, odd_change).unwrap();
+        assert!(
+            load(&path, 1_000_500).is_empty(),
+            "a version 2 file whose last change is not one is refused whole"
         );
         std::fs::write(&path, "{ not json").unwrap();
         assert!(load(&path, 1_000_500).is_empty(), "a corrupt file is ignored");

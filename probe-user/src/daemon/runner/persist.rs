@@ -32,6 +32,8 @@ pub(in crate::daemon) struct Persist {
     pub(super) saver: state::Saver,
     /// The snapshot being taken, when one is.
     taking: Option<Snapshot>,
+    /// The number of the last snapshot started.
+    snapshots: u64,
 }
 
 impl Persist {
@@ -41,29 +43,42 @@ impl Persist {
             last_save_ns: 0,
             saver: state::Saver::new(),
             taking: None,
+            snapshots: 0,
         }
     }
 
-    /// The table was replaced: a snapshot half taken from the old one is dropped, and the
-    /// new one is saved.
+    /// The table was replaced: a snapshot half taken from the old one is dropped (the saver
+    /// drops its file when the next begins), and the new one is saved.
     pub(super) fn table_replaced(&mut self) {
         self.taking = None;
         self.dirty = true;
     }
 }
 
-/// A snapshot in progress: the endpoints copied so far, in the table's profile order, and
-/// where the next slice starts.
+/// A snapshot in progress: where the next slice starts in the table's profile order, and a
+/// part the saver had no room for yet.
 #[derive(Default)]
 pub(super) struct Snapshot {
+    id: u64,
     profile: usize,
     pos: usize,
-    pub(super) targets: Vec<SavedTarget>,
+    /// Nothing handed over yet: the next part opens the file.
+    first: bool,
+    held: Option<state::Part>,
 }
 
 impl Snapshot {
-    /// Copies up to `most` more endpoints; true when every endpoint of `table` is in.
-    pub(super) fn take(&mut self, table: &Table, most: usize) -> bool {
+    pub(super) fn new(id: u64) -> Self {
+        Self {
+            id,
+            first: true,
+            ..Self::default()
+        }
+    }
+
+    /// Copies up to `most` more endpoints into `into`; true when every endpoint of `table`
+    /// is in.
+    pub(super) fn take(&mut self, table: &Table, most: usize, into: &mut Vec<SavedTarget>) -> bool {
         let mut n = 0;
         while let Some(p) = table.profiles.get(self.profile) {
             while let Some(id) = p.owners.get(self.pos) {
@@ -73,7 +88,7 @@ impl Snapshot {
                 n += 1;
                 self.pos += 1;
                 if let Some(t) = table.targets.get(id) {
-                    self.targets.push(saved(t));
+                    into.push(saved(t));
                 }
             }
             self.profile += 1;
@@ -95,9 +110,10 @@ fn saved(t: &Target) -> SavedTarget {
 }
 
 impl Runner {
-    /// Takes the next slice of a snapshot in progress, or starts one when something changed
-    /// and the gap since the last has passed; hands a complete one to the saver. `force`
-    /// (at shutdown) takes whatever is unsaved whole, now.
+    /// Starts a snapshot when something changed and the gap since the last has passed, then
+    /// copies its next slice and hands it to the saver, which streams it into the file (a
+    /// slice per loop turn; none while the saver has no room). `force` (at shutdown) starts
+    /// over and takes everything unsaved whole, now.
     pub(super) fn save_if_due(&mut self, force: bool) {
         let now = self.now();
         let p = &mut self.persist;
@@ -112,35 +128,47 @@ impl Runner {
             // A change from here on may miss the copy: it marks the next snapshot due.
             p.dirty = false;
             p.last_save_ns = now;
-            p.taking = Some(Snapshot {
-                targets: Vec::with_capacity(self.table.targets.len()),
-                ..Snapshot::default()
-            });
+            p.snapshots += 1;
+            p.taking = Some(Snapshot::new(p.snapshots));
         }
-        let most = if force { usize::MAX } else { SNAPSHOT_SLICE };
         let snapshot = p.taking.as_mut().expect("set above");
-        if !snapshot.take(&self.table, most) {
+        let part = match snapshot.held.take() {
+            Some(part) => part,
+            None => {
+                let most = if force { usize::MAX } else { SNAPSHOT_SLICE };
+                let mut targets = Vec::with_capacity(most.min(self.table.targets.len()));
+                let done = snapshot.take(&self.table, most, &mut targets);
+                let open = std::mem::take(&mut snapshot.first)
+                    .then(|| (self.config.daemon.state_file.clone(), self.ports.clock.unix_ms()));
+                let close = done.then(|| {
+                    self.table
+                        .profiles
+                        .iter()
+                        .filter_map(|p| {
+                            p.enabled_override.map(|enabled| state::SavedProfile {
+                                profile: p.name.to_string(),
+                                enabled,
+                            })
+                        })
+                        .collect()
+                });
+                state::Part {
+                    snapshot: snapshot.id,
+                    open,
+                    targets,
+                    close,
+                }
+            }
+        };
+        let last = part.close.is_some();
+        if force {
+            p.saver.send(part);
+        } else if let Err(part) = p.saver.offer(part) {
+            snapshot.held = Some(part);
             return;
         }
-        let targets = p.taking.take().expect("set above").targets;
-        // Sorting and serialising happen on the saver's thread: at 100k targets the sort
-        // alone held this loop up for tens of milliseconds.
-        let profiles = self
-            .table
-            .profiles
-            .iter()
-            .filter_map(|p| {
-                p.enabled_override.map(|enabled| state::SavedProfile {
-                    profile: p.name.to_string(),
-                    enabled,
-                })
-            })
-            .collect();
-        p.saver.save(
-            &self.config.daemon.state_file,
-            targets,
-            profiles,
-            self.ports.clock.unix_ms(),
-        );
+        if last {
+            p.taking = None;
+        }
     }
 }

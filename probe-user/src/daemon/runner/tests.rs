@@ -1011,20 +1011,23 @@ fn the_state_file_is_rewritten_less_often_as_the_table_grows() {
 fn a_snapshot_taken_in_slices_holds_every_endpoint_once() {
     use super::persist::Snapshot;
     let h = Harness::new("slices", &[("a", 80), ("b", 81), ("c", 82)]);
-    let names = |s: &Snapshot| {
-        s.targets
-            .iter()
+    let names = |s: &[crate::daemon::state::SavedTarget]| {
+        s.iter()
             .map(|t| (t.profile.clone(), t.endpoint.clone()))
             .collect::<Vec<_>>()
     };
-    let mut whole = Snapshot::default();
-    assert!(whole.take(&h.runner.table, usize::MAX));
-    let mut sliced = Snapshot::default();
-    assert!(!sliced.take(&h.runner.table, 2), "two of three in the first slice");
-    assert_eq!(sliced.targets.len(), 2);
-    assert!(sliced.take(&h.runner.table, 2), "the rest in the second");
-    assert_eq!(names(&sliced), names(&whole));
-    assert_eq!(whole.targets.len(), 3);
+    let mut whole = Vec::new();
+    assert!(Snapshot::new(1).take(&h.runner.table, usize::MAX, &mut whole));
+    let mut sliced = Snapshot::new(2);
+    let mut got = Vec::new();
+    assert!(
+        !sliced.take(&h.runner.table, 2, &mut got),
+        "two of three in the first slice"
+    );
+    assert_eq!(got.len(), 2);
+    assert!(sliced.take(&h.runner.table, 2, &mut got), "the rest in the second");
+    assert_eq!(names(&got), names(&whole));
+    assert_eq!(whole.len(), 3);
 }
 
 #[test]
