@@ -288,7 +288,7 @@ impl Writer {
                 serde_json::to_writer(&mut out, profiles)?;
             }
             out.write_all(b"}")?;
-            out.into_inner().map_err(|e| e.into_error())
+            out.into_inner().map_err(std::io::IntoInnerError::into_error)
         })();
         let f = closed.map_err(io_error("write", &self.tmp))?;
         f.sync_all().map_err(io_error("write", &self.tmp))?;
@@ -484,7 +484,7 @@ mod tests {
         saver.send(part(2, false, "d", true));
         saver.finish();
         let got = load(&path, 1_000_500);
-        let mut names: Vec<_> = got.targets["web"].keys().map(|k| k.to_string()).collect();
+        let mut names: Vec<_> = got.targets["web"].keys().map(ToString::to_string).collect();
         names.sort();
         assert_eq!(names, ["b", "d"], "only the finished snapshot's parts");
         let left: Vec<_> = std::fs::read_dir(&dir)
