@@ -3,7 +3,12 @@
 //! Sequential per check, first probes spread over the interval, identical checks deduplicated.
 pub mod wheel;
 
-use std::{collections::HashMap, fmt, hash::Hash, time::Duration};
+use std::{
+    collections::HashMap,
+    fmt,
+    hash::{BuildHasher, Hash},
+    time::Duration,
+};
 
 use wheel::Wheel;
 
@@ -251,7 +256,10 @@ pub struct Scheduler<K, O> {
     wheel: Wheel,
     entries: Vec<Entry<K, O>>,
     free: Vec<u32>,
-    by_key: HashMap<K, u32>,
+    /// Live checks by key: the entry's index, found by the key's hash (the key itself is
+    /// stored once, in the entry; a map holding it again cost 32 bytes a bucket, ~65 MB at a
+    /// million checks).
+    by_key: hashbrown::HashTable<u32>,
     /// The distinct timings of the checks, each stored once (a configuration has a handful;
     /// at a million checks a copy in each was 72 MB), and their index. Never shrinks.
     params: Vec<CheckParams>,
@@ -269,7 +277,7 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
             wheel: Wheel::new(tick_ns, config.slots),
             entries: Vec::new(),
             free: Vec::new(),
-            by_key: HashMap::new(),
+            by_key: hashbrown::HashTable::new(),
             params: Vec::new(),
             params_ix: HashMap::new(),
             rng: SplitMix64(config.seed),
@@ -305,7 +313,8 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
     pub fn reserve(&mut self, additional: usize) {
         let more = additional.saturating_sub(self.free.len());
         self.entries.reserve(more);
-        self.by_key.reserve(additional);
+        let entries = &self.entries;
+        self.by_key.reserve(additional, |&ix| key_hash(key_of(entries, ix)));
         self.wheel.reserve(self.entries.len() + more);
     }
 
@@ -313,7 +322,7 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
     /// its first probe spread over the interval from `now_ns`; later owners share it.
     pub fn add(&mut self, owner: O, key: K, params: CheckParams, now_ns: u64) -> Result<CheckId, ScheduleError> {
         params.validate()?;
-        if let Some(&index) = self.by_key.get(&key) {
+        if let Some(index) = self.find(&key) {
             let id = self.id_of(index);
             let check = self.entries[index as usize]
                 .check
@@ -333,7 +342,9 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
             params,
             in_flight: false,
         });
-        self.by_key.insert(key, index);
+        let entries = &self.entries;
+        self.by_key
+            .insert_unique(key_hash(&key), index, |&ix| key_hash(key_of(entries, ix)));
         self.live += 1;
         self.schedule_first(index, now_ns);
         Ok(self.id_of(index))
@@ -352,7 +363,9 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
         let check = entry.check.take().expect("checked above");
         // A probe still in flight completes against a stale id and is refused.
         entry.generation = entry.generation.wrapping_add(1);
-        self.by_key.remove(&check.key);
+        if let Ok(found) = self.by_key.find_entry(key_hash(&check.key), |&ix| ix == id.index) {
+            found.remove();
+        }
         self.wheel.remove(id.index);
         self.free.push(id.index);
         self.live -= 1;
@@ -361,7 +374,15 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
 
     /// The check registered for `key`, if any.
     pub fn lookup(&self, key: &K) -> Option<CheckId> {
-        self.by_key.get(key).map(|&index| self.id_of(index))
+        self.find(key).map(|index| self.id_of(index))
+    }
+
+    /// The index of the live check keyed `key`.
+    fn find(&self, key: &K) -> Option<u32> {
+        let entries = &self.entries;
+        self.by_key
+            .find(key_hash(key), |&ix| key_of(entries, ix) == key)
+            .copied()
     }
 
     /// The key of a live check.
@@ -517,6 +538,20 @@ fn scale(fraction: u64, range: u64) -> u64 {
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The hash `Scheduler::by_key` files a check under.
+fn key_hash<K: Hash>(key: &K) -> u64 {
+    std::hash::BuildHasherDefault::<crate::hash::FastHasher>::default().hash_one(key)
+}
+
+/// The key of the live check at `index` (only live checks are in `by_key`).
+fn key_of<K, O>(entries: &[Entry<K, O>], index: u32) -> &K {
+    &entries[index as usize]
+        .check
+        .as_ref()
+        .expect("only live checks are keyed")
+        .key
 }
 
 #[cfg(test)]
