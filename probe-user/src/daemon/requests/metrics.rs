@@ -4,6 +4,7 @@ use crate::daemon::{control::MetricsReply, runner::Runner};
 impl Runner {
     pub(in crate::daemon) fn render_metrics(&mut self) -> MetricsReply {
         let now = self.now();
+        self.metrics.flush(&self.table.profiles);
         let sinks: Vec<crate::sinks::SinkView> = self.sinks.iter().map(crate::sinks::Running::view).collect();
         if let Some((dns, _)) = &self.dns {
             self.metrics.dns(dns.counters());

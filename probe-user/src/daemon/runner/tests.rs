@@ -1067,24 +1067,3 @@ fn the_watchdogs_slices_make_one_pass_a_second() {
     assert_eq!(slice(10, 1_000_000), 1, "rounded up: a small table is not skipped");
     assert_eq!(slice(10, 0), 0);
 }
-
-#[test]
-fn tmp_sizes() {
-    eprintln!(
-        "SIZES spec {} kind {} httpprobe {} slotcache {} inflight {} checkslot {} l4proto {} target {} lastresult {} lastchange {} brief {} endpoint {} savedtarget {} l4req {}",
-        std::mem::size_of::<crate::daemon::checks::CheckSpec>(),
-        std::mem::size_of::<crate::daemon::checks::ProbeKind>(),
-        std::mem::size_of::<crate::daemon::checks::http::HttpProbe>(),
-        std::mem::size_of::<super::SlotCache>(),
-        std::mem::size_of::<super::Inflight>(),
-        std::mem::size_of::<super::CheckSlot>(),
-        std::mem::size_of::<crate::engine::L4Proto>(),
-        std::mem::size_of::<crate::daemon::table::Target>(),
-        std::mem::size_of::<Option<crate::daemon::views::LastResult>>(),
-        std::mem::size_of::<Option<crate::daemon::views::LastChange>>(),
-        std::mem::size_of::<crate::daemon::table::Brief>(),
-        std::mem::size_of::<crate::config::Endpoint>(),
-        std::mem::size_of::<crate::daemon::state::SavedTarget>(),
-        std::mem::size_of::<crate::engine::L4Request>(),
-    );
-}
