@@ -201,6 +201,11 @@ pub const ENGINE_STACK_FALLBACKS: Metric = Metric::counter(
     &[],
 );
 pub const ENGINE_INFLIGHT: Metric = Metric::gauge("probed_engine_inflight", "L4 probes in flight", &[]);
+pub const ENGINE_BACKLOG: Metric = Metric::gauge(
+    "probed_engine_backlog",
+    "L4 probes handed to the engine and not yet sent (their wait counts as lateness)",
+    &[],
+);
 pub const ENGINE_HTTP_TEMPLATES: Metric = Metric::gauge(
     "probed_engine_http_templates",
     "HTTP request templates held in the kernel for HTTP probes run by probe_rx",
@@ -275,6 +280,7 @@ pub const ALL: &[&Metric] = &[
     &KERNEL_TX,
     &ENGINE_STACK_FALLBACKS,
     &ENGINE_INFLIGHT,
+    &ENGINE_BACKLOG,
     &ENGINE_HTTP_TEMPLATES,
     &NESTED_ENDPOINTS,
     &DNS_ANSWERS,

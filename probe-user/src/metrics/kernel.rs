@@ -48,6 +48,7 @@ pub fn render(engine: &L4Engine) -> String {
     }
     m.set_total(&catalog::ENGINE_STACK_FALLBACKS, vec![], s.engine.stack_fallbacks);
     m.set(&catalog::ENGINE_INFLIGHT, vec![], s.inflight as f64);
+    m.set(&catalog::ENGINE_BACKLOG, vec![], s.engine.backlog as f64);
     m.set(&catalog::ENGINE_HTTP_TEMPLATES, vec![], s.engine.http_templates as f64);
     m.render()
 }
