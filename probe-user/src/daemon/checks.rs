@@ -2,7 +2,11 @@
 //! to the HTTP prober as tasks. `CheckSpec::resolve` turns a profile and endpoint of the
 //! resolved config into one, with the key that makes identical checks (same address, port,
 //! kind and parameters) shared.
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+    time::Duration,
+};
 
 use crate::{
     config::{Endpoint, Probe, Profile, Protocol},
@@ -34,10 +38,32 @@ pub enum ProbeKind {
     UdpExchange(Arc<crate::probe::udp::UdpRequest>),
 }
 
+/// An address and port in 20 bytes where a `SocketAddr` takes 32: the IPv6 flow label and
+/// scope id it has room for are never set for a configured endpoint. Every check and every
+/// check's send cache holds one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Addr {
+    ip: IpAddr,
+    port: u16,
+}
+
+impl Addr {
+    pub fn of(a: SocketAddr) -> Self {
+        Self {
+            ip: a.ip(),
+            port: a.port(),
+        }
+    }
+
+    pub fn get(self) -> SocketAddr {
+        SocketAddr::new(self.ip, self.port)
+    }
+}
+
 /// One check, independent of who owns it.
 #[derive(Clone, Debug)]
 pub struct CheckSpec {
-    pub target: SocketAddr,
+    target: Addr,
     pub protocol: Protocol,
     pub timeout: Duration,
     pub kind: ProbeKind,
@@ -84,7 +110,16 @@ impl CheckKey {
     }
 }
 
+// Shared by every owner of a check, one allocation per check: with its reference counts it
+// fits mimalloc's 80-byte class (a `SocketAddr` target put it in the 96-byte one).
+const _: () = assert!(std::mem::size_of::<CheckSpec>() <= 64);
+
 impl CheckSpec {
+    /// Where the check goes.
+    pub fn target(&self) -> SocketAddr {
+        self.target.get()
+    }
+
     /// The check for `endpoint` of `profile`, and its sharing key.
     ///
     /// The key is stored in the state file to decide whether saved health can be resumed: it
@@ -138,7 +173,7 @@ impl CheckSpec {
         Ok((
             key,
             CheckSpec {
-                target,
+                target: Addr::of(target),
                 protocol: health.protocol(),
                 timeout: health.timeout,
                 kind,

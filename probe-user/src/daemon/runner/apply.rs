@@ -262,7 +262,7 @@ impl Runner {
         let params = crate::daemon::table::check_params(&self.table.profiles[t.profile_ix as usize].cfg.health);
         match self.sched.add(owner, key, params, now) {
             Ok(id) => t.check = Some(id),
-            Err(e) => log::error!("cannot schedule {}/{} ({}): {e}", t.profile, t.name, t.spec.target),
+            Err(e) => log::error!("cannot schedule {}/{} ({}): {e}", t.profile, t.name, t.spec.target()),
         }
     }
 

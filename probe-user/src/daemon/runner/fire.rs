@@ -2,12 +2,12 @@
 //! request/response checks as tasks whose reports come back on the runner's channel.
 use std::{net::SocketAddr, sync::Arc};
 
-use super::{CheckSlot, Inflight, Runner, SlotCache};
+use super::{CheckSlot, Inflight, Runner, SlotCache, NO_PROFILE};
 use crate::{
     config::HttpProbes,
     daemon::checks::{
         http::{HttpProbe, HttpProber},
-        ProbeKind, ProbeReport,
+        Addr, ProbeKind, ProbeReport,
     },
     engine::{L4Proto, L4Request},
     probe::udp::{UdpProber, UdpRequest},
@@ -33,7 +33,7 @@ impl Runner {
                 .slots
                 .get(id.index())
                 .and_then(|s| s.cache.as_ref())
-                .is_some_and(|c| c.check == id && c.epoch == self.epoch);
+                .is_some_and(|c| c.check == id && c.epoch == self.epoch as u32);
             if !fresh {
                 let Some(cache) = self.slot_cache(id) else {
                     continue;
@@ -47,21 +47,19 @@ impl Runner {
             let slot = &mut self.slots[id.index()];
             let cache = slot.cache.as_ref().expect("filled above");
             let late_ns = now.saturating_sub(due_ns);
-            self.metrics
-                .sent(cache.protocol, cache.first_profile.iter().chain(&cache.more_profiles));
+            self.metrics.sent(cache.protocol, cache.profiles());
             slot.inflight = Some(Inflight {
                 check: id,
                 started_ns: now,
-                deadline_ns: now + super::watchdog::deadline(cache.timeout),
                 late_ns,
                 protocol: cache.protocol,
             });
             match &cache.l4 {
                 Some((target, proto)) => batch.push(L4Request {
                     token,
-                    target: *target,
+                    target: target.get(),
                     proto: proto.clone(),
-                    timeout: cache.timeout,
+                    timeout: cache.timeout(),
                 }),
                 None => match self.task_job(id, token) {
                     Some(Job::Http(j)) => http.push(j),
@@ -96,20 +94,21 @@ impl Runner {
             .iter()
             .filter_map(|o| self.table.targets.get(o))
             .map(|t| t.profile_ix);
+        let target = Addr::of(spec.target());
         let l4 = match &spec.kind {
-            ProbeKind::L4(proto) => Some((spec.target, proto.clone())),
+            ProbeKind::L4(proto) => Some((target, proto.clone())),
             ProbeKind::Http(probe) if self.kernel_http() => probe
-                .kernel_request(spec.target)
-                .map(|request| (spec.target, L4Proto::Http { request })),
+                .kernel_request(spec.target())
+                .map(|request| (target, L4Proto::Http { request })),
             ProbeKind::Http(_) | ProbeKind::UdpExchange(_) => None,
         };
         Some(SlotCache {
             check: id,
-            epoch: self.epoch,
+            epoch: self.epoch as u32,
             protocol: spec.protocol,
-            first_profile: profiles.next(),
+            first_profile: profiles.next().unwrap_or(NO_PROFILE),
             more_profiles: profiles.collect(),
-            timeout: spec.timeout,
+            timeout_us: u32::try_from(spec.timeout.as_micros()).unwrap_or(u32::MAX),
             l4,
         })
     }
@@ -130,7 +129,7 @@ impl Runner {
             ProbeKind::Http(probe) => Some(Job::Http(HttpJob {
                 prober: self.tasks.http.clone(),
                 probe: probe.clone(),
-                target: spec.target,
+                target: spec.target(),
                 token,
                 tx,
             })),

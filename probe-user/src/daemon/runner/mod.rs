@@ -79,12 +79,11 @@ impl std::hash::Hash for SchedKey {
     }
 }
 
-/// A probe on its way.
+/// A probe on its way. Past `started_ns` plus its check's timeout and a grace, the watchdog
+/// gives up on it (`watchdog.rs`).
 struct Inflight {
     check: CheckId,
     started_ns: u64,
-    /// Past this, the watchdog gives up on the probe (`watchdog.rs`).
-    deadline_ns: u64,
     /// How late it left after its due time.
     late_ns: u64,
     protocol: Protocol,
@@ -95,16 +94,35 @@ struct Inflight {
 /// Filled the first time a check fires after any registration change (`Runner::epoch`).
 struct SlotCache {
     check: CheckId,
-    epoch: u64,
-    protocol: Protocol,
-    /// The owners' profile indices, for the per-profile sent counter: the first inline.
-    first_profile: Option<u32>,
+    /// The low half of the epoch it was filled in: a cache 2^32 registration changes old
+    /// would pass for fresh, which no daemon lives to see.
+    epoch: u32,
+    /// The first owner's profile index (`NO_PROFILE` for none), for the per-profile sent
+    /// counter; the other owners' follow.
+    first_profile: u32,
     more_profiles: Box<[u32]>,
-    /// The check's timeout: the L4 engine's for its request, and a probe not back by then
-    /// plus `watchdog::GRACE_NS` is lost.
-    timeout: Duration,
+    /// The check's timeout in microseconds (at most a minute, `rules::limits`): the L4
+    /// engine's for its request, and a probe not back by then plus `watchdog::GRACE_NS` is
+    /// lost.
+    timeout_us: u32,
+    protocol: Protocol,
     /// The request for the L4 engine; None for checks that run as tasks (HTTP, UDP exchange).
-    l4: Option<(SocketAddr, crate::engine::L4Proto)>,
+    l4: Option<(super::checks::Addr, crate::engine::L4Proto)>,
+}
+
+/// `SlotCache::first_profile` of a check with no owner left.
+const NO_PROFILE: u32 = u32::MAX;
+
+impl SlotCache {
+    fn timeout(&self) -> Duration {
+        Duration::from_micros(u64::from(self.timeout_us))
+    }
+
+    fn profiles(&self) -> impl Iterator<Item = &u32> {
+        std::iter::once(&self.first_profile)
+            .filter(|&&p| p != NO_PROFILE)
+            .chain(self.more_profiles.iter())
+    }
 }
 
 /// One check's slot: its send cache and its probe in flight (a check has at most one).
@@ -113,6 +131,9 @@ struct CheckSlot {
     cache: Option<SlotCache>,
     inflight: Option<Inflight>,
 }
+
+// One per check: 160 bytes before the compact address, timeout and epoch.
+const _: () = assert!(std::mem::size_of::<CheckSlot>() <= 120);
 
 /// Probes that run as tasks on the L7 workers (HTTP(S), UDP request/response); their reports
 /// come back on `rx` under the check's token.
@@ -501,15 +522,15 @@ pub(super) enum FirstL4 {
 
 pub(super) fn first_l4<'a>(targets: impl Iterator<Item = &'a table::Target> + Clone, config: &Config) -> FirstL4 {
     if let Some(t) = targets.clone().find(|t| matches!(t.spec.kind, ProbeKind::L4(_))) {
-        return FirstL4::Required(t.spec.target);
+        return FirstL4::Required(t.spec.target());
     }
     if config.daemon.http_probes != crate::config::HttpProbes::Kernel {
         return FirstL4::None;
     }
     targets
         .into_iter()
-        .find(|t| matches!(&t.spec.kind, ProbeKind::Http(p) if p.kernel_request(t.spec.target).is_some()))
-        .map_or(FirstL4::None, |t| FirstL4::Http(t.spec.target))
+        .find(|t| matches!(&t.spec.kind, ProbeKind::Http(p) if p.kernel_request(t.spec.target()).is_some()))
+        .map_or(FirstL4::None, |t| FirstL4::Http(t.spec.target()))
 }
 
 /// Says that the L4 engine's thread is gone, and the error the daemon stops with.

@@ -46,7 +46,13 @@ impl Runner {
             }
             let slot = &mut self.slots[self.reap_from];
             self.reap_from += 1;
-            if let Some(i) = slot.inflight.take_if(|i| i.deadline_ns <= now) {
+            let Some(timeout) = slot.cache.as_ref().map(super::SlotCache::timeout) else {
+                continue;
+            };
+            if let Some(i) = slot
+                .inflight
+                .take_if(|i| i.started_ns.saturating_add(deadline(timeout)) <= now)
+            {
                 lost.push(i);
             }
         }
