@@ -101,7 +101,7 @@ pub(super) fn endpoint_view(table: &Table, id: OwnerId) -> EndpointView {
     let timing = t.tracker.timing();
     let th = t.tracker.thresholds();
     EndpointView {
-        profile: t.profile.to_string(),
+        profile: table.profile_of(t).to_string(),
         name: t.name.to_string(),
         address: t.endpoint.address.to_string(),
         port: t.endpoint.port,

@@ -33,10 +33,10 @@ impl Runner {
                 .profiles
                 .iter()
                 .filter(|p| wanted(&p.name))
-                .flat_map(|p| p.owners.iter())
-                .map(|id| {
+                .flat_map(|p| p.owners.iter().map(move |id| (p, id)))
+                .map(|(p, id)| {
                     let t = &self.table.targets[id];
-                    (t.profile.clone(), t.name.clone(), t.state())
+                    (p.name.clone(), t.name.clone(), t.state())
                 })
                 .chain(self.table.profiles.iter().filter(|p| wanted(&p.name)).flat_map(|p| {
                     let protocol = p.cfg.health.protocol();

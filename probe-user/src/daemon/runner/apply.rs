@@ -42,7 +42,7 @@ impl Runner {
             .collect();
         let swapped = self.table.swap_in(plan);
         self.sched.reserve(swapped.built.len());
-        for (id, t) in &swapped.gone {
+        for (id, _, t) in &swapped.gone {
             // A check that did not move to a successor ends with its target.
             if let Some(check) = t.check {
                 self.drop_check(*id, check);
@@ -143,18 +143,19 @@ impl Runner {
                 .iter()
                 .map(|(id, _)| {
                     let t = &self.table.targets[id];
-                    ((t.profile.clone(), t.name.clone()), *id)
+                    ((self.table.profile_of(t).clone(), t.name.clone()), *id)
                 })
                 .collect()
         };
         // Endpoints gone first: one rebuilt under its name is published once, below.
         let mut before: FastMap<OwnerId, (OwnerId, EndpointState)> = FastMap::default();
-        for (id, t) in &swapped.gone {
-            match built.get(&(t.profile.clone(), t.name.clone())) {
+        for (id, profile, t) in &swapped.gone {
+            match built.get(&(profile.clone(), t.name.clone())) {
                 Some(successor) => {
                     before.insert(*successor, (*id, t.state()));
                 }
                 None => changes.push(Change::Endpoint(t.change(
+                    profile,
                     ChangeKind::Config,
                     Some(t.status),
                     true,
@@ -163,7 +164,7 @@ impl Runner {
                 ))),
             }
         }
-        let mut publish = |t: &mut Target, was: Option<EndpointState>| {
+        let mut publish = |profile: &Arc<str>, t: &mut Target, was: Option<EndpointState>| {
             // An endpoint that appears has no status to change from: its last change stays
             // what it was (none, or the one resumed from the state file).
             if let Some(b) = was.as_ref().filter(|b| b.status != t.status) {
@@ -177,6 +178,7 @@ impl Runner {
                 });
             }
             changes.push(Change::Endpoint(t.change(
+                profile,
                 ChangeKind::Config,
                 was.map(|b| b.status),
                 false,
@@ -195,7 +197,11 @@ impl Runner {
             {
                 continue;
             }
-            publish(t, was.map(|(_, state)| state));
+            publish(
+                &self.table.profiles[t.profile_ix as usize].name,
+                t,
+                was.map(|(_, state)| state),
+            );
         }
         // An untouched endpoint's own inputs are the same; only its profile's fail-open can
         // move its eligibility (through its own endpoints or a nested one's child).
@@ -216,7 +222,7 @@ impl Runner {
                     }
                     let mut was = t.state();
                     was.eligible = was_eligible;
-                    publish(t, Some(was));
+                    publish(&self.table.profiles[pix].name, t, Some(was));
                 }
             }
         }
@@ -262,7 +268,12 @@ impl Runner {
         let params = crate::daemon::table::check_params(&self.table.profiles[t.profile_ix as usize].cfg.health);
         match self.sched.add(owner, key, params, now) {
             Ok(id) => t.check = Some(id),
-            Err(e) => log::error!("cannot schedule {}/{} ({}): {e}", t.profile, t.name, t.spec.target()),
+            Err(e) => log::error!(
+                "cannot schedule {}/{} ({}): {e}",
+                self.table.profiles[t.profile_ix as usize].name,
+                t.name,
+                t.spec.target()
+            ),
         }
     }
 

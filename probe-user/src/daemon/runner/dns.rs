@@ -63,8 +63,10 @@ impl Runner {
         let (snapshot, changes) = self.subscribe(SUBSCRIBER, DNS_QUEUE);
         let serial = u32::try_from(self.ports.clock.unix_ms() / 1000).unwrap_or(u32::MAX);
         let mut zone = Zone::build(config, dns, self.regions.clone(), &snapshot, serial);
-        for t in self.table.targets.values() {
-            zone.set_rtt(&t.profile, &t.name, t.last_rtt.get());
+        for p in &self.table.profiles {
+            for t in p.owners.iter().filter_map(|id| self.table.targets.get(id)) {
+                zone.set_rtt(&p.name, &t.name, t.last_rtt.get());
+            }
         }
         (zone, changes)
     }
@@ -77,19 +79,14 @@ impl Runner {
         if !server.wants_rtts() {
             return;
         }
-        let performance: Vec<&str> = self
-            .config
-            .profiles
-            .iter()
-            .filter(|p| p.routing == crate::status::Routing::Performance)
-            .map(|p| p.name.as_str())
-            .collect();
+        let targets = &self.table.targets;
         let rtts = self
             .table
-            .targets
-            .values()
-            .filter(|t| performance.contains(&&*t.profile))
-            .map(|t| (t.profile.clone(), t.name.clone(), t.last_rtt.get()))
+            .profiles
+            .iter()
+            .filter(|p| p.cfg.routing == crate::status::Routing::Performance)
+            .flat_map(|p| p.owners.iter().filter_map(|id| targets.get(id)).map(move |t| (p, t)))
+            .map(|(p, t)| (p.name.clone(), t.name.clone(), t.last_rtt.get()))
             .collect();
         server.set_rtts(rtts);
     }

@@ -88,7 +88,7 @@ impl Snapshot {
                 n += 1;
                 self.pos += 1;
                 if let Some(t) = table.targets.get(id) {
-                    into.push(saved(t));
+                    into.push(saved(&p.name, t));
                 }
             }
             self.profile += 1;
@@ -98,9 +98,9 @@ impl Snapshot {
     }
 }
 
-fn saved(t: &Target) -> SavedTarget {
+fn saved(profile: &std::sync::Arc<str>, t: &Target) -> SavedTarget {
     SavedTarget {
-        profile: t.profile.clone(),
+        profile: profile.clone(),
         endpoint: t.name.clone(),
         check: t.check_key.fingerprint(),
         health: t.health(),

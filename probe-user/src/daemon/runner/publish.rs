@@ -43,6 +43,7 @@ impl Runner {
         let Some(p) = self.table.profiles.get_mut(t.profile_ix as usize) else {
             return;
         };
+        let profile = p.name.clone();
         let (old_status, old_state) = (t.status, t.state());
         let new_status = t.derive_status();
         if new_status != old_status {
@@ -70,7 +71,7 @@ impl Runner {
         }
         let change = Change::Endpoint(EndpointChange {
             transition: detail,
-            ..t.change(kind, Some(old_status), false, at_unix_ms, at_ns)
+            ..t.change(&profile, kind, Some(old_status), false, at_unix_ms, at_ns)
         });
         let profile_ix = t.profile_ix as usize;
         let moved = new_status != old_status;
@@ -187,6 +188,7 @@ impl Runner {
             }
             t.eligible = status::eligible(t.status, fail_open);
             changes.push(Change::Endpoint(t.change(
+                &p.name,
                 ChangeKind::FailOpen,
                 Some(t.status),
                 false,

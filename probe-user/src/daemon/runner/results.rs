@@ -175,7 +175,7 @@ impl Runner {
     /// A threshold was reached: the endpoint's status changes, and the stream hears of it.
     fn on_verdict(&mut self, owner: u64, tr: Transition) {
         if let Some(t) = self.table.targets.get(&owner) {
-            self.metrics.transition(&t.profile, tr.to);
+            self.metrics.transition(self.table.profile_of(t), tr.to);
         }
         let detail = TransitionDetail {
             results: tr

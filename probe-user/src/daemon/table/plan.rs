@@ -57,11 +57,15 @@ impl Plan {
     }
 }
 
+/// A running target a swap took out, with the name of the profile it was in (its
+/// `profile_ix` is the running table's, gone with it).
+pub(crate) type Gone = (OwnerId, Arc<str>, Box<Target>);
+
 /// What `Table::swap_in` took out and put in.
 pub(crate) struct Swapped {
     /// Running targets that went: removed, or replaced by one built anew (with the same id when
     /// it kept its state, its check moved over to it).
-    pub gone: Vec<(OwnerId, Box<Target>)>,
+    pub gone: Vec<Gone>,
     /// The targets built anew, and for one that replaced a target with its id, whether that
     /// one was probed.
     pub built: Vec<(OwnerId, Option<bool>)>,
@@ -283,7 +287,6 @@ fn build_one(
         }
     };
     let target = Box::new(Target {
-        profile: entry.name.clone(),
         profile_ix: profile_ix as u32,
         name: running.map_or_else(|| Arc::from(endpoint.name.as_str()), |(_, t)| t.name.clone()),
         endpoint: Brief::of(endpoint),
@@ -361,12 +364,13 @@ impl Table {
         for (p, stay) in old_profiles.iter().zip(&plan.stay) {
             for (j, id) in p.owners.iter().enumerate() {
                 if stay.get(j) != Some(&true) {
-                    gone.push((*id, self.targets.remove(id).expect("owners are targets")));
+                    let t = self.targets.remove(id).expect("owners are targets");
+                    gone.push((*id, p.name.clone(), t));
                 }
             }
         }
         let replaced: crate::hash::FastMap<OwnerId, usize> =
-            gone.iter().enumerate().map(|(i, (id, _))| (*id, i)).collect();
+            gone.iter().enumerate().map(|(i, (id, ..))| (*id, i)).collect();
         let built_count = plan.profiles.iter().map(|p| p.built.len()).sum();
         self.targets.reserve(built_count);
         let mut built = Vec::with_capacity(built_count);
@@ -386,7 +390,7 @@ impl Table {
             }
             for (id, mut t) in planned.built {
                 let was = replaced.get(&id).map(|&i| {
-                    let before = &mut gone[i].1;
+                    let before = &mut gone[i].2;
                     t.check = before.check.take();
                     before.should_probe()
                 });
