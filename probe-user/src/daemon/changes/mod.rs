@@ -9,7 +9,6 @@
 //! fresh snapshot. Publishing never blocks and never waits for a consumer; it runs only on
 //! state changes, not per probe.
 use std::{
-    collections::VecDeque,
     net::IpAddr,
     sync::{
         atomic::{AtomicU64, Ordering},
@@ -22,7 +21,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     config::Protocol,
-    hash::FastMap,
     outcome::Outcome,
     status::{AdminState, EndpointStatus, Health, ProfileStatus},
 };
@@ -174,19 +172,19 @@ impl Change {
     }
 }
 
-/// What a change is about: at most one change per key waits in a queue.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Key {
-    Endpoint(Arc<str>, Arc<str>),
-    Profile(Arc<str>),
-}
-
 impl Change {
-    fn key(&self) -> Key {
+    /// What the change is about: its profile, and its endpoint for an endpoint's. At most one
+    /// change per key waits in a queue.
+    fn key(&self) -> (&str, Option<&str>) {
         match self {
-            Change::Endpoint(e) => Key::Endpoint(e.profile.clone(), e.endpoint.clone()),
-            Change::Profile(p) => Key::Profile(p.profile.clone()),
+            Change::Endpoint(e) => (&e.profile, Some(&e.endpoint)),
+            Change::Profile(p) => (&p.profile, None),
         }
+    }
+
+    fn key_hash(&self) -> u64 {
+        use std::hash::BuildHasher;
+        std::hash::BuildHasherDefault::<crate::hash::FastHasher>::default().hash_one(self.key())
     }
 
     pub fn seq(&self) -> u64 {
@@ -252,11 +250,19 @@ pub struct QueueStats {
 
 #[derive(Default)]
 struct Queue {
-    order: VecDeque<Key>,
-    pending: FastMap<Key, Change>,
+    /// The changes waiting, oldest first, one per key.
+    changes: Vec<Change>,
+    /// Where each key's change is in `changes`, found by the key's hash (the key is the
+    /// change's own): 4 bytes a waiting change, where a map from keys to changes took ~200
+    /// and, at a million endpoints changing at once, grew by copying them all several times.
+    index: hashbrown::HashTable<u32>,
     lost: u64,
     closed: bool,
 }
+
+/// An emptied queue keeps an index of up to this many slots for the next changes; a larger
+/// one, left by a burst, is let go.
+const INDEX_KEPT: usize = 4096;
 
 struct Shared {
     name: String,
@@ -281,12 +287,15 @@ impl Shared {
     /// Empties the queue; the batch is put in order after the lock is released, so that a
     /// large batch never holds up the runner's next publish.
     fn take(&self, mut q: MutexGuard<'_, Queue>) -> Batch {
-        let order = std::mem::take(&mut q.order);
-        let mut pending = std::mem::take(&mut q.pending);
+        let changes = std::mem::take(&mut q.changes);
         let lost = std::mem::take(&mut q.lost);
+        if q.index.capacity() > INDEX_KEPT {
+            q.index = hashbrown::HashTable::new();
+        } else {
+            q.index.clear();
+        }
         self.oldest_ns.store(0, Ordering::Relaxed);
         drop(q);
-        let changes: Vec<Change> = order.iter().filter_map(|key| pending.remove(key)).collect();
         self.stats.delivered.fetch_add(changes.len() as u64, Ordering::Relaxed);
         Batch { changes, lost }
     }
@@ -309,7 +318,7 @@ impl Subscription {
             let notified = self.shared.notify.notified();
             {
                 let q = self.shared.lock();
-                if !q.order.is_empty() || q.lost > 0 {
+                if !q.changes.is_empty() || q.lost > 0 {
                     return Some(self.shared.take(q));
                 }
                 if q.closed {
@@ -324,7 +333,7 @@ impl Subscription {
     /// the runner has stopped and everything was taken. For consumers on threads of their own.
     pub fn recv_blocking(&self, timeout: Duration) -> Option<Batch> {
         let mut q = self.shared.lock();
-        if q.order.is_empty() && q.lost == 0 && !q.closed {
+        if q.changes.is_empty() && q.lost == 0 && !q.closed {
             q = self
                 .shared
                 .ready
@@ -332,7 +341,7 @@ impl Subscription {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        if q.order.is_empty() && q.lost == 0 && q.closed {
+        if q.changes.is_empty() && q.lost == 0 && q.closed {
             return None;
         }
         Some(self.shared.take(q))
@@ -401,7 +410,7 @@ impl Bus {
     pub fn publish(&mut self, change: Change, now_ns: u64) {
         // A subscriber whose consumer is gone (its Subscription dropped) costs nothing more.
         self.subscribers.retain(|s| Arc::strong_count(s) > 1);
-        let key = change.key();
+        let hash = change.key_hash();
         let profile = match &change {
             Change::Endpoint(e) => &e.profile,
             Change::Profile(p) => &p.profile,
@@ -412,23 +421,27 @@ impl Bus {
             .filter(|s| s.profile.as_ref().is_none_or(|p| p == profile))
         {
             s.stats.published.fetch_add(1, Ordering::Relaxed);
-            let mut q = s.lock();
-            if let Some(waiting) = q.pending.get_mut(&key) {
-                waiting.absorb(change.clone());
+            let mut guard = s.lock();
+            let q = &mut *guard;
+            let waiting = q.index.find(hash, |&i| q.changes[i as usize].key() == change.key());
+            if let Some(&i) = waiting {
+                q.changes[i as usize].absorb(change.clone());
                 s.stats.coalesced.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            if q.pending.len() >= s.capacity {
+            if q.changes.len() >= s.capacity {
                 q.lost += 1;
                 s.stats.dropped.fetch_add(1, Ordering::Relaxed);
             } else {
-                q.order.push_back(key.clone());
-                q.pending.insert(key.clone(), change.clone());
+                let at = u32::try_from(q.changes.len()).expect("capacity fits in 32 bits");
+                q.changes.push(change.clone());
+                let changes = &q.changes;
+                q.index.insert_unique(hash, at, |&i| changes[i as usize].key_hash());
                 let _ = s
                     .oldest_ns
                     .compare_exchange(0, now_ns.max(1), Ordering::Relaxed, Ordering::Relaxed);
             }
-            drop(q);
+            drop(guard);
             s.ready.notify_one();
             s.notify.notify_one();
         }
@@ -442,7 +455,7 @@ impl Bus {
                 let oldest = s.oldest_ns.load(Ordering::Relaxed);
                 SubscriberStats {
                     name: &s.name,
-                    pending: s.lock().order.len(),
+                    pending: s.lock().changes.len(),
                     lag: if oldest == 0 {
                         Duration::ZERO
                     } else {

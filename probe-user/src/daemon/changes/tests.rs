@@ -143,3 +143,44 @@ fn subscribers_are_independent_and_see_the_end() {
     drop(bus);
     assert!(rt.block_on(fast.recv()).is_none(), "closed once the bus is gone");
 }
+
+#[test]
+fn a_burst_past_the_kept_index_coalesces_in_order_and_the_next_starts_clean() {
+    use EndpointStatus::*;
+    let n = 3 * INDEX_KEPT;
+    let mut bus = Bus::default();
+    let sub = bus.subscribe("test", n + 1);
+    for round in [(CheckingEndpoint, Online), (Online, Degraded)] {
+        for i in 0..n {
+            let c = change(&mut bus, &format!("e{i}"), round.0, round.1);
+            bus.publish(c, 1);
+        }
+    }
+    // A profile change under an endpoint's name is a different key.
+    let profile = Change::Profile(ProfileChange {
+        seq: bus.next_seq(),
+        at_unix_ms: 0,
+        profile: "e0".into(),
+        from: None,
+        to: None,
+        fail_open: false,
+    });
+    bus.publish(profile, 1);
+    let batch = sub.recv_blocking(Duration::ZERO).expect("open");
+    assert_eq!(batch.changes.len(), n + 1, "one change per key");
+    for (i, c) in batch.changes[..n].iter().enumerate() {
+        let e = endpoint(c);
+        assert_eq!(
+            (&*e.endpoint, e.from, e.state.status),
+            (format!("e{i}").as_str(), Some(CheckingEndpoint), Degraded),
+            "first-published order, newest state, oldest from"
+        );
+    }
+    assert!(matches!(batch.changes[n], Change::Profile(_)));
+    // The next change after the burst is a key of its own again.
+    let c = change(&mut bus, "e0", Degraded, Online);
+    bus.publish(c, 2);
+    let batch = sub.recv_blocking(Duration::ZERO).expect("open");
+    assert_eq!(batch.changes.len(), 1);
+    assert_eq!(endpoint(&batch.changes[0]).from, Some(Degraded));
+}
