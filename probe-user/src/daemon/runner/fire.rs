@@ -25,7 +25,7 @@ impl Runner {
         if let Some(more) = self.sched.len().checked_sub(self.slots.len()).filter(|&n| n > 0) {
             self.slots.reserve_exact(more);
         }
-        let mut batch = Vec::new();
+        let mut batch = Vec::with_capacity(due.len());
         let mut http = Vec::new();
         let mut udp = Vec::new();
         for &(id, due_ns) in &due {
