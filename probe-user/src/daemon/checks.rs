@@ -212,7 +212,7 @@ pub mod http {
                 path: h.path.clone(),
                 host: h.host.clone(),
                 profile_headers: h.headers.clone(),
-                endpoint_headers: endpoint.headers.to_vec(),
+                endpoint_headers: endpoint.headers().to_vec(),
                 status: h.healthy_status.clone(),
                 body_match: h.body_match.clone(),
                 body_limit: DEFAULT_BODY_LIMIT,
@@ -282,7 +282,7 @@ pub mod http {
         let headers: Vec<String> = h
             .headers
             .iter()
-            .chain(&endpoint.headers)
+            .chain(endpoint.headers())
             .map(ToString::to_string)
             .collect();
         let status: Vec<String> = h
@@ -432,7 +432,12 @@ mod tests {
             ),
             (
                 "endpoint headers",
-                Box::new(|c| c.profiles[0].endpoints[0].headers = [Header::parse("X-A:1").unwrap()].into()),
+                Box::new(|c| {
+                    c.profiles[0].endpoints[0].extra = crate::config::Extra::of(crate::config::EndpointExtra {
+                        headers: [Header::parse("X-A:1").unwrap()].into(),
+                        ..Default::default()
+                    });
+                }),
             ),
             ("port", Box::new(|c| c.profiles[0].endpoints[0].port = 8081)),
             ("interval", Box::new(|c| c.profiles[0].health.interval *= 2)),

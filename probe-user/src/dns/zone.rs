@@ -197,8 +197,8 @@ impl Zone {
                 child: None,
                 priority: e.priority,
                 weight: e.weight,
-                subnets: e.subnets.to_vec(),
-                region: e.region.as_deref().map(str::to_string),
+                subnets: e.subnets().to_vec(),
+                region: e.region().map(str::to_string),
                 status: status_of(&e.name),
                 rtt: None,
             });

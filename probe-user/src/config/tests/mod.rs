@@ -226,7 +226,7 @@ fn example_config_parses() {
     assert_eq!(both(api.thresholds()), (1, 4));
     assert_eq!(api.endpoints[2].state, AdminState::AlwaysServe);
     assert_eq!(
-        *api.endpoints[1].headers,
+        *api.endpoints[1].headers(),
         [Header::parse("Host:api-b.example.com").unwrap()]
     );
     let dns = c.profile("dns").unwrap();

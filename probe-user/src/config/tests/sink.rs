@@ -155,7 +155,7 @@ fn haproxy_and_exec_sinks_resolve_with_defaults() {
             + "\n[[sink]]\nprofile = \"web\"\nkind = \"exec\"\ncommand = [\"/usr/local/bin/lb-feed\", \"--pool\", \"web\"]\n"),
     );
     let c = ok(&text);
-    assert_eq!(c.profiles[0].endpoints[1].haproxy_server.as_deref(), Some("web-2"));
+    assert_eq!(c.profiles[0].endpoints[1].haproxy_server(), Some("web-2"));
     assert_eq!(
         c.sinks,
         [
@@ -253,7 +253,7 @@ rule!(
 fn haproxy_server_needs_no_sink() {
     // The key is the endpoint's; without a haproxy sink it is simply unused.
     let c = ok(&cfg("lb", "", "", "haproxy_server = \"web-1\""));
-    assert_eq!(c.profiles[0].endpoints[0].haproxy_server.as_deref(), Some("web-1"));
+    assert_eq!(c.profiles[0].endpoints[0].haproxy_server(), Some("web-1"));
 }
 
 const EXEC: &str = "profile = \"web\"\nkind = \"exec\"\n";

@@ -210,10 +210,12 @@ fn endpoint(
         weight: weight?,
         priority: priority?,
         state: state?,
-        headers: headers.into(),
-        subnets: subnets?.into(),
-        region: region?.map(Into::into),
-        haproxy_server: haproxy_server.map(Into::into),
+        extra: crate::config::Extra::of(crate::config::EndpointExtra {
+            headers: headers.into(),
+            subnets: subnets?.into(),
+            region: region?.map(Into::into),
+            haproxy_server: haproxy_server.map(Into::into),
+        }),
     })
 }
 

@@ -71,8 +71,8 @@ fn pick(
             status: t.status,
             priority: t.endpoint.priority,
             weight: t.endpoint.weight,
-            subnets: &e.subnets,
-            region: e.region.as_deref(),
+            subnets: e.subnets(),
+            region: e.region(),
             rtt: t.last_rtt.get(),
         })
         .chain(entry.nested.iter().map(|n| Candidate {

@@ -91,7 +91,7 @@ fn haproxy_servers(
     let mut by_server: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
     let mut ok = true;
     for ep in &profile.endpoints {
-        let server = ep.haproxy_server.as_deref().unwrap_or(&ep.name);
+        let server = ep.haproxy_server().unwrap_or(&ep.name);
         if !haproxy_name(server) {
             r.bad(
                 item,
