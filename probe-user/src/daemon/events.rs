@@ -148,7 +148,10 @@ impl EventWriter {
         let (swap, swaps) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("probed-events".into())
-            .spawn(move || write_loop(sink, &changes, &swaps))
+            .spawn(move || {
+                super::lower_this_thread();
+                write_loop(sink, &changes, &swaps);
+            })
             .map_err(|source| DaemonError::Io {
                 op: "spawn the events thread",
                 path: None,

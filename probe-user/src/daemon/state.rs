@@ -336,6 +336,7 @@ impl Saver {
         let thread = std::thread::Builder::new()
             .name("probed-state".into())
             .spawn(move || {
+                super::lower_this_thread();
                 let mut open: Option<(u64, Writer)> = None;
                 let warn = |e: DaemonError| log::warn!("cannot save state: {e}");
                 while let Ok(part) = rx.recv() {
