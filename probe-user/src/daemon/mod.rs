@@ -38,6 +38,17 @@ pub mod ports;
 mod requests;
 mod runner;
 pub mod state;
+mod table;
+pub mod views;
+
+use std::{path::PathBuf, time::Duration};
+
+use tokio::sync::{mpsc, oneshot};
+
+pub use control::{Control, RequestError, SelectQuery};
+pub use views::{EndpointView, ProfileView, ReloadReport, SelectView};
+
+use crate::{config::Config, engine::EngineError};
 
 /// How much lower the file writers' threads (state file, events file) run than the probing
 /// threads. They work in batches and a few milliseconds of delay costs them nothing, while
@@ -70,17 +81,6 @@ fn lower_this_thread() {
         );
     }
 }
-mod table;
-pub mod views;
-
-use std::{path::PathBuf, time::Duration};
-
-use tokio::sync::{mpsc, oneshot};
-
-pub use control::{Control, RequestError, SelectQuery};
-pub use views::{EndpointView, ProfileView, ReloadReport, SelectView};
-
-use crate::{config::Config, engine::EngineError};
 
 /// Errors starting or running the daemon.
 #[derive(Debug, thiserror::Error)]
