@@ -284,8 +284,8 @@ impl Shared {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Empties the queue; the batch is put in order after the lock is released, so that a
-    /// large batch never holds up the runner's next publish.
+    /// Empties the queue: its changes are the batch, already in order, taken without a copy,
+    /// so that a large batch never holds up the runner's next publish.
     fn take(&self, mut q: MutexGuard<'_, Queue>) -> Batch {
         let changes = std::mem::take(&mut q.changes);
         let lost = std::mem::take(&mut q.lost);
