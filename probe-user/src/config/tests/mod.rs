@@ -188,6 +188,76 @@ fn errors_in_later_profile_blocks_point_at_their_lines() {
     assert_eq!(refused(&broken).0[0].line, 16);
 }
 
+/// A profile of more endpoints than one run (validate/sections.rs) gives what the same
+/// endpoints written as one inline array give, and errors in later runs name the endpoint's
+/// index in the profile and its line in the file.
+#[test]
+fn a_profiles_endpoint_runs_give_what_one_array_gives() {
+    let n = 2600;
+    let address = |i: usize| format!("198.18.{}.{}", i / 200, i % 200 + 1);
+    let head = "[[profile]]\nname = \"big\"\ndialect = \"tm\"\n";
+    let health = "[profile.health]\nprotocol = \"http\"\npath = \"/h\"\n";
+    let mut tables = format!("[daemon]\nevents = \"stdout\"\n{head}");
+    let mut inline = format!("[daemon]\nevents = \"stdout\"\n{head}endpoint = [\n");
+    for i in 0..n {
+        tables += &format!(
+            "[[profile.endpoint]]\naddress = \"{}\"\nweight = {}\n",
+            address(i),
+            i % 7 + 1
+        );
+        let mut own = String::new();
+        if i % 1000 == 3 {
+            tables += "headers = [\"X-Probe: yes\"]\n";
+            own = ", headers = [\"X-Probe: yes\"]".to_string();
+        }
+        inline += &format!("  {{ address = \"{}\", weight = {}{own} }},\n", address(i), i % 7 + 1);
+        // The health table in the middle of the endpoints splits them.
+        if i == 1500 {
+            tables += health;
+        }
+    }
+    inline += "]\n";
+    inline += health;
+    tables += "[[profile]]\nname = \"small\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\nport = 9\n";
+    inline += "[[profile]]\nname = \"small\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\nport = 9\n";
+    let from_tables = ok(&tables);
+    assert_eq!(from_tables.profiles[0].endpoints.len(), n);
+    assert_eq!(from_tables.profiles[0].endpoints[2003].headers().len(), 1);
+    assert_eq!(from_tables, ok(&inline));
+
+    // A bad weight and a repeated address in the third run.
+    let bad = tables
+        .replacen(
+            &format!("address = \"{}\"\nweight = 2\n", address(2101)),
+            &format!("address = \"{}\"\nweight = 0\n", address(2101)),
+            1,
+        )
+        .replacen(&format!("\"{}\"", address(2500)), &format!("\"{}\"", address(7)), 1);
+    let errs = refused(&bad);
+    let line_of = |needle: &str| bad[..bad.find(needle).unwrap()].matches('\n').count() + 1;
+    let weight = errs
+        .iter()
+        .find(|e| e.field == "profile[0].endpoint[2101].weight")
+        .unwrap_or_else(|| panic!("{errs}"));
+    assert_eq!(
+        weight.line,
+        line_of(&format!("{}\"\nweight = 0", address(2101))) + 1,
+        "{errs}"
+    );
+    assert_eq!(weight.profile.as_deref(), Some("big"));
+    let twice = errs
+        .iter()
+        .find(|e| e.field == "profile[0].endpoint[2500].address")
+        .unwrap_or_else(|| panic!("{errs}"));
+    assert!(twice.problem.contains("listed twice"), "{errs}");
+    assert_eq!(errs.len(), 2, "{errs}");
+
+    // `endpoint` written in the head too: TOML's error, as from the whole file.
+    let both = tables.replacen("dialect = \"tm\"\n", "dialect = \"tm\"\nendpoint = []\n", 1);
+    let errs = refused(&both);
+    assert!(errs.iter().any(|e| e.problem.contains("not valid TOML")), "{errs}");
+}
+
 #[test]
 fn empty_file_gets_defaults() {
     let c = ok("");

@@ -50,41 +50,74 @@ const NESTED_KEYS: [&str; 8] = [
 /// A profile's endpoints as the file lists them: plain ones and nested profiles.
 pub(super) type Endpoints = (Vec<Endpoint>, Vec<NestedEndpoint>);
 
-pub(super) fn endpoints(
-    r: &mut Reader<'_>,
-    list: &toml::Spanned<DeValue<'_>>,
-    path: &str,
-    health: &HealthCheck,
-    dialect: Dialect,
-    routing: Routing,
-) -> Option<Endpoints> {
-    let DeValue::Array(items) = list.get_ref() else {
-        r.error(
-            list.span(),
+/// What an endpoint is read against: its profile's health check, dialect and routing.
+pub(super) type Rules<'h> = (&'h HealthCheck, Dialect, Routing);
+
+/// A profile's endpoints being read, from one array or from several runs of tables in turn
+/// (a large block's, see sections.rs): numbered, and checked against each other, as one list.
+pub(super) struct EndpointList<'h> {
+    path: String,
+    rules: Rules<'h>,
+    out: Vec<Endpoint>,
+    nested: Vec<NestedEndpoint>,
+    taken: Taken,
+    /// The next endpoint's index in the profile.
+    next: usize,
+    /// The errors there were before the first endpoint.
+    before: usize,
+}
+
+impl<'h> EndpointList<'h> {
+    /// `expected`: how many endpoints the file holds, if known. Room for all of them at once:
+    /// growing by doubling held up to three copies' worth at the last step, at a million
+    /// endpoints a few hundred MB.
+    pub fn new(r: &Reader<'_>, path: String, rules: Rules<'h>, expected: usize) -> Self {
+        EndpointList {
             path,
-            Some(crate::config::read::show(list.get_ref())),
-            "expected [[profile.endpoint]] tables",
-        );
-        return None;
-    };
-    let before = r.errors.len();
-    // Room for all of them at once: growing by doubling held up to three copies' worth at the
-    // last step, at a million endpoints a few hundred MB.
-    let mut out = Vec::with_capacity(items.len());
-    let mut nested = Vec::new();
-    let mut taken = Taken::default();
-    for (i, item) in items.iter().enumerate() {
-        let at = format!("{path}[{i}]");
-        let is_nested = matches!(item.get_ref(), DeValue::Table(t) if t.iter().any(|(k, _)| k.get_ref() == "profile"));
-        if is_nested {
-            if let Some(n) = nested_endpoint(r, item, &at, i, routing, &mut taken) {
-                nested.push(n);
-            }
-        } else if let Some(ep) = endpoint(r, item, &at, i, (health, dialect, routing), &mut taken) {
-            out.push(ep);
+            rules,
+            out: Vec::with_capacity(expected),
+            nested: Vec::new(),
+            taken: Taken::default(),
+            next: 0,
+            before: r.errors.len(),
         }
     }
-    (r.errors.len() == before).then_some((out, nested))
+
+    /// `endpoint = [...]`, or the `[[profile.endpoint]]` tables of one tree.
+    pub fn array(&mut self, r: &mut Reader<'_>, list: &toml::Spanned<DeValue<'_>>) {
+        let DeValue::Array(items) = list.get_ref() else {
+            r.error(
+                list.span(),
+                &self.path,
+                Some(crate::config::read::show(list.get_ref())),
+                "expected [[profile.endpoint]] tables",
+            );
+            return;
+        };
+        self.out.reserve_exact(items.len());
+        for item in items {
+            self.item(r, item);
+        }
+    }
+
+    fn item(&mut self, r: &mut Reader<'_>, item: &toml::Spanned<DeValue<'_>>) {
+        let i = self.next;
+        self.next += 1;
+        let at = format!("{}[{i}]", self.path);
+        let is_nested = matches!(item.get_ref(), DeValue::Table(t) if t.iter().any(|(k, _)| k.get_ref() == "profile"));
+        if is_nested {
+            if let Some(n) = nested_endpoint(r, item, &at, i, self.rules.2, &mut self.taken) {
+                self.nested.push(n);
+            }
+        } else if let Some(ep) = endpoint(r, item, &at, i, self.rules, &mut self.taken) {
+            self.out.push(ep);
+        }
+    }
+
+    /// The list, or None if any of it was wrong.
+    pub fn finish(self, r: &Reader<'_>) -> Option<Endpoints> {
+        (r.errors.len() == self.before).then_some((self.out, self.nested))
+    }
 }
 
 /// `profile = "CHILD"`: the child is checked to exist, and loops refused, once every profile

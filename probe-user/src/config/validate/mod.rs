@@ -81,9 +81,17 @@ struct Profiles {
     seen: HashSet<String>,
 }
 
+/// A block's endpoint tables parsed apart from it (sections.rs): their runs, and how many
+/// tables they hold.
+#[derive(Clone, Copy, Default)]
+struct Runs<'b> {
+    ranges: &'b [std::ops::Range<usize>],
+    endpoints: usize,
+}
+
 impl Profiles {
-    fn read(&mut self, r: &mut Reader<'_>, item: &toml::Spanned<DeValue<'_>>) {
-        let (profile, name) = profile(r, item, self.list.len(), &mut self.seen);
+    fn read(&mut self, r: &mut Reader<'_>, item: &toml::Spanned<DeValue<'_>>, runs: Runs<'_>) {
+        let (profile, name) = profile(r, item, self.list.len(), &mut self.seen, runs);
         self.names.push(name);
         self.list.push(profile);
         let span = item.span();
@@ -92,26 +100,68 @@ impl Profiles {
 }
 
 /// Reads `[[profile]]` blocks, each parsed on its own: its tree is dropped before the next.
-fn read_blocks(r: &mut Reader<'_>, blocks: &[std::ops::Range<usize>], out: &mut Profiles) {
+fn read_blocks(r: &mut Reader<'_>, blocks: &[sections::Block], out: &mut Profiles) {
     let text = r.text;
     for block in blocks {
-        r.base = block.start;
-        if let Some(root) = parse_toml(r, &text[block.clone()]) {
-            // A block holds its one `[[profile]]` table and nothing else (sections.rs).
-            if let Some(DeValue::Array(items)) = root.get_ref().get("profile").map(toml::Spanned::get_ref) {
-                for item in items {
-                    out.read(r, item);
-                }
+        r.base = block.whole.start;
+        let mut runs = Runs {
+            ranges: &block.runs,
+            endpoints: block.endpoints,
+        };
+        let head = block.head(text);
+        let Some(mut root) = parse_toml(r, &head) else { continue };
+        // `endpoint` in the head as well as endpoint tables: TOML's error, from the block whole.
+        if !runs.ranges.is_empty() && written_endpoints(&root) {
+            runs = Runs::default();
+            let Some(whole) = parse_toml(r, &text[block.whole.clone()]) else {
+                continue;
+            };
+            root = whole;
+        }
+        // A block holds its one `[[profile]]` table and nothing else (sections.rs).
+        if let Some(DeValue::Array(items)) = root.get_ref().get("profile").map(toml::Spanned::get_ref) {
+            for item in items {
+                out.read(r, item, runs);
             }
         }
     }
     r.base = 0;
 }
 
+/// Whether a block's head has an `endpoint` key of its own (an array, dotted keys).
+fn written_endpoints(root: &toml::Spanned<DeTable<'_>>) -> bool {
+    let Some(DeValue::Array(items)) = root.get_ref().get("profile").map(toml::Spanned::get_ref) else {
+        return false;
+    };
+    items
+        .iter()
+        .any(|p| matches!(p.get_ref(), DeValue::Table(t) if t.contains_key("endpoint")))
+}
+
+/// Parses a block's endpoint runs one at a time, each tree dropped before the next, and reads
+/// their tables into `list` (None: only their syntax is checked).
+fn read_runs(r: &mut Reader<'_>, runs: &[std::ops::Range<usize>], mut list: Option<&mut endpoint::EndpointList<'_>>) {
+    let (text, base) = (r.text, r.base);
+    for run in runs {
+        r.base = run.start;
+        let Some(root) = parse_toml(r, &text[run.clone()]) else {
+            continue;
+        };
+        let tables = match root.get_ref().get("profile").map(toml::Spanned::get_ref) {
+            Some(DeValue::Table(p)) => p.get("endpoint"),
+            _ => None,
+        };
+        if let (Some(list), Some(tables)) = (list.as_deref_mut(), tables) {
+            list.array(r, tables);
+        }
+    }
+    r.base = base;
+}
+
 fn read_config(
     r: &mut Reader<'_>,
     root: &toml::Spanned<DeValue<'_>>,
-    blocks: Option<&[std::ops::Range<usize>]>,
+    blocks: Option<&[sections::Block]>,
 ) -> Option<Config> {
     let top = r.table(
         root,
@@ -127,7 +177,7 @@ fn read_config(
         match list.get_ref() {
             DeValue::Array(items) => {
                 for item in items {
-                    read.read(r, item);
+                    read.read(r, item, Runs::default());
                 }
             }
             other => r.error(

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use toml::de::DeValue;
 
-use super::{endpoint::endpoints, health::health, valid_name};
+use super::{endpoint::EndpointList, health::health, read_runs, valid_name, Runs};
 use crate::config::{
     model::*,
     read::{Reader, Table},
@@ -29,6 +29,7 @@ pub(super) fn profile(
     v: &toml::Spanned<DeValue<'_>>,
     index: usize,
     seen: &mut HashSet<String>,
+    runs: Runs<'_>,
 ) -> (Option<Profile>, Option<String>) {
     let Some(t) = r.table(v, format!("profile[{index}]"), &PROFILE_KEYS) else {
         return (None, None);
@@ -76,13 +77,23 @@ pub(super) fn profile(
         (Some(_), None) => None,
         (Some(h), Some(d)) => health(r, h, &t.child("health"), d),
     };
-    let endpoints = match (Reader::get(&t, "endpoint"), health.as_ref(), dialect, routing) {
-        (None, ..) => Some((Vec::new(), Vec::new())),
-        (Some(list), Some(health), Some(dialect), Some(routing)) => {
-            endpoints(r, list, &t.child("endpoint"), health, dialect, routing)
+    let written = Reader::get(&t, "endpoint");
+    let endpoints = match (health.as_ref(), dialect, routing) {
+        (Some(health), Some(dialect), Some(routing)) => {
+            let path = t.child("endpoint");
+            let mut list = EndpointList::new(r, path, (health, dialect, routing), runs.endpoints);
+            if let Some(v) = written {
+                list.array(r, v);
+            }
+            read_runs(r, runs.ranges, Some(&mut list));
+            list.finish(r)
         }
-        (Some(_), ..) => {
-            ok = false;
+        _ => {
+            // Nothing to read them against; their syntax is still the file's.
+            read_runs(r, runs.ranges, None);
+            if written.is_some() || !runs.ranges.is_empty() {
+                ok = false;
+            }
             None
         }
     };
