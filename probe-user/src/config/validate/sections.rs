@@ -397,7 +397,7 @@ mod tests {
         assert!(head_text.starts_with(head));
         assert_eq!(&head_text[health_at..last], &text[health_at..last]);
         assert_eq!(head_text.matches("endpoint").count(), 0);
-        assert_eq!(&head_text[starts[0]..starts[0] + 1], " ");
+        assert_eq!(head_text.as_bytes()[starts[0]], b' ');
     }
 
     #[test]
