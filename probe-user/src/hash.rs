@@ -36,6 +36,13 @@ pub fn fingerprint_of(stable: u64) -> String {
 /// A HashMap with [`FastHasher`].
 pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
+/// `v`'s [`FastHasher`] hash, for tables that file entries by hash themselves
+/// (`hashbrown::HashTable`).
+pub fn fast_hash<T: std::hash::Hash + ?Sized>(v: &T) -> u64 {
+    use std::hash::BuildHasher;
+    BuildHasherDefault::<FastHasher>::default().hash_one(v)
+}
+
 /// FxHash's step (rotate, xor, multiply by an odd constant), eight bytes at a time: distinct
 /// small integers get distinct low bits, and the multiply spreads them into the high bits
 /// hashbrown tags with.
@@ -104,7 +111,7 @@ mod tests {
     use super::*;
 
     fn hash<T: Hash>(v: &T) -> u64 {
-        BuildHasherDefault::<FastHasher>::default().hash_one(v)
+        fast_hash(v)
     }
 
     #[test]

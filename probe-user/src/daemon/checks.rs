@@ -120,11 +120,36 @@ impl CheckSpec {
         self.target.get()
     }
 
-    /// The check for `endpoint` of `profile`, and its sharing key.
+    /// The check for `endpoint` of `profile`, and its sharing key (see [`Specs::resolve`]).
+    pub fn resolve(profile: &Profile, endpoint: &Endpoint) -> Result<(String, CheckSpec), CheckSpecError> {
+        Specs::new(profile).resolve(endpoint)
+    }
+}
+
+/// Resolves one profile's checks, endpoint after endpoint, sharing what endpoints without
+/// settings of their own have in common: one prepared HTTP check for all of them instead of
+/// one each (~320 bytes per endpoint: its path, URI, status set and headers).
+pub struct Specs<'p> {
+    profile: &'p Profile,
+    /// The HTTP check of the profile's endpoints that add no headers.
+    http: Option<http::HttpProbe>,
+}
+
+impl<'p> Specs<'p> {
+    pub fn new(profile: &'p Profile) -> Self {
+        Specs { profile, http: None }
+    }
+
+    pub fn profile(&self) -> &'p Profile {
+        self.profile
+    }
+
+    /// The check for `endpoint`, and its sharing key.
     ///
     /// The key is stored in the state file to decide whether saved health can be resumed: it
     /// must not change for an unchanged check, and must change with any parameter.
-    pub fn resolve(profile: &Profile, endpoint: &Endpoint) -> Result<(String, CheckSpec), CheckSpecError> {
+    pub fn resolve(&mut self, endpoint: &Endpoint) -> Result<(String, CheckSpec), CheckSpecError> {
+        let profile = self.profile;
         let health = &profile.health;
         let target = endpoint.socket_addr();
         let (kind, detail) = match &health.probe {
@@ -150,12 +175,23 @@ impl CheckSpec {
                 }
             }
             Probe::Http(h) => {
-                let probe =
-                    http::HttpProbe::prepare(h, health.timeout, endpoint).map_err(|source| CheckSpecError::Http {
-                        profile: profile.name.clone(),
-                        endpoint: endpoint.name.clone(),
-                        source,
-                    })?;
+                let shared = endpoint.headers().is_empty();
+                let probe = match &self.http {
+                    Some(probe) if shared => probe.clone(),
+                    _ => {
+                        let probe = http::HttpProbe::prepare(h, health.timeout, endpoint).map_err(|source| {
+                            CheckSpecError::Http {
+                                profile: profile.name.clone(),
+                                endpoint: endpoint.name.clone(),
+                                source,
+                            }
+                        })?;
+                        if shared {
+                            self.http = Some(probe.clone());
+                        }
+                        probe
+                    }
+                };
                 (ProbeKind::Http(probe), http::key_detail(h, endpoint))
             }
         };
@@ -496,6 +532,38 @@ mod tests {
             edge.check().host_header("203.0.113.10:80".parse().unwrap()),
             "203.0.113.10"
         );
+    }
+
+    /// Endpoints that add no headers share their profile's prepared HTTP check; one with
+    /// headers of its own gets its own, and the requests say so.
+    #[test]
+    fn endpoints_without_headers_share_one_http_check() {
+        let c = example();
+        let p = c.profile("api").unwrap();
+        let mut specs = Specs::new(p);
+        let probes: Vec<http::HttpProbe> = p
+            .endpoints
+            .iter()
+            .map(|e| match specs.resolve(e).unwrap().1.kind {
+                ProbeKind::Http(probe) => probe,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let [primary, secondary, last] = probes.as_slice() else {
+            panic!("three endpoints")
+        };
+        assert!(std::ptr::eq(primary.check(), last.check()));
+        assert!(!std::ptr::eq(primary.check(), secondary.check()));
+        // Each is what it would be resolved alone.
+        for (probe, name) in [(primary, "primary"), (secondary, "secondary"), (last, "last-resort")] {
+            assert_eq!(format!("{:?}", probe.check()), format!("{:?}", http_probe("api", name).check()));
+        }
+        let host = |p: &http::HttpProbe| {
+            let target = "192.0.2.10:443".parse().unwrap();
+            String::from_utf8(crate::probe::http::render_request(p.check(), target)).unwrap()
+        };
+        assert!(host(primary).contains("api.example.com"), "{}", host(primary));
+        assert!(host(secondary).contains("api-b.example.com"), "{}", host(secondary));
     }
 
     fn http_probe(profile: &str, endpoint: &str) -> http::HttpProbe {

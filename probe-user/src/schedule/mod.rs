@@ -6,7 +6,7 @@ pub mod wheel;
 use std::{
     collections::HashMap,
     fmt,
-    hash::{BuildHasher, Hash},
+    hash::Hash,
     time::Duration,
 };
 
@@ -542,7 +542,7 @@ fn nanos(d: Duration) -> u64 {
 
 /// The hash `Scheduler::by_key` files a check under.
 fn key_hash<K: Hash>(key: &K) -> u64 {
-    std::hash::BuildHasherDefault::<crate::hash::FastHasher>::default().hash_one(key)
+    crate::hash::fast_hash(key)
 }
 
 /// The key of the live check at `index` (only live checks are in `by_key`).

@@ -183,8 +183,7 @@ impl Change {
     }
 
     fn key_hash(&self) -> u64 {
-        use std::hash::BuildHasher;
-        std::hash::BuildHasherDefault::<crate::hash::FastHasher>::default().hash_one(self.key())
+        crate::hash::fast_hash(&self.key())
     }
 
     pub fn seq(&self) -> u64 {

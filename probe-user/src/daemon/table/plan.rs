@@ -11,7 +11,7 @@ use super::{verdict_key, Brief, BuildError, NestedTarget, OwnerId, ProfileEntry,
 use crate::{
     config::{Config, Endpoint, Profile},
     daemon::{
-        checks::{CheckKey, CheckSpec},
+        checks::{CheckKey, Specs},
         state::Saved,
     },
     health::{ProbeTiming, Rules, Tracker},
@@ -124,6 +124,7 @@ pub(crate) fn plan(
         let mut by_name: Option<HashMap<&str, usize>> = None;
         let mut built = Vec::new();
         let mut stayed = 0;
+        let mut specs = Specs::new(profile);
         for (i, endpoint) in profile.endpoints.iter().enumerate() {
             // The running endpoint of that name: the same position unless endpoints moved.
             let at = was_cfg.and_then(|r| {
@@ -140,7 +141,7 @@ pub(crate) fn plan(
                 names.get(endpoint.name.as_str()).copied()
             });
             let (Some(j), Some(w), Some(r), Some(oix)) = (at, was, was_cfg, oix) else {
-                let target = build_one(profile, endpoint, &entry, plan.profiles.len(), None, saved, next_id);
+                let target = build_one(&mut specs, endpoint, &entry, plan.profiles.len(), None, saved, next_id);
                 push_built(&mut plan, &mut entry, &mut built, target, &mut errors);
                 continue;
             };
@@ -157,7 +158,7 @@ pub(crate) fn plan(
             }
             let running_target = old.targets.get(&w.owners[j]).map(|t| (w.owners[j], &**t));
             let target = build_one(
-                profile,
+                &mut specs,
                 endpoint,
                 &entry,
                 plan.profiles.len(),
@@ -268,7 +269,7 @@ fn new_entry(config: &Config, profile: &Profile, was: Option<&ProfileEntry>, sav
 /// One endpoint's target, built anew: carrying over `running` (its running self, by name) when
 /// the check stays the same.
 fn build_one(
-    profile: &Profile,
+    specs: &mut Specs<'_>,
     endpoint: &Endpoint,
     entry: &ProfileEntry,
     profile_ix: usize,
@@ -276,7 +277,8 @@ fn build_one(
     saved: &Saved,
     next_id: &mut OwnerId,
 ) -> Result<(OwnerId, bool, Box<Target>), String> {
-    let (key_text, spec) = CheckSpec::resolve(profile, endpoint).map_err(|e| e.to_string())?;
+    let profile = specs.profile();
+    let (key_text, spec) = specs.resolve(endpoint).map_err(|e| e.to_string())?;
     let check_key = CheckKey::of(&key_text);
     let start = match running.filter(|(_, t)| t.check_key == check_key) {
         Some((id, t)) => carry_over(id, t, endpoint, &entry.rules),
