@@ -104,7 +104,7 @@ impl Hasher for FastHasher {
 
 #[cfg(test)]
 mod tests {
-    use std::hash::{BuildHasher, Hash};
+    use std::hash::Hash;
 
     use probe_common::l4::FlowKey;
 

@@ -556,7 +556,10 @@ mod tests {
         assert!(!std::ptr::eq(primary.check(), secondary.check()));
         // Each is what it would be resolved alone.
         for (probe, name) in [(primary, "primary"), (secondary, "secondary"), (last, "last-resort")] {
-            assert_eq!(format!("{:?}", probe.check()), format!("{:?}", http_probe("api", name).check()));
+            assert_eq!(
+                format!("{:?}", probe.check()),
+                format!("{:?}", http_probe("api", name).check())
+            );
         }
         let host = |p: &http::HttpProbe| {
             let target = "192.0.2.10:443".parse().unwrap();

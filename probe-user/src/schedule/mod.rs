@@ -3,12 +3,7 @@
 //! Sequential per check, first probes spread over the interval, identical checks deduplicated.
 pub mod wheel;
 
-use std::{
-    collections::HashMap,
-    fmt,
-    hash::Hash,
-    time::Duration,
-};
+use std::{collections::HashMap, fmt, hash::Hash, time::Duration};
 
 use wheel::Wheel;
 
