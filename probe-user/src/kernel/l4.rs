@@ -99,6 +99,9 @@ impl L4Kernel {
             .map_max_entries("PROBE_INFLIGHT", cfg.max_inflight)
             .load(BPF_OBJECT)
             .map_err(KernelError::Load)?;
+        // The loader parsed the kernel's whole BTF (~15 MB at its peak) though probe_rx needs
+        // no CO-RE relocation; give those pages back now rather than keep them for good.
+        crate::alloc::release_freed();
         let rx: &mut Xdp = ebpf
             .program_mut(RX)
             .ok_or(KernelError::MissingProgram { name: RX })?
