@@ -119,7 +119,7 @@ fn read_blocks(r: &mut Reader<'_>, blocks: &[sections::Block], out: &mut Profile
             root = whole;
         }
         // A block holds its one `[[profile]]` table and nothing else (sections.rs).
-        if let Some(DeValue::Array(items)) = root.get_ref().get("profile").map(toml::Spanned::get_ref) {
+        if let Some(DeValue::Array(items)) = profile_key(&root) {
             for item in items {
                 out.read(r, item, runs);
             }
@@ -128,9 +128,14 @@ fn read_blocks(r: &mut Reader<'_>, blocks: &[sections::Block], out: &mut Profile
     r.base = 0;
 }
 
+/// The `profile` key of a block's or a run's tree.
+fn profile_key<'a, 'i>(root: &'a toml::Spanned<DeTable<'i>>) -> Option<&'a DeValue<'i>> {
+    root.get_ref().get("profile").map(toml::Spanned::get_ref)
+}
+
 /// Whether a block's head has an `endpoint` key of its own (an array, dotted keys).
 fn written_endpoints(root: &toml::Spanned<DeTable<'_>>) -> bool {
-    let Some(DeValue::Array(items)) = root.get_ref().get("profile").map(toml::Spanned::get_ref) else {
+    let Some(DeValue::Array(items)) = profile_key(root) else {
         return false;
     };
     items
@@ -147,7 +152,7 @@ fn read_runs(r: &mut Reader<'_>, runs: &[std::ops::Range<usize>], mut list: Opti
         let Some(root) = parse_toml(r, &text[run.clone()]) else {
             continue;
         };
-        let tables = match root.get_ref().get("profile").map(toml::Spanned::get_ref) {
+        let tables = match profile_key(&root) {
             Some(DeValue::Table(p)) => p.get("endpoint"),
             _ => None,
         };

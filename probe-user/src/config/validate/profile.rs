@@ -34,7 +34,6 @@ pub(super) fn profile(
     let Some(t) = r.table(v, format!("profile[{index}]"), &PROFILE_KEYS) else {
         return (None, None);
     };
-    let mut ok = true;
     let name = match r.string(&t, "name") {
         None => {
             r.missing(&t, "name", "every profile needs a name");
@@ -89,17 +88,14 @@ pub(super) fn profile(
             list.finish(r)
         }
         _ => {
-            // Nothing to read them against; their syntax is still the file's.
+            // Nothing to read them against (the profile is refused for that); their syntax is
+            // still the file's.
             read_runs(r, runs.ranges, None);
-            if written.is_some() || !runs.ranges.is_empty() {
-                ok = false;
-            }
             None
         }
     };
     let shown_name = name.clone();
-    let profile = ok.then_some(()).and_then(|()| {
-        let endpoints = endpoints?;
+    let profile = endpoints.and_then(|endpoints| {
         Some(Profile {
             name: name?,
             enabled,

@@ -87,9 +87,9 @@ fn blank(text: &str, ranges: &[Range<usize>]) -> String {
     String::from_utf8(bytes).expect("whole lines blanked")
 }
 
-/// The endpoint runs of the block being cut.
+/// The cut of the block being read into endpoint runs.
 #[derive(Default)]
-struct Runs {
+struct Cut {
     done: Vec<Range<usize>>,
     /// The run being read: where it started and how many tables it holds.
     open: Option<(usize, usize)>,
@@ -100,7 +100,7 @@ struct Runs {
     whole: bool,
 }
 
-impl Runs {
+impl Cut {
     fn close(&mut self, at: usize) {
         if let Some((start, _)) = self.open.take() {
             self.done.push(start..at);
@@ -193,8 +193,8 @@ fn header<'t>(text: &'t str, tokens: &[Token]) -> Option<Header<'t>> {
 /// the split cannot place).
 pub(super) fn split(text: &str) -> Option<Sections<'_>> {
     let mut profiles: Vec<Block> = Vec::new();
-    // The block being read: where it started, and its endpoint runs so far.
-    let mut open: Option<(usize, Runs)> = None;
+    // The block being read: where it started, and its cut so far.
+    let mut open: Option<(usize, Cut)> = None;
     let mut line_start = 0;
     let mut at_line_start = true;
     // Brackets and braces open in a value (an array or inline table over several lines): a
@@ -240,25 +240,25 @@ pub(super) fn split(text: &str) -> Option<Sections<'_>> {
         line_start = text[this_line..].find('\n').map_or(text.len(), |i| this_line + i + 1);
         match (h.key.first() == Some(&"profile"), h.key.len(), h.array) {
             (true, 1, true) => {
-                if let Some((start, runs)) = open.replace((this_line, Runs::default())) {
-                    profiles.push(runs.finish(start..this_line));
+                if let Some((start, cut)) = open.replace((this_line, Cut::default())) {
+                    profiles.push(cut.finish(start..this_line));
                 }
             }
             // `[profile]` as a table, or a profile's sub-table outside any block.
             (true, 1, false) => return None,
             (true, _, _) => match &mut open {
                 None => return None,
-                Some((_, runs)) => runs.header(&h.key[1..], h.array, this_line),
+                Some((_, cut)) => cut.header(&h.key[1..], h.array, this_line),
             },
             (false, _, _) => {
-                if let Some((start, runs)) = open.take() {
-                    profiles.push(runs.finish(start..this_line));
+                if let Some((start, cut)) = open.take() {
+                    profiles.push(cut.finish(start..this_line));
                 }
             }
         }
     }
-    if let Some((start, runs)) = open {
-        profiles.push(runs.finish(start..text.len()));
+    if let Some((start, cut)) = open {
+        profiles.push(cut.finish(start..text.len()));
     }
     let first = profiles.first()?.whole.start;
     // Blocks that run to the end with nothing between them leave the head of the file as it
