@@ -196,8 +196,10 @@ pub struct CookieKey {
 }
 const _: () = assert!(core::mem::size_of::<CookieKey>() == 16);
 
-/// Most jobs one generator run takes (PROBE_JOBS entries).
-pub const MAX_JOBS: u32 = 65536;
+/// Most jobs one generator run takes (PROBE_JOBS entries). The engine hands the generator a
+/// slice of at most this many at a time; the array is mapped into the daemon whole, 56 bytes
+/// an entry (224 KiB).
+pub const MAX_JOBS: u32 = 4096;
 
 /// The most interfaces probe_rx is attached to at once.
 pub const MAX_IFACES: u32 = 64;

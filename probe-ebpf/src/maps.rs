@@ -44,14 +44,14 @@ pub static PROBE_INFLIGHT: HashMap<FlowKey, Inflight> = HashMap::with_max_entrie
 #[map]
 pub static PROBE_HTTP_REQS: HashMap<u32, HttpReq> = HashMap::with_max_entries(MAX_HTTP_REQS, BPF_F_NO_PREALLOC);
 
-/// Outcomes and generator reports for userspace: 4 MiB, about 130k 32-byte records, a quarter
-/// of a second of replies at 500k probes/s. The engine reads it between slices of 4,096
-/// probes sent, so it holds a few slices' replies at a time; it once had to be 16 MiB, when a
-/// whole backlog went out in one turn and replies to it waited in the ring (every reply dropped
-/// there is a probe without a verdict: `ringbuf_full`). Userspace maps its data twice, so each
-/// MiB here is two of the daemon's resident memory at any fleet size.
+/// Outcomes and generator reports for userspace: 1 MiB, about 32k 32-byte records. The
+/// engine reads it after every slice of probes it sends (SEND_SLICE, 4,096), so it holds the
+/// replies of a few slices at a time, and between rounds it reads as they come. It once had
+/// to be 16 MiB, when a whole backlog went out in one turn and replies to it waited in the
+/// ring (a reply dropped there is a probe without a verdict: `ringbuf_full`). Userspace maps
+/// its data twice, so each MiB here is two of the daemon's resident memory at any fleet size.
 #[map]
-pub static PROBE_EVENTS: RingBuf = RingBuf::with_byte_size(1 << 22, 0);
+pub static PROBE_EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
 /// Lowest and highest source port the engine uses: replies to other ports are foreign.
 /// Load-time globals: the kernel only reads them.

@@ -25,6 +25,8 @@ use crate::engine::{
 /// for the generator's batches to stay full, few enough that replies are taken while their
 /// probes' slots and flows are still in the cache.
 pub(super) const SEND_SLICE: usize = 4096;
+// A slice fits one generator run: the job array holds no more.
+const _: () = assert!(SEND_SLICE <= probe_common::l4::MAX_JOBS as usize);
 
 /// Source ports tried for one probe before it is given up as NoRoute (the range is busy).
 const PICK_ATTEMPTS: u16 = 16;
