@@ -134,7 +134,7 @@ impl Feed {
             self.push(Line::lost(batch.lost));
         }
         for c in &batch.changes {
-            if let Change::Endpoint(e) = c {
+            if let Change::Endpoint(e) = &**c {
                 self.push(Line::event(&Event::of(e)));
             }
         }
@@ -252,7 +252,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, e)| {
                     let state = EndpointState::tcp("198.18.0.1".parse().unwrap(), 80, true);
-                    Change::health(i as u64 + 1, profile, e, state, false)
+                    Arc::new(Change::health(i as u64 + 1, profile, e, state, false))
                 })
                 .collect(),
             lost,

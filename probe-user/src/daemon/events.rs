@@ -219,7 +219,7 @@ fn write_loop(mut sink: EventSink, changes: &Subscription, swaps: &mpsc::Receive
                     }
                 }
             }
-            if let Change::Endpoint(c) = change {
+            if let Change::Endpoint(c) = &**change {
                 sink.emit(&Event::of(c));
             }
         }

@@ -196,8 +196,8 @@ impl Change {
     /// Folds a newer change of the same key into this one: the newer state, the older `from`,
     /// and the weightier cause: a health verdict and its evidence survive a fail-open or
     /// admin change that follows it in the same queue.
-    fn absorb(&mut self, newer: Change) {
-        match (self, newer) {
+    fn absorb(&mut self, newer: &Change) {
+        match (self, newer.clone()) {
             (Change::Endpoint(old), Change::Endpoint(new)) => {
                 let (from, kind, transition) = (old.from, old.kind, old.transition.take());
                 *old = new;
@@ -229,10 +229,11 @@ pub struct Snapshot {
     pub endpoints: Vec<(Arc<str>, Arc<str>, EndpointState)>,
 }
 
-/// Changes taken from a queue at once, oldest first.
+/// Changes taken from a queue at once, oldest first. Each is shared with the other queues it
+/// went to: a change is made once, however many subscribers take it.
 #[derive(Debug, Default)]
 pub struct Batch {
-    pub changes: Vec<Change>,
+    pub changes: Vec<Arc<Change>>,
     /// Changes dropped since the last batch because the queue was full: the consumer's view
     /// is incomplete and should be rebuilt from a snapshot.
     pub lost: u64,
@@ -249,8 +250,10 @@ pub struct QueueStats {
 
 #[derive(Default)]
 struct Queue {
-    /// The changes waiting, oldest first, one per key.
-    changes: Vec<Change>,
+    /// The changes waiting, oldest first, one per key: 8 bytes each here, the change itself
+    /// (~130 bytes) shared by every queue it is in. At a start every endpoint changes at once,
+    /// and a copy per queue was the largest part of the first round's peak.
+    changes: Vec<Arc<Change>>,
     /// Where each key's change is in `changes`, found by the key's hash (the key is the
     /// change's own): 4 bytes a waiting change, where a map from keys to changes took ~200
     /// and, at a million endpoints changing at once, grew by copying them all several times.
@@ -407,10 +410,11 @@ impl Bus {
 
     /// Hands `change` to every subscriber; `now_ns` dates it for the lag metric.
     pub fn publish(&mut self, change: Change, now_ns: u64) {
+        let change = Arc::new(change);
         // A subscriber whose consumer is gone (its Subscription dropped) costs nothing more.
         self.subscribers.retain(|s| Arc::strong_count(s) > 1);
         let hash = change.key_hash();
-        let profile = match &change {
+        let profile = match &*change {
             Change::Endpoint(e) => &e.profile,
             Change::Profile(p) => &p.profile,
         };
@@ -424,7 +428,8 @@ impl Bus {
             let q = &mut *guard;
             let waiting = q.index.find(hash, |&i| q.changes[i as usize].key() == change.key());
             if let Some(&i) = waiting {
-                q.changes[i as usize].absorb(change.clone());
+                // Copied only here, when the waiting change is shared with another queue.
+                Arc::make_mut(&mut q.changes[i as usize]).absorb(&change);
                 s.stats.coalesced.fetch_add(1, Ordering::Relaxed);
                 continue;
             }

@@ -145,6 +145,42 @@ fn subscribers_are_independent_and_see_the_end() {
 }
 
 #[test]
+fn queues_share_a_change_until_one_of_them_folds_a_newer_one_into_it() {
+    use EndpointStatus::*;
+    let mut bus = Bus::default();
+    let (one, two) = (bus.subscribe("one", 8), bus.subscribe("two", 8));
+    let c = change(&mut bus, "a", CheckingEndpoint, Online);
+    bus.publish(c, 1);
+    let (a, b) = (
+        one.recv_blocking(Duration::ZERO).unwrap(),
+        two.recv_blocking(Duration::ZERO).unwrap(),
+    );
+    assert!(Arc::ptr_eq(&a.changes[0], &b.changes[0]), "one change, two queues");
+    drop((a, b));
+
+    // "two" takes its change before the next one comes; "one" folds the next into its own copy.
+    let first = change(&mut bus, "a", Online, Degraded);
+    bus.publish(first, 2);
+    let taken = two.recv_blocking(Duration::ZERO).unwrap();
+    let second = change(&mut bus, "a", Degraded, Online);
+    bus.publish(second, 3);
+    assert_eq!(
+        (
+            endpoint(&taken.changes[0]).from,
+            endpoint(&taken.changes[0]).state.status
+        ),
+        (Some(Online), Degraded),
+        "a batch already taken does not change under its consumer"
+    );
+    let folded = one.recv_blocking(Duration::ZERO).unwrap();
+    assert_eq!(folded.changes.len(), 1);
+    let e = endpoint(&folded.changes[0]);
+    assert_eq!((e.from, e.state.status, e.seq), (Some(Online), Online, 3));
+    let later = two.recv_blocking(Duration::ZERO).unwrap();
+    assert_eq!(endpoint(&later.changes[0]).seq, 3);
+}
+
+#[test]
 fn a_burst_past_the_kept_index_coalesces_in_order_and_the_next_starts_clean() {
     use EndpointStatus::*;
     let n = 3 * INDEX_KEPT;
@@ -176,7 +212,7 @@ fn a_burst_past_the_kept_index_coalesces_in_order_and_the_next_starts_clean() {
             "first-published order, newest state, oldest from"
         );
     }
-    assert!(matches!(batch.changes[n], Change::Profile(_)));
+    assert!(matches!(*batch.changes[n], Change::Profile(_)));
     // The next change after the burst is a key of its own again.
     let c = change(&mut bus, "e0", Degraded, Online);
     bus.publish(c, 2);

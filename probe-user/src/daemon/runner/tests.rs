@@ -118,7 +118,7 @@ impl Harness {
     fn changes(&self) -> Vec<Change> {
         self.changes
             .recv_blocking(Duration::ZERO)
-            .map(|b| b.changes)
+            .map(|b| b.changes.into_iter().map(Arc::unwrap_or_clone).collect())
             .unwrap_or_default()
     }
 
