@@ -9,3 +9,18 @@ pub fn release_freed() {
     // SAFETY: `mi_collect` has no preconditions; it only walks mimalloc's own heaps.
     unsafe { libmimalloc_sys::mi_collect(true) }
 }
+
+/// mimalloc's `arena_eager_commit` option (its index in mimalloc v2's option list; the
+/// bindings name only some of them).
+const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
+
+/// Sets the allocator up for a long-running daemon; call before the first allocation reserves
+/// mimalloc's arena (the binary does it from `.init_array`). mimalloc commits its arenas up front where the
+/// OS overcommits (Linux), and then a purge of freed pages does not hand them back: the RSS
+/// kept every transient's high mark. Committed on demand, freed pages leave the RSS after
+/// the purge delay (10 ms).
+pub fn configure() {
+    // SAFETY: setting an option's default has no preconditions; mimalloc reads it when it
+    // reserves an arena. A default: MIMALLOC_ARENA_EAGER_COMMIT in the environment still wins.
+    unsafe { libmimalloc_sys::mi_option_set_default(ARENA_EAGER_COMMIT, 0) }
+}
