@@ -323,3 +323,25 @@ fn an_engine_that_loses_its_interface_stops_the_daemon_with_an_error() {
         "no backend was failed for the lost interface:\n{events}"
     );
 }
+
+/// The binary sets its allocator up before Rust's runtime allocates: mimalloc (verbose)
+/// reports its arenas committed on demand, and an operator's environment still overrides it.
+#[test]
+fn the_allocator_commits_its_arenas_on_demand_unless_the_environment_says_otherwise() {
+    let option = |env: &[(&str, &str)]| {
+        let out = Command::new(probed_bin())
+            .arg("--version")
+            .env("MIMALLOC_VERBOSE", "1")
+            .envs(env.iter().copied())
+            .output()
+            .expect("run probed --version");
+        assert!(out.status.success(), "probed --version: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        err.lines()
+            .find_map(|l| l.strip_prefix("mimalloc: option 'arena_eager_commit': "))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| panic!("no arena_eager_commit line in mimalloc's report:\n{err}"))
+    };
+    assert_eq!(option(&[]), "0", "committed on demand by default");
+    assert_eq!(option(&[("MIMALLOC_ARENA_EAGER_COMMIT", "1")]), "1", "the environment wins");
+}
