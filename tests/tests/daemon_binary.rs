@@ -339,9 +339,15 @@ fn the_allocator_commits_its_arenas_on_demand_unless_the_environment_says_otherw
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         err.lines()
             .find_map(|l| l.strip_prefix("mimalloc: option 'arena_eager_commit': "))
-            .map(|v| v.trim().to_string())
-            .unwrap_or_else(|| panic!("no arena_eager_commit line in mimalloc's report:\n{err}"))
+            .map_or_else(
+                || panic!("no arena_eager_commit line in mimalloc's report:\n{err}"),
+                |v| v.trim().to_string(),
+            )
     };
     assert_eq!(option(&[]), "0", "committed on demand by default");
-    assert_eq!(option(&[("MIMALLOC_ARENA_EAGER_COMMIT", "1")]), "1", "the environment wins");
+    assert_eq!(
+        option(&[("MIMALLOC_ARENA_EAGER_COMMIT", "1")]),
+        "1",
+        "the environment wins"
+    );
 }
