@@ -55,7 +55,10 @@ impl Runner {
             .map_err(|e| RequestError::Refused(error_chain(&e)))?;
         let first = match self.l4.port {
             Some(_) => FirstL4::None,
-            None => first_l4(plan.built().chain(self.table.targets.values().map(|t| &**t)), &config),
+            None => first_l4(
+                plan.built().chain(self.table.targets.values().map(|t| &**t)).map(|t| &*t.spec),
+                &config,
+            ),
         };
         self.ensure_l4(&config, first)
             .map_err(|e| RequestError::Refused(error_chain(&e)))?;

@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{
     changes::Bus,
-    checks::{http::HttpProber, ProbeKind, ProbeReport},
+    checks::{http::HttpProber, CheckSpec, ProbeKind, ProbeReport, Specs},
     control::Command,
     events::{EventSink, EventWriter, QUEUE_CAPACITY},
     metrics::RunnerMetrics,
@@ -62,7 +62,7 @@ const METRICS_FLUSH_NS: u64 = 100_000_000;
 #[derive(Clone)]
 pub(crate) struct SchedKey {
     key: super::checks::CheckKey,
-    spec: Arc<super::checks::CheckSpec>,
+    spec: Arc<CheckSpec>,
 }
 
 impl PartialEq for SchedKey {
@@ -230,13 +230,10 @@ impl Runner {
         let (tx, rx) = mpsc::unbounded_channel();
         let now = ports.clock.mono_ns();
         let saved = state::load(&config.daemon.state_file, ports.clock.unix_ms());
-        let mut next_owner = 1;
-        let plan = table::plan(&config, None, &Table::default(), &saved, &mut next_owner)
-            .map_err(|e| DaemonError::Unsupported(e.to_string()))?;
         let mut runner = Runner {
             sched: Scheduler::new(SchedulerConfig::default()),
             table: Table::default(),
-            next_owner,
+            next_owner: 1,
             slots: Vec::new(),
             reap_from: 0,
             reaped_ns: now,
@@ -284,7 +281,11 @@ impl Runner {
             config,
         };
         let settings = runner.config.without_profiles();
-        runner.ensure_l4(&settings, first_l4(plan.built(), &settings))?;
+        // The engine first, the table after: loading probe_rx parses the kernel's whole BTF
+        // (aya, ~15 MB for a moment), which should not come on top of a built fleet.
+        runner.ensure_l4(&settings, first_l4(config_specs(&runner.config), &settings))?;
+        let plan = table::plan(&runner.config, None, &Table::default(), &saved, &mut runner.next_owner)
+            .map_err(|e| DaemonError::Unsupported(e.to_string()))?;
         let sinks = runner.prepare_sinks(&settings.sinks)?;
         runner.registered_ns = Some(runner.now());
         runner.apply(plan);
@@ -520,17 +521,33 @@ pub(super) enum FirstL4 {
     Http(SocketAddr),
 }
 
-pub(super) fn first_l4<'a>(targets: impl Iterator<Item = &'a table::Target> + Clone, config: &Config) -> FirstL4 {
-    if let Some(t) = targets.clone().find(|t| matches!(t.spec.kind, ProbeKind::L4(_))) {
-        return FirstL4::Required(t.spec.target());
+pub(super) fn first_l4<S: std::borrow::Borrow<CheckSpec>>(specs: impl Iterator<Item = S>, config: &Config) -> FirstL4 {
+    let kernel_http = config.daemon.http_probes == crate::config::HttpProbes::Kernel;
+    let mut http = None;
+    for spec in specs {
+        let spec = spec.borrow();
+        match &spec.kind {
+            ProbeKind::L4(_) => return FirstL4::Required(spec.target()),
+            ProbeKind::Http(p) if kernel_http && http.is_none() && p.kernel_request(spec.target()).is_some() => {
+                http = Some(spec.target());
+            }
+            _ => {}
+        }
     }
-    if config.daemon.http_probes != crate::config::HttpProbes::Kernel {
-        return FirstL4::None;
-    }
-    targets
-        .into_iter()
-        .find(|t| matches!(&t.spec.kind, ProbeKind::Http(p) if p.kernel_request(t.spec.target()).is_some()))
-        .map_or(FirstL4::None, |t| FirstL4::Http(t.spec.target()))
+    http.map_or(FirstL4::None, FirstL4::Http)
+}
+
+/// The checks `config`'s endpoints resolve to, in the order its table is built, one at a
+/// time: what `first_l4` needs before there is a table. Endpoints whose check does not
+/// resolve are left out (building the table reports them).
+fn config_specs(config: &Config) -> impl Iterator<Item = CheckSpec> + '_ {
+    config.profiles.iter().flat_map(|profile| {
+        let mut specs = Specs::new(profile);
+        profile
+            .endpoints
+            .iter()
+            .filter_map(move |e| specs.resolve(e).ok().map(|(_, spec)| spec))
+    })
 }
 
 /// Says that the L4 engine's thread is gone, and the error the daemon stops with.

@@ -1067,3 +1067,31 @@ fn the_watchdogs_slices_make_one_pass_a_second() {
     assert_eq!(slice(10, 1_000_000), 1, "rounded up: a small table is not skipped");
     assert_eq!(slice(10, 0), 0);
 }
+
+#[test]
+fn the_engines_first_target_is_found_in_the_config_as_the_built_table_would_give_it() {
+    use super::{config_specs, first_l4, FirstL4};
+    use crate::daemon::{state::Saved, table::Table};
+    let dir = std::env::temp_dir();
+    let http = "[[profile]]\nname = \"api\"\ndialect = \"lb\"\nrouting = \"priority\"\n\n[profile.health]\n\
+                protocol = \"http\"\nport = 8080\ninterval = \"1s\"\ntimeout = \"500ms\"\n\n\
+                [[profile.endpoint]]\nname = \"h\"\naddress = \"198.18.2.1\"\npriority = 1\n\n";
+    let web = "[[profile]]\nname = \"web\"";
+    // An HTTP profile ahead of the TCP one: the TCP check is the one that needs the engine.
+    let mixed = parse(&config_text(&dir, &[("a", 80), ("b", 81)]).replacen(web, &format!("{http}{web}"), 1));
+    let http_only = config_text(&dir, &[]);
+    let http_only = &http_only[..http_only.find(web).expect("a profile")];
+    let kernel = parse(&format!("{http_only}{http}"));
+    let sockets = parse(&format!("{http_only}{http}").replacen("[daemon]\n", "[daemon]\nhttp_probes = \"sockets\"\n", 1));
+    let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+    for (config, want) in [
+        (&mixed, FirstL4::Required(at("198.18.1.1:80"))),
+        (&kernel, FirstL4::Http(at("198.18.2.1:8080"))),
+        (&sockets, FirstL4::None),
+    ] {
+        assert_eq!(first_l4(config_specs(config), config), want);
+        let plan = crate::daemon::table::plan(config, None, &Table::default(), &Saved::default(), &mut 1)
+            .expect("the table builds");
+        assert_eq!(first_l4(plan.built().map(|t| &*t.spec), config), want, "the built table");
+    }
+}
