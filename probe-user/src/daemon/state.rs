@@ -320,8 +320,10 @@ pub struct Part {
 }
 
 /// Parts queued for the saver at most: a stalled disk holds up the snapshot (the runner keeps
-/// its place), never the probe loop, and never more than a few slices of memory.
-const PARTS_QUEUED: usize = 4;
+/// its place), never the probe loop. One: with the part being written and the one the runner
+/// holds, three slices at most are in memory (the saver is niced, so while the core is busy,
+/// as in a first round, the queue is full; four held 4.5 MB of 65k targets' snapshot there).
+const PARTS_QUEUED: usize = 1;
 
 /// Writes the state file on a thread of its own: an fsync can take tens of milliseconds on a busy
 /// disk, which the probe loop must never wait for.
