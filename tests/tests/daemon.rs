@@ -147,7 +147,12 @@ fn tcp_target_comes_back_within_the_success_window() {
         "tcp success window: measured {:.1} ms, formula {:.1} ms",
         event.measured_window_ms, event.formula_window_ms
     );
-    let mean_rtt: f64 = event.results.iter().map(|r| r.rtt_ms).sum::<f64>() / 3.0;
+    let mean_rtt: f64 = event
+        .results
+        .iter()
+        .map(probed::daemon::changes::RunResult::rtt_ms)
+        .sum::<f64>()
+        / 3.0;
     assert!(
         (event.formula_window_ms - (mean_rtt * 3.0 + 40.0)).abs() < 0.01,
         "{event:#?}"
@@ -447,12 +452,17 @@ fn http_target_comes_back_after_70ms_scaled() {
         "http success window: measured {:.1} ms, formula {:.1} ms (mean response {:.1} ms)",
         event.measured_window_ms,
         event.formula_window_ms,
-        event.results.iter().map(|r| r.rtt_ms).sum::<f64>() / 3.0
+        event
+            .results
+            .iter()
+            .map(probed::daemon::changes::RunResult::rtt_ms)
+            .sum::<f64>()
+            / 3.0
     );
     // The responder adds 10 ms; connect and request add a little on top.
     assert_near("formula success window", event.formula_window_ms, 70.0);
     assert_near("measured success window", event.measured_window_ms, 70.0);
-    assert!(event.results.iter().all(|r| r.ok && r.rtt_ms >= 10.0), "{event:#?}");
+    assert!(event.results.iter().all(|r| r.ok && r.rtt_ms() >= 10.0), "{event:#?}");
     // A probe may be waiting in the 503 responder when the route changes: one probe + interval.
     check_clock(&event, before, after, seen_at, 20 + 50);
     let view = daemon.endpoint("scaled", "web");

@@ -133,7 +133,7 @@ fn health_cause(e: &Event) -> String {
                 r.reason.to_string()
             };
             if r.ok {
-                format!("{what} {:.1} ms", r.rtt_ms)
+                format!("{what} {:.1} ms", r.rtt_ms())
             } else {
                 what
             }
@@ -175,7 +175,7 @@ mod tests {
             ok,
             outcome,
             reason: reason.into(),
-            rtt_ms: 0.25,
+            rtt_us: 250,
             started_ns: 1,
             finished_ns: 2,
         }

@@ -31,7 +31,7 @@ impl VirtualProber {
             success,
             started_ns,
             finished_ns,
-            response_time: took,
+            response_us: Observation::micros(took),
             outcome: if success { Outcome::Open } else { Outcome::Timeout },
             reason: if success { "open".into() } else { "timeout".into() },
         }

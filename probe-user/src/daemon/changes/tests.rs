@@ -220,3 +220,24 @@ fn a_burst_past_the_kept_index_coalesces_in_order_and_the_next_starts_clean() {
     assert_eq!(batch.changes.len(), 1);
     assert_eq!(endpoint(&batch.changes[0]).from, Some(Degraded));
 }
+
+#[test]
+fn a_results_round_trip_time_is_written_in_milliseconds_to_the_microsecond() {
+    let r = RunResult {
+        ok: true,
+        outcome: Outcome::Open,
+        reason: "open".into(),
+        rtt_us: 1234,
+        started_ns: 5,
+        finished_ns: 1_234_005,
+    };
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["rtt_ms"], 1.234);
+    assert!(json.get("rtt_us").is_none(), "{json}");
+    assert_eq!(serde_json::from_value::<RunResult>(json).unwrap(), r);
+    let far: RunResult = serde_json::from_str(
+        r#"{"ok":false,"outcome":"timeout","reason":"t","rtt_ms":1e12,"started_ns":0,"finished_ns":0}"#,
+    )
+    .unwrap();
+    assert_eq!(far.rtt_us, u32::MAX, "saturates");
+}

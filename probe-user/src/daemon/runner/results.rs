@@ -114,7 +114,7 @@ impl Runner {
             success: report.healthy,
             started_ns: inflight.started_ns,
             finished_ns: finished,
-            response_time: report.elapsed,
+            response_us: Observation::micros(report.elapsed),
             outcome: report.outcome,
             reason: report.reason.clone(),
         };
@@ -185,7 +185,7 @@ impl Runner {
                     ok: o.success,
                     outcome: o.outcome,
                     reason: o.reason.clone(),
-                    rtt_ms: ms(o.response_time),
+                    rtt_us: o.response_us,
                     started_ns: o.started_ns,
                     finished_ns: o.finished_ns,
                 })

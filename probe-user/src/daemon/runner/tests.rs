@@ -1082,7 +1082,8 @@ fn the_engines_first_target_is_found_in_the_config_as_the_built_table_would_give
     let http_only = config_text(&dir, &[]);
     let http_only = &http_only[..http_only.find(web).expect("a profile")];
     let kernel = parse(&format!("{http_only}{http}"));
-    let sockets = parse(&format!("{http_only}{http}").replacen("[daemon]\n", "[daemon]\nhttp_probes = \"sockets\"\n", 1));
+    let sockets =
+        parse(&format!("{http_only}{http}").replacen("[daemon]\n", "[daemon]\nhttp_probes = \"sockets\"\n", 1));
     let at = |s: &str| s.parse::<SocketAddr>().unwrap();
     for (config, want) in [
         (&mixed, FirstL4::Required(at("198.18.1.1:80"))),
@@ -1092,6 +1093,10 @@ fn the_engines_first_target_is_found_in_the_config_as_the_built_table_would_give
         assert_eq!(first_l4(config_specs(config), config), want);
         let plan = crate::daemon::table::plan(config, None, &Table::default(), &Saved::default(), &mut 1)
             .expect("the table builds");
-        assert_eq!(first_l4(plan.built().map(|t| &*t.spec), config), want, "the built table");
+        assert_eq!(
+            first_l4(plan.built().map(|t| &*t.spec), config),
+            want,
+            "the built table"
+        );
     }
 }

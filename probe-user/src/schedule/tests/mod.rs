@@ -187,7 +187,7 @@ fn fail_window_through_the_scheduler(params: CheckParams, timeout_ms: u64) -> (D
             success,
             started_ns: now,
             finished_ns: now + took,
-            response_time: Duration::from_nanos(took),
+            response_us: Observation::micros(Duration::from_nanos(took)),
             outcome: if success {
                 crate::outcome::Outcome::Open
             } else {
