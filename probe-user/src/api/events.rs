@@ -19,8 +19,8 @@ use hyper::body::{Body, Frame};
 use tokio::sync::mpsc;
 
 use crate::daemon::{
-    changes::{Batch, Change},
-    events::Event,
+    changes::{Batch, Change, EndpointChange},
+    events::EventLine,
     Control,
 };
 
@@ -41,11 +41,11 @@ struct Line {
 }
 
 impl Line {
-    fn event(e: &Event) -> Line {
-        let mut text = serde_json::to_vec(e).expect("events always encode");
+    fn event(e: &EndpointChange) -> Line {
+        let mut text = serde_json::to_vec(&EventLine::of(e)).expect("events always encode");
         text.push(b'\n');
         Line {
-            profile: Some(Arc::from(e.profile.as_str())),
+            profile: Some(e.profile.clone()),
             text: text.into(),
         }
     }
@@ -120,7 +120,7 @@ impl Feed {
                 }
             };
             while let Some(batch) = changes.recv().await {
-                feed.take(&batch);
+                feed.take(batch);
             }
             feed.end();
         });
@@ -129,13 +129,14 @@ impl Feed {
     /// Renders and hands out a batch's lines one at a time: a fleet's first round is one
     /// batch of a change per endpoint, and its lines all at once were ~150 bytes per endpoint
     /// at the daemon's peak, though only the last `RECENT` stay.
-    fn take(&self, batch: &Batch) {
+    fn take(&self, batch: Batch) {
         if batch.lost > 0 {
             self.push(Line::lost(batch.lost));
         }
-        for c in &batch.changes {
-            if let Change::Endpoint(e) = &**c {
-                self.push(Line::event(&Event::of(e)));
+        // Each change is let go as soon as its line is out, as the events file's writer does.
+        for c in batch.changes {
+            if let Change::Endpoint(e) = &*c {
+                self.push(Line::event(e));
             }
         }
     }
@@ -280,8 +281,8 @@ mod tests {
     #[tokio::test]
     async fn recent_lines_are_the_last_ones_of_the_wanted_profile() {
         let feed = Feed::default();
-        feed.take(&batch("web", &["a", "b", "c"], 0));
-        feed.take(&batch("dns", &["x"], 0));
+        feed.take(batch("web", &["a", "b", "c"], 0));
+        feed.take(batch("dns", &["x"], 0));
         let ask = |lines, profile| Ask {
             lines,
             follow: false,
@@ -294,7 +295,7 @@ mod tests {
         );
         assert!(read_all(feed.open(&ask(0, None)).unwrap()).await.is_empty());
         // A gap in the stream is said where it happened, to every filter.
-        feed.take(&batch("web", &[], 7));
+        feed.take(batch("web", &[], 7));
         assert_eq!(read_all(feed.open(&ask(1, Some("dns"))).unwrap()).await, ["lost 7"]);
     }
 
@@ -303,7 +304,7 @@ mod tests {
         let feed = Feed::default();
         let names: Vec<String> = (0..RECENT + 5).map(|i| format!("e{i}")).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        feed.take(&batch("web", &refs, 0));
+        feed.take(batch("web", &refs, 0));
         let all = read_all(
             feed.open(&Ask {
                 lines: usize::MAX,
@@ -320,7 +321,7 @@ mod tests {
     #[tokio::test]
     async fn a_follower_gets_the_backlog_then_new_lines_until_the_end() {
         let feed = Feed::default();
-        feed.take(&batch("web", &["a"], 0));
+        feed.take(batch("web", &["a"], 0));
         let body = feed
             .open(&Ask {
                 lines: 5,
@@ -328,8 +329,8 @@ mod tests {
                 profile: Some("web"),
             })
             .unwrap();
-        feed.take(&batch("dns", &["x"], 0));
-        feed.take(&batch("web", &["b"], 0));
+        feed.take(batch("dns", &["x"], 0));
+        feed.take(batch("web", &["b"], 0));
         feed.end();
         assert_eq!(read_all(body).await, ["web/a", "web/b"]);
         // After the end nobody follows: the backlog alone.
@@ -355,7 +356,7 @@ mod tests {
             .unwrap();
         let names: Vec<String> = (0..FOLLOWER_QUEUE + 3).map(|i| format!("e{i}")).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        feed.take(&batch("web", &refs, 0));
+        feed.take(batch("web", &refs, 0));
         feed.end();
         let got = read_all(body).await;
         assert_eq!(got.len(), FOLLOWER_QUEUE + 1);
