@@ -56,7 +56,9 @@ impl Runner {
         let first = match self.l4.port {
             Some(_) => FirstL4::None,
             None => first_l4(
-                plan.built().chain(self.table.targets.values().map(|t| &**t)).map(|t| &*t.spec),
+                plan.built()
+                    .chain(self.table.targets.values().map(|t| &**t))
+                    .map(|t| &*t.spec),
                 &config,
             ),
         };
