@@ -117,7 +117,7 @@ const _: () = assert!(std::mem::size_of::<RunResult>() <= 40);
 
 impl RunResult {
     pub fn rtt_ms(&self) -> f64 {
-        f64::from(self.rtt_us) / 1000.0
+        micros_as_ms::ms(self.rtt_us)
     }
 }
 
@@ -125,9 +125,13 @@ impl RunResult {
 mod micros_as_ms {
     use serde::{Deserialize, Deserializer, Serializer};
 
+    pub fn ms(us: u32) -> f64 {
+        f64::from(us) / 1000.0
+    }
+
     #[allow(clippy::trivially_copy_pass_by_ref)] // the signature serde's `with` calls
     pub fn serialize<S: Serializer>(us: &u32, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(f64::from(*us) / 1000.0)
+        s.serialize_f64(ms(*us))
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {

@@ -73,7 +73,7 @@ pub(crate) struct Rtt(u32);
 
 impl Rtt {
     pub fn of(d: Duration) -> Self {
-        Self(u32::try_from(d.as_micros()).unwrap_or(u32::MAX).max(1))
+        Self(crate::health::Observation::micros(d).max(1))
     }
 
     pub fn get(self) -> Option<Duration> {
