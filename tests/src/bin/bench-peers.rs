@@ -107,6 +107,9 @@ struct Args {
     pinned: Vec<bool>,
     /// Record each probed run's measured window with `perf record -g` into this directory.
     perf: Option<PathBuf>,
+    /// Which checkers run (all by default); a memory or profile run of probed alone skips
+    /// HAProxy's minutes.
+    checkers: Vec<Checker>,
 }
 
 fn args() -> Args {
@@ -116,6 +119,7 @@ fn args() -> Args {
         seconds: 10,
         pinned: vec![true, false],
         perf: None,
+        checkers: vec![Checker::Haproxy, Checker::Probed, Checker::ProbedSockets],
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -141,6 +145,17 @@ fn args() -> Args {
             }
             "--seconds" => a.seconds = value.parse().expect("--seconds: a number"),
             "--perf" => a.perf = Some(PathBuf::from(value)),
+            "--checkers" => {
+                a.checkers = value
+                    .split(',')
+                    .map(|c| match c {
+                        "haproxy" => Checker::Haproxy,
+                        "probed" => Checker::Probed,
+                        "sockets" => Checker::ProbedSockets,
+                        other => panic!("--checkers: {other:?} is not haproxy, probed or sockets"),
+                    })
+                    .collect();
+            }
             "--only" => {
                 a.pinned = match value.as_str() {
                     "pinned" => vec![true],
@@ -148,7 +163,7 @@ fn args() -> Args {
                     other => panic!("--only: {other:?} is not pinned or unpinned"),
                 }
             }
-            other => panic!("unknown flag {other}: --sizes, --kinds, --seconds, --only, --perf"),
+            other => panic!("unknown flag {other}: --sizes, --kinds, --seconds, --only, --perf, --checkers"),
         }
     }
     a
@@ -465,7 +480,7 @@ fn main() {
         };
         for &kind in &a.kinds {
             for &n in &a.sizes {
-                for &checker in Checker::all_for(kind) {
+                for &checker in Checker::all_for(kind).iter().filter(|c| a.checkers.contains(c)) {
                     let row = measure(&fleet, checker, kind, n, pinned, &a);
                     eprintln!(
                         "{:<6} {:>6} {:<8} {:<16} {:>9.0} checks/s  {:>6.1} us/check (process)  {:>6.1} us/check (machine)  {:>8} KiB peak",
@@ -524,9 +539,11 @@ fn report(rows: &[Row]) {
             continue;
         }
         let cores = if r.pinned { "1 (pinned)" } else { "2" };
-        let Some(h) = haproxy.filter(|h| h.checks_per_s >= 1.0) else {
+        let group = haproxy.filter(|h| (h.kind, h.n, h.pinned) == (r.kind, r.n, r.pinned));
+        let Some(h) = group.filter(|h| h.checks_per_s >= 1.0) else {
+            let why = if group.is_some() { "HAProxy sent no checks" } else { "HAProxy not run" };
             let _ = out.write_fmt(format_args!(
-                "| {} | {} | {cores} | {} | HAProxy sent no checks | | |\n",
+                "| {} | {} | {cores} | {} | {why} | | |\n",
                 r.kind.name(),
                 r.n,
                 r.checker.name()
