@@ -150,20 +150,36 @@ impl Daemon {
     pub fn start_with(config: Config, options: Options, ports: ports::Ports) -> Result<Daemon, DaemonError> {
         let (tx, rx) = mpsc::channel(64);
         let config_path = options.config_path.as_deref().map(std::sync::Arc::from);
-        let runner = runner::Runner::new(config, options, ports)?;
         let (stop, stop_rx) = oneshot::channel();
         let (done_tx, done) = oneshot::channel();
+        let (built_tx, built) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("probed-runner".into())
             .spawn(move || {
-                let result = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                    Ok(rt) => rt.block_on(runner.run(rx, stop_rx)),
-                    Err(source) => Err(DaemonError::Io {
-                        op: "start the runner's runtime",
-                        path: None,
-                        source,
-                    }),
+                let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(rt) => rt,
+                    Err(source) => {
+                        let _ = built_tx.send(Err(DaemonError::Io {
+                            op: "start the runner's runtime",
+                            path: None,
+                            source,
+                        }));
+                        return;
+                    }
                 };
+                // The table is built on the thread that runs it: what it allocates belongs to
+                // this thread's heap, whose freed pages the runner hands back as it goes
+                // (`Runner::end_turn`); built by the caller, they stayed with a thread that
+                // hardly allocates afterwards.
+                let runner = match rt.block_on(async { runner::Runner::new(config, options, ports) }) {
+                    Ok(runner) => runner,
+                    Err(e) => {
+                        let _ = built_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = built_tx.send(Ok(()));
+                let result = rt.block_on(runner.run(rx, stop_rx));
                 let _ = done_tx.send(result);
             })
             .map_err(|source| DaemonError::Io {
@@ -171,6 +187,21 @@ impl Daemon {
                 path: None,
                 source,
             })?;
+        match built.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(e);
+            }
+            // Building the runner panicked: the caller sees the panic, as it did when it built it.
+            Err(_) => match thread.join() {
+                Err(panic) => std::panic::resume_unwind(panic),
+                Ok(()) => unreachable!("the runner thread reports before it ends"),
+            },
+        }
+        // Reading the configuration left its transients on this thread, which allocates
+        // little once the daemon runs.
+        crate::alloc::release_freed();
         Ok(Daemon {
             control: Control { tx, config_path },
             stop: Some(stop),

@@ -541,7 +541,11 @@ fn report(rows: &[Row]) {
         let cores = if r.pinned { "1 (pinned)" } else { "2" };
         let group = haproxy.filter(|h| (h.kind, h.n, h.pinned) == (r.kind, r.n, r.pinned));
         let Some(h) = group.filter(|h| h.checks_per_s >= 1.0) else {
-            let why = if group.is_some() { "HAProxy sent no checks" } else { "HAProxy not run" };
+            let why = if group.is_some() {
+                "HAProxy sent no checks"
+            } else {
+                "HAProxy not run"
+            };
             let _ = out.write_fmt(format_args!(
                 "| {} | {} | {cores} | {} | {why} | | |\n",
                 r.kind.name(),

@@ -55,6 +55,12 @@ const RESULT_BATCH: usize = 128;
 /// scrape, a reload) merges them first, so what it sees is exact either way; merging every
 /// turn cost the runner ~15% at a million targets (a label lookup per profile touched).
 const METRICS_FLUSH_NS: u64 = 100_000_000;
+/// How often the runner hands the pages its objects left to the allocator back
+/// (`crate::alloc::release_freed`, ~70 µs at 65k targets). Other threads free what the runner
+/// made (the events writer a first round's changes, the saver its snapshot slices), and
+/// mimalloc reclaims such frees only when the thread that owns the page allocates from it
+/// again or collects: without this, 65k TCP targets ran ~9 MiB larger for good.
+const COLLECT_NS: u64 = 1_000_000_000;
 
 /// The scheduler's key: identical checks share one entry by `key` alone, and the spec of the
 /// first owner rides along. Sending reads the spec from the entry `pop_due` has just touched,
@@ -202,6 +208,8 @@ pub(crate) struct Runner {
     pub(super) metrics: RunnerMetrics,
     /// When `metrics` last merged its pending counts (`end_turn`).
     metrics_flushed_ns: u64,
+    /// When the runner's freed pages were last handed back (`end_turn`).
+    collected_ns: u64,
     pub(super) persist: Persist,
     pub(super) rng: SplitMix64,
     /// When the last probe result came (start time before any): its age is a metric, so a
@@ -265,6 +273,7 @@ impl Runner {
             regions: dns::regions(config.dns.as_ref()).map_err(DaemonError::Unsupported)?,
             metrics: RunnerMetrics::default(),
             metrics_flushed_ns: 0,
+            collected_ns: 0,
             persist: Persist::new(),
             rng: SplitMix64(now),
             last_result_ns: now,
@@ -462,6 +471,10 @@ impl Runner {
         if force_save || now.saturating_sub(self.metrics_flushed_ns) >= METRICS_FLUSH_NS {
             self.metrics.flush(&self.table.profiles);
             self.metrics_flushed_ns = now;
+        }
+        if now.saturating_sub(self.collected_ns) >= COLLECT_NS {
+            crate::alloc::release_freed();
+            self.collected_ns = now;
         }
         self.save_if_due(force_save);
     }
