@@ -440,6 +440,19 @@ impl Bus {
         !self.subscribers.is_empty()
     }
 
+    /// Stamps `change` with the next sequence number and hands it to every subscriber (with
+    /// none, only the number is taken).
+    pub fn publish_next(&mut self, mut change: Change, now_ns: u64) {
+        let seq = self.next_seq();
+        match &mut change {
+            Change::Endpoint(c) => c.seq = seq,
+            Change::Profile(c) => c.seq = seq,
+        }
+        if self.has_subscribers() {
+            self.publish(change, now_ns);
+        }
+    }
+
     /// Hands `change` to every subscriber; `now_ns` dates it for the lag metric.
     pub fn publish(&mut self, change: Change, now_ns: u64) {
         let change = Arc::new(change);

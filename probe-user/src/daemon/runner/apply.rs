@@ -112,9 +112,6 @@ impl Runner {
                 transition: None,
             }));
         }
-        for c in changes {
-            self.publish(c, now);
-        }
     }
 
     /// Publishes what a swap changed: the endpoints that went, the ones built anew (against
@@ -133,7 +130,9 @@ impl Runner {
             .iter()
             .map(|(name, status, open)| (&**name, (*status, *open)))
             .collect();
-        let mut changes = Vec::new();
+        // Each change goes out as it is made: at a start a list of them all was a fleet's worth
+        // of changes at once (8 MB at 65k endpoints), made even with no subscriber to take them.
+        let bus = &mut self.changes;
         // By name: a start builds every target and has nothing gone to look up.
         let built: FastMap<Name, OwnerId> = if swapped.gone.is_empty() {
             FastMap::default()
@@ -154,14 +153,10 @@ impl Runner {
                 Some(successor) => {
                     before.insert(*successor, (*id, t.state()));
                 }
-                None => changes.push(Change::Endpoint(t.change(
-                    profile,
-                    ChangeKind::Config,
-                    Some(t.status),
-                    true,
-                    at_unix_ms,
+                None => bus.publish_next(
+                    Change::Endpoint(t.change(profile, ChangeKind::Config, Some(t.status), true, at_unix_ms, now)),
                     now,
-                ))),
+                ),
             }
         }
         let mut publish = |profile: &Arc<str>, t: &mut Target, was: Option<EndpointState>| {
@@ -177,14 +172,9 @@ impl Runner {
                     formula_window_ms: 0.0,
                 });
             }
-            changes.push(Change::Endpoint(t.change(
-                profile,
-                ChangeKind::Config,
-                was.map(|b| b.status),
-                false,
-                at_unix_ms,
-                now,
-            )));
+            let from = was.map(|b| b.status);
+            let change = t.change(profile, ChangeKind::Config, from, false, at_unix_ms, now);
+            bus.publish_next(Change::Endpoint(change), now);
         };
         for (id, _) in &swapped.built {
             let t = self.table.targets.get_mut(id).expect("built targets are in the table");
@@ -231,30 +221,29 @@ impl Runner {
             if was == Some(&(p.status, p.fail_open)) {
                 continue;
             }
-            changes.push(Change::Profile(ProfileChange {
+            let change = ProfileChange {
                 seq: 0,
                 at_unix_ms,
                 profile: p.name.clone(),
                 from: was.map(|(status, _)| *status),
                 to: Some(p.status),
                 fail_open: p.fail_open,
-            }));
+            };
+            self.changes.publish_next(Change::Profile(change), now);
         }
         let live: HashSet<&str> = self.table.profiles.iter().map(|p| &*p.name).collect();
         for (name, status, _) in profiles_before {
             if !live.contains(&**name) {
-                changes.push(Change::Profile(ProfileChange {
+                let change = ProfileChange {
                     seq: 0,
                     at_unix_ms,
                     profile: name.clone(),
                     from: Some(*status),
                     to: None,
                     fail_open: false,
-                }));
+                };
+                self.changes.publish_next(Change::Profile(change), now);
             }
-        }
-        for c in changes {
-            self.publish(c, now);
         }
     }
 

@@ -14,15 +14,8 @@ use crate::{
 
 impl Runner {
     /// Stamps `change` with the next sequence number and hands it to every subscriber.
-    pub(in crate::daemon) fn publish(&mut self, mut change: Change, now: u64) {
-        let seq = self.changes.next_seq();
-        match &mut change {
-            Change::Endpoint(c) => c.seq = seq,
-            Change::Profile(c) => c.seq = seq,
-        }
-        if self.changes.has_subscribers() {
-            self.changes.publish(change, now);
-        }
+    pub(in crate::daemon) fn publish(&mut self, change: Change, now: u64) {
+        self.changes.publish_next(change, now);
     }
 
     /// Brings endpoint `id` up to date after its health or admin state changed (at `at_ns`),
