@@ -17,11 +17,20 @@ use crate::hash::FastMap;
 /// A deadline: when, and the in-flight slot and generation it was set for.
 pub(super) type Deadline = (Instant, u32, u32);
 
+/// A deadline as queued: nanoseconds after `Deadlines::epoch`. Every probe of the last timeout
+/// is queued (65k at 65k probes a second and a one-second timeout): 16 bytes each, where an
+/// `Instant` took 24.
+type Queued = (u64, u32, u32);
+
+const _: () = assert!(std::mem::size_of::<Queued>() == 16);
+
 #[derive(Default)]
 pub(super) struct Deadlines {
     /// Queue index per timeout length.
     by_len: FastMap<Duration, usize>,
-    queues: Vec<VecDeque<Deadline>>,
+    queues: Vec<VecDeque<Queued>>,
+    /// What the queued times count from: the first push's send time.
+    epoch: Option<Instant>,
 }
 
 impl Deadlines {
@@ -33,23 +42,31 @@ impl Deadlines {
         if q == next {
             self.queues.push(VecDeque::new());
         }
+        let epoch = *self.epoch.get_or_insert(sent);
+        let at = Self::nanos(epoch, sent + timeout);
         let queue = &mut self.queues[q];
-        debug_assert!(
-            queue.back().is_none_or(|b| b.0 <= sent + timeout),
-            "deadlines out of order"
-        );
-        queue.push_back((sent + timeout, slot, gen));
+        debug_assert!(queue.back().is_none_or(|b| b.0 <= at), "deadlines out of order");
+        queue.push_back((at, slot, gen));
+    }
+
+    /// Nanoseconds from `epoch` to `t` (0 for a time before it; saturating past 584 years).
+    fn nanos(epoch: Instant, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Takes every deadline at or before `now` into `out` (appended, queue by queue).
     pub fn take_due(&mut self, now: Instant, out: &mut Vec<Deadline>) {
+        let Some(epoch) = self.epoch else {
+            return;
+        };
+        let now_ns = Self::nanos(epoch, now);
         for queue in &mut self.queues {
-            while let Some(&d) = queue.front() {
-                if d.0 > now {
+            while let Some(&(at, slot, gen)) = queue.front() {
+                if at > now_ns {
                     break;
                 }
                 queue.pop_front();
-                out.push(d);
+                out.push((epoch + Duration::from_nanos(at), slot, gen));
             }
             // A burst (the first round) can leave a queue far larger than it now needs.
             if queue.capacity() > 4096 && queue.len() < queue.capacity() / 8 {
@@ -60,7 +77,9 @@ impl Deadlines {
 
     /// The earliest deadline queued.
     pub fn next(&self) -> Option<Instant> {
-        self.queues.iter().filter_map(|q| q.front().map(|d| d.0)).min()
+        let epoch = self.epoch?;
+        let first = self.queues.iter().filter_map(|q| q.front().map(|d| d.0)).min()?;
+        Some(epoch + Duration::from_nanos(first))
     }
 }
 
