@@ -167,10 +167,13 @@ impl Tracker {
         }
         let success = obs.success;
         let need = self.rules.thresholds.for_result(success) as usize;
-        // Exactly the room the run can take (two results: 112 bytes, where growing by doubling
-        // gave four), since every target of a starting fleet holds a run at once.
+        // Room for one more result at a time: every target of a starting fleet holds a run at
+        // once, for most of the run with fewer results than its threshold (at 65k targets and
+        // a threshold of 3, room for all three from the first result was 3 MB more at the
+        // first round's peak; growing by doubling gave room for four). The two reallocations
+        // come once per state change.
         if self.run.len() == self.run.capacity() {
-            self.run.reserve_exact(need.saturating_sub(self.run.len()).max(1));
+            self.run.reserve_exact(1);
         }
         self.run.push(obs);
         if self.run.len() < need {

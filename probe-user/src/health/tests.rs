@@ -325,10 +325,10 @@ proptest! {
     }
 }
 
-/// A run holds exactly the room its threshold needs while it builds, and nothing once a result
+/// A run holds room for the results it has, one more at a time, and nothing once a result
 /// confirms the state again: a fleet of a million starting targets holds a run each.
 #[test]
-fn a_run_holds_its_thresholds_room_and_nothing_once_confirmed() {
+fn a_run_holds_room_for_its_results_and_nothing_once_confirmed() {
     let timing = ProbeTiming {
         interval: S,
         timeout: 500 * MS,
@@ -337,17 +337,25 @@ fn a_run_holds_its_thresholds_room_and_nothing_once_confirmed() {
     let mut p = VirtualProber::new(timing, 0);
     assert_eq!(t.run.capacity(), 0, "a new tracker allocates nothing");
     assert!(t.observe(p.probe(true, MS)).is_none());
-    assert_eq!((t.run.len(), t.run.capacity()), (1, 2));
+    assert_eq!((t.run.len(), t.run.capacity()), (1, 1));
     assert!(t.observe(p.probe(true, MS)).is_some(), "healthy after two");
     assert_eq!(t.run.capacity(), 0, "the run went with the transition");
     assert!(t.observe(p.probe(false, MS)).is_none());
+    assert!(t.observe(p.probe(false, MS)).is_none());
     assert_eq!(
         (t.run.len(), t.run.capacity()),
-        (1, 3),
-        "three failures make it unhealthy"
+        (2, 2),
+        "two failures of the three that make it unhealthy"
+    );
+    let last = t.observe(p.probe(false, MS)).expect("unhealthy after three");
+    assert_eq!(
+        (last.run.len(), last.run.capacity()),
+        (3, 3),
+        "the evidence, no spare room"
     );
     assert!(t.observe(p.probe(true, MS)).is_none());
-    assert_eq!(t.run.capacity(), 0, "a success confirms Healthy: nothing held");
+    assert!(t.observe(p.probe(false, MS)).is_none());
+    assert_eq!(t.run.capacity(), 0, "a failure confirms Unhealthy: nothing held");
     let resumed = Tracker::resume(t.rules(), HealthState::Unhealthy);
     assert_eq!(resumed.run.capacity(), 0);
 }
