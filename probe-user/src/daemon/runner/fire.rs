@@ -7,7 +7,7 @@ use crate::{
     config::HttpProbes,
     daemon::checks::{
         http::{HttpProbe, HttpProber},
-        Addr, ProbeKind, ProbeReport,
+        ProbeKind, ProbeReport,
     },
     engine::{L4Proto, L4Request},
     probe::udp::{UdpProber, UdpRequest},
@@ -51,16 +51,20 @@ impl Runner {
             slot.inflight = Some(Inflight {
                 check: id,
                 started_ns: now,
-                late_ns,
+                late_us: u32::try_from(late_ns / 1000).unwrap_or(u32::MAX),
                 protocol: cache.protocol,
             });
             match &cache.l4 {
-                Some((target, proto)) => batch.push(L4Request {
-                    token,
-                    target: target.get(),
-                    proto: proto.clone(),
-                    timeout: cache.timeout(),
-                }),
+                // `pop_due` has just handed the check out, so its entry is there.
+                Some(proto) => match self.sched.key(id) {
+                    Some(key) => batch.push(L4Request {
+                        token,
+                        target: key.spec.target(),
+                        proto: proto.clone(),
+                        timeout: cache.timeout(),
+                    }),
+                    None => slot.inflight = None,
+                },
                 None => match self.task_job(id, token) {
                     Some(Job::Http(j)) => http.push(j),
                     Some(Job::Udp(j)) => udp.push(j),
@@ -94,20 +98,21 @@ impl Runner {
             .iter()
             .filter_map(|o| self.table.targets.get(o))
             .map(|t| t.profile_ix);
-        let target = Addr::of(spec.target());
         let l4 = match &spec.kind {
-            ProbeKind::L4(proto) => Some((target, proto.clone())),
+            ProbeKind::L4(proto) => Some(proto.clone()),
             ProbeKind::Http(probe) if self.kernel_http() => probe
                 .kernel_request(spec.target())
-                .map(|request| (target, L4Proto::Http { request })),
+                .map(|request| L4Proto::Http { request }),
             ProbeKind::Http(_) | ProbeKind::UdpExchange(_) => None,
         };
+        let first_profile = profiles.next().unwrap_or(NO_PROFILE);
+        let more: Vec<u32> = profiles.collect();
         Some(SlotCache {
             check: id,
             epoch: self.epoch as u32,
             protocol: spec.protocol,
-            first_profile: profiles.next().unwrap_or(NO_PROFILE),
-            more_profiles: profiles.collect(),
+            first_profile,
+            more_profiles: (!more.is_empty()).then(|| Box::new(more)),
             timeout_us: u32::try_from(spec.timeout.as_micros()).unwrap_or(u32::MAX),
             l4,
         })

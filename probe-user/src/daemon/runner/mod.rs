@@ -90,30 +90,39 @@ impl std::hash::Hash for SchedKey {
 struct Inflight {
     check: CheckId,
     started_ns: u64,
-    /// How late it left after its due time.
-    late_ns: u64,
+    /// How late it left after its due time, in whole microseconds (saturating at 71 minutes).
+    late_us: u32,
     protocol: Protocol,
 }
 
+impl Inflight {
+    fn late_ns(&self) -> u64 {
+        u64::from(self.late_us) * 1000
+    }
+}
+
 /// What sending a check needs, by check index, so that the send path reads one dense slot
-/// instead of the check's spec and every owner's target (each a cache miss at 100k probes/s).
-/// Filled the first time a check fires after any registration change (`Runner::epoch`).
+/// and the check's spec (behind the scheduler entry `pop_due` has just touched) instead of
+/// every owner's target (each a cache miss at 100k probes/s). Filled the first time a check
+/// fires after any registration change (`Runner::epoch`).
 struct SlotCache {
     check: CheckId,
     /// The low half of the epoch it was filled in: a cache 2^32 registration changes old
     /// would pass for fresh, which no daemon lives to see.
     epoch: u32,
     /// The first owner's profile index (`NO_PROFILE` for none), for the per-profile sent
-    /// counter; the other owners' follow.
+    /// counter; the other owners' follow (a shared check's only: boxed, a thin pointer).
     first_profile: u32,
-    more_profiles: Box<[u32]>,
+    #[expect(clippy::box_collection, reason = "a thin pointer: most checks have one owner")]
+    more_profiles: Option<Box<Vec<u32>>>,
     /// The check's timeout in microseconds (at most a minute, `rules::limits`): the L4
     /// engine's for its request, and a probe not back by then plus `watchdog::GRACE_NS` is
     /// lost.
     timeout_us: u32,
     protocol: Protocol,
-    /// The request for the L4 engine; None for checks that run as tasks (HTTP, UDP exchange).
-    l4: Option<(super::checks::Addr, crate::engine::L4Proto)>,
+    /// What the L4 engine sends (to the spec's address); None for checks that run as tasks
+    /// (HTTP, UDP exchange). A copy of the address here took 24 bytes of every slot.
+    l4: Option<crate::engine::L4Proto>,
 }
 
 /// `SlotCache::first_profile` of a check with no owner left.
@@ -127,7 +136,7 @@ impl SlotCache {
     fn profiles(&self) -> impl Iterator<Item = &u32> {
         std::iter::once(&self.first_profile)
             .filter(|&&p| p != NO_PROFILE)
-            .chain(self.more_profiles.iter())
+            .chain(self.more_profiles.iter().flat_map(|more| more.iter()))
     }
 }
 
@@ -138,8 +147,9 @@ struct CheckSlot {
     inflight: Option<Inflight>,
 }
 
-// One per check: 160 bytes before the compact address, timeout and epoch.
-const _: () = assert!(std::mem::size_of::<CheckSlot>() <= 120);
+// One per check: 160 bytes before the compact address, timeout and epoch, 112 with a copy of
+// the address and room for a shared check's profiles.
+const _: () = assert!(std::mem::size_of::<CheckSlot>() <= 80);
 
 /// Probes that run as tasks on the L7 workers (HTTP(S), UDP request/response); their reports
 /// come back on `rx` under the check's token.

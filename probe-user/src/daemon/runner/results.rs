@@ -119,7 +119,7 @@ impl Runner {
             reason: report.reason.clone(),
         };
         let proto = inflight.protocol;
-        let late_ns = inflight.late_ns.saturating_add(queued_ns);
+        let late_ns = inflight.late_ns().saturating_add(queued_ns);
         self.metrics.late(late_ns);
         self.worst_late_ns = self.worst_late_ns.max(late_ns);
         let at_unix_ms = self.ports.clock.unix_ms_at(finished);
