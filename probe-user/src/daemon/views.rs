@@ -18,9 +18,20 @@ pub struct LastResult {
     /// Short cause: "open", "refused", "timeout", "http 503", ... (shared with the report it
     /// came from: most are one of a few strings).
     pub reason: std::sync::Arc<str>,
-    /// Round-trip time of a reply, or how long the probe waited.
-    pub rtt_ms: f64,
+    /// Round-trip time of a reply, or how long the probe waited: whole microseconds here,
+    /// `rtt_ms` on the wire.
+    #[serde(rename = "rtt_ms", with = "super::changes::micros_as_ms")]
+    pub rtt_us: u32,
     pub at_unix_ms: u64,
+}
+
+// Every target holds one (`table::Target::last`): 40 bytes with the time as an `f64`.
+const _: () = assert!(std::mem::size_of::<LastResult>() <= 32);
+
+impl LastResult {
+    pub fn rtt_ms(&self) -> f64 {
+        super::changes::micros_as_ms::ms(self.rtt_us)
+    }
 }
 
 /// The latest change of an endpoint's monitor status. `from` and `to` always speak the
@@ -33,9 +44,24 @@ pub struct LastChange {
     pub from: Option<EndpointStatus>,
     pub to: EndpointStatus,
     /// From the start of the first probe of the deciding run to the change; 0 unless `kind`
-    /// is `health`.
-    pub measured_window_ms: f64,
-    pub formula_window_ms: f64,
+    /// is `health`. Whole microseconds here, milliseconds on the wire and in the state file.
+    #[serde(rename = "measured_window_ms", with = "super::changes::micros_as_ms")]
+    pub measured_window_us: u32,
+    #[serde(rename = "formula_window_ms", with = "super::changes::micros_as_ms")]
+    pub formula_window_us: u32,
+}
+
+// Every target holds one once its status has changed: 32 bytes with the windows as `f64`s.
+const _: () = assert!(std::mem::size_of::<Option<LastChange>>() <= 24);
+
+impl LastChange {
+    pub fn measured_window_ms(&self) -> f64 {
+        super::changes::micros_as_ms::ms(self.measured_window_us)
+    }
+
+    pub fn formula_window_ms(&self) -> f64 {
+        super::changes::micros_as_ms::ms(self.formula_window_us)
+    }
 }
 
 /// The windows SPEC section 3 predicts for this endpoint's settings.
@@ -316,7 +342,7 @@ pub fn render_table(profiles: &[ProfileView], colour: bool) -> String {
             let (last, rtt) = match &e.last_result {
                 Some(r) => (
                     format!("{} {}", if r.ok { "ok" } else { "fail" }, r.reason),
-                    format!("{:.2}", r.rtt_ms),
+                    format!("{:.2}", r.rtt_ms()),
                 ),
                 None => ("-".to_string(), "-".to_string()),
             };
@@ -326,7 +352,9 @@ pub fn render_table(profiles: &[ProfileView], colour: bool) -> String {
                     if c.kind == ChangeKind::Health {
                         format!(
                             "{from} -> {} in {:.0} ms (formula {:.0} ms)",
-                            c.to, c.measured_window_ms, c.formula_window_ms
+                            c.to,
+                            c.measured_window_ms(),
+                            c.formula_window_ms()
                         )
                     } else {
                         format!("{from} -> {} ({})", c.to, kind_name(c.kind))

@@ -121,12 +121,18 @@ impl RunResult {
     }
 }
 
-/// A round-trip time kept in whole microseconds, written as milliseconds.
-mod micros_as_ms {
+/// A time kept in whole microseconds, written as milliseconds (round-trip times, windows).
+pub(crate) mod micros_as_ms {
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn ms(us: u32) -> f64 {
         f64::from(us) / 1000.0
+    }
+
+    /// Milliseconds to whole microseconds; `as` saturates (and takes NaN to 0): a time past
+    /// 71 minutes reads as 71 minutes.
+    pub fn micros(ms: f64) -> u32 {
+        (ms * 1000.0).round() as u32
     }
 
     #[allow(clippy::trivially_copy_pass_by_ref)] // the signature serde's `with` calls
@@ -135,9 +141,7 @@ mod micros_as_ms {
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-        let ms = f64::deserialize(d)?;
-        // `as` saturates (and takes NaN to 0): a time past 71 minutes reads as 71 minutes.
-        Ok((ms * 1000.0).round() as u32)
+        Ok(micros(f64::deserialize(d)?))
     }
 }
 

@@ -67,7 +67,7 @@ fn pick(
         .iter()
         .zip(endpoints)
         .map(|(t, e)| Candidate {
-            family: Some(Family::of(t.endpoint.address)),
+            family: Some(Family::of(t.address().ip())),
             status: t.status,
             priority: t.endpoint.priority,
             weight: t.endpoint.weight,
@@ -92,7 +92,7 @@ fn pick(
     let mut out = Vec::new();
     for i in picked {
         match targets.get(i) {
-            Some(t) => out.push((t.name.to_string(), t.endpoint.address)),
+            Some(t) => out.push((t.name.to_string(), t.address().ip())),
             None => {
                 let n = &entry.nested[i - targets.len()];
                 for (name, address) in pick(table, config, n.child, query, rng, depth + 1) {

@@ -103,8 +103,8 @@ pub(super) fn endpoint_view(table: &Table, id: OwnerId) -> EndpointView {
     EndpointView {
         profile: table.profile_of(t).to_string(),
         name: t.name.to_string(),
-        address: t.endpoint.address.to_string(),
-        port: t.endpoint.port,
+        address: t.address().ip().to_string(),
+        port: t.address().port(),
         protocol: t.spec.protocol,
         admin: t.admin(),
         admin_from_api: t.admin_override.is_some(),

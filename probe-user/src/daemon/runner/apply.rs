@@ -168,8 +168,8 @@ impl Runner {
                     kind: ChangeKind::Config,
                     from: Some(b.status),
                     to: t.status,
-                    measured_window_ms: 0.0,
-                    formula_window_ms: 0.0,
+                    measured_window_us: 0,
+                    formula_window_us: 0,
                 });
             }
             let from = was.map(|b| b.status);

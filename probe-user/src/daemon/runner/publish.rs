@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::Runner;
 use crate::{
     daemon::{
-        changes::{Change, ChangeKind, EndpointChange, ProfileChange, TransitionDetail},
+        changes::{micros_as_ms, Change, ChangeKind, EndpointChange, ProfileChange, TransitionDetail},
         table::OwnerId,
         views::LastChange,
     },
@@ -52,8 +52,10 @@ impl Runner {
                 kind,
                 from: Some(old_status),
                 to: new_status,
-                measured_window_ms: detail.as_ref().map_or(0.0, |d| d.measured_window_ms),
-                formula_window_ms: detail.as_ref().map_or(0.0, |d| d.formula_window_ms),
+                measured_window_us: detail
+                    .as_ref()
+                    .map_or(0, |d| micros_as_ms::micros(d.measured_window_ms)),
+                formula_window_us: detail.as_ref().map_or(0, |d| micros_as_ms::micros(d.formula_window_ms)),
             });
             self.persist.dirty = true;
         }
@@ -114,8 +116,8 @@ impl Runner {
             kind: ChangeKind::Health,
             from: Some(old_status),
             to: new_status,
-            measured_window_ms: 0.0,
-            formula_window_ms: 0.0,
+            measured_window_us: 0,
+            formula_window_us: 0,
         });
         let change = Change::Endpoint(n.change(
             &p.name,

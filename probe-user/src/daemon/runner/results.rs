@@ -140,7 +140,7 @@ impl Runner {
                 Some(last) if *last.reason == *report.reason => {
                     last.ok = report.healthy;
                     last.outcome = report.outcome;
-                    last.rtt_ms = ms(report.elapsed);
+                    last.rtt_us = Observation::micros(report.elapsed);
                     last.at_unix_ms = at_unix_ms;
                 }
                 last => {
@@ -148,7 +148,7 @@ impl Runner {
                         ok: report.healthy,
                         outcome: report.outcome,
                         reason: report.reason.clone(),
-                        rtt_ms: ms(report.elapsed),
+                        rtt_us: Observation::micros(report.elapsed),
                         at_unix_ms,
                     });
                 }

@@ -7,7 +7,6 @@ use std::{sync::Arc, time::Duration};
 
 use super::Runner;
 use crate::{
-    clock::ms,
     daemon::{checks::ProbeReport, views::LastResult},
     outcome::Outcome,
     schedule::Cadence,
@@ -79,7 +78,7 @@ impl Runner {
                     ok: false,
                     outcome: Outcome::Lost,
                     reason: report.reason.clone(),
-                    rtt_ms: ms(waited),
+                    rtt_us: crate::health::Observation::micros(waited),
                     at_unix_ms,
                 });
             }
