@@ -182,7 +182,7 @@ impl<'p> Specs<'p> {
                         let probe = http::HttpProbe::prepare(h, health.timeout, endpoint).map_err(|source| {
                             CheckSpecError::Http {
                                 profile: profile.name.clone(),
-                                endpoint: endpoint.name.clone(),
+                                endpoint: endpoint.name.to_string(),
                                 source,
                             }
                         })?;
@@ -369,7 +369,7 @@ mod tests {
 
     fn key_of(c: &Config, profile: &str, endpoint: &str) -> String {
         let p = c.profile(profile).unwrap();
-        let e = p.endpoints.iter().find(|e| e.name == endpoint).unwrap();
+        let e = p.endpoints.iter().find(|e| &*e.name == endpoint).unwrap();
         CheckSpec::resolve(p, e).unwrap_or_else(|e| panic!("{e}")).0
     }
 
@@ -505,7 +505,7 @@ mod tests {
         let c = example();
         let check = |profile: &str, endpoint: &str| {
             let p = c.profile(profile).unwrap();
-            let e = p.endpoints.iter().find(|e| e.name == endpoint).unwrap();
+            let e = p.endpoints.iter().find(|e| &*e.name == endpoint).unwrap();
             match CheckSpec::resolve(p, e).unwrap().1.kind {
                 ProbeKind::Http(probe) => probe,
                 other => panic!("{profile}/{endpoint}: {other:?}"),
@@ -572,7 +572,7 @@ mod tests {
     fn http_probe(profile: &str, endpoint: &str) -> http::HttpProbe {
         let c = example();
         let p = c.profile(profile).unwrap();
-        let e = p.endpoints.iter().find(|e| e.name == endpoint).unwrap();
+        let e = p.endpoints.iter().find(|e| &*e.name == endpoint).unwrap();
         match CheckSpec::resolve(p, e).unwrap().1.kind {
             ProbeKind::Http(probe) => probe,
             other => panic!("{profile}/{endpoint}: {other:?}"),

@@ -192,7 +192,7 @@ impl Zone {
                     .unwrap_or(EndpointStatus::CheckingEndpoint)
             };
             let plain = p.endpoints.iter().map(|e| ZoneEndpoint {
-                name: Arc::from(e.name.as_str()),
+                name: e.name.clone(),
                 address: e.address,
                 child: None,
                 priority: e.priority,

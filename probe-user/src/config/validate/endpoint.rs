@@ -237,7 +237,7 @@ fn endpoint(
     let haproxy_server = haproxy_server(r, &t);
     (r.errors.len() == before).then_some(())?;
     Some(Endpoint {
-        name: name?,
+        name: name?.into(),
         address: address?,
         port: port?,
         weight: weight?,

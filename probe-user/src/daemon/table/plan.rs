@@ -131,14 +131,9 @@ pub(crate) fn plan(
                 if r.endpoints.get(i).is_some_and(|e| e.name == endpoint.name) {
                     return Some(i);
                 }
-                let names = by_name.get_or_insert_with(|| {
-                    r.endpoints
-                        .iter()
-                        .enumerate()
-                        .map(|(j, e)| (e.name.as_str(), j))
-                        .collect()
-                });
-                names.get(endpoint.name.as_str()).copied()
+                let names =
+                    by_name.get_or_insert_with(|| r.endpoints.iter().enumerate().map(|(j, e)| (&*e.name, j)).collect());
+                names.get(&*endpoint.name).copied()
             });
             let (Some(j), Some(w), Some(r), Some(oix)) = (at, was, was_cfg, oix) else {
                 let target = build_one(&mut specs, endpoint, &entry, plan.profiles.len(), None, saved, next_id);
@@ -290,7 +285,7 @@ fn build_one(
     };
     let target = Box::new(Target {
         profile_ix: profile_ix as u32,
-        name: running.map_or_else(|| Arc::from(endpoint.name.as_str()), |(_, t)| t.name.clone()),
+        name: running.map_or_else(|| endpoint.name.clone(), |(_, t)| t.name.clone()),
         endpoint: Brief::of(endpoint),
         profile_enabled: entry.enabled(),
         config_admin: endpoint.state,

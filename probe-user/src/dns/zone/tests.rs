@@ -94,8 +94,7 @@ fn snapshot(config: &Config) -> Snapshot {
             if !p.enabled {
                 state.status = EndpointStatus::Inactive;
             }
-            s.endpoints
-                .push((Arc::from(p.name.as_str()), Arc::from(e.name.as_str()), state));
+            s.endpoints.push((Arc::from(p.name.as_str()), e.name.clone(), state));
         }
     }
     s

@@ -123,7 +123,7 @@ fn haproxy_servers(
             );
             ok = false;
         }
-        out.insert(ep.name.clone(), server.to_string());
+        out.insert(ep.name.to_string(), server.to_string());
     }
     ok.then_some(out)
 }
