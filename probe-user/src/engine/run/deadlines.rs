@@ -24,11 +24,61 @@ type Queued = (u64, u32, u32);
 
 const _: () = assert!(std::mem::size_of::<Queued>() == 16);
 
+/// Deadlines in a chunk: 8 KiB.
+const CHUNK: usize = 512;
+
+/// A FIFO of deadlines kept in chunks: its room follows its length to within a chunk, where a
+/// `VecDeque`'s doubling held room for up to twice the entries (2 MiB at 65k probes a second
+/// and a one-second timeout), and a drained chunk is freed at once.
+#[derive(Default)]
+struct Fifo {
+    chunks: VecDeque<Vec<Queued>>,
+    /// Entries already taken from the front chunk.
+    taken: usize,
+}
+
+impl Fifo {
+    fn push(&mut self, q: Queued) {
+        match self.chunks.back_mut() {
+            Some(chunk) if chunk.len() < CHUNK => chunk.push(q),
+            _ => {
+                let mut chunk = Vec::with_capacity(CHUNK);
+                chunk.push(q);
+                self.chunks.push_back(chunk);
+            }
+        }
+    }
+
+    fn front(&self) -> Option<&Queued> {
+        self.chunks.front().and_then(|c| c.get(self.taken))
+    }
+
+    fn back(&self) -> Option<&Queued> {
+        self.chunks.back().and_then(|c| c.last())
+    }
+
+    fn pop_front(&mut self) {
+        let Some(front) = self.chunks.front() else {
+            return;
+        };
+        self.taken += 1;
+        if self.taken >= front.len() {
+            self.chunks.pop_front();
+            self.taken = 0;
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.chunks.iter().map(Vec::len).sum::<usize>() - self.taken
+    }
+}
+
 #[derive(Default)]
 pub(super) struct Deadlines {
     /// Queue index per timeout length.
     by_len: FastMap<Duration, usize>,
-    queues: Vec<VecDeque<Queued>>,
+    queues: Vec<Fifo>,
     /// What the queued times count from: the first push's send time.
     epoch: Option<Instant>,
 }
@@ -40,13 +90,13 @@ impl Deadlines {
         let next = self.queues.len();
         let q = *self.by_len.entry(timeout).or_insert(next);
         if q == next {
-            self.queues.push(VecDeque::new());
+            self.queues.push(Fifo::default());
         }
         let epoch = *self.epoch.get_or_insert(sent);
         let at = Self::nanos(epoch, sent + timeout);
         let queue = &mut self.queues[q];
         debug_assert!(queue.back().is_none_or(|b| b.0 <= at), "deadlines out of order");
-        queue.push_back((at, slot, gen));
+        queue.push((at, slot, gen));
     }
 
     /// Nanoseconds from `epoch` to `t` (0 for a time before it; saturating past 584 years).
@@ -67,10 +117,6 @@ impl Deadlines {
                 }
                 queue.pop_front();
                 out.push((epoch + Duration::from_nanos(at), slot, gen));
-            }
-            // A burst (the first round) can leave a queue far larger than it now needs.
-            if queue.capacity() > 4096 && queue.len() < queue.capacity() / 8 {
-                queue.shrink_to(queue.len() * 2);
             }
         }
     }
@@ -119,11 +165,26 @@ mod tests {
         let t0 = Instant::now();
         let mut d = Deadlines::default();
         for i in 0..100_000 {
-            d.push(t0, Duration::from_secs(1), i, 1);
+            d.push(t0 + Duration::from_nanos(u64::from(i)), Duration::from_secs(1), i, 1);
         }
+        assert_eq!(d.queues[0].len(), 100_000);
+        assert!(d.queues[0].chunks.len() <= 100_000 / CHUNK + 1);
         let mut out = Vec::new();
-        d.take_due(t0 + Duration::from_secs(1), &mut out);
-        assert_eq!(out.len(), 100_000);
-        assert!(d.queues[0].capacity() < 100_000, "{}", d.queues[0].capacity());
+        d.take_due(t0 + Duration::from_secs(1) + Duration::from_nanos(49_999), &mut out);
+        assert_eq!(out.len(), 50_000);
+        assert!(out.iter().enumerate().all(|(i, d)| d.1 as usize == i), "in push order");
+        assert_eq!(d.queues[0].len(), 50_000);
+        assert!(
+            d.queues[0].chunks.len() <= 50_000 / CHUNK + 2,
+            "drained chunks are freed"
+        );
+        out.clear();
+        d.take_due(t0 + Duration::from_secs(2), &mut out);
+        assert_eq!(out.len(), 50_000);
+        assert_eq!(out[0].1, 50_000);
+        assert!(d.queues[0].chunks.is_empty());
+        assert_eq!(d.next(), None);
+        d.push(t0 + Duration::from_secs(3), Duration::from_secs(1), 7, 2);
+        assert_eq!(d.next(), Some(t0 + Duration::from_secs(4)));
     }
 }
