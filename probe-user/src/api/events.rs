@@ -133,9 +133,27 @@ impl Feed {
         if batch.lost > 0 {
             self.push(Line::lost(batch.lost));
         }
+        // With no follower, only the lines the recent list keeps are rendered: a start's first
+        // round is one batch of a change per endpoint, and rendering all of them (65k lines
+        // for 1,000 kept) held the changes, and took the core from the runner, for nothing.
+        // One who follows from now on gets the recent list and what comes after, as before.
+        let endpoints = batch
+            .changes
+            .iter()
+            .filter(|c| matches!(***c, Change::Endpoint(_)))
+            .count();
+        let mut skip = if self.lock().followers.is_empty() {
+            endpoints.saturating_sub(RECENT)
+        } else {
+            0
+        };
         // Each change is let go as soon as its line is out, as the events file's writer does.
         for c in batch.changes {
             if let Change::Endpoint(e) = &*c {
+                if skip > 0 {
+                    skip -= 1;
+                    continue;
+                }
                 self.push(Line::event(e));
             }
         }
