@@ -44,6 +44,9 @@ impl Line {
     fn event(e: &EndpointChange) -> Line {
         let mut text = serde_json::to_vec(&EventLine::of(e)).expect("events always encode");
         text.push(b'\n');
+        // The recent list keeps a thousand of these: the room the vector grew to was up to
+        // twice the line (~1 KiB kept for ~600 bytes of a health change's line).
+        text.shrink_to_fit();
         Line {
             profile: Some(e.profile.clone()),
             text: text.into(),
