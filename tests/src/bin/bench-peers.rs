@@ -133,28 +133,21 @@ fn args() -> Args {
                 );
             }
             "--kinds" => {
-                a.kinds = value
-                    .split(',')
-                    .map(|k| match k {
-                        "tcp" => Kind::Tcp,
-                        "http" => Kind::Http,
-                        "https" => Kind::Https,
-                        other => panic!("--kinds: {other:?} is not tcp, http or https"),
-                    })
-                    .collect();
+                a.kinds = one_of_each(
+                    "--kinds",
+                    &value,
+                    &[("tcp", Kind::Tcp), ("http", Kind::Http), ("https", Kind::Https)],
+                );
             }
             "--seconds" => a.seconds = value.parse().expect("--seconds: a number"),
             "--perf" => a.perf = Some(PathBuf::from(value)),
             "--checkers" => {
-                a.checkers = value
-                    .split(',')
-                    .map(|c| match c {
-                        "haproxy" => Checker::Haproxy,
-                        "probed" => Checker::Probed,
-                        "sockets" => Checker::ProbedSockets,
-                        other => panic!("--checkers: {other:?} is not haproxy, probed or sockets"),
-                    })
-                    .collect();
+                let names = [
+                    ("haproxy", Checker::Haproxy),
+                    ("probed", Checker::Probed),
+                    ("sockets", Checker::ProbedSockets),
+                ];
+                a.checkers = one_of_each("--checkers", &value, &names);
             }
             "--only" => {
                 a.pinned = match value.as_str() {
@@ -167,6 +160,19 @@ fn args() -> Args {
         }
     }
     a
+}
+
+/// The values a comma-separated `list` names, each one of `names`; a clear panic otherwise.
+fn one_of_each<T: Copy>(flag: &str, list: &str, names: &[(&str, T)]) -> Vec<T> {
+    list.split(',')
+        .map(|item| match names.iter().find(|(name, _)| *name == item) {
+            Some(&(_, value)) => value,
+            None => {
+                let allowed: Vec<&str> = names.iter().map(|(name, _)| *name).collect();
+                panic!("{flag}: {item:?} is not one of {}", allowed.join(", "))
+            }
+        })
+        .collect()
 }
 
 /// The machine's busy time in the "nice" state: work of another niced process would skew
