@@ -285,7 +285,9 @@ fn build_one(
     };
     let target = Box::new(Target {
         profile_ix: profile_ix as u32,
-        name: running.map_or_else(|| endpoint.name.clone(), |(_, t)| t.name.clone()),
+        // The new config's copy (a running target of the same name carries over): the old
+        // config's goes with it instead of staying behind in the target.
+        name: endpoint.name.clone(),
         endpoint: Brief::of(endpoint),
         profile_enabled: entry.enabled(),
         config_admin: endpoint.state,
