@@ -38,34 +38,19 @@ pub enum ProbeKind {
     UdpExchange(Arc<crate::probe::udp::UdpRequest>),
 }
 
-/// An address and port in 20 bytes where a `SocketAddr` takes 32: the IPv6 flow label and
-/// scope id it has room for are never set for a configured endpoint. Every check and every
-/// check's send cache holds one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Addr {
-    ip: IpAddr,
-    port: u16,
-}
-
-impl Addr {
-    pub fn of(a: SocketAddr) -> Self {
-        Self {
-            ip: a.ip(),
-            port: a.port(),
-        }
-    }
-
-    pub fn get(self) -> SocketAddr {
-        SocketAddr::new(self.ip, self.port)
-    }
-}
-
-/// One check, independent of who owns it.
+/// One check, independent of who owns it, and its identity.
 #[derive(Clone, Debug)]
 pub struct CheckSpec {
-    target: Addr,
+    /// The hashes of the key text `resolve` returns with it: a check is known by this.
+    key: CheckKey,
+    /// Where it goes, as an address and a port beside the protocol: a `SocketAddr` took 32
+    /// bytes with room for an IPv6 flow label and scope id never set for an endpoint.
+    ip: IpAddr,
+    port: u16,
     pub protocol: Protocol,
-    pub timeout: Duration,
+    /// The probe's timeout in whole microseconds (saturating; timeouts are below the longest
+    /// interval, 50 s): 4 bytes where a `Duration` took 16.
+    timeout_us: u32,
     pub kind: ProbeKind,
 }
 
@@ -110,14 +95,25 @@ impl CheckKey {
     }
 }
 
-// Shared by every owner of a check, one allocation per check: with its reference counts it
-// fits mimalloc's 80-byte class (a `SocketAddr` target put it in the 96-byte one).
+// One allocation per endpoint, shared with the scheduler: with its reference counts it fits
+// mimalloc's 80-byte class, its key included (a target and a scheduler entry held the key
+// before, 16 bytes each).
 const _: () = assert!(std::mem::size_of::<CheckSpec>() <= 64);
 
 impl CheckSpec {
     /// Where the check goes.
     pub fn target(&self) -> SocketAddr {
-        self.target.get()
+        SocketAddr::new(self.ip, self.port)
+    }
+
+    /// The check's identity: equal for checks that may share probes.
+    pub fn key(&self) -> CheckKey {
+        self.key
+    }
+
+    /// The probe's timeout, in whole microseconds.
+    pub fn timeout_us(&self) -> u32 {
+        self.timeout_us
     }
 
     /// The check for `endpoint` of `profile`, and its sharing key (see [`Specs::resolve`]).
@@ -206,15 +202,15 @@ impl<'p> Specs<'p> {
             health.pacing,
             detail
         );
-        Ok((
-            key,
-            CheckSpec {
-                target: Addr::of(target),
-                protocol: health.protocol(),
-                timeout: health.timeout,
-                kind,
-            },
-        ))
+        let spec = CheckSpec {
+            key: CheckKey::of(&key),
+            ip: target.ip(),
+            port: target.port(),
+            protocol: health.protocol(),
+            timeout_us: u32::try_from(health.timeout.as_micros()).unwrap_or(u32::MAX),
+            kind,
+        };
+        Ok((key, spec))
     }
 }
 

@@ -78,8 +78,10 @@ pub struct Tracker {
     rules: Arc<Rules>,
     state: HealthState,
     /// Consecutive results of one kind toward a transition; never longer than its threshold.
-    /// Empty, with no allocation, while results only confirm the state.
-    run: Vec<Observation>,
+    /// Empty, with no allocation, while results only confirm the state. A boxed slice, not a
+    /// vector: it grows one result at a time anyway, so its length is its room, and every
+    /// target holds one (16 bytes where a vector took 24).
+    run: Box<[Observation]>,
 }
 
 /// What a tracker's transitions depend on: the thresholds, and the timing its windows are
@@ -102,7 +104,7 @@ impl Tracker {
         Self {
             rules: rules.clone(),
             state,
-            run: Vec::new(),
+            run: Box::default(),
         }
     }
 
@@ -150,33 +152,31 @@ impl Tracker {
     /// Back to `CheckingEndpoint` with nothing pending, as for a re-enabled target.
     pub fn reset(&mut self) {
         self.state = HealthState::CheckingEndpoint;
-        self.run.clear();
+        self.run = Box::default();
     }
 
     /// Feeds one probe result; returns the transition it completes, if any.
     pub fn observe(&mut self, obs: Observation) -> Option<Transition> {
         if confirms(self.state, obs.success) {
             // Nothing pending, nothing held: a flap's run is freed, not kept for the next one.
-            if self.run.capacity() > 0 {
-                self.run = Vec::new();
-            }
+            self.run = Box::default();
             return None;
         }
-        if self.run.first().is_some_and(|first| first.success != obs.success) {
-            self.run.clear();
+        let mut run = std::mem::take(&mut self.run).into_vec();
+        if run.first().is_some_and(|first| first.success != obs.success) {
+            run = Vec::new();
         }
         let success = obs.success;
         let need = self.rules.thresholds.for_result(success) as usize;
         // Room for one more result at a time: every target of a starting fleet holds a run at
         // once, for most of the run with fewer results than its threshold (at 65k targets and
         // a threshold of 3, room for all three from the first result was 3 MB more at the
-        // first round's peak; growing by doubling gave room for four). The two reallocations
-        // come once per state change.
-        if self.run.len() == self.run.capacity() {
-            self.run.reserve_exact(1);
-        }
-        self.run.push(obs);
-        if self.run.len() < need {
+        // first round's peak; growing by doubling gave room for four). The reallocations come
+        // once per result toward a state change, and going back to a box reallocates nothing.
+        run.reserve_exact(1);
+        run.push(obs);
+        if run.len() < need {
+            self.run = run.into_boxed_slice();
             return None;
         }
         let from = self.state;
@@ -185,7 +185,6 @@ impl Tracker {
         } else {
             HealthState::Unhealthy
         };
-        let run = std::mem::take(&mut self.run);
         Some(self.transition(from, run))
     }
 

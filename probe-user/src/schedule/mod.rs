@@ -241,6 +241,10 @@ struct Entry<K, O> {
     check: Option<Check<K, O>>,
 }
 
+// One per check: with a key of one pointer (the daemon's, `runner::SchedKey`) and one owner,
+// 40 bytes (56 when the daemon's key held the check's 16-byte key beside the pointer).
+const _: () = assert!(std::mem::size_of::<Entry<std::sync::Arc<u8>, u64>>() <= 40);
+
 /// Schedules checks keyed by `K` (address, port, protocol and parameters) for owners `O`.
 ///
 /// One probe per check is ever outstanding: `pop_due` hands a check out, and it is not due again

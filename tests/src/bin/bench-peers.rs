@@ -518,7 +518,7 @@ fn report(rows: &[Row]) {
     );
     for r in rows {
         let _ = out.write_fmt(format_args!(
-            "| {} | {} | {} | {} | {:.0} | {:.1} µs | {:.1} µs | {:.0} MiB | {:.1} KiB | {:.1}, {:.1} | {} | {:.1} s |\n",
+            "| {} | {} | {} | {} | {:.0} | {:.1} µs | {:.1} µs | {:.0} MiB | {:.2} KiB | {:.1}, {:.1} | {} | {:.1} s |\n",
             r.kind.name(),
             r.n,
             if r.pinned { "1 (pinned)" } else { "2" },

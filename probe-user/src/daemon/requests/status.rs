@@ -126,8 +126,8 @@ pub(super) fn endpoint_view(table: &Table, id: OwnerId) -> EndpointView {
                 timing.interval,
                 th.healthy(),
             )),
-            late_ms: ms(std::time::Duration::from_nanos(t.late_ns)),
-            hold: !t.should_probe() || t.late_ns <= crate::daemon::runner::BEHIND_NS,
+            late_ms: ms(std::time::Duration::from_nanos(t.late_ns())),
+            hold: !t.should_probe() || !t.behind(),
         },
         // Filled by the runner, which holds the cluster's view (runner/cluster.rs).
         cluster: None,

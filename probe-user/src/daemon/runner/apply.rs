@@ -250,10 +250,7 @@ impl Runner {
     pub(in crate::daemon) fn register(&mut self, owner: OwnerId, now: u64) {
         self.epoch += 1;
         let t = self.table.targets.get_mut(&owner).expect("registered targets exist");
-        let key = SchedKey {
-            key: t.check_key,
-            spec: t.spec.clone(),
-        };
+        let key = SchedKey { spec: t.spec.clone() };
         let params = crate::daemon::table::check_params(&self.table.profiles[t.profile_ix as usize].cfg.health);
         match self.sched.add(owner, key, params, now) {
             Ok(id) => t.check = Some(id),

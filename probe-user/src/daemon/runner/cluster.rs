@@ -146,7 +146,7 @@ impl Runner {
             return;
         };
         for (profile, t) in plan.built_mut() {
-            t.owned = link.owns(t.check_key.stable());
+            t.owned = link.owns(t.spec.key().stable());
             let own = t.should_probe().then(|| verdict_of(t.tracker.state()));
             let votes = own
                 .into_iter()
@@ -203,7 +203,7 @@ impl Runner {
             .targets
             .iter()
             .filter_map(|(id, t)| {
-                let owned = link.owns(t.check_key.stable());
+                let owned = link.owns(t.spec.key().stable());
                 (owned != t.owned).then_some((*id, owned))
             })
             .collect();

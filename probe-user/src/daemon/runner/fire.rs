@@ -113,7 +113,7 @@ impl Runner {
             protocol: spec.protocol,
             first_profile,
             more_profiles: (!more.is_empty()).then(|| Box::new(more)),
-            timeout_us: u32::try_from(spec.timeout.as_micros()).unwrap_or(u32::MAX),
+            timeout_us: spec.timeout_us(),
             l4,
         })
     }

@@ -62,18 +62,17 @@ const METRICS_FLUSH_NS: u64 = 100_000_000;
 /// again or collects: without this, 65k TCP targets ran ~9 MiB larger for good.
 const COLLECT_NS: u64 = 1_000_000_000;
 
-/// The scheduler's key: identical checks share one entry by `key` alone, and the spec of the
-/// first owner rides along. Sending reads the spec from the entry `pop_due` has just touched,
-/// instead of hashing the key into a side map for every probe.
+/// The scheduler's key: the spec of the check's first owner, compared and hashed by its key
+/// alone, so identical checks share one entry. Sending reads the spec from the entry
+/// `pop_due` has just touched, instead of hashing the key into a side map for every probe.
 #[derive(Clone)]
 pub(crate) struct SchedKey {
-    key: super::checks::CheckKey,
     spec: Arc<CheckSpec>,
 }
 
 impl PartialEq for SchedKey {
     fn eq(&self, other: &Self) -> bool {
-        self.key == other.key
+        self.spec.key() == other.spec.key()
     }
 }
 
@@ -81,7 +80,7 @@ impl Eq for SchedKey {}
 
 impl std::hash::Hash for SchedKey {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.key.hash(state);
+        self.spec.key().hash(state);
     }
 }
 

@@ -70,13 +70,13 @@ impl Pace {
 /// Sets how late target `t`'s last probe started (0 when it is no longer probed), keeping its
 /// profile's count of endpoints behind in step.
 pub(super) fn note_late(profiles: &mut [ProfileEntry], t: &mut Target, late_ns: u64) {
-    let (was, is) = (t.late_ns > BEHIND_NS, late_ns > BEHIND_NS);
-    t.late_ns = late_ns;
-    if was == is {
+    let was = t.behind();
+    t.late_us = u32::try_from(late_ns / 1_000).unwrap_or(u32::MAX);
+    if was == t.behind() {
         return;
     }
     if let Some(p) = profiles.get_mut(t.profile_ix as usize) {
-        if is {
+        if t.behind() {
             p.behind += 1;
         } else {
             p.behind = p.behind.saturating_sub(1);

@@ -103,7 +103,7 @@ fn saved(profile: &std::sync::Arc<str>, t: &Target) -> SavedTarget {
     SavedTarget {
         profile: profile.clone(),
         endpoint: t.name.clone(),
-        check: t.check_key.fingerprint(),
+        check: t.spec.key().fingerprint(),
         health: t.health(),
         admin_override: t.admin_override,
         last_change: t.last_change.clone(),

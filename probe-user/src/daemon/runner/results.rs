@@ -44,7 +44,7 @@ impl Runner {
             for owner in self.sched.owners(CheckId::from_u64(r.token)) {
                 if let Some(t) = self.table.targets.get(owner) {
                     prefetch::line(&t.profile_ix);
-                    prefetch::line(&t.late_ns);
+                    prefetch::line(&t.late_us);
                     prefetch::line(&t.last);
                     prefetch::line(&t.tracker);
                 }

@@ -807,7 +807,7 @@ fn behind_counts(runner: &Runner) -> Vec<u64> {
     let kept: Vec<u64> = runner.table.profiles.iter().map(|p| p.behind).collect();
     let mut counted = vec![0u64; kept.len()];
     for t in runner.table.targets.values() {
-        if t.should_probe() && t.late_ns > super::BEHIND_NS {
+        if t.should_probe() && t.behind() {
             counted[t.profile_ix as usize] += 1;
         }
     }

@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 
 use super::{
     changes::{ChangeKind, EndpointChange, EndpointState},
-    checks::{CheckKey, CheckSpec},
+    checks::CheckSpec,
     views::{LastChange, LastResult},
 };
 use crate::{
@@ -35,7 +35,6 @@ pub(crate) struct Target {
     /// The configured admin state, and the API's override of it.
     pub config_admin: AdminState,
     pub admin_override: Option<AdminState>,
-    pub check_key: CheckKey,
     pub spec: Arc<CheckSpec>,
     /// Registered with the scheduler: only while probed.
     pub check: Option<CheckId>,
@@ -45,15 +44,16 @@ pub(crate) struct Target {
     pub last_rtt: Rtt,
     pub last_change: Option<LastChange>,
     /// How late its last probe started after its due time (the scheduler's send plus any wait
-    /// for an HTTP slot): beyond `pace::BEHIND_NS` its windows no longer hold.
-    pub late_ns: u64,
+    /// for an HTTP slot), in whole microseconds (`late_ns`): beyond `pace::BEHIND_NS` its
+    /// windows no longer hold.
+    pub late_us: u32,
     /// The status and eligibility last published for it (see `Table::settle_some`).
     pub status: EndpointStatus,
     pub eligible: bool,
     /// With `[cluster]`: whether this node is one of the check's k probers (always without).
     pub owned: bool,
     /// This endpoint's name for verdicts, on every node with the same configuration (the
-    /// check's name for sharding is `check_key.stable()`).
+    /// check's name for sharding is `spec.key().stable()`).
     pub verdict_key: u64,
     /// With `[cluster]`: the aggregate of every location's verdict (SPEC 9), which stands
     /// for the endpoint's health; None while no location has a verdict.
@@ -63,8 +63,10 @@ pub(crate) struct Target {
 }
 
 // A million targets are a million boxes of this, in mimalloc's size classes of 160, 192, 224,
-// 256 bytes: 224 with its address, its last result's and last change's times as `f64`s.
-const _: () = assert!(std::mem::size_of::<Target>() <= 192);
+// 256 bytes: 224 with its address, its last result's and last change's times as `f64`s; 192
+// with its check's key (now in the spec), its lateness in nanoseconds and its tracker's run
+// as a vector.
+const _: () = assert!(std::mem::size_of::<Target>() <= 160);
 
 /// A round-trip time in whole microseconds (saturating at 71 minutes; one under a
 /// microsecond counts as one), 0 for none: 4 bytes where an `Option<Duration>` took 16.
@@ -104,6 +106,16 @@ impl Target {
     /// The endpoint's address and port: where its check goes (`CheckSpec::resolve`).
     pub fn address(&self) -> std::net::SocketAddr {
         self.spec.target()
+    }
+
+    /// How late its last probe started, in nanoseconds (whole microseconds kept).
+    pub fn late_ns(&self) -> u64 {
+        u64::from(self.late_us) * 1_000
+    }
+
+    /// Whether its last probe started too late for its windows to hold.
+    pub fn behind(&self) -> bool {
+        self.late_ns() > crate::daemon::runner::BEHIND_NS
     }
 
     pub fn admin(&self) -> AdminState {
@@ -347,7 +359,7 @@ impl Table {
                 let t = self.targets.get_mut(id).expect("owners are targets");
                 t.status = t.derive_status();
                 p.counts.add(t.status);
-                p.behind += u64::from(t.should_probe() && t.late_ns > crate::daemon::runner::BEHIND_NS);
+                p.behind += u64::from(t.should_probe() && t.behind());
             }
             for n in &p.nested {
                 p.counts.add(n.status);

@@ -274,8 +274,8 @@ fn build_one(
 ) -> Result<(OwnerId, bool, Box<Target>), String> {
     let profile = specs.profile();
     let (key_text, spec) = specs.resolve(endpoint).map_err(|e| e.to_string())?;
-    let check_key = CheckKey::of(&key_text);
-    let start = match running.filter(|(_, t)| t.check_key == check_key) {
+    let check_key = spec.key();
+    let start = match running.filter(|(_, t)| t.spec.key() == check_key) {
         Some((id, t)) => carry_over(id, t, endpoint, &entry.rules),
         None => {
             let id = *next_id;
@@ -298,14 +298,13 @@ fn build_one(
         last: start.last,
         last_rtt: start.last_rtt,
         last_change: start.last_change,
-        late_ns: 0,
+        late_us: 0,
         status: EndpointStatus::Inactive,
         eligible: false,
         owned: true,
         verdict_key: verdict_key(&profile.name, &endpoint.name, &key_text),
         cluster_health: None,
         cluster_sent: None,
-        check_key,
     });
     Ok((start.id, start.kept, target))
 }
