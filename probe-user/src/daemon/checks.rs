@@ -48,8 +48,8 @@ pub struct CheckSpec {
     ip: IpAddr,
     port: u16,
     pub protocol: Protocol,
-    /// The probe's timeout in whole microseconds (saturating; timeouts are below the longest
-    /// interval, 50 s): 4 bytes where a `Duration` took 16.
+    /// The probe's timeout in whole microseconds (at most a minute, `rules::limits`; it
+    /// saturates at 71): 4 bytes where a `Duration` took 16.
     timeout_us: u32,
     pub kind: ProbeKind,
 }

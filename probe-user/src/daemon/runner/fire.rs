@@ -44,6 +44,11 @@ impl Runner {
                 self.slots[id.index()].cache = Some(cache);
             }
             let token = id.to_u64();
+            // `pop_due` has just handed the check out, so its entry, and the spec behind it,
+            // is there.
+            let Some(key) = self.sched.key(id) else {
+                continue;
+            };
             let slot = &mut self.slots[id.index()];
             let cache = slot.cache.as_ref().expect("filled above");
             let late_ns = now.saturating_sub(due_ns);
@@ -55,16 +60,12 @@ impl Runner {
                 protocol: cache.protocol,
             });
             match &cache.l4 {
-                // `pop_due` has just handed the check out, so its entry is there.
-                Some(proto) => match self.sched.key(id) {
-                    Some(key) => batch.push(L4Request {
-                        token,
-                        target: key.spec.target(),
-                        proto: proto.clone(),
-                        timeout: cache.timeout(),
-                    }),
-                    None => slot.inflight = None,
-                },
+                Some(proto) => batch.push(L4Request {
+                    token,
+                    target: key.spec.target(),
+                    proto: proto.clone(),
+                    timeout: cache.timeout(),
+                }),
                 None => match self.task_job(id, token) {
                     Some(Job::Http(j)) => http.push(j),
                     Some(Job::Udp(j)) => udp.push(j),

@@ -13,11 +13,6 @@ use crate::{
 };
 
 impl Runner {
-    /// Stamps `change` with the next sequence number and hands it to every subscriber.
-    pub(in crate::daemon) fn publish(&mut self, change: Change, now: u64) {
-        self.changes.publish_next(change, now);
-    }
-
     /// Brings endpoint `id` up to date after its health or admin state changed (at `at_ns`),
     /// and publishes what changed: the endpoint, the other endpoints of its profile whose
     /// eligibility fail-open flipped, and the profile. O(1) unless fail-open flips.
@@ -70,7 +65,7 @@ impl Runner {
         });
         let profile_ix = t.profile_ix as usize;
         let moved = new_status != old_status;
-        self.publish(change, now);
+        self.changes.publish_next(change, now);
         if self.table.profiles[profile_ix].fail_open != old_fail_open {
             self.flip_fail_open(profile_ix, Some(id), None, at_ns);
         }
@@ -127,7 +122,7 @@ impl Runner {
             (at_unix_ms, at_ns),
         ));
         self.persist.dirty = true;
-        self.publish(change, now);
+        self.changes.publish_next(change, now);
         if fail_open != old_fail_open {
             self.flip_fail_open(pix, None, Some(nix), at_ns);
         }
@@ -150,7 +145,7 @@ impl Runner {
             fail_open: p.fail_open,
         });
         let now = self.now();
-        self.publish(change, now);
+        self.changes.publish_next(change, now);
     }
 
     /// Fail-open of a profile flipped: every Degraded endpoint, probed or nested, but the one
@@ -192,7 +187,7 @@ impl Runner {
             )));
         }
         for c in changes {
-            self.publish(c, now);
+            self.changes.publish_next(c, now);
         }
     }
 }
