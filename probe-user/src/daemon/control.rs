@@ -152,7 +152,15 @@ impl Control {
             }
             (config, _) => config,
         };
-        self.ask(|r| Command::Reload(config.map(Box::new), r)).await
+        let report = self.ask(|r| Command::Reload(config.map(Box::new), r)).await;
+        // The runner has dropped the configuration it replaced, whose pages belong to the
+        // thread that read it: this one at start (the caller's, for the API and SIGHUP), a
+        // blocking-pool thread for a reload. Neither allocates again soon, so the pages stayed
+        // resident: a configuration's worth (~25 MiB at 250k endpoints) from the first reload
+        // on. Both hand them back (the pool's idle thread is the one that read the last one).
+        crate::alloc::release_freed();
+        let _ = tokio::task::spawn_blocking(crate::alloc::release_freed).await;
+        report
     }
 
     /// Joins the change stream: the state of every endpoint and profile now, and every change

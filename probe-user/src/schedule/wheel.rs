@@ -62,7 +62,13 @@ impl Wheel {
 
     /// Makes room for indices below `indices`.
     pub fn reserve(&mut self, indices: usize) {
-        self.links.reserve(indices.saturating_sub(self.links.len()));
+        self.links.reserve_exact(indices.saturating_sub(self.links.len()));
+    }
+
+    /// The indices it has room for without growing.
+    #[cfg(test)]
+    pub fn capacity(&self) -> usize {
+        self.links.capacity()
     }
 
     /// Number of scheduled entries.

@@ -14,7 +14,9 @@
 //! at the window's end, and the kernel memory of the process's BPF maps (memlock in fdinfo), each per target. Last, a
 //! reload with 1% of the endpoints moved: time for `POST /v1/reload` to answer, the lateness p99
 //! of the probes from its start to one interval after it (how long probing stood still), and whether the
-//! other endpoints kept their state; then how long the daemon takes to stop on SIGTERM.
+//! other endpoints kept their state; then how long the daemon takes to stop on SIGTERM. With
+//! `--reloads N` (N > 1), N - 1 more reloads follow, alternating the two configs, and the RSS
+//! after them is printed beside the RSS after the window: whether memory grows with reloads.
 //!
 //! `PROBED_BIN` measures another build (before/after a change).
 use std::{
@@ -51,6 +53,8 @@ struct Args {
     perf: Option<PathBuf>,
     /// Save the scrape at the end of each measured window into this directory.
     metrics: Option<PathBuf>,
+    /// Reloads after the window (the first is measured; the others show memory over reloads).
+    reloads: usize,
 }
 
 fn args() -> Args {
@@ -60,6 +64,7 @@ fn args() -> Args {
         interval_s: 2,
         perf: None,
         metrics: None,
+        reloads: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -70,7 +75,10 @@ fn args() -> Args {
             "--interval" => a.interval_s = value.parse().expect("--interval: whole seconds"),
             "--perf" => a.perf = Some(PathBuf::from(value)),
             "--metrics" => a.metrics = Some(PathBuf::from(value)),
-            other => panic!("unknown flag {other}: --sizes N,N --seconds S --interval S --perf DIR --metrics DIR"),
+            "--reloads" => a.reloads = value.parse().expect("--reloads: a count"),
+            other => panic!(
+                "unknown flag {other}: --sizes N,N --seconds S --interval S --perf DIR --metrics DIR --reloads N"
+            ),
         }
     }
     for &n in &a.sizes {
@@ -267,6 +275,9 @@ fn measure(n: usize, a: &Args, bin: &Path) -> Row {
     let reload_p99_ms = histogram_quantile_between(&m_reload, &metrics(), LATENESS, 0.99) * 1e3;
     let kept = reloaded.is_ok() && call(&api, "GET", "/v1/status/svc0/e1").is_ok_and(|b| b.contains("\"Online\""));
     let hwm_kb = status_kb(proc.pid(), "VmHWM:");
+    if a.reloads > 1 {
+        more_reloads(&files, n, a, &api, &mut proc, rss_kb);
+    }
     let stop_s = proc.terminate(START_LIMIT).map_or(f64::INFINITY, |t| t.as_secs_f64());
     Row {
         n,
@@ -287,6 +298,33 @@ fn measure(n: usize, a: &Args, bin: &Path) -> Row {
         reload_kept: kept,
         stop_s,
     }
+}
+
+/// Reloads 2..=`a.reloads`, alternating the config without and with the moved endpoints, each
+/// followed by one interval, then prints the RSS beside `rss_kb` (the window's end).
+fn more_reloads(files: &DaemonFiles, n: usize, a: &Args, api: &str, proc: &mut Proc, rss_kb: u64) {
+    let path = files.config_path();
+    let mut after_each = Vec::new();
+    for r in 2..=a.reloads {
+        std::fs::write(&path, config(files, n, a.interval_s, r % 2 == 1)).unwrap();
+        if let Err(e) = call_within(api, "POST", "/v1/reload", START_LIMIT) {
+            eprintln!("  reload {r} failed: {e}");
+            return;
+        }
+        assert!(proc.alive(), "probed exited after reload {r}: {}", proc.output());
+        std::thread::sleep(Duration::from_secs(a.interval_s));
+        after_each.push((status_kb(proc.pid(), "VmRSS:") / 1024).to_string());
+    }
+    // The runner hands freed pages back once a second: the RSS after that.
+    std::thread::sleep(Duration::from_secs(2));
+    let after = status_kb(proc.pid(), "VmRSS:");
+    eprintln!(
+        "  {n} targets: RSS {} MiB at the window's end, {} MiB after {} reloads (one interval after reloads 2..: {} MiB)",
+        rss_kb / 1024,
+        after / 1024,
+        a.reloads,
+        after_each.join(", ")
+    );
 }
 
 fn print_row(r: &Row) {

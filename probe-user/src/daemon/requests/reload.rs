@@ -69,6 +69,7 @@ impl Runner {
         }
         self.next_owner = next_owner;
         self.apply(plan);
+        self.table.share_names(&config);
         self.start_sinks(&config.sinks, sinks);
         self.regions = regions;
         self.refollow_dns(&config);

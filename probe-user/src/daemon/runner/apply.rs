@@ -41,13 +41,14 @@ impl Runner {
             .map(|p| (p.name.clone(), p.status, p.fail_open))
             .collect();
         let swapped = self.table.swap_in(plan);
-        self.sched.reserve(swapped.built.len());
         for (id, _, t) in &swapped.gone {
             // A check that did not move to a successor ends with its target.
             if let Some(check) = t.check {
                 self.drop_check(*id, check);
             }
         }
+        // After the gone checks have freed their places, which the new ones take first.
+        self.sched.reserve(swapped.built.len());
         for &(id, was_probed) in &swapped.built {
             let t = self.table.targets.get_mut(&id).expect("built targets are in the table");
             match (t.check, t.should_probe()) {

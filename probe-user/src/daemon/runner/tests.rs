@@ -545,6 +545,22 @@ fn assert_shared_rules(runner: &Runner) {
     }
 }
 
+/// Every target's name is the running config's copy, not one of its own or of a replaced
+/// config.
+fn assert_shared_names(runner: &Runner) {
+    for (entry, profile) in runner.table.profiles.iter().zip(&runner.config.profiles) {
+        assert_eq!(entry.owners.len(), profile.endpoints.len(), "{}", profile.name);
+        for (id, endpoint) in entry.owners.iter().zip(&profile.endpoints) {
+            assert!(
+                Arc::ptr_eq(&runner.table.targets[id].name, &endpoint.name),
+                "{}/{}",
+                profile.name,
+                endpoint.name
+            );
+        }
+    }
+}
+
 #[test]
 fn a_reload_leaves_the_endpoints_it_does_not_change_untouched() {
     let mut h = Harness::new("untouched", &[("a", 80), ("b", 80), ("c", 80)]);
@@ -561,6 +577,7 @@ fn a_reload_leaves_the_endpoints_it_does_not_change_untouched() {
         "the same targets, not copies"
     );
     assert_ne!(target_at(&h, "b").0, b, "a new check, a new id");
+    assert_shared_names(&h.runner);
     assert_eq!(
         endpoint_changes(&h.changes()),
         [(

@@ -304,8 +304,8 @@ pub(crate) struct Table {
     pub profiles: Vec<ProfileEntry>,
     /// Child profile index -> its (parent index, nested index) places.
     pub parents: FastMap<usize, Vec<(usize, usize)>>,
-    /// Boxed: a Target is about 500 bytes, and a hash map's slots (up to twice the entries,
-    /// and three times while it grows) would hold that much each.
+    /// Boxed: a hash map's slots (up to twice the entries, and three times while it grows)
+    /// would each hold a whole target.
     pub targets: FastMap<OwnerId, Box<Target>>,
 }
 
@@ -339,6 +339,22 @@ pub(crate) fn verdict_key(profile: &str, endpoint: &str, check_key: &str) -> u64
 }
 
 impl Table {
+    /// Points every target's name at `config`'s copy of the same string. A target that stayed
+    /// through a reload (its endpoint and profile unchanged) kept the replaced config's copy,
+    /// which then stayed alive beside the new config's: 6 MiB at 250k endpoints. `config` is
+    /// the one the table was planned from, whose endpoints line up with each profile's owners.
+    pub fn share_names(&mut self, config: &crate::config::Config) {
+        for (entry, profile) in self.profiles.iter().zip(&config.profiles) {
+            for (id, endpoint) in entry.owners.iter().zip(&profile.endpoints) {
+                if let Some(t) = self.targets.get_mut(id) {
+                    if !Arc::ptr_eq(&t.name, &endpoint.name) && t.name == endpoint.name {
+                        t.name = endpoint.name.clone();
+                    }
+                }
+            }
+        }
+    }
+
     /// The name of `t`'s profile.
     pub fn profile_of(&self, t: &Target) -> &Arc<str> {
         &self.profiles[t.profile_ix as usize].name

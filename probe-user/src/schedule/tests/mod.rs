@@ -308,6 +308,32 @@ fn removed_checks_are_never_handed_out_and_in_flight_completions_are_refused() {
 }
 
 #[test]
+fn room_for_a_reload_is_what_it_adds_beyond_the_places_removed_checks_freed() {
+    let mut sched = sched();
+    let p = CheckParams::new(ms(100));
+    sched.reserve(1000);
+    let ids: Vec<CheckId> = (0..1000).map(|k| sched.add("o", k, p, 0).unwrap()).collect();
+    let full = (sched.entries.capacity(), sched.wheel.capacity());
+    assert_eq!(full, (1000, 1000));
+    // A reload moves ten checks: ten go, ten come; the freed places take them.
+    for &id in &ids[..10] {
+        sched.remove(&"o", id).unwrap();
+    }
+    sched.reserve(10);
+    for k in 1000..1010 {
+        sched.add("o", k, p, 0).unwrap();
+    }
+    assert_eq!((sched.entries.capacity(), sched.wheel.capacity()), full);
+    // One that adds five grows the tables by five, not to twice their size.
+    sched.reserve(5);
+    for k in 2000..2005 {
+        sched.add("o", k, p, 0).unwrap();
+    }
+    assert_eq!((sched.entries.capacity(), sched.wheel.capacity()), (1005, 1005));
+    assert_eq!(sched.len(), 1005);
+}
+
+#[test]
 fn completing_twice_is_refused() {
     let mut sched = sched();
     let id = sched.add("o", 1, CheckParams::new(ms(100)), 0).unwrap();
