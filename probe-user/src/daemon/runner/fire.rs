@@ -7,7 +7,7 @@ use crate::{
     config::HttpProbes,
     daemon::checks::{
         http::{HttpProbe, HttpProber},
-        ProbeKind, ProbeReport,
+        CheckSpec, ProbeKind, ProbeReport,
     },
     engine::{L4Proto, L4Request},
     probe::udp::{UdpProber, UdpRequest},
@@ -66,7 +66,7 @@ impl Runner {
                     proto: proto.clone(),
                     timeout: cache.timeout(),
                 }),
-                None => match self.task_job(id, token) {
+                None => match self.task_job(&key.spec, token) {
                     Some(Job::Http(j)) => http.push(j),
                     Some(Job::Udp(j)) => udp.push(j),
                     None => {}
@@ -125,10 +125,9 @@ impl Runner {
         self.config.daemon.http_probes == HttpProbes::Kernel && self.l4.port.is_some() && !self.kernel_http_off
     }
 
-    /// The job of a check that runs on the L7 workers (HTTP, UDP exchange); its report comes
-    /// back on `tasks.rx` under `token`.
-    fn task_job(&self, id: CheckId, token: u64) -> Option<Job> {
-        let spec = &self.sched.key(id)?.spec;
+    /// The job of a check with `spec` that runs on the L7 workers (HTTP, UDP exchange); its
+    /// report comes back on `tasks.rx` under `token`.
+    fn task_job(&self, spec: &CheckSpec, token: u64) -> Option<Job> {
         let tx = self.tasks.tx.clone();
         match &spec.kind {
             ProbeKind::L4(_) => None,
