@@ -34,9 +34,14 @@ pub struct RxCounters {
     /// Segments of probe connections that are gone (a FIN or data arriving after probe_rx's
     /// RST, an answer after the timeout), answered with the RST the node's stack would send.
     pub late_reset: u64,
+    /// HTTP probes the kernel could not settle with certainty and left to a socket.
+    pub http_undecided: u64,
+    /// UDP datagrams answering a live plain UDP probe (the port is open): consumed, so the
+    /// node's stack neither tracks them nor answers with a port unreachable.
+    pub udp_reply: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<RxCounters>() == 120);
+const _: () = assert!(core::mem::size_of::<RxCounters>() == 136);
 
 impl RxCounters {
     /// Adds another CPU's slot to this one.
@@ -56,6 +61,8 @@ impl RxCounters {
         self.matched_http += o.matched_http;
         self.http_no_room += o.http_no_room;
         self.late_reset += o.late_reset;
+        self.http_undecided += o.http_undecided;
+        self.udp_reply += o.udp_reply;
     }
 }
 

@@ -134,6 +134,10 @@ pub enum EventKind {
     /// HTTP: the SYN+ACK's frame could not be grown to carry the request (the driver gives
     /// XDP no tailroom); the connection was reset and the check must use a socket.
     HttpNoRoom = 10,
+    /// HTTP: the kernel cannot be sure of this probe's verdict (why: an [`Undecided`] code in
+    /// `ProbeEvent::status`); the connection was reset and the check is settled through a
+    /// socket within the same probe's time.
+    HttpUndecided = 11,
 }
 
 impl EventKind {
@@ -149,10 +153,86 @@ impl EventKind {
             8 => Self::HttpClosed,
             9 => Self::HttpMalformed,
             10 => Self::HttpNoRoom,
+            11 => Self::HttpUndecided,
             _ => return None,
         })
     }
 }
+
+/// Why probe_rx left an HTTP probe to a socket (`EventKind::HttpUndecided`): each is a case
+/// where reading one segment could give another verdict than a real client would.
+#[repr(u16)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Undecided {
+    /// The first segment holds no complete status line (a server may write it in pieces).
+    Partial = 1,
+    /// An interim 1xx response (100 Continue, 103 Early Hints): the final one follows.
+    Interim = 2,
+    /// The first bytes are no HTTP/1.x status line the kernel reads (the socket path's
+    /// parser gives the exact reason).
+    NotStatus = 3,
+    /// The SYN+ACK's window is smaller than the request.
+    Window = 4,
+    /// The target's MSS is smaller than the request.
+    Mss = 5,
+    /// The SYN+ACK's options do not start with an MSS option, so its MSS is not known.
+    Options = 6,
+}
+
+impl Undecided {
+    pub const ALL: [Undecided; 6] = [
+        Self::Partial,
+        Self::Interim,
+        Self::NotStatus,
+        Self::Window,
+        Self::Mss,
+        Self::Options,
+    ];
+
+    pub fn from_u16(v: u16) -> Option<Self> {
+        Self::ALL.into_iter().find(|u| *u as u16 == v)
+    }
+
+    /// Its name in logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Partial => "partial_status_line",
+            Self::Interim => "interim_response",
+            Self::NotStatus => "not_a_status_line",
+            Self::Window => "small_window",
+            Self::Mss => "small_mss",
+            Self::Options => "unknown_options",
+        }
+    }
+}
+
+/// A probe connection probe_rx has just ended with its RST (PROBE_ENDED, by flow): a segment
+/// the target sent before it saw that RST (its FIN, the rest of its response) must
+/// acknowledge `cookie + 1` or `cookie + 1 + req_len`, which proves it belongs to the probe;
+/// only such a segment is answered with a RST. Nothing else in the probe port range is
+/// touched: the node forwards or terminates other flows with those ports.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ended {
+    pub cookie: u32,
+    /// The request's length (0 when none was sent).
+    pub req_len: u32,
+}
+const _: () = assert!(core::mem::size_of::<Ended>() == 8);
+
+impl Ended {
+    /// Whether a segment acknowledging `ack` belongs to this ended probe connection.
+    #[inline(always)]
+    pub fn acknowledged_by(&self, ack: u32) -> bool {
+        let syn = self.cookie.wrapping_add(1);
+        ack == syn || ack == syn.wrapping_add(self.req_len)
+    }
+}
+
+/// PROBE_ENDED's size: an LRU of the connections ended most recently. An entry is needed for
+/// about one round trip after the RST (what the target sent before it arrived); at 30,000
+/// HTTP probes a second this holds two seconds of them.
+pub const MAX_ENDED: u32 = 1 << 16;
 
 /// A ring-buffer record: one per matched reply (or per probe the generator could not send).
 #[repr(C)]
@@ -234,6 +314,8 @@ mod pod {
     unsafe impl aya::Pod for super::TxCtl {}
     // SAFETY: see above.
     unsafe impl aya::Pod for super::CookieKey {}
+    // SAFETY: see above.
+    unsafe impl aya::Pod for super::Ended {}
     // SAFETY: see above.
     unsafe impl aya::Pod for crate::http::HttpReq {}
 }

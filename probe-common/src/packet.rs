@@ -132,6 +132,11 @@ impl TcpHdr {
     pub fn ack(&self) -> u32 {
         u32::from_be_bytes(self.ack_be)
     }
+    /// The advertised window (unscaled in a SYN or SYN+ACK).
+    #[inline(always)]
+    pub fn window(&self) -> u16 {
+        u16::from_be_bytes(self.window_be)
+    }
     /// Header length in bytes (data offset * 4).
     #[inline(always)]
     pub fn header_len(&self) -> usize {

@@ -2,12 +2,12 @@
 use aya_ebpf::{
     bindings::{BPF_F_MMAPABLE, BPF_F_NO_PREALLOC},
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use probe_common::{
     counters::{RxCounters, TxCounters},
     http::{HttpReq, MAX_HTTP_REQS},
-    l4::{CookieKey, FlowKey, Inflight, ProbeJob, TxCtl, MAX_IFACES, MAX_INFLIGHT, MAX_JOBS},
+    l4::{CookieKey, Ended, FlowKey, Inflight, ProbeJob, TxCtl, MAX_ENDED, MAX_IFACES, MAX_INFLIGHT, MAX_JOBS},
 };
 
 /// What probe_rx saw, one slot per CPU (index 0).
@@ -38,6 +38,11 @@ pub static PROBE_IFACES: HashMap<u32, u32> = HashMap::with_max_entries(MAX_IFACE
 /// Probes on the wire, by flow.
 #[map]
 pub static PROBE_INFLIGHT: HashMap<FlowKey, Inflight> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
+
+/// Probe connections probe_rx ended with its own RST, most recent first out of room: what
+/// proves that a later segment in the probe port range is a probe's (`Ended`).
+#[map]
+pub static PROBE_ENDED: LruHashMap<FlowKey, Ended> = LruHashMap::with_max_entries(MAX_ENDED, 0);
 
 /// HTTP request templates by id (Inflight::req minus one). Allocated as userspace adds
 /// them, so a node without HTTP checks pays nothing for the map.

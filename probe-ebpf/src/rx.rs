@@ -9,10 +9,19 @@
 //!   rewritten into the segment that carries its request instead, and the response's first
 //!   segment is read for its status line and turned into the RST;
 //! - a matched RST or ICMP error is reported and dropped;
-//! - a segment of a probe connection that is gone (a FIN after our RST) is answered with the
-//!   RST the node's stack would send;
+//! - an HTTP probe's response is decided here only when its first segment holds a complete,
+//!   final status line; anything the kernel cannot be sure of (a status line in pieces, an
+//!   interim 1xx, a window or MSS too small for the request, options it does not read) is
+//!   reported undecided, the connection reset, and userspace settles the check through a
+//!   socket within the same probe's time;
+//! - a UDP datagram answering a live UDP probe is consumed (the port is open);
+//! - a segment of a probe connection that probe_rx itself just ended (PROBE_ENDED), which
+//!   proves it by acknowledging the probe's cookie, is answered with the RST the node's stack
+//!   would send;
 //! - anything else is passed untouched (and counted as stale or forged when it aims at the
-//!   probe port range).
+//!   probe port range). A packet is only ever acted on when its whole 4-tuple, our address
+//!   included, is a live or just-ended probe's and it echoes that probe's secret cookie: flows
+//!   the node forwards or terminates, whatever their ports, are never touched.
 use aya_ebpf::{
     bindings::{tcx_action_base, xdp_action},
     helpers::{bpf_ktime_get_ns, bpf_redirect},
@@ -22,8 +31,8 @@ use aya_ebpf::{
 use probe_common::{
     counters::RxCounters,
     frame::{write_request_v4, write_request_v6, write_rst_v4, write_rst_v6, Ends, RstV4, RstV6, FLOW_LABEL_MASK},
-    http::{parse_status, HttpReq, HTTP_REQ_MAX, STATUS_LINE_LEN},
-    l4::{EventKind, FlowKey, Inflight, ProbeEvent, STAGE_REQUEST_SENT},
+    http::{judge_head, request_fits, syn_ack_mss, HttpReq, HTTP_REQ_MAX, STATUS_HEAD_LEN},
+    l4::{EventKind, Ended, FlowKey, Inflight, ProbeEvent, Undecided, STAGE_REQUEST_SENT},
     packet::{
         classify_icmp, classify_tcp_flags, IcmpHdr, ReplyClass, TcpHdr, ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP,
         IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_FIN,
@@ -33,7 +42,7 @@ use probe_common::{
 
 use crate::{
     ctx::Packet as Hooked,
-    maps::{is_probe_port, rx_counters, PROBE_EVENTS, PROBE_HTTP_REQS, PROBE_INFLIGHT},
+    maps::{is_probe_port, rx_counters, PROBE_ENDED, PROBE_EVENTS, PROBE_HTTP_REQS, PROBE_INFLIGHT},
     parse::{parse_l3_into, ptr_at, read_at, shrink_to_at, write_at, Frame, L3},
 };
 
@@ -164,6 +173,7 @@ fn try_probe_rx(ctx: &mut impl Hooked) -> Option<Verdict> {
                 Some(PASS)
             }
         },
+        IPPROTO_UDP => on_udp(&frame, &l3, c),
         IPPROTO_ICMP if !v6 => on_icmp(&frame, &l3, c),
         IPPROTO_ICMPV6 if v6 => on_icmp(&frame, &l3, c),
         _ => {
@@ -212,11 +222,12 @@ fn on_tcp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Tcp> {
             c.stale += 1;
             return Some(Tcp::Done(PASS));
         }
-        if tcp.flags & TCP_ACK != 0 {
-            // A segment of a probe connection that is gone: the FIN a server sends after its
-            // response, which crosses probe_rx's RST, or an answer after the timeout. No
-            // socket owns the probe ports, so the node's stack would answer it with a RST
-            // (seq = its ack); that RST is sent from here, without the stack's work.
+        if tcp.flags & TCP_ACK != 0 && just_ended(&flow, tcp.ack()) {
+            // A segment of a probe connection probe_rx has just reset (the FIN or the rest of
+            // a response that crossed its RST), proven by its ack. The node's stack, which has
+            // no socket for it, would answer with a RST (seq = its ack) after conntrack picked
+            // the flow up; the RST is sent from here instead. Any other segment, such as a
+            // forwarded client flow whose port falls in the range, is passed untouched.
             c.late_reset += 1;
             return Some(Tcp::SendRst);
         }
@@ -241,7 +252,11 @@ fn on_tcp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Tcp> {
         return Some(Tcp::Done(PASS));
     }
     if entry.req != 0 {
-        // An HTTP probe: the connection is up; the request goes out in the SYN+ACK's frame.
+        // An HTTP probe: the connection is up; the request goes out in the SYN+ACK's frame,
+        // when one segment can carry it. Otherwise a socket does the exchange.
+        if let Err(why) = fits(frame, l3, &tcp, entry.req - 1) {
+            return Some(undecided(&flow, &entry, why, 0, c));
+        }
         // The target's first sequence number is where its response will start.
         let Some(e) = PROBE_INFLIGHT.get_ptr_mut(flow) else {
             c.stale += 1;
@@ -308,33 +323,107 @@ fn on_http_reply(
     }
     let payload_off = l3.l4_off + tcp.header_len();
     let payload_len = l3.l3_end.saturating_sub(payload_off);
+    if tcp.seq() != entry.peer_seq {
+        // Not where the response starts: its first segment was lost (the target sends it
+        // again, since nothing of it was acknowledged), or a FIN that follows data we have not
+        // seen. Neither decides anything yet.
+        return Some(Tcp::Done(DROP));
+    }
     if payload_len == 0 {
         if tcp.flags & TCP_FIN == 0 {
             return Some(Tcp::Done(DROP));
         }
-        return Some(if claim_status(flow, entry, EventKind::HttpClosed, 0, c) {
-            Tcp::SendRst
-        } else {
-            Tcp::Done(PASS)
-        });
+        // A FIN right where the response would start: closed without a byte of it.
+        return Some(ended_by_us(flow, entry, req_len, EventKind::HttpClosed, 0, c));
     }
-    if tcp.seq() != entry.peer_seq {
-        // Not the start of the response (its first segment was lost): the target sends that
-        // again, since nothing of it was acknowledged.
-        return Some(Tcp::Done(DROP));
+    let mut head = [0u8; STATUS_HEAD_LEN];
+    if payload_len >= STATUS_HEAD_LEN {
+        head = frame.read::<[u8; STATUS_HEAD_LEN]>(payload_off)?;
     }
-    let status = if payload_len < STATUS_LINE_LEN {
-        None
+    Some(match judge_head(&head, payload_len) {
+        Ok(code) => ended_by_us(flow, entry, req_len, EventKind::HttpStatus, code, c),
+        Err(why) => undecided(flow, entry, why, req_len, c),
+    })
+}
+
+/// Whether the request template `req` fits one segment in answer to this SYN+ACK.
+#[inline(always)]
+fn fits(frame: &Frame, l3: &L3, tcp: &TcpHdr, req: u32) -> Result<(), Undecided> {
+    // SAFETY: see on_http_reply: templates in use never change.
+    let Some(len) = (unsafe { PROBE_HTTP_REQS.get(req) }).map(|r| r.len) else {
+        return Ok(());
+    };
+    let first = if tcp.header_len() >= 24 {
+        frame.read::<[u8; 4]>(l3.l4_off + TcpHdr::LEN)
     } else {
-        frame
-            .read::<[u8; STATUS_LINE_LEN]>(payload_off)
-            .and_then(|head| parse_status(&head))
+        None
     };
-    let claimed = match status {
-        Some(code) => claim_status(flow, entry, EventKind::HttpStatus, code, c),
-        None => claim_status(flow, entry, EventKind::HttpMalformed, 0, c),
+    let mss = syn_ack_mss(tcp.header_len(), first, l3.ipv6)?;
+    request_fits(tcp.window(), mss, len)
+}
+
+/// Claims an HTTP outcome that ends the connection with our RST, and remembers the flow so
+/// that what the target sent before the RST reached it is answered too.
+#[inline(always)]
+fn ended_by_us(flow: &FlowKey, entry: &Inflight, req_len: u32, kind: EventKind, status: u16, c: &mut RxCounters) -> Tcp {
+    if !claim_status(flow, entry, kind, status, c) {
+        return Tcp::Done(PASS);
+    }
+    let ended = Ended {
+        cookie: entry.cookie,
+        req_len,
     };
-    Some(if claimed { Tcp::SendRst } else { Tcp::Done(PASS) })
+    // A full LRU evicts its oldest entry; a failure only costs the stack's own RST later.
+    let _ = PROBE_ENDED.insert(flow, &ended, 0);
+    Tcp::SendRst
+}
+
+/// Leaves the probe to a socket: reported undecided (why in the status field), the
+/// connection reset.
+#[inline(always)]
+fn undecided(flow: &FlowKey, entry: &Inflight, why: Undecided, req_len: u32, c: &mut RxCounters) -> Tcp {
+    let t = ended_by_us(flow, entry, req_len, EventKind::HttpUndecided, why as u16, c);
+    if matches!(t, Tcp::SendRst) {
+        c.http_undecided += 1;
+    }
+    t
+}
+
+/// Whether a segment of `flow` acknowledging `ack` belongs to a probe connection probe_rx
+/// has just ended.
+#[inline(always)]
+fn just_ended(flow: &FlowKey, ack: u32) -> bool {
+    // SAFETY: the value is copied out at once.
+    unsafe { PROBE_ENDED.get(flow) }.is_some_and(|e| e.acknowledged_by(ack))
+}
+
+/// A UDP datagram: one answering a live plain UDP probe (its 4-tuple, with the probe's secret
+/// source port) is consumed; the probe still ends at its timeout, silent and so healthy.
+#[inline(never)]
+fn on_udp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Verdict> {
+    c.other += 1;
+    let ports = frame.read::<[u8; 4]>(l3.l4_off)?;
+    let (sport, dport) = (
+        u16::from_be_bytes([ports[0], ports[1]]),
+        u16::from_be_bytes([ports[2], ports[3]]),
+    );
+    if !is_probe_port(dport) {
+        return Some(PASS);
+    }
+    let flow = FlowKey {
+        saddr: l3.daddr,
+        daddr: l3.saddr,
+        sport: dport,
+        dport: sport,
+        proto: IPPROTO_UDP,
+        family: family(l3.ipv6),
+        _pad: [0; 2],
+    };
+    if live(&flow).is_none() {
+        return Some(PASS);
+    }
+    c.udp_reply += 1;
+    Some(DROP)
 }
 
 /// claim for HTTP outcomes, counted as such.

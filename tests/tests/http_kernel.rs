@@ -128,7 +128,14 @@ fn status_lines_and_failures_read_in_the_kernel() {
         (WEB, "/moved", L4Outcome::HttpStatus { status: 301 }),
         (WEB, "/teapot", L4Outcome::HttpStatus { status: 418 }),
         (CLOSES, "/", L4Outcome::HttpClosed),
-        (NONSENSE, "/", L4Outcome::HttpMalformed),
+        // No status line: the kernel does not judge it, the daemon's socket does.
+        (
+            NONSENSE,
+            "/",
+            L4Outcome::HttpUndecided {
+                why: probe_common::l4::Undecided::NotStatus,
+            },
+        ),
         (SILENT, "/", L4Outcome::HttpResponseTimeout),
         (CLOSED, "/", L4Outcome::Refused),
         (DROPPED, "/", L4Outcome::Timeout),

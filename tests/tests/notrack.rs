@@ -135,7 +135,15 @@ fn two_engines_in_one_namespace_keep_their_own_tables() {
         assert!(!listing.contains("stale"), "the stale table was replaced:\n{listing}");
         assert!(listing.contains("notrack"), "{listing}");
         // The second engine only needs its own table here: probe_rx is attached by the first.
-        let second = probed::kernel::notrack::NotrackTable::install(&b.path, 61000, 65000)
+        let ifaces = [probed_tests::topo::PROBER_IF.to_string()];
+        let guard = probed::kernel::notrack::Guard {
+            ifaces: &ifaces,
+            sources: &[],
+            sport_min: 61000,
+            sport_max: 65000,
+            uid: 0,
+        };
+        let second = probed::kernel::notrack::NotrackTable::install(&b.path, &guard)
             .unwrap_or_else(|e| panic!("install {name_b}: {e}"));
         assert!(has_table(&topo.prober, &name_a) && has_table(&topo.prober, &name_b));
         drop(second);

@@ -259,6 +259,11 @@ pub mod http {
             &self.check
         }
 
+        /// How long one probe of this check may take.
+        pub fn timeout(&self) -> Duration {
+            self.check.timeout()
+        }
+
         /// The request probe_rx sends for this check to `target`, when the check can run in
         /// the kernel: plain HTTP, the status alone decides (no body to match), and the
         /// request fits a template.
@@ -302,7 +307,7 @@ pub mod http {
             }
             // Neither comes for an HTTP probe (Open: the kernel answers the SYN+ACK with the
             // request; Silent is UDP's); no verdict rather than a made-up one.
-            L4Outcome::HttpUnsupported | L4Outcome::Open | L4Outcome::Silent => {
+            L4Outcome::HttpUnsupported | L4Outcome::HttpUndecided { .. } | L4Outcome::Open | L4Outcome::Silent => {
                 HttpOutcome::LocalError(format!("the kernel could not run this HTTP probe ({o})"))
             }
         }
@@ -342,8 +347,15 @@ pub mod http {
             Self(Arc::new(crate::probe::http::HttpProber::new()))
         }
 
-        pub async fn probe(&self, target: std::net::SocketAddr, probe: &HttpProbe) -> ProbeReport {
-            let r = self.0.probe(target, &probe.check).await;
+        /// Runs one probe, within `budget` when that is shorter than the check's timeout.
+        pub async fn probe(
+            &self,
+            target: std::net::SocketAddr,
+            probe: &HttpProbe,
+            budget: Option<std::time::Duration>,
+        ) -> ProbeReport {
+            let budget = budget.map_or(probe.check.timeout(), |b| b.min(probe.check.timeout()));
+            let r = self.0.probe_within(target, &probe.check, budget).await;
             ProbeReport {
                 healthy: r.healthy(),
                 outcome: (&r.outcome).into(),

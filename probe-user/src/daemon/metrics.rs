@@ -52,6 +52,18 @@ impl RunnerMetrics {
         }
     }
 
+    /// A kernel HTTP probe was left to a socket, for `reason`.
+    pub fn kernel_http_settled(&mut self, reason: &'static str) {
+        self.registry
+            .inc(&catalog::KERNEL_HTTP_SETTLED, vec![("reason", reason.into())], 1);
+    }
+
+    /// Whether plain HTTP checks run in the kernel now.
+    pub fn kernel_http_enabled(&mut self, on: bool) {
+        self.registry
+            .set(&catalog::KERNEL_HTTP_ENABLED, vec![], if on { 1.0 } else { 0.0 });
+    }
+
     /// A probe went out `late_ns` after its due time (the runner's delay and any wait after
     /// it: for an HTTP slot, in the L4 engine's backlog). Observed when its result comes,
     /// which is when the whole wait is known.

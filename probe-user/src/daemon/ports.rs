@@ -24,6 +24,11 @@ pub trait L4Port: Send + Sync {
     fn kernel(&self) -> Option<Arc<L4Engine>> {
         None
     }
+
+    /// Whether plain HTTP probes can run in the kernel behind this port, or why not.
+    fn kernel_http(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// The kernel engine as a port, with the probe ports reserved for as long as it runs.
@@ -40,6 +45,10 @@ impl L4Port for KernelL4 {
 
     fn kernel(&self) -> Option<Arc<L4Engine>> {
         Some(self.engine.clone())
+    }
+
+    fn kernel_http(&self) -> Result<(), String> {
+        self.engine.kernel_http()
     }
 }
 

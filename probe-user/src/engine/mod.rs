@@ -152,6 +152,17 @@ pub enum L4Outcome {
     /// this driver), or every request template is in use: no verdict; the caller should
     /// probe this check through a socket.
     HttpUnsupported,
+    /// HTTP: the kernel could not be sure of the verdict (a status line in pieces, an interim
+    /// 1xx, a window or MSS too small for the request, ...): no verdict; the caller settles
+    /// the check through a socket.
+    HttpUndecided {
+        #[serde(serialize_with = "undecided_name")]
+        why: probe_common::l4::Undecided,
+    },
+}
+
+fn undecided_name<S: serde::Serializer>(why: &probe_common::l4::Undecided, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(why.as_str())
 }
 
 impl L4Outcome {
@@ -179,6 +190,7 @@ impl std::fmt::Display for L4Outcome {
             L4Outcome::HttpMalformed => f.write_str("http error: no HTTP/1.x status line"),
             L4Outcome::HttpResponseTimeout => f.write_str("timeout response"),
             L4Outcome::HttpUnsupported => f.write_str("local error: no kernel path for this HTTP probe"),
+            L4Outcome::HttpUndecided { why } => write!(f, "local error: undecided in the kernel ({})", why.as_str()),
         }
     }
 }
@@ -193,7 +205,9 @@ impl From<L4Outcome> for crate::outcome::Outcome {
             L4Outcome::Timeout | L4Outcome::HttpResponseTimeout => crate::outcome::Outcome::Timeout,
             L4Outcome::Silent => crate::outcome::Outcome::Silent,
             L4Outcome::NoRoute => crate::outcome::Outcome::NoRoute,
-            L4Outcome::LocalError { .. } | L4Outcome::HttpUnsupported => crate::outcome::Outcome::LocalError,
+            L4Outcome::LocalError { .. } | L4Outcome::HttpUnsupported | L4Outcome::HttpUndecided { .. } => {
+                crate::outcome::Outcome::LocalError
+            }
             L4Outcome::HttpStatus { .. } => crate::outcome::Outcome::Status,
             L4Outcome::HttpReset => crate::outcome::Outcome::Reset,
             L4Outcome::HttpClosed => crate::outcome::Outcome::Closed,
@@ -275,6 +289,8 @@ pub struct L4Engine {
     path_reason: String,
     rx_mode: crate::kernel::AttachMode,
     hook: crate::kernel::Hook,
+    /// Whether probe_rx can send HTTP requests on these interfaces, or why not.
+    kernel_http: Result<(), String>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -305,11 +321,30 @@ impl L4Engine {
         // the engine thread when it ends, in the namespace it was installed in (threads start in
         // their creator's namespace, while the L4Engine may be dropped from any thread), or
         // here by `?` and the unwinding below if the start fails.
-        let notrack = NotrackTable::install_or_warn(&cfg.pin_dir, cfg.sport_min, cfg.sport_max);
+        let ifaces: Vec<String> = std::iter::once(cfg.iface.clone())
+            .chain(cfg.more_ifaces.iter().cloned())
+            .collect();
+        let sources: Vec<IpAddr> = cfg
+            .source_v4
+            .map(IpAddr::V4)
+            .into_iter()
+            .chain(cfg.source_v6.map(IpAddr::V6))
+            .collect();
+        let guard = crate::kernel::notrack::Guard {
+            ifaces: &ifaces,
+            sources: &sources,
+            sport_min: cfg.sport_min,
+            sport_max: cfg.sport_max,
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            uid: unsafe { libc::geteuid() },
+        };
+        let notrack = NotrackTable::install_or_warn(&cfg.pin_dir, &guard);
         let state = run::EngineState::new(&cfg, results_tx, wake.clone())?;
         let (path, path_reason) = state.path();
         let rx_mode = state.rx_mode();
         let hook = state.hook();
+        let devs = std::iter::once(cfg.iface.as_str()).chain(cfg.more_ifaces.iter().map(String::as_str));
+        let kernel_http = source::kernel_http_tx(hook, rx_mode, devs, source::device_can_xmit_xdp);
         let thread = std::thread::Builder::new()
             .name("probed-l4".into())
             .spawn(move || {
@@ -328,6 +363,7 @@ impl L4Engine {
                 path_reason,
                 rx_mode,
                 hook,
+                kernel_http,
                 thread: Some(thread),
             },
             results_rx,
@@ -347,6 +383,12 @@ impl L4Engine {
     /// Where the reply matcher runs.
     pub fn hook(&self) -> crate::kernel::Hook {
         self.hook
+    }
+
+    /// Whether plain HTTP probes (`L4Proto::Http`) can run here, or why not: checked once at
+    /// start, on every interface probe_rx is attached to.
+    pub fn kernel_http(&self) -> Result<(), String> {
+        self.kernel_http.clone()
     }
 
     /// Where the reply matcher runs, in words for the operator: "xdp (driver)", "tcx ingress".

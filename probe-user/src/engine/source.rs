@@ -117,6 +117,34 @@ pub fn probe_iface(listed: &[String], target: IpAddr) -> Result<String, IfaceErr
     iface_of(src).ok_or(IfaceError::NoHolder(src))
 }
 
+/// Whether probe_rx can send an HTTP probe's request, which it writes over the target's
+/// SYN+ACK and sends back out of the device that frame came in by, or why not. At tcx that
+/// is a tc redirect and in generic XDP an skb transmit, which every device takes; in native
+/// XDP it is the device's XDP transmit (`ndo_xdp_xmit`), which a device may not have (veth
+/// has it only while its peer has NAPI: GRO on, or an XDP program). Where it is missing the
+/// requests would be dropped and every check would time out, so HTTP goes through sockets.
+pub(crate) fn kernel_http_tx<'a>(
+    hook: crate::kernel::Hook,
+    mode: crate::kernel::AttachMode,
+    devs: impl IntoIterator<Item = &'a str>,
+    can_xmit: impl Fn(&str) -> bool,
+) -> Result<(), String> {
+    use crate::kernel::{AttachMode, Hook};
+    if hook == Hook::Tcx || mode == AttachMode::Skb {
+        return Ok(());
+    }
+    for dev in devs {
+        if !can_xmit(dev) {
+            return Err(format!(
+                "{dev} does not advertise XDP transmit (ndo_xdp_xmit), so probe_rx cannot send the \
+                 request that answers a SYN+ACK there (on veth: turn GRO on at the peer, or attach an \
+                 XDP program to it; or set [source] xdp_mode = \"skb\" or hook = \"tcx\")"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Picks the transmit path and says why, for the operator. Every interface a probe may
 /// leave by must take redirected XDP frames.
 pub(crate) fn choose_path(iface: &str, more: &[String], choice: TxChoice) -> (TxPath, String) {
@@ -154,6 +182,24 @@ pub(crate) fn choose_path(iface: &str, more: &[String], choice: TxChoice) -> (Tx
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_http_needs_xdp_transmit_only_in_native_xdp() {
+        use crate::kernel::{AttachMode, Hook};
+        let none = |_: &str| false;
+        let all = |_: &str| true;
+        assert!(kernel_http_tx(Hook::Xdp, AttachMode::Driver, ["pr0"], all).is_ok());
+        let e = kernel_http_tx(Hook::Xdp, AttachMode::Driver, ["pr0", "pr1"], |d: &str| d == "pr0").unwrap_err();
+        assert!(e.starts_with("pr1 does not advertise XDP transmit"), "{e}");
+        assert!(
+            kernel_http_tx(Hook::Xdp, AttachMode::Skb, ["pr0"], none).is_ok(),
+            "generic XDP"
+        );
+        assert!(
+            kernel_http_tx(Hook::Tcx, AttachMode::Driver, ["pr0"], none).is_ok(),
+            "tcx"
+        );
+    }
 
     #[test]
     fn listed_interface_wins_over_the_route() {

@@ -1,7 +1,21 @@
-//! The nftables table that keeps probe traffic out of conntrack: without it, every probe the
-//! raw socket (or the stack) sends leaves a SYN_SENT or UDP entry whose reply probe_rx eats in
-//! XDP, and at thousands of probes/s those entries fill the node's conntrack table.
-use std::{os::unix::ffi::OsStrExt, path::Path};
+//! The nftables table that guards the probe ports on the node's output path, per family:
+//! - probes that leave through the raw socket (or the stack) are kept out of conntrack:
+//!   without it each leaves a SYN_SENT or UDP entry whose reply probe_rx eats in XDP, and at
+//!   thousands of probes/s those entries fill the node's conntrack table;
+//! - no local socket but probed's (and root's) may send from a probe port toward the probe
+//!   interfaces. `ip_local_reserved_ports` only keeps the kernel from choosing those ports; an
+//!   unprivileged process could still bind one explicitly and hold connections on the 4-tuples
+//!   probes use, making their SYNs meet an established connection and fail. Its packets are
+//!   dropped here (its `connect` fails with EPERM).
+//!
+//! Only the output hook: it sees the node's own packets, never the ones it forwards, so
+//! client flows through the node keep conntrack (and their NAT) whatever their ports. Replies
+//! to probes need no exemption: probe_rx consumes them before netfilter.
+//!
+//! Why a rule and not holding the ports: holding 4,096 ports for each of TCP and UDP and each
+//! family is 16k descriptors taken from the daemon's budget, and a socket that binds with
+//! SO_REUSEADDR beside a held, unconnected TCP port still gets it.
+use std::{net::IpAddr, os::unix::ffi::OsStrExt, path::Path};
 
 use super::nft::{Nft, NftError};
 
@@ -16,24 +30,64 @@ pub fn table_name(pin_dir: &Path) -> String {
     format!("probed_notrack_{:08x}", hash >> 32)
 }
 
+/// What the rules match: the probe interfaces, source addresses (when configured: per family,
+/// else any of that family) and source ports, and the uid the daemon runs as.
+#[derive(Clone, Debug)]
+pub struct Guard<'a> {
+    pub ifaces: &'a [String],
+    pub sources: &'a [IpAddr],
+    pub sport_min: u16,
+    pub sport_max: u16,
+    pub uid: u32,
+}
+
+impl Guard<'_> {
+    /// The packet selectors of the rules, one per family.
+    fn selectors(&self) -> Vec<String> {
+        let ifaces: Vec<String> = self.ifaces.iter().map(|i| format!("\"{i}\"")).collect();
+        let ports = format!("{}-{}", self.sport_min, self.sport_max);
+        let mut out = Vec::new();
+        for (v6, family, keyword) in [(false, "ipv4", "ip"), (true, "ipv6", "ip6")] {
+            let addrs: Vec<String> = self
+                .sources
+                .iter()
+                .filter(|a| a.is_ipv6() == v6)
+                .map(ToString::to_string)
+                .collect();
+            let from = if addrs.is_empty() {
+                format!("meta nfproto {family}")
+            } else {
+                format!("{keyword} saddr {{ {} }}", addrs.join(", "))
+            };
+            out.push(format!(
+                "oifname {{ {} }} {from} meta l4proto {{ tcp, udp }} th sport {ports}",
+                ifaces.join(", ")
+            ));
+        }
+        out
+    }
+}
+
 /// The commands that (re)create the table, as one transaction: the `add`/`delete` pair
 /// removes a table left by a crashed run without failing when there is none.
-pub fn ruleset(name: &str, sport_min: u16, sport_max: u16) -> String {
-    let ports = format!("{sport_min}-{sport_max}");
+pub fn ruleset(name: &str, guard: &Guard) -> String {
+    let mut uids = vec![0, guard.uid];
+    uids.dedup();
+    let uids: Vec<String> = uids.iter().map(ToString::to_string).collect();
+    let mut rules = String::new();
+    for sel in guard.selectors() {
+        // A socket of another user: dropped. Packets without a full socket (the stack's own
+        // RSTs, time-wait answers) have no uid and pass this rule.
+        rules += &format!("        {sel} meta skuid != {{ {} }} counter drop\n", uids.join(", "));
+        rules += &format!("        {sel} notrack\n");
+    }
     format!(
         "add table inet {name}
 delete table inet {name}
 table inet {name} {{
     chain output {{
         type filter hook output priority raw; policy accept;
-        tcp sport {ports} notrack
-        udp sport {ports} notrack
-    }}
-    chain prerouting {{
-        type filter hook prerouting priority raw; policy accept;
-        tcp dport {ports} notrack
-        udp dport {ports} notrack
-    }}
+{rules}    }}
 }}
 "
     )
@@ -50,30 +104,33 @@ pub struct NotrackTable {
 }
 
 impl NotrackTable {
-    /// Installs the table for the source ports `sport_min..=sport_max` in the caller's
-    /// network namespace.
-    pub fn install(pin_dir: &Path, sport_min: u16, sport_max: u16) -> Result<Self, NftError> {
+    /// Installs the table in the caller's network namespace.
+    pub fn install(pin_dir: &Path, guard: &Guard) -> Result<Self, NftError> {
         let name = table_name(pin_dir);
-        Nft::open()?.run(&ruleset(&name, sport_min, sport_max))?;
+        Nft::open()?.run(&ruleset(&name, guard))?;
         Ok(Self { name })
     }
 
     /// As [`install`](Self::install), but a failure is a warning: probing works without the
-    /// table, it only costs conntrack entries on nodes that track connections.
-    pub fn install_or_warn(pin_dir: &Path, sport_min: u16, sport_max: u16) -> Option<Self> {
-        match Self::install(pin_dir, sport_min, sport_max) {
+    /// table; it costs conntrack entries on nodes that track connections, and leaves the probe
+    /// ports open to other local users.
+    pub fn install_or_warn(pin_dir: &Path, guard: &Guard) -> Option<Self> {
+        let (lo, hi) = (guard.sport_min, guard.sport_max);
+        match Self::install(pin_dir, guard) {
             Ok(table) => {
                 log::info!(
-                    "probe ports {sport_min}-{sport_max} exempt from conntrack (nft table inet {})",
+                    "probe ports {lo}-{hi} out of {}: exempt from conntrack, closed to other users' \
+                     sockets (nft table inet {})",
+                    guard.ifaces.join(", "),
                     table.name
                 );
                 Some(table)
             }
             Err(e) => {
                 log::warn!(
-                    "could not install the conntrack exemption for probe ports {sport_min}-{sport_max} \
-                     ({e}); probes sent through the raw socket or the stack will create conntrack \
-                     entries on this node. Check that nf_tables is available (modprobe nf_tables)"
+                    "could not install the guard of probe ports {lo}-{hi} ({e}); probes sent through \
+                     the raw socket or the stack will create conntrack entries on this node, and other \
+                     local users may bind those ports. Check that nf_tables is available (modprobe nf_tables)"
                 );
                 None
             }
@@ -108,17 +165,36 @@ mod tests {
     }
 
     #[test]
-    fn ruleset_covers_both_directions_and_protocols() {
-        let r = ruleset("t", 61000, 65000);
-        for rule in [
-            "tcp sport 61000-65000 notrack",
-            "udp sport 61000-65000 notrack",
-            "tcp dport 61000-65000 notrack",
-            "udp dport 61000-65000 notrack",
-        ] {
-            assert!(r.contains(rule), "{rule} missing from\n{r}");
+    fn the_rules_match_the_probes_own_packets_only() {
+        let ifaces = ["pr0".to_string(), "pr1".to_string()];
+        let sources: [IpAddr; 1] = ["198.18.0.1".parse().unwrap()];
+        let guard = Guard {
+            ifaces: &ifaces,
+            sources: &sources,
+            sport_min: 61000,
+            sport_max: 65000,
+            uid: 110,
+        };
+        let r = ruleset("t", &guard);
+        let v4 = r#"oifname { "pr0", "pr1" } ip saddr { 198.18.0.1 } meta l4proto { tcp, udp } th sport 61000-65000"#;
+        let v6 = r#"oifname { "pr0", "pr1" } meta nfproto ipv6 meta l4proto { tcp, udp } th sport 61000-65000"#;
+        for sel in [v4, v6] {
+            assert!(
+                r.contains(&format!("{sel} meta skuid != {{ 0, 110 }} counter drop")),
+                "{r}"
+            );
+            assert!(r.contains(&format!("{sel} notrack")), "{r}");
         }
         assert!(r.contains("hook output priority raw"));
-        assert!(r.contains("hook prerouting priority raw"));
+        assert!(
+            !r.contains("prerouting"),
+            "forwarded and incoming flows keep conntrack: {r}"
+        );
+        let root = Guard {
+            uid: 0,
+            sources: &[],
+            ..guard
+        };
+        assert!(ruleset("t", &root).contains("meta skuid != { 0 } counter drop"));
     }
 }

@@ -85,7 +85,7 @@ fn is_bpffs(path: &Path) -> bool {
 /// `ip netns exec` gives its command a fresh sysfs without bpffs; when the pin directory lies
 /// under the conventional /sys/fs/bpf and that is not bpffs, mount it there (best effort: the
 /// bpffs check that follows reports failure).
-fn ensure_bpffs_mounted(path: &Path) {
+pub(crate) fn ensure_bpffs_mounted(path: &Path) {
     let root = Path::new(probe_common::PIN_ROOT);
     if !path.starts_with(root) || is_bpffs(root) {
         return;

@@ -200,6 +200,16 @@ pub const ENGINE_STACK_FALLBACKS: Metric = Metric::counter(
     "L4 probes handed to the raw socket because XDP could not route them",
     &[],
 );
+pub const KERNEL_HTTP_SETTLED: Metric = Metric::counter(
+    "probed_kernel_http_settled_by_socket_total",
+    "Plain HTTP probes the kernel path could not decide with certainty, settled through a socket, by why",
+    &["reason"],
+);
+pub const KERNEL_HTTP_ENABLED: Metric = Metric::gauge(
+    "probed_kernel_http_enabled",
+    "1 while plain HTTP checks run in probe_rx, 0 once they all go through sockets",
+    &[],
+);
 pub const ENGINE_INFLIGHT: Metric = Metric::gauge("probed_engine_inflight", "L4 probes in flight", &[]);
 pub const ENGINE_BACKLOG: Metric = Metric::gauge(
     "probed_engine_backlog",
@@ -279,6 +289,8 @@ pub const ALL: &[&Metric] = &[
     &KERNEL_RX,
     &KERNEL_TX,
     &ENGINE_STACK_FALLBACKS,
+    &KERNEL_HTTP_SETTLED,
+    &KERNEL_HTTP_ENABLED,
     &ENGINE_INFLIGHT,
     &ENGINE_BACKLOG,
     &ENGINE_HTTP_TEMPLATES,

@@ -33,6 +33,8 @@ pub fn render(engine: &L4Engine) -> String {
         ("matched_http", s.rx.matched_http),
         ("http_no_room", s.rx.http_no_room),
         ("late_reset", s.rx.late_reset),
+        ("http_undecided", s.rx.http_undecided),
+        ("udp_reply", s.rx.udp_reply),
     ];
     let tx = [
         ("sent", s.tx.sent),

@@ -118,7 +118,8 @@ impl TryFrom<L4Outcome> for UdpOutcome {
             | L4Outcome::HttpClosed
             | L4Outcome::HttpMalformed
             | L4Outcome::HttpResponseTimeout
-            | L4Outcome::HttpUnsupported => Err(o),
+            | L4Outcome::HttpUnsupported
+            | L4Outcome::HttpUndecided { .. } => Err(o),
         }
     }
 }

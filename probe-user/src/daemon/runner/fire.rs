@@ -131,13 +131,7 @@ impl Runner {
         let tx = self.tasks.tx.clone();
         match &spec.kind {
             ProbeKind::L4(_) => None,
-            ProbeKind::Http(probe) => Some(Job::Http(HttpJob {
-                prober: self.tasks.http.clone(),
-                probe: probe.clone(),
-                target: spec.target(),
-                token,
-                tx,
-            })),
+            ProbeKind::Http(_) => self.http_job(spec, token).map(Job::Http),
             ProbeKind::UdpExchange(req) => Some(Job::Udp(UdpJob {
                 prober: self.tasks.udp.clone(),
                 req: req.clone(),
@@ -149,6 +143,24 @@ impl Runner {
 }
 
 type Reports = tokio::sync::mpsc::UnboundedSender<(u64, ProbeReport, u64)>;
+
+impl Runner {
+    /// The socket job of an HTTP check, with the check's own timeout.
+    pub(super) fn http_job(&self, spec: &CheckSpec, token: u64) -> Option<HttpJob> {
+        let ProbeKind::Http(probe) = &spec.kind else {
+            return None;
+        };
+        Some(HttpJob {
+            prober: self.tasks.http.clone(),
+            probe: probe.clone(),
+            target: spec.target(),
+            token,
+            tx: self.tasks.tx.clone(),
+            budget: None,
+            lead_ns: 0,
+        })
+    }
+}
 
 /// A probe that runs on the L7 workers.
 enum Job {
@@ -162,14 +174,21 @@ pub(super) struct HttpJob {
     target: SocketAddr,
     token: u64,
     tx: Reports,
+    /// The time it has, when less than the check's timeout: a kernel probe being settled
+    /// through a socket has what the kernel left it.
+    pub(super) budget: Option<std::time::Duration>,
+    /// Nanoseconds of the probe that passed before this job was made (the kernel's part).
+    pub(super) lead_ns: u64,
 }
 
 impl HttpJob {
     /// Runs the probe; `queued_ns` is how long it waited for a lane (its lateness grows by
     /// as much, and the pace report says so).
-    async fn run(self, queued_ns: u64) {
-        let report = self.prober.probe(self.target, &self.probe).await;
-        let _ = self.tx.send((self.token, report, queued_ns));
+    pub(super) async fn run(self, queued_ns: u64) {
+        let report = self.prober.probe(self.target, &self.probe, self.budget).await;
+        let _ = self
+            .tx
+            .send((self.token, report, queued_ns.saturating_add(self.lead_ns)));
     }
 }
 

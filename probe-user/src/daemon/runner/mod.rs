@@ -194,6 +194,11 @@ pub(crate) struct Runner {
     epoch: u64,
     /// The kernel said it cannot run HTTP probes on this node: they all use sockets.
     kernel_http_off: bool,
+    /// Kernel HTTP probes being settled through a socket (`results.rs`), by token.
+    settling: crate::hash::FastMap<u64, results::Settle>,
+    /// Kernel response timeouts in a row that a socket then contradicted: the run-time guard
+    /// of the kernel HTTP path (`results.rs`).
+    kernel_http_contradicted: u32,
     /// What each L4 outcome (UDP's or not) says, made once (`results.rs`).
     l4_words: crate::hash::FastMap<(bool, crate::engine::L4Outcome), results::Words>,
     /// L4 results taken off the channel and not yet fed (`drain_results`), kept for its buffer.
@@ -257,6 +262,8 @@ impl Runner {
             registered_ns: None,
             epoch: 0,
             kernel_http_off: false,
+            settling: crate::hash::FastMap::default(),
+            kernel_http_contradicted: 0,
             l4_words: crate::hash::FastMap::default(),
             l4_batch: Vec::with_capacity(RESULT_BATCH),
             due_buf: Vec::new(),
@@ -377,7 +384,7 @@ impl Runner {
                 },
                 Some(update) = cluster::recv(&mut self.cluster) => self.on_cluster(update),
                 Some((token, report, queued_ns)) = self.tasks.rx.recv(), if results_open => {
-                    self.on_result(token, report, queued_ns);
+                    self.on_task(token, report, queued_ns);
                     if self.drain_results().is_err() {
                         failure = Some(engine_stopped());
                         break;
@@ -469,7 +476,7 @@ impl Runner {
             return Err(());
         }
         while let Ok((token, report, queued_ns)) = self.tasks.rx.try_recv() {
-            self.on_result(token, report, queued_ns);
+            self.on_task(token, report, queued_ns);
         }
         Ok(())
     }
@@ -509,6 +516,13 @@ impl Runner {
             },
         };
         let (port, rx) = started;
+        let kernel_http = config.daemon.http_probes == crate::config::HttpProbes::Kernel;
+        if let (true, Err(why)) = (kernel_http, port.kernel_http()) {
+            log::warn!("plain HTTP checks go through sockets: {why}");
+            self.kernel_http_off = true;
+            self.epoch += 1;
+        }
+        self.metrics.kernel_http_enabled(kernel_http && !self.kernel_http_off);
         self.l4 = L4 {
             port: Some(port),
             rx: Some(rx),
@@ -521,6 +535,9 @@ impl Runner {
 fn take_locks(config: &Config) -> Result<Vec<super::lock::Lock>, DaemonError> {
     use super::lock::{state_lock_path, Lock};
     let pins = &config.daemon.pin_dir;
+    // Under `ip netns exec` /sys is a fresh sysfs without bpffs: mounted before the directory
+    // is made, or it would land on sysfs (and the engine's bpffs check refuse it later).
+    crate::kernel::pin::ensure_bpffs_mounted(pins);
     std::fs::create_dir_all(pins).map_err(|source| DaemonError::Io {
         op: "create the pin directory",
         path: Some(pins.clone()),

@@ -24,6 +24,31 @@ pub(super) type Words = (crate::outcome::Outcome, Arc<str>);
 /// Distinct L4 outcomes whose words are kept.
 const WORDS_KEPT: usize = 4096;
 
+/// Kernel HTTP response timeouts in a row that sockets contradict before the kernel path is
+/// given up (`Runner::guard_kernel_http`).
+const KERNEL_HTTP_CONTRADICTIONS: u32 = 3;
+
+/// Why a kernel HTTP probe is settled through a socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Settle {
+    /// probe_rx could not be sure (`probe_common::l4::Undecided`, by name).
+    Undecided(&'static str),
+    /// The request went out and nothing came back in time.
+    ResponseTimeout,
+    /// probe_rx could not send the request at all.
+    Unsupported,
+}
+
+impl Settle {
+    fn reason(self) -> &'static str {
+        match self {
+            Settle::Undecided(why) => why,
+            Settle::ResponseTimeout => "response_timeout",
+            Settle::Unsupported => "unsupported",
+        }
+    }
+}
+
 /// How often probes that could not run for want of a local resource are logged.
 const LOCAL_WARN_EVERY_NS: u64 = 10_000_000_000;
 
@@ -55,9 +80,11 @@ impl Runner {
     pub(super) fn on_l4(&mut self, r: L4Result) {
         // The engine's wait before the wire is the probe's lateness as much as the runner's.
         let queued_ns = u64::try_from(r.queued.as_nanos()).unwrap_or(u64::MAX);
-        if let Some(report) = self.kernel_http_report(&r) {
-            self.on_result(r.token, report, queued_ns);
-            return;
+        match self.kernel_http_report(&r) {
+            Some(Some(report)) => return self.on_result(r.token, report, queued_ns),
+            // Being settled through a socket: its report comes as a task's.
+            Some(None) => return,
+            None => {}
         }
         let udp = self.inflight_of(r.token).is_some_and(|i| i.protocol == Protocol::Udp);
         let (outcome, reason) = self.l4_words(udp, r.outcome);
@@ -220,28 +247,115 @@ impl Runner {
         self.local_warned_ns = Some(now);
     }
 
-    /// The probe a result's token names, if it is still the one in flight.
-    /// The report of an HTTP check the kernel ran; None for other checks. When the kernel
-    /// says it cannot run HTTP probes here, every HTTP check goes back to sockets (the slot
-    /// caches are refilled) and this probe counts as no verdict.
-    fn kernel_http_report(&mut self, r: &L4Result) -> Option<ProbeReport> {
+    /// The report of an HTTP check the kernel ran; None for other checks, and for a probe the
+    /// kernel could not decide, which is then settled through a socket (`settle`). When the
+    /// kernel says it cannot run HTTP probes here, every HTTP check goes back to sockets (the
+    /// slot caches are refilled).
+    fn kernel_http_report(&mut self, r: &L4Result) -> Option<Option<ProbeReport>> {
+        use crate::engine::L4Outcome as K;
         if self.inflight_of(r.token)?.protocol != Protocol::Http {
             return None;
         }
-        let ProbeKind::Http(probe) = &self.sched.key(CheckId::from_u64(r.token))?.spec.kind else {
-            return None;
+        let timeout = match &self.sched.key(CheckId::from_u64(r.token))?.spec.kind {
+            ProbeKind::Http(probe) => probe.timeout(),
+            _ => return None,
         };
-        let report = probe.kernel_report(r.outcome, r.elapsed);
-        if r.outcome == crate::engine::L4Outcome::HttpUnsupported && !self.kernel_http_off {
-            log::warn!(
-                "HTTP probes cannot run in the kernel here (the receiving driver leaves the SYN+ACK's \
-                 frame no room for the request, or every request template is in use): every HTTP \
-                 check goes through sockets from now on"
-            );
-            self.kernel_http_off = true;
-            self.epoch += 1;
+        let settle = match r.outcome {
+            K::HttpUndecided { why } => Settle::Undecided(why.as_str()),
+            // Nothing came back after the request: a hung server, or requests that never
+            // reached it. Only a socket can tell the two apart, with a time of its own.
+            K::HttpResponseTimeout => Settle::ResponseTimeout,
+            K::HttpUnsupported => {
+                if !self.kernel_http_off {
+                    log::warn!(
+                        "HTTP probes cannot run in the kernel here (the receiving driver leaves the SYN+ACK's \
+                         frame no room for the request, or every request template is in use): every HTTP \
+                         check goes through sockets from now on"
+                    );
+                    self.kernel_http_stop();
+                }
+                Settle::Unsupported
+            }
+            _ => {
+                let ProbeKind::Http(probe) = &self.sched.key(CheckId::from_u64(r.token))?.spec.kind else {
+                    return None;
+                };
+                return Some(Some(probe.kernel_report(r.outcome, r.elapsed)));
+            }
+        };
+        let budget = match settle {
+            Settle::ResponseTimeout => timeout,
+            Settle::Undecided(_) | Settle::Unsupported => timeout.saturating_sub(r.elapsed),
+        };
+        let lead = r.queued + r.elapsed;
+        if self.settle(r.token, settle, budget, lead) {
+            return Some(None);
         }
-        Some(report)
+        Some(Some(ProbeReport {
+            healthy: false,
+            outcome: crate::outcome::Outcome::LocalError,
+            elapsed: r.elapsed,
+            reason: Arc::from(r.outcome.to_string()),
+        }))
+    }
+
+    /// Runs the probe `token` names through a socket within `budget`, its report counted from
+    /// `lead` after the probe started; false when it cannot (the check is gone).
+    fn settle(&mut self, token: u64, why: Settle, budget: std::time::Duration, lead: std::time::Duration) -> bool {
+        let Some(key) = self.sched.key(CheckId::from_u64(token)) else {
+            return false;
+        };
+        let Some(mut job) = self.http_job(&key.spec, token) else {
+            return false;
+        };
+        job.budget = Some(budget);
+        job.lead_ns = u64::try_from(lead.as_nanos()).unwrap_or(u64::MAX);
+        self.metrics.kernel_http_settled(why.reason());
+        self.settling.insert(token, why);
+        self.tasks
+            .http_lanes
+            .push_all(vec![job], &self.tasks.workers, super::fire::HttpJob::run);
+        true
+    }
+
+    /// A task's report: a probe of the L7 workers, or a kernel HTTP probe being settled.
+    pub(super) fn on_task(&mut self, token: u64, report: ProbeReport, queued_ns: u64) {
+        if let Some(why) = self.settling.remove(&token) {
+            self.guard_kernel_http(why, &report);
+        }
+        self.on_result(token, report, queued_ns);
+    }
+
+    /// The run-time guard of the kernel HTTP path: a kernel response timeout that the socket
+    /// contradicts (it got an answer in time) means requests may not be getting out. A few in
+    /// a row and every HTTP check goes through sockets; the verdicts were the sockets' all
+    /// along, so no backend was failed for it.
+    fn guard_kernel_http(&mut self, why: Settle, socket: &ProbeReport) {
+        if why != Settle::ResponseTimeout {
+            return;
+        }
+        if socket.outcome == crate::outcome::Outcome::Timeout || socket.outcome == crate::outcome::Outcome::LocalError {
+            self.kernel_http_contradicted = 0;
+            return;
+        }
+        self.kernel_http_contradicted += 1;
+        if self.kernel_http_contradicted >= KERNEL_HTTP_CONTRADICTIONS && !self.kernel_http_off {
+            log::warn!(
+                "{} plain HTTP probes in a row got no response in the kernel path while a socket then got \
+                 one ({}): requests sent by probe_rx are not arriving; every HTTP check goes through \
+                 sockets from now on",
+                self.kernel_http_contradicted,
+                socket.reason
+            );
+            self.kernel_http_stop();
+        }
+    }
+
+    /// Every plain HTTP check goes through sockets from now on.
+    fn kernel_http_stop(&mut self) {
+        self.kernel_http_off = true;
+        self.epoch += 1;
+        self.metrics.kernel_http_enabled(false);
     }
 
     fn inflight_of(&self, token: u64) -> Option<&Inflight> {

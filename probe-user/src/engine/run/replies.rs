@@ -72,6 +72,10 @@ impl EngineState {
                 Some(EventKind::HttpClosed) => L4Outcome::HttpClosed,
                 Some(EventKind::HttpMalformed) => L4Outcome::HttpMalformed,
                 Some(EventKind::HttpNoRoom) => L4Outcome::HttpUnsupported,
+                Some(EventKind::HttpUndecided) => match probe_common::l4::Undecided::from_u16(ev.status) {
+                    Some(why) => L4Outcome::HttpUndecided { why },
+                    None => L4Outcome::HttpUnsupported,
+                },
                 None => continue,
             };
             self.finish(ev.slot, outcome, Duration::from_nanos(ev.rtt_ns));
