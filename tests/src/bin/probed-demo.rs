@@ -21,7 +21,22 @@ use probed_tests::{
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_signal(_: libc::c_int) {
+/// A descriptor on /dev/null, opened before the handlers are installed.
+static DEV_NULL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    if sig == libc::SIGHUP {
+        // The terminal is gone: writing to it would fail (and a failed print panics), so the
+        // rest of the output goes nowhere while the demo cleans up.
+        let null = DEV_NULL.load(Ordering::Relaxed);
+        if null >= 0 {
+            // SAFETY: dup2 is async-signal-safe; both descriptors are open.
+            unsafe {
+                libc::dup2(null, 1);
+                libc::dup2(null, 2);
+            }
+        }
+    }
     STOP.store(true, Ordering::Relaxed);
 }
 
@@ -40,10 +55,18 @@ fn main() {
         );
         return;
     }
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    // SAFETY: open on a NUL-terminated literal.
+    DEV_NULL.store(
+        unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY) },
+        Ordering::Relaxed,
+    );
+    // SAFETY: the handler only stores to atomics and calls dup2, both async-signal-safe.
+    // SIGINT is Ctrl-C, SIGTERM a stop, SIGHUP a closed terminal: each ends the loop, and the
+    // namespaces, pins and daemon go as the demo returns.
     unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+        }
     }
     if std::env::args().any(|a| a == "--cluster") {
         cluster(seconds);
