@@ -29,6 +29,7 @@ impl Star {
         for (i, node) in nodes.iter().enumerate() {
             let backend_if = format!("n{i}");
             link(
+                crate::topo::Node::RIG,
                 node,
                 (NODE_IF, &[&Star::addr(i)]),
                 &backend,

@@ -27,13 +27,40 @@ pub struct Topology {
     // Backend first: dropping it removes the veth pair before the prober goes.
     pub backend: Netns,
     pub prober: Netns,
+    pub node: Node,
+}
+
+/// How the links are set up: the rig's way (GRO on both veth ends, forwarding on the
+/// prober's end), or as a user makes a veth pair (neither), or anything between. The rig's
+/// way is what XDP transmit and the XDP generator need; the others are what probed must
+/// cope with (raw socket sends, HTTP through sockets) without a wrong verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Node {
+    pub gro: bool,
+    pub forwarding: bool,
+}
+
+impl Node {
+    pub const RIG: Node = Node {
+        gro: true,
+        forwarding: true,
+    };
+    pub const PLAIN: Node = Node {
+        gro: false,
+        forwarding: false,
+    };
 }
 
 impl Topology {
     pub fn new() -> Self {
+        Self::with(Node::RIG)
+    }
+
+    /// A prober and a backend joined by one veth pair set up as `node` says.
+    pub fn with(node: Node) -> Self {
         let prober = Netns::new("pdp");
         let backend = Netns::new("pdb");
-        let topo = Self { backend, prober };
+        let topo = Self { backend, prober, node };
         topo.link(
             (PROBER_IF, &[PROBER_V4, PROBER_V6]),
             (BACKEND_IF, &[BACKEND_V4, BACKEND_V6]),
@@ -54,6 +81,7 @@ impl Topology {
     pub fn client(&self) -> Netns {
         let client = Netns::new("pdc");
         link(
+            self.node,
             &self.prober,
             (LB_IF, &[LB_CLIENT_V4, LB_CLIENT_V6]),
             &client,
@@ -81,13 +109,15 @@ impl Topology {
     }
 
     fn link(&self, prober_end: (&str, &[&str]), backend_end: (&str, &[&str])) {
-        link(&self.prober, prober_end, &self.backend, backend_end);
+        link(self.node, &self.prober, prober_end, &self.backend, backend_end);
     }
 }
 
 /// One veth pair between `a` (the forwarding side) and `b`, each end with its addresses (IPv4
-/// /24, IPv6 /64), up with GRO on, forwarding on a's end and static neighbours both ways.
+/// /24, IPv6 /64), up, with GRO on both ends and forwarding on a's end as `node` says, and
+/// static neighbours both ways.
 pub(crate) fn link(
+    node: Node,
     a: &Netns,
     (prober_if, prober_addrs): (&str, &[&str]),
     b: &Netns,
@@ -108,11 +138,13 @@ pub(crate) fn link(
             }
         }
         ns.ip(&["link", "set", dev, "up"]);
-        ns.exec("ethtool", &["-K", dev, "gro", "on"]);
+        ns.exec("ethtool", &["-K", dev, "gro", if node.gro { "on" } else { "off" }]);
     }
     // A load-balancer node forwards; bpf_fib_lookup (the XDP path's router) requires it.
-    for family in ["ipv4", "ipv6"] {
-        a.sysctl(&format!("net.{family}.conf.{prober_if}.forwarding"), "1");
+    if node.forwarding {
+        for family in ["ipv4", "ipv6"] {
+            a.sysctl(&format!("net.{family}.conf.{prober_if}.forwarding"), "1");
+        }
     }
     let prober_mac = a.mac(prober_if);
     let backend_mac = b.mac(backend_if);
