@@ -22,7 +22,11 @@ const PACKAGES: &[&str] = &[
     "procps",         // sysctl inside test namespaces
     "prometheus",     // promtool: the tests lint the metrics exposition with it
     "haproxy",        // the haproxy sink's tests drive a real HAProxy through its admin socket
-    "nginx",          // `bench peers`: the web fleet both checkers probe
+    "nginx",          // `bench peers`: the web fleet both checkers probe; the HTTP conformance zoo
+    "apache2",        // the HTTP conformance zoo: each check's verdict against curl's
+    "lighttpd",       // the HTTP conformance zoo
+    "curl",           // the HTTP conformance zoo's reference client
+    "python3",        // http.server in the zoo; the forwarded-flow client and the local user in node_trust
     "openssl",        // `bench peers`: the fleet's TLS certificate
     "bind9-dnsutils", // dig: the DNS tests ask the daemon with a real client
     "dnsperf",        // `bench dns`: the load generator
@@ -74,7 +78,7 @@ fn package_installed(name: &str) -> bool {
 fn install_packages(pkgs: &[&str]) -> anyhow::Result<()> {
     sh(Command::new("apt-get").arg("update").arg("-q"))
         .context("apt-get update failed: check that the Debian package mirror is reachable")?;
-    // Servers (nginx, haproxy) are installed to be started by the tests in their own
+    // Servers (nginx, apache2, lighttpd, haproxy) are installed to be started by the tests in their own
     // namespaces, never as services on the machine: policy-rc.d tells the maintainer scripts
     // not to start them, for the time of the install (only if the machine has none of its own).
     let policy = PathBuf::from("/usr/sbin/policy-rc.d");
