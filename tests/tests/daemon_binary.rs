@@ -351,3 +351,86 @@ fn the_allocator_commits_its_arenas_on_demand_unless_the_environment_says_otherw
         "the environment wins"
     );
 }
+
+/// `ip netns exec NS probed run`, as operators start daemons in namespaces: the command gets a
+/// fresh sysfs without bpffs, which probed mounts before it makes its pin directory. It probes
+/// (TCP, and plain HTTP in the kernel) and a SIGTERM stops it cleanly.
+#[test]
+fn ip_netns_exec_starts_the_daemon() {
+    let topo = Topology::new();
+    let _listener = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    let web = topo.backend.http_server(&format!("{BACKEND_V4}:8081"));
+    web.route("/health", probed_tests::http_server::Route::status(200));
+    let files = DaemonFiles::new();
+    let text = config(&files, &[("web-1", 8080)])
+        + &format!(
+            "\n[[profile]]\nname = \"http\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"http\"\nport = 8081\n\
+             path = \"/health\"\ninterval = \"100ms\"\ntimeout = \"300ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n\
+             [[profile.endpoint]]\nname = \"h-1\"\naddress = \"{BACKEND_V4}\"\n"
+        );
+    files.write_config(&text);
+    let log = files.dir.join("probed.log");
+    let mut p = Proc(
+        Command::new("ip")
+            .args(["netns", "exec", &topo.prober.name])
+            .arg(probed_bin())
+            .arg("run")
+            .arg("--config")
+            .arg(files.config_path())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn ip netns exec"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while endpoint(&files, "web-1").is_none() {
+        if let Some(s) = p.0.try_wait().unwrap() {
+            panic!(
+                "probed under ip netns exec exited ({s}):\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        assert!(Instant::now() < deadline, "no API within 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_online(&files, "web-1");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = client::request(&files.api(), "GET", "/v1/status/http/h-1").unwrap();
+        let v: Value = serde_json::from_str(&r.body).unwrap();
+        if v["status"] == "Online" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the HTTP check never came Online: {v}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!web.seen().is_empty(), "the HTTP check reached the server");
+    wait_until_served(&p, libc::SIGTERM);
+    signal(&p, libc::SIGTERM);
+    let status = wait_exit(&mut p, "probed did not stop within 10 s of SIGTERM");
+    assert!(
+        status.success(),
+        "{status}: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}
+
+/// A pin directory that cannot be on bpffs stops the start with an error that says so.
+#[test]
+fn a_pin_directory_off_bpffs_is_a_clear_error() {
+    let topo = Topology::new();
+    let _listener = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    let files = DaemonFiles::new();
+    let off = files.dir.join("pins");
+    let text = config(&files, &[("web-1", 8080)]).replace(
+        &format!("pin_dir = \"{}\"", files.pins.path.display()),
+        &format!("pin_dir = \"{}\"", off.display()),
+    );
+    let cfg = files.write_config(&text);
+    let err = probed_tests::daemon::RunningDaemon::start(&topo.prober, cfg, None)
+        .err()
+        .expect("a start with pins off bpffs");
+    assert!(
+        err.contains("not on bpffs") && err.contains(&off.display().to_string()),
+        "{err}"
+    );
+}
