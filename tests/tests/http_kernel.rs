@@ -311,3 +311,69 @@ fn the_daemon_runs_status_checks_in_the_kernel() {
         daemon.stop();
     }
 }
+
+/// The kernel HTTP path's run-time guard. The node starts with XDP transmit (GRO on at the
+/// peer) and forwarding off (SYNs through the raw socket, requests by XDP); then the peer's GRO
+/// goes off and probe_rx's requests stop arriving. Each kernel response timeout is settled by
+/// a socket, which gets the answer, so the endpoint never leaves Online; after three in a row
+/// every HTTP check goes through sockets, and the metric says so.
+#[test]
+fn requests_that_stop_arriving_turn_the_kernel_path_off_without_a_false_verdict() {
+    use probed::status::EndpointStatus as S;
+    use probed_tests::daemon::{metric, DaemonFiles, RunningDaemon};
+
+    let topo = Topology::with(Node {
+        gro: true,
+        forwarding: false,
+    });
+    let web = topo.backend.http_server(&format!("{BACKEND_V4}:{WEB}"));
+    web.route("/health", Route::status(200));
+    let files = DaemonFiles::new();
+    let text = files
+        .header(PROBER_IF)
+        .replace("[source]", "http_probes = \"kernel\"\n\n[source]")
+        + &format!(
+            "\n[[profile]]\nname = \"web\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"http\"\nport = {WEB}\n\
+             path = \"/health\"\ninterval = \"100ms\"\ntimeout = \"300ms\"\nhealthy_threshold = 2\n\
+             unhealthy_threshold = 2\n[[profile.endpoint]]\nname = \"web-1\"\naddress = \"{BACKEND_V4}\"\n"
+        );
+    let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start the daemon");
+    daemon.wait_status("web", "web-1", S::Online, Duration::from_secs(5));
+    let scrape = || {
+        let (_, m) = daemon.call("GET", "/metrics");
+        m.as_str().unwrap_or_default().to_string()
+    };
+    let before = scrape();
+    assert_eq!(metric(&before, "probed_kernel_http_enabled"), 1.0, "{before}");
+    assert!(
+        metric(&before, "probed_kernel_rx_total{event=\"matched_http\"}") >= 2.0,
+        "{before}"
+    );
+    topo.backend.exec("ethtool", &["-K", BACKEND_IF, "gro", "off"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let after = loop {
+        let m = scrape();
+        if metric(&m, "probed_kernel_http_enabled") == 0.0 {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "the kernel path stayed on:\n{m}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        metric(
+            &after,
+            "probed_kernel_http_settled_by_socket_total{reason=\"response_timeout\"}"
+        ) >= 3.0,
+        "{after}"
+    );
+    // Sockets from now on: the endpoint stays Online, and never left it.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(daemon.endpoint("web", "web-1").status, S::Online);
+    let left: Vec<_> = daemon
+        .events()
+        .into_iter()
+        .filter(|e| e.endpoint == "web-1" && e.to != Some(S::Online))
+        .collect();
+    assert!(left.is_empty(), "no false verdict: {left:?}");
+    daemon.stop();
+}
