@@ -32,7 +32,7 @@ use probe_common::{
     counters::RxCounters,
     frame::{write_request_v4, write_request_v6, write_rst_v4, write_rst_v6, Ends, RstV4, RstV6, FLOW_LABEL_MASK},
     http::{judge_head, request_fits, syn_ack_mss, HttpReq, HTTP_REQ_MAX, STATUS_HEAD_LEN},
-    l4::{EventKind, Ended, FlowKey, Inflight, ProbeEvent, Undecided, STAGE_REQUEST_SENT},
+    l4::{Ended, EventKind, FlowKey, Inflight, ProbeEvent, Undecided, STAGE_REQUEST_SENT},
     packet::{
         classify_icmp, classify_tcp_flags, IcmpHdr, ReplyClass, TcpHdr, ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP,
         IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_FIN,
@@ -365,7 +365,14 @@ fn fits(frame: &Frame, l3: &L3, tcp: &TcpHdr, req: u32) -> Result<(), Undecided>
 /// Claims an HTTP outcome that ends the connection with our RST, and remembers the flow so
 /// that what the target sent before the RST reached it is answered too.
 #[inline(always)]
-fn ended_by_us(flow: &FlowKey, entry: &Inflight, req_len: u32, kind: EventKind, status: u16, c: &mut RxCounters) -> Tcp {
+fn ended_by_us(
+    flow: &FlowKey,
+    entry: &Inflight,
+    req_len: u32,
+    kind: EventKind,
+    status: u16,
+    c: &mut RxCounters,
+) -> Tcp {
     if !claim_status(flow, entry, kind, status, c) {
         return Tcp::Done(PASS);
     }
@@ -374,7 +381,7 @@ fn ended_by_us(flow: &FlowKey, entry: &Inflight, req_len: u32, kind: EventKind, 
         req_len,
     };
     // A full LRU evicts its oldest entry; a failure only costs the stack's own RST later.
-    let _ = PROBE_ENDED.insert(flow, &ended, 0);
+    let _ = PROBE_ENDED.insert(flow, ended, 0);
     Tcp::SendRst
 }
 

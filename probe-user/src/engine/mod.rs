@@ -161,6 +161,8 @@ pub enum L4Outcome {
     },
 }
 
+// serde's `serialize_with` hands the field over by reference.
+#[allow(clippy::trivially_copy_pass_by_ref)]
 fn undecided_name<S: serde::Serializer>(why: &probe_common::l4::Undecided, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(why.as_str())
 }
