@@ -70,6 +70,20 @@ static PROBE_SPORT_MAX: u16 = 0;
 #[no_mangle]
 static PROBE_FIB_SRC_OFF: u8 = 0;
 
+/// Non-zero: probe_rx cannot send frames back out (native XDP on a device without XDP
+/// transmit, such as veth whose peer has no NAPI): a matched SYN+ACK is passed to the stack,
+/// whose own RST ends the half-open connection, instead of becoming that RST here and being
+/// dropped by the device.
+#[no_mangle]
+static PROBE_RST_BY_STACK: u8 = 0;
+
+/// Whether the RSTs that end probe connections are left to the node's stack (see above).
+#[inline(always)]
+pub fn rst_by_stack() -> bool {
+    // SAFETY: a volatile read of a static the loader patched before load; it never changes.
+    unsafe { core::ptr::read_volatile(&raw const PROBE_RST_BY_STACK) != 0 }
+}
+
 /// Whether the loader asked for the pre-6.7 behaviour of BPF_FIB_LOOKUP_SRC (see above).
 #[inline(always)]
 pub fn fib_src_off() -> bool {

@@ -42,7 +42,7 @@ use probe_common::{
 
 use crate::{
     ctx::Packet as Hooked,
-    maps::{is_probe_port, rx_counters, PROBE_ENDED, PROBE_EVENTS, PROBE_HTTP_REQS, PROBE_INFLIGHT},
+    maps::{is_probe_port, rst_by_stack, rx_counters, PROBE_ENDED, PROBE_EVENTS, PROBE_HTTP_REQS, PROBE_INFLIGHT},
     parse::{parse_l3_into, ptr_at, read_at, shrink_to_at, write_at, Frame, L3},
 };
 
@@ -152,6 +152,8 @@ fn try_probe_rx(ctx: &mut impl Hooked) -> Option<Verdict> {
     match l3.proto {
         IPPROTO_TCP => match on_tcp(&frame, &l3, c)? {
             Tcp::Done(action) => Some(action),
+            // The outcome is taken; the stack, which has no socket for the flow, sends the RST.
+            Tcp::SendRst if rst_by_stack() => Some(PASS),
             Tcp::SendRst => {
                 // A sibling call of on_tcp, not a callee: their stack frames never add up.
                 rst_in_place(ctx, &link, &l3)?;

@@ -5,7 +5,8 @@
 //! or a reset without an answer) is checked over IPv4 and IPv6 by two daemons at once, one
 //! with `http_probes = "kernel"` and one with `"sockets"`, and by curl: the verdicts and
 //! reasons of the two daemons are equal, and equal to curl's verdict and to that of HAProxy's
-//! own `option httpchk` on the same servers. On every node set-up
+//! own `option httpchk` on the same servers. TCP and UDP checks of the kernel daemon on the same
+//! node set-ups give what a client socket finds (open or refused, silent or port unreachable). On every node set-up
 //! users have: veth with and without GRO and forwarding, native and generic XDP, and tcx.
 use std::{
     io::{Read, Write},
@@ -504,6 +505,54 @@ fn config(files: &DaemonFiles, mode: &str, setup: &Setup, cases: &[Case]) -> Str
     text
 }
 
+/// The L4 checks of the matrix, in the kernel daemon only (HTTP's socket mode changes nothing
+/// for them): (profile, protocol, port, listening).
+const L4_CASES: [(&str, &str, u16, bool); 4] = [
+    ("tcp-open", "tcp", 9200, true),
+    ("tcp-closed", "tcp", 9201, false),
+    ("udp-open", "udp", 9202, true),
+    ("udp-closed", "udp", 9203, false),
+];
+
+fn l4_profiles() -> String {
+    let mut text = String::new();
+    for (name, proto, port, _) in L4_CASES {
+        text += &format!(
+            "\n[[profile]]\nname = \"{name}\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"{proto}\"\nport = {port}\n\
+             interval = \"300ms\"\ntimeout = \"{TIMEOUT_MS}ms\"\nhealthy_threshold = 1\nunhealthy_threshold = 1\n\
+             [[profile.endpoint]]\nname = \"v4\"\naddress = \"{BACKEND_V4}\"\n\
+             [[profile.endpoint]]\nname = \"v6\"\naddress = \"{BACKEND_V6}\"\n"
+        );
+    }
+    text
+}
+
+/// What a real client socket in the prober namespace finds at `addr`: a TCP connect (open or
+/// refused), or a UDP datagram (silence is healthy, a port unreachable is not).
+fn l4_oracle(ns: &Netns, proto: &str, addr: std::net::SocketAddr) -> (bool, String) {
+    let timeout = Duration::from_millis(TIMEOUT_MS);
+    let proto = proto.to_string();
+    ns.enter(move || {
+        if proto == "tcp" {
+            return match TcpStream::connect_timeout(&addr, timeout) {
+                Ok(_) => (true, "open".into()),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => (false, "refused".into()),
+                Err(e) => (false, format!("tcp: {e}")),
+            };
+        }
+        let any: std::net::SocketAddr = if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse().unwrap();
+        let u = std::net::UdpSocket::bind(any).unwrap();
+        u.connect(addr).unwrap();
+        u.set_read_timeout(Some(timeout)).unwrap();
+        u.send(b"probe").unwrap();
+        match u.recv(&mut [0u8; 64]) {
+            Ok(_) => (true, "answered".into()),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => (false, "port unreachable".into()),
+            Err(_) => (true, "silent".into()),
+        }
+    })
+}
+
 /// The last result of every endpoint, once each has one.
 fn last_results(d: &RunningDaemon, cases: &[Case]) -> Vec<Option<(bool, String)>> {
     let mut out = Vec::new();
@@ -552,6 +601,20 @@ fn zoo_on(setup: &Setup) -> Vec<String> {
         });
     }
     let _scripted = Scripted::start(listeners);
+    // Every closed UDP port answers every probe: no ICMP rate limit in the way of the oracle.
+    topo.backend.sysctl("net.ipv4.icmp_ratelimit", "0");
+    topo.backend.sysctl("net.ipv6.icmp.ratelimit", "0");
+    let mut l4_sockets = Vec::new();
+    for (_, proto, port, listening) in L4_CASES {
+        for ip in [BACKEND_V4.to_string(), format!("[{BACKEND_V6}]")] {
+            match (proto, listening) {
+                ("tcp", true) => l4_sockets
+                    .push(Box::new(topo.backend.tcp_listen(&format!("{ip}:{port}"))) as Box<dyn std::any::Any>),
+                ("udp", true) => l4_sockets.push(Box::new(topo.backend.udp_bind(&format!("{ip}:{port}")))),
+                _ => {}
+            }
+        }
+    }
     let (mut procs, real) = real_servers(&topo.backend, &dir, 9100);
     cases.extend(real);
     // Every real server answers before the daemons start.
@@ -575,7 +638,7 @@ fn zoo_on(setup: &Setup) -> Vec<String> {
     let socket_files = DaemonFiles::new();
     let kernel = RunningDaemon::start(
         &topo.prober,
-        kernel_files.write_config(&config(&kernel_files, "kernel", setup, &cases)),
+        kernel_files.write_config(&(config(&kernel_files, "kernel", setup, &cases) + &l4_profiles())),
         None,
     )
     .expect("start the kernel daemon");
@@ -624,6 +687,22 @@ fn zoo_on(setup: &Setup) -> Vec<String> {
                 problems.push(format!(
                     "{}: {} {fam}: kernel {kv:?}, sockets {sv:?}, {cwhy}, haproxy {hv:?}",
                     setup.name, c.name
+                ));
+            }
+        }
+    }
+    for (name, proto, port, _) in L4_CASES {
+        for (fam, ip) in [("v4", BACKEND_V4.to_string()), ("v6", format!("[{BACKEND_V6}]"))] {
+            let view = kernel
+                .endpoint(name, fam)
+                .last_result
+                .map(|r| (r.ok, r.reason.to_string()));
+            let oracle = l4_oracle(&topo.prober, proto, format!("{ip}:{port}").parse().unwrap());
+            table += &format!("  {name:<16} {fam}  kernel {view:?}   a {proto} socket: {oracle:?}\n");
+            if view.as_ref() != Some(&oracle) {
+                problems.push(format!(
+                    "{}: {name} {fam}: kernel {view:?}, a {proto} socket {oracle:?}",
+                    setup.name
                 ));
             }
         }

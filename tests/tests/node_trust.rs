@@ -370,3 +370,54 @@ except Exception as e:
         assert!(results.iter().all(|r| r.outcome == L4Outcome::Open), "{results:?}");
     });
 }
+
+/// On a plain veth (no GRO at the peer) native XDP cannot send frames back out: a RST that
+/// probe_rx wrote over the SYN+ACK would be dropped, the backend would keep the half-open
+/// connection, and the next probe from the same source port would meet it and time out. There
+/// the stack sends the RSTs; with only 16 source ports every port is reused within a round,
+/// and every probe must still find the port open.
+#[test]
+fn reused_probe_ports_find_no_half_open_connection_on_a_plain_veth() {
+    let topo = Topology::with(Node::PLAIN);
+    let _echo = Echo::start(
+        vec![
+            topo.backend.tcp_listen(&format!("{BACKEND_V4}:{ECHO}")),
+            topo.backend.tcp_listen(&format!("[{BACKEND_V6}]:{ECHO}")),
+        ],
+        vec![],
+    );
+    let pins = TestPins::new();
+    topo.prober.enter(|| {
+        let (engine, mut rx) = probed_tests::l4::start_engine_with(&pins, TxChoice::Auto, |c| {
+            c.sport_min = 61000;
+            c.sport_max = 61015;
+        });
+        let mut token = 0;
+        for round in 0..10 {
+            let reqs: Vec<L4Request> = (0..16)
+                .map(|i| {
+                    token += 1;
+                    L4Request {
+                        token,
+                        target: if i % 2 == 0 {
+                            format!("{BACKEND_V4}:{ECHO}")
+                        } else {
+                            format!("[{BACKEND_V6}]:{ECHO}")
+                        }
+                        .parse()
+                        .unwrap(),
+                        proto: L4Proto::Tcp,
+                        timeout: Duration::from_millis(500),
+                    }
+                })
+                .collect();
+            engine.submit(reqs).unwrap();
+            let results = collect(&mut rx, 16, Duration::from_secs(3));
+            assert_eq!(results.len(), 16, "round {round}");
+            assert!(
+                results.iter().all(|r| r.outcome == L4Outcome::Open),
+                "round {round}: {results:?}"
+            );
+        }
+    });
+}

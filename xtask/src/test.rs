@@ -38,7 +38,16 @@ pub fn run(filter: Option<&str>) -> anyhow::Result<()> {
     if filter.is_none() {
         // The suites that load the kernel programs: once more in generic mode, and once at tcx
         // ingress (`[source] hook = "tcx"`, the hook beside another XDP owner).
-        let kernel_suites = ["--test", "l4_engine", "--test", "udp", "--test", "http_kernel"];
+        let kernel_suites = [
+            "--test",
+            "l4_engine",
+            "--test",
+            "udp",
+            "--test",
+            "http_kernel",
+            "--test",
+            "node_trust",
+        ];
         for (var, value) in [("PROBED_XDP_MODE", "skb"), ("PROBED_HOOK", "tcx")] {
             let mut again = cargo();
             again

@@ -53,6 +53,11 @@ pub struct KernelConfig {
     pub key: [u64; 2],
     /// In-flight table size (the most probes on the wire at once).
     pub max_inflight: u32,
+    /// probe_rx may not be able to send frames back out of the interface (native XDP on a
+    /// device without XDP transmit, veth whose peer has no NAPI): a matched SYN+ACK is then
+    /// passed to the node's stack, which ends the half-open connection with its own RST,
+    /// instead of being turned into that RST in place and lost.
+    pub rst_by_stack: bool,
 }
 
 /// probe_rx attached, with handles on the maps the engine uses.
@@ -96,6 +101,7 @@ impl L4Kernel {
             .override_global("PROBE_SPORT_MIN", &cfg.sport_min, true)
             .override_global("PROBE_SPORT_MAX", &cfg.sport_max, true)
             .override_global("PROBE_FIB_SRC_OFF", &u8::from(cfg.simulate_no_fib_src), true)
+            .override_global("PROBE_RST_BY_STACK", &u8::from(cfg.rst_by_stack), true)
             .map_max_entries("PROBE_INFLIGHT", cfg.max_inflight)
             .load(BPF_OBJECT)
             .map_err(KernelError::Load)?;

@@ -183,7 +183,20 @@ impl EngineState {
     ) -> Result<Self, EngineError> {
         let key = random_key()?;
         let pins = PinDir::create(&cfg.pin_dir)?;
+        let devs = std::iter::once(cfg.iface.as_str()).chain(cfg.more_ifaces.iter().map(String::as_str));
+        let rst_by_stack =
+            match super::source::kernel_http_tx(cfg.hook, cfg.mode, devs, super::source::device_can_xmit_xdp) {
+                Ok(()) => false,
+                Err(why) => {
+                    log::warn!(
+                        "probe_rx cannot send frames back out here ({why}): the RSTs that end TCP probes \
+                     are left to the node's stack, and HTTP checks go through sockets"
+                    );
+                    true
+                }
+            };
         let kcfg = KernelConfig {
+            rst_by_stack,
             iface: cfg.iface.clone(),
             more_ifaces: cfg.more_ifaces.clone(),
             mode: cfg.mode,
