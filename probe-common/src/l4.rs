@@ -229,6 +229,9 @@ impl Ended {
     }
 }
 
+/// PROBE_RX_CTL bit: the RSTs that end probe connections are left to the node's stack.
+pub const RX_CTL_RST_BY_STACK: u32 = 1;
+
 /// PROBE_ENDED's size: an LRU of the connections ended most recently. An entry is needed for
 /// about one round trip after the RST (what the target sent before it arrived); at 30,000
 /// HTTP probes a second this holds two seconds of them.

@@ -70,18 +70,20 @@ static PROBE_SPORT_MAX: u16 = 0;
 #[no_mangle]
 static PROBE_FIB_SRC_OFF: u8 = 0;
 
-/// Non-zero: probe_rx cannot send frames back out (native XDP on a device without XDP
-/// transmit, such as veth whose peer has no NAPI): a matched SYN+ACK is passed to the stack,
-/// whose own RST ends the half-open connection, instead of becoming that RST here and being
-/// dropped by the device.
-#[no_mangle]
-static PROBE_RST_BY_STACK: u8 = 0;
+/// probe_rx's switches (index 0, `probe_common::l4::RX_CTL_*` bits), set by userspace before
+/// attaching and when an interface loses XDP transmit while probed runs.
+#[map]
+pub static PROBE_RX_CTL: Array<u32> = Array::with_max_entries(1, 0);
 
-/// Whether the RSTs that end probe connections are left to the node's stack (see above).
+/// Whether probe_rx cannot send frames back out (native XDP on a device without XDP transmit,
+/// such as veth whose peer has no NAPI): a matched SYN+ACK is then passed to the stack, whose
+/// own RST ends the half-open connection, instead of becoming that RST here and being dropped
+/// by the device.
 #[inline(always)]
 pub fn rst_by_stack() -> bool {
-    // SAFETY: a volatile read of a static the loader patched before load; it never changes.
-    unsafe { core::ptr::read_volatile(&raw const PROBE_RST_BY_STACK) != 0 }
+    PROBE_RX_CTL
+        .get(0)
+        .is_some_and(|v| *v & probe_common::l4::RX_CTL_RST_BY_STACK != 0)
 }
 
 /// Whether the loader asked for the pre-6.7 behaviour of BPF_FIB_LOOKUP_SRC (see above).

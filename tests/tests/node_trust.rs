@@ -421,3 +421,73 @@ fn reused_probe_ports_find_no_half_open_connection_on_a_plain_veth() {
         }
     });
 }
+
+/// A device loses XDP transmit under a running daemon (the peer's GRO turned off): the engine
+/// sees it within 100 ms, moves its probes to the raw socket and its RSTs to the stack, and no
+/// backend is failed for it: TCP, UDP and HTTP checks stay Online throughout. Run in native
+/// XDP, generic XDP and tcx (PROBED_XDP_MODE, PROBED_HOOK), where the generator's probes alone
+/// depend on it.
+#[test]
+fn a_device_that_loses_xdp_transmit_under_the_daemon_fails_no_backend() {
+    use probed::status::EndpointStatus as S;
+    use probed_tests::daemon::{metric, DaemonFiles, RunningDaemon};
+
+    let topo = Topology::new();
+    let _echo = Echo::start(
+        vec![topo.backend.tcp_listen(&format!("{BACKEND_V4}:{ECHO}"))],
+        vec![topo.backend.udp_bind(&format!("{BACKEND_V4}:{ECHO}"))],
+    );
+    let web = topo.backend.http_server(&format!("{BACKEND_V4}:{WEB}"));
+    web.route("/health", probed_tests::http_server::Route::status(200));
+    let files = DaemonFiles::new();
+    let mode = std::env::var("PROBED_XDP_MODE").unwrap_or_else(|_| "auto".into());
+    let hook = std::env::var("PROBED_HOOK").unwrap_or_else(|_| "xdp".into());
+    let mut text = files.header(PROBER_IF).replace(
+        "[source]\n",
+        &format!("[source]\nxdp_mode = \"{mode}\"\nhook = \"{hook}\"\n"),
+    );
+    for (name, proto, port, extra) in [
+        ("tcp", "tcp", ECHO, ""),
+        ("udp", "udp", ECHO, ""),
+        ("web", "http", WEB, "path = \"/health\"\n"),
+    ] {
+        text += &format!(
+            "\n[[profile]]\nname = \"{name}\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"{proto}\"\n\
+             port = {port}\n{extra}interval = \"100ms\"\ntimeout = \"300ms\"\nhealthy_threshold = 2\n\
+             unhealthy_threshold = 2\n[[profile.endpoint]]\nname = \"{name}-1\"\naddress = \"{BACKEND_V4}\"\n"
+        );
+    }
+    let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start the daemon");
+    for name in ["tcp", "udp", "web"] {
+        daemon.wait_status(name, &format!("{name}-1"), S::Online, Duration::from_secs(5));
+    }
+    let scrape = || {
+        let (_, m) = daemon.call("GET", "/metrics");
+        m.as_str().unwrap_or_default().to_string()
+    };
+    assert_eq!(metric(&scrape(), "probed_tx_path{path=\"xdp\"}"), 1.0);
+    topo.backend.exec("ethtool", &["-K", BACKEND_IF, "gro", "off"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(&scrape(), "probed_tx_path{path=\"raw\"}") != 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the engine stayed on the XDP path:\n{}",
+            scrape()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A few rounds on the new path: every check still answered, none ever left Online.
+    std::thread::sleep(Duration::from_secs(2));
+    for name in ["tcp", "udp", "web"] {
+        let view = daemon.endpoint(name, &format!("{name}-1"));
+        assert_eq!(view.status, S::Online, "{name}: {view:?}");
+        assert!(view.last_result.as_ref().is_some_and(|r| r.ok), "{name}: {view:?}");
+    }
+    let left: Vec<_> = daemon
+        .events()
+        .into_iter()
+        .filter(|e| e.to.is_some_and(|to| to != S::Online))
+        .collect();
+    assert!(left.is_empty(), "no false verdict: {left:?}");
+    daemon.stop();
+}

@@ -287,8 +287,9 @@ pub struct Snapshot {
 pub struct L4Engine {
     cmds: mpsc::Sender<Cmd>,
     wake: Arc<run::Waker>,
-    path: TxPath,
-    path_reason: String,
+    /// The transmit path and why: the engine thread moves it to the raw socket if a device
+    /// loses XDP transmit.
+    path: Arc<std::sync::Mutex<(TxPath, String)>>,
     rx_mode: crate::kernel::AttachMode,
     hook: crate::kernel::Hook,
     /// Whether probe_rx can send HTTP requests on these interfaces, or why not.
@@ -342,7 +343,7 @@ impl L4Engine {
         };
         let notrack = NotrackTable::install_or_warn(&cfg.pin_dir, &guard);
         let state = run::EngineState::new(&cfg, results_tx, wake.clone())?;
-        let (path, path_reason) = state.path();
+        let path = state.path();
         let rx_mode = state.rx_mode();
         let hook = state.hook();
         let devs = std::iter::once(cfg.iface.as_str()).chain(cfg.more_ifaces.iter().map(String::as_str));
@@ -362,7 +363,6 @@ impl L4Engine {
                 cmds,
                 wake,
                 path,
-                path_reason,
                 rx_mode,
                 hook,
                 kernel_http,
@@ -374,7 +374,7 @@ impl L4Engine {
 
     /// Which sender the engine uses.
     pub fn tx_path(&self) -> TxPath {
-        self.path
+        self.path.lock().map_or(TxPath::Raw, |p| p.0)
     }
 
     /// The mode probe_rx runs in (driver or skb).
@@ -402,8 +402,8 @@ impl L4Engine {
     }
 
     /// Why it uses that sender, in words for the operator.
-    pub fn tx_path_reason(&self) -> &str {
-        &self.path_reason
+    pub fn tx_path_reason(&self) -> String {
+        self.path.lock().map_or_else(|_| String::new(), |p| p.1.clone())
     }
 
     /// Queues probes; each yields exactly one result.

@@ -71,6 +71,7 @@ pub struct L4Kernel {
     hook: Hook,
     jobs: JobsMmap,
     ctl: Array<MapData, TxCtl>,
+    rx_ctl: Array<MapData, u32>,
     inflight: HashMap<MapData, FlowKey, Inflight>,
     http_reqs: HashMap<MapData, u32, HttpReq>,
     events: RingBuf<MapData>,
@@ -81,6 +82,14 @@ pub struct L4Kernel {
 
 fn map_err(name: &'static str) -> impl Fn(MapError) -> KernelError {
     move |source| KernelError::Map { name, source }
+}
+
+fn rx_ctl_bits(rst_by_stack: bool) -> u32 {
+    if rst_by_stack {
+        probe_common::l4::RX_CTL_RST_BY_STACK
+    } else {
+        0
+    }
 }
 
 fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, KernelError> {
@@ -101,7 +110,6 @@ impl L4Kernel {
             .override_global("PROBE_SPORT_MIN", &cfg.sport_min, true)
             .override_global("PROBE_SPORT_MAX", &cfg.sport_max, true)
             .override_global("PROBE_FIB_SRC_OFF", &u8::from(cfg.simulate_no_fib_src), true)
-            .override_global("PROBE_RST_BY_STACK", &u8::from(cfg.rst_by_stack), true)
             .map_max_entries("PROBE_INFLIGHT", cfg.max_inflight)
             .load(BPF_OBJECT)
             .map_err(KernelError::Load)?;
@@ -115,6 +123,17 @@ impl L4Kernel {
             .map_err(|source| KernelError::WrongProgramType { name: RX, source })?;
         // Loaded in both hooks: at XDP it is the matcher, and in both it is the generator.
         rx.load().map_err(|source| KernelError::Verifier { name: RX, source })?;
+        // Before any interface runs it.
+        let mut rx_ctl: Array<MapData, u32> =
+            Array::try_from(take(&mut ebpf, "PROBE_RX_CTL")?).map_err(map_err("PROBE_RX_CTL"))?;
+        rx_ctl
+            .set(0, rx_ctl_bits(cfg.rst_by_stack), 0)
+            .map_err(map_err("PROBE_RX_CTL"))?;
+        let rx: &mut Xdp = ebpf
+            .program_mut(RX)
+            .ok_or(KernelError::MissingProgram { name: RX })?
+            .try_into()
+            .map_err(|source| KernelError::WrongProgramType { name: RX, source })?;
         let mode = match cfg.hook {
             Hook::Xdp => {
                 // Every interface is checked before probed takes any XDP hook.
@@ -173,6 +192,7 @@ impl L4Kernel {
             hook: cfg.hook,
             jobs,
             ctl: Array::try_from(take(&mut ebpf, "PROBE_TX_CTL")?).map_err(map_err("PROBE_TX_CTL"))?,
+            rx_ctl,
             inflight: HashMap::try_from(take(&mut ebpf, "PROBE_INFLIGHT")?).map_err(map_err("PROBE_INFLIGHT"))?,
             http_reqs: HashMap::try_from(take(&mut ebpf, "PROBE_HTTP_REQS")?).map_err(map_err("PROBE_HTTP_REQS"))?,
             events: RingBuf::try_from(take(&mut ebpf, "PROBE_EVENTS")?).map_err(map_err("PROBE_EVENTS"))?,
@@ -183,6 +203,19 @@ impl L4Kernel {
             ebpf,
             pins,
         })
+    }
+
+    /// Leaves the RSTs that end probe connections to the node's stack from now on (see
+    /// `KernelConfig::rst_by_stack`).
+    pub fn set_rst_by_stack(&mut self) -> Result<(), KernelError> {
+        self.rx_ctl
+            .set(0, rx_ctl_bits(true), 0)
+            .map_err(map_err("PROBE_RX_CTL"))
+    }
+
+    /// The interfaces probe_rx is attached to, by name.
+    pub fn interfaces(&self) -> impl Iterator<Item = &str> {
+        self.attached.iter().map(|(name, _)| name.as_str())
     }
 
     /// The mode probe_rx was attached in (Driver or Skb); with the tcx hook, the configured

@@ -33,6 +33,11 @@ use crate::kernel::{
 /// The interfaces probe_rx is attached to are checked at most this often (an ioctl each).
 const IFACE_CHECK_EVERY: Duration = Duration::from_millis(1);
 
+/// How often the engine asks whether its devices still transmit XDP frames (a netlink query
+/// per interface): shorter than any probe's timeout, so that a probe lost to the change is
+/// known for what it is before it would time out.
+const XMIT_CHECK_EVERY: Duration = Duration::from_millis(100);
+
 /// A probe on the wire.
 struct Live {
     token: u64,
@@ -59,6 +64,15 @@ pub(crate) struct EngineState {
     key: [u64; 2],
     path: TxPath,
     path_reason: String,
+    /// The path and its reason as the engine's handle reads them (metrics, `probed check`).
+    shared_path: Arc<std::sync::Mutex<(TxPath, String)>>,
+    /// probe_rx leaves the RSTs to the stack (it cannot send frames back out).
+    rst_by_stack: bool,
+    /// When `watch_xdp_tx` next asks the devices.
+    next_xmit_check: Instant,
+    /// When a device was found to have lost XDP transmit: probes sent before then that time
+    /// out are no verdict.
+    xdp_tx_lost_at: Option<Instant>,
     raw: RawSender,
     sources: SourcePicker,
     /// The generator picks unset sources itself (BPF_FIB_LOOKUP_SRC works on this kernel).
@@ -214,7 +228,11 @@ impl EngineState {
             kernel,
             key,
             path,
+            shared_path: Arc::new(std::sync::Mutex::new((path, path_reason.clone()))),
             path_reason,
+            rst_by_stack,
+            next_xmit_check: Instant::now() + XMIT_CHECK_EVERY,
+            xdp_tx_lost_at: None,
             raw: RawSender::new()?,
             sources: SourcePicker::new(cfg.source_v4, cfg.source_v6),
             fib_src,
@@ -249,8 +267,57 @@ impl EngineState {
         self.kernel.hook()
     }
 
-    pub(crate) fn path(&self) -> (TxPath, String) {
-        (self.path, self.path_reason.clone())
+    /// The transmit path and why, as it is now and as it will be if it changes.
+    pub(crate) fn path(&self) -> Arc<std::sync::Mutex<(TxPath, String)>> {
+        self.shared_path.clone()
+    }
+
+    /// Whether the devices probe_rx runs on still transmit XDP frames, asked every 100 ms while
+    /// something depends on it. A device can lose it under a running engine (veth: the peer's
+    /// GRO turned off): frames sent back out (the RSTs probe_rx writes in native XDP, the
+    /// generator's probes) would then be dropped, and every probe would time out for a fault
+    /// of this node, or meet the half-open connection a lost RST left. From then on the RSTs
+    /// are left to the stack and probes go through the raw socket, until the daemon restarts
+    /// (HTTP checks move to sockets by the runner's own guard).
+    fn watch_xdp_tx(&mut self) {
+        use crate::kernel::{AttachMode, Hook};
+        let now = Instant::now();
+        // What a device without XDP transmit would break: the RSTs probe_rx sends back out
+        // in native XDP, and the generator's probes on the XDP path.
+        let native = self.kernel.hook() == Hook::Xdp && self.kernel.rx_mode() != AttachMode::Skb;
+        let rsts_at_risk = native && !self.rst_by_stack;
+        let sends_at_risk = self.path == TxPath::Xdp;
+        if !(rsts_at_risk || sends_at_risk) || now < self.next_xmit_check {
+            return;
+        }
+        self.next_xmit_check = now + XMIT_CHECK_EVERY;
+        let Some(dev) = self
+            .kernel
+            .interfaces()
+            .find(|d| !super::source::device_can_xmit_xdp(d))
+            .map(str::to_string)
+        else {
+            return;
+        };
+        let why = format!("{dev} no longer advertises XDP transmit (ndo_xdp_xmit)");
+        log::warn!(
+            "{why}: from now on probes go through the raw socket and the node's stack sends the RSTs \
+             that end them, until probed restarts; probes that were on the wire are no verdict"
+        );
+        if rsts_at_risk {
+            if let Err(e) = self.kernel.set_rst_by_stack() {
+                log::error!("cannot tell probe_rx to leave the RSTs to the stack: {e}");
+            }
+            self.rst_by_stack = true;
+        }
+        if sends_at_risk {
+            self.path = TxPath::Raw;
+            self.path_reason = why;
+            if let Ok(mut shared) = self.shared_path.lock() {
+                *shared = (self.path, self.path_reason.clone());
+            }
+        }
+        self.xdp_tx_lost_at = Some(now);
     }
 
     pub(crate) fn run(mut self, cmds: mpsc::Receiver<Cmd>) {
@@ -261,6 +328,7 @@ impl EngineState {
             if self.lost_interface() {
                 return;
             }
+            self.watch_xdp_tx();
             self.wake.reset();
             // Straight into the backlog: a batch gathered first held a second copy of a
             // burst (sharing one core with a busy runner, the engine found 10-22k probes

@@ -122,6 +122,12 @@ impl EngineState {
             } else {
                 None
             };
+            // A probe sent before a device was found to have lost XDP transmit may have been
+            // dropped on its way out, or its RST: its silence says nothing of the target.
+            let claimed = match (claimed, self.xdp_tx_lost_at) {
+                (Some(_), Some(at)) if live.sent <= at => Some(L4Outcome::LocalError { errno: libc::ENETDOWN }),
+                (claimed, _) => claimed,
+            };
             if let Some(outcome) = claimed {
                 self.finish(slot, outcome, elapsed);
             } else {
