@@ -301,6 +301,11 @@ fn zone_answers_nxdomain_nodata_refused_soa_ns_and_multivalue_of_both_families()
         d.raw
     );
     assert!(d.answers[0].3.ends_with(" 7"), "minimum = negative TTL: {}", d.raw);
+    // RFC 3225 3: the DO bit comes back as the query set it.
+    let d = dig(c, DNS_V4, "multi.tm.example.", "A", &["+dnssec"]);
+    assert!(d.raw.contains("; EDNS: version: 0, flags: do;"), "{}", d.raw);
+    let d = dig(c, DNS_V4, "multi.tm.example.", "A", &["+edns=0", "+nodnssec"]);
+    assert!(d.raw.contains("; EDNS: version: 0, flags:;"), "{}", d.raw);
     let d = dig4(c, ZONE, "NS");
     let mut ns: Vec<&str> = d.answers.iter().map(|r| r.3.as_str()).collect();
     ns.sort_unstable();

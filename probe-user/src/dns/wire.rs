@@ -139,21 +139,32 @@ impl RequestHandler for Handler {
 /// one, while the zone has not changed since, gets the same bytes under its own id. Only
 /// answers that follow from the question alone are kept (`Zone::deterministic`: not subnet,
 /// geographic or weighted), so the cache can never answer differently from the zone; any
-/// change of the zone (a verdict, a reload, new round-trip times) empties it. One per UDP
-/// thread, so no lock.
+/// change of the zone (a verdict, a reload, new round-trip times) empties it. Names outside
+/// the zone (REFUSED) are never kept: random names nobody asks twice would fill it. One per
+/// UDP thread, so no lock.
 #[derive(Default)]
 pub(super) struct AnswerCache {
     generation: u64,
     answers: std::collections::HashMap<Vec<u8>, (Vec<u8>, ResponseCode)>,
+    /// Bytes of the keys and answers held.
+    bytes: usize,
 }
 
 impl AnswerCache {
-    /// At most this many answers (a few hundred bytes each with their keys); then it starts over.
-    const CAPACITY: usize = 16_384;
+    /// At most this many bytes of keys and answers (about 8,000 typical answers); then it
+    /// starts over.
+    const CAPACITY_BYTES: usize = 4 << 20;
+
+    /// Whether an answer may be kept: one that follows from the question alone, for a name
+    /// in the zone.
+    fn keeps(deterministic: bool, code: ResponseCode) -> bool {
+        deterministic && code != ResponseCode::Refused
+    }
 
     fn get(&mut self, generation: u64, key: &[u8]) -> Option<&(Vec<u8>, ResponseCode)> {
         if generation != self.generation {
             self.answers.clear();
+            self.bytes = 0;
             self.generation = generation;
         }
         self.answers.get(key)
@@ -163,10 +174,14 @@ impl AnswerCache {
         if generation != self.generation {
             return;
         }
-        if self.answers.len() >= Self::CAPACITY {
+        let size = key.len() + answer.len();
+        if self.bytes + size > Self::CAPACITY_BYTES {
             self.answers.clear();
+            self.bytes = 0;
         }
-        self.answers.insert(key.to_vec(), (answer.to_vec(), code));
+        if self.answers.insert(key.to_vec(), (answer.to_vec(), code)).is_none() {
+            self.bytes += size;
+        }
     }
 }
 
@@ -201,8 +216,8 @@ pub(super) fn answer_udp(
     // Truncation: hickory cuts at the last whole record that fits and sets TC.
     let max = p.edns.as_ref().map_or(512, Edns::max_payload);
     let answer = encode(p.message(&request.queries), max);
-    let (code, keep) = (p.parts.code, p.parts.deterministic);
-    if keep {
+    let code = p.parts.code;
+    if AnswerCache::keeps(p.parts.deterministic, code) {
         cache.put(generation, key, &answer, code);
     }
     Some(answer)
@@ -297,6 +312,9 @@ fn response_edns(request: &Request) -> Option<(Edns, Option<ClientSubnet>)> {
     let asked = request.edns.as_ref()?;
     let mut e = Edns::new();
     e.set_version(0);
+    // RFC 3225 3: the DO bit of the query is copied into the response (the zone is not
+    // signed, so nothing else changes).
+    e.set_dnssec_ok(asked.flags().dnssec_ok);
     let payload = if request.protocol() == Protocol::Udp {
         asked.max_payload().clamp(512, MAX_UDP_PAYLOAD)
     } else {
@@ -438,5 +456,31 @@ mod tests {
         let mut scoped = ClientSubnet::new("198.18.10.0".parse().unwrap(), 24, 0);
         scoped.set_scope_prefix(24);
         assert!(!valid_ecs(&scoped), "a query's scope is 0");
+    }
+
+    #[test]
+    fn the_cache_keeps_in_zone_answers_within_its_bytes() {
+        assert!(AnswerCache::keeps(true, ResponseCode::NoError));
+        assert!(AnswerCache::keeps(true, ResponseCode::NXDomain));
+        assert!(!AnswerCache::keeps(true, ResponseCode::Refused), "outside the zone");
+        assert!(
+            !AnswerCache::keeps(false, ResponseCode::NoError),
+            "by location or weight"
+        );
+        let mut c = AnswerCache::default();
+        let answer = vec![0u8; 1000];
+        let mut held_most = 0;
+        for i in 0u32..10_000 {
+            let key = i.to_be_bytes();
+            assert!(c.get(1, &key).is_none());
+            c.put(1, &key, &answer, ResponseCode::NoError);
+            assert!(c.bytes <= AnswerCache::CAPACITY_BYTES, "{} bytes", c.bytes);
+            held_most = held_most.max(c.answers.len());
+        }
+        assert!(held_most >= AnswerCache::CAPACITY_BYTES / 1004 - 1, "{held_most}");
+        let key = 9_999u32.to_be_bytes();
+        assert!(c.get(1, &key).is_some(), "the latest answer is held");
+        assert!(c.get(2, &key).is_none(), "a zone change empties it");
+        assert_eq!(c.bytes, 0);
     }
 }
