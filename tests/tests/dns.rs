@@ -306,6 +306,19 @@ fn zone_answers_nxdomain_nodata_refused_soa_ns_and_multivalue_of_both_families()
     assert!(d.raw.contains("; EDNS: version: 0, flags: do;"), "{}", d.raw);
     let d = dig(c, DNS_V4, "multi.tm.example.", "A", &["+edns=0", "+nodnssec"]);
     assert!(d.raw.contains("; EDNS: version: 0, flags:;"), "{}", d.raw);
+    // Unknown EDNS options are ignored (RFC 6891 6.1.2), and a client cookie (RFC 7873) gets a
+    // full answer without a server cookie: probed does not do cookies (operations.md says why).
+    for opt in ["+ednsopt=65001:abcd", "+cookie=0123456789abcdef"] {
+        let d = dig(c, DNS_V4, "multi.tm.example.", "A", &[opt]);
+        assert_eq!(d.status, "NOERROR", "{opt}: {}", d.raw);
+        assert_eq!(d.addresses().len(), 2, "{opt}: {}", d.raw);
+        // Neither comes back: no server cookie, no echo of the unknown option.
+        assert!(
+            !d.raw.contains("; COOKIE:") && !d.raw.contains("OPT=65001"),
+            "{opt}: {}",
+            d.raw
+        );
+    }
     let d = dig4(c, ZONE, "NS");
     let mut ns: Vec<&str> = d.answers.iter().map(|r| r.3.as_str()).collect();
     ns.sort_unstable();
