@@ -283,6 +283,24 @@ fn forwarded_flows_from_every_port_range_pass_untouched_on_a_plain_veth() {
     });
 }
 
+/// TCP probes to the backend's echo port, IPv4 and IPv6 in turn, one per token.
+fn echo_probes(tokens: std::ops::Range<u64>) -> Vec<L4Request> {
+    tokens
+        .map(|token| L4Request {
+            token,
+            target: if token % 2 == 0 {
+                format!("{BACKEND_V4}:{ECHO}")
+            } else {
+                format!("[{BACKEND_V6}]:{ECHO}")
+            }
+            .parse()
+            .unwrap(),
+            proto: L4Proto::Tcp,
+            timeout: Duration::from_millis(500),
+        })
+        .collect()
+}
+
 /// Runs `script` with Python as an unprivileged user (nobody) in `ns`; its output.
 fn as_nobody(ns: &Netns, script: &str, args: &[&str]) -> String {
     let out = std::process::Command::new("ip")
@@ -351,21 +369,7 @@ except Exception as e:
         let dropped = probed_tests::servers::counted_packets(&listing, "skuid");
         assert!(dropped >= 3, "the guard dropped the SYNs:\n{listing}");
         // probed's own probes still go out and come back.
-        let reqs: Vec<L4Request> = (0..20)
-            .map(|i| L4Request {
-                token: i,
-                target: if i % 2 == 0 {
-                    format!("{BACKEND_V4}:{ECHO}")
-                } else {
-                    format!("[{BACKEND_V6}]:{ECHO}")
-                }
-                .parse()
-                .unwrap(),
-                proto: L4Proto::Tcp,
-                timeout: Duration::from_millis(500),
-            })
-            .collect();
-        engine.submit(reqs).unwrap();
+        engine.submit(echo_probes(0..20)).unwrap();
         let results = collect(&mut rx, 20, Duration::from_secs(3));
         assert!(results.iter().all(|r| r.outcome == L4Outcome::Open), "{results:?}");
     });
@@ -392,25 +396,8 @@ fn reused_probe_ports_find_no_half_open_connection_on_a_plain_veth() {
             c.sport_min = 61000;
             c.sport_max = 61015;
         });
-        let mut token = 0;
         for round in 0..10 {
-            let reqs: Vec<L4Request> = (0..16)
-                .map(|i| {
-                    token += 1;
-                    L4Request {
-                        token,
-                        target: if i % 2 == 0 {
-                            format!("{BACKEND_V4}:{ECHO}")
-                        } else {
-                            format!("[{BACKEND_V6}]:{ECHO}")
-                        }
-                        .parse()
-                        .unwrap(),
-                        proto: L4Proto::Tcp,
-                        timeout: Duration::from_millis(500),
-                    }
-                })
-                .collect();
+            let reqs = echo_probes(round * 16..(round + 1) * 16);
             engine.submit(reqs).unwrap();
             let results = collect(&mut rx, 16, Duration::from_secs(3));
             assert_eq!(results.len(), 16, "round {round}");
