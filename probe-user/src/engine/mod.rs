@@ -346,8 +346,7 @@ impl L4Engine {
         let path = state.path();
         let rx_mode = state.rx_mode();
         let hook = state.hook();
-        let devs = std::iter::once(cfg.iface.as_str()).chain(cfg.more_ifaces.iter().map(String::as_str));
-        let kernel_http = source::kernel_http_tx(hook, rx_mode, devs, source::device_can_xmit_xdp);
+        let kernel_http = state.frames_out();
         let thread = std::thread::Builder::new()
             .name("probed-l4".into())
             .spawn(move || {

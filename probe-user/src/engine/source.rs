@@ -117,13 +117,13 @@ pub fn probe_iface(listed: &[String], target: IpAddr) -> Result<String, IfaceErr
     iface_of(src).ok_or(IfaceError::NoHolder(src))
 }
 
-/// Whether probe_rx can send an HTTP probe's request, which it writes over the target's
-/// SYN+ACK and sends back out of the device that frame came in by, or why not. At tcx that
-/// is a tc redirect and in generic XDP an skb transmit, which every device takes; in native
-/// XDP it is the device's XDP transmit (`ndo_xdp_xmit`), which a device may not have (veth
-/// has it only while its peer has NAPI: GRO on, or an XDP program). Where it is missing the
-/// requests would be dropped and every check would time out, so HTTP goes through sockets.
-pub(crate) fn kernel_http_tx<'a>(
+/// Whether probe_rx can send frames back out of the device a reply came in by (the RST it
+/// writes over a SYN+ACK, an HTTP probe's request), or why not. At tcx that is a tc redirect
+/// and in generic XDP an skb transmit, which every device takes; in native XDP it is the
+/// device's XDP transmit (`ndo_xdp_xmit`), which a device may not have (veth has it only while
+/// its peer has NAPI: GRO on, or an XDP program). Where it is missing such frames would be
+/// dropped: the stack sends the RSTs instead, and HTTP goes through sockets.
+pub(crate) fn frames_back_out<'a>(
     hook: crate::kernel::Hook,
     mode: crate::kernel::AttachMode,
     devs: impl IntoIterator<Item = &'a str>,
@@ -188,15 +188,15 @@ mod tests {
         use crate::kernel::{AttachMode, Hook};
         let none = |_: &str| false;
         let all = |_: &str| true;
-        assert!(kernel_http_tx(Hook::Xdp, AttachMode::Driver, ["pr0"], all).is_ok());
-        let e = kernel_http_tx(Hook::Xdp, AttachMode::Driver, ["pr0", "pr1"], |d: &str| d == "pr0").unwrap_err();
+        assert!(frames_back_out(Hook::Xdp, AttachMode::Driver, ["pr0"], all).is_ok());
+        let e = frames_back_out(Hook::Xdp, AttachMode::Driver, ["pr0", "pr1"], |d: &str| d == "pr0").unwrap_err();
         assert!(e.starts_with("pr1 does not advertise XDP transmit"), "{e}");
         assert!(
-            kernel_http_tx(Hook::Xdp, AttachMode::Skb, ["pr0"], none).is_ok(),
+            frames_back_out(Hook::Xdp, AttachMode::Skb, ["pr0"], none).is_ok(),
             "generic XDP"
         );
         assert!(
-            kernel_http_tx(Hook::Tcx, AttachMode::Driver, ["pr0"], none).is_ok(),
+            frames_back_out(Hook::Tcx, AttachMode::Driver, ["pr0"], none).is_ok(),
             "tcx"
         );
     }

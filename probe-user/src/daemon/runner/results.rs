@@ -256,33 +256,29 @@ impl Runner {
         if self.inflight_of(r.token)?.protocol != Protocol::Http {
             return None;
         }
-        let timeout = match &self.sched.key(CheckId::from_u64(r.token))?.spec.kind {
-            ProbeKind::Http(probe) => probe.timeout(),
-            _ => return None,
-        };
         let settle = match r.outcome {
-            K::HttpUndecided { why } => Settle::Undecided(why.as_str()),
+            K::HttpUndecided { why } => Some(Settle::Undecided(why.as_str())),
             // Nothing came back after the request: a hung server, or requests that never
             // reached it. Only a socket can tell the two apart, with a time of its own.
-            K::HttpResponseTimeout => Settle::ResponseTimeout,
-            K::HttpUnsupported => {
-                if !self.kernel_http_off {
-                    log::warn!(
-                        "HTTP probes cannot run in the kernel here (the receiving driver leaves the SYN+ACK's \
-                         frame no room for the request, or every request template is in use): every HTTP \
-                         check goes through sockets from now on"
-                    );
-                    self.kernel_http_stop();
-                }
-                Settle::Unsupported
-            }
-            _ => {
-                let ProbeKind::Http(probe) = &self.sched.key(CheckId::from_u64(r.token))?.spec.kind else {
-                    return None;
-                };
-                return Some(Some(probe.kernel_report(r.outcome, r.elapsed)));
-            }
+            K::HttpResponseTimeout => Some(Settle::ResponseTimeout),
+            K::HttpUnsupported => Some(Settle::Unsupported),
+            _ => None,
         };
+        let ProbeKind::Http(probe) = &self.sched.key(CheckId::from_u64(r.token))?.spec.kind else {
+            return None;
+        };
+        let Some(settle) = settle else {
+            return Some(Some(probe.kernel_report(r.outcome, r.elapsed)));
+        };
+        let timeout = probe.timeout();
+        if settle == Settle::Unsupported && !self.kernel_http_off {
+            log::warn!(
+                "HTTP probes cannot run in the kernel here (the receiving driver leaves the SYN+ACK's \
+                 frame no room for the request, or every request template is in use): every HTTP \
+                 check goes through sockets from now on"
+            );
+            self.kernel_http_stop();
+        }
         let budget = match settle {
             Settle::ResponseTimeout => timeout,
             Settle::Undecided(_) | Settle::Unsupported => timeout.saturating_sub(r.elapsed),
@@ -320,8 +316,11 @@ impl Runner {
 
     /// A task's report: a probe of the L7 workers, or a kernel HTTP probe being settled.
     pub(super) fn on_task(&mut self, token: u64, report: ProbeReport, queued_ns: u64) {
-        if let Some(why) = self.settling.remove(&token) {
-            self.guard_kernel_http(why, &report);
+        // Empty but for kernel HTTP probes being settled: no lookup for every other task.
+        if !self.settling.is_empty() {
+            if let Some(why) = self.settling.remove(&token) {
+                self.guard_kernel_http(why, &report);
+            }
         }
         self.on_result(token, report, queued_ns);
     }

@@ -68,6 +68,8 @@ pub(crate) struct EngineState {
     shared_path: Arc<std::sync::Mutex<(TxPath, String)>>,
     /// probe_rx leaves the RSTs to the stack (it cannot send frames back out).
     rst_by_stack: bool,
+    /// Why probe_rx could not send frames back out when the engine started, if it could not.
+    no_frames_out: Option<String>,
     /// When `watch_xdp_tx` next asks the devices.
     next_xmit_check: Instant,
     /// When a device was found to have lost XDP transmit: probes sent before then that time
@@ -198,17 +200,15 @@ impl EngineState {
         let key = random_key()?;
         let pins = PinDir::create(&cfg.pin_dir)?;
         let devs = std::iter::once(cfg.iface.as_str()).chain(cfg.more_ifaces.iter().map(String::as_str));
-        let rst_by_stack =
-            match super::source::kernel_http_tx(cfg.hook, cfg.mode, devs, super::source::device_can_xmit_xdp) {
-                Ok(()) => false,
-                Err(why) => {
-                    log::warn!(
-                        "probe_rx cannot send frames back out here ({why}): the RSTs that end TCP probes \
-                     are left to the node's stack, and HTTP checks go through sockets"
-                    );
-                    true
-                }
-            };
+        let no_frames_out =
+            super::source::frames_back_out(cfg.hook, cfg.mode, devs, super::source::device_can_xmit_xdp).err();
+        if let Some(why) = &no_frames_out {
+            log::warn!(
+                "probe_rx cannot send frames back out here ({why}): the RSTs that end TCP probes are left \
+                 to the node's stack, and HTTP checks go through sockets"
+            );
+        }
+        let rst_by_stack = no_frames_out.is_some();
         let kcfg = KernelConfig {
             rst_by_stack,
             iface: cfg.iface.clone(),
@@ -231,6 +231,7 @@ impl EngineState {
             shared_path: Arc::new(std::sync::Mutex::new((path, path_reason.clone()))),
             path_reason,
             rst_by_stack,
+            no_frames_out,
             next_xmit_check: Instant::now() + XMIT_CHECK_EVERY,
             xdp_tx_lost_at: None,
             raw: RawSender::new()?,
@@ -265,6 +266,12 @@ impl EngineState {
 
     pub(crate) fn hook(&self) -> crate::kernel::Hook {
         self.kernel.hook()
+    }
+
+    /// Whether probe_rx could send frames back out (HTTP requests among them) when the engine
+    /// started, or why not.
+    pub(crate) fn frames_out(&self) -> Result<(), String> {
+        self.no_frames_out.clone().map_or(Ok(()), Err)
     }
 
     /// The transmit path and why, as it is now and as it will be if it changes.
