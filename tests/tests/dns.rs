@@ -30,6 +30,7 @@ struct Dig {
     /// (owner, TTL, type, data) of the answer section.
     answers: Vec<(String, u32, String, String)>,
     authority: Vec<(String, u32, String, String)>,
+    additional: Vec<(String, u32, String, String)>,
     /// `ADDRESS/SOURCE/SCOPE` of an echoed Client Subnet option.
     subnet: Option<String>,
     raw: String,
@@ -72,6 +73,8 @@ fn parse(raw: String) -> Dig {
                 "answer"
             } else if line.contains("AUTHORITY") {
                 "authority"
+            } else if line.contains("ADDITIONAL") {
+                "additional"
             } else {
                 ""
             };
@@ -92,6 +95,7 @@ fn parse(raw: String) -> Dig {
             match section {
                 "answer" => d.answers.push(rr),
                 "authority" => d.authority.push(rr),
+                "additional" => d.additional.push(rr),
                 _ => {}
             }
         }
@@ -249,7 +253,11 @@ fn priority_fails_over_within_the_fail_window_over_udp_tcp_and_both_listeners() 
 #[test]
 fn zone_answers_nxdomain_nodata_refused_soa_ns_and_multivalue_of_both_families() {
     let bed = Bed::new();
-    let body = dns_section("nameservers = [\"ns1.tm.example.\", \"ns2.tm.example.\"]")
+    let servers = format!(
+        "[[dns.nameserver]]\nname = \"ns1.tm.example.\"\naddresses = [\"{DNS_V4}\", \"{DNS_V6}\"]\n\
+         [[dns.nameserver]]\nname = \"ns2.elsewhere.example.\"\n"
+    );
+    let body = dns_section(&servers)
         + &profile(
             "multi",
             "routing = \"multivalue\"\nmax_answers = 2",
@@ -319,10 +327,33 @@ fn zone_answers_nxdomain_nodata_refused_soa_ns_and_multivalue_of_both_families()
             d.raw
         );
     }
+    // The apex's NS, with the addresses of the one inside the zone as glue; that one's own
+    // name answers them authoritatively, the one outside the zone is not ours.
     let d = dig4(c, ZONE, "NS");
-    let mut ns: Vec<&str> = d.answers.iter().map(|r| r.3.as_str()).collect();
-    ns.sort_unstable();
-    assert_eq!(ns, ["ns1.tm.example.", "ns2.tm.example."], "{}", d.raw);
+    let ns: Vec<&str> = d.answers.iter().map(|r| r.3.as_str()).collect();
+    assert_eq!(ns, ["ns1.tm.example.", "ns2.elsewhere.example."], "{}", d.raw);
+    let glue: Vec<(&str, &str, &str)> = d
+        .additional
+        .iter()
+        .map(|r| (r.0.as_str(), r.2.as_str(), r.3.as_str()))
+        .collect();
+    assert_eq!(
+        glue,
+        [("ns1.tm.example.", "A", DNS_V4), ("ns1.tm.example.", "AAAA", DNS_V6)],
+        "{}",
+        d.raw
+    );
+    for (qtype, want) in [("A", DNS_V4), ("AAAA", DNS_V6)] {
+        let d = dig4(c, "ns1.tm.example.", qtype);
+        assert_eq!(
+            (d.status.as_str(), d.addresses()),
+            ("NOERROR", vec![want.to_string()]),
+            "{}",
+            d.raw
+        );
+        assert!(d.flags.contains(&"aa".to_string()), "{}", d.raw);
+    }
+    assert_eq!(dig4(c, "ns2.elsewhere.example.", "A").status, "REFUSED");
     let metrics = daemon.get("/metrics");
     let text = metrics.as_str().unwrap();
     for (series, at_least) in [

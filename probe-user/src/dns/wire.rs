@@ -66,7 +66,7 @@ impl Prepared {
             self.parts.answers.iter(),
             self.parts.authority.iter(),
             std::iter::empty(),
-            std::iter::empty(),
+            self.parts.additional.iter(),
         )
     }
 }
@@ -333,6 +333,8 @@ struct Parts {
     code: ResponseCode,
     answers: Vec<Record>,
     authority: Vec<Record>,
+    /// The addresses of the name servers inside the zone, with NS records (glue).
+    additional: Vec<Record>,
     by_location: bool,
     /// The same query bytes get the same answer until the zone changes (`AnswerCache`).
     deterministic: bool,
@@ -344,6 +346,7 @@ impl Parts {
             code,
             answers: Vec::new(),
             authority: Vec::new(),
+            additional: Vec::new(),
             by_location: false,
             deterministic: false,
         }
@@ -371,16 +374,7 @@ fn render(zone: &Zone, qname: &str, reply: &Reply) -> Parts {
         } => {
             parts.by_location = *by_location;
             let owner = owner();
-            parts.answers = addresses
-                .iter()
-                .map(|a| {
-                    let data = match a {
-                        IpAddr::V4(v4) => RData::A(A(*v4)),
-                        IpAddr::V6(v6) => RData::AAAA(AAAA(*v6)),
-                    };
-                    Record::from_rdata(owner.clone(), *ttl, data)
-                })
-                .collect();
+            parts.answers = addresses.iter().map(|a| address_record(&owner, *ttl, *a)).collect();
         }
         Reply::Apex { soa, ns } => {
             if *soa {
@@ -388,6 +382,7 @@ fn render(zone: &Zone, qname: &str, reply: &Reply) -> Parts {
             }
             if *ns {
                 parts.answers.extend(ns_records(zone));
+                parts.additional.extend(glue(zone));
             }
         }
     }
@@ -419,6 +414,25 @@ fn ns_records(zone: &Zone) -> impl Iterator<Item = Record> + '_ {
     zone.nameservers()
         .iter()
         .map(move |ns| Record::from_rdata(apex.clone(), zone.ttl(), RData::NS(NS(name(ns)))))
+}
+
+/// The A and AAAA records of the name servers inside the zone, in the order of the NS records.
+fn glue(zone: &Zone) -> impl Iterator<Item = Record> + '_ {
+    zone.nameservers().iter().flat_map(move |ns| {
+        let owner = name(ns);
+        zone.nameserver_addresses(ns)
+            .iter()
+            .map(move |a| address_record(&owner, zone.ttl(), *a))
+    })
+}
+
+/// An A or AAAA record.
+fn address_record(owner: &Name, ttl: u32, address: IpAddr) -> Record {
+    let data = match address {
+        IpAddr::V4(v4) => RData::A(A(v4)),
+        IpAddr::V6(v6) => RData::AAAA(AAAA(v6)),
+    };
+    Record::from_rdata(owner.clone(), ttl, data)
 }
 
 /// A name the configuration already checked, or the question's own.

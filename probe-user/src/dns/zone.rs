@@ -131,6 +131,9 @@ pub struct Zone {
     ttl: u32,
     soa: Soa,
     nameservers: Vec<String>,
+    /// The addresses of the name servers inside the zone, by absolute name: the zone answers
+    /// their A and AAAA questions, and adds them to NS answers.
+    ns_addresses: FastMap<String, Vec<IpAddr>>,
     regions: Regions,
     profiles: Vec<ZoneProfile>,
     /// Absolute owner name -> profile.
@@ -161,7 +164,7 @@ impl Zone {
             origin: dns.zone.clone(),
             ttl: dns.ttl,
             soa: Soa {
-                mname: dns.nameservers[0].clone(),
+                mname: dns.nameservers[0].name.clone(),
                 rname: format!("hostmaster.{}", dns.zone),
                 serial,
                 refresh: SOA_REFRESH,
@@ -169,7 +172,13 @@ impl Zone {
                 expire: SOA_EXPIRE,
                 minimum: dns.negative_ttl,
             },
-            nameservers: dns.nameservers.clone(),
+            nameservers: dns.nameservers.iter().map(|ns| ns.name.clone()).collect(),
+            ns_addresses: dns
+                .nameservers
+                .iter()
+                .filter(|ns| !ns.addresses.is_empty())
+                .map(|ns| (ns.name.clone(), ns.addresses.clone()))
+                .collect(),
             regions,
             profiles: Vec::new(),
             by_name: FastMap::default(),
@@ -183,6 +192,10 @@ impl Zone {
             .enumerate()
             .map(|(i, p)| (p.name.as_str(), i))
             .collect();
+        let server_names: Vec<String> = zone.ns_addresses.keys().cloned().collect();
+        for name in &server_names {
+            zone.add_parents(name);
+        }
         for p in &config.profiles {
             let name: Arc<str> = Arc::from(p.name.as_str());
             let status_of = |endpoint: &str| {
@@ -215,14 +228,7 @@ impl Zone {
             });
             let endpoints: Vec<ZoneEndpoint> = plain.chain(nested).collect();
             let owner = dns.name_of(p);
-            let mut parent = owner.as_str();
-            while let Some((_, rest)) = parent.split_once('.') {
-                if rest.len() <= zone.origin.len() {
-                    break;
-                }
-                zone.empty_non_terminals.insert(rest.to_string());
-                parent = rest;
-            }
+            zone.add_parents(&owner);
             let index = zone.profiles.len();
             zone.by_name.insert(owner, index);
             zone.by_profile.insert(name.clone(), index);
@@ -237,8 +243,9 @@ impl Zone {
                 name,
             });
         }
-        // A profile's own name is never an empty non-terminal, even under another's.
-        let owners: Vec<String> = zone.by_name.keys().cloned().collect();
+        // A profile's or name server's own name is never an empty non-terminal, even under
+        // another's.
+        let owners: Vec<String> = zone.by_name.keys().chain(&server_names).cloned().collect();
         for o in owners {
             zone.empty_non_terminals.remove(&o);
         }
@@ -283,6 +290,18 @@ impl Zone {
         zone
     }
 
+    /// Records the names between `owner` and the apex as empty non-terminals.
+    fn add_parents(&mut self, owner: &str) {
+        let mut parent = owner;
+        while let Some((_, rest)) = parent.split_once('.') {
+            if rest.len() <= self.origin.len() {
+                break;
+            }
+            self.empty_non_terminals.insert(rest.to_string());
+            parent = rest;
+        }
+    }
+
     pub fn origin(&self) -> &str {
         &self.origin
     }
@@ -293,6 +312,11 @@ impl Zone {
 
     pub fn nameservers(&self) -> &[String] {
         &self.nameservers
+    }
+
+    /// The addresses of a name server inside the zone (none for one outside it).
+    pub fn nameserver_addresses(&self, name: &str) -> &[IpAddr] {
+        self.ns_addresses.get(name).map_or(&[], Vec::as_slice)
     }
 
     /// The TTL of the apex's own records.
@@ -371,6 +395,9 @@ impl Zone {
                 QType::A | QType::Aaaa | QType::Other => Reply::NoData { by_location: false },
             };
         }
+        if let Some(addresses) = self.ns_addresses.get(q.name) {
+            return self.nameserver_answer(addresses, q.qtype);
+        }
         let Some(p) = self.by_name.get(q.name).map(|&i| &self.profiles[i]) else {
             return if self.empty_non_terminals.contains(q.name) {
                 Reply::NoData { by_location: false }
@@ -406,6 +433,27 @@ impl Zone {
 }
 
 impl Zone {
+    /// A name server's own name: its addresses of the family asked, which the configuration
+    /// gives, whatever the health of anything.
+    fn nameserver_answer(&self, addresses: &[IpAddr], qtype: QType) -> Reply {
+        let wanted = |a: &&IpAddr| match qtype {
+            QType::A => a.is_ipv4(),
+            QType::Aaaa => a.is_ipv6(),
+            QType::Any => true,
+            QType::Soa | QType::Ns | QType::Other => false,
+        };
+        let addresses: Vec<IpAddr> = addresses.iter().filter(wanted).copied().collect();
+        if addresses.is_empty() {
+            Reply::NoData { by_location: false }
+        } else {
+            Reply::Addresses {
+                ttl: self.ttl,
+                addresses,
+                by_location: false,
+            }
+        }
+    }
+
     /// The addresses of family `family` that profile `ix`'s routing method gives `client` now,
     /// a nested endpoint's being those its child's method gives.
     fn pick(&self, ix: usize, client: Client, family: Family, rng: &mut dyn RandomSource, depth: usize) -> Vec<IpAddr> {

@@ -10,7 +10,13 @@ fn defaults_and_names() {
     assert_eq!(dns.zone, "tm.example.", "absolute and lower case");
     assert_eq!(dns.listen.len(), 2);
     assert_eq!((dns.ttl, dns.negative_ttl), (30, 30));
-    assert_eq!(dns.nameservers, ["ns1.tm.example."]);
+    let ns1 = NameServer {
+        name: "ns1.tm.example.".into(),
+        addresses: vec!["198.18.0.1".parse().unwrap(), "2001:2::1".parse().unwrap()],
+    };
+    assert_eq!(dns.nameservers, [ns1], "ns1.<zone> at the listen addresses");
+    assert_eq!(dns.rate_limit, DnsRateLimit::default());
+    assert_eq!(dns.tcp, DnsTcp::default());
     assert_eq!(dns.name_of(&c.profiles[0]), "web.tm.example.");
     assert_eq!(c.profiles[0].dns_ttl, Some(5));
     let c = ok(&format!("{DNS}\n{}", cfg("tm", "dns_name = \"WWW.eu\"", "", "")));
@@ -42,7 +48,106 @@ rule!(
     format!("{DNS}negative_ttl = \"soon\""),
     "dns.negative_ttl"
 );
-rule!(nameservers_empty, format!("{DNS}nameservers = []"), "dns.nameservers");
+rule!(
+    nameservers_old_list,
+    format!("{DNS}nameservers = [\"ns1.tm.example.\"]"),
+    "dns.nameservers"
+);
+rule!(
+    nameserver_default_on_wildcards,
+    "[dns]\nlisten = [\"0.0.0.0:53\"]\nzone = \"tm.example\"",
+    "dns.nameserver"
+);
+rule!(
+    nameserver_inside_without_addresses,
+    format!("{DNS}[[dns.nameserver]]\nname = \"ns1.tm.example.\""),
+    "dns.nameserver[0].addresses"
+);
+rule!(
+    nameserver_outside_with_addresses,
+    format!("{DNS}[[dns.nameserver]]\nname = \"ns1.other.example.\"\naddresses = [\"198.18.0.1\"]"),
+    "dns.nameserver[0].addresses"
+);
+rule!(
+    nameserver_bad_address,
+    format!("{DNS}[[dns.nameserver]]\nname = \"ns1.tm.example.\"\naddresses = [\"198.18.0.1\", \"0.0.0.0\"]"),
+    "dns.nameserver[0].addresses[1]"
+);
+rule!(
+    nameserver_twice,
+    format!("{DNS}[[dns.nameserver]]\nname = \"ns.other.example\"\n[[dns.nameserver]]\nname = \"NS.other.example.\""),
+    "dns.nameserver[1].name"
+);
+rule!(
+    nameserver_is_a_profile,
+    format!(
+        "{DNS}[[dns.nameserver]]\nname = \"web.tm.example.\"\naddresses = [\"198.18.0.1\"]\n{}",
+        cfg("tm", "", "", "")
+    ),
+    "profile[0].dns_name"
+);
+rule!(
+    rate_limit_slip,
+    format!("{DNS}[dns.rate_limit]\nslip = 11"),
+    "dns.rate_limit.slip"
+);
+rule!(
+    rate_limit_prefix,
+    format!("{DNS}[dns.rate_limit]\nipv4_prefix = 33"),
+    "dns.rate_limit.ipv4_prefix"
+);
+rule!(
+    rate_limit_exempt,
+    format!("{DNS}[dns.rate_limit]\nexempt = [\"x\"]"),
+    "dns.rate_limit.exempt[0]"
+);
+rule!(
+    tcp_clients,
+    format!("{DNS}[dns.tcp]\nmax_clients = 0"),
+    "dns.tcp.max_clients"
+);
+rule!(
+    tcp_per_prefix_over_total,
+    format!("{DNS}[dns.tcp]\nmax_clients = 10\nmax_clients_per_prefix = 11"),
+    "dns.tcp.max_clients_per_prefix"
+);
+rule!(
+    tcp_idle,
+    format!("{DNS}[dns.tcp]\nidle_timeout = \"3600s\""),
+    "dns.tcp.idle_timeout"
+);
+
+#[test]
+fn limits_are_read() {
+    let text = format!(
+        "{DNS}[dns.rate_limit]\nresponses_per_second = 0\nslip = 1\nipv6_prefix = 48\nexempt = [\"198.18.9.7/24\"]\n\
+         [dns.tcp]\nmax_clients = 100\nmax_clients_per_prefix = 4\nidle_timeout = \"2s\"\nmax_lifetime = \"30s\"\n{}",
+        cfg("tm", "", "", "")
+    );
+    let dns = ok(&text).dns.unwrap();
+    assert_eq!(dns.rate_limit.responses_per_second, 0, "off");
+    assert_eq!(
+        (
+            dns.rate_limit.slip,
+            dns.rate_limit.ipv4_prefix,
+            dns.rate_limit.ipv6_prefix
+        ),
+        (1, 24, 48)
+    );
+    assert_eq!(
+        dns.rate_limit.exempt,
+        ["198.18.9.0/24".parse::<ipnet::IpNet>().unwrap()]
+    );
+    assert_eq!(
+        dns.tcp,
+        DnsTcp {
+            max_clients: 100,
+            max_clients_per_prefix: 4,
+            idle_timeout: std::time::Duration::from_secs(2),
+            max_lifetime: std::time::Duration::from_secs(30),
+        }
+    );
+}
 rule!(
     region_world,
     format!("{DNS}[[dns.region]]\nname = \"world\"\nsubnets = [\"10.0.0.0/8\"]"),

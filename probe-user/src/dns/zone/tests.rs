@@ -160,6 +160,68 @@ fn names_outside_the_zone_are_refused_and_the_apex_has_soa_and_ns() {
     assert_eq!(z.nameservers(), ["ns1.tm.example."]);
     assert_eq!(z.soa().minimum, 5);
     assert_eq!(z.soa().serial, 7);
+    // The default name server is ns1.<zone> at the listen address, answered by the zone.
+    let ns1: IpAddr = "198.18.0.1".parse().unwrap();
+    assert_eq!(z.nameserver_addresses("ns1.tm.example."), [ns1]);
+    assert_eq!(
+        ask(&z, "ns1.tm.example.", QType::A, "192.0.2.1"),
+        Reply::Addresses {
+            ttl: 30,
+            addresses: vec![ns1],
+            by_location: false
+        }
+    );
+    assert_eq!(
+        ask(&z, "ns1.tm.example.", QType::Aaaa, "192.0.2.1"),
+        Reply::NoData { by_location: false }
+    );
+}
+
+#[test]
+fn name_servers_inside_the_zone_answer_their_addresses_and_make_their_parents_exist() {
+    let text = CONFIG.replace(
+        "negative_ttl = \"5s\"\n",
+        "negative_ttl = \"5s\"\n\
+         [[dns.nameserver]]\nname = \"a.ns.tm.example.\"\naddresses = [\"198.18.0.53\", \"2001:2::53\"]\n\
+         [[dns.nameserver]]\nname = \"ns.other.example.\"\n",
+    );
+    let config = Config::parse(&text, "t.toml").unwrap();
+    let dns = config.dns.clone().unwrap();
+    let z = Zone::build(&config, &dns, regions(&config), &snapshot(&config), 7);
+    assert_eq!(z.nameservers(), ["a.ns.tm.example.", "ns.other.example."]);
+    assert_eq!(z.soa().mname, "a.ns.tm.example.");
+    assert!(z.nameserver_addresses("ns.other.example.").is_empty());
+    let both: Vec<IpAddr> = vec!["198.18.0.53".parse().unwrap(), "2001:2::53".parse().unwrap()];
+    let addresses = |a: &[IpAddr]| Reply::Addresses {
+        ttl: 30,
+        addresses: a.to_vec(),
+        by_location: false,
+    };
+    assert_eq!(
+        ask(&z, "a.ns.tm.example.", QType::A, "192.0.2.1"),
+        addresses(&both[..1])
+    );
+    assert_eq!(
+        ask(&z, "a.ns.tm.example.", QType::Aaaa, "192.0.2.1"),
+        addresses(&both[1..])
+    );
+    assert_eq!(ask(&z, "a.ns.tm.example.", QType::Any, "192.0.2.1"), addresses(&both));
+    let nodata = Reply::NoData { by_location: false };
+    assert_eq!(ask(&z, "a.ns.tm.example.", QType::Other, "192.0.2.1"), nodata);
+    assert_eq!(
+        ask(&z, "ns.tm.example.", QType::A, "192.0.2.1"),
+        nodata,
+        "an empty non-terminal"
+    );
+    assert_eq!(
+        ask(&z, "b.ns.tm.example.", QType::A, "192.0.2.1"),
+        Reply::NxDomain { by_location: false }
+    );
+    assert_eq!(
+        ask(&z, "ns1.tm.example.", QType::A, "192.0.2.1"),
+        Reply::NxDomain { by_location: false },
+        "no default once name servers are given"
+    );
 }
 
 #[test]
