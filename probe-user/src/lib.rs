@@ -6,6 +6,7 @@
 //! dialects, thresholds and HTTP limits that `config` and `probe` share), `status`
 //! (monitor status and selection), and the product on top: `daemon` (runner, events,
 //! persistence), `api` (HTTP JSON), `metrics` (Prometheus).
+pub mod accept;
 pub mod alloc;
 pub mod api;
 pub mod clock;

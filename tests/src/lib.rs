@@ -5,6 +5,7 @@
 //! tests run in parallel; addresses come from 198.18.0.0/15 and 2001:2::/48 only.
 pub mod chroot;
 pub mod daemon;
+pub mod dig;
 pub mod fleet;
 pub mod flood;
 pub mod forge;

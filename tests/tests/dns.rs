@@ -12,6 +12,7 @@ use std::{
 use probed::status::EndpointStatus as S;
 use probed_tests::{
     daemon::{DaemonFiles, RunningDaemon},
+    dig::Dig,
     lb::{add_backends, go_dark, restore, wait_until},
     topo::*,
     Netns,
@@ -22,104 +23,9 @@ const DNS_V4: &str = "198.18.0.1";
 const DNS_V6: &str = "2001:2::1";
 const PORT: u16 = 5353;
 
-/// One `dig` answer, as dig prints it.
-#[derive(Debug, Default)]
-struct Dig {
-    status: String,
-    flags: Vec<String>,
-    /// (owner, TTL, type, data) of the answer section.
-    answers: Vec<(String, u32, String, String)>,
-    authority: Vec<(String, u32, String, String)>,
-    additional: Vec<(String, u32, String, String)>,
-    /// `ADDRESS/SOURCE/SCOPE` of an echoed Client Subnet option.
-    subnet: Option<String>,
-    raw: String,
-}
-
-impl Dig {
-    fn addresses(&self) -> Vec<String> {
-        let mut a: Vec<String> = self
-            .answers
-            .iter()
-            .filter(|r| r.2 == "A" || r.2 == "AAAA")
-            .map(|r| r.3.clone())
-            .collect();
-        a.sort();
-        a
-    }
-}
-
-fn parse(raw: String) -> Dig {
-    let mut d = Dig::default();
-    let mut section = "";
-    for line in raw.lines() {
-        if let Some(rest) = line.split_once("status: ").map(|(_, r)| r) {
-            d.status = rest.split(',').next().unwrap_or("").to_string();
-        }
-        if let Some(rest) = line.strip_prefix(";; flags: ") {
-            d.flags = rest
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .split_whitespace()
-                .map(str::to_string)
-                .collect();
-        }
-        if let Some(rest) = line.strip_prefix("; CLIENT-SUBNET: ") {
-            d.subnet = Some(rest.trim().to_string());
-        }
-        if line.starts_with(";; ") && line.ends_with("SECTION:") {
-            section = if line.contains("ANSWER") {
-                "answer"
-            } else if line.contains("AUTHORITY") {
-                "authority"
-            } else if line.contains("ADDITIONAL") {
-                "additional"
-            } else {
-                ""
-            };
-            continue;
-        }
-        if line.trim().is_empty() {
-            section = "";
-            continue;
-        }
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() >= 5 && !line.starts_with(';') {
-            let rr = (
-                f[0].to_string(),
-                f[1].parse().unwrap_or(0),
-                f[3].to_string(),
-                f[4..].join(" "),
-            );
-            match section {
-                "answer" => d.answers.push(rr),
-                "authority" => d.authority.push(rr),
-                "additional" => d.additional.push(rr),
-                _ => {}
-            }
-        }
-    }
-    d.raw = raw;
-    d
-}
-
 /// `dig @server -p PORT name type [options]` from `ns`.
 fn dig(ns: &Netns, server: &str, name: &str, qtype: &str, options: &[&str]) -> Dig {
-    let at = format!("@{server}");
-    let port = PORT.to_string();
-    let mut args = vec![
-        at.as_str(),
-        "-p",
-        &port,
-        name,
-        qtype,
-        "+tries=1",
-        "+time=2",
-        "+nocookie",
-    ];
-    args.extend_from_slice(options);
-    parse(ns.exec("dig", &args))
+    probed_tests::dig::dig(ns, server, PORT, name, qtype, options)
 }
 
 fn dig4(ns: &Netns, name: &str, qtype: &str) -> Dig {
@@ -395,8 +301,9 @@ fn zone_answers_nxdomain_nodata_refused_soa_ns_and_multivalue_of_both_families()
 #[test]
 fn subnet_and_geographic_follow_the_client_subnet_and_match_select() {
     let bed = Bed::new();
+    // The same names are asked many times a second from one client: rate limiting is off.
     let body = dns_section(
-        "[[dns.region]]\nname = \"eu\"\nsubnets = [\"198.18.30.0/24\"]\n\
+        "[dns.rate_limit]\nresponses_per_second = 0\n[[dns.region]]\nname = \"eu\"\nsubnets = [\"198.18.30.0/24\"]\n\
          [[dns.region]]\nname = \"us\"\nsubnets = [\"198.18.40.0/24\", \"2001:2:40::/48\"]\n",
     ) + &profile(
         "net",
@@ -532,7 +439,9 @@ fn large_answers_are_truncated_over_udp_and_complete_over_tcp() {
 #[test]
 fn hostile_packets_get_formerr_or_nothing_and_a_flood_does_not_stop_probing() {
     let bed = Bed::new();
-    let body = dns_section("") + &profile("web", "", &[("a", V4[0], "")]);
+    // The flood comes from the client that asks the normal queries: rate limiting, which would
+    // hold those back as it should (rate_limit.rs tests it), is off here.
+    let body = dns_section("[dns.rate_limit]\nresponses_per_second = 0") + &profile("web", "", &[("a", V4[0], "")]);
     let daemon = bed.start(&body);
     wait_online(&daemon, "web", &["a"]);
     let server = format!("{DNS_V4}:{PORT}");

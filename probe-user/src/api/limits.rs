@@ -52,11 +52,8 @@ impl Timeouts {
 
 /// How long a new connection waits at the cap for an evicted one to go.
 pub(super) const ADMIT_WAIT: Duration = Duration::from_millis(100);
-/// Accept errors (EMFILE, ENFILE, ENOBUFS, ECONNABORTED...) are retried after a delay that
-/// doubles from the first to the last value, and logged at most once per `ACCEPT_LOG_EVERY`.
-pub(super) const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
-pub(super) const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
-const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(1);
+/// Accept errors are retried with `crate::accept::Backoff`.
+pub(super) use crate::accept::Backoff as AcceptBackoff;
 
 /// One served connection as the table sees it.
 pub(super) struct Slot {
@@ -199,64 +196,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
     }
 }
 
-/// The delay before the next accept after an error, and the rate limit on saying so.
-pub(super) struct AcceptBackoff {
-    delay: Option<Duration>,
-    last_log: Option<Instant>,
-    suppressed: u64,
-}
-
-impl AcceptBackoff {
-    pub(super) fn new() -> Self {
-        AcceptBackoff {
-            delay: None,
-            last_log: None,
-            suppressed: 0,
-        }
-    }
-
-    pub(super) fn succeeded(&mut self) {
-        self.delay = None;
-    }
-
-    /// Records a failed accept and returns how long to wait before the next one.
-    pub(super) fn failed(&mut self, e: &io::Error) -> Duration {
-        let delay = self
-            .delay
-            .map_or(ACCEPT_BACKOFF_MIN, |d| (d * 2).min(ACCEPT_BACKOFF_MAX));
-        self.delay = Some(delay);
-        let now = Instant::now();
-        if self.last_log.is_none_or(|t| now.duration_since(t) >= ACCEPT_LOG_EVERY) {
-            let more = std::mem::take(&mut self.suppressed);
-            log::warn!(
-                "API: accepting a connection failed: {e} ({more} more since the last message); \
-                 retrying in {delay:?} (too many open files? raise LimitNOFILE)"
-            );
-            self.last_log = Some(now);
-        } else {
-            self.suppressed += 1;
-        }
-        delay
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_to_a_ceiling_and_resets() {
-        let mut b = AcceptBackoff::new();
-        let e = io::Error::from_raw_os_error(libc::EMFILE);
-        let delays: Vec<_> = (0..10).map(|_| b.failed(&e)).collect();
-        assert_eq!(delays[0], ACCEPT_BACKOFF_MIN);
-        assert_eq!(delays[1], ACCEPT_BACKOFF_MIN * 2);
-        assert_eq!(*delays.last().unwrap(), ACCEPT_BACKOFF_MAX);
-        assert!(delays.windows(2).all(|w| w[0] <= w[1]));
-        assert!(b.suppressed > 0, "repeated errors within a second are not all logged");
-        b.succeeded();
-        assert_eq!(b.failed(&e), ACCEPT_BACKOFF_MIN);
-    }
 
     #[tokio::test]
     async fn eviction_picks_the_oldest_idle_connection() {

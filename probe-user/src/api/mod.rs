@@ -217,7 +217,7 @@ fn accept_loop<L: Listener>(
     tokio::spawn(async move {
         let permits = Arc::new(Semaphore::new(limits::MAX_CONNECTIONS));
         let table = Arc::new(limits::Table::default());
-        let mut backoff = limits::AcceptBackoff::new();
+        let mut backoff = limits::AcceptBackoff::new("API");
         loop {
             let accepted = tokio::select! {
                 _ = &mut stop => break,

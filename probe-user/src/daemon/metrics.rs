@@ -163,6 +163,17 @@ impl RunnerMetrics {
         }
         r.set_total(&catalog::DNS_TCP_ANSWERS, vec![], load(&counters.tcp));
         r.set_total(&catalog::DNS_SEND_ERRORS, vec![], load(&counters.send_errors));
+        for (action, c) in [("drop", &counters.rrl_dropped), ("slip", &counters.rrl_slipped)] {
+            r.set_total(
+                &catalog::DNS_RATE_LIMITED,
+                vec![("action", action.to_string())],
+                load(c),
+            );
+        }
+        r.set(&catalog::DNS_TCP_CONNECTIONS, vec![], load(&counters.tcp_open) as f64);
+        for (reason, c) in crate::dns::server::tcp_closed_values(counters) {
+            r.set_total(&catalog::DNS_TCP_CLOSED, vec![("reason", reason.to_string())], c);
+        }
     }
 
     pub fn cluster(&mut self, view: &super::views::ClusterView) {

@@ -3,10 +3,14 @@
 //!
 //! - `zone.rs`: what a question gets, from the configuration and the change stream (pure);
 //! - `regions.rs`: which region a source is in (pure; `/v1/select` asks it too);
+//! - `rrl.rs`: response rate limiting of UDP answers (pure);
 //! - `wire.rs`: requests and answers through hickory (EDNS, Client Subnet, error codes);
-//! - `server.rs`: the thread, its sockets, and the task that follows the change stream.
+//! - `tcp.rs`: DNS over TCP with its caps and timeouts (RFC 7766);
+//! - `server.rs`: the threads, their sockets, and the task that follows the change stream.
 pub mod regions;
+mod rrl;
 pub mod server;
+mod tcp;
 mod wire;
 pub mod zone;
 

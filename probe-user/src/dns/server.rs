@@ -13,16 +13,14 @@ use std::{
     time::Duration,
 };
 
-use hickory_server::Server;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{wire::Handler, zone::Zone};
+use super::{
+    tcp::{Clients, Closed},
+    zone::Zone,
+};
 use crate::{daemon::changes::Subscription, rng::SplitMix64};
 
-/// A TCP client that sends nothing for this long is dropped.
-const TCP_IDLE: Duration = Duration::from_secs(5);
-/// Answers queued per TCP connection before hickory stops reading more of its queries.
-const TCP_QUEUE: usize = 32;
 /// A UDP thread looks at its stop flag this often when no query comes.
 const UDP_POLL: Duration = Duration::from_millis(100);
 
@@ -50,6 +48,25 @@ pub struct Counters {
     /// Answers sent over TCP (every other one went over UDP).
     pub tcp: AtomicU64,
     pub send_errors: AtomicU64,
+    /// UDP answers rate limiting held back: dropped, or sent truncated instead.
+    pub rrl_dropped: AtomicU64,
+    pub rrl_slipped: AtomicU64,
+    /// TCP connections open now, and those the server closed, by `tcp::Closed` reason.
+    pub tcp_open: AtomicU64,
+    tcp_closed: [AtomicU64; 6],
+}
+
+impl Counters {
+    pub(super) fn tcp_closed(&self, reason: Closed) {
+        self.tcp_closed[reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// TCP connections the server closed, by reason, for the metrics scrape.
+pub fn tcp_closed_values(c: &Counters) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+    Closed::ALL
+        .iter()
+        .map(|r| (r.name(), c.tcp_closed[*r as usize].load(Ordering::Relaxed)))
 }
 
 /// What the query path and the follower share.
@@ -235,7 +252,8 @@ fn serve_udp(shared: &Shared, sock: &std::net::UdpSocket, stop: &AtomicBool) {
     }
     let mut batch = RecvBatch::default();
     let mut out = Vec::with_capacity(BATCH);
-    let mut cache = super::wire::AnswerCache::default();
+    let mut state = super::wire::UdpState::default();
+    let mut settings_of = u64::MAX;
     while !stop.load(Ordering::Relaxed) {
         let n = match batch.recv(sock) {
             Ok(n) => n,
@@ -248,10 +266,22 @@ fn serve_udp(shared: &Shared, sock: &std::net::UdpSocket, stop: &AtomicBool) {
             }
         };
         out.clear();
+        // A new zone may come with new limits (a reload).
+        let generation = shared.generation();
+        if generation != settings_of {
+            settings_of = generation;
+            let settings = shared.zone().rate_limit().clone();
+            match (&mut state.limiter, settings.responses_per_second) {
+                (_, 0) => state.limiter = None,
+                (Some(l), _) => l.set(&settings),
+                (None, _) => state.limiter = Some(super::rrl::RateLimiter::new(settings)),
+            }
+        }
+        let now_ms = crate::clock::mono_ns() / 1_000_000;
         for i in 0..n {
             let (datagram, from) = batch.get(i);
             if let Some(from) = from {
-                if let Some(answer) = super::wire::answer_udp(shared, &mut cache, datagram, from) {
+                if let Some(answer) = super::wire::answer_udp(shared, &mut state, datagram, from, now_ms) {
                     out.push((answer, from));
                 }
             }
@@ -288,20 +318,20 @@ fn serve(
         }
     };
     rt.block_on(async move {
-        let mut server = Server::new(Handler { shared: shared.clone() });
+        let clients = Arc::new(Clients::default());
         for l in tcp {
             match tokio::net::TcpListener::from_std(l) {
-                Ok(l) => server.register_listener(l, TCP_IDLE, TCP_QUEUE),
+                Ok(l) => {
+                    tokio::spawn(super::tcp::accept_loop(shared.clone(), clients.clone(), l));
+                }
                 Err(e) => log::error!("dns: a TCP listener cannot be served: {e}"),
             }
         }
-        let follower = tokio::spawn(follow(shared, changes, updates));
+        tokio::spawn(follow(shared, changes, updates));
         let _ = stop.await;
-        follower.abort();
-        if let Err(e) = server.shutdown_gracefully().await {
-            log::debug!("dns: stopped with {e}");
-        }
     });
+    // Dropping the runtime ends every task: the listeners and connections close.
+    drop(rt);
 }
 
 /// Applies every batch of changes to the zone; switches to a new zone and stream when the

@@ -8,11 +8,11 @@
 use std::{
     net::{IpAddr, SocketAddr},
     str::FromStr,
-    sync::{atomic::Ordering, Arc},
+    sync::atomic::Ordering,
 };
 
 use hickory_server::{
-    net::{runtime::Time, xfer::Protocol},
+    net::xfer::Protocol,
     proto::{
         op::{Edns, Header, HeaderCounts, MessageType, Metadata, OpCode, ResponseCode},
         rr::{
@@ -24,11 +24,12 @@ use hickory_server::{
         },
         serialize::binary::{BinDecodable, BinDecoder, BinEncodable, BinEncoder},
     },
-    server::{Request, RequestHandler, ResponseHandler, ResponseInfo},
+    server::Request,
     zone_handler::{MessageResponse, MessageResponseBuilder, Queries},
 };
 
 use super::{
+    rrl::{truncated, AnswerClass, RateLimiter, Verdict},
     server::{Counters, Shared},
     zone::{Client, QType, Question, Reply, Zone},
 };
@@ -37,13 +38,11 @@ use super::{
 /// size, which avoids IP fragmentation on any usual path.
 const MAX_UDP_PAYLOAD: u16 = 1232;
 
-pub(super) struct Handler {
-    pub shared: Arc<Shared>,
-}
-
 /// A request's answer, ready for either transport.
 struct Prepared {
     parts: Parts,
+    /// What the answer is, for rate limiting.
+    class: AnswerClass,
     edns: Option<Edns>,
     meta: Metadata,
 }
@@ -74,9 +73,10 @@ impl Prepared {
 /// Asks the zone (unless the request is refused first) and counts the answer.
 fn prepare(shared: &Shared, request: &Request) -> Prepared {
     let mut edns = response_edns(request);
+    let mut class = AnswerClass::Error;
     let parts = match check(request) {
         Err(code) => Parts::only(code),
-        Ok((qname, qtype)) => {
+        Ok((qname, qtype, rtype)) => {
             let client = Client {
                 address: edns
                     .as_ref()
@@ -94,6 +94,11 @@ fn prepare(shared: &Shared, request: &Request) -> Prepared {
             let mut parts = render(&zone, &qname, &reply);
             // The source address decides nothing here, so identical bytes, identical answer.
             parts.deterministic = zone.deterministic(&qname);
+            class = match parts.code {
+                ResponseCode::NoError => AnswerClass::of_name(&qname, rtype),
+                ResponseCode::NXDomain => AnswerClass::NxDomain,
+                _ => AnswerClass::Error,
+            };
             parts
         }
     };
@@ -109,29 +114,9 @@ fn prepare(shared: &Shared, request: &Request) -> Prepared {
     }
     Prepared {
         parts,
+        class,
         edns: edns.map(|(e, _)| e),
         meta,
-    }
-}
-
-/// TCP (and anything else hickory's server carries): hickory frames and sends the answer.
-#[async_trait::async_trait]
-impl RequestHandler for Handler {
-    async fn handle_request<R: ResponseHandler, T: Time>(&self, request: &Request, mut response: R) -> ResponseInfo {
-        let p = prepare(&self.shared, request);
-        match response.send_response(p.message(&request.queries)).await {
-            Ok(info) => info,
-            Err(e) => {
-                log::debug!("dns: no answer sent to {}: {e}", request.src());
-                self.shared.counters.send_errors.fetch_add(1, Ordering::Relaxed);
-                let mut meta = Metadata::response_from_request(&request.metadata);
-                meta.response_code = ResponseCode::ServFail;
-                ResponseInfo::from(Header {
-                    metadata: meta,
-                    counts: HeaderCounts::default(),
-                })
-            }
-        }
     }
 }
 
@@ -145,9 +130,16 @@ impl RequestHandler for Handler {
 #[derive(Default)]
 pub(super) struct AnswerCache {
     generation: u64,
-    answers: std::collections::HashMap<Vec<u8>, (Vec<u8>, ResponseCode)>,
+    answers: std::collections::HashMap<Vec<u8>, Cached>,
     /// Bytes of the keys and answers held.
     bytes: usize,
+}
+
+/// One answer as the cache holds it.
+struct Cached {
+    answer: Vec<u8>,
+    code: ResponseCode,
+    class: AnswerClass,
 }
 
 impl AnswerCache {
@@ -161,7 +153,7 @@ impl AnswerCache {
         deterministic && code != ResponseCode::Refused
     }
 
-    fn get(&mut self, generation: u64, key: &[u8]) -> Option<&(Vec<u8>, ResponseCode)> {
+    fn get(&mut self, generation: u64, key: &[u8]) -> Option<&Cached> {
         if generation != self.generation {
             self.answers.clear();
             self.bytes = 0;
@@ -170,7 +162,7 @@ impl AnswerCache {
         self.answers.get(key)
     }
 
-    fn put(&mut self, generation: u64, key: &[u8], answer: &[u8], code: ResponseCode) {
+    fn put(&mut self, generation: u64, key: &[u8], answer: &[u8], code: ResponseCode, class: AnswerClass) {
         if generation != self.generation {
             return;
         }
@@ -179,48 +171,107 @@ impl AnswerCache {
             self.answers.clear();
             self.bytes = 0;
         }
-        if self.answers.insert(key.to_vec(), (answer.to_vec(), code)).is_none() {
+        let cached = Cached {
+            answer: answer.to_vec(),
+            code,
+            class,
+        };
+        if self.answers.insert(key.to_vec(), cached).is_none() {
             self.bytes += size;
         }
     }
 }
 
-/// UDP: the answer to one datagram, encoded, or None when it gets none (shorter than a header,
-/// or a response rather than a query), as hickory's own server decides.
-pub(super) fn answer_udp(
-    shared: &Shared,
-    cache: &mut AnswerCache,
-    datagram: &[u8],
-    src: SocketAddr,
-) -> Option<Vec<u8>> {
-    let header = Header::read(&mut BinDecoder::new(datagram)).ok()?;
+/// One answer, encoded.
+struct Encoded {
+    bytes: Vec<u8>,
+    code: ResponseCode,
+    /// It may be kept (`AnswerCache::keeps`).
+    cacheable: bool,
+    class: AnswerClass,
+}
+
+/// The answer to one message, encoded in at most `max` bytes; None for a message that gets
+/// none (shorter than a header, or a response rather than a query), as hickory's own server
+/// decides.
+fn answer_message(shared: &Shared, message: &[u8], src: SocketAddr, protocol: Protocol, max: u16) -> Option<Encoded> {
+    let header = Header::read(&mut BinDecoder::new(message)).ok()?;
     if header.metadata.message_type == MessageType::Response {
         return None;
     }
-    let generation = shared.generation();
-    let key = &datagram[2..];
-    if let Some((answer, code)) = cache.get(generation, key) {
-        count(&shared.counters, *code, Protocol::Udp);
-        let mut answer = answer.clone();
-        answer[..2].copy_from_slice(&datagram[..2]);
-        return Some(answer);
-    }
-    let Ok(request) = Request::from_bytes(datagram.to_vec(), src, Protocol::Udp) else {
-        count(&shared.counters, ResponseCode::FormErr, Protocol::Udp);
+    let Ok(request) = Request::from_bytes(message.to_vec(), src, protocol) else {
+        count(&shared.counters, ResponseCode::FormErr, protocol);
         // No question can be read back: the answer carries none, as hickory's server does.
         let empty = Queries::read(&mut BinDecoder::new(&[]), 0).ok()?;
-        let message = MessageResponseBuilder::new(&empty, None).error_msg(&header.metadata, ResponseCode::FormErr);
-        return Some(encode(message, 512));
+        let error = MessageResponseBuilder::new(&empty, None).error_msg(&header.metadata, ResponseCode::FormErr);
+        return Some(Encoded {
+            bytes: encode(error, 512),
+            code: ResponseCode::FormErr,
+            cacheable: false,
+            class: AnswerClass::Error,
+        });
     };
     let p = prepare(shared, &request);
-    // Truncation: hickory cuts at the last whole record that fits and sets TC.
-    let max = p.edns.as_ref().map_or(512, Edns::max_payload);
-    let answer = encode(p.message(&request.queries), max);
-    let code = p.parts.code;
-    if AnswerCache::keeps(p.parts.deterministic, code) {
-        cache.put(generation, key, &answer, code);
+    // Over UDP, at most the client's buffer: hickory cuts at the last whole record that fits
+    // and sets TC.
+    let max = p.edns.as_ref().map_or(max, |e| e.max_payload().max(max));
+    Some(Encoded {
+        bytes: encode(p.message(&request.queries), max),
+        code: p.parts.code,
+        cacheable: AnswerCache::keeps(p.parts.deterministic, p.parts.code),
+        class: p.class,
+    })
+}
+
+/// TCP: the answer to one message.
+pub(super) fn answer_tcp(shared: &Shared, message: Vec<u8>, src: SocketAddr) -> Option<Vec<u8>> {
+    answer_message(shared, &message, src, Protocol::Tcp, u16::MAX).map(|e| e.bytes)
+}
+
+/// What a UDP thread keeps between datagrams.
+#[derive(Default)]
+pub(super) struct UdpState {
+    pub cache: AnswerCache,
+    pub limiter: Option<RateLimiter>,
+}
+
+/// UDP: the answer to one datagram, encoded, or None when it gets none (`answer_message`, or
+/// held back by rate limiting). `now_ms` is the monotonic time, for rate limiting.
+pub(super) fn answer_udp(
+    shared: &Shared,
+    state: &mut UdpState,
+    datagram: &[u8],
+    src: SocketAddr,
+    now_ms: u64,
+) -> Option<Vec<u8>> {
+    let generation = shared.generation();
+    let key = datagram.get(2..)?;
+    let (answer, class) = if let Some(c) = state.cache.get(generation, key) {
+        count(&shared.counters, c.code, Protocol::Udp);
+        let mut answer = c.answer.clone();
+        answer[..2].copy_from_slice(&datagram[..2]);
+        (answer, c.class)
+    } else {
+        let e = answer_message(shared, datagram, src, Protocol::Udp, 512)?;
+        if e.cacheable {
+            state.cache.put(generation, key, &e.bytes, e.code, e.class);
+        }
+        (e.bytes, e.class)
+    };
+    let Some(limiter) = state.limiter.as_mut() else {
+        return Some(answer);
+    };
+    match limiter.check(src.ip(), class, now_ms) {
+        Verdict::Send => Some(answer),
+        Verdict::Slip => {
+            shared.counters.rrl_slipped.fetch_add(1, Ordering::Relaxed);
+            truncated(datagram, &answer)
+        }
+        Verdict::Drop => {
+            shared.counters.rrl_dropped.fetch_add(1, Ordering::Relaxed);
+            None
+        }
     }
-    Some(answer)
 }
 
 /// A message as bytes of at most `max`; SERVFAIL if it cannot be encoded at all.
@@ -255,7 +306,8 @@ fn encode<'a>(
 }
 
 /// The question the zone is asked, or the code a request gets without asking it.
-fn check(request: &Request) -> Result<(String, QType), ResponseCode> {
+/// The question is also given by its type's number (rate limiting tells answers apart by it).
+fn check(request: &Request) -> Result<(String, QType, u16), ResponseCode> {
     if request.metadata.op_code != OpCode::Query {
         return Err(ResponseCode::NotImp);
     }
@@ -286,7 +338,7 @@ fn check(request: &Request) -> Result<(String, QType), ResponseCode> {
     if !name.ends_with('.') {
         name.push('.');
     }
-    Ok((name, qtype))
+    Ok((name, qtype, u16::from(query.query_type())))
 }
 
 /// RFC 7871 section 6: a query's scope is 0 and its address has no bits past the source
@@ -389,9 +441,10 @@ fn render(zone: &Zone, qname: &str, reply: &Reply) -> Parts {
     parts
 }
 
-/// The SOA that goes with a negative answer: its TTL is the negative TTL (RFC 2308 section 3).
+/// The SOA that goes with a negative answer: its TTL is the lesser of the SOA's own TTL and its
+/// minimum field, the negative TTL (RFC 2308 section 3).
 fn negative_soa(zone: &Zone) -> Record {
-    soa_record(zone, zone.soa().minimum)
+    soa_record(zone, zone.soa().minimum.min(zone.ttl()))
 }
 
 fn soa_record(zone: &Zone, ttl: u32) -> Record {
@@ -487,7 +540,7 @@ mod tests {
         for i in 0u32..10_000 {
             let key = i.to_be_bytes();
             assert!(c.get(1, &key).is_none());
-            c.put(1, &key, &answer, ResponseCode::NoError);
+            c.put(1, &key, &answer, ResponseCode::NoError, AnswerClass::Error);
             assert!(c.bytes <= AnswerCache::CAPACITY_BYTES, "{} bytes", c.bytes);
             held_most = held_most.max(c.answers.len());
         }

@@ -135,6 +135,10 @@ pub struct Zone {
     /// their A and AAAA questions, and adds them to NS answers.
     ns_addresses: FastMap<String, Vec<IpAddr>>,
     regions: Regions,
+    /// How the server limits UDP answers and TCP clients: not the zone's content, but applied
+    /// with it, so a reload changes both at once.
+    rate_limit: crate::config::DnsRateLimit,
+    tcp: crate::config::DnsTcp,
     profiles: Vec<ZoneProfile>,
     /// Absolute owner name -> profile.
     by_name: FastMap<String, usize>,
@@ -180,6 +184,8 @@ impl Zone {
                 .map(|ns| (ns.name.clone(), ns.addresses.clone()))
                 .collect(),
             regions,
+            rate_limit: dns.rate_limit.clone(),
+            tcp: dns.tcp.clone(),
             profiles: Vec::new(),
             by_name: FastMap::default(),
             by_profile: FastMap::default(),
@@ -322,6 +328,14 @@ impl Zone {
     /// The TTL of the apex's own records.
     pub fn ttl(&self) -> u32 {
         self.ttl
+    }
+
+    pub fn rate_limit(&self) -> &crate::config::DnsRateLimit {
+        &self.rate_limit
+    }
+
+    pub fn tcp(&self) -> &crate::config::DnsTcp {
+        &self.tcp
     }
 
     pub fn regions(&self) -> &Regions {

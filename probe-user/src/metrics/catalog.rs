@@ -236,6 +236,21 @@ pub const DNS_TCP_ANSWERS: Metric = Metric::counter(
     "DNS answers sent over TCP (the rest went over UDP)",
     &[],
 );
+pub const DNS_RATE_LIMITED: Metric = Metric::counter(
+    "probed_dns_rate_limited_total",
+    "UDP answers response rate limiting held back: dropped, or sent truncated (slip) so the client retries over TCP",
+    &["action"],
+);
+pub const DNS_TCP_CONNECTIONS: Metric = Metric::gauge(
+    "probed_dns_tcp_connections",
+    "TCP connections the DNS server holds now (at most [dns.tcp] max_clients)",
+    &[],
+);
+pub const DNS_TCP_CLOSED: Metric = Metric::counter(
+    "probed_dns_tcp_closed_total",
+    "TCP connections the DNS server closed, by reason: full (max_clients), prefix (max_clients_per_prefix), idle, lifetime, error; a client's own close is not counted",
+    &["reason"],
+);
 pub const DNS_SEND_ERRORS: Metric = Metric::counter(
     "probed_dns_send_errors_total",
     "DNS answers that could not be sent (the client's socket or connection failed)",
@@ -298,6 +313,9 @@ pub const ALL: &[&Metric] = &[
     &DNS_ANSWERS,
     &DNS_TCP_ANSWERS,
     &DNS_SEND_ERRORS,
+    &DNS_RATE_LIMITED,
+    &DNS_TCP_CONNECTIONS,
+    &DNS_TCP_CLOSED,
     &CLUSTER_MEMBERS,
     &CLUSTER_PROBED_HERE,
     &CLUSTER_DATAGRAMS,
