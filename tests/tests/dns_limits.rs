@@ -164,11 +164,20 @@ fn a_spoofed_flood_gets_at_most_the_rate_back_and_a_real_resolver_is_answered() 
     // At most the limit: a second's burst, then the rate.
     let most = RATE * (FLOOD_SECONDS + 1) + 2;
     assert!(full <= most, "{full} full answers, at most {most}");
-    assert!(full >= RATE * FLOOD_SECONDS / 2, "the rate is given, not withheld: {full}");
+    assert!(
+        full >= RATE * FLOOD_SECONDS / 2,
+        "the rate is given, not withheld: {full}"
+    );
     // slip = 2: every other answer held back goes out truncated.
     let held = flood - full;
-    assert!(truncated.abs_diff(held / 2) <= 2, "{truncated} slips of {held} held back");
-    assert!(bytes < sent_bytes, "no amplification: {bytes} bytes back for {sent_bytes}");
+    assert!(
+        truncated.abs_diff(held / 2) <= 2,
+        "{truncated} slips of {held} held back"
+    );
+    assert!(
+        bytes < sent_bytes,
+        "no amplification: {bytes} bytes back for {sent_bytes}"
+    );
     assert_eq!(resolver_answered, resolver_asked, "the real resolver lost answers");
     let metrics = daemon.get("/metrics");
     let text = metrics.as_str().unwrap();
@@ -263,7 +272,10 @@ fn open_descriptors() -> usize {
 
 /// "closed after S s, N answers" from a trickle's output.
 fn closed_after(output: &str) -> (f64, u32) {
-    let line = output.lines().find(|l| l.starts_with("closed after")).unwrap_or_else(|| panic!("{output}"));
+    let line = output
+        .lines()
+        .find(|l| l.starts_with("closed after"))
+        .unwrap_or_else(|| panic!("{output}"));
     let f: Vec<&str> = line.split_whitespace().collect();
     (f[2].parse().unwrap(), f[4].parse().unwrap())
 }
@@ -317,7 +329,11 @@ fn ten_thousand_idle_connections_and_trickles_leave_answers_and_checks_working()
     );
     let deadline = Instant::now() + Duration::from_secs(10);
     while !holder.output().contains("open") {
-        assert!(Instant::now() < deadline, "the holder did not open its connections: {}", holder.output());
+        assert!(
+            Instant::now() < deadline,
+            "the holder did not open its connections: {}",
+            holder.output()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     // The trickles, from the client's prefix, while the flood goes on.
@@ -361,9 +377,15 @@ fn ten_thousand_idle_connections_and_trickles_leave_answers_and_checks_working()
         .filter(|l| l.starts_with("probed_probe_results_total") && l.contains("local-error"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
-    holder.wait(Duration::from_secs(15), || Ok(())).expect("the holder ends");
-    bytes.wait(Duration::from_secs(15), || Ok(())).expect("the byte trickle ends");
-    queries.wait(Duration::from_secs(15), || Ok(())).expect("the query trickle ends");
+    holder
+        .wait(Duration::from_secs(15), || Ok(()))
+        .expect("the holder ends");
+    bytes
+        .wait(Duration::from_secs(15), || Ok(()))
+        .expect("the byte trickle ends");
+    queries
+        .wait(Duration::from_secs(15), || Ok(()))
+        .expect("the query trickle ends");
     let (bytes_closed, _) = closed_after(&bytes.output());
     let (queries_closed, queries_answered) = closed_after(&queries.output());
     eprintln!(
@@ -377,8 +399,14 @@ fn ten_thousand_idle_connections_and_trickles_leave_answers_and_checks_working()
         most <= MAX_CLIENTS + 20,
         "the DNS server's descriptors stay within its budget: {most} more than before"
     );
-    assert!((1.5..=3.5).contains(&bytes_closed), "a byte trickle is closed at the idle timeout");
-    assert!((5.5..=8.5).contains(&queries_closed), "a query trickle is closed at the lifetime");
+    assert!(
+        (1.5..=3.5).contains(&bytes_closed),
+        "a byte trickle is closed at the idle timeout"
+    );
+    assert!(
+        (5.5..=8.5).contains(&queries_closed),
+        "a query trickle is closed at the lifetime"
+    );
     assert!(queries_answered >= 4, "its queries were answered until then");
     let e1_down = e1_down.expect("the dead backend went down during the flood");
     assert!(e1_down < Duration::from_secs(3), "{e1_down:?}");
