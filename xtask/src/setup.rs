@@ -31,6 +31,7 @@ const PACKAGES: &[&str] = &[
     "bind9-dnsutils", // dig: the DNS tests ask the daemon with a real client
     "dnsperf",        // `bench dns`: the load generator
     "gdnsd",          // `bench dns`: the established failover DNS server probed is measured against
+    "knot",           // knotd: the reference authoritative server dns_reference.rs compares answers with
     "tmux",           // `probed status --watch` is tested in a tmux pane
     "dpkg-dev",       // `xtask deb`: dpkg-deb, dpkg-shlibdeps, dpkg-parsechangelog
     "binutils",       // `xtask deb`: strip; the package test: objdump, readelf
