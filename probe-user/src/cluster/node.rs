@@ -369,7 +369,7 @@ impl Task {
         if members.is_none() && dirty.is_empty() {
             return;
         }
-        let verdicts = dirty.into_iter().map(|t| (t, self.remote.said(t).to_vec())).collect();
+        let verdicts = dirty.into_iter().map(|t| (t, self.remote.said(t))).collect();
         let _ = self.updates.send(Update { members, verdicts });
     }
 

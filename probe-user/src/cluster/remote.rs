@@ -5,6 +5,12 @@
 //! partition does not empty the cluster's view); past it, its verdicts are dropped. A node that
 //! comes back under a new generation (it restarted) replaces its old self at once. Pure: the
 //! caller supplies the time.
+//!
+//! A node counts once per target even while a reload moves targets between its buckets (it
+//! writes the new layout key by key, and gossip may carry the keys in any order): each vote
+//! remembers the bucket and version it came from; a bucket's change removes only the votes it
+//! gave itself, and when two buckets of one node hold a target, the one written last (the
+//! higher version: a node's versions only grow) speaks.
 use std::{
     collections::{BTreeSet, HashMap},
     sync::Arc,
@@ -52,10 +58,19 @@ pub struct NodeSummary {
     pub verdicts: usize,
 }
 
+/// A vote as held: what the node says, and the bucket (key and version) that says it.
+#[derive(Debug, Clone)]
+struct Held {
+    node: Arc<str>,
+    verdict: Verdict,
+    bucket: Arc<str>,
+    version: u64,
+}
+
 pub struct Remote {
     me: String,
     nodes: HashMap<String, Known>,
-    by_target: FastMap<u64, Vec<Said>>,
+    by_target: FastMap<u64, Vec<Held>>,
     /// Values that would not decode, for the log: (node, error).
     pub bad_values: Vec<(String, String)>,
 }
@@ -113,15 +128,26 @@ impl Remote {
                         Vec::new()
                     }
                 };
+                let bucket: Arc<str> = Arc::from(key.as_str());
                 let old = k.buckets.insert(key, (version, entries.clone())).map(|(_, e)| e);
-                retract(&mut self.by_target, &node, old.iter().flatten(), &mut dirty);
-                state(&mut self.by_target, &node, &entries, &mut dirty);
+                let change = BucketChange {
+                    node: &node,
+                    bucket: &bucket,
+                    version,
+                };
+                change.apply(&mut self.by_target, old.as_deref().unwrap_or(&[]), &entries, &mut dirty);
             }
             // Buckets the node no longer has (deleted keys).
             let gone: Vec<String> = k.buckets.keys().filter(|key| !present.contains(key)).cloned().collect();
             for key in gone {
-                if let Some((_, old)) = k.buckets.remove(&key) {
-                    retract(&mut self.by_target, &node, old.iter(), &mut dirty);
+                if let Some((version, old)) = k.buckets.remove(&key) {
+                    let bucket: Arc<str> = Arc::from(key.as_str());
+                    let change = BucketChange {
+                        node: &node,
+                        bucket: &bucket,
+                        version,
+                    };
+                    change.apply(&mut self.by_target, &old, &[], &mut dirty);
                 }
             }
         }
@@ -150,9 +176,16 @@ impl Remote {
 
     fn forget(&mut self, name: &str, dirty: &mut BTreeSet<u64>) {
         if let Some(k) = self.nodes.remove(name) {
-            let node: Arc<str> = Arc::from(name);
             for (_, entries) in k.buckets.values() {
-                retract(&mut self.by_target, &node, entries.iter(), dirty);
+                for (target, _) in entries {
+                    if let Some(list) = self.by_target.get_mut(target) {
+                        list.retain(|h| &*h.node != name);
+                        if list.is_empty() {
+                            self.by_target.remove(target);
+                        }
+                        dirty.insert(*target);
+                    }
+                }
             }
         }
     }
@@ -164,9 +197,16 @@ impl Remote {
         k.buckets.get(key).map(|(v, _)| *v)
     }
 
-    /// What the other nodes say about `target`.
-    pub fn said(&self, target: u64) -> &[Said] {
-        self.by_target.get(&target).map_or(&[], Vec::as_slice)
+    /// What the other nodes say about `target`, one vote per node.
+    pub fn said(&self, target: u64) -> Vec<Said> {
+        self.by_target.get(&target).map_or_else(Vec::new, |list| {
+            list.iter()
+                .map(|h| Said {
+                    node: h.node.clone(),
+                    verdict: h.verdict,
+                })
+                .collect()
+        })
     }
 
     /// The live nodes, this one (`my_region`) included, for sharding.
@@ -203,35 +243,53 @@ impl Remote {
     }
 }
 
-fn retract<'a>(
-    by_target: &mut FastMap<u64, Vec<Said>>,
-    node: &Arc<str>,
-    entries: impl Iterator<Item = &'a (u64, Verdict)>,
-    dirty: &mut BTreeSet<u64>,
-) {
-    for (target, _) in entries {
-        if let Some(list) = by_target.get_mut(target) {
-            list.retain(|s| s.node != *node);
-            if list.is_empty() {
-                by_target.remove(target);
-            }
-            dirty.insert(*target);
-        }
-    }
+/// One bucket of one node rewritten (or deleted: no new entries).
+struct BucketChange<'a> {
+    node: &'a Arc<str>,
+    bucket: &'a Arc<str>,
+    /// The new version (the old one for a deleted bucket).
+    version: u64,
 }
 
-fn state(
-    by_target: &mut FastMap<u64, Vec<Said>>,
-    node: &Arc<str>,
-    entries: &[(u64, Verdict)],
-    dirty: &mut BTreeSet<u64>,
-) {
-    for &(target, verdict) in entries {
-        by_target.entry(target).or_default().push(Said {
-            node: node.clone(),
-            verdict,
-        });
-        dirty.insert(target);
+impl BucketChange<'_> {
+    /// Removes the votes this bucket gave and adds its new ones; a target another bucket of
+    /// the node holds at a higher version keeps that vote. Targets whose votes changed go to
+    /// `dirty`.
+    fn apply(
+        &self,
+        by_target: &mut FastMap<u64, Vec<Held>>,
+        old: &[(u64, Verdict)],
+        new: &[(u64, Verdict)],
+        dirty: &mut BTreeSet<u64>,
+    ) {
+        for (target, _) in old {
+            if let Some(list) = by_target.get_mut(target) {
+                let before = list.len();
+                list.retain(|h| !(h.node == *self.node && h.bucket == *self.bucket));
+                if list.len() != before {
+                    dirty.insert(*target);
+                }
+                if list.is_empty() {
+                    by_target.remove(target);
+                }
+            }
+        }
+        for &(target, verdict) in new {
+            let held = Held {
+                node: self.node.clone(),
+                verdict,
+                bucket: self.bucket.clone(),
+                version: self.version,
+            };
+            let list = by_target.entry(target).or_default();
+            match list.iter_mut().find(|h| h.node == *self.node) {
+                // Another bucket of the node wrote this target later: it speaks.
+                Some(h) if h.bucket != *self.bucket && h.version > self.version => continue,
+                Some(h) => *h = held,
+                None => list.push(held),
+            }
+            dirty.insert(target);
+        }
     }
 }
 
@@ -361,5 +419,71 @@ mod tests {
         assert!(verdicts_of(&r, 10).is_empty(), "a bad value counts as no verdicts");
         assert_eq!(r.bad_values.len(), 1);
         assert!(r.bad_values[0].1.contains("v/0"), "{:?}", r.bad_values);
+    }
+
+    /// A reload that changes a node's bucket layout (16 buckets down to 8, or up past 16 where
+    /// `v/12` sorts before `v/2`), seen in every order gossip may deliver the keys: every
+    /// target keeps exactly one vote from the node throughout, the newest.
+    #[test]
+    fn a_bucket_layout_change_keeps_every_vote_once() {
+        let t0 = Instant::now();
+        let targets: Vec<u64> = (0..64).collect();
+        // Layout of `n` buckets written at `version`: target t in bucket t % n.
+        let layout = |n: u64, version: u64, verdict: Verdict| -> Vec<(String, u64, Vec<(u64, Verdict)>)> {
+            (0..n)
+                .map(|b| {
+                    let entries: Vec<(u64, Verdict)> =
+                        targets.iter().filter(|t| *t % n == b).map(|t| (*t, verdict)).collect();
+                    (format!("v/{b:x}"), version + b, entries)
+                })
+                .collect()
+        };
+        let live = |buckets: &[(String, u64, Vec<(u64, Verdict)>)]| LiveNode {
+            name: "a".into(),
+            generation: 1,
+            region: "r".into(),
+            buckets: buckets
+                .iter()
+                .map(|(k, v, e)| (k.clone(), *v, verdicts::encode(e)))
+                .collect(),
+        };
+        for (from, to) in [(16, 8), (8, 16), (16, 24), (24, 3)] {
+            let before = layout(from, 100, Up);
+            let after = layout(to, 1000, Down);
+            // Gossip delivers the new layout a few keys at a time, in lexical order or the
+            // reverse: each observed state is the old keys overwritten by some of the new.
+            for reverse in [false, true] {
+                let mut r = Remote::new("me");
+                r.observe(vec![live(&before)], t0);
+                let mut order: Vec<usize> = (0..after.len()).collect();
+                order.sort_by_key(|i| after[*i].0.clone());
+                if reverse {
+                    order.reverse();
+                }
+                let mut state: std::collections::BTreeMap<String, (u64, Vec<(u64, Verdict)>)> =
+                    before.iter().map(|(k, v, e)| (k.clone(), (*v, e.clone()))).collect();
+                for (step, i) in order.iter().enumerate() {
+                    let (k, v, e) = &after[*i];
+                    state.insert(k.clone(), (*v, e.clone()));
+                    let done = step + 1 == order.len();
+                    if done {
+                        // The node deletes the keys it no longer has once it wrote the rest.
+                        state.retain(|k, _| after.iter().any(|(a, _, _)| a == k));
+                    }
+                    let now: Vec<_> = state.iter().map(|(k, (v, e))| (k.clone(), *v, e.clone())).collect();
+                    r.observe(vec![live(&now)], t0);
+                    for t in &targets {
+                        let votes = verdicts_of(&r, *t);
+                        let written = now.iter().filter(|(_, _, e)| e.iter().any(|(x, _)| x == t)).count();
+                        if written > 0 {
+                            assert_eq!(votes.len(), 1, "{from}->{to} step {step} target {t}: {votes:?}");
+                        }
+                        if done {
+                            assert_eq!(votes, [("a".into(), Down)], "{from}->{to} target {t}");
+                        }
+                    }
+                }
+            }
+        }
     }
 }
