@@ -3,7 +3,8 @@
 //! the nodes to amplify traffic at a third party. Here every datagram carries an HMAC-SHA256
 //! tag over all of it, checked (in constant time) before a byte of it is decoded, a send
 //! time, and a message id; a datagram with a wrong tag, sent more than `MAX_SKEW` ago (or
-//! ahead), or seen before is dropped without an answer. What an attacker on the cluster's
+//! ahead), or seen before (from any address) is dropped without an answer, so a captured
+//! datagram replayed with a victim's source address draws nothing: no reflection. What an attacker on the cluster's
 //! network can still do: drop or delay datagrams (partition a node), and read them: verdicts
 //! and node names travel in clear (use a private network, WireGuard or IPsec if that matters).
 //!
@@ -136,16 +137,19 @@ struct Partial {
     since: Instant,
 }
 
-/// Recently seen (peer, message id) pairs, oldest first, bounded.
+/// Recently seen (message id, part) pairs, oldest first, bounded. The sender's address is not
+/// part of the key: the tag does not cover it, so a datagram captured on the way and sent
+/// again from any other address is the same datagram, and refused. (Ids start at a random
+/// 64-bit number on each node and count up, so two nodes' ids do not meet.)
 #[derive(Default)]
 struct Seen {
-    order: VecDeque<((SocketAddr, u64, u8), Instant)>,
-    set: std::collections::HashSet<(SocketAddr, u64, u8)>,
+    order: VecDeque<((u64, u8), Instant)>,
+    set: std::collections::HashSet<(u64, u8)>,
 }
 
 impl Seen {
     /// False when `id` was seen within `MAX_SKEW` (a replay).
-    fn insert(&mut self, id: (SocketAddr, u64, u8), now: Instant) -> bool {
+    fn insert(&mut self, id: (u64, u8), now: Instant) -> bool {
         while let Some(&(old, at)) = self.order.front() {
             if now.duration_since(at) <= MAX_SKEW && self.order.len() < MAX_SEEN {
                 break;
@@ -290,7 +294,7 @@ impl AuthSocket {
             }
         };
         let now = Instant::now();
-        if !self.seen.insert((from, opened.id, opened.part), now) {
+        if !self.seen.insert((opened.id, opened.part), now) {
             c.replayed.fetch_add(1, Ordering::Relaxed);
             return None;
         }
@@ -415,14 +419,13 @@ mod tests {
     #[test]
     fn replays_are_refused_while_they_could_still_pass_the_clock() {
         let mut seen = Seen::default();
-        let peer: SocketAddr = "198.18.0.1:7946".parse().unwrap();
         let t0 = Instant::now();
-        assert!(seen.insert((peer, 1, 0), t0));
-        assert!(!seen.insert((peer, 1, 0), t0 + Duration::from_secs(1)));
-        assert!(seen.insert((peer, 1, 1), t0), "another part of the message");
-        assert!(seen.insert((peer, 2, 0), t0));
+        assert!(seen.insert((1, 0), t0));
+        assert!(!seen.insert((1, 0), t0 + Duration::from_secs(1)));
+        assert!(seen.insert((1, 1), t0), "another part of the message");
+        assert!(seen.insert((2, 0), t0));
         // Forgotten once the clock check alone refuses it.
-        assert!(seen.insert((peer, 1, 0), t0 + MAX_SKEW + Duration::from_secs(1)));
+        assert!(seen.insert((1, 0), t0 + MAX_SKEW + Duration::from_secs(1)));
     }
 
     /// Two real sockets on loopback: a message passes; a forged datagram and a replay of a
@@ -468,7 +471,11 @@ mod tests {
             .unwrap();
         assert_eq!(from, raw.local_addr().unwrap());
         raw.send_to(&again[0], a_addr).unwrap();
-        // The replay is refused; a marker message after it shows it was read.
+        // The same datagram from another address (a spoofed victim, drawing chitchat's answer)
+        // is the same replay.
+        let elsewhere = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        elsewhere.send_to(&again[0], a_addr).unwrap();
+        // The replays are refused; a marker message after them shows they were read.
         // chitchat's Digest type cannot be named outside it.
         #[allow(clippy::default_trait_access)]
         let big = || ChitchatMessage::Syn {
@@ -481,6 +488,6 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((from, m), (b_addr, big()), "a two-part message, whole");
-        assert_eq!(counters.replayed.load(Ordering::Relaxed), 1);
+        assert_eq!(counters.replayed.load(Ordering::Relaxed), 2, "the replay from elsewhere too");
     }
 }
