@@ -244,6 +244,16 @@ fn nft_set_holds_the_eligible_addresses_and_a_restart_rewrites_nothing() {
             .contains("probed_sink_drift_total{sink=\"web_slots\"} 1"),
         "{metrics}"
     );
+    // A key past the 64 slots (left by a larger `slots` before a reload, or added by hand) is
+    // not a slot: the next read-back removes it, and touches nothing else.
+    topo.prober.exec(
+        "nft",
+        &["add", "element", "ip", "lb", "web_slots", "{ 100 : 198.18.0.9 }"],
+    );
+    assert_eq!(slots(&topo.prober, "ip", "lb", "web_slots").len(), 65);
+    wait_until("the stale key is removed", Duration::from_secs(7), || {
+        slots(&topo.prober, "ip", "lb", "web_slots") == map_before
+    });
 }
 
 #[test]

@@ -35,7 +35,9 @@ pub struct NftablesSink {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Held {
-    Slots(Vec<Option<Backend>>),
+    /// The slot table, and the keys at or above `slots` the map also holds (left by a larger
+    /// `slots` before a reload, or put there by hand): they are deleted.
+    Slots(Vec<Option<Backend>>, Vec<u64>),
     Set(BTreeSet<Backend>),
 }
 
@@ -99,16 +101,20 @@ impl NftablesSink {
         match self.cfg.target {
             NftTarget::Map { slots, .. } => {
                 let mut table = vec![None; slots as usize];
+                let mut stale = Vec::new();
                 for e in &elems {
-                    // [key, value]; keys out of range are someone else's and get removed.
-                    let (Some(k), Some(v)) = (e.get(0).and_then(Value::as_u64), e.get(1).and_then(backend)) else {
+                    // [key, value]; a key out of range is not a slot (any more): it is removed,
+                    // whatever its value, or flows hashed to it would go to an old backend.
+                    let Some(k) = e.get(0).and_then(Value::as_u64) else {
                         continue;
                     };
-                    if let Some(slot) = table.get_mut(k as usize) {
-                        *slot = Some(v);
+                    match (table.get_mut(k as usize), e.get(1).and_then(backend)) {
+                        (Some(slot), Some(v)) => *slot = Some(v),
+                        (Some(_), None) => {}
+                        (None, _) => stale.push(k),
                     }
                 }
-                Ok(Held::Slots(table))
+                Ok(Held::Slots(table, stale))
             }
             NftTarget::Set { .. } => Ok(Held::Set(elems.iter().filter_map(backend).collect())),
         }
@@ -121,7 +127,7 @@ impl NftablesSink {
         match self.cfg.target {
             NftTarget::Map { slots, .. } => {
                 let held: &[Option<Backend>] = match held {
-                    Held::Slots(h) => h,
+                    Held::Slots(h, _) => h,
                     Held::Set(_) => &[],
                 };
                 let key = |s: &crate::daemon::changes::EndpointState| (s.address, port(s.port));
@@ -130,6 +136,7 @@ impl NftablesSink {
                         .into_iter()
                         .map(|s| s.map(key))
                         .collect(),
+                    Vec::new(),
                 )
             }
             NftTarget::Set { .. } => Held::Set(
@@ -147,7 +154,8 @@ impl NftablesSink {
         let mut del = Vec::new();
         let mut add = Vec::new();
         match (held, want) {
-            (Held::Slots(h), Held::Slots(w)) => {
+            (Held::Slots(h, stale), Held::Slots(w, _)) => {
+                del.extend(stale.iter().map(u64::to_string));
                 for (k, (old, new)) in h.iter().zip(w).enumerate() {
                     if old == new {
                         continue;
@@ -255,7 +263,7 @@ impl Sink for NftablesSink {
 
 fn entries(h: &Held) -> usize {
     match h {
-        Held::Slots(s) => s.iter().flatten().count(),
+        Held::Slots(s, _) => s.iter().flatten().count(),
         Held::Set(s) => s.len(),
     }
 }
