@@ -61,6 +61,14 @@ pub fn siphash13_6(key: &[u64; 2], m: &[u64; 6]) -> u64 {
 /// same flow are independent values.
 const PURPOSE_COOKIE: u64 = 0;
 const PURPOSE_SPORT: u64 = 1;
+const PURPOSE_MARKER: u64 = 2;
+
+/// The generator's frame marker for this start's key (`TxCtl::marker`): a keyed value, never
+/// 0, which no program without the key can put in front of a frame.
+pub fn generator_marker(key: &[u64; 2]) -> u64 {
+    let h = siphash13_6(key, &[0, 0, 0, 0, 0, PURPOSE_MARKER << 32]);
+    h.max(1)
+}
 
 /// The message for `flow` and `gen`: four address words, the ports and protocol, and the
 /// generation with the purpose (and attempt) in a word of its own, so all 32 generation bits
@@ -221,5 +229,14 @@ mod tests {
         assert_ne!(base, sport_offset(&k, &other_port, 7, 0, 1 << 16), "target port");
         // The source port field of the flow is not an input (it is the output).
         assert_eq!(base, sport_offset(&k, &flow(61234), 7, 0, 1 << 16));
+    }
+
+    #[test]
+    fn the_generator_marker_is_keyed() {
+        let a = generator_marker(&[1, 2]);
+        assert_ne!(a, generator_marker(&[1, 3]));
+        assert_eq!(a, generator_marker(&[1, 2]));
+        assert_ne!(a, 0);
+        assert_ne!(a.to_le_bytes(), *b"probedTX", "not the constant of old");
     }
 }

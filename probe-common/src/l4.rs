@@ -268,8 +268,11 @@ pub struct TxCtl {
     /// UDP payload length in the template frame.
     pub payload_len: u32,
     pub _pad: u32,
+    /// The metadata that marks the generator's frames (`cookie::generator_marker` of this
+    /// start's key; never 0, and 0 here means "no generator frames yet").
+    pub marker: u64,
 }
-const _: () = assert!(core::mem::size_of::<TxCtl>() == 32);
+const _: () = assert!(core::mem::size_of::<TxCtl>() == 40);
 
 /// The per-daemon cookie key, index 0 of PROBE_KEY.
 #[repr(C)]
@@ -292,11 +295,12 @@ pub const MAX_IFACES: u32 = 64;
 /// BPF_FIB_LKUP_RET_* code.
 pub const FIB_NOT_A_PROBE_IFACE: u8 = 200;
 
-/// XDP metadata that marks a generator frame. The engine runs probe_rx itself with
-/// BPF_PROG_RUN (live frames) and puts these bytes in front of the template frame; frames
-/// from the wire carry no metadata (only a local XDP program could add it), so probe_rx
-/// tells the two roles apart without trusting anything a remote host can send.
-pub const GENERATOR_META: [u8; 8] = *b"probedTX";
+/// Bytes of XDP metadata that mark a generator frame. The engine runs probe_rx itself with
+/// BPF_PROG_RUN (live frames) and puts `TxCtl::marker` (keyed per daemon start, so nothing
+/// else on the node can know it) in front of the template frame; frames from the wire carry
+/// no metadata (only a local XDP program could add it), so probe_rx tells the two roles
+/// apart without trusting anything another host or program can send.
+pub const GENERATOR_META_LEN: usize = 8;
 /// Default in-flight table size: the most probes on the wire at once (about 32 MiB of
 /// preallocated hash table). The engine holds further probes back until entries free up.
 pub const MAX_INFLIGHT: u32 = 1 << 18;

@@ -18,8 +18,8 @@ use probe_common::{
     cookie::probe_cookie,
     frame::{write_syn_v4, write_syn_v6, write_udp_v4, write_udp_v6, Ends},
     l4::{
-        EventKind, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, FAMILY_V4, FIB_NOT_A_PROBE_IFACE, GENERATOR_META,
-        STAGE_SYN_SENT,
+        EventKind, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, FAMILY_V4, FIB_NOT_A_PROBE_IFACE,
+        GENERATOR_META_LEN, STAGE_SYN_SENT,
     },
     packet::IPPROTO_TCP,
 };
@@ -61,16 +61,20 @@ pub fn probe_fib_src(ctx: XdpContext) -> u32 {
     }
 }
 
-/// True for a frame of the generator's test run: it carries GENERATOR_META as metadata.
+/// True for a frame of the generator's test run: its metadata is this start's marker
+/// (`TxCtl::marker`). Wire frames carry no metadata and are told apart at the length check.
 #[inline(always)]
 pub fn is_generator_frame(ctx: &XdpContext) -> bool {
     let (meta, data) = (ctx.metadata(), ctx.metadata_end());
-    if meta + GENERATOR_META.len() > data {
+    if meta + GENERATOR_META_LEN > data {
         return false;
     }
+    let Some(ctl) = PROBE_TX_CTL.get(0) else {
+        return false;
+    };
     // SAFETY: the check above proves the eight metadata bytes lie before the packet data.
-    let got = unsafe { core::ptr::read_unaligned(meta as *const [u8; 8]) };
-    got == GENERATOR_META
+    let got = unsafe { core::ptr::read_unaligned(meta as *const u64) };
+    ctl.marker != 0 && got == ctl.marker
 }
 
 /// Sends the next job as a probe. Separate BPF function: its stack is not added to the
@@ -80,7 +84,7 @@ pub fn generate(ctx: &mut XdpContext) -> u32 {
     // The metadata only marked the frame for this program: drop it before the frame leaves,
     // so that a peer's XDP program (on veth) never mistakes a probe for a generator frame.
     // SAFETY: shrinking the metadata to nothing is always within the frame.
-    if unsafe { bpf_xdp_adjust_meta(ctx.ctx, GENERATOR_META.len() as i32) } != 0 {
+    if unsafe { bpf_xdp_adjust_meta(ctx.ctx, GENERATOR_META_LEN as i32) } != 0 {
         return xdp_action::XDP_DROP;
     }
     try_generate(ctx).unwrap_or(xdp_action::XDP_DROP)

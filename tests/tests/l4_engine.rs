@@ -710,3 +710,81 @@ fn ip_options_and_extension_headers_are_read_past_ipv6_fragments_are_not() {
         assert_eq!((snap.rx.matched_open, snap.rx.rst_sent), (2, 2), "{:?}", snap.rx);
     });
 }
+
+/// The generator's frames are told apart by metadata only this start's key can make: probe_rx
+/// run (BPF_PROG_RUN, through bpftool) on a frame whose metadata is the fixed marker of older
+/// releases, `probedTX` (what any local XDP program could have added), treats it as a wire
+/// frame: the generator never runs for it.
+#[test]
+fn a_frame_with_a_guessable_marker_does_not_reach_the_generator() {
+    let topo = backend();
+    let pins = TestPins::new();
+    let dir = std::env::temp_dir().join(format!("probed-marker-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    topo.prober.enter(|| {
+        let (engine, _rx) = start_engine(&pins, TxChoice::Auto);
+        // probe_rx is the program that uses this engine's PROBE_TX_CTL map.
+        let ctl = pins.path.join("PROBE_TX_CTL");
+        let map: serde_json::Value = serde_json::from_str(&probed_tests::run(
+            "bpftool",
+            &["-j", "map", "show", "pinned", ctl.to_str().unwrap()],
+        ))
+        .unwrap();
+        let map_id = map["id"].as_u64().unwrap();
+        let progs: serde_json::Value =
+            serde_json::from_str(&probed_tests::run("bpftool", &["-j", "prog", "show"])).unwrap();
+        let prog = progs
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| {
+                p["type"] == "xdp"
+                    && p["map_ids"]
+                        .as_array()
+                        .is_some_and(|ids| ids.iter().any(|i| i.as_u64() == Some(map_id)))
+            })
+            .expect("probe_rx among the loaded programs");
+        let id = prog["id"].as_u64().unwrap().to_string();
+        // A frame (IPv4, nothing in particular) after eight bytes of metadata.
+        let mut data = b"probedTX".to_vec();
+        data.extend_from_slice(&[0xff; 6]);
+        data.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x08, 0x00]);
+        data.extend_from_slice(&[0x45, 0, 0, 20, 0, 0, 0x40, 0, 64, 6, 0, 0, 198, 18, 0, 2, 198, 18, 0, 1]);
+        data.resize(8 + 60, 0);
+        let name = std::ffi::CString::new(PROBER_IF).unwrap();
+        // SAFETY: a NUL-terminated name; this thread is in the prober's namespace.
+        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        assert_ne!(ifindex, 0, "{PROBER_IF} in the prober's namespace");
+        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
+        // egress_ifindex; metadata is what lies between data_meta and data.
+        let mut ctx = Vec::new();
+        for v in [8u32, u32::try_from(data.len()).unwrap(), 0, ifindex, 0, 0] {
+            ctx.extend_from_slice(&v.to_ne_bytes());
+        }
+        let (data_in, ctx_in) = (dir.join("data"), dir.join("ctx"));
+        std::fs::write(&data_in, &data).unwrap();
+        std::fs::write(&ctx_in, &ctx).unwrap();
+        let before = engine.snapshot().unwrap().tx;
+        let out = probed_tests::run(
+            "bpftool",
+            &[
+                "prog",
+                "run",
+                "id",
+                &id,
+                "data_in",
+                data_in.to_str().unwrap(),
+                "ctx_in",
+                ctx_in.to_str().unwrap(),
+            ],
+        );
+        let after = engine.snapshot().unwrap().tx;
+        assert!(out.contains("Return value"), "{out}");
+        assert_eq!(
+            (after.sent, after.no_job),
+            (before.sent, before.no_job),
+            "the generator ran for a frame marked by a guessable value: {out}"
+        );
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,7 +1,7 @@
 //! The L4 kernel engine's kernel side: probe_rx, attached to the probe interface, matches
-//! replies and, run by userspace with live frames marked by GENERATOR_META, generates the
-//! probes; its maps, and the thin calls userspace makes on them. No policy here: `engine`
-//! decides what to send and when.
+//! replies and, run by userspace with live frames marked by this start's marker
+//! (`TxCtl::marker`), generates the probes; its maps, and the thin calls userspace makes on
+//! them. No policy here: `engine` decides what to send and when.
 use std::{
     os::fd::{AsFd, AsRawFd, RawFd},
     path::Path,
@@ -18,7 +18,7 @@ use aya::{
 use probe_common::{
     counters::{RxCounters, TxCounters},
     http::HttpReq,
-    l4::{CookieKey, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, GENERATOR_META, MAX_JOBS},
+    l4::{CookieKey, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, GENERATOR_META_LEN, MAX_JOBS},
 };
 
 use super::{attach_xdp, if_index, pin::PinDir, refuse_foreign_xdp, AttachMode, Hook, KernelError, BPF_OBJECT};
@@ -71,6 +71,8 @@ pub struct L4Kernel {
     hook: Hook,
     jobs: JobsMmap,
     ctl: Array<MapData, TxCtl>,
+    /// What marks the generator's frames for this start's key (`TxCtl::marker`).
+    marker: u64,
     rx_ctl: Array<MapData, u32>,
     inflight: HashMap<MapData, FlowKey, Inflight>,
     http_reqs: HashMap<MapData, u32, HttpReq>,
@@ -176,6 +178,7 @@ impl L4Kernel {
         let mut key: Array<MapData, CookieKey> =
             Array::try_from(take(&mut ebpf, "PROBE_KEY")?).map_err(map_err("PROBE_KEY"))?;
         key.set(0, CookieKey { k: cfg.key }, 0).map_err(map_err("PROBE_KEY"))?;
+        let marker = probe_common::cookie::generator_marker(&cfg.key);
         let Map::Array(jobs_data) = take(&mut ebpf, "PROBE_JOBS")? else {
             return Err(KernelError::MissingMap { name: "PROBE_JOBS" });
         };
@@ -192,6 +195,7 @@ impl L4Kernel {
             hook: cfg.hook,
             jobs,
             ctl: Array::try_from(take(&mut ebpf, "PROBE_TX_CTL")?).map_err(map_err("PROBE_TX_CTL"))?,
+            marker,
             rx_ctl,
             inflight: HashMap::try_from(take(&mut ebpf, "PROBE_INFLIGHT")?).map_err(map_err("PROBE_INFLIGHT"))?,
             http_reqs: HashMap::try_from(take(&mut ebpf, "PROBE_HTTP_REQS")?).map_err(map_err("PROBE_HTTP_REQS"))?,
@@ -293,14 +297,15 @@ impl L4Kernel {
             payload_sum,
             payload_len,
             _pad: 0,
+            marker: self.marker,
         };
         self.ctl.set(0, ctl, 0).map_err(map_err("PROBE_TX_CTL"))?;
         // The metadata marks the frames as the generator's; it sits before the packet data.
-        let mut data_in = Vec::with_capacity(GENERATOR_META.len() + template.len());
-        data_in.extend_from_slice(&GENERATOR_META);
+        let mut data_in = Vec::with_capacity(GENERATOR_META_LEN + template.len());
+        data_in.extend_from_slice(&self.marker.to_ne_bytes());
         data_in.extend_from_slice(template);
         let xdp_md = XdpMd {
-            data: GENERATOR_META.len() as u32,
+            data: GENERATOR_META_LEN as u32,
             data_end: data_in.len() as u32,
             data_meta: 0,
             ingress_ifindex: self.ifindex,
