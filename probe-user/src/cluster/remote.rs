@@ -427,9 +427,10 @@ mod tests {
     #[test]
     fn a_bucket_layout_change_keeps_every_vote_once() {
         let t0 = Instant::now();
+        type Layout = Vec<(String, u64, Vec<(u64, Verdict)>)>;
         let targets: Vec<u64> = (0..64).collect();
         // Layout of `n` buckets written at `version`: target t in bucket t % n.
-        let layout = |n: u64, version: u64, verdict: Verdict| -> Vec<(String, u64, Vec<(u64, Verdict)>)> {
+        let layout = |n: u64, version: u64, verdict: Verdict| -> Layout {
             (0..n)
                 .map(|b| {
                     let entries: Vec<(u64, Verdict)> =
@@ -438,7 +439,7 @@ mod tests {
                 })
                 .collect()
         };
-        let live = |buckets: &[(String, u64, Vec<(u64, Verdict)>)]| LiveNode {
+        let live = |buckets: &Layout| LiveNode {
             name: "a".into(),
             generation: 1,
             region: "r".into(),

@@ -488,6 +488,10 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((from, m), (b_addr, big()), "a two-part message, whole");
-        assert_eq!(counters.replayed.load(Ordering::Relaxed), 2, "the replay from elsewhere too");
+        assert_eq!(
+            counters.replayed.load(Ordering::Relaxed),
+            2,
+            "the replay from elsewhere too"
+        );
     }
 }

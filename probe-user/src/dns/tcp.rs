@@ -306,7 +306,7 @@ mod tests {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let a = clients.admit(1, 3, 2, at(0)).unwrap();
-        let _b = clients.admit(1, 3, 2, at(1)).unwrap();
+        let b = clients.admit(1, 3, 2, at(1)).unwrap();
         assert_eq!(clients.admit(1, 3, 2, at(2)).err(), Some(Closed::Prefix));
         let c = clients.admit(2, 3, 2, at(3)).unwrap();
         assert_eq!(clients.open(), 3);
@@ -320,7 +320,7 @@ mod tests {
             "a was evicted"
         );
         // Busy connections are never evicted: with all three busy, a fourth is refused.
-        for x in [&_b, &c, &d] {
+        for x in [&b, &c, &d] {
             x.set_idle(None);
         }
         assert_eq!(clients.admit(4, 3, 2, at(5)).err(), Some(Closed::Full));
