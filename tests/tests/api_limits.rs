@@ -225,3 +225,136 @@ fn a_half_sent_head_is_closed_and_bodies_are_refused() {
     // The API still answers.
     daemon.get("/v1/status");
 }
+
+/// Opens `n` connections to the unix socket as another user, sends each a request for the whole
+/// status as a stream and never reads; reports how many the daemon closed soon after ("early")
+/// and by the end of `hold` seconds ("late"), without reading a byte.
+const STALLER: &str = r#"
+import select, socket, sys, time
+path, n, hold = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+socks = []
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    try:
+        s.sendall(b"GET /v1/status?stream=1 HTTP/1.1\r\nHost: probed\r\n\r\n")
+    except OSError:
+        pass
+    socks.append(s)
+def closed():
+    p = select.poll()
+    for s in socks:
+        p.register(s, select.POLLHUP | 0x2000)
+    return sum(1 for _, ev in p.poll(0) if ev & (select.POLLHUP | 0x2000))
+print("sent", flush=True)
+time.sleep(2)
+print("early", closed(), flush=True)
+end = time.time() + hold
+while time.time() < end and closed() < n:
+    time.sleep(0.2)
+print("late", closed(), flush=True)
+"#;
+
+/// Clients that ask for big answers and never read them hold their connections only so long:
+/// each user gets at most its share (32), a place stays for the operator while eight users
+/// hold every other, and connections whose answers stall are closed after WRITE_STALL (10 s),
+/// requests in flight or not.
+#[test]
+fn clients_that_never_read_keep_to_their_share_and_are_closed_when_they_stall() {
+    use std::os::unix::fs::PermissionsExt;
+    const USERS: u32 = 8;
+    const EACH: usize = 33;
+    let topo = Topology::new();
+    let files = DaemonFiles::new();
+    std::fs::set_permissions(&files.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // 3,000 endpoints: the status stream is far larger than a socket's buffers.
+    let mut text = files
+        .header(PROBER_IF)
+        .replace("[daemon]\n", "[daemon]\napi_socket_mode = 0o666\n")
+        + "[[profile]]\nname = \"big\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\n\
+           interval = \"30s\"\ntimeout = \"1s\"\n";
+    for i in 0..3_000 {
+        text += &format!(
+            "[[profile.endpoint]]\nname = \"endpoint-number-{i:05}\"\naddress = \"{BACKEND_V4}\"\nport = {}\n",
+            10_000 + i
+        );
+    }
+    let config = files.write_config(&text);
+    let daemon = RunningDaemon::start(&topo.prober, config, None).expect("start the daemon");
+    let path = socket_path(&daemon.api);
+    // The daemon runs in this process: its sockets are this process's.
+    let sockets = || {
+        std::fs::read_dir("/proc/self/fd").map_or(0, |d| {
+            d.filter_map(Result::ok)
+                .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:")))
+                .count()
+        })
+    };
+    let before = sockets();
+    let script = files.dir.join("staller.py");
+    std::fs::write(&script, STALLER).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut users = Vec::new();
+    for u in 0..USERS {
+        let uid = (65_534 - u).to_string();
+        let log = files.dir.join(format!("staller-{u}.log"));
+        let p = probed_tests::procs::Proc::spawn(
+            &topo.prober,
+            None,
+            &[
+                "setpriv",
+                &format!("--reuid={uid}"),
+                &format!("--regid={uid}"),
+                "--clear-groups",
+                // Debian's (setup installs it), not one from root's own paths, which another
+                // user cannot reach.
+                "/usr/bin/python3",
+                script.to_str().unwrap(),
+                path.to_str().unwrap(),
+                &EACH.to_string(),
+                "24",
+            ],
+            &log,
+            "a client that never reads",
+        );
+        users.push(p);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !users.iter().all(|p| p.output().contains("early")) {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            users.iter().map(probed_tests::procs::Proc::output).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Every place but the operator's is held by requests in flight: root still gets in.
+    // (The first answer waits behind the pages the streams asked the runner for.)
+    let asked = Instant::now();
+    let status = daemon.get("/v1/status/big?limit=1");
+    assert!(status["endpoints"].as_array().is_some_and(|a| a.len() == 1), "{status}");
+    eprintln!("the operator was answered in {:?}", asked.elapsed());
+    let held = sockets().saturating_sub(before);
+    eprintln!("{held} more sockets than before the clients came");
+    assert!(
+        held <= 256 + USERS as usize + 1,
+        "at most the places, and the few evicted while they sent a request: {held}"
+    );
+    for p in &mut users {
+        p.wait(Duration::from_secs(40), || Ok(())).expect("the client ends");
+    }
+    let outputs: Vec<String> = users.iter().map(probed_tests::procs::Proc::output).collect();
+    eprintln!("{outputs:#?}");
+    let count = |out: &str, what: &str| -> usize {
+        out.lines()
+            .find_map(|l| l.strip_prefix(what)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{what}: {out}"))
+    };
+    // Each user's 33rd is refused at once, or replaces one of its own that had not yet sent
+    // its request (which then goes at once, or at its stall if the request came meanwhile).
+    let early: usize = outputs.iter().map(|o| count(o, "early")).sum();
+    assert!(early <= USERS as usize + 1, "closed at once: {early}: {outputs:#?}");
+    for o in &outputs {
+        assert_eq!(count(o, "late"), EACH, "all closed once stalled: {o}");
+    }
+}

@@ -1,5 +1,7 @@
-//! What bounds the API's use of descriptors, memory and time: connection cap with eviction of
-//! idle connections, header/idle timeouts, request size caps, and accept-error backoff.
+//! What bounds the API's use of descriptors, memory and time: a connection cap with eviction of
+//! idle connections, a cap per peer, a place kept for an operator, header/idle timeouts, a
+//! progress timeout for answers the client does not read, request size caps, and accept-error
+//! backoff.
 use std::{
     collections::VecDeque,
     io,
@@ -23,6 +25,16 @@ use tokio::{
 /// unit's `LimitNOFILE`. At the cap, the oldest connection with no request in flight is closed
 /// to make room, so a flood of idle connections cannot lock operators out.
 pub(super) const MAX_CONNECTIONS: usize = 256;
+/// Connections one peer (a uid on the unix socket, an address over TCP) may hold: a peer at its
+/// cap makes room among its own idle connections, never among others'.
+pub(super) const MAX_PER_PEER: usize = 32;
+/// Of `MAX_CONNECTIONS`, the places only an operator (a peer that may change state: root, the
+/// daemon's uid, the socket's group) may take, so that clients holding every other place with
+/// requests in flight cannot lock operators out.
+pub(super) const OPERATOR_PLACES: usize = 1;
+/// A response the client has not taken a byte of for this long (its socket full: it does not
+/// read) ends the connection, request in flight or not.
+pub(super) const WRITE_STALL: Duration = Duration::from_secs(10);
 /// How long a client may take to send a request head, counted from the connection (or the end
 /// of the previous response): this also bounds idle keep-alive connections.
 pub(super) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -41,17 +53,34 @@ pub(super) const MAX_BODY_BYTES: u64 = 1024;
 pub(super) struct Timeouts {
     pub(super) header_read: Duration,
     pub(super) idle: Duration,
+    pub(super) write_stall: Duration,
 }
 
 impl Timeouts {
     pub(super) const API: Timeouts = Timeouts {
         header_read: HEADER_READ_TIMEOUT,
         idle: IDLE_TIMEOUT,
+        write_stall: WRITE_STALL,
     };
 }
 
-/// How long a new connection waits at the cap for an evicted one to go.
-pub(super) const ADMIT_WAIT: Duration = Duration::from_millis(100);
+/// Who holds a connection, for the cap per peer.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum PeerKey {
+    Uid(u32),
+    Address(std::net::IpAddr),
+    /// Credentials that could not be read: all such peers share one cap.
+    Unknown,
+}
+
+/// Why a connection was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refused {
+    /// The peer holds `MAX_PER_PEER` connections, each with a request in flight.
+    PeerFull,
+    /// Every place a peer like this may take is held by a connection with a request in flight.
+    Full,
+}
 /// Accept errors are retried with `crate::accept::Backoff`.
 pub(super) use crate::accept::Backoff as AcceptBackoff;
 
@@ -62,7 +91,11 @@ pub(super) struct Slot {
     in_flight: AtomicUsize,
     /// Milliseconds from `born` to the last byte read or written.
     last_io_ms: AtomicU64,
+    /// Milliseconds from `born` + 1 to when a write was first refused for a full socket, while
+    /// it still is; 0 when writes go through.
+    blocked_ms: AtomicU64,
     born: Instant,
+    peer: PeerKey,
     /// Wakes the connection's task when it is chosen for eviction.
     pub(super) evict: Notify,
 }
@@ -72,9 +105,20 @@ impl Slot {
         self.in_flight.load(Ordering::Acquire) > 0
     }
 
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
     fn touch(&self) {
-        let ms = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_io_ms.store(ms, Ordering::Relaxed);
+        self.last_io_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Since when the client has taken no byte of a response it is sent, if it has not.
+    pub(super) fn stalled_since(&self) -> Option<Instant> {
+        match self.blocked_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(self.born + Duration::from_millis(ms - 1)),
+        }
     }
 
     /// When the connection becomes idle-expired if nothing happens until then.
@@ -110,36 +154,55 @@ struct TableInner {
     slots: VecDeque<Arc<Slot>>,
 }
 
+impl TableInner {
+    /// Tells the oldest idle connection `pick` accepts to close, and takes it out of the
+    /// count now (its descriptor goes a moment later); false if every such one is busy.
+    fn evict(&mut self, pick: impl Fn(&Slot) -> bool) -> bool {
+        let Some(i) = self.slots.iter().position(|s| !s.busy() && pick(s)) else {
+            return false;
+        };
+        if let Some(s) = self.slots.remove(i) {
+            // notify_one keeps a permit if the task is not waiting yet.
+            s.evict.notify_one();
+        }
+        true
+    }
+}
+
 impl Table {
-    /// Registers a connection; it leaves the table when the returned entry is dropped.
-    pub(super) fn register(self: &Arc<Self>) -> Entry {
-        let mut t = self.inner.lock().expect("the table lock is never poisoned");
+    /// Admits a connection from `peer` under the caps, making room among idle connections
+    /// (the peer's own first, when it is at its cap); it leaves the table when the returned
+    /// entry is dropped. An operator may take the places kept for operators.
+    pub(super) fn admit(self: &Arc<Self>, peer: PeerKey, operator: bool) -> Result<Entry, Refused> {
+        let mut t = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // At its cap, the peer's new connection replaces one of its own: the count stays.
+        let replaces = t.slots.iter().filter(|s| s.peer == peer).count() >= MAX_PER_PEER;
+        if replaces && !t.evict(|s| s.peer == peer) {
+            return Err(Refused::PeerFull);
+        }
+        let places = if operator {
+            MAX_CONNECTIONS
+        } else {
+            MAX_CONNECTIONS - OPERATOR_PLACES
+        };
+        if !replaces && t.slots.len() >= places && !t.evict(|_| true) {
+            return Err(Refused::Full);
+        }
         t.next_id += 1;
         let slot = Arc::new(Slot {
             id: t.next_id,
             in_flight: AtomicUsize::new(0),
             last_io_ms: AtomicU64::new(0),
+            blocked_ms: AtomicU64::new(0),
             born: Instant::now(),
+            peer,
             evict: Notify::new(),
         });
         t.slots.push_back(slot.clone());
-        Entry {
+        Ok(Entry {
             table: self.clone(),
             slot,
-        }
-    }
-
-    /// Asks the oldest connection with no request in flight to close; false if all are busy.
-    pub(super) fn evict_oldest_idle(&self) -> bool {
-        let t = self.inner.lock().expect("the table lock is never poisoned");
-        match t.slots.iter().find(|s| !s.busy()) {
-            Some(s) => {
-                // notify_one keeps a permit if the task is not waiting yet.
-                s.evict.notify_one();
-                true
-            }
-            None => false,
-        }
+        })
     }
 
     #[cfg(test)]
@@ -155,13 +218,14 @@ pub(super) struct Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        let mut t = self.table.inner.lock().expect("the table lock is never poisoned");
+        let mut t = self.table.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let id = self.slot.id;
         t.slots.retain(|s| s.id != id);
     }
 }
 
-/// A stream that records the time of its last read or write in its slot.
+/// A stream that records in its slot the time of its last read or write, and since when a
+/// write has waited for the client to read.
 pub(super) struct Tracked<S> {
     pub(super) inner: S,
     pub(super) slot: Arc<Slot>,
@@ -181,8 +245,16 @@ impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
 impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, data);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.slot.touch();
+        match &r {
+            Poll::Ready(Ok(n)) if *n > 0 => {
+                self.slot.touch();
+                self.slot.blocked_ms.store(0, Ordering::Relaxed);
+            }
+            Poll::Pending if self.slot.blocked_ms.load(Ordering::Relaxed) == 0 => {
+                let since = self.slot.now_ms() + 1;
+                self.slot.blocked_ms.store(since, Ordering::Relaxed);
+            }
+            _ => {}
         }
         r
     }
@@ -201,24 +273,42 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn eviction_picks_the_oldest_idle_connection() {
+    async fn eviction_picks_the_oldest_idle_connection_and_peers_keep_to_their_share() {
         let table = Arc::new(Table::default());
-        let a = table.register();
-        let b = table.register();
-        let c = table.register();
-        let busy = a.slot.request();
-        assert!(table.evict_oldest_idle());
-        // a is busy, so b is asked to go; a's permit is not touched.
-        tokio::time::timeout(Duration::from_millis(100), b.slot.evict.notified())
+        let op = PeerKey::Uid(0);
+        let mut held = Vec::new();
+        // Seven users fill all places but the operator's with busy connections.
+        for i in 0..(MAX_CONNECTIONS - OPERATOR_PLACES) {
+            let peer = PeerKey::Uid(1000 + u32::try_from(i / MAX_PER_PEER).unwrap());
+            let e = table.admit(peer, false).unwrap();
+            let g = e.slot.request();
+            held.push((e, g));
+        }
+        assert_eq!(table.admit(PeerKey::Uid(2000), false).err(), Some(Refused::Full));
+        // A peer at its cap with all busy is refused as such.
+        assert_eq!(table.admit(PeerKey::Uid(1000), false).err(), Some(Refused::PeerFull));
+        // The operator gets the place kept for it, then nothing more.
+        let operator = table.admit(op.clone(), true).unwrap();
+        let _g = operator.slot.request();
+        assert_eq!(table.admit(op.clone(), true).err(), Some(Refused::Full));
+        // One of the first peer's connections goes idle: a new one from that peer takes its
+        // place (the peer's own), and the idle one is told to close.
+        let (first, guard) = held.remove(0);
+        drop(guard);
+        let again = table.admit(PeerKey::Uid(1000), false).unwrap();
+        tokio::time::timeout(Duration::from_millis(100), first.slot.evict.notified())
             .await
-            .expect("the oldest idle connection is told to close");
-        drop(busy);
-        drop(b);
-        assert_eq!(table.len(), 2);
-        let x = table.register();
-        let _g = x.slot.request();
-        let _ga = a.slot.request();
-        let _gc = c.slot.request();
-        assert!(!table.evict_oldest_idle(), "busy connections are never evicted");
+            .expect("the peer's idle connection is told to close");
+        assert_eq!(table.len(), MAX_CONNECTIONS, "the evicted one left the count at once");
+        drop(first);
+        assert_eq!(table.len(), MAX_CONNECTIONS);
+        drop(again);
+        // Another peer at the total cap makes room among anyone's idle connections.
+        let (second, guard) = held.remove(0);
+        drop(guard);
+        let _other = table.admit(PeerKey::Address("198.18.0.9".parse().unwrap()), false).unwrap();
+        tokio::time::timeout(Duration::from_millis(100), second.slot.evict.notified())
+            .await
+            .expect("an idle connection makes room");
     }
 }

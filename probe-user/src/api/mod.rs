@@ -22,7 +22,7 @@ use hyper::{
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{
     io::{AsyncRead, AsyncWrite},
-    sync::{oneshot, OwnedSemaphorePermit, Semaphore},
+    sync::oneshot,
 };
 
 use crate::{
@@ -167,6 +167,8 @@ trait Listener: Send + 'static {
     fn accept_stream(&self) -> impl std::future::Future<Output = std::io::Result<Self::Stream>> + Send;
     /// Who connected, as far as the transport can tell.
     fn peer(stream: &Self::Stream) -> auth::Peer;
+    /// Whom the connection counts against for the cap per peer.
+    fn peer_key(stream: &Self::Stream, peer: &auth::Peer) -> limits::PeerKey;
 }
 
 impl Listener for tokio::net::TcpListener {
@@ -177,6 +179,12 @@ impl Listener for tokio::net::TcpListener {
 
     fn peer(_: &Self::Stream) -> auth::Peer {
         auth::Peer::Tcp
+    }
+
+    fn peer_key(stream: &Self::Stream, _: &auth::Peer) -> limits::PeerKey {
+        stream
+            .peer_addr()
+            .map_or(limits::PeerKey::Unknown, |a| limits::PeerKey::Address(a.ip()))
     }
 }
 
@@ -193,6 +201,13 @@ impl Listener for tokio::net::UnixListener {
                 log::debug!("API connection: cannot read the peer's credentials: {e}");
                 auth::Peer::Unix(None)
             }
+        }
+    }
+
+    fn peer_key(_: &Self::Stream, peer: &auth::Peer) -> limits::PeerKey {
+        match peer {
+            auth::Peer::Unix(Some(cred)) => limits::PeerKey::Uid(cred.uid),
+            _ => limits::PeerKey::Unknown,
         }
     }
 }
@@ -215,7 +230,6 @@ fn accept_loop<L: Listener>(
     feed: Arc<events::Feed>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let permits = Arc::new(Semaphore::new(limits::MAX_CONNECTIONS));
         let table = Arc::new(limits::Table::default());
         let mut backoff = limits::AcceptBackoff::new("API");
         loop {
@@ -236,25 +250,23 @@ fn accept_loop<L: Listener>(
                     }
                 }
             };
-            let permit = match permits.clone().try_acquire_owned() {
-                Ok(p) => p,
-                // At the cap: make room by closing the oldest idle connection. The wait is
-                // inline, so at most one connection beyond the cap is ever held.
-                Err(_) if table.evict_oldest_idle() => {
-                    match tokio::time::timeout(limits::ADMIT_WAIT, permits.clone().acquire_owned()).await {
-                        Ok(Ok(p)) => p,
-                        _ => continue,
-                    }
+            let peer = L::peer(&stream);
+            let key = L::peer_key(&stream, &peer);
+            // At a cap the oldest idle connection makes room (the peer's own first); with
+            // none idle, this one is refused (closed at once).
+            let entry = match table.admit(key.clone(), auth::is_operator(&peer, &policy)) {
+                Ok(e) => e,
+                Err(why) => {
+                    log::debug!("API: a connection from {key:?} refused: {why:?}");
+                    continue;
                 }
-                // Every connection has a request in flight: refuse this one at once.
-                Err(_) => continue,
             };
             let access = Access {
-                peer: Arc::new(L::peer(&stream)),
+                peer: Arc::new(peer),
                 policy: policy.clone(),
                 feed: feed.clone(),
             };
-            serve(stream, control.clone(), access, &table, permit);
+            serve(stream, control.clone(), access, entry);
         }
     })
 }
@@ -273,14 +285,11 @@ fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     stream: S,
     control: Control,
     access: Access,
-    table: &Arc<limits::Table>,
-    permit: OwnedSemaphorePermit,
+    entry: limits::Entry,
 ) {
-    let entry = table.register();
     tokio::spawn(async move {
         serve_connection(stream, control, access, &entry, limits::Timeouts::API).await;
         drop(entry);
-        drop(permit);
     });
 }
 
@@ -317,11 +326,16 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     let conn = http1_builder(timeouts).serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     let result = loop {
-        // While a request is in flight the connection is never idle; look again later.
-        let deadline = if slot.busy() {
-            tokio::time::Instant::now() + timeouts.idle
-        } else {
-            slot.idle_deadline(timeouts.idle)
+        // While a request is in flight the connection is never idle; look again later, or
+        // when its answer will have waited too long for the client to read it.
+        // A request that arrives or a write that starts to wait does not wake this loop: it
+        // looks again at least every half stall, so a stall is seen within one and a half
+        // times WRITE_STALL.
+        let next_look = tokio::time::Instant::now() + timeouts.write_stall / 2;
+        let deadline = match (slot.busy(), slot.stalled_since()) {
+            (_, Some(since)) => since + timeouts.write_stall,
+            (true, None) => next_look,
+            (false, None) => slot.idle_deadline(timeouts.idle).min(next_look),
         };
         tokio::select! {
             r = conn.as_mut() => break r,
@@ -333,7 +347,15 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
                 conn.as_mut().graceful_shutdown();
             }
             () = tokio::time::sleep_until(deadline) => {
-                if !slot.busy() && tokio::time::Instant::now() >= slot.idle_deadline(timeouts.idle) {
+                let now = tokio::time::Instant::now();
+                if slot.stalled_since().is_some_and(|since| now >= since + timeouts.write_stall) {
+                    log::debug!(
+                        "API connection: closed, the client took nothing of its answer for {:?}",
+                        timeouts.write_stall
+                    );
+                    return;
+                }
+                if !slot.busy() && now >= slot.idle_deadline(timeouts.idle) {
                     log::debug!("API connection: closed after {:?} idle", timeouts.idle);
                     return;
                 }
@@ -632,13 +654,14 @@ mod tests {
     const SHORT: limits::Timeouts = limits::Timeouts {
         header_read: Duration::from_millis(300),
         idle: Duration::from_millis(600),
+        write_stall: Duration::from_millis(600),
     };
 
     /// Serves one in-memory connection with `timeouts`; the runner behind it is gone (503).
     fn connect(timeouts: limits::Timeouts) -> tokio::io::DuplexStream {
         let (client, server) = tokio::io::duplex(64 * 1024);
         let table = Arc::new(limits::Table::default());
-        let entry = table.register();
+        let entry = table.admit(limits::PeerKey::Uid(0), true).unwrap();
         let control = Control {
             tx: tokio::sync::mpsc::channel(1).0,
             config_path: None,
