@@ -87,5 +87,83 @@ fn pages_and_the_stream_agree_with_the_whole_status() {
         assert!(v["error"].as_str().unwrap().contains(want), "{path}: {v}");
     }
     assert_eq!(daemon.call("GET", "/v1/status/nope?limit=5").0, 404);
+    assert_eq!(
+        daemon.call("GET", "/v1/status/nope").0,
+        404,
+        "before any byte of a document"
+    );
+
+    // The whole document (written a page at a time) holds the same as the profiles' own.
+    let fleet = daemon.get("/v1/status");
+    let profiles = fleet.as_array().unwrap();
+    assert_eq!(profiles.len(), 2);
+    assert_eq!(names(&profiles[0]["endpoints"]), all);
+    assert_eq!(profiles[1], daemon.get("/v1/status/small"));
+    assert!(profiles[0].get("page").is_none());
+    daemon.stop();
+}
+
+fn vm_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// What one status request may cost: twenty clients ask for the whole status of 20,000
+/// endpoints and read only its first bytes. Each request holds a page and its queue, not the
+/// fleet's document (about 30 MB each when it was built whole and pretty-printed), and the
+/// documents come out whole once read.
+#[test]
+fn slow_readers_of_the_whole_status_hold_a_page_each_not_the_fleet() {
+    use std::io::{Read, Write};
+    const BIG: usize = 20_000;
+    const READERS: usize = 20;
+    let topo = Topology::new();
+    topo.anyip("198.19.0.0/17");
+    let files = DaemonFiles::new();
+    let mut text = files.header(PROBER_IF)
+        + "\n[[profile]]\nname = \"big\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\nport = 80\n\
+           interval = \"30s\"\ntimeout = \"1s\"\n";
+    for j in 0..BIG {
+        let ip = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(198, 19, 0, 1)) + j as u32);
+        text += &format!("\n[[profile.endpoint]]\nname = \"big-{j}\"\naddress = \"{ip}\"\n");
+    }
+    let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start");
+    let path = daemon.api.strip_prefix("unix:").unwrap().to_string();
+    let before = vm_rss_kib();
+    let mut readers = Vec::new();
+    for _ in 0..READERS {
+        let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        s.write_all(b"GET /v1/status HTTP/1.1\r\nHost: probed\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut first = [0u8; 1024];
+        s.read_exact(&mut first).unwrap();
+        readers.push(s);
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let grown_mib = vm_rss_kib().saturating_sub(before) / 1024;
+    eprintln!("{READERS} slow readers of a {BIG}-endpoint status: RSS grew by {grown_mib} MiB");
+    assert!(
+        grown_mib < 100,
+        "each request held far more than a page: {grown_mib} MiB"
+    );
+    // Read on, all at once (a reader stalled for 10 s is closed): each request goes on to
+    // its end (the document itself is checked below).
+    let sizes: Vec<usize> = std::thread::scope(|scope| {
+        let handles: Vec<_> = readers
+            .into_iter()
+            .map(|mut s| {
+                scope.spawn(move || {
+                    let mut rest = Vec::new();
+                    s.read_to_end(&mut rest).unwrap();
+                    rest.len()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(sizes.iter().all(|n| *n > BIG * 100), "{sizes:?}");
+    let whole = daemon.get("/v1/status");
+    assert_eq!(whole[0]["endpoints"].as_array().unwrap().len(), BIG);
     daemon.stop();
 }

@@ -218,7 +218,11 @@ pub(super) struct Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        let mut t = self.table.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut t = self
+            .table
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let id = self.slot.id;
         t.slots.retain(|s| s.id != id);
     }
@@ -306,7 +310,9 @@ mod tests {
         // Another peer at the total cap makes room among anyone's idle connections.
         let (second, guard) = held.remove(0);
         drop(guard);
-        let _other = table.admit(PeerKey::Address("198.18.0.9".parse().unwrap()), false).unwrap();
+        let _other = table
+            .admit(PeerKey::Address("198.18.0.9".parse().unwrap()), false)
+            .unwrap();
         tokio::time::timeout(Duration::from_millis(100), second.slot.evict.notified())
             .await
             .expect("an idle connection makes room");

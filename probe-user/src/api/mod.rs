@@ -413,7 +413,10 @@ async fn route(req: Request<Incoming>, control: Control, feed: &events::Feed) ->
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
     match (&method, segs.as_slice()) {
         (&Method::GET, ["v1", "status"]) => match param(&query, "stream").as_deref() {
-            None | Some("0" | "false") => json(control.status().await),
+            None | Some("0" | "false") => match control.status_page(None, 0, 0).await {
+                Ok(profiles) => document(control, profiles, true),
+                Err(e) => request_error(e),
+            },
             Some("1" | "true") => Response::builder()
                 .header(header::CONTENT_TYPE, "application/x-ndjson")
                 .body(stream::status(control).boxed())
@@ -425,7 +428,10 @@ async fn route(req: Request<Incoming>, control: Control, feed: &events::Feed) ->
         },
         (&Method::GET, ["v1", "status", profile]) => {
             if param(&query, "offset").is_none() && param(&query, "limit").is_none() {
-                return json(control.profile(profile).await);
+                return match control.status_page(Some(profile), 0, 0).await {
+                    Ok(profiles) => document(control, profiles, false),
+                    Err(e) => request_error(e),
+                };
             }
             let page = number(&query, "offset", 0, usize::MAX)
                 .and_then(|offset| Ok((offset, number(&query, "limit", stream::PAGE, MAX_PAGE)?)));
@@ -490,7 +496,7 @@ async fn route(req: Request<Incoming>, control: Control, feed: &events::Feed) ->
         (&Method::GET, ["v1", "events"]) => {
             // A misspelt profile would follow silence: name it as /v1/status would.
             if let Some(p) = param(&query, "profile") {
-                if let Err(e) = control.profile(&p).await {
+                if let Err(e) = control.status_page(Some(&p), 0, 0).await {
                     return request_error(e);
                 }
             }
@@ -509,6 +515,14 @@ async fn route(req: Request<Incoming>, control: Control, feed: &events::Feed) ->
             "no such route; the API lives under /v1 and /metrics",
         ),
     }
+}
+
+/// The status document, streamed (`stream::document`).
+fn document(control: Control, profiles: Vec<crate::daemon::views::ProfileView>, array: bool) -> Reply {
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(stream::document(control, profiles, array).boxed())
+        .expect("static headers are valid")
 }
 
 fn json<T: serde::Serialize>(r: Result<T, RequestError>) -> Reply {
