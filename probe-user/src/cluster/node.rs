@@ -115,7 +115,7 @@ impl Node {
             members: Vec::new(),
             settings,
         };
-        let transport = AuthTransport::new(task.settings.key.clone(), counters.clone());
+        let transport = AuthTransport::new(task.settings.key.clone(), counters.clone(), task.settings.advertise);
         let thread = std::thread::Builder::new()
             .name("probed-cluster".into())
             .spawn(move || {

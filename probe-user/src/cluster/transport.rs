@@ -13,8 +13,16 @@
 //! authenticated on its own, and put back together on arrival (a message whose parts do not
 //! all arrive within `REASSEMBLY_WAIT` is dropped, as a lost datagram would be).
 //!
-//! Datagram: `PRBG` | version 1 | part | parts | 0 | send time (unix ms, u64) | message id
-//! (u64) | payload part | tag (32 bytes, over everything before it).
+//! Each datagram also names, under the tag, the address it was sent to; a node takes only
+//! those sent to its own address (`cluster.advertise`, or `listen` when it is specific). So a
+//! datagram captured on the way can be replayed only to the node it was meant for, which has
+//! seen its id and drops it: sent again from a victim's address, to any node, it draws no
+//! answer. (A node listed by another of its addresses in a seed list refuses what is sent
+//! there, and says so in the log.)
+//!
+//! Datagram: `PRBG` | version 2 | part | parts | 0 | send time (unix ms, u64) | message id
+//! (u64) | destination (IPv6 or IPv4-mapped address, 16 bytes; port, 2) | payload part | tag
+//! (32 bytes, over everything before it).
 use std::{
     collections::{HashMap, VecDeque},
     net::SocketAddr,
@@ -34,8 +42,8 @@ use chitchat::{
 use ring::hmac;
 
 const MAGIC: &[u8; 4] = b"PRBG";
-const VERSION: u8 = 1;
-const HEADER: usize = 24;
+const VERSION: u8 = 2;
+const HEADER: usize = 42;
 const TAG: usize = 32;
 /// The most payload bytes in one datagram: with the header and tag, well under UDP's 65,507.
 pub const PART_BYTES: usize = 32 * 1024;
@@ -68,6 +76,9 @@ pub struct Counters {
     pub replayed: AtomicU64,
     /// Authentic but not a message this version understands.
     pub malformed: AtomicU64,
+    /// Authentic but sent to another address than this node's (a replay aimed elsewhere, or
+    /// a seed list naming this node by another address).
+    pub misdirected: AtomicU64,
 }
 
 /// The shared key, ready to sign and verify.
@@ -92,11 +103,17 @@ impl Key {
 pub struct AuthTransport {
     key: Key,
     counters: Arc<Counters>,
+    /// The address other nodes send to (`cluster.advertise`).
+    advertise: SocketAddr,
 }
 
 impl AuthTransport {
-    pub fn new(key: Key, counters: Arc<Counters>) -> AuthTransport {
-        AuthTransport { key, counters }
+    pub fn new(key: Key, counters: Arc<Counters>, advertise: SocketAddr) -> AuthTransport {
+        AuthTransport {
+            key,
+            counters,
+            advertise,
+        }
     }
 }
 
@@ -109,8 +126,16 @@ impl Transport for AuthTransport {
         let mut first = [0u8; 8];
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut first)
             .map_err(|_| anyhow::anyhow!("no random numbers for gossip message ids"))?;
+        let mut mine = vec![canonical(self.advertise)];
+        if let Ok(local) = socket.local_addr().map(canonical) {
+            if !local.ip().is_unspecified() && !mine.contains(&local) {
+                mine.push(local);
+            }
+        }
         Ok(Box::new(AuthSocket {
             socket,
+            mine,
+            last_misdirected_log: None,
             key: self.key.clone(),
             counters: self.counters.clone(),
             next_id: u64::from_le_bytes(first),
@@ -123,6 +148,9 @@ impl Transport for AuthTransport {
 
 struct AuthSocket {
     socket: tokio::net::UdpSocket,
+    /// The destinations this node takes datagrams for.
+    mine: Vec<SocketAddr>,
+    last_misdirected_log: Option<Instant>,
     key: Key,
     counters: Arc<Counters>,
     next_id: u64,
@@ -171,8 +199,22 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// The datagrams that carry `payload` as message `id`, sent at `now_ms`.
-pub fn seal(key: &Key, payload: &[u8], id: u64, now_ms: u64) -> Vec<Vec<u8>> {
+/// `a` with an IPv4-mapped IPv6 address written as IPv4, so both spellings compare equal.
+fn canonical(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip().to_canonical(), a.port())
+}
+
+fn put_addr(d: &mut Vec<u8>, a: SocketAddr) {
+    let ip = match a.ip() {
+        std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        std::net::IpAddr::V6(v6) => v6,
+    };
+    d.extend_from_slice(&ip.octets());
+    d.extend_from_slice(&a.port().to_be_bytes());
+}
+
+/// The datagrams that carry `payload` as message `id` to `to`, sent at `now_ms`.
+pub fn seal(key: &Key, payload: &[u8], id: u64, now_ms: u64, to: SocketAddr) -> Vec<Vec<u8>> {
     let chunks: Vec<&[u8]> = if payload.is_empty() {
         vec![&[][..]]
     } else {
@@ -188,6 +230,7 @@ pub fn seal(key: &Key, payload: &[u8], id: u64, now_ms: u64) -> Vec<Vec<u8>> {
             d.extend_from_slice(&[VERSION, i as u8, parts, 0]);
             d.extend_from_slice(&now_ms.to_be_bytes());
             d.extend_from_slice(&id.to_be_bytes());
+            put_addr(&mut d, to);
             d.extend_from_slice(chunk);
             let tag = hmac::sign(&key.0, &d);
             d.extend_from_slice(tag.as_ref());
@@ -203,6 +246,8 @@ pub struct Opened<'a> {
     pub parts: u8,
     pub sent_ms: u64,
     pub id: u64,
+    /// Where the sender sent it (IPv4 written as such).
+    pub to: SocketAddr,
     pub payload: &'a [u8],
 }
 
@@ -229,11 +274,14 @@ pub fn open<'a>(key: &Key, datagram: &'a [u8], now_ms: u64) -> Result<Opened<'a>
     if sent_ms.abs_diff(now_ms) > MAX_SKEW.as_millis() as u64 {
         return Err(Refused::Stale);
     }
+    let ip: [u8; 16] = body[24..40].try_into().expect("16 bytes");
+    let port = u16::from_be_bytes([body[40], body[41]]);
     Ok(Opened {
         part,
         parts,
         sent_ms,
         id: u64::from_be_bytes(body[16..24].try_into().expect("8 bytes")),
+        to: canonical(SocketAddr::new(std::net::Ipv6Addr::from(ip).into(), port)),
         payload: &body[HEADER..],
     })
 }
@@ -243,7 +291,7 @@ impl Socket for AuthSocket {
     async fn send(&mut self, to: SocketAddr, msg: ChitchatMessage) -> anyhow::Result<()> {
         let payload = msg.serialize_to_vec();
         self.next_id = self.next_id.wrapping_add(1);
-        for d in seal(&self.key, &payload, self.next_id, unix_ms()) {
+        for d in seal(&self.key, &payload, self.next_id, unix_ms(), to) {
             // Like chitchat's own UDP transport: a datagram that cannot go is a lost one.
             match self.socket.send_to(&d, to).await {
                 Ok(n) => {
@@ -294,6 +342,23 @@ impl AuthSocket {
             }
         };
         let now = Instant::now();
+        if !self.mine.contains(&opened.to) {
+            c.misdirected.fetch_add(1, Ordering::Relaxed);
+            if self
+                .last_misdirected_log
+                .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(60))
+            {
+                self.last_misdirected_log = Some(now);
+                log::warn!(
+                    "gossip: an authentic datagram from {from} was sent to {}, not to this node's {:?}: \
+                     dropped (a replay aimed here, or a seed list naming this node by another address: \
+                     seeds must name cluster.advertise)",
+                    opened.to,
+                    self.mine
+                );
+            }
+            return None;
+        }
         if !self.seen.insert((opened.id, opened.part), now) {
             c.replayed.fetch_add(1, Ordering::Relaxed);
             return None;
@@ -348,11 +413,12 @@ mod tests {
     }
 
     const NOW: u64 = 1_796_173_323_456;
+    const TO: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 18, 0, 1)), 7946);
 
     #[test]
     fn a_sealed_message_opens_with_the_same_key_only() {
         let k = key(1);
-        let d = seal(&k, b"hello", 7, NOW);
+        let d = seal(&k, b"hello", 7, NOW, TO);
         assert_eq!(d.len(), 1);
         let o = open(&k, &d[0], NOW + 10).unwrap();
         assert_eq!(
@@ -362,6 +428,7 @@ mod tests {
                 parts: 1,
                 sent_ms: NOW,
                 id: 7,
+                to: TO,
                 payload: b"hello"
             }
         );
@@ -371,7 +438,7 @@ mod tests {
     #[test]
     fn any_changed_byte_is_a_forgery() {
         let k = key(1);
-        let d = seal(&k, b"verdicts", 1, NOW).remove(0);
+        let d = seal(&k, b"verdicts", 1, NOW, TO).remove(0);
         for i in 0..d.len() {
             let mut bad = d.clone();
             bad[i] ^= 0x40;
@@ -385,7 +452,7 @@ mod tests {
     fn old_or_future_datagrams_are_stale() {
         let k = key(1);
         let skew = MAX_SKEW.as_millis() as u64;
-        let d = seal(&k, b"x", 1, NOW).remove(0);
+        let d = seal(&k, b"x", 1, NOW, TO).remove(0);
         assert!(open(&k, &d, NOW + skew).is_ok());
         assert_eq!(open(&k, &d, NOW + skew + 1), Err(Refused::Stale));
         assert_eq!(open(&k, &d, NOW - skew - 1), Err(Refused::Stale));
@@ -395,7 +462,7 @@ mod tests {
     fn big_messages_are_cut_into_parts_that_each_fit_a_datagram() {
         let k = key(1);
         let payload: Vec<u8> = (0..65_507u32).map(|i| (i % 251) as u8).collect();
-        let d = seal(&k, &payload, 9, NOW);
+        let d = seal(&k, &payload, 9, NOW, TO);
         assert_eq!(d.len(), 2);
         assert!(d
             .iter()
@@ -434,7 +501,7 @@ mod tests {
     async fn over_loopback() {
         use chitchat::ChitchatMessage;
         let counters = Arc::new(Counters::default());
-        let t = AuthTransport::new(key(3), counters.clone());
+        let t = AuthTransport::new(key(3), counters.clone(), "127.0.0.1:1".parse().unwrap());
         let mut a = t.open("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let raw = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         // Find a's port by sending it a message from b and reading the source on a.
@@ -451,7 +518,13 @@ mod tests {
         let (_, a_addr) = probe.recv_from(&mut buf).await.unwrap();
 
         // Forged (another key), then a genuine message: only the genuine one comes out.
-        let forged = seal(&key(4), &ChitchatMessage::BadCluster.serialize_to_vec(), 5, unix_ms());
+        let forged = seal(
+            &key(4),
+            &ChitchatMessage::BadCluster.serialize_to_vec(),
+            5,
+            unix_ms(),
+            a_addr,
+        );
         raw.send_to(&forged[0], a_addr).unwrap();
         b.send(a_addr, ChitchatMessage::BadCluster).await.unwrap();
         let (from, m) = tokio::time::timeout(Duration::from_secs(2), a.recv())
@@ -463,7 +536,13 @@ mod tests {
 
         // A replay of b's genuine datagram from its own address is dropped (its id was seen
         // by the probe, not by a: so replay one a has seen).
-        let again = seal(&key(3), &ChitchatMessage::BadCluster.serialize_to_vec(), 77, unix_ms());
+        let again = seal(
+            &key(3),
+            &ChitchatMessage::BadCluster.serialize_to_vec(),
+            77,
+            unix_ms(),
+            a_addr,
+        );
         raw.send_to(&again[0], a_addr).unwrap();
         let (from, _) = tokio::time::timeout(Duration::from_secs(2), a.recv())
             .await
@@ -493,5 +572,22 @@ mod tests {
             2,
             "the replay from elsewhere too"
         );
+        // A genuine datagram meant for b, replayed to a (which never saw its id) from a
+        // victim's address: dropped for its destination, so nothing answers the victim.
+        let meant_for_b = seal(
+            &key(3),
+            &ChitchatMessage::BadCluster.serialize_to_vec(),
+            99,
+            unix_ms(),
+            b_addr,
+        );
+        elsewhere.send_to(&meant_for_b[0], a_addr).unwrap();
+        b.send(a_addr, ChitchatMessage::BadCluster).await.unwrap();
+        let (from, _) = tokio::time::timeout(Duration::from_secs(2), a.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(from, b_addr, "the marker after it, not the misdirected datagram");
+        assert_eq!(counters.misdirected.load(Ordering::Relaxed), 1);
     }
 }

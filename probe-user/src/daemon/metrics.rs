@@ -187,6 +187,7 @@ impl RunnerMetrics {
             ("stale", d.stale),
             ("replayed", d.replayed),
             ("malformed", d.malformed),
+            ("misdirected", d.misdirected),
         ] {
             r.set_total(&catalog::CLUSTER_DATAGRAMS, vec![("result", result.to_string())], n);
         }

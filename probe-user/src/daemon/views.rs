@@ -165,6 +165,8 @@ pub struct DatagramCounts {
     pub stale: u64,
     pub replayed: u64,
     pub malformed: u64,
+    #[serde(default)]
+    pub misdirected: u64,
 }
 
 /// One profile and its endpoints.
@@ -282,14 +284,15 @@ pub fn render_cluster(v: &ClusterView) -> String {
     let d = &v.datagrams;
     let _ = writeln!(
         out,
-        "gossip: {:.1} KiB sent, {:.1} KiB received; datagrams {} accepted, dropped {} forged, {} stale, {} replayed, {} malformed",
+        "gossip: {:.1} KiB sent, {:.1} KiB received; datagrams {} accepted, dropped {} forged, {} stale, {} replayed, {} malformed, {} misdirected",
         d.bytes_sent as f64 / 1024.0,
         d.bytes_received as f64 / 1024.0,
         d.accepted,
         d.forged,
         d.stale,
         d.replayed,
-        d.malformed
+        d.malformed,
+        d.misdirected
     );
     out
 }

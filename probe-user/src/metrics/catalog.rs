@@ -270,7 +270,7 @@ pub const CLUSTER_PROBED_HERE: Metric = Metric::gauge(
 );
 pub const CLUSTER_DATAGRAMS: Metric = Metric::counter(
     "probed_cluster_datagrams_total",
-    "Gossip datagrams received, by result (accepted; forged, stale, replayed, malformed: dropped)",
+    "Gossip datagrams received, by result (accepted; forged, stale, replayed, malformed, misdirected: dropped)",
     &["result"],
 );
 pub const CLUSTER_BYTES: Metric = Metric::counter(

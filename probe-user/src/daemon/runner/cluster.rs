@@ -339,6 +339,7 @@ impl Runner {
                 stale: c.stale.load(Relaxed),
                 replayed: c.replayed.load(Relaxed),
                 malformed: c.malformed.load(Relaxed),
+                misdirected: c.misdirected.load(Relaxed),
             }
         });
         Some(crate::daemon::views::ClusterView {
