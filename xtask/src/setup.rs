@@ -32,6 +32,7 @@ const PACKAGES: &[&str] = &[
     "dnsperf",        // `bench dns`: the load generator
     "gdnsd",          // `bench dns`: the established failover DNS server probed is measured against
     "knot",           // knotd: the reference authoritative server dns_reference.rs compares answers with
+    "faketime",       // cluster_chaos.rs: a node whose clock is 20 s off
     "tmux",           // `probed status --watch` is tested in a tmux pane
     "dpkg-dev",       // `xtask deb`: dpkg-deb, dpkg-shlibdeps, dpkg-parsechangelog
     "binutils",       // `xtask deb`: strip; the package test: objdump, readelf
