@@ -1,7 +1,10 @@
 //! The exec sink inside the daemon: a program (`sh -c 'cat >> FILE'`) gets the profile's
 //! endpoints as JSON lines, first all of them, then each change; killed, it is started again
-//! and gets all of them again; when probed stops, it exits.
+//! and gets all of them again; when probed stops, it exits. The program runs with no
+//! capability even when probed has ambient ones, and a program others may change stops the
+//! start.
 use std::{
+    os::unix::fs::PermissionsExt,
     path::Path,
     time::{Duration, Instant},
 };
@@ -17,15 +20,22 @@ use serde_json::Value;
 const DEAD: &str = "198.18.0.9";
 
 fn config(files: &DaemonFiles, out: &Path) -> String {
+    config_running(files, &["/bin/sh", "-c", &format!("cat >> {}", out.display())])
+}
+
+/// The test's profile (b0 at the backend, b1 at `DEAD`) and an exec sink `feed` running
+/// `command`.
+fn config_running(files: &DaemonFiles, command: &[&str]) -> String {
+    // A JSON string is a TOML basic string.
+    let command: Vec<String> = command.iter().map(|a| serde_json::to_string(a).unwrap()).collect();
     files.header(PROBER_IF)
         + "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n\n[profile.health]\nprotocol = \"tcp\"\nport = 80\n\
            interval = \"100ms\"\ntimeout = \"100ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n"
         + &format!(
             "\n[[profile.endpoint]]\nname = \"b0\"\naddress = \"{BACKEND_V4}\"\n\
              \n[[profile.endpoint]]\nname = \"b1\"\naddress = \"{DEAD}\"\n\
-             \n[[sink]]\nname = \"feed\"\nprofile = \"web\"\nkind = \"exec\"\n\
-             command = [\"/bin/sh\", \"-c\", \"cat >> {}\"]\n",
-            out.display()
+             \n[[sink]]\nname = \"feed\"\nprofile = \"web\"\nkind = \"exec\"\ncommand = [{}]\n",
+            command.join(", ")
         )
 }
 
@@ -146,4 +156,124 @@ fn exec_program_gets_every_change_and_everything_again_after_a_restart() {
         assert!(Instant::now() < deadline, "the program exits when probed stops");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The systemd unit's ambient capabilities: CAP_NET_ADMIN, CAP_NET_RAW, CAP_PERFMON, CAP_BPF.
+const UNIT_CAPS: [u32; 4] = [12, 13, 38, 39];
+
+/// capset(2)'s header and one word of each set (linux/capability.h, version 3: two words).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Puts `caps` in the calling thread's inheritable and ambient sets, as systemd's
+/// AmbientCapabilities= does for the daemon. Raw system calls: this thread only.
+fn raise_ambient(caps: &[u32]) {
+    let mut header = CapHeader {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: capget writes the two data words of version 3 into `data`.
+    let rc = unsafe { libc::syscall(libc::SYS_capget, &raw mut header, data.as_mut_ptr()) };
+    assert_eq!(rc, 0, "capget: {}", std::io::Error::last_os_error());
+    for &c in caps {
+        data[(c / 32) as usize].inheritable |= 1 << (c % 32);
+    }
+    // SAFETY: capset reads the header and the two words; it changes this thread only.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &raw mut header, data.as_ptr()) };
+    assert_eq!(rc, 0, "capset: {}", std::io::Error::last_os_error());
+    for &c in caps {
+        let c = libc::c_ulong::from(c);
+        // SAFETY: prctl with integer arguments; it changes this thread only.
+        let rc = unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_RAISE, c, 0, 0) };
+        assert_eq!(rc, 0, "raise capability {c}: {}", std::io::Error::last_os_error());
+    }
+}
+
+/// probed (root here) is started from a thread holding the unit's four capabilities as ambient
+/// ones, which its threads inherit; its program shows its own sets: all empty, bounding set
+/// included, and no_new_privs set. Without the drop the program had every capability.
+#[test]
+fn exec_program_runs_with_no_capability_whatever_probed_holds() {
+    let topo = Topology::new();
+    let _b0 = topo.backend.tcp_listen(&format!("{BACKEND_V4}:80"));
+    let files = DaemonFiles::new();
+    let out = files.dir.join("caps");
+    let script = format!(
+        "while read -r l; do case $l in Cap*|NoNewPrivs*) echo \"$l\";; esac; done </proc/self/status >{o}.tmp; \
+         mv {o}.tmp {o}; exec cat >/dev/null",
+        o = out.display()
+    );
+    let cfg = files.write_config(&config_running(&files, &["/bin/sh", "-c", &script]));
+    let daemon = std::thread::scope(|s| {
+        s.spawn(|| {
+            raise_ambient(&UNIT_CAPS);
+            let amb = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+            assert!(
+                amb.contains("CapAmb:\t000000c000003000"),
+                "the thread holds them:\n{amb}"
+            );
+            RunningDaemon::start(&topo.prober, cfg, None).expect("start")
+        })
+        .join()
+        .unwrap()
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !out.exists() {
+        assert!(Instant::now() < deadline, "the program writes {}", out.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let text = std::fs::read_to_string(&out).unwrap();
+    let sets: Vec<(&str, &str)> = text
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k, v.trim()))
+        .collect();
+    let none = "0000000000000000";
+    assert_eq!(
+        sets,
+        [
+            ("CapInh", none),
+            ("CapPrm", none),
+            ("CapEff", none),
+            ("CapBnd", none),
+            ("CapAmb", none),
+            ("NoNewPrivs", "1")
+        ],
+        "{text}"
+    );
+    daemon.stop();
+}
+
+/// A program its group may write is refused at start, the error naming the sink, the file, its
+/// owner and its mode.
+#[test]
+fn a_program_others_may_change_stops_the_start() {
+    let topo = Topology::new();
+    let files = DaemonFiles::new();
+    std::fs::set_permissions(&files.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let program = files.dir.join("feed");
+    std::fs::write(&program, "#!/bin/sh\nexec cat >/dev/null\n").unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o775)).unwrap();
+    let cfg = files.write_config(&config_running(&files, &[program.to_str().unwrap()]));
+    let err = RunningDaemon::start(&topo.prober, cfg, None).err().expect("refused");
+    assert!(
+        err.contains(&format!(
+            "sink feed: exec sink: refusing to run {p}: the program {p} is writable by its group or others \
+             (owner uid 0, mode 0775)",
+            p = program.display()
+        )),
+        "{err}"
+    );
 }

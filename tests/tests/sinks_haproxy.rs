@@ -3,13 +3,20 @@
 //! connections through HAProxy reach all three backends; one backend dropped is put in maint
 //! after its fail window and gets no new connection; HAProxy restarted (every server back to
 //! `ready`) is set right by probed's next read-back; the backend restored comes back. And a
-//! sink whose socket or backend is missing stops the start with a clear error.
+//! sink whose socket or backend is missing stops the start with a clear error; a socket that
+//! trickles or floods its answers fails each request within its bound, and the sink goes on.
 use std::{
+    collections::BTreeMap,
     io::{Read, Write},
     net::{SocketAddr, TcpStream},
-    os::unix::net::UnixStream,
+    os::unix::net::{UnixListener, UnixStream},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
+    sync::{
+        atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    thread::JoinHandle,
     time::{Duration, Instant},
 };
 
@@ -326,4 +333,241 @@ fn a_missing_socket_or_backend_stops_the_start() {
     let cfg = files.write_config(&text);
     let err = RunningDaemon::start(&topo.prober, cfg, None).err().expect("refused");
     assert!(err.contains("no server b9 (endpoint web-3)"), "{err}");
+}
+
+/// How the stand-in admin socket answers.
+const SERVE: u8 = 0;
+/// One byte every 100 ms, for as long as the connection lasts.
+const TRICKLE: u8 = 1;
+/// A dump of backend web, then other backends' lines, 17 MiB in all (more than the sink reads).
+const FLOOD: u8 = 2;
+
+/// `show servers state` columns, as HAProxy 2.6 names them.
+const STATE_HEADER: &str = "# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight \
+     srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state \
+     srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port \
+     srv_check_addr srv_agent_addr srv_agent_port";
+
+/// A stand-in for HAProxy's admin socket, served by the test: backend web with servers b0 and
+/// b1 (`srv_admin_state` flags in `held`), answered as the mode says. Every connection ends
+/// when it is dropped.
+struct FakeAdmin {
+    path: PathBuf,
+    mode: Arc<AtomicU8>,
+    held: Arc<Mutex<BTreeMap<String, u32>>>,
+    /// Connections the sink closed while being trickled or flooded.
+    hung_up: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl FakeAdmin {
+    fn start(path: PathBuf) -> FakeAdmin {
+        let listener = UnixListener::bind(&path).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let mut fake = FakeAdmin {
+            path,
+            mode: Arc::new(AtomicU8::new(SERVE)),
+            held: Arc::new(Mutex::new(BTreeMap::from([("b0".into(), 0), ("b1".into(), 0)]))),
+            hung_up: Arc::new(AtomicUsize::new(0)),
+            stop: Arc::new(AtomicBool::new(false)),
+            accept: None,
+        };
+        let (mode, held, hung_up, stop) = (
+            fake.mode.clone(),
+            fake.held.clone(),
+            fake.hung_up.clone(),
+            fake.stop.clone(),
+        );
+        fake.accept = Some(std::thread::spawn(move || {
+            let mut served = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        let (mode, held, hung_up, stop) = (mode.clone(), held.clone(), hung_up.clone(), stop.clone());
+                        served.push(std::thread::spawn(move || {
+                            serve(s, mode.load(Ordering::Relaxed), &held, &hung_up, &stop);
+                        }));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+            for t in served {
+                let _ = t.join();
+            }
+        }));
+        fake
+    }
+
+    fn set_mode(&self, mode: u8) {
+        self.mode.store(mode, Ordering::Relaxed);
+    }
+
+    fn admin_state(&self, server: &str) -> u32 {
+        self.held.lock().unwrap()[server]
+    }
+}
+
+impl Drop for FakeAdmin {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Ends a `FakeAdmin`'s connections when dropped: declared after the daemon, it goes first, so
+/// a sink stuck in a read (without the bound) gets its end and the daemon can stop.
+struct EndsConnections(Arc<AtomicBool>);
+
+impl Drop for EndsConnections {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// One connection: reads the command line, answers it as `mode` says.
+fn serve(mut s: UnixStream, mode: u8, held: &Mutex<BTreeMap<String, u32>>, hung_up: &AtomicUsize, stop: &AtomicBool) {
+    s.set_nonblocking(false).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while matches!(s.read(&mut byte), Ok(1)) && byte[0] != b'\n' {
+        line.push(byte[0]);
+    }
+    let line = String::from_utf8_lossy(&line).into_owned();
+    let dump = |held: &BTreeMap<String, u32>| {
+        let mut text = format!("1\n{STATE_HEADER}\n");
+        for (i, (name, flags)) in held.iter().enumerate() {
+            text += &format!("2 web {i} {name} 198.18.0.2 2 {flags} 1 1 0 1 0 0 0 0 0 0 - 80 - 0 0 - - 0\n");
+        }
+        text
+    };
+    match mode {
+        TRICKLE => {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                if s.write_all(b"1").is_err() {
+                    hung_up.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+        FLOOD => {
+            let mut sent = dump(&held.lock().unwrap());
+            let other = "3 other 1 x 198.18.0.9 2 0 1 1 0 1 0 0 0 0 0 0 - 80 - 0 0 - - 0\n".repeat(1000);
+            let mut total = 0;
+            while total < 17 << 20 && !stop.load(Ordering::Relaxed) {
+                if s.write_all(sent.as_bytes()).is_err() {
+                    hung_up.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                total += sent.len();
+                sent.clone_from(&other);
+            }
+        }
+        _ => {
+            let mut held = held.lock().unwrap();
+            let mut answer = String::new();
+            for command in line.split(';') {
+                let words: Vec<&str> = command.split_whitespace().collect();
+                match words.as_slice() {
+                    ["show", "servers", "state", "web"] => answer += &(dump(&held) + "\n"),
+                    ["set", "server", target, "state", state] => {
+                        let flags = if *state == "ready" { 0 } else { 1 };
+                        let name = target.trim_start_matches("web/");
+                        match held.get_mut(name) {
+                            Some(f) => {
+                                *f = flags;
+                                answer += "\n";
+                            }
+                            None => answer += "No such server.\n\n",
+                        }
+                    }
+                    ["set", "server", _, "weight", _] => answer += "\n",
+                    _ => answer += "Unknown command.\n\n",
+                }
+            }
+            let _ = s.write_all(answer.as_bytes());
+        }
+    }
+}
+
+/// The one sink's view in `/v1/sinks`.
+fn sink_view(daemon: &RunningDaemon) -> serde_json::Value {
+    daemon.get("/v1/sinks")[0].clone()
+}
+
+/// A socket that trickles its answer (one byte every 100 ms, never ending) or floods it (17 MiB)
+/// fails the request within its bound (5 s in all, 16 MiB), as an error the sink shows and
+/// retries; the change that came meanwhile is written once the socket answers again.
+/// Without the bounds the first trickled request held the sink's thread for ever.
+#[test]
+fn a_trickling_or_flooding_socket_fails_each_request_in_time_and_the_sink_goes_on() {
+    let topo = Topology::new();
+    let _b0 = topo.backend.tcp_listen(&format!("{BACKEND_V4}:80"));
+    let files = DaemonFiles::new();
+    let fake = FakeAdmin::start(files.dir.join("admin.sock"));
+    let health = "[profile.health]\nprotocol = \"tcp\"\ninterval = \"100ms\"\ntimeout = \"100ms\"\n\
+                  healthy_threshold = 2\nunhealthy_threshold = 2\n";
+    let text = files.header(PROBER_IF)
+        + &format!(
+            "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n{health}\n\
+             [[profile.endpoint]]\nname = \"b0\"\naddress = \"{BACKEND_V4}\"\nport = 80\n\n\
+             [[profile.endpoint]]\nname = \"b1\"\naddress = \"{BACKEND_V4}\"\nport = 81\n\n\
+             [[sink]]\nname = \"lb\"\nprofile = \"web\"\nkind = \"haproxy\"\nsocket = \"{}\"\n\
+             backend = \"web\"\ndown = \"maint\"\n",
+            fake.path.display()
+        );
+    let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start");
+    let _ends = EndsConnections(fake.stop.clone());
+    daemon.wait_status("web", "b0", S::Online, Duration::from_secs(5));
+    daemon.wait_status("web", "b1", S::Degraded, Duration::from_secs(5));
+    wait_until("b1 is in maint", Duration::from_secs(3), || fake.admin_state("b1") == 1);
+
+    // Trickled: b1 comes back meanwhile; the sync that would set it ready fails at 5 s.
+    fake.set_mode(TRICKLE);
+    let errors = sink_view(&daemon)["errors_total"].as_u64().unwrap();
+    let since = Instant::now();
+    let _b1 = topo.backend.tcp_listen(&format!("{BACKEND_V4}:81"));
+    daemon.wait_status("web", "b1", S::Online, Duration::from_secs(3));
+    wait_until("a trickled request fails", Duration::from_secs(11), || {
+        let v = sink_view(&daemon);
+        v["errors_total"].as_u64() > Some(errors)
+            && v["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("no whole answer to `show servers state web` within 5s"))
+    });
+    eprintln!(
+        "a trickled request failed {:?} after the trickle began",
+        since.elapsed()
+    );
+    assert_eq!(fake.admin_state("b1"), 1, "nothing was written");
+    wait_until("the sink hangs up on the trickle", Duration::from_secs(1), || {
+        fake.hung_up.load(Ordering::Relaxed) >= 1
+    });
+
+    // Flooded: the request fails at 16 MiB, the sink hangs up.
+    fake.set_mode(FLOOD);
+    let hung_up = fake.hung_up.load(Ordering::Relaxed);
+    wait_until("a flooded request fails", Duration::from_secs(12), || {
+        sink_view(&daemon)["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("the answer to `show servers state web` is longer than 16 MiB"))
+    });
+    wait_until("the sink hangs up on the flood", Duration::from_secs(1), || {
+        fake.hung_up.load(Ordering::Relaxed) > hung_up
+    });
+
+    // Answered again: the retry writes the change that came during the trouble.
+    fake.set_mode(SERVE);
+    wait_until("b1 is set ready", Duration::from_secs(8), || {
+        fake.admin_state("b1") == 0
+    });
+    wait_until("the sink is in sync", Duration::from_secs(2), || {
+        sink_view(&daemon)["in_sync"] == true
+    });
+    daemon.stop();
 }

@@ -18,12 +18,18 @@
 //! `full` lists every endpoint of the profile, eligible or not; the eligible set is those with
 //! `"eligible": true`. A program that reads nothing for `WRITE_TIMEOUT` is taken as stuck and
 //! restarted, so a sync never blocks the sink's thread for longer.
+//!
+//! The program runs with no capability (`confine`): probed's own (ambient in the systemd unit)
+//! would make it root in all but name. It must be a file only root or probed's user can change,
+//! checked at open and before every start.
+mod confine;
+
 use std::{
     collections::BTreeMap,
     io::{ErrorKind, Write},
     os::{
         fd::{AsFd, AsRawFd},
-        unix::fs::PermissionsExt,
+        unix::{fs::PermissionsExt, process::CommandExt},
     },
     path::Path,
     process::{Child, ChildStdin, Command, ExitStatus, Stdio},
@@ -205,21 +211,26 @@ impl ExecSink {
                 self.not_before - now
             )));
         }
+        // Again at every start: a file made writable since the last one is not run.
+        self.check()?;
         // The program's stdout goes to probed's stderr: probed's stdout may carry its events.
         let stdout = std::io::stderr()
             .as_fd()
             .try_clone_to_owned()
             .map_err(|e| SinkError::Setup(format!("exec sink: duplicate stderr: {e}")))?;
-        let mut child = Command::new(self.program())
+        let mut command = Command::new(self.program());
+        command
             .args(&self.cfg.command[1..])
             .stdin(Stdio::piped())
-            .stdout(Stdio::from(stdout))
-            .spawn()
-            .map_err(|e| {
-                self.not_before = Instant::now() + self.delay;
-                self.delay = (self.delay * 2).min(RESTART_MAX);
-                SinkError::Setup(format!("exec sink: cannot start {}: {e}", self.program()))
-            })?;
+            .stdout(Stdio::from(stdout));
+        // SAFETY: drop_capabilities makes system calls only (no allocation, no lock), which is
+        // what may run in the child of a multi-threaded process between fork and exec.
+        unsafe { command.pre_exec(confine::drop_capabilities) };
+        let mut child = command.spawn().map_err(|e| {
+            self.not_before = Instant::now() + self.delay;
+            self.delay = (self.delay * 2).min(RESTART_MAX);
+            SinkError::Setup(format!("exec sink: cannot start {}: {e}", self.program()))
+        })?;
         let Some(stdin) = child.stdin.take() else {
             let _ = child.kill();
             let _ = child.wait();
@@ -277,7 +288,10 @@ impl Sink for ExecSink {
                 program.display()
             )));
         }
-        Ok(())
+        // SAFETY: geteuid only reads the process's credentials.
+        let me = unsafe { libc::geteuid() };
+        confine::check_path(program, me)
+            .map_err(|e| SinkError::Setup(format!("exec sink: refusing to run {}: {e}", program.display())))
     }
 
     fn sync(&mut self, model: &ProfileModel) -> Result<SyncReport, SinkError> {

@@ -10,12 +10,20 @@
 //! The socket is used one line per connection (HAProxy's non-interactive mode): several
 //! commands joined by `;`, one answer each, then HAProxy closes. No connection outlives a
 //! request, so nothing goes stale when HAProxy restarts, and no prompt has to be parsed.
+//!
+//! Whatever listens on the socket, a request ends within `IO_TIMEOUT` and reads at most
+//! `MAX_ANSWER` bytes: a peer that trickles, floods or never accepts fails the request like any
+//! other error (the sink retries with backoff), and the sink's thread goes on.
 use std::{
     collections::BTreeMap,
     fmt,
     io::{ErrorKind, Read, Write},
-    os::unix::{fs::FileTypeExt, net::UnixStream},
-    time::Duration,
+    os::{
+        fd::{FromRawFd, OwnedFd},
+        unix::{ffi::OsStrExt, fs::FileTypeExt, net::UnixStream},
+    },
+    path::Path,
+    time::{Duration, Instant},
 };
 
 use super::{Sink, SinkError, SyncReport};
@@ -24,9 +32,14 @@ use crate::{
     sinks::model::ProfileModel,
 };
 
-/// A request HAProxy does not answer in this long fails (and is retried), so a stuck HAProxy
-/// never holds the sink's thread.
+/// A request HAProxy has not answered whole in this long, from connect to end of answer, fails
+/// (and is retried), so a stuck HAProxy never holds the sink's thread.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest answer read. The longest the sink asks for is `show servers state BACKEND`: a
+/// version line, a header and one line per server of one backend, about 110 bytes a server and
+/// under 700 with the longest names, FQDN and SRV record. 16 MiB holds more than 24,000 such
+/// servers (150,000 typical ones), beyond any backend; longer is not HAProxy answering.
+const MAX_ANSWER: usize = 16 << 20;
 /// HAProxy reads one command line into a buffer of `tune.bufsize` (16 kB by default); a sync
 /// of many servers is cut into lines well under it.
 const MAX_LINE: usize = 8000;
@@ -250,23 +263,39 @@ fn answers(text: &str) -> Vec<String> {
 
 pub struct HaproxySink {
     cfg: Config,
+    /// `IO_TIMEOUT`; shorter in the unit tests.
+    timeout: Duration,
 }
 
 impl HaproxySink {
     /// Checks that the socket answers and that the backend and every followed server exist.
     pub fn open(cfg: &Config) -> Result<HaproxySink, SinkError> {
-        let mut sink = HaproxySink { cfg: cfg.clone() };
+        let mut sink = HaproxySink {
+            cfg: cfg.clone(),
+            timeout: IO_TIMEOUT,
+        };
         sink.check()?;
         Ok(sink)
     }
 
-    /// Sends one line of commands; HAProxy's whole answer.
+    /// Sends one line of commands; HAProxy's whole answer, within `self.timeout` in all and at
+    /// most `MAX_ANSWER` bytes.
     fn ask(&self, line: &str) -> Result<String, SinkError> {
         let path = &self.cfg.socket;
-        let mut stream = UnixStream::connect(path).map_err(|e| {
+        let deadline = Instant::now() + self.timeout;
+        let late = || {
+            SinkError::Write(format!(
+                "HAProxy admin socket {}: no whole answer to `{}` within {:?}",
+                path.display(),
+                first_command(line),
+                self.timeout
+            ))
+        };
+        let mut stream = connect_within(path, self.timeout).map_err(|e| {
             let hint = match e.kind() {
                 ErrorKind::NotFound => "it does not exist",
                 ErrorKind::ConnectionRefused => "nothing listens on it",
+                ErrorKind::WouldBlock | ErrorKind::TimedOut => "its listener accepts no connection",
                 _ => "cannot connect",
             };
             SinkError::Missing(format!(
@@ -276,13 +305,35 @@ impl HaproxySink {
             ))
         })?;
         let io = |e: std::io::Error| SinkError::Write(format!("HAProxy admin socket {}: {e}", path.display()));
-        stream.set_read_timeout(Some(IO_TIMEOUT)).map_err(io)?;
-        stream.set_write_timeout(Some(IO_TIMEOUT)).map_err(io)?;
-        stream.write_all(format!("{line}\n").as_bytes()).map_err(io)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(late());
+        }
+        stream.set_write_timeout(Some(left)).map_err(io)?;
+        stream
+            .write_all(format!("{line}\n").as_bytes())
+            .map_err(|e| if timed_out(&e) { late() } else { io(e) })?;
         // Non-interactive mode: HAProxy answers the line and closes the connection.
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).map_err(io)?;
-        Ok(answer)
+        let answer = match read_answer(&mut stream, deadline, MAX_ANSWER) {
+            Ok(answer) => answer,
+            Err(e) if timed_out(&e) => return Err(late()),
+            Err(e) if e.kind() == ErrorKind::FileTooLarge => {
+                return Err(SinkError::Data(format!(
+                    "HAProxy admin socket {}: the answer to `{}` is longer than {} MiB; that is not HAProxy answering",
+                    path.display(),
+                    first_command(line),
+                    MAX_ANSWER >> 20
+                )))
+            }
+            Err(e) => return Err(io(e)),
+        };
+        String::from_utf8(answer).map_err(|_| {
+            SinkError::Data(format!(
+                "HAProxy admin socket {}: the answer to `{}` is not UTF-8",
+                path.display(),
+                first_command(line)
+            ))
+        })
     }
 
     /// What HAProxy holds for the backend's servers.
@@ -431,6 +482,85 @@ impl Sink for HaproxySink {
             .map(|s| format!("set server {}/{s} state {}", self.cfg.backend, down.name()))
             .collect();
         self.run(&commands)
+    }
+}
+
+/// The first command of a line, for error messages.
+fn first_command(line: &str) -> &str {
+    line.split(';').next().unwrap_or(line)
+}
+
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+/// Connects to the unix socket at `path`, waiting at most `limit` for room in its listener's
+/// backlog: a blocking connect to a listener that never accepts waits for ever once its backlog
+/// is full, but gives up after the socket's send timeout, set here before connecting.
+fn connect_within(path: &Path, limit: Duration) -> std::io::Result<UnixStream> {
+    // SAFETY: plain socket(2); the descriptor is owned by `fd` from here on.
+    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh descriptor nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let stream = UnixStream::from(fd);
+    stream.set_write_timeout(Some(limit))?;
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid (empty) value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    // Room for the terminating NUL, which the zeroed address already holds.
+    if bytes.is_empty() || bytes.len() >= addr.sun_path.len() {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidInput,
+            "the path is empty or too long for a unix socket",
+        ));
+    }
+    for (to, from) in addr.sun_path.iter_mut().zip(bytes) {
+        *to = libc::c_char::from_ne_bytes([*from]);
+    }
+    let len = libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_un>()).unwrap_or(libc::socklen_t::MAX);
+    loop {
+        // SAFETY: `addr` is a valid sockaddr_un of `len` bytes on this stack frame for the call;
+        // `stream` owns the descriptor.
+        let rc = unsafe {
+            libc::connect(
+                std::os::fd::AsRawFd::as_raw_fd(&stream),
+                (&raw const addr).cast::<libc::sockaddr>(),
+                len,
+            )
+        };
+        if rc == 0 {
+            return Ok(stream);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Reads until the peer closes, giving up at `deadline` (`TimedOut`) or past `max` bytes
+/// (`FileTooLarge`). A timeout per read would let a peer that sends a byte now and then hold
+/// the reader for ever; this one is set to what is left before each read.
+fn read_answer(stream: &mut UnixStream, deadline: Instant, max: usize) -> std::io::Result<Vec<u8>> {
+    let mut answer = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ErrorKind::TimedOut.into());
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut chunk) {
+            Ok(0) => return Ok(answer),
+            Ok(n) if answer.len() + n > max => return Err(ErrorKind::FileTooLarge.into()),
+            Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
 }
 

@@ -159,3 +159,228 @@ fn check_wants_an_executable_file() {
     assert!(e.contains("not an executable file"), "{e}");
     assert_eq!(open("/bin/cat"), None);
 }
+
+#[test]
+fn check_refuses_a_program_others_could_change() {
+    use std::os::unix::fs::{chown, lchown, symlink};
+    let open = |p: &Path| {
+        ExecSink::open(&Config {
+            command: vec![p.to_str().unwrap().into()],
+        })
+        .err()
+        .map(|e| e.to_string())
+    };
+    let chmod = |p: &Path, mode: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    // SAFETY: geteuid only reads the process's credentials.
+    let me = unsafe { libc::geteuid() };
+    let dir = temp_dir("owner");
+    chmod(&dir, 0o755);
+    let prog = dir.join("feed");
+    std::fs::write(&prog, "#!/bin/sh\nexec cat >/dev/null\n").unwrap();
+    chmod(&prog, 0o775);
+    let e = open(&prog).unwrap();
+    assert!(
+        e.contains(&format!(
+            "refusing to run {p}: the program {p} is writable by its group or others (owner uid {me}, mode 0775)",
+            p = prog.display()
+        )),
+        "{e}"
+    );
+    chmod(&prog, 0o755);
+    assert_eq!(open(&prog), None);
+
+    // A directory on the way that others may write: they could put another file in its place.
+    chmod(&dir, 0o777);
+    let e = open(&prog).unwrap();
+    assert!(
+        e.contains(&format!("the directory {} is writable", dir.display())) && e.contains("mode 0777"),
+        "{e}"
+    );
+    // Unless it is sticky (as /tmp, which every test here goes through): there only the file's
+    // owner may rename or remove it.
+    chmod(&dir, 0o1777);
+    assert_eq!(open(&prog), None);
+    chmod(&dir, 0o755);
+
+    // Links are followed, and each part on the way checked, relative targets and `..` too.
+    let sub = dir.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    chmod(&sub, 0o755);
+    symlink("../feed", sub.join("up")).unwrap();
+    symlink(sub.join("up"), dir.join("link")).unwrap();
+    assert_eq!(open(&dir.join("link")), None);
+    chmod(&sub, 0o775);
+    let e = open(&dir.join("link")).unwrap();
+    assert!(
+        e.contains(&format!("the directory {} is writable", sub.display())),
+        "{e}"
+    );
+    chmod(&sub, 0o755);
+
+    // Owners: root or probed's own user only.
+    if me == 0 {
+        chown(&prog, Some(12345), None).unwrap();
+        let e = open(&prog).unwrap();
+        assert!(
+            e.contains(&format!(
+                "the program {} is owned by uid 12345 (mode 0755)",
+                prog.display()
+            )) && e.contains("probed's own user (uid 0)"),
+            "{e}"
+        );
+        chown(&prog, Some(0), None).unwrap();
+        lchown(sub.join("up"), Some(12345), None).unwrap();
+        let e = open(&dir.join("link")).unwrap();
+        assert!(
+            e.contains(&format!(
+                "the symbolic link {} is owned by uid 12345",
+                sub.join("up").display()
+            )),
+            "{e}"
+        );
+        chown(&sub, Some(12345), None).unwrap();
+        let e = open(&dir.join("link")).unwrap();
+        assert!(
+            e.contains(&format!("the directory {} is owned by uid 12345", sub.display())),
+            "{e}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// CAP_NET_ADMIN, CAP_NET_RAW, CAP_PERFMON, CAP_BPF: the systemd unit's four.
+const UNIT_CAPS: [u32; 4] = [12, 13, 38, 39];
+
+/// The calling thread's capability sets (raw system calls act on one thread only).
+fn capget() -> [confine::CapData; 2] {
+    let mut header = confine::CapHeader {
+        version: confine::LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [confine::CapData::default(); 2];
+    // SAFETY: capget writes the two data words version 3 defines into `data`.
+    let rc = unsafe { libc::syscall(libc::SYS_capget, &raw mut header, data.as_mut_ptr()) };
+    assert_eq!(rc, 0, "capget: {}", std::io::Error::last_os_error());
+    data
+}
+
+fn capset(data: &[confine::CapData; 2]) {
+    let mut header = confine::CapHeader {
+        version: confine::LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    // SAFETY: capset reads the header and two data words; it changes this thread only.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &raw mut header, data.as_ptr()) };
+    assert_eq!(rc, 0, "capset: {}", std::io::Error::last_os_error());
+}
+
+/// Puts `caps` in this thread's inheritable and ambient sets, as systemd's
+/// AmbientCapabilities= does for the daemon.
+fn raise_ambient(caps: &[u32]) {
+    let mut data = capget();
+    for &c in caps {
+        data[(c / 32) as usize].inheritable |= 1 << (c % 32);
+    }
+    capset(&data);
+    for &c in caps {
+        // SAFETY: prctl with integer arguments; it changes this thread only.
+        let rc = unsafe {
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_RAISE,
+                libc::c_ulong::from(c),
+                0,
+                0,
+            )
+        };
+        assert_eq!(rc, 0, "raise {c}: {}", std::io::Error::last_os_error());
+    }
+}
+
+/// Starts a sink whose program writes its own `Cap*` and `NoNewPrivs` lines of
+/// /proc/self/status to `dir/caps`, and returns them by name.
+fn program_credentials(dir: &Path) -> BTreeMap<String, String> {
+    let out = dir.join("caps");
+    let script = format!(
+        "while read -r l; do case $l in Cap*|NoNewPrivs*) echo \"$l\";; esac; done </proc/self/status >{o}.tmp; \
+         mv {o}.tmp {o}; exec cat >/dev/null",
+        o = out.display()
+    );
+    let mut s = ExecSink::open(&Config {
+        command: vec!["/bin/sh".into(), "-c".into(), script],
+    })
+    .unwrap();
+    s.sync(&model(1, &[("b0", 2, true)])).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !out.exists() {
+        assert!(Instant::now() < deadline, "the program writes {}", out.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(s);
+    std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// Runs `f` on a thread of its own (whose credentials it may change), re-raising its panic.
+fn on_own_thread(f: impl FnOnce() + Send + 'static) {
+    if let Err(panic) = std::thread::spawn(f).join() {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[test]
+fn the_program_runs_with_no_capability() {
+    // SAFETY: geteuid only reads the process's credentials.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: giving a thread capabilities to pass on needs root");
+        return;
+    }
+    const NONE: &str = "0000000000000000";
+
+    // probed as root, with ambient capabilities besides: the program keeps none, and its
+    // bounding set is empty, so nothing it runs can get one back.
+    let dir = temp_dir("caps-root");
+    let d = dir.clone();
+    on_own_thread(move || {
+        raise_ambient(&UNIT_CAPS);
+        let got = program_credentials(&d);
+        for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+            assert_eq!(got.get(set).map(String::as_str), Some(NONE), "{set}: {got:?}");
+        }
+        assert_eq!(got["NoNewPrivs"], "1", "{got:?}");
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // probed as the systemd unit runs it: another user, the unit's four capabilities ambient,
+    // no CAP_SETPCAP (so the bounding set cannot be lowered). The program keeps none either.
+    let dir = temp_dir("caps-unit");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let d = dir.clone();
+    on_own_thread(move || {
+        // SAFETY: prctl and the raw set*id system calls change this thread's credentials only
+        // (glibc's wrappers would change every thread of the test process).
+        unsafe {
+            assert_eq!(libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0), 0);
+            assert_eq!(libc::syscall(libc::SYS_setresgid, 65534, 65534, 65534), 0);
+            assert_eq!(libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534), 0);
+        }
+        let mut data = [confine::CapData::default(); 2];
+        for c in UNIT_CAPS {
+            let word = &mut data[(c / 32) as usize];
+            word.permitted |= 1 << (c % 32);
+            word.effective |= 1 << (c % 32);
+        }
+        capset(&data);
+        raise_ambient(&UNIT_CAPS);
+        let got = program_credentials(&d);
+        for set in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {
+            assert_eq!(got.get(set).map(String::as_str), Some(NONE), "{set}: {got:?}");
+        }
+        assert_eq!(got["NoNewPrivs"], "1", "{got:?}");
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}

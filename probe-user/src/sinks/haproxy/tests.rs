@@ -1,6 +1,6 @@
 //! The haproxy sink's pure parts (reading `show servers state`, planning commands, cutting
-//! lines, splitting answers) on answers captured from HAProxy 2.6, and a whole sync against a
-//! scripted stand-in for the admin socket.
+//! lines, splitting answers) on answers captured from HAProxy 2.6, a whole sync against a
+//! scripted stand-in for the admin socket, and peers that trickle, flood or never accept.
 use std::{
     os::unix::net::UnixListener,
     path::PathBuf,
@@ -300,5 +300,109 @@ fn check_names_a_missing_socket_backend_or_server() {
     let e = HaproxySink::open(&c).err().unwrap().to_string();
     assert!(e.contains("no backend api") && e.contains("backends: web"), "{e}");
     thread.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A peer on the admin socket that reads the command line, then calls `answer` with the stream
+/// until it returns false (it then closes) or fails (a write after the sink hung up). Serves
+/// one connection; the thread says whether the sink hung up first.
+fn peer(
+    path: &std::path::Path,
+    mut answer: impl FnMut(&mut UnixStream) -> std::io::Result<bool> + Send + 'static,
+) -> std::thread::JoinHandle<bool> {
+    let listener = UnixListener::bind(path).unwrap();
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut byte = [0u8; 1];
+        while s.read(&mut byte).unwrap() == 1 && byte[0] != b'\n' {}
+        loop {
+            match answer(&mut s) {
+                Ok(true) => {}
+                Ok(false) => return false,
+                Err(_) => return true,
+            }
+        }
+    })
+}
+
+/// The error `show servers state web` ends in (an answer is only counted: it may be 17 MiB).
+fn refused(sink: &HaproxySink) -> String {
+    match sink.ask("show servers state web") {
+        Ok(answer) => panic!("answered, {} bytes", answer.len()),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn bounded_sink(socket: PathBuf, timeout: Duration) -> HaproxySink {
+    HaproxySink {
+        cfg: cfg(socket, HaproxyDown::Maint, &[("a", "b0")]),
+        timeout,
+    }
+}
+
+#[test]
+fn a_peer_that_trickles_floods_or_never_accepts_fails_the_request_in_time() {
+    let dir = temp_dir("bounds");
+
+    // One byte every 20 ms, for ever: each read gets something, the answer never ends.
+    let trickle = dir.join("trickle.sock");
+    let served = peer(&trickle, |s| {
+        std::thread::sleep(Duration::from_millis(20));
+        s.write_all(b"1")?;
+        Ok(true)
+    });
+    let sink = bounded_sink(trickle.clone(), Duration::from_millis(300));
+    let started = Instant::now();
+    let e = refused(&sink);
+    let took = started.elapsed();
+    assert!(
+        e.contains("no whole answer to `show servers state web` within 300ms") && e.contains("trickle.sock"),
+        "{e}"
+    );
+    assert!(
+        took < Duration::from_millis(800),
+        "the request ends at its deadline: {took:?}"
+    );
+    assert!(served.join().unwrap(), "the sink hung up on the trickle");
+
+    // A well-formed dump of backend web, then other backends' lines past the cap, fast.
+    let flood = dir.join("flood.sock");
+    let mut sent = 0usize;
+    let served = peer(&flood, move |s| {
+        let text = if sent == 0 {
+            format!("1\n{HEADER}\n2 web 1 b0 198.18.0.2 2 0 1 1 0 1 0 0 0 0 0 0 - 80 - 0 0 - - 0\n")
+        } else {
+            "3 other 1 x 198.18.0.9 2 0 1 1 0 1 0 0 0 0 0 0 - 80 - 0 0 - - 0\n".repeat(1000)
+        };
+        s.write_all(text.as_bytes())?;
+        sent += text.len();
+        // Closes a little past the cap: read whole, the answer would parse.
+        Ok(sent <= MAX_ANSWER + (1 << 20))
+    });
+    let sink = bounded_sink(flood.clone(), Duration::from_secs(5));
+    let started = Instant::now();
+    let e = refused(&sink);
+    assert!(e.contains("longer than 16 MiB") && e.contains("flood.sock"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(served.join().unwrap(), "the sink hung up on the flood");
+
+    // A listener that never accepts: once its backlog is full a plain connect would wait for
+    // ever.
+    let deaf = dir.join("deaf.sock");
+    let _listener = UnixListener::bind(&deaf).unwrap();
+    let mut queued = Vec::new();
+    while let Ok(s) = connect_within(&deaf, Duration::from_millis(20)) {
+        queued.push(s);
+        assert!(queued.len() < 100_000, "the backlog fills");
+    }
+    let sink = bounded_sink(deaf, Duration::from_millis(300));
+    let started = Instant::now();
+    let e = refused(&sink);
+    assert!(e.contains("accepts no connection"), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_millis(800),
+        "{:?}",
+        started.elapsed()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

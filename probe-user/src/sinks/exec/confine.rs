@@ -1,0 +1,225 @@
+//! What the exec sink's program may be and what it keeps: a file that only root or probed's own
+//! user can change (the file itself and every directory and symbolic link on the way to it), run
+//! with no capability at all, whatever probed holds.
+use std::{
+    ffi::OsString,
+    fmt,
+    os::unix::fs::MetadataExt,
+    path::{Component, Path, PathBuf},
+};
+
+/// Symbolic links followed on the way to the program before giving up (the kernel's limit).
+const MAX_LINKS: usize = 40;
+
+/// Why a program is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsafe {
+    /// The file, directory or link that fails.
+    pub path: PathBuf,
+    pub what: Part,
+    pub problem: Problem,
+    pub owner: u32,
+    pub mode: u32,
+    /// probed's effective uid, the one owner besides root that is trusted.
+    pub daemon_uid: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Program,
+    Directory,
+    Link,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// Owned by someone other than root and probed's user.
+    Owner,
+    /// Writable by its group or by others (a directory with the sticky bit excepted: there only
+    /// an entry's owner may rename or remove it).
+    Writable,
+    /// Cannot be looked at, or too many links.
+    Unreadable(String),
+}
+
+impl fmt::Display for Unsafe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.what {
+            Part::Program => "the program",
+            Part::Directory => "the directory",
+            Part::Link => "the symbolic link",
+        };
+        let (path, owner, mode, me) = (self.path.display(), self.owner, self.mode & 0o7777, self.daemon_uid);
+        match &self.problem {
+            Problem::Owner => write!(
+                f,
+                "{what} {path} is owned by uid {owner} (mode {mode:04o}); only root or probed's own user \
+                 (uid {me}) may own the program and the directories on its path"
+            ),
+            Problem::Writable => write!(
+                f,
+                "{what} {path} is writable by its group or others (owner uid {owner}, mode {mode:04o}); \
+                 remove that write access (chmod go-w), or anyone who has it chooses what probed runs"
+            ),
+            Problem::Unreadable(e) => write!(f, "{what} {path}: {e}"),
+        }
+    }
+}
+
+/// Follows `program` from the root, as the kernel will when it runs it, and checks every part
+/// on the way: each directory, link and the file itself must be owned by root or `daemon_uid`,
+/// and no directory (unless sticky) nor the file may be writable by group or others. Otherwise
+/// someone else could choose what runs as probed's user.
+pub fn check_path(program: &Path, daemon_uid: u32) -> Result<(), Unsafe> {
+    let refuse = |path: &Path, what, problem, meta: Option<&std::fs::Metadata>| Unsafe {
+        path: path.to_path_buf(),
+        what,
+        problem,
+        owner: meta.map_or(0, MetadataExt::uid),
+        mode: meta.map_or(0, MetadataExt::mode),
+        daemon_uid,
+    };
+    let look = |path: &Path, what| {
+        std::fs::symlink_metadata(path).map_err(|e| refuse(path, what, Problem::Unreadable(e.to_string()), None))
+    };
+    if !program.is_absolute() {
+        let problem = Problem::Unreadable("not an absolute path".into());
+        return Err(refuse(program, Part::Program, problem, None));
+    }
+    // The names still to walk, next on top; `at` is where the walk is, already checked.
+    let mut pending = names(program);
+    let mut at = PathBuf::from("/");
+    let root = look(&at, Part::Directory)?;
+    check_one(&root, Part::Directory, daemon_uid).map_err(|p| refuse(&at, Part::Directory, p, Some(&root)))?;
+    let mut links = 0;
+    while let Some(name) = pending.pop() {
+        if name == ".." {
+            at.pop();
+            continue;
+        }
+        let next = at.join(&name);
+        let what = if pending.is_empty() {
+            Part::Program
+        } else {
+            Part::Directory
+        };
+        let meta = look(&next, what)?;
+        if meta.file_type().is_symlink() {
+            check_one(&meta, Part::Link, daemon_uid).map_err(|p| refuse(&next, Part::Link, p, Some(&meta)))?;
+            links += 1;
+            if links > MAX_LINKS {
+                let problem = Problem::Unreadable(format!("more than {MAX_LINKS} symbolic links"));
+                return Err(refuse(&next, Part::Link, problem, Some(&meta)));
+            }
+            let target = std::fs::read_link(&next)
+                .map_err(|e| refuse(&next, Part::Link, Problem::Unreadable(e.to_string()), Some(&meta)))?;
+            if target.is_absolute() {
+                at = PathBuf::from("/");
+            }
+            pending.extend(names(&target));
+            continue;
+        }
+        check_one(&meta, what, daemon_uid).map_err(|p| refuse(&next, what, p, Some(&meta)))?;
+        at = next;
+    }
+    Ok(())
+}
+
+/// The names of `path` in the order a stack pops them (first name last); `.` dropped, `..` kept.
+fn names(path: &Path) -> Vec<OsString> {
+    let mut out: Vec<OsString> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some("..".into()),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
+        })
+        .collect();
+    out.reverse();
+    out
+}
+
+/// One part's owner and mode. A link's own mode means nothing (it is always 0777): only its
+/// owner counts, and only where its directory lets the owner replace it, which a checked
+/// directory does not, or does only when sticky.
+fn check_one(meta: &std::fs::Metadata, what: Part, daemon_uid: u32) -> Result<(), Problem> {
+    if meta.uid() != 0 && meta.uid() != daemon_uid {
+        return Err(Problem::Owner);
+    }
+    let group_or_others_write = meta.mode() & 0o022 != 0;
+    let sticky_dir = meta.is_dir() && meta.mode() & 0o1000 != 0;
+    if what != Part::Link && group_or_others_write && !sticky_dir {
+        return Err(Problem::Writable);
+    }
+    Ok(())
+}
+
+/// Runs in the child between fork and exec (system calls only: no allocation, no lock) and
+/// leaves it, and anything it runs, no capability:
+/// - the ambient set is emptied, so that the exec does not hand probed's capabilities on;
+/// - the bounding set is emptied when probed may (it holds CAP_SETPCAP, as root does); without
+///   it (the systemd unit's user, whose bounding set is the unit's four) it stays as it is;
+/// - no_new_privs is set: set-user-ID bits and file capabilities give nothing, and the exec
+///   cannot raise the permitted set above the one it starts from;
+/// - the permitted, effective and inheritable sets are emptied (lowering one's own sets needs
+///   no privilege). With no_new_privs that holds across the exec even for root, whose
+///   capabilities the kernel would otherwise grant again from the bounding set.
+///
+/// A root probed's program still runs as uid 0: no capability, but the owner of root's files.
+pub fn drop_capabilities() -> std::io::Result<()> {
+    // SAFETY: prctl with integer arguments only; it changes this process's credentials.
+    if unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) } != 0 {
+        let e = std::io::Error::last_os_error();
+        // Kernels before 4.3 have no ambient set, and nothing to clear.
+        if e.raw_os_error() != Some(libc::EINVAL) {
+            return Err(e);
+        }
+    }
+    for cap in 0..=63 as libc::c_ulong {
+        // SAFETY: as above.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } == 0 {
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            // EINVAL: past the kernel's last capability, done. EPERM: no CAP_SETPCAP, so the
+            // bounding set cannot be lowered; the empty permitted set and no_new_privs below
+            // keep any capability from coming back all the same.
+            Some(libc::EINVAL | libc::EPERM) => break,
+            _ => return Err(e),
+        }
+    }
+    // SAFETY: as above.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let none = [CapData::default(); 2];
+    // SAFETY: capset reads one header and the two data words version 3 defines, both valid
+    // for the call; pid 0 is this process.
+    if unsafe { libc::syscall(libc::SYS_capset, &raw mut header, none.as_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// capset(2)'s arguments (linux/capability.h), which the libc crate does not define.
+#[repr(C)]
+pub(super) struct CapHeader {
+    pub version: u32,
+    pub pid: libc::c_int,
+}
+
+/// One 32-bit word of each set; version 3 takes two (capabilities 0-31, 32-63).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(super) struct CapData {
+    pub effective: u32,
+    pub permitted: u32,
+    pub inheritable: u32,
+}
+
+pub(super) const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
