@@ -214,12 +214,14 @@ fn start_process(rig: &Rig, i: usize) -> Proc {
     )
 }
 
-fn wait_for(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
+/// Polls `ok` every 100 ms; how long it took.
+fn wait_for(what: &str, within: Duration, mut ok: impl FnMut() -> bool) -> Duration {
     let start = Instant::now();
     while !ok() {
         assert!(start.elapsed() < within, "{what}: not within {within:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
+    start.elapsed()
 }
 
 #[test]
@@ -240,7 +242,7 @@ fn votes_stay_whole_and_nothing_flaps_through_reloads_partitions_restarts_skew_a
         .collect();
     nodes.push(Node::Process(start_process(&rig, NODES - 1)));
     let everyone: BTreeSet<String> = (0..NODES).map(|i| format!("n{i}")).collect();
-    wait_for(
+    let converged = wait_for(
         "four members, every target at its truth with four votes, everywhere",
         Duration::from_secs(30),
         || {
@@ -332,9 +334,12 @@ fn votes_stay_whole_and_nothing_flaps_through_reloads_partitions_restarts_skew_a
         rig.star
             .backend
             .exec("nft", &["delete", "table", "inet", "probed_part"]);
-        wait_for("the partition heals", Duration::from_secs(20), || {
+        let healed = wait_for("the partition heals", Duration::from_secs(20), || {
             apis.iter().all(|api| view(api).is_some_and(|v| v.members == everyone))
         });
+        eprintln!(
+            "first convergence {converged:?}; partition healed (all members everywhere) {healed:?} after it ended"
+        );
 
         // Node 3 killed, and started again after 2 s.
         let Node::Process(p) = &nodes[3] else { unreachable!() };
@@ -343,9 +348,10 @@ fn votes_stay_whole_and_nothing_flaps_through_reloads_partitions_restarts_skew_a
         nodes[3] = Node::Down;
         std::thread::sleep(Duration::from_secs(2));
         nodes[3] = Node::Process(start_process(&rig, 3));
-        wait_for("the restarted node is back everywhere", Duration::from_secs(30), || {
+        let back = wait_for("the restarted node is back everywhere", Duration::from_secs(30), || {
             apis.iter().all(|api| view(api).is_some_and(|v| v.members == everyone))
         });
+        eprintln!("the killed node, started again, a member everywhere {back:?} after its start");
 
         // A captured datagram, replayed from a victim's address to its node and to another.
         let victim_addr: Ipv4Addr = Star::gateway(1).parse().unwrap();
@@ -392,10 +398,12 @@ fn votes_stay_whole_and_nothing_flaps_through_reloads_partitions_restarts_skew_a
     let f = findings.into_inner().unwrap();
     let worst = f.missing.iter().max_by_key(|(_, d)| **d);
     eprintln!(
-        "{} samples over {:?}; wrong statuses {}; longest missing vote {:?}",
+        "{} samples over {:?}; wrong statuses {}; votes of settled members seen missing {} times \
+         (observer, voter, target), the longest {:?}",
         f.samples,
         started.elapsed(),
         f.wrong_status.len(),
+        f.missing.len(),
         worst
     );
     assert!(
