@@ -118,6 +118,23 @@ impl<'t> Reader<'t> {
         Some(table)
     }
 
+    /// The items of an array of tables (`[[path]]`); None, reported as not `expected`, when
+    /// `v` is anything else.
+    pub fn tables_of<'a, 'i>(
+        &mut self,
+        v: &'a Spanned<DeValue<'i>>,
+        path: &str,
+        expected: &str,
+    ) -> Option<&'a [Spanned<DeValue<'i>>]> {
+        match v.get_ref() {
+            DeValue::Array(items) => Some(items),
+            other => {
+                self.error(v.span(), path, Some(show(other)), expected);
+                None
+            }
+        }
+    }
+
     pub fn get<'a, 'i>(table: &Table<'a, 'i>, key: &str) -> Option<&'a Spanned<DeValue<'i>>> {
         table
             .entries

@@ -85,13 +85,7 @@ impl<'h> EndpointList<'h> {
 
     /// `endpoint = [...]`, or the `[[profile.endpoint]]` tables of one tree.
     pub fn array(&mut self, r: &mut Reader<'_>, list: &toml::Spanned<DeValue<'_>>) {
-        let DeValue::Array(items) = list.get_ref() else {
-            r.error(
-                list.span(),
-                &self.path,
-                Some(crate::config::read::show(list.get_ref())),
-                "expected [[profile.endpoint]] tables",
-            );
+        let Some(items) = r.tables_of(list, &self.path, "expected [[profile.endpoint]] tables") else {
             return;
         };
         self.out.reserve_exact(items.len());

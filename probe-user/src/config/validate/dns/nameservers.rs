@@ -4,8 +4,6 @@ use std::{
     net::{IpAddr, SocketAddr},
 };
 
-use toml::de::DeValue;
-
 use super::absolute_name;
 use crate::config::{
     model::NameServer,
@@ -25,15 +23,11 @@ pub(super) fn nameservers(
     let Some(v) = Reader::get(t, "nameserver") else {
         return default(r, t, zone, listen);
     };
-    let DeValue::Array(items) = v.get_ref() else {
-        r.error(
-            v.span(),
-            "dns.nameserver",
-            Some(crate::config::read::show(v.get_ref())),
-            "expected [[dns.nameserver]] tables, each with a name and (inside the zone) addresses",
-        );
-        return None;
-    };
+    let items = r.tables_of(
+        v,
+        "dns.nameserver",
+        "expected [[dns.nameserver]] tables, each with a name and (inside the zone) addresses",
+    )?;
     if items.is_empty() {
         r.error(v.span(), "dns.nameserver", None, "expected at least one name server");
         return None;

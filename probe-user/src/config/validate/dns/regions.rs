@@ -24,15 +24,7 @@ pub(super) fn regions(
     let Some(v) = v else {
         return Some(Vec::new());
     };
-    let DeValue::Array(items) = v.get_ref() else {
-        r.error(
-            v.span(),
-            "dns.region",
-            Some(crate::config::read::show(v.get_ref())),
-            "expected [[dns.region]] tables",
-        );
-        return None;
-    };
+    let items = r.tables_of(v, "dns.region", "expected [[dns.region]] tables")?;
     let mut names = HashSet::new();
     let mut owner: HashMap<IpNet, String> = HashMap::new();
     let mut code_owner: HashMap<String, String> = HashMap::new();

@@ -35,15 +35,7 @@ pub(super) fn sinks(
     let Some(list) = list else {
         return Some(Vec::new());
     };
-    let DeValue::Array(items) = list.get_ref() else {
-        r.error(
-            list.span(),
-            "sink",
-            Some(crate::config::read::show(list.get_ref())),
-            "expected [[sink]] tables",
-        );
-        return None;
-    };
+    let items = r.tables_of(list, "sink", "expected [[sink]] tables")?;
     let mut names = HashSet::new();
     let mut out = Vec::new();
     let mut ok = true;
