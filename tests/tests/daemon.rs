@@ -406,6 +406,44 @@ fn restart_resumes_last_known_health_without_a_flap_and_cleans_up() {
     daemon.stop();
 }
 
+/// An upgrade from a release whose check keys were partly `Debug` text: the state file it
+/// saved (the fingerprints of those texts) still resumes every endpoint's health at once.
+#[test]
+fn an_upgrade_resumes_health_saved_under_the_old_key_text() {
+    let topo = Topology::new();
+    let _listener = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    topo.backend.nft_drop("tcp", 8082);
+    let files = DaemonFiles::new();
+    let config = files.write_config(&fleet_config(&files));
+    let daemon = RunningDaemon::start(&topo.prober, config.clone(), None).expect("start");
+    daemon.wait_status("web", "healthy", S::Online, Duration::from_secs(5));
+    daemon.wait_status("web", "dead", S::Degraded, Duration::from_secs(5));
+    daemon.stop();
+    // The file as the older release wrote it: each check under its old fingerprint.
+    let text = std::fs::read_to_string(files.state()).unwrap();
+    let mut state: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let web = config.profile("web").unwrap();
+    for t in state["targets"].as_array_mut().unwrap() {
+        let endpoint = web
+            .endpoints
+            .iter()
+            .find(|e| *e.name == *t["endpoint"].as_str().unwrap())
+            .unwrap();
+        let resolved = probed::daemon::checks::CheckSpec::resolve(web, endpoint).unwrap();
+        assert_ne!(
+            t["check"], resolved.legacy_fingerprint,
+            "the key text changed in this release"
+        );
+        t["check"] = resolved.legacy_fingerprint.into();
+    }
+    std::fs::write(files.state(), serde_json::to_vec(&state).unwrap()).unwrap();
+    let daemon = RunningDaemon::start(&topo.prober, config, None).expect("restart");
+    // Straight after the restart, before any probe could have decided anything.
+    assert_eq!(daemon.endpoint("web", "healthy").status, S::Online);
+    assert_eq!(daemon.endpoint("web", "dead").status, S::Degraded);
+    daemon.stop();
+}
+
 #[test]
 fn udp_request_response_checks_decide_by_the_reply() {
     let topo = Topology::new();

@@ -2,6 +2,10 @@
 //! to the HTTP prober as tasks. `CheckSpec::resolve` turns a profile and endpoint of the
 //! resolved config into one, with the key that makes identical checks (same address, port,
 //! kind and parameters) shared.
+mod identity;
+
+pub use identity::CheckKey;
+
 use std::{
     net::{IpAddr, SocketAddr},
     sync::Arc,
@@ -64,37 +68,6 @@ pub struct ProbeReport {
     pub reason: Arc<str>,
 }
 
-/// A check's identity: two independent 64-bit hashes of its key text (`CheckSpec::resolve`),
-/// which spells out everything a probe depends on. Targets and the scheduler hold this, 16
-/// bytes, instead of the text (~150 bytes a target at a million targets). The FNV half is the
-/// one stored in the state file (`fingerprint`) and agreed on by cluster nodes (`stable`); the
-/// other half only ever meets values of the same process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CheckKey {
-    stable: u64,
-    other: u64,
-}
-
-impl CheckKey {
-    pub fn of(text: &str) -> Self {
-        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-        Self {
-            stable: crate::hash::stable(text.as_bytes()),
-            other: BuildHasherDefault::<DefaultHasher>::default().hash_one(text),
-        }
-    }
-
-    /// The same in every process, build and node.
-    pub fn stable(self) -> u64 {
-        self.stable
-    }
-
-    /// As the state file stores a check (`crate::hash::fingerprint` of the text).
-    pub fn fingerprint(self) -> String {
-        crate::hash::fingerprint_of(self.stable)
-    }
-}
-
 // One allocation per endpoint, shared with the scheduler: with its reference counts it fits
 // mimalloc's 80-byte class, its key included (a target and a scheduler entry held the key
 // before, 16 bytes each).
@@ -117,9 +90,18 @@ impl CheckSpec {
     }
 
     /// The check for `endpoint` of `profile`, and its sharing key (see [`Specs::resolve`]).
-    pub fn resolve(profile: &Profile, endpoint: &Endpoint) -> Result<(String, CheckSpec), CheckSpecError> {
+    pub fn resolve(profile: &Profile, endpoint: &Endpoint) -> Result<Resolved, CheckSpecError> {
         Specs::new(profile).resolve(endpoint)
     }
+}
+
+/// One endpoint's check, resolved.
+pub struct Resolved {
+    /// The key text (`identity`), from which `spec.key()` is hashed.
+    pub text: String,
+    /// What a state file written before the key text's version `k2` holds for this check.
+    pub legacy_fingerprint: String,
+    pub spec: CheckSpec,
 }
 
 /// Resolves one profile's checks, endpoint after endpoint, sharing what endpoints without
@@ -144,12 +126,12 @@ impl<'p> Specs<'p> {
     ///
     /// The key is stored in the state file to decide whether saved health can be resumed: it
     /// must not change for an unchanged check, and must change with any parameter.
-    pub fn resolve(&mut self, endpoint: &Endpoint) -> Result<(String, CheckSpec), CheckSpecError> {
+    pub fn resolve(&mut self, endpoint: &Endpoint) -> Result<Resolved, CheckSpecError> {
         let profile = self.profile;
         let health = &profile.health;
         let target = endpoint.socket_addr();
         let (kind, detail) = match &health.probe {
-            Probe::Tcp => (ProbeKind::L4(L4Proto::Tcp), String::new()),
+            Probe::Tcp => (ProbeKind::L4(L4Proto::Tcp), identity::Detail::Tcp),
             Probe::Udp(udp) => {
                 let payload: Arc<[u8]> = Arc::from(udp.request.as_bytes());
                 match &udp.response {
@@ -162,11 +144,17 @@ impl<'p> Specs<'p> {
                             timeout: health.timeout,
                             source: None,
                         })),
-                        format!(" req={:?} resp={:?}", udp.request, expect),
+                        identity::Detail::Udp {
+                            request: &udp.request,
+                            response: Some(expect),
+                        },
                     ),
                     None => (
                         ProbeKind::L4(L4Proto::Udp { payload }),
-                        format!(" req={:?}", udp.request),
+                        identity::Detail::Udp {
+                            request: &udp.request,
+                            response: None,
+                        },
                     ),
                 }
             }
@@ -188,29 +176,34 @@ impl<'p> Specs<'p> {
                         probe
                     }
                 };
-                (ProbeKind::Http(probe), http::key_detail(h, endpoint))
+                (ProbeKind::Http(probe), identity::Detail::Http { settings: h, endpoint })
             }
         };
         // Pacing is part of the key: two profiles may share a probe only if they would
         // send it at the same moments.
-        let key = format!(
-            "{} {} interval={}ms timeout={}ms pacing={:?}{}",
-            health.protocol().name(),
+        let parts = identity::Parts {
+            protocol: health.protocol().name(),
             target,
-            health.interval.as_millis(),
-            health.timeout.as_millis(),
-            health.pacing,
-            detail
-        );
+            interval: health.interval,
+            timeout: health.timeout,
+            pacing: &health.pacing,
+            detail,
+        };
+        let text = parts.text();
+        let legacy_fingerprint = crate::hash::fingerprint(&parts.legacy());
         let spec = CheckSpec {
-            key: CheckKey::of(&key),
+            key: CheckKey::of(&text),
             ip: target.ip(),
             port: target.port(),
             protocol: health.protocol(),
             timeout_us: u32::try_from(health.timeout.as_micros()).unwrap_or(u32::MAX),
             kind,
         };
-        Ok((key, spec))
+        Ok(Resolved {
+            text,
+            legacy_fingerprint,
+            spec,
+        })
     }
 }
 
@@ -221,7 +214,7 @@ pub mod http {
 
     use super::ProbeReport;
     use crate::{
-        config::{Endpoint, HostName, HttpCheck as HttpSettings},
+        config::{Endpoint, HttpCheck as HttpSettings},
         engine::L4Outcome,
         probe::http::{
             request::DEFAULT_BODY_LIMIT, HttpCheck, HttpCheckError, HttpCheckParts, HttpOutcome, Phase, Scheme,
@@ -313,31 +306,6 @@ pub mod http {
         }
     }
 
-    /// The part of the sharing key that HTTP adds. Its format predates the typed hand-over
-    /// and is kept as it was, so keys in existing state files still match.
-    pub(super) fn key_detail(h: &HttpSettings, endpoint: &Endpoint) -> String {
-        let headers: Vec<String> = h
-            .headers
-            .iter()
-            .chain(endpoint.headers())
-            .map(ToString::to_string)
-            .collect();
-        let status: Vec<String> = h
-            .healthy_status
-            .iter()
-            .map(|r| format!("{}-{}", r.first(), r.last()))
-            .collect();
-        format!(
-            " {} {} host={:?} headers={:?} status={:?} body={:?}",
-            h.method.name(),
-            h.path,
-            h.host.as_ref().map(HostName::as_str),
-            headers,
-            Some(status.join(",")),
-            h.body_match
-        )
-    }
-
     /// Runs HTTP(S) probes; cheap to clone into each probe task.
     #[derive(Clone, Default)]
     pub struct HttpProber(Arc<crate::probe::http::HttpProber>);
@@ -378,7 +346,15 @@ mod tests {
     fn key_of(c: &Config, profile: &str, endpoint: &str) -> String {
         let p = c.profile(profile).unwrap();
         let e = p.endpoints.iter().find(|e| &*e.name == endpoint).unwrap();
-        CheckSpec::resolve(p, e).unwrap_or_else(|e| panic!("{e}")).0
+        CheckSpec::resolve(p, e).unwrap_or_else(|e| panic!("{e}")).text
+    }
+
+    fn legacy_of(c: &Config, profile: &str, endpoint: &str) -> String {
+        let p = c.profile(profile).unwrap();
+        let e = p.endpoints.iter().find(|e| &*e.name == endpoint).unwrap();
+        CheckSpec::resolve(p, e)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .legacy_fingerprint
     }
 
     /// The identity targets hold writes the state file's fingerprint of the text, as before
@@ -402,8 +378,33 @@ mod tests {
         assert!(seen.len() > 1);
     }
 
-    /// Keys as the string round trip made them before the typed hand-over: state files written
-    /// then must still resume.
+    /// The key text is written from typed fields under its version: any change to it shows
+    /// here (and would reset every node's saved health, and the cluster's agreement, on
+    /// upgrade).
+    #[test]
+    fn key_texts_are_versioned_and_typed() {
+        let c = example();
+        assert_eq!(
+            key_of(&c, "web", "web-1"),
+            "k2;protocol=4:http;target=14:10.0.0.11:8080;interval_ns=10:2000000000;timeout_ns=10:5000000000;\
+             fast_interval_ns=9:500000000;down_interval_ns=11:10000000000;initial_jitter_ns=1:0;jitter_percent=2:10;\
+             method=4:HEAD;path=8:/healthz;host=15:www.example.com;status=7:200-299;status=7:300-399;"
+        );
+        assert_eq!(
+            key_of(&c, "dns", "10.0.1.1:53"),
+            "k2;protocol=3:udp;target=11:10.0.1.1:53;interval_ns=10:1000000000;timeout_ns=10:2000000000;\
+             fast_interval_ns=1:-;down_interval_ns=1:-;initial_jitter_ns=1:0;jitter_percent=1:0;\
+             request=4:ping;response=4:pong;"
+        );
+        assert_eq!(
+            key_of(&c, "intranet", "office"),
+            "k2;protocol=3:tcp;target=11:10.1.0.5:22;interval_ns=11:30000000000;timeout_ns=11:10000000000;\
+             fast_interval_ns=1:-;down_interval_ns=1:-;initial_jitter_ns=1:0;jitter_percent=1:0;"
+        );
+    }
+
+    /// Keys as releases before `k2` wrote them: state files written then still resume, by the
+    /// fingerprint of this text.
     #[test]
     fn keys_are_those_of_earlier_releases() {
         let c = example();
@@ -438,7 +439,7 @@ mod tests {
             ),
         ] {
             let (profile, endpoint) = at.split_once('/').unwrap();
-            assert_eq!(key_of(&c, profile, endpoint), want, "{at}");
+            assert_eq!(legacy_of(&c, profile, endpoint), crate::hash::fingerprint(want), "{at}");
         }
     }
 
@@ -514,7 +515,7 @@ mod tests {
         let check = |profile: &str, endpoint: &str| {
             let p = c.profile(profile).unwrap();
             let e = p.endpoints.iter().find(|e| &*e.name == endpoint).unwrap();
-            match CheckSpec::resolve(p, e).unwrap().1.kind {
+            match CheckSpec::resolve(p, e).unwrap().spec.kind {
                 ProbeKind::Http(probe) => probe,
                 other => panic!("{profile}/{endpoint}: {other:?}"),
             }
@@ -552,7 +553,7 @@ mod tests {
         let probes: Vec<http::HttpProbe> = p
             .endpoints
             .iter()
-            .map(|e| match specs.resolve(e).unwrap().1.kind {
+            .map(|e| match specs.resolve(e).unwrap().spec.kind {
                 ProbeKind::Http(probe) => probe,
                 other => panic!("{other:?}"),
             })
@@ -581,7 +582,7 @@ mod tests {
         let c = example();
         let p = c.profile(profile).unwrap();
         let e = p.endpoints.iter().find(|e| &*e.name == endpoint).unwrap();
-        match CheckSpec::resolve(p, e).unwrap().1.kind {
+        match CheckSpec::resolve(p, e).unwrap().spec.kind {
             ProbeKind::Http(probe) => probe,
             other => panic!("{profile}/{endpoint}: {other:?}"),
         }

@@ -585,7 +585,7 @@ fn config_specs(config: &Config) -> impl Iterator<Item = CheckSpec> + '_ {
         profile
             .endpoints
             .iter()
-            .filter_map(move |e| specs.resolve(e).ok().map(|(_, spec)| spec))
+            .filter_map(move |e| specs.resolve(e).ok().map(|r| r.spec))
     })
 }
 

@@ -273,14 +273,23 @@ fn build_one(
     next_id: &mut OwnerId,
 ) -> Result<(OwnerId, bool, Box<Target>), String> {
     let profile = specs.profile();
-    let (key_text, spec) = specs.resolve(endpoint).map_err(|e| e.to_string())?;
+    let resolved = specs.resolve(endpoint).map_err(|e| e.to_string())?;
+    let (key_text, spec) = (resolved.text, resolved.spec);
     let check_key = spec.key();
     let start = match running.filter(|(_, t)| t.spec.key() == check_key) {
         Some((id, t)) => carry_over(id, t, endpoint, &entry.rules),
         None => {
             let id = *next_id;
             *next_id += 1;
-            resume(id, saved, profile, endpoint, check_key, &entry.rules)
+            resume(
+                id,
+                saved,
+                profile,
+                endpoint,
+                check_key,
+                &resolved.legacy_fingerprint,
+                &entry.rules,
+            )
         }
     };
     let target = Box::new(Target {
@@ -328,18 +337,20 @@ fn carry_over(id: OwnerId, t: &Target, endpoint: &Endpoint, rules: &Arc<Rules>) 
     }
 }
 
-/// A new endpoint: its saved state when the state file has the very same check.
+/// A new endpoint: its saved state when the state file has the very same check (written by
+/// this release, or before the key text's version `k2`: `legacy_fingerprint`).
 fn resume(
     id: OwnerId,
     saved: &Saved,
     profile: &Profile,
     endpoint: &Endpoint,
     check_key: CheckKey,
+    legacy_fingerprint: &str,
     rules: &Arc<Rules>,
 ) -> Start {
     let saved = saved
         .target(&profile.name, &endpoint.name)
-        .filter(|s| s.check == check_key.fingerprint());
+        .filter(|s| s.check == check_key.fingerprint() || s.check == legacy_fingerprint);
     Start {
         id,
         tracker: Tracker::resume(rules, saved.map_or(Health::CheckingEndpoint, |s| s.health)),

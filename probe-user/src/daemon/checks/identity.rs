@@ -1,0 +1,167 @@
+//! A check's identity: the text that spells out everything a probe depends on, and the key
+//! hashed from it. The state file keeps the key's fingerprint to resume health only for the
+//! very same check, and cluster nodes agree on checks by it, so the text must not change unless
+//! the check does: it is written field by field from typed values, each named, strings
+//! length-prefixed, durations in nanoseconds, under a version (`k2`). Nothing in it comes from
+//! a `Debug` implementation, whose output Rust does not promise to keep.
+//!
+//! Before `k2` the text was partly `Debug` output (`legacy`): a state file written then is
+//! still read, its fingerprints matched against the legacy text of each check once, at load.
+use std::{fmt::Write, net::SocketAddr, time::Duration};
+
+use crate::config::{Endpoint, HostName, HttpCheck as HttpSettings, Pacing};
+
+/// A check's identity: two independent 64-bit hashes of its key text, which spells out
+/// everything a probe depends on. Targets and the scheduler hold this, 16 bytes, instead of the
+/// text (~150 bytes a target at a million targets). The FNV half is the one stored in the state
+/// file (`fingerprint`) and agreed on by cluster nodes (`stable`); the other half only ever
+/// meets values of the same process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CheckKey {
+    stable: u64,
+    other: u64,
+}
+
+impl CheckKey {
+    pub fn of(text: &str) -> Self {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        Self {
+            stable: crate::hash::stable(text.as_bytes()),
+            other: BuildHasherDefault::<DefaultHasher>::default().hash_one(text),
+        }
+    }
+
+    /// The same in every process, build and node.
+    pub fn stable(self) -> u64 {
+        self.stable
+    }
+
+    /// As the state file stores a check (`crate::hash::fingerprint` of the text).
+    pub fn fingerprint(self) -> String {
+        crate::hash::fingerprint_of(self.stable)
+    }
+}
+
+/// What a probe sends and expects beyond where and when.
+pub(super) enum Detail<'a> {
+    Tcp,
+    Udp {
+        request: &'a str,
+        response: Option<&'a str>,
+    },
+    Http {
+        settings: &'a HttpSettings,
+        endpoint: &'a Endpoint,
+    },
+}
+
+/// Everything a check's identity is made of.
+pub(super) struct Parts<'a> {
+    pub protocol: &'a str,
+    pub target: SocketAddr,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub pacing: &'a Pacing,
+    pub detail: Detail<'a>,
+}
+
+/// `name=LEN:VALUE;`: no value can run into the next field.
+fn field(out: &mut String, name: &str, value: &str) {
+    let _ = write!(out, "{name}={}:{value};", value.len());
+}
+
+fn nanos(d: Duration) -> String {
+    d.as_nanos().to_string()
+}
+
+fn optional(d: Option<Duration>) -> String {
+    d.map_or_else(|| "-".to_string(), nanos)
+}
+
+impl Parts<'_> {
+    /// The key text, version `k2`.
+    pub fn text(&self) -> String {
+        let mut out = String::from("k2;");
+        field(&mut out, "protocol", self.protocol);
+        field(&mut out, "target", &self.target.to_string());
+        field(&mut out, "interval_ns", &nanos(self.interval));
+        field(&mut out, "timeout_ns", &nanos(self.timeout));
+        field(&mut out, "fast_interval_ns", &optional(self.pacing.fast_interval));
+        field(&mut out, "down_interval_ns", &optional(self.pacing.down_interval));
+        field(&mut out, "initial_jitter_ns", &nanos(self.pacing.initial_jitter));
+        field(&mut out, "jitter_percent", &self.pacing.jitter_percent.to_string());
+        match &self.detail {
+            Detail::Tcp => {}
+            Detail::Udp { request, response } => {
+                field(&mut out, "request", request);
+                if let Some(r) = response {
+                    field(&mut out, "response", r);
+                }
+            }
+            Detail::Http { settings: h, endpoint } => {
+                field(&mut out, "method", h.method.name());
+                field(&mut out, "path", &h.path.to_string());
+                if let Some(host) = &h.host {
+                    field(&mut out, "host", host.as_str());
+                }
+                for header in h.headers.iter().chain(endpoint.headers()) {
+                    field(&mut out, "header", &header.to_string());
+                }
+                for r in &h.healthy_status {
+                    field(&mut out, "status", &format!("{}-{}", r.first(), r.last()));
+                }
+                if let Some(body) = &h.body_match {
+                    field(&mut out, "body", body);
+                }
+            }
+        }
+        out
+    }
+
+    /// The key text as releases before `k2` wrote it (partly `Debug` output), whose
+    /// fingerprints older state files hold.
+    pub fn legacy(&self) -> String {
+        let detail = match &self.detail {
+            Detail::Tcp => String::new(),
+            Detail::Udp {
+                request,
+                response: Some(r),
+            } => format!(" req={request:?} resp={r:?}"),
+            Detail::Udp {
+                request,
+                response: None,
+            } => format!(" req={request:?}"),
+            Detail::Http { settings: h, endpoint } => {
+                let headers: Vec<String> = h
+                    .headers
+                    .iter()
+                    .chain(endpoint.headers())
+                    .map(ToString::to_string)
+                    .collect();
+                let status: Vec<String> = h
+                    .healthy_status
+                    .iter()
+                    .map(|r| format!("{}-{}", r.first(), r.last()))
+                    .collect();
+                format!(
+                    " {} {} host={:?} headers={:?} status={:?} body={:?}",
+                    h.method.name(),
+                    h.path,
+                    h.host.as_ref().map(HostName::as_str),
+                    headers,
+                    Some(status.join(",")),
+                    h.body_match
+                )
+            }
+        };
+        format!(
+            "{} {} interval={}ms timeout={}ms pacing={:?}{}",
+            self.protocol,
+            self.target,
+            self.interval.as_millis(),
+            self.timeout.as_millis(),
+            self.pacing,
+            detail
+        )
+    }
+}
