@@ -1,0 +1,144 @@
+//! `probed run` (the daemon, its signals) and `probed attach` (probe_rx alone, for inspection).
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+pub(super) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("start the async runtime")
+}
+
+pub(super) fn attach(
+    iface: &str,
+    pin_dir: PathBuf,
+    mode: Mode,
+    every_ms: u64,
+    duration_s: u64,
+) -> anyhow::Result<ExitCode> {
+    let pins = PinDir::create(&pin_dir).with_context(|| format!("prepare pin directory {}", pin_dir.display()))?;
+    let rx = RxProgram::attach(iface, mode.into(), pins).with_context(|| format!("attach probe_rx to {iface}"))?;
+    println!(
+        "probe_rx attached to {} in {} mode (maps pinned in {})",
+        rx.iface(),
+        rx.mode(),
+        rx.pin_dir().display()
+    );
+    runtime()?.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("install SIGTERM handler")?;
+        let mut tick = tokio::time::interval(Duration::from_millis(every_ms.max(10)));
+        let deadline = (duration_s > 0).then(|| tokio::time::Instant::now() + Duration::from_secs(duration_s));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    let c = rx.counters()?;
+                    println!("syn_ack={} rst={} icmp_unreach={} other={}", c.syn_ack, c.rst, c.icmp_unreach, c.other);
+                    if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                        break;
+                    }
+                }
+                _ = tokio::signal::ctrl_c() => break,
+                _ = term.recv() => break,
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    drop(rx);
+    println!("probe_rx detached, pins removed");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
+    use probed::daemon::{Daemon, Options};
+    use tokio::signal::unix::{signal, SignalKind};
+    // From the first instant (`main` blocked SERVED_SIGNALS before anything else) until tokio's
+    // handlers exist: a signal that arrives while the daemon starts (systemd's reload, an
+    // impatient stop) waits for them instead of killing the process with a clean-looking exit.
+    let blocked = SERVED_SIGNALS.to_vec();
+    let rt = runtime()?;
+    let _guard = rt.enter();
+    let mut hup = signal(SignalKind::hangup()).context("install SIGHUP handler")?;
+    let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
+    let mut usr1 = signal(SignalKind::user_defined1()).context("install SIGUSR1 handler")?;
+    unblock_signals(&blocked);
+    let config = probed::config::Config::load(path)
+        .map_err(|errors| anyhow::anyhow!("{errors}"))
+        .with_context(|| format!("{} is not valid; `probed validate` lists every problem", path.display()))?;
+    rt.block_on(async {
+        let options = Options {
+            config_path: Some(path.to_path_buf()),
+        };
+        let api_listen = config.daemon.api.clone();
+        let mut daemon = Daemon::start(config, options)
+            .await
+            .context("start the daemon (run as root, or with the capabilities of dist/probed.service)")?;
+        let api = match probed::api::Server::start(&api_listen, daemon.control()).await {
+            Ok(api) => api,
+            Err(e) => {
+                let _ = daemon.shutdown().await;
+                return Err(anyhow::Error::new(e).context("start the API"));
+            }
+        };
+        log::info!("probed running; API on {}", api.addr());
+        notify::notify("READY=1");
+        let control = daemon.control();
+        loop {
+            tokio::select! {
+                _ = hup.recv() => {
+                    notify::notify("RELOADING=1");
+                    match control.reload(None).await {
+                        Ok(r) => log::info!("reloaded: {} kept, {} added, {} removed{}", r.kept, r.added, r.removed,
+                            if r.restart_needed.is_empty() { String::new() } else {
+                                format!("; restart to apply {}", r.restart_needed.join(", "))
+                            }),
+                        Err(e) => log::error!("{e}"),
+                    }
+                    notify::notify("READY=1");
+                }
+                // logrotate moved the events file away: write a new one at the configured path.
+                _ = usr1.recv() => if let Err(e) = control.reopen_events().await {
+                    log::error!("cannot reopen the events file: {e}");
+                },
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                r = daemon.wait() => {
+                    r.context("the daemon stopped")?;
+                    anyhow::bail!("the daemon stopped unexpectedly");
+                }
+            }
+        }
+        notify::notify("STOPPING=1");
+        log::info!("stopping: saving state, detaching programs, removing pins");
+        api.stop().await;
+        daemon.shutdown().await.context("stop the daemon")?;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Blocks `signals` for this thread (and the threads it starts); returns them for
+/// `unblock_signals`.
+pub(super) fn block_signals(signals: &[libc::c_int]) -> Vec<libc::c_int> {
+    set_signal_mask(libc::SIG_BLOCK, signals);
+    signals.to_vec()
+}
+
+/// Delivers what arrived meanwhile to the handlers now installed.
+pub(super) fn unblock_signals(signals: &[libc::c_int]) {
+    set_signal_mask(libc::SIG_UNBLOCK, signals);
+}
+
+pub(super) fn set_signal_mask(how: libc::c_int, signals: &[libc::c_int]) {
+    // SAFETY: a zeroed sigset_t is a valid argument to sigemptyset, which initialises it;
+    // sigaddset and pthread_sigmask only read and write that set and this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&raw mut set);
+        for s in signals {
+            libc::sigaddset(&raw mut set, *s);
+        }
+        libc::pthread_sigmask(how, &raw const set, std::ptr::null_mut());
+    }
+}
