@@ -93,14 +93,18 @@ impl CheckSpec {
     pub fn resolve(profile: &Profile, endpoint: &Endpoint) -> Result<Resolved, CheckSpecError> {
         Specs::new(profile).resolve(endpoint)
     }
+
+    /// What a state file written before the key text's version `k2` holds for this check.
+    /// Only a saved target that does not match the current key needs it.
+    pub fn legacy_fingerprint(profile: &Profile, endpoint: &Endpoint) -> String {
+        crate::hash::fingerprint(&identity::Parts::of(profile, endpoint).legacy())
+    }
 }
 
 /// One endpoint's check, resolved.
 pub struct Resolved {
     /// The key text (`identity`), from which `spec.key()` is hashed.
     pub text: String,
-    /// What a state file written before the key text's version `k2` holds for this check.
-    pub legacy_fingerprint: String,
     pub spec: CheckSpec,
 }
 
@@ -130,32 +134,20 @@ impl<'p> Specs<'p> {
         let profile = self.profile;
         let health = &profile.health;
         let target = endpoint.socket_addr();
-        let (kind, detail) = match &health.probe {
-            Probe::Tcp => (ProbeKind::L4(L4Proto::Tcp), identity::Detail::Tcp),
+        let kind = match &health.probe {
+            Probe::Tcp => ProbeKind::L4(L4Proto::Tcp),
             Probe::Udp(udp) => {
                 let payload: Arc<[u8]> = Arc::from(udp.request.as_bytes());
                 match &udp.response {
                     // Request/response mode: the reply's content decides, so a socket reads it.
-                    Some(expect) => (
-                        ProbeKind::UdpExchange(Arc::new(crate::probe::udp::UdpRequest {
-                            target,
-                            send: payload,
-                            expect: Arc::from(expect.as_bytes()),
-                            timeout: health.timeout,
-                            source: None,
-                        })),
-                        identity::Detail::Udp {
-                            request: &udp.request,
-                            response: Some(expect),
-                        },
-                    ),
-                    None => (
-                        ProbeKind::L4(L4Proto::Udp { payload }),
-                        identity::Detail::Udp {
-                            request: &udp.request,
-                            response: None,
-                        },
-                    ),
+                    Some(expect) => ProbeKind::UdpExchange(Arc::new(crate::probe::udp::UdpRequest {
+                        target,
+                        send: payload,
+                        expect: Arc::from(expect.as_bytes()),
+                        timeout: health.timeout,
+                        source: None,
+                    })),
+                    None => ProbeKind::L4(L4Proto::Udp { payload }),
                 }
             }
             Probe::Http(h) => {
@@ -176,21 +168,10 @@ impl<'p> Specs<'p> {
                         probe
                     }
                 };
-                (ProbeKind::Http(probe), identity::Detail::Http { settings: h, endpoint })
+                ProbeKind::Http(probe)
             }
         };
-        // Pacing is part of the key: two profiles may share a probe only if they would
-        // send it at the same moments.
-        let parts = identity::Parts {
-            protocol: health.protocol().name(),
-            target,
-            interval: health.interval,
-            timeout: health.timeout,
-            pacing: &health.pacing,
-            detail,
-        };
-        let text = parts.text();
-        let legacy_fingerprint = crate::hash::fingerprint(&parts.legacy());
+        let text = identity::Parts::of(profile, endpoint).text();
         let spec = CheckSpec {
             key: CheckKey::of(&text),
             ip: target.ip(),
@@ -199,11 +180,7 @@ impl<'p> Specs<'p> {
             timeout_us: u32::try_from(health.timeout.as_micros()).unwrap_or(u32::MAX),
             kind,
         };
-        Ok(Resolved {
-            text,
-            legacy_fingerprint,
-            spec,
-        })
+        Ok(Resolved { text, spec })
     }
 }
 
@@ -352,9 +329,7 @@ mod tests {
     fn legacy_of(c: &Config, profile: &str, endpoint: &str) -> String {
         let p = c.profile(profile).unwrap();
         let e = p.endpoints.iter().find(|e| &*e.name == endpoint).unwrap();
-        CheckSpec::resolve(p, e)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .legacy_fingerprint
+        CheckSpec::legacy_fingerprint(p, e)
     }
 
     /// The identity targets hold writes the state file's fingerprint of the text, as before

@@ -9,7 +9,7 @@
 //! still read, its fingerprints matched against the legacy text of each check once, at load.
 use std::{fmt::Write, net::SocketAddr, time::Duration};
 
-use crate::config::{Endpoint, HostName, HttpCheck as HttpSettings, Pacing};
+use crate::config::{Endpoint, HostName, HttpCheck as HttpSettings, Pacing, Probe, Profile};
 
 /// A check's identity: two independent 64-bit hashes of its key text, which spells out
 /// everything a probe depends on. Targets and the scheduler hold this, 16 bytes, instead of the
@@ -78,7 +78,29 @@ fn optional(d: Option<Duration>) -> String {
     d.map_or_else(|| "-".to_string(), nanos)
 }
 
-impl Parts<'_> {
+impl<'a> Parts<'a> {
+    /// The identity of `endpoint`'s check in `profile`. Pacing is part of it: two profiles may
+    /// share a probe only if they would send it at the same moments.
+    pub fn of(profile: &'a Profile, endpoint: &'a Endpoint) -> Self {
+        let health = &profile.health;
+        let detail = match &health.probe {
+            Probe::Tcp => Detail::Tcp,
+            Probe::Udp(udp) => Detail::Udp {
+                request: &udp.request,
+                response: udp.response.as_deref(),
+            },
+            Probe::Http(h) => Detail::Http { settings: h, endpoint },
+        };
+        Parts {
+            protocol: health.protocol().name(),
+            target: endpoint.socket_addr(),
+            interval: health.interval,
+            timeout: health.timeout,
+            pacing: &health.pacing,
+            detail,
+        }
+    }
+
     /// The key text, version `k2`.
     pub fn text(&self) -> String {
         let mut out = String::from("k2;");

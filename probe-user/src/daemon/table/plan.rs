@@ -11,7 +11,7 @@ use super::{verdict_key, Brief, BuildError, NestedTarget, OwnerId, ProfileEntry,
 use crate::{
     config::{Config, Endpoint, Profile},
     daemon::{
-        checks::{CheckKey, Specs},
+        checks::{CheckKey, CheckSpec, Specs},
         state::Saved,
     },
     health::{ProbeTiming, Rules, Tracker},
@@ -281,15 +281,7 @@ fn build_one(
         None => {
             let id = *next_id;
             *next_id += 1;
-            resume(
-                id,
-                saved,
-                profile,
-                endpoint,
-                check_key,
-                &resolved.legacy_fingerprint,
-                &entry.rules,
-            )
+            resume(id, saved, profile, endpoint, check_key, &entry.rules)
         }
     };
     let target = Box::new(Target {
@@ -337,20 +329,20 @@ fn carry_over(id: OwnerId, t: &Target, endpoint: &Endpoint, rules: &Arc<Rules>) 
     }
 }
 
-/// A new endpoint: its saved state when the state file has the very same check (written by
-/// this release, or before the key text's version `k2`: `legacy_fingerprint`).
+/// A new endpoint: its saved state when the state file has the very same check, written by
+/// this release or by one before the key text's version `k2` (whose text is built only for a
+/// saved target the current key does not match).
 fn resume(
     id: OwnerId,
     saved: &Saved,
     profile: &Profile,
     endpoint: &Endpoint,
     check_key: CheckKey,
-    legacy_fingerprint: &str,
     rules: &Arc<Rules>,
 ) -> Start {
     let saved = saved
         .target(&profile.name, &endpoint.name)
-        .filter(|s| s.check == check_key.fingerprint() || s.check == legacy_fingerprint);
+        .filter(|s| s.check == check_key.fingerprint() || s.check == CheckSpec::legacy_fingerprint(profile, endpoint));
     Start {
         id,
         tracker: Tracker::resume(rules, saved.map_or(Health::CheckingEndpoint, |s| s.health)),
