@@ -3,8 +3,8 @@
 //! checksums a receiver accepts, the fields it was given, and classifies as what it is.
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use probe_common::{
-    csum::{finish, pseudo_v4, pseudo_v6},
-    frame::{payload_sum, rst_v4, rst_v6, segment_v4, syn_v4, syn_v6, udp_v4, udp_v6, Ends, FLOW_LABEL_MASK},
+    csum::{finish, payload_sum, pseudo_v4, pseudo_v6},
+    frame::{rst_v4, rst_v6, segment_v4, syn_v4, syn_v6, udp_v4, udp_v6, Ends, FLOW_LABEL_MASK},
     packet::{classify_tcp_flags, ReplyClass, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_RST, TCP_SYN},
 };
 

@@ -37,6 +37,15 @@ pub fn pseudo_v6(saddr: &[u8; 16], daddr: &[u8; 16], next_hdr: u8, len: u32) -> 
     add_bytes(add_bytes(0, saddr), daddr) + u64::from(next_hdr) + u64::from(len >> 16) + u64::from(len & 0xffff)
 }
 
+/// The word sum of a payload (UDP, or an HTTP request), as the frame builders expect it (host side only: a loop over a
+/// slice of any length).
+pub fn payload_sum(payload: &[u8]) -> u64 {
+    payload
+        .chunks(2)
+        .map(|c| u64::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)])))
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

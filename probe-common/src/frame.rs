@@ -289,7 +289,7 @@ fn udp_csum(sum: u64) -> [u8; 2] {
 }
 
 /// The headers of a UDP probe carrying `payload_len` bytes whose word sum is `payload_sum`
-/// (see [`payload_sum`]); the IPv4 id carries the low half of the cookie.
+/// (see [`crate::csum::payload_sum`]); the IPv4 id carries the low half of the cookie.
 #[inline(always)]
 pub fn write_udp_v4(f: &mut UdpV4, e: &Ends<[u8; 4]>, ip_id: u16, payload_len: u16, payload_sum: u64) {
     let len = UdpHdr::LEN as u16 + payload_len;
@@ -328,19 +328,10 @@ pub fn udp_v6(e: &Ends<[u8; 16]>, flow_label: u32, payload_len: u16, payload_sum
     f
 }
 
-/// The word sum of a UDP payload, as the builders expect it (host side only: a loop over a
-/// slice of any length).
-pub fn payload_sum(payload: &[u8]) -> u64 {
-    payload
-        .chunks(2)
-        .map(|c| u64::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)])))
-        .sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packet::TCP_ACK;
+    use crate::{csum::payload_sum, packet::TCP_ACK};
 
     fn ends4() -> Ends<[u8; 4]> {
         Ends {

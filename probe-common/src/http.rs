@@ -35,11 +35,16 @@ pub struct HttpReq {
     /// Bytes used in `bytes` (1..=HTTP_REQ_MAX).
     pub len: u32,
     pub _pad: u32,
-    /// Word sum of the bytes, as frame::payload_sum computes it.
+    /// Word sum of the bytes, as csum::payload_sum computes it.
     pub sum: u64,
     pub bytes: [u8; HTTP_REQ_MAX],
 }
 const _: () = assert!(core::mem::size_of::<HttpReq>() == 16 + HTTP_REQ_MAX);
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), integers then a byte array, sizes asserted above: no implicit padding, and
+// every bit pattern is a valid value.
+unsafe impl aya::Pod for HttpReq {}
 
 impl HttpReq {
     /// The template of `request`, or None when it is empty or longer than HTTP_REQ_MAX.
@@ -52,7 +57,7 @@ impl HttpReq {
         Some(Self {
             len: request.len() as u32,
             _pad: 0,
-            sum: crate::frame::payload_sum(request),
+            sum: crate::csum::payload_sum(request),
             bytes,
         })
     }
@@ -222,7 +227,7 @@ mod tests {
     fn templates_hold_up_to_the_limit() {
         let r = HttpReq::new(b"GET / HTTP/1.1\r\n\r\n").unwrap();
         assert_eq!(r.len, 18);
-        assert_eq!(r.sum, crate::frame::payload_sum(b"GET / HTTP/1.1\r\n\r\n"));
+        assert_eq!(r.sum, crate::csum::payload_sum(b"GET / HTTP/1.1\r\n\r\n"));
         assert!(HttpReq::new(&[b'a'; HTTP_REQ_MAX]).is_some());
         assert!(HttpReq::new(&[b'a'; HTTP_REQ_MAX + 1]).is_none());
         assert!(HttpReq::new(b"").is_none());

@@ -323,6 +323,4 @@ mod pod {
     unsafe impl aya::Pod for super::CookieKey {}
     // SAFETY: see above.
     unsafe impl aya::Pod for super::Ended {}
-    // SAFETY: see above.
-    unsafe impl aya::Pod for crate::http::HttpReq {}
 }

@@ -9,6 +9,7 @@
 pub mod accept;
 pub mod alloc;
 pub mod api;
+pub mod changes;
 pub mod clock;
 pub mod cluster;
 pub mod config;

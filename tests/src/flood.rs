@@ -17,8 +17,7 @@ use std::{
 };
 
 use probe_common::{
-    csum::{finish, pseudo_v4, pseudo_v6},
-    frame::payload_sum,
+    csum::{finish, payload_sum, pseudo_v4, pseudo_v6},
     packet::{IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_RST, TCP_SYN},
 };
 

@@ -150,7 +150,7 @@ fn tcp_target_comes_back_within_the_success_window() {
     let mean_rtt: f64 = event
         .results
         .iter()
-        .map(probed::daemon::changes::RunResult::rtt_ms)
+        .map(probed::changes::RunResult::rtt_ms)
         .sum::<f64>()
         / 3.0;
     assert!(
@@ -495,7 +495,7 @@ fn http_target_comes_back_after_70ms_scaled() {
         event
             .results
             .iter()
-            .map(probed::daemon::changes::RunResult::rtt_ms)
+            .map(probed::changes::RunResult::rtt_ms)
             .sum::<f64>()
             / 3.0
     );

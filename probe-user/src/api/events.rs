@@ -3,6 +3,7 @@
 //! stream once; a task keeps the last `RECENT` lines and hands each new one to every follower
 //! through a bounded queue of its own, so a follower that stops reading loses lines (and is
 //! told how many) instead of holding up anyone else.
+use crate::changes::{Batch, Change, EndpointChange};
 use std::{
     collections::VecDeque,
     convert::Infallible,
@@ -18,11 +19,7 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame};
 use tokio::sync::mpsc;
 
-use crate::daemon::{
-    changes::{Batch, Change, EndpointChange},
-    events::EventLine,
-    Control,
-};
+use crate::daemon::{events::EventLine, Control};
 
 /// Lines kept for `GET /v1/events` without `follow`, and as a follower's backlog.
 pub(super) const RECENT: usize = 1000;
@@ -265,7 +262,7 @@ mod tests {
     use http_body_util::BodyExt;
 
     use super::*;
-    use crate::daemon::changes::EndpointState;
+    use crate::changes::EndpointState;
 
     fn batch(profile: &str, endpoints: &[&str], lost: u64) -> Batch {
         Batch {

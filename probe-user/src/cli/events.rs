@@ -7,7 +7,8 @@ use std::{
 
 use probed::{
     api::client::{Client, Followed},
-    daemon::{changes::ChangeKind, events::Event, views::paint},
+    changes::ChangeKind,
+    daemon::{events::Event, views::paint},
 };
 
 use super::logging::rfc3339;
@@ -149,7 +150,7 @@ fn health_cause(e: &Event) -> String {
 
 #[cfg(test)]
 mod tests {
-    use probed::{daemon::changes::RunResult, outcome::Outcome, status::EndpointStatus};
+    use probed::{changes::RunResult, outcome::Outcome, status::EndpointStatus};
 
     use super::*;
 

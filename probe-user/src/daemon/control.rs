@@ -1,13 +1,11 @@
 //! The one way into the runner: `Control` sends a `Command` and awaits its reply. The API, the
 //! signal handlers, the tests and (later) the sinks depend on this file, never on the runner.
+use crate::changes::{Snapshot, Subscription};
 use std::{net::IpAddr, sync::Arc};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{
-    changes::{Snapshot, Subscription},
-    views::{EndpointView, ProfileView, ReloadReport, SelectView},
-};
+use super::views::{EndpointView, ProfileView, ReloadReport, SelectView};
 use crate::{
     config::{Config, ConfigErrors},
     engine::L4Engine,

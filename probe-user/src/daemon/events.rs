@@ -2,6 +2,7 @@
 //! to standard output or appended to a file, written by a thread of its own so that a slow
 //! disk or a blocked pipe never holds up probing. Lines are written a batch at a time and
 //! flushed after each batch, so a `tail -f` (or a test) sees a change within milliseconds.
+use crate::changes::{Change, ChangeKind, EndpointChange, EndpointState, RunResult, Subscription};
 use std::{
     fs::OpenOptions,
     io::{BufWriter, Write},
@@ -11,10 +12,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::{
-    changes::{Change, ChangeKind, EndpointChange, EndpointState, RunResult, Subscription},
-    DaemonError,
-};
+use super::DaemonError;
 use crate::{config::EventsOutput, status::EndpointStatus};
 
 /// How many endpoints' changes may wait for the writer before changes are lost. Changes of
@@ -278,7 +276,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        daemon::changes::{EndpointState, TransitionDetail},
+        changes::{EndpointState, TransitionDetail},
         outcome::Outcome,
     };
 

@@ -3,10 +3,10 @@
 //! probe (label vectors, string keys, tree lookups) was most of the runner's cost per result
 //! at 100k probes/s. Scrapes go through a request, which flushes first, so none sees a
 //! partial turn.
+use crate::changes::Bus;
 use std::time::Duration;
 
 use super::{
-    changes::Bus,
     checks::ProbeReport,
     table::{ProfileEntry, Table},
 };
@@ -155,10 +155,10 @@ impl RunnerMetrics {
     }
 
     /// The DNS server's answer counters.
-    pub fn dns(&mut self, counters: &crate::dns::server::Counters) {
+    pub fn dns(&mut self, counters: &crate::dns::shared::Counters) {
         let r = &mut self.registry;
         let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-        for (rcode, n) in crate::dns::server::counter_values(counters) {
+        for (rcode, n) in crate::dns::shared::counter_values(counters) {
             r.set_total(&catalog::DNS_ANSWERS, vec![("rcode", rcode.to_string())], n);
         }
         r.set_total(&catalog::DNS_TCP_ANSWERS, vec![], load(&counters.tcp));
@@ -171,7 +171,7 @@ impl RunnerMetrics {
             );
         }
         r.set(&catalog::DNS_TCP_CONNECTIONS, vec![], load(&counters.tcp_open) as f64);
-        for (reason, c) in crate::dns::server::tcp_closed_values(counters) {
+        for (reason, c) in crate::dns::shared::tcp_closed_values(counters) {
             r.set_total(&catalog::DNS_TCP_CLOSED, vec![("reason", reason.to_string())], c);
         }
     }

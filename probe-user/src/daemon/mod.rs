@@ -28,7 +28,7 @@
 //!     runner/publish: endpoint status, profile counts, fail-open --> changes::Bus --> events file, consumers
 //!                                                                             \--> views (requests/status)
 //! ```
-pub mod changes;
+
 pub mod checks;
 pub mod control;
 pub mod events;

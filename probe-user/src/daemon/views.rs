@@ -3,7 +3,7 @@
 //! names), never a `Debug` string.
 use serde::{Deserialize, Serialize};
 
-pub use super::changes::ChangeKind;
+pub use crate::changes::ChangeKind;
 use crate::{
     config::Protocol,
     outcome::Outcome,
@@ -20,7 +20,7 @@ pub struct LastResult {
     pub reason: std::sync::Arc<str>,
     /// Round-trip time of a reply, or how long the probe waited: whole microseconds here,
     /// `rtt_ms` on the wire.
-    #[serde(rename = "rtt_ms", with = "super::changes::micros_as_ms")]
+    #[serde(rename = "rtt_ms", with = "crate::changes::micros_as_ms")]
     pub rtt_us: u32,
     pub at_unix_ms: u64,
 }
@@ -30,7 +30,7 @@ const _: () = assert!(std::mem::size_of::<LastResult>() <= 32);
 
 impl LastResult {
     pub fn rtt_ms(&self) -> f64 {
-        super::changes::micros_as_ms::ms(self.rtt_us)
+        crate::changes::micros_as_ms::ms(self.rtt_us)
     }
 }
 
@@ -45,9 +45,9 @@ pub struct LastChange {
     pub to: EndpointStatus,
     /// From the start of the first probe of the deciding run to the change; 0 unless `kind`
     /// is `health`. Whole microseconds here, milliseconds on the wire and in the state file.
-    #[serde(rename = "measured_window_ms", with = "super::changes::micros_as_ms")]
+    #[serde(rename = "measured_window_ms", with = "crate::changes::micros_as_ms")]
     pub measured_window_us: u32,
-    #[serde(rename = "formula_window_ms", with = "super::changes::micros_as_ms")]
+    #[serde(rename = "formula_window_ms", with = "crate::changes::micros_as_ms")]
     pub formula_window_us: u32,
 }
 
@@ -56,11 +56,11 @@ const _: () = assert!(std::mem::size_of::<Option<LastChange>>() <= 24);
 
 impl LastChange {
     pub fn measured_window_ms(&self) -> f64 {
-        super::changes::micros_as_ms::ms(self.measured_window_us)
+        crate::changes::micros_as_ms::ms(self.measured_window_us)
     }
 
     pub fn formula_window_ms(&self) -> f64 {
-        super::changes::micros_as_ms::ms(self.formula_window_us)
+        crate::changes::micros_as_ms::ms(self.formula_window_us)
     }
 }
 

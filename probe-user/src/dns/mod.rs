@@ -6,10 +6,12 @@
 //! - `rrl.rs`: response rate limiting of UDP answers (pure);
 //! - `wire.rs`: requests and answers through hickory (EDNS, Client Subnet, error codes);
 //! - `tcp.rs`: DNS over TCP with its caps and timeouts (RFC 7766);
+//! - `shared.rs`: what the query paths and the threads share (zone, counters);
 //! - `server.rs`: the threads, their sockets, and the task that follows the change stream.
 pub mod regions;
 mod rrl;
 pub mod server;
+pub mod shared;
 mod tcp;
 mod wire;
 pub mod zone;

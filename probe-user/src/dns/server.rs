@@ -4,11 +4,10 @@
 //! the zone under a read lock; a batch of changes takes the write lock once. The runner never
 //! waits for these threads: a query flood costs CPU, never a probe's place in the schedule.
 use std::{
-    cell::RefCell,
     net::SocketAddr,
     sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering},
-        Arc, PoisonError, RwLock, RwLockReadGuard,
+        atomic::{AtomicBool, Ordering},
+        Arc,
     },
     time::Duration,
 };
@@ -16,10 +15,11 @@ use std::{
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    tcp::{Clients, Closed},
+    shared::{Counters, Shared},
+    tcp::Clients,
     zone::Zone,
 };
-use crate::{daemon::changes::Subscription, rng::SplitMix64};
+use crate::changes::Subscription;
 
 /// A UDP thread looks at its stop flag this often when no query comes.
 const UDP_POLL: Duration = Duration::from_millis(100);
@@ -35,75 +35,6 @@ pub enum DnsError {
     },
     #[error("start the DNS server's thread")]
     Thread(#[source] std::io::Error),
-}
-
-/// Answers by outcome, read by the metrics scrape.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub noerror: AtomicU64,
-    pub nxdomain: AtomicU64,
-    pub refused: AtomicU64,
-    pub formerr: AtomicU64,
-    pub other: AtomicU64,
-    /// Answers sent over TCP (every other one went over UDP).
-    pub tcp: AtomicU64,
-    pub send_errors: AtomicU64,
-    /// UDP answers rate limiting held back: dropped, or sent truncated instead.
-    pub rrl_dropped: AtomicU64,
-    pub rrl_slipped: AtomicU64,
-    /// TCP connections open now, and those the server closed, by `tcp::Closed` reason.
-    pub tcp_open: AtomicU64,
-    tcp_closed: [AtomicU64; 6],
-}
-
-impl Counters {
-    pub(super) fn tcp_closed(&self, reason: Closed) {
-        self.tcp_closed[reason as usize].fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// TCP connections the server closed, by reason, for the metrics scrape.
-pub fn tcp_closed_values(c: &Counters) -> impl Iterator<Item = (&'static str, u64)> + '_ {
-    Closed::ALL
-        .iter()
-        .map(|r| (r.name(), c.tcp_closed[*r as usize].load(Ordering::Relaxed)))
-}
-
-/// What the query path and the follower share.
-pub(super) struct Shared {
-    zone: RwLock<Zone>,
-    /// Bumped by every write to the zone: answers remembered under an older one are dropped.
-    generation: AtomicU64,
-    pub counters: Counters,
-}
-
-impl Shared {
-    pub(super) fn zone(&self) -> RwLockReadGuard<'_, Zone> {
-        // A panic while the zone was being written leaves statuses of one batch half applied;
-        // the next batch or reload brings it back in step, which beats answering nothing.
-        self.zone.read().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The zone's version now. Read it before answering: an answer made while a write lands
-    /// is then remembered under the version it may predate, and never served.
-    pub(super) fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-
-    fn update(&self, f: impl FnOnce(&mut Zone)) {
-        let mut zone = self.zone.write().unwrap_or_else(PoisonError::into_inner);
-        f(&mut zone);
-        self.generation.fetch_add(1, Ordering::Release);
-    }
-}
-
-thread_local! {
-    static RNG: RefCell<SplitMix64> = RefCell::new(SplitMix64(crate::clock::mono_ns()));
-}
-
-/// Runs `f` with this thread's random source (weighted answers).
-pub(super) fn with_rng<T>(f: impl FnOnce(&mut SplitMix64) -> T) -> T {
-    RNG.with(|r| f(&mut r.borrow_mut()))
 }
 
 /// An endpoint's last measured round-trip time, for performance routing.
@@ -141,11 +72,7 @@ impl DnsServer {
             udp.push(u);
             tcp.push(t);
         }
-        let shared = Arc::new(Shared {
-            zone: RwLock::new(zone),
-            generation: AtomicU64::new(0),
-            counters: Counters::default(),
-        });
+        let shared = Arc::new(Shared::new(zone));
         let (updates, updates_rx) = mpsc::unbounded_channel();
         let (stop, stop_rx) = oneshot::channel();
         let udp_stop = Arc::new(AtomicBool::new(false));
@@ -389,16 +316,4 @@ async fn follow(shared: Arc<Shared>, mut changes: Subscription, mut updates: mps
             },
         }
     }
-}
-
-/// The counters, by name, for the metrics scrape.
-pub fn counter_values(c: &Counters) -> [(&'static str, u64); 5] {
-    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    [
-        ("noerror", get(&c.noerror)),
-        ("nxdomain", get(&c.nxdomain)),
-        ("refused", get(&c.refused)),
-        ("formerr", get(&c.formerr)),
-        ("other", get(&c.other)),
-    ]
 }

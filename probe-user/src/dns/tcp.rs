@@ -24,44 +24,7 @@ use tokio::{
     time::{timeout_at, Instant},
 };
 
-use super::server::Shared;
-
-/// Why the server closed a connection (a client's own close is not counted).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Closed {
-    /// Refused at `max_clients`, none idle to replace.
-    Full,
-    /// Refused at `max_clients_per_prefix`.
-    Prefix,
-    /// Closed to make room for a new one at `max_clients`.
-    Evicted,
-    Idle,
-    Lifetime,
-    /// A malformed frame, or an error reading or writing.
-    Error,
-}
-
-impl Closed {
-    pub const ALL: [Closed; 6] = [
-        Closed::Full,
-        Closed::Prefix,
-        Closed::Evicted,
-        Closed::Idle,
-        Closed::Lifetime,
-        Closed::Error,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Closed::Full => "full",
-            Closed::Prefix => "prefix",
-            Closed::Evicted => "evicted",
-            Closed::Idle => "idle",
-            Closed::Lifetime => "lifetime",
-            Closed::Error => "error",
-        }
-    }
-}
+use super::shared::{Closed, Shared};
 
 struct Conn {
     prefix: u128,

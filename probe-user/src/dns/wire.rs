@@ -30,7 +30,7 @@ use hickory_server::{
 
 use super::{
     rrl::{truncated, AnswerClass, RateLimiter, Verdict},
-    server::{Counters, Shared},
+    shared::{Counters, Shared},
     zone::{Client, QType, Question, Reply, Zone},
 };
 
@@ -90,7 +90,7 @@ fn prepare(shared: &Shared, request: &Request) -> Prepared {
                 client,
             };
             let zone = shared.zone();
-            let reply = super::server::with_rng(|rng| zone.answer(&question, rng));
+            let reply = super::shared::with_rng(|rng| zone.answer(&question, rng));
             let mut parts = render(&zone, &qname, &reply);
             // The source address decides nothing here, so identical bytes, identical answer.
             parts.deterministic = zone.deterministic(&qname);

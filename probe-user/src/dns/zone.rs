@@ -7,8 +7,8 @@ use ipnet::IpNet;
 
 use super::regions::{canonical, Regions};
 use crate::{
+    changes::{Change, Snapshot},
     config::{Config, Dns},
-    daemon::changes::{Change, Snapshot},
     hash::FastMap,
     status::{self, Candidate, EndpointStatus, Family, ProfileStatus, Query, RandomSource, Routing},
 };

@@ -2,7 +2,8 @@
 //! through the node's IP stack. Used where the device cannot transmit XDP frames, and for a
 //! probe whose next hop has no resolved neighbour yet (the stack resolves it).
 use probe_common::{
-    frame::{payload_sum, syn_v4, syn_v6, udp_v4, udp_v6, Ends},
+    csum::payload_sum,
+    frame::{syn_v4, syn_v6, udp_v4, udp_v6, Ends},
     l4::{FlowKey, FAMILY_V4},
     packet::{EthHdr, IPPROTO_TCP},
 };

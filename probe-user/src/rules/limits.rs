@@ -29,3 +29,10 @@ pub const MAX_PACING_MS: u64 = 300_000;
 /// Ours: a UDP request or expected reply, in bytes (`health.request`/`response`, `--send`,
 /// `--expect`).
 pub const MAX_UDP_PAYLOAD: usize = 500;
+/// Ours: the most slots a slot table may have (`[[sink]] slots`); the config refuses more.
+pub const MAX_SLOTS: u32 = 65_536;
+/// Ours: the slots of a slot table whose sink does not say.
+pub const DEFAULT_SLOTS: u32 = 64;
+/// Ours: a probe that starts later than this after its due time no longer keeps its windows
+/// (SPEC 3) to the precision the seeds' figures need; its endpoint counts as behind.
+pub const BEHIND_NS: u64 = 50_000_000;

@@ -78,7 +78,7 @@ impl BpfSink {
     }
 
     fn want(&self, model: &ProfileModel, held: &[Option<SocketAddr>]) -> Vec<Option<SocketAddr>> {
-        let key = |s: &crate::daemon::changes::EndpointState| SocketAddr::new(s.address, s.port);
+        let key = |s: &crate::changes::EndpointState| SocketAddr::new(s.address, s.port);
         desired_slots(model, self.cfg.slots, |_| true, key, held)
             .into_iter()
             .map(|s| s.map(key))

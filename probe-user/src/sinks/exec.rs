@@ -40,7 +40,7 @@ use std::{
 use serde::Serialize;
 
 use super::{Sink, SinkError, SyncReport};
-use crate::{config::ExecSink as Config, daemon::changes::EndpointState, sinks::model::ProfileModel};
+use crate::{changes::EndpointState, config::ExecSink as Config, sinks::model::ProfileModel};
 
 /// Longest a sync waits for the program to take its lines.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);

@@ -26,8 +26,8 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    changes::{EndpointState, Snapshot, Subscription},
     config::{OnStop, Sink as SinkConfig, SinkKind},
-    daemon::changes::{EndpointState, Snapshot, Subscription},
 };
 use model::ProfileModel;
 

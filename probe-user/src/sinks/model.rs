@@ -2,7 +2,7 @@
 //! built from a snapshot and kept up to date by batches. Pure.
 use std::{collections::BTreeMap, sync::Arc};
 
-use crate::daemon::changes::{Change, EndpointState, Snapshot};
+use crate::changes::{Change, EndpointState, Snapshot};
 
 /// One profile's endpoints, by name (name order is the order sinks write them in).
 #[derive(Debug, Clone, Default, PartialEq)]

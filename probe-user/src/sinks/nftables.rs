@@ -130,7 +130,7 @@ impl NftablesSink {
                     Held::Slots(h, _) => h,
                     Held::Set(_) => &[],
                 };
-                let key = |s: &crate::daemon::changes::EndpointState| (s.address, port(s.port));
+                let key = |s: &crate::changes::EndpointState| (s.address, port(s.port));
                 Held::Slots(
                     desired_slots(model, slots, |s| fits(&s.address), key, held)
                         .into_iter()

@@ -22,11 +22,6 @@
 //! that changed with the compiler would move every flow on an upgrade.
 use crate::hash::{mix64, stable};
 
-/// The most slots a table may have; the config refuses more.
-pub const MAX_SLOTS: u32 = 65_536;
-/// Slots when the config does not say.
-pub const DEFAULT_SLOTS: u32 = 64;
-
 /// One candidate backend: a stable name (the endpoint's) and its weight (0 takes no slot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Candidate<'a> {

@@ -18,7 +18,7 @@ use std::{
 
 use probed::{
     config::{BpfSink, NftFamily, NftSink, NftTarget, OnStop, Sink, SinkKind},
-    daemon::changes::{Bus, Change, ChangeKind, EndpointChange, EndpointState, Snapshot},
+    changes::{Bus, Change, ChangeKind, EndpointChange, EndpointState, Snapshot},
     sinks::{self, slots, Running},
 };
 use probed_tests::{Netns, TestPins};

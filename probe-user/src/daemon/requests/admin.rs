@@ -2,9 +2,9 @@
 //! `POST /v1/profiles/{profile}/{enable|disable}`: the operator's override of an endpoint's
 //! admin state or of a profile's `enabled`. Each survives reloads that leave the configured
 //! value alone, and restarts (through the state file).
+use crate::changes::ChangeKind;
 use crate::{
     daemon::{
-        changes::ChangeKind,
         control::RequestError,
         runner::Runner,
         views::{EndpointView, ProfileView},

@@ -1,10 +1,8 @@
 //! A new consumer joins the change stream: it gets the state of everything now and, from the
 //! same instant, every later change. Both are taken on the runner's thread between two
 //! changes, so nothing falls between the snapshot and the queue.
-use crate::daemon::{
-    changes::{Snapshot, Subscription},
-    runner::Runner,
-};
+use crate::changes::{Snapshot, Subscription};
+use crate::daemon::runner::Runner;
 
 impl Runner {
     pub(in crate::daemon) fn subscribe(&mut self, name: &str, capacity: usize) -> (Snapshot, Subscription) {

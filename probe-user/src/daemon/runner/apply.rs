@@ -1,5 +1,6 @@
 //! Swapping in a plan: checks of endpoints that stay keep their schedule, the rest are
 //! registered or removed, and every endpoint or profile whose state changed is published.
+use crate::changes::{Change, ChangeKind, EndpointState, ProfileChange};
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
@@ -7,10 +8,7 @@ use std::{
 
 use super::{Runner, SchedKey};
 use crate::{
-    daemon::{
-        changes::{Change, ChangeKind, EndpointState, ProfileChange},
-        table::{OwnerId, Plan, Swapped, Target},
-    },
+    daemon::table::{OwnerId, Plan, Swapped, Target},
     hash::FastMap,
     status::{self, ProfileStatus},
 };
@@ -100,7 +98,7 @@ impl Runner {
             if live.contains(&(profile.clone(), endpoint.clone())) {
                 continue;
             }
-            changes.push(Change::Endpoint(crate::daemon::changes::EndpointChange {
+            changes.push(Change::Endpoint(crate::changes::EndpointChange {
                 seq: 0,
                 at_unix_ms,
                 at_ns: now,

@@ -7,6 +7,7 @@
 //! location); its verdict is one vote. A node that takes a check over (a member left) starts
 //! its tracker from the cluster's aggregate, so the endpoint does not go back through
 //! CheckingEndpoint; one that hands a check over withdraws its vote.
+use crate::changes::ChangeKind;
 use tokio::sync::mpsc;
 
 use super::Runner;
@@ -20,7 +21,6 @@ use crate::{
     },
     config::Cluster,
     daemon::{
-        changes::ChangeKind,
         table::{OwnerId, Plan, Table},
         DaemonError,
     },

@@ -59,7 +59,7 @@ impl Runner {
     }
 
     /// The zone now and the stream of every change after it.
-    fn zone_now(&mut self, config: &Config, dns: &Dns) -> (Zone, crate::daemon::changes::Subscription) {
+    fn zone_now(&mut self, config: &Config, dns: &Dns) -> (Zone, crate::changes::Subscription) {
         let (snapshot, changes) = self.subscribe(SUBSCRIBER, DNS_QUEUE);
         let serial = u32::try_from(self.ports.clock.unix_ms() / 1000).unwrap_or(u32::MAX);
         let mut zone = Zone::build(config, dns, self.regions.clone(), &snapshot, serial);

@@ -16,10 +16,10 @@ mod sinks;
 #[cfg(test)]
 mod tests;
 pub(in crate::daemon) use dns::regions as dns_regions;
-pub(crate) use pace::BEHIND_NS;
 mod watchdog;
 mod workers;
 
+use crate::changes::Bus;
 use persist::Persist;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -27,7 +27,6 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    changes::Bus,
     checks::{http::HttpProber, CheckSpec, ProbeKind, ProbeReport, Specs},
     control::Command,
     events::{EventSink, EventWriter, QUEUE_CAPACITY},

@@ -7,11 +7,11 @@
 //! come, not by a scan: a scan of every endpoint each second held the runner up for tens of
 //! milliseconds at 500k endpoints, and so made probes late itself.
 use super::Runner;
-use crate::daemon::table::{ProfileEntry, Target};
+use crate::{
+    daemon::table::{ProfileEntry, Target},
+    rules::limits::BEHIND_NS,
+};
 
-/// A probe that starts later than this after its due time no longer keeps its windows to the
-/// precision the seeds' figures need.
-pub(crate) const BEHIND_NS: u64 = 50_000_000;
 /// Scans in a row with nothing behind before "back on time" is logged (one per second).
 const CALM_SCANS: u32 = 5;
 

@@ -1,14 +1,11 @@
 //! The one place where an endpoint's status, its profile's aggregate and fail-open catch up
 //! with a change of their inputs, and where the resulting changes enter the stream.
+use crate::changes::{micros_as_ms, Change, ChangeKind, EndpointChange, ProfileChange, TransitionDetail};
 use std::sync::Arc;
 
 use super::Runner;
 use crate::{
-    daemon::{
-        changes::{micros_as_ms, Change, ChangeKind, EndpointChange, ProfileChange, TransitionDetail},
-        table::OwnerId,
-        views::LastChange,
-    },
+    daemon::{table::OwnerId, views::LastChange},
     status::{self, EndpointStatus, ProfileStatus},
 };
 

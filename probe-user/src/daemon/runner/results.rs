@@ -1,6 +1,7 @@
 //! Taking results: each report goes to every owner of its check (a shared check has several),
 //! through the owner's threshold machine; a verdict becomes a health change on the stream.
 //! Then the check is rescheduled at the cadence its owners need.
+use crate::changes::{ChangeKind, RunResult, TransitionDetail};
 use std::sync::Arc;
 
 use super::{Inflight, Runner};
@@ -8,7 +9,6 @@ use crate::{
     clock::ms,
     config::Protocol,
     daemon::{
-        changes::{ChangeKind, RunResult, TransitionDetail},
         checks::{ProbeKind, ProbeReport},
         views::LastResult,
     },

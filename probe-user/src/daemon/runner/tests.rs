@@ -1,13 +1,13 @@
 //! The runner without root: the L4 engine is `FakeL4` (probes are answered here), time is a
 //! `FakeClock`, and the change stream is read through a subscription. Each test drives the
 //! runner's own functions (fire, on_l4, requests) the way its loop would.
+use crate::changes::{Change, ChangeKind, EndpointChange, ProfileChange, Subscription};
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use super::Runner;
 use crate::{
     config::Config,
     daemon::{
-        changes::{Change, ChangeKind, EndpointChange, ProfileChange, Subscription},
         ports::{
             fake::{starter, FakeClock, FakeL4},
             Ports,

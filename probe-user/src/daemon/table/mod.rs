@@ -2,10 +2,10 @@
 //! its admin state (config and API override), whether it is probed, its derived status and
 //! eligibility, and what it carries over across a reload or a restart (`plan`). Pure: no
 //! clock, no I/O.
+use crate::changes::{ChangeKind, EndpointChange, EndpointState};
 use std::{sync::Arc, time::Duration};
 
 use super::{
-    changes::{ChangeKind, EndpointChange, EndpointState},
     checks::CheckSpec,
     views::{LastChange, LastResult},
 };
@@ -44,7 +44,7 @@ pub(crate) struct Target {
     pub last_rtt: Rtt,
     pub last_change: Option<LastChange>,
     /// How late its last probe started after its due time (the scheduler's send plus any wait
-    /// for an HTTP slot), in whole microseconds (`late_ns`): beyond `pace::BEHIND_NS` its
+    /// for an HTTP slot), in whole microseconds (`late_ns`): beyond `rules::limits::BEHIND_NS` its
     /// windows no longer hold.
     pub late_us: u32,
     /// The status and eligibility last published for it (see `Table::settle_some`).
@@ -115,7 +115,7 @@ impl Target {
 
     /// Whether its last probe started too late for its windows to hold.
     pub fn behind(&self) -> bool {
-        self.late_ns() > crate::daemon::runner::BEHIND_NS
+        self.late_ns() > crate::rules::limits::BEHIND_NS
     }
 
     pub fn admin(&self) -> AdminState {
@@ -274,7 +274,7 @@ pub(crate) struct ProfileEntry {
     pub counts: StatusCounts,
     pub status: ProfileStatus,
     pub fail_open: bool,
-    /// Its probed endpoints whose last probe started more than `runner::BEHIND_NS` late,
+    /// Its probed endpoints whose last probe started more than `rules::limits::BEHIND_NS` late,
     /// kept in step by the runner as results come (`runner/pace.rs`).
     pub behind: u64,
 }

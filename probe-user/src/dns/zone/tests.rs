@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::{
-    daemon::changes::{EndpointState, ProfileChange},
+    changes::{EndpointState, ProfileChange},
     rng::SplitMix64,
 };
 

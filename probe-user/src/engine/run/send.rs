@@ -8,7 +8,8 @@ use std::{
 
 use probe_common::{
     cookie::{probe_cookie, sport_offset},
-    frame::{payload_sum, SynV4, SynV6, UdpV4, UdpV6},
+    csum::payload_sum,
+    frame::{SynV4, SynV6, UdpV4, UdpV6},
     l4::{FlowKey, Inflight, ProbeJob},
     packet::{IPPROTO_TCP, IPPROTO_UDP},
 };

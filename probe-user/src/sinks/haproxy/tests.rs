@@ -8,7 +8,7 @@ use std::{
 };
 
 use super::*;
-use crate::daemon::changes::EndpointState;
+use crate::changes::EndpointState;
 
 const HEADER: &str = "# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight \
      srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state \

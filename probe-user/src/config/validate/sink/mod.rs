@@ -13,7 +13,7 @@ use crate::{
         model::*,
         read::{Item, Reader, Table},
     },
-    sinks::slots::{DEFAULT_SLOTS, MAX_SLOTS},
+    rules::limits::{DEFAULT_SLOTS, MAX_SLOTS},
 };
 
 const SINK_KEYS: [&str; 13] = [
