@@ -7,21 +7,19 @@ use crate::{
     daemon::{
         control::RequestError,
         runner::Runner,
+        table::{OwnerId, Probing},
         views::{EndpointView, ProfileView},
     },
     status::AdminState,
 };
 
 impl Runner {
-    /// After an admin change of endpoint `id`, which was probed or not (`was`): its check is
-    /// registered or removed to match; a re-enabled endpoint starts over in CheckingEndpoint
-    /// (SPEC 4).
-    fn reprobe(&mut self, id: crate::daemon::table::OwnerId, was: bool, now: u64) {
-        let is = self.table.targets[&id].should_probe();
+    /// After an admin change of endpoint `id`: its check is registered or removed to match
+    /// (a re-enabled endpoint starts over in CheckingEndpoint: `Table::set_admin`).
+    fn reprobe(&mut self, id: OwnerId, Probing { was, is }: Probing, now: u64) {
         if was && !is {
             self.unregister(id);
         } else if !was && is {
-            self.table.targets.get_mut(&id).expect("found").tracker.reset();
             self.register(id, now);
         }
         // In a cluster: this node's vote follows (withdrawn while it does not probe).
@@ -36,10 +34,8 @@ impl Runner {
     ) -> Result<EndpointView, RequestError> {
         let id = super::status::find(&self.table, profile, endpoint)?;
         let now = self.now();
-        let t = self.table.targets.get_mut(&id).expect("found");
-        let was = t.should_probe();
-        t.set_admin(state);
-        self.reprobe(id, was, now);
+        let probing = self.table.set_admin(id, state);
+        self.reprobe(id, probing, now);
         self.restatus(id, ChangeKind::Admin, now, None);
         self.persist.dirty = true;
         Ok(super::status::endpoint_view(&self.table, id))
@@ -60,23 +56,19 @@ impl Runner {
             .profile(profile)
             .ok_or_else(|| RequestError::NoProfile(profile.into()))?;
         let now = self.now();
-        let entry = &mut self.table.profiles[ix];
+        let entry = &self.table.profiles[ix];
         let before = (entry.status, entry.fail_open);
-        entry.set_enabled(enabled);
-        let owners = entry.owners.clone();
-        for &id in &owners {
-            let t = self.table.targets.get_mut(&id).expect("owners are targets");
-            let was = t.should_probe();
-            t.profile_enabled = enabled;
-            self.reprobe(id, was, now);
+        let owners = self.table.set_profile_enabled(ix, enabled);
+        let no_owners = owners.is_empty();
+        for (id, probing) in owners {
+            self.reprobe(id, probing, now);
             self.restatus(id, ChangeKind::Admin, now, None);
         }
         for nix in 0..self.table.profiles[ix].nested.len() {
             self.renest(ix, nix, now);
         }
         // A profile without endpoints has no endpoint change to carry its own.
-        if owners.is_empty() && self.table.profiles[ix].nested.is_empty() {
-            self.table.profiles[ix].recount();
+        if no_owners && self.table.profiles[ix].nested.is_empty() {
             self.publish_profile(ix, before, now);
         }
         // Its status stands for it in the profiles it is nested in.

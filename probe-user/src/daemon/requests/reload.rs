@@ -58,7 +58,7 @@ impl Runner {
             None => first_l4(
                 plan.built()
                     .chain(self.table.targets.values().map(|t| &**t))
-                    .map(|t| &*t.spec),
+                    .map(|t| &**t.spec()),
                 &config,
             ),
         };

@@ -68,12 +68,12 @@ fn pick(
         .zip(endpoints)
         .map(|(t, e)| Candidate {
             family: Some(Family::of(t.address().ip())),
-            status: t.status,
-            priority: t.endpoint.priority,
-            weight: t.endpoint.weight,
+            status: t.status(),
+            priority: t.brief().priority,
+            weight: t.brief().weight,
             subnets: e.subnets(),
             region: e.region(),
-            rtt: t.last_rtt.get(),
+            rtt: t.last_rtt().get(),
         })
         .chain(entry.nested.iter().map(|n| Candidate {
             family: None,
@@ -92,7 +92,7 @@ fn pick(
     let mut out = Vec::new();
     for i in picked {
         match targets.get(i) {
-            Some(t) => out.push((t.name.to_string(), t.address().ip())),
+            Some(t) => out.push((t.name().to_string(), t.address().ip())),
             None => {
                 let n = &entry.nested[i - targets.len()];
                 for (name, address) in pick(table, config, n.child, query, rng, depth + 1) {

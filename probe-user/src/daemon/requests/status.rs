@@ -98,23 +98,23 @@ fn profile_view(table: &Table, sinks: &[SinkView], p: &ProfileEntry, page: Optio
 
 pub(super) fn endpoint_view(table: &Table, id: OwnerId) -> EndpointView {
     let t = &table.targets[&id];
-    let timing = t.tracker.timing();
-    let th = t.tracker.thresholds();
+    let timing = t.tracker().timing();
+    let th = t.tracker().thresholds();
     EndpointView {
         profile: table.profile_of(t).to_string(),
-        name: t.name.to_string(),
+        name: t.name().to_string(),
         address: t.address().ip().to_string(),
         port: t.address().port(),
-        protocol: t.spec.protocol,
+        protocol: t.spec().protocol,
         admin: t.admin(),
-        admin_from_api: t.admin_override.is_some(),
-        status: t.status,
+        admin_from_api: t.admin_override().is_some(),
+        status: t.status(),
         health: t.health(),
         probed: t.should_probe(),
-        eligible: t.eligible,
-        pending: t.tracker.pending(),
-        last_result: t.last.clone(),
-        last_change: t.last_change.clone(),
+        eligible: t.eligible(),
+        pending: t.tracker().pending(),
+        last_result: t.last().cloned(),
+        last_change: t.last_change().cloned(),
         windows: Windows {
             interval_ms: ms(timing.interval),
             timeout_ms: ms(timing.timeout),
@@ -122,7 +122,7 @@ pub(super) fn endpoint_view(table: &Table, id: OwnerId) -> EndpointView {
             unhealthy_threshold: th.unhealthy(),
             fail_window_ms: ms(fail_window(timing.timeout, timing.interval, th.unhealthy())),
             success_window_ms: ms(success_window(
-                t.last_rtt.get().unwrap_or_default(),
+                t.last_rtt().get().unwrap_or_default(),
                 timing.interval,
                 th.healthy(),
             )),

@@ -34,7 +34,7 @@ impl Runner {
                 .flat_map(|p| p.owners.iter().map(move |id| (p, id)))
                 .map(|(p, id)| {
                     let t = &self.table.targets[id];
-                    (p.name.clone(), t.name.clone(), t.state())
+                    (p.name.clone(), t.name().clone(), t.state())
                 })
                 .chain(self.table.profiles.iter().filter(|p| wanted(&p.name)).flat_map(|p| {
                     let protocol = p.cfg.health.protocol();

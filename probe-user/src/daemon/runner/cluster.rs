@@ -25,7 +25,6 @@ use crate::{
         DaemonError,
     },
     hash::FastMap,
-    health::Tracker,
     status::Health,
 };
 
@@ -146,13 +145,13 @@ impl Runner {
             return;
         };
         for (profile, t) in plan.built_mut() {
-            t.owned = link.owns(t.spec.key().stable());
-            let own = t.should_probe().then(|| verdict_of(t.tracker.state()));
+            let owned = link.owns(t.spec().key().stable());
+            t.share(owned, None, None);
+            let own = t.should_probe().then(|| verdict_of(t.tracker().state()));
             let votes = own
                 .into_iter()
-                .chain(link.said(t.verdict_key).iter().map(|s| s.verdict));
-            t.cluster_health = profile.aggregate.healthy(votes).map(health_of);
-            t.cluster_sent = own;
+                .chain(link.said(t.verdict_key()).iter().map(|s| s.verdict));
+            t.share(owned, own, profile.aggregate.healthy(votes).map(health_of));
         }
     }
 
@@ -161,7 +160,7 @@ impl Runner {
         let Some(link) = &mut self.cluster else {
             return;
         };
-        link.by_verdict = self.table.targets.iter().map(|(id, t)| (t.verdict_key, *id)).collect();
+        link.by_verdict = self.table.targets.iter().map(|(id, t)| (t.verdict_key(), *id)).collect();
         if let Some(node) = &link.node {
             node.replace(own_verdicts(&self.table));
         }
@@ -203,26 +202,19 @@ impl Runner {
             .targets
             .iter()
             .filter_map(|(id, t)| {
-                let owned = link.owns(t.spec.key().stable());
-                (owned != t.owned).then_some((*id, owned))
+                let owned = link.owns(t.spec().key().stable());
+                (owned != t.owned()).then_some((*id, owned))
             })
             .collect();
         let (mut taken, mut handed) = (0usize, 0usize);
         for (id, owned) in moved {
-            let t = self.table.targets.get_mut(&id).expect("listed");
-            let was = t.should_probe();
-            t.owned = owned;
+            // One taken over starts from the cluster's verdict (`Table::set_owned`).
+            let crate::daemon::table::Probing { was, is } = self.table.set_owned(id, owned);
             if owned {
                 taken += 1;
-                // From the cluster's verdict, not from CheckingEndpoint: no flap for a check
-                // that only changed hands.
-                let start = t.cluster_health.unwrap_or(Health::CheckingEndpoint);
-                let rules = t.tracker.rules().clone();
-                t.tracker = Tracker::resume(&rules, start);
             } else {
                 handed += 1;
             }
-            let is = t.should_probe();
             if was && !is {
                 self.unregister(id);
             } else if !was && is {
@@ -244,27 +236,24 @@ impl Runner {
         let Some(link) = &self.cluster else {
             return false;
         };
-        let Some(t) = self.table.targets.get_mut(&id) else {
+        let Some(t) = self.table.targets.get(&id) else {
             return false;
         };
-        let own = t.should_probe().then(|| verdict_of(t.tracker.state()));
-        if own != t.cluster_sent {
+        let own = t.should_probe().then(|| verdict_of(t.tracker().state()));
+        if own != t.cluster_sent() {
             if let Some(node) = &link.node {
                 match own {
-                    Some(v) => node.set(t.verdict_key, v),
-                    None => node.withdraw(t.verdict_key),
+                    Some(v) => node.set(t.verdict_key(), v),
+                    None => node.withdraw(t.verdict_key()),
                 }
             }
-            t.cluster_sent = own;
         }
-        let rule = self.table.profiles[t.profile_ix as usize].cfg.aggregate;
+        let rule = self.table.profiles[t.profile_ix() as usize].cfg.aggregate;
         let votes = own
             .into_iter()
-            .chain(link.said(t.verdict_key).iter().map(|s| s.verdict));
+            .chain(link.said(t.verdict_key()).iter().map(|s| s.verdict));
         let agg = rule.healthy(votes).map(health_of);
-        let changed = agg != t.cluster_health;
-        t.cluster_health = agg;
-        changed
+        self.table.set_cluster_health(id, own, agg)
     }
 
     /// `cluster_sync`, publishing the endpoint's change when its aggregate moved.
@@ -307,19 +296,19 @@ impl Runner {
         else {
             return;
         };
-        let own = t.cluster_sent.map(|verdict| LocationVerdict {
+        let own = t.cluster_sent().map(|verdict| LocationVerdict {
             node: link.settings.node.clone(),
             verdict,
             silent_ms: 0,
         });
-        let others = link.said(t.verdict_key).iter().map(|s| LocationVerdict {
+        let others = link.said(t.verdict_key()).iter().map(|s| LocationVerdict {
             node: s.node.to_string(),
             verdict: s.verdict,
             silent_ms: silent.get(&*s.node).copied().unwrap_or(0),
         });
         view.cluster = Some(EndpointCluster {
             probed_here: t.should_probe(),
-            aggregate: self.table.profiles[t.profile_ix as usize].cfg.aggregate.to_string(),
+            aggregate: self.table.profiles[t.profile_ix() as usize].cfg.aggregate.to_string(),
             locations: own.into_iter().chain(others).collect(),
         });
     }
@@ -361,6 +350,6 @@ fn own_verdicts(table: &Table) -> Vec<(u64, Verdict)> {
         .targets
         .values()
         .filter(|t| t.should_probe())
-        .map(|t| (t.verdict_key, verdict_of(t.tracker.state())))
+        .map(|t| (t.verdict_key(), verdict_of(t.tracker().state())))
         .collect()
 }

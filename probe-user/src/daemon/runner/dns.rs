@@ -65,7 +65,7 @@ impl Runner {
         let mut zone = Zone::build(config, dns, self.regions.clone(), &snapshot, serial);
         for p in &self.table.profiles {
             for t in p.owners.iter().filter_map(|id| self.table.targets.get(id)) {
-                zone.set_rtt(&p.name, &t.name, t.last_rtt.get());
+                zone.set_rtt(&p.name, &t.name(), t.last_rtt().get());
             }
         }
         (zone, changes)
@@ -86,7 +86,7 @@ impl Runner {
             .iter()
             .filter(|p| p.cfg.routing == crate::status::Routing::Performance)
             .flat_map(|p| p.owners.iter().filter_map(|id| targets.get(id)).map(move |t| (p, t)))
-            .map(|(p, t)| (p.name.clone(), t.name.clone(), t.last_rtt.get()))
+            .map(|(p, t)| (p.name.clone(), t.name().clone(), t.last_rtt().get()))
             .collect();
         server.set_rtts(rtts);
     }

@@ -98,7 +98,7 @@ impl Runner {
             .owners(id)
             .iter()
             .filter_map(|o| self.table.targets.get(o))
-            .map(|t| t.profile_ix);
+            .map(|t| t.profile_ix());
         let l4 = match &spec.kind {
             ProbeKind::L4(proto) => Some(proto.clone()),
             ProbeKind::Http(probe) if self.kernel_http() => probe

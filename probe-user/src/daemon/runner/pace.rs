@@ -7,10 +7,7 @@
 //! come, not by a scan: a scan of every endpoint each second held the runner up for tens of
 //! milliseconds at 500k endpoints, and so made probes late itself.
 use super::Runner;
-use crate::{
-    daemon::table::{ProfileEntry, Target},
-    rules::limits::BEHIND_NS,
-};
+use crate::rules::limits::BEHIND_NS;
 
 /// Scans in a row with nothing behind before "back on time" is logged (one per second).
 const CALM_SCANS: u32 = 5;
@@ -64,23 +61,6 @@ impl Pace {
             lasted_ns: now_ns.saturating_sub(since),
             worst_ns: std::mem::take(&mut self.worst_ns),
         })
-    }
-}
-
-/// Sets how late target `t`'s last probe started (0 when it is no longer probed), keeping its
-/// profile's count of endpoints behind in step.
-pub(super) fn note_late(profiles: &mut [ProfileEntry], t: &mut Target, late_ns: u64) {
-    let was = t.behind();
-    t.late_us = u32::try_from(late_ns / 1_000).unwrap_or(u32::MAX);
-    if was == t.behind() {
-        return;
-    }
-    if let Some(p) = profiles.get_mut(t.profile_ix as usize) {
-        if t.behind() {
-            p.behind += 1;
-        } else {
-            p.behind = p.behind.saturating_sub(1);
-        }
     }
 }
 

@@ -102,11 +102,11 @@ impl Snapshot {
 fn saved(profile: &std::sync::Arc<str>, t: &Target) -> SavedTarget {
     SavedTarget {
         profile: profile.clone(),
-        endpoint: t.name.clone(),
-        check: t.spec.key().fingerprint(),
+        endpoint: t.name().clone(),
+        check: t.spec().key().fingerprint(),
         health: t.health(),
-        admin_override: t.admin_override,
-        last_change: t.last_change.clone(),
+        admin_override: t.admin_override(),
+        last_change: t.last_change().cloned(),
     }
 }
 

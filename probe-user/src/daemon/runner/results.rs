@@ -8,10 +8,7 @@ use super::{Inflight, Runner};
 use crate::{
     clock::ms,
     config::Protocol,
-    daemon::{
-        checks::{ProbeKind, ProbeReport},
-        views::LastResult,
-    },
+    daemon::checks::{ProbeKind, ProbeReport},
     engine::L4Result,
     health::{Observation, Transition},
     prefetch,
@@ -68,10 +65,7 @@ impl Runner {
         for r in batch {
             for owner in self.sched.owners(CheckId::from_u64(r.token)) {
                 if let Some(t) = self.table.targets.get(owner) {
-                    prefetch::line(&t.profile_ix);
-                    prefetch::line(&t.late_us);
-                    prefetch::line(&t.last);
-                    prefetch::line(&t.tracker);
+                    t.prefetch();
                 }
             }
         }
@@ -154,39 +148,14 @@ impl Runner {
         let mut cadence: Option<Cadence> = None;
         let mut verdicts = Vec::new();
         for &owner in self.sched.owners(inflight.check) {
-            let Some(t) = self.table.targets.get_mut(&owner) else {
+            let Some(r) = self.table.record(owner, &report, &obs, late_ns, at_unix_ms) else {
                 continue;
             };
-            self.metrics.result(proto, t.profile_ix, &report);
-            super::pace::note_late(&mut self.table.profiles, t, late_ns);
-            if report.healthy {
-                t.last_rtt = crate::daemon::table::Rtt::of(report.elapsed);
+            self.metrics.result(proto, r.profile_ix, &report);
+            if let Some(tr) = r.transition {
+                verdicts.push((owner, tr));
             }
-            match &mut t.last {
-                // The same reason as last time, as it mostly is: no new string.
-                Some(last) if *last.reason == *report.reason => {
-                    last.ok = report.healthy;
-                    last.outcome = report.outcome;
-                    last.rtt_us = Observation::micros(report.elapsed);
-                    last.at_unix_ms = at_unix_ms;
-                }
-                last => {
-                    *last = Some(LastResult {
-                        ok: report.healthy,
-                        outcome: report.outcome,
-                        reason: report.reason.clone(),
-                        rtt_us: Observation::micros(report.elapsed),
-                        at_unix_ms,
-                    });
-                }
-            }
-            // A local resource error says nothing about the backend: its health stays.
-            if report.outcome.is_verdict() {
-                if let Some(tr) = t.tracker.observe(obs.clone()) {
-                    verdicts.push((owner, tr));
-                }
-            }
-            cadence = Some(Cadence::combine(cadence.into_iter().chain([t.tracker.cadence()])));
+            cadence = Some(Cadence::combine(cadence.into_iter().chain([r.cadence])));
         }
         for (owner, tr) in verdicts {
             self.on_verdict(owner, tr);

@@ -106,7 +106,7 @@ impl Harness {
     fn status(&self, endpoint: &str) -> (S, bool) {
         let id = self.runner.table.find("web", endpoint).expect("endpoint exists");
         let t = &self.runner.table.targets[&id];
-        (t.status, t.eligible)
+        (t.status(), t.eligible())
     }
 
     fn profile(&self) -> (ProfileStatus, bool) {
@@ -396,7 +396,14 @@ fn a_nested_endpoint_follows_its_child_profile() {
            interval = \"1s\"\ntimeout = \"500ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n\
            \n[[profile.endpoint]]\nname = \"e1\"\naddress = \"198.18.2.1\"\nport = 90\n\
            \n[[profile.endpoint]]\nname = \"e2\"\naddress = \"198.18.2.2\"\nport = 91\n";
+    h.changes();
     h.runner.reload(Some(parse(&text))).expect("applied");
+    // The reload's new nested endpoint is published like any endpoint it adds.
+    let added = h.changes();
+    assert!(
+        endpoint_changes(&added).contains(&("eu-pool", ChangeKind::Config, None, Some(S::CheckingEndpoint), true)),
+        "{added:#?}"
+    );
     let nested = |h: &Harness| {
         let n = &h.runner.table.profiles[0].nested[0];
         (n.status, n.eligible)
@@ -512,7 +519,7 @@ fn target_at(h: &Harness, endpoint: &str) -> (u64, *const crate::daemon::table::
 /// Every profile's counts are those of its endpoints' statuses, nested ones included.
 fn assert_counts(runner: &Runner) {
     for p in &runner.table.profiles {
-        let statuses: Vec<S> = (p.owners.iter().map(|id| runner.table.targets[id].status))
+        let statuses: Vec<S> = (p.owners.iter().map(|id| runner.table.targets[id].status()))
             .chain(p.nested.iter().map(|n| n.status))
             .collect();
         assert_eq!(p.counts, crate::status::StatusCounts::of(&statuses), "{}", p.name);
@@ -523,7 +530,7 @@ fn assert_counts(runner: &Runner) {
 fn assert_profile_indices(runner: &Runner) {
     for (pix, p) in runner.table.profiles.iter().enumerate() {
         for id in &p.owners {
-            assert_eq!(runner.table.targets[id].profile_ix as usize, pix, "{}", p.name);
+            assert_eq!(runner.table.targets[id].profile_ix() as usize, pix, "{}", p.name);
         }
     }
     assert_eq!(
@@ -537,7 +544,7 @@ fn assert_shared_rules(runner: &Runner) {
     for p in &runner.table.profiles {
         for id in &p.owners {
             assert!(
-                Arc::ptr_eq(runner.table.targets[id].tracker.rules(), &p.rules),
+                Arc::ptr_eq(runner.table.targets[id].tracker().rules(), &p.rules),
                 "{}",
                 p.name
             );
@@ -552,7 +559,7 @@ fn assert_shared_names(runner: &Runner) {
         assert_eq!(entry.owners.len(), profile.endpoints.len(), "{}", profile.name);
         for (id, endpoint) in entry.owners.iter().zip(&profile.endpoints) {
             assert!(
-                Arc::ptr_eq(&runner.table.targets[id].name, &endpoint.name),
+                Arc::ptr_eq(&runner.table.targets[id].name(), &endpoint.name),
                 "{}/{}",
                 profile.name,
                 endpoint.name
@@ -825,7 +832,7 @@ fn behind_counts(runner: &Runner) -> Vec<u64> {
     let mut counted = vec![0u64; kept.len()];
     for t in runner.table.targets.values() {
         if t.should_probe() && t.behind() {
-            counted[t.profile_ix as usize] += 1;
+            counted[t.profile_ix() as usize] += 1;
         }
     }
     assert_eq!(kept, counted, "counts kept as results come vs counted");
@@ -1111,7 +1118,7 @@ fn the_engines_first_target_is_found_in_the_config_as_the_built_table_would_give
         let plan = crate::daemon::table::plan(config, None, &Table::default(), &Saved::default(), &mut 1)
             .expect("the table builds");
         assert_eq!(
-            first_l4(plan.built().map(|t| &*t.spec), config),
+            first_l4(plan.built().map(|t| &**t.spec()), config),
             want,
             "the built table"
         );

@@ -7,7 +7,7 @@ use std::{sync::Arc, time::Duration};
 
 use super::Runner;
 use crate::{
-    daemon::{checks::ProbeReport, views::LastResult},
+    daemon::checks::ProbeReport,
     outcome::Outcome,
     schedule::Cadence,
 };
@@ -69,18 +69,11 @@ impl Runner {
                 reason: Arc::from("lost: no result within the timeout and a grace"),
             };
             let at_unix_ms = self.ports.clock.unix_ms_at(now);
+            let rtt_us = crate::health::Observation::micros(waited);
             for &owner in self.sched.owners(i.check) {
-                let Some(t) = self.table.targets.get_mut(&owner) else {
-                    continue;
-                };
-                self.metrics.result(i.protocol, t.profile_ix, &report);
-                t.last = Some(LastResult {
-                    ok: false,
-                    outcome: Outcome::Lost,
-                    reason: report.reason.clone(),
-                    rtt_us: crate::health::Observation::micros(waited),
-                    at_unix_ms,
-                });
+                if let Some(profile_ix) = self.table.record_lost(owner, &report.reason, rtt_us, at_unix_ms) {
+                    self.metrics.result(i.protocol, profile_ix, &report);
+                }
             }
             // Probe again at the check's usual pace; its owners' health is unchanged.
             let _ = self.sched.completed(i.check, now, Cadence::Steady);

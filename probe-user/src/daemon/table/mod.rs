@@ -3,191 +3,30 @@
 //! eligibility, and what it carries over across a reload or a restart (`plan`). Pure: no
 //! clock, no I/O.
 use crate::changes::{ChangeKind, EndpointChange, EndpointState};
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
-use super::{
-    checks::CheckSpec,
-    views::{LastChange, LastResult},
-};
+use super::views::LastChange;
 use crate::{
-    config::{Endpoint, HealthCheck, NestedEndpoint, Profile},
+    config::{HealthCheck, NestedEndpoint, Profile},
     hash::FastMap,
-    health::Tracker,
-    schedule::{CheckId, CheckParams},
-    status::{self, AdminState, EndpointInput, EndpointStatus, Health, ProfileStatus, StatusCounts},
+    schedule::CheckParams,
+    status::{self, EndpointStatus, Health, ProfileStatus, StatusCounts},
 };
 
 mod plan;
+mod restatus;
+mod swap;
+mod target;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use plan::{plan, Plan, Swapped};
+pub(crate) use restatus::{Changed, Probing, Stamp};
+pub(crate) use swap::Name;
+pub(crate) use target::{Brief, Rtt, Target};
 
 /// Identifies one endpoint of one profile for as long as it keeps its check.
 pub type OwnerId = u64;
-
-/// One endpoint of one profile.
-pub(crate) struct Target {
-    /// Index of its profile in `Table::profiles` (kept right by `Table::swap_in`), where its
-    /// name is: a copy of the name here took 16 bytes of every target.
-    pub profile_ix: u32,
-    pub name: Arc<str>,
-    pub endpoint: Brief,
-    pub profile_enabled: bool,
-    /// The configured admin state, and the API's override of it.
-    pub config_admin: AdminState,
-    pub admin_override: Option<AdminState>,
-    pub spec: Arc<CheckSpec>,
-    /// Registered with the scheduler: only while probed.
-    pub check: Option<CheckId>,
-    pub tracker: Tracker,
-    pub last: Option<LastResult>,
-    /// The round-trip time of its last healthy probe.
-    pub last_rtt: Rtt,
-    pub last_change: Option<LastChange>,
-    /// How late its last probe started after its due time (the scheduler's send plus any wait
-    /// for an HTTP slot), in whole microseconds (`late_ns`): beyond `rules::limits::BEHIND_NS` its
-    /// windows no longer hold.
-    pub late_us: u32,
-    /// The status and eligibility last published for it (see `Table::settle_some`).
-    pub status: EndpointStatus,
-    pub eligible: bool,
-    /// With `[cluster]`: whether this node is one of the check's k probers (always without).
-    pub owned: bool,
-    /// This endpoint's name for verdicts, on every node with the same configuration (the
-    /// check's name for sharding is `spec.key().stable()`).
-    pub verdict_key: u64,
-    /// With `[cluster]`: the aggregate of every location's verdict (SPEC 9), which stands
-    /// for the endpoint's health; None while no location has a verdict.
-    pub cluster_health: Option<Health>,
-    /// The verdict this node last gossiped for it (None: none, it does not probe it).
-    pub cluster_sent: Option<crate::cluster::aggregate::Verdict>,
-}
-
-// A million targets are a million boxes of this, in mimalloc's size classes of 160, 192, 224,
-// 256 bytes: 224 with its address, its last result's and last change's times as `f64`s; 192
-// with its check's key (now in the spec), its lateness in nanoseconds and its tracker's run
-// as a vector.
-const _: () = assert!(std::mem::size_of::<Target>() <= 160);
-
-/// A round-trip time in whole microseconds (saturating at 71 minutes; one under a
-/// microsecond counts as one), 0 for none: 4 bytes where an `Option<Duration>` took 16.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Rtt(u32);
-
-impl Rtt {
-    pub fn of(d: Duration) -> Self {
-        Self(crate::health::Observation::micros(d).max(1))
-    }
-
-    pub fn get(self) -> Option<Duration> {
-        (self.0 > 0).then(|| Duration::from_micros(u64::from(self.0)))
-    }
-}
-
-/// What a target keeps of its endpoint's configuration besides its address and port (its
-/// check's, `Target::address`): what consumers see of it. The rest (subnets, region, headers)
-/// stays in the running config, whose endpoints line up with each profile's `owners`: at a
-/// million endpoints a second copy of each cost ~150 bytes, and one of the address 20.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Brief {
-    pub weight: u32,
-    pub priority: u32,
-}
-
-impl Brief {
-    pub fn of(e: &Endpoint) -> Brief {
-        Brief {
-            weight: e.weight,
-            priority: e.priority,
-        }
-    }
-}
-
-impl Target {
-    /// The endpoint's address and port: where its check goes (`CheckSpec::resolve`).
-    pub fn address(&self) -> std::net::SocketAddr {
-        self.spec.target()
-    }
-
-    /// How late its last probe started, in nanoseconds (whole microseconds kept).
-    pub fn late_ns(&self) -> u64 {
-        u64::from(self.late_us) * 1_000
-    }
-
-    /// Whether its last probe started too late for its windows to hold.
-    pub fn behind(&self) -> bool {
-        self.late_ns() > crate::rules::limits::BEHIND_NS
-    }
-
-    pub fn admin(&self) -> AdminState {
-        self.admin_override.unwrap_or(self.config_admin)
-    }
-
-    pub fn should_probe(&self) -> bool {
-        self.profile_enabled && self.admin() == AdminState::Enabled && self.owned
-    }
-
-    /// The endpoint's health: its locations' aggregate in a cluster, else its own verdict.
-    pub fn health(&self) -> Health {
-        self.cluster_health.unwrap_or_else(|| self.tracker.state())
-    }
-
-    /// The status its inputs give now (SPEC section 4), which `status` catches up with.
-    pub fn derive_status(&self) -> EndpointStatus {
-        status::endpoint_view(EndpointInput {
-            profile_enabled: self.profile_enabled,
-            admin: self.admin(),
-            stopped: false,
-            health: self.health(),
-        })
-        .status
-    }
-
-    /// Sets the admin override the API asked for; None when it equals the configured state.
-    pub fn set_admin(&mut self, state: AdminState) {
-        self.admin_override = (state != self.config_admin).then_some(state);
-    }
-
-    /// A change of this endpoint for the stream, from status `from`; `removed` for an endpoint
-    /// a reload took away. The runner stamps the sequence number when it publishes.
-    pub fn change(
-        &self,
-        profile: &Arc<str>,
-        kind: ChangeKind,
-        from: Option<EndpointStatus>,
-        removed: bool,
-        at_unix_ms: u64,
-        at_ns: u64,
-    ) -> EndpointChange {
-        EndpointChange {
-            seq: 0,
-            at_unix_ms,
-            at_ns,
-            kind,
-            profile: profile.clone(),
-            endpoint: self.name.clone(),
-            from,
-            state: self.state(),
-            removed,
-            transition: None,
-        }
-    }
-
-    pub fn state(&self) -> EndpointState {
-        let address = self.address();
-        EndpointState {
-            address: address.ip(),
-            port: address.port(),
-            protocol: self.spec.protocol,
-            weight: self.endpoint.weight,
-            priority: self.endpoint.priority,
-            admin: self.admin(),
-            health: self.health(),
-            status: self.status,
-            eligible: self.eligible,
-            nested: None,
-        }
-    }
-}
 
 /// A nested endpoint (SPEC 8): never probed; its status follows its child profile's endpoints
 /// (`status::nested_status`), recomputed whenever the child's counts change.
