@@ -303,7 +303,9 @@ struct Queue {
 const INDEX_KEPT: usize = 4096;
 
 struct Shared {
+    /// Its label: the follower's, made unique among the bus's subscribers.
     name: String,
+    follower: Follower,
     /// Only this profile's changes, when set.
     profile: Option<Arc<str>>,
     capacity: usize,
@@ -336,6 +338,38 @@ impl Shared {
         drop(q);
         self.stats.delivered.fetch_add(changes.len() as u64, Ordering::Relaxed);
         Batch { changes, lost }
+    }
+}
+
+/// Who follows the stream, typed: what its subscriptions are closed by, and the base of the
+/// label its metrics carry (`probed_changes_*{subscriber="..."}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Follower {
+    /// The events file.
+    Events,
+    /// The DNS server's zone.
+    Dns,
+    /// One `[[sink]]`, by name.
+    Sink(Arc<str>),
+    /// A feed that comes and goes: an API client's `/v1/events`, a test.
+    Feed(String),
+}
+
+impl Follower {
+    /// Its label in the metrics.
+    pub fn label(&self) -> String {
+        match self {
+            Follower::Events => "events".into(),
+            Follower::Dns => "dns".into(),
+            Follower::Sink(name) => format!("sink:{name}"),
+            Follower::Feed(name) => name.clone(),
+        }
+    }
+}
+
+impl From<&str> for Follower {
+    fn from(name: &str) -> Self {
+        Follower::Feed(name.to_string())
     }
 }
 
@@ -413,14 +447,22 @@ impl Bus {
         self.seq
     }
 
-    /// A new queue; its name labels its metrics (`name#2`, `name#3`, ... when taken).
-    pub fn subscribe(&mut self, name: &str, capacity: usize) -> Subscription {
-        self.subscribe_to(name, capacity, None)
+    /// A new queue for `follower`; its label names it in the metrics (`label#2`, `label#3`,
+    /// ... when taken).
+    pub fn subscribe(&mut self, follower: impl Into<Follower>, capacity: usize) -> Subscription {
+        self.subscribe_to(follower, capacity, None)
     }
 
     /// A new queue for the changes of one profile only (None: every change).
-    pub fn subscribe_to(&mut self, name: &str, capacity: usize, profile: Option<&str>) -> Subscription {
-        let mut unique = name.to_string();
+    pub fn subscribe_to(
+        &mut self,
+        follower: impl Into<Follower>,
+        capacity: usize,
+        profile: Option<&str>,
+    ) -> Subscription {
+        let follower = follower.into();
+        let name = follower.label();
+        let mut unique = name.clone();
         let mut n = 1;
         while self.subscribers.iter().any(|s| s.name == unique) {
             n += 1;
@@ -428,6 +470,7 @@ impl Bus {
         }
         let shared = Arc::new(Shared {
             name: unique,
+            follower,
             profile: profile.map(Arc::from),
             capacity: capacity.max(1),
             queue: Mutex::new(Queue::default()),
@@ -522,10 +565,10 @@ impl Bus {
 }
 
 impl Bus {
-    /// Ends the subscription named `name`: its consumer gets what is queued, then None.
-    pub fn close(&mut self, name: &str) {
+    /// Ends `follower`'s subscriptions: each consumer gets what is queued, then None.
+    pub fn close(&mut self, follower: &Follower) {
         self.subscribers.retain(|s| {
-            if s.name != name {
+            if s.follower != *follower {
                 return true;
             }
             s.lock().closed = true;

@@ -7,7 +7,7 @@ use crate::{
     daemon::{
         control::RequestError,
         runner::Runner,
-        table::{OwnerId, Probing},
+        table::{OwnerId, Probed},
         views::{EndpointView, ProfileView},
     },
     status::AdminState,
@@ -16,7 +16,7 @@ use crate::{
 impl Runner {
     /// After an admin change of endpoint `id`: its check is registered or removed to match
     /// (a re-enabled endpoint starts over in CheckingEndpoint: `Table::set_admin`).
-    fn reprobe(&mut self, id: OwnerId, Probing { was, is }: Probing, now: u64) {
+    fn reprobe(&mut self, id: OwnerId, Probed { was, is }: Probed, now: u64) {
         if was && !is {
             self.unregister(id);
         } else if !was && is {
@@ -74,7 +74,7 @@ impl Runner {
         // Its status stands for it in the profiles it is nested in.
         self.cascade(ix, now);
         self.persist.dirty = true;
-        let sinks: Vec<_> = self.sinks.iter().map(crate::sinks::Running::view).collect();
+        let sinks: Vec<_> = self.consumers.sinks.iter().map(crate::sinks::Running::view).collect();
         super::status::profiles(&self.table, &sinks, Some(profile), None)?
             .pop()
             .ok_or_else(|| RequestError::NoProfile(profile.into()))

@@ -5,8 +5,8 @@ impl Runner {
     pub(in crate::daemon) fn render_metrics(&mut self) -> MetricsReply {
         let now = self.now();
         self.metrics.flush(&self.table.profiles);
-        let sinks: Vec<crate::sinks::SinkView> = self.sinks.iter().map(crate::sinks::Running::view).collect();
-        if let Some((dns, _)) = &self.dns {
+        let sinks: Vec<crate::sinks::SinkView> = self.consumers.sinks.iter().map(crate::sinks::Running::view).collect();
+        if let Some((dns, _)) = &self.consumers.dns {
             self.metrics.dns(dns.counters());
         }
         if let Some(view) = self.cluster_view() {
@@ -14,12 +14,12 @@ impl Runner {
         }
         let text = self.metrics.render(
             &self.table,
-            self.sched.len(),
+            self.probe.sched.len(),
             &self.changes,
             &sinks,
-            self.last_result_ns,
+            self.probe.last_result_ns,
             now,
         );
-        (text, self.l4.port.as_ref().and_then(|p| p.kernel()))
+        (text, self.probe.l4.port.as_ref().and_then(|p| p.kernel()))
     }
 }

@@ -15,7 +15,7 @@ impl Runner {
         self.metrics.flush(&self.table.profiles);
         match cmd {
             Command::Status(profile, page, reply) => {
-                let sinks: Vec<_> = self.sinks.iter().map(crate::sinks::Running::view).collect();
+                let sinks: Vec<_> = self.consumers.sinks.iter().map(crate::sinks::Running::view).collect();
                 let mut views = status::profiles(&self.table, &sinks, profile.as_deref(), page);
                 self.fill_cluster(views.iter_mut().flatten().flat_map(|p| p.endpoints.iter_mut()));
                 let _ = reply.send(views);
@@ -32,7 +32,7 @@ impl Runner {
                 let _ = reply.send(select::select(
                     &self.table,
                     &self.config,
-                    &self.regions,
+                    &self.consumers.regions,
                     &mut self.rng,
                     &p,
                     query,
@@ -51,13 +51,18 @@ impl Runner {
                 let _ = reply.send(Ok(self.render_metrics()));
             }
             Command::Sinks(reply) => {
-                let _ = reply.send(Ok(self.sinks.iter().map(crate::sinks::Running::view).collect()));
+                let _ = reply.send(Ok(self
+                    .consumers
+                    .sinks
+                    .iter()
+                    .map(crate::sinks::Running::view)
+                    .collect()));
             }
             Command::ReopenEvents(reply) => {
                 let _ = reply.send(self.reopen_events());
             }
             Command::Subscribe(request, reply) => {
-                let _ = reply.send(Ok(self.subscribe(&request.name, request.capacity)));
+                let _ = reply.send(Ok(self.subscribe(request.name.as_str(), request.capacity)));
             }
         }
     }

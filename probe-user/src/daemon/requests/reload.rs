@@ -24,7 +24,7 @@ impl Runner {
                 Config::load(&path)?
             }
         };
-        let restart_needed = restart_needed(&self.config, &config, self.l4.port.is_some());
+        let restart_needed = restart_needed(&self.config, &config, self.probe.l4.port.is_some());
         let mut next_owner = self.next_owner;
         let plan = table::plan(
             &config,
@@ -34,26 +34,19 @@ impl Runner {
             &mut next_owner,
         )
         .map_err(|e| RequestError::Refused(e.to_string()))?;
-        let events = self
-            .events
-            .as_ref()
-            .filter(|w| *w.target() != config.daemon.events)
-            .map(|_| EventSink::open(&config.daemon.events))
-            .transpose()
-            .map_err(|e| RequestError::Refused(error_chain(&e)))?;
         let report = ReloadReport {
             kept: plan.kept,
             added: plan.added,
             removed: plan.removed,
             restart_needed,
         };
-        // The engine must run and new sinks must find their structures before the table goes
-        // live; if either fails, nothing changes.
-        let regions = crate::daemon::runner::dns_regions(config.dns.as_ref()).map_err(RequestError::Refused)?;
-        let sinks = self
-            .prepare_sinks(&config.sinks)
+        // The engine must run and the consumers must find what they need (a sink its
+        // structure, the events file its place) before the table goes live; if either fails,
+        // nothing changes.
+        let mut consumers = self
+            .prepare_consumers(&config)
             .map_err(|e| RequestError::Refused(error_chain(&e)))?;
-        let first = match self.l4.port {
+        let first = match self.probe.l4.port {
             Some(_) => FirstL4::None,
             None => first_l4(
                 plan.built()
@@ -64,15 +57,11 @@ impl Runner {
         };
         self.ensure_l4(&config, first)
             .map_err(|e| RequestError::Refused(error_chain(&e)))?;
-        if let (Some(sink), Some(writer)) = (events, self.events.as_mut()) {
-            writer.switch(sink, self.changes.seq());
-        }
+        self.switch_events(&mut consumers);
         self.next_owner = next_owner;
         self.apply(plan);
         self.table.share_names(&config);
-        self.start_sinks(&config.sinks, sinks);
-        self.regions = regions;
-        self.refollow_dns(&config);
+        self.refollow_consumers(&config, consumers);
         self.config = config;
         log::info!(
             "configuration reloaded: {} kept, {} added, {} removed",
@@ -88,7 +77,7 @@ impl Runner {
     /// SIGUSR1: the events file was moved away (logrotate); open it afresh at its path.
     pub(in crate::daemon) fn reopen_events(&mut self) -> Result<(), RequestError> {
         let sink = EventSink::open(&self.config.daemon.events).map_err(|e| RequestError::Refused(error_chain(&e)))?;
-        if let Some(writer) = self.events.as_mut() {
+        if let Some(writer) = self.consumers.events.as_mut() {
             writer.switch(sink, self.changes.seq());
         }
         Ok(())

@@ -1,18 +1,22 @@
 //! A new consumer joins the change stream: it gets the state of everything now and, from the
 //! same instant, every later change. Both are taken on the runner's thread between two
 //! changes, so nothing falls between the snapshot and the queue.
-use crate::changes::{Snapshot, Subscription};
+use crate::changes::{Follower, Snapshot, Subscription};
 use crate::daemon::runner::Runner;
 
 impl Runner {
-    pub(in crate::daemon) fn subscribe(&mut self, name: &str, capacity: usize) -> (Snapshot, Subscription) {
-        self.subscribe_to(name, capacity, None)
+    pub(in crate::daemon) fn subscribe(
+        &mut self,
+        follower: impl Into<Follower>,
+        capacity: usize,
+    ) -> (Snapshot, Subscription) {
+        self.subscribe_to(follower, capacity, None)
     }
 
     /// As `subscribe`, for one profile's changes only (the snapshot then holds that profile).
     pub(in crate::daemon) fn subscribe_to(
         &mut self,
-        name: &str,
+        follower: impl Into<Follower>,
         capacity: usize,
         profile: Option<&str>,
     ) -> (Snapshot, Subscription) {
@@ -44,6 +48,6 @@ impl Runner {
                 }))
                 .collect(),
         };
-        (snapshot, self.changes.subscribe_to(name, capacity, profile))
+        (snapshot, self.changes.subscribe_to(follower, capacity, profile))
     }
 }

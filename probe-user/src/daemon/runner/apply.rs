@@ -1,10 +1,7 @@
 //! Swapping in a plan: checks of endpoints that stay keep their schedule, the rest are
 //! registered or removed, and every endpoint or profile whose state changed is published.
 use crate::changes::EndpointState;
-use std::{
-    collections::HashMap,
-    sync::Arc,
-};
+use std::{collections::HashMap, sync::Arc};
 
 use super::{Runner, SchedKey};
 use crate::{
@@ -15,7 +12,7 @@ use crate::{
 impl Runner {
     pub(in crate::daemon) fn apply(&mut self, mut plan: Plan) {
         // Profile indices may change even for targets whose checks stay.
-        self.epoch += 1;
+        self.probe.epoch += 1;
         self.cluster_share(&mut plan);
         let now = self.now();
         let nested_before: HashMap<Name, EndpointState> = self
@@ -43,7 +40,7 @@ impl Runner {
             }
         }
         // After the gone checks have freed their places, which the new ones take first.
-        self.sched.reserve(swapped.built.len());
+        self.probe.sched.reserve(swapped.built.len());
         for &(id, was_probed) in &swapped.built {
             let t = &self.table.targets[&id];
             match (t.check(), t.should_probe()) {
@@ -76,12 +73,12 @@ impl Runner {
     }
 
     pub(in crate::daemon) fn register(&mut self, owner: OwnerId, now: u64) {
-        self.epoch += 1;
+        self.probe.epoch += 1;
         let t = &self.table.targets[&owner];
         let key = SchedKey { spec: t.spec().clone() };
         let profile = &self.table.profiles[t.profile_ix() as usize];
         let params = crate::daemon::table::check_params(&profile.cfg.health);
-        match self.sched.add(owner, key, params, now) {
+        match self.probe.sched.add(owner, key, params, now) {
             Ok(id) => {
                 self.table.set_check(owner, Some(id));
             }
@@ -95,7 +92,7 @@ impl Runner {
     }
 
     pub(in crate::daemon) fn unregister(&mut self, owner: OwnerId) {
-        self.epoch += 1;
+        self.probe.epoch += 1;
         let Some(id) = self.table.set_check(owner, None) else {
             return;
         };
@@ -106,7 +103,7 @@ impl Runner {
 
     /// Takes `owner` off check `id` in the scheduler (the check goes with its last owner).
     fn drop_check(&mut self, owner: OwnerId, id: crate::schedule::CheckId) {
-        self.epoch += 1;
-        let _ = self.sched.remove(&owner, id);
+        self.probe.epoch += 1;
+        let _ = self.probe.sched.remove(&owner, id);
     }
 }

@@ -160,7 +160,12 @@ impl Runner {
         let Some(link) = &mut self.cluster else {
             return;
         };
-        link.by_verdict = self.table.targets.iter().map(|(id, t)| (t.verdict_key(), *id)).collect();
+        link.by_verdict = self
+            .table
+            .targets
+            .iter()
+            .map(|(id, t)| (t.verdict_key(), *id))
+            .collect();
         if let Some(node) = &link.node {
             node.replace(own_verdicts(&self.table));
         }
@@ -209,7 +214,7 @@ impl Runner {
         let (mut taken, mut handed) = (0usize, 0usize);
         for (id, owned) in moved {
             // One taken over starts from the cluster's verdict (`Table::set_owned`).
-            let crate::daemon::table::Probing { was, is } = self.table.set_owned(id, owned);
+            let crate::daemon::table::Probed { was, is } = self.table.set_owned(id, owned);
             if owned {
                 taken += 1;
             } else {

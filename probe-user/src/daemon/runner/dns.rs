@@ -3,6 +3,7 @@
 //! and sent the endpoints' round-trip times once a second when a profile routes by them.
 use super::Runner;
 use crate::{
+    changes::Follower,
     config::{Config, Dns},
     daemon::DaemonError,
     dns::{
@@ -22,7 +23,6 @@ pub(in crate::daemon) fn regions(dns: Option<&Dns>) -> Result<Regions, String> {
 
 /// Like a sink's queue: one change per endpoint at most, far beyond any zone.
 const DNS_QUEUE: usize = 1 << 20;
-const SUBSCRIBER: &str = "dns";
 
 impl Runner {
     /// Starts the server when the configuration has `[dns]`.
@@ -38,21 +38,21 @@ impl Runner {
         let (zone, changes) = self.zone_now(&lent, &dns);
         self.config.profiles = lent.profiles;
         let server = DnsServer::start(&dns.listen, zone, changes).map_err(DaemonError::Dns)?;
-        self.dns = Some((server, dns));
+        self.consumers.dns = Some((server, dns));
         Ok(())
     }
 
     /// After a reload: the zone as `config` has it, following the stream from now. Listening
     /// addresses stay as they were (a restart applies them, and `[dns]` added or removed).
     pub(in crate::daemon) fn refollow_dns(&mut self, config: &Config) {
-        let Some((_, running)) = &self.dns else {
+        let Some((_, running)) = &self.consumers.dns else {
             return;
         };
         let mut dns = config.dns.clone().unwrap_or_else(|| running.clone());
         dns.listen.clone_from(&running.listen);
-        self.changes.close(SUBSCRIBER);
+        self.changes.close(&Follower::Dns);
         let (zone, changes) = self.zone_now(config, &dns);
-        if let Some((server, settings)) = &mut self.dns {
+        if let Some((server, settings)) = &mut self.consumers.dns {
             server.follow(zone, changes);
             *settings = dns;
         }
@@ -60,9 +60,9 @@ impl Runner {
 
     /// The zone now and the stream of every change after it.
     fn zone_now(&mut self, config: &Config, dns: &Dns) -> (Zone, crate::changes::Subscription) {
-        let (snapshot, changes) = self.subscribe(SUBSCRIBER, DNS_QUEUE);
+        let (snapshot, changes) = self.subscribe(Follower::Dns, DNS_QUEUE);
         let serial = u32::try_from(self.ports.clock.unix_ms() / 1000).unwrap_or(u32::MAX);
-        let mut zone = Zone::build(config, dns, self.regions.clone(), &snapshot, serial);
+        let mut zone = Zone::build(config, dns, self.consumers.regions.clone(), &snapshot, serial);
         for p in &self.table.profiles {
             for t in p.owners.iter().filter_map(|id| self.table.targets.get(id)) {
                 zone.set_rtt(&p.name, &t.name(), t.last_rtt().get());
@@ -73,7 +73,7 @@ impl Runner {
 
     /// Sends the round-trip times performance routing needs (called once a second).
     pub(super) fn push_dns_rtts(&self) {
-        let Some((server, _)) = &self.dns else {
+        let Some((server, _)) = &self.consumers.dns else {
             return;
         };
         if !server.wants_rtts() {

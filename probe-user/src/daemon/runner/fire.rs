@@ -17,39 +17,46 @@ use crate::{
 impl Runner {
     /// Sends every check due at `now`.
     pub(super) fn fire(&mut self, now: u64) {
-        let mut due = std::mem::take(&mut self.due_buf);
+        let mut due = std::mem::take(&mut self.probe.due_buf);
         due.clear();
-        self.sched.pop_due_with(now, |id, due_ns| due.push((id, due_ns)));
+        self.probe.sched.pop_due_with(now, |id, due_ns| due.push((id, due_ns)));
         // Room for every check at once, not by doubling as higher ids show up (a slot is about
         // 200 bytes; doubling held three of them per check at the last step).
-        if let Some(more) = self.sched.len().checked_sub(self.slots.len()).filter(|&n| n > 0) {
-            self.slots.reserve_exact(more);
+        if let Some(more) = self
+            .probe
+            .sched
+            .len()
+            .checked_sub(self.probe.slots.len())
+            .filter(|&n| n > 0)
+        {
+            self.probe.slots.reserve_exact(more);
         }
         let mut batch = Vec::with_capacity(due.len());
         let mut http = Vec::new();
         let mut udp = Vec::new();
         for &(id, due_ns) in &due {
             let fresh = self
+                .probe
                 .slots
                 .get(id.index())
                 .and_then(|s| s.cache.as_ref())
-                .is_some_and(|c| c.check == id && c.epoch == self.epoch as u32);
+                .is_some_and(|c| c.check == id && c.epoch == self.probe.epoch as u32);
             if !fresh {
                 let Some(cache) = self.slot_cache(id) else {
                     continue;
                 };
-                if self.slots.len() <= id.index() {
-                    self.slots.resize_with(id.index() + 1, CheckSlot::default);
+                if self.probe.slots.len() <= id.index() {
+                    self.probe.slots.resize_with(id.index() + 1, CheckSlot::default);
                 }
-                self.slots[id.index()].cache = Some(cache);
+                self.probe.slots[id.index()].cache = Some(cache);
             }
             let token = id.to_u64();
             // `pop_due` has just handed the check out, so its entry, and the spec behind it,
             // is there.
-            let Some(key) = self.sched.key(id) else {
+            let Some(key) = self.probe.sched.key(id) else {
                 continue;
             };
-            let slot = &mut self.slots[id.index()];
+            let slot = &mut self.probe.slots[id.index()];
             let cache = slot.cache.as_ref().expect("filled above");
             let late_ns = now.saturating_sub(due_ns);
             self.metrics.sent(cache.protocol, cache.profiles());
@@ -73,15 +80,18 @@ impl Runner {
                 },
             }
         }
-        self.due_buf = due;
+        self.probe.due_buf = due;
         // One hand-over to the workers per tick, however many probes it holds. HTTP probes
         // wait for one of the lanes as jobs (a few words each), never as parked tasks.
-        self.tasks.http_lanes.push_all(http, &self.tasks.workers, HttpJob::run);
-        self.tasks.workers.spawn_all(udp, UdpJob::run);
+        self.probe
+            .tasks
+            .http_lanes
+            .push_all(http, &self.probe.tasks.workers, HttpJob::run);
+        self.probe.tasks.workers.spawn_all(udp, UdpJob::run);
         if batch.is_empty() {
             return;
         }
-        let failed = match &self.l4.port {
+        let failed = match &self.probe.l4.port {
             Some(port) => port.submit(batch).err().map(|e| e.to_string()),
             None => Some("the L4 engine is not running".to_string()),
         };
@@ -92,8 +102,9 @@ impl Runner {
 
     /// Fills a check's send cache from its spec and its owners' targets.
     fn slot_cache(&self, id: CheckId) -> Option<SlotCache> {
-        let spec = &self.sched.key(id)?.spec;
+        let spec = &self.probe.sched.key(id)?.spec;
         let mut profiles = self
+            .probe
             .sched
             .owners(id)
             .iter()
@@ -110,7 +121,7 @@ impl Runner {
         let more: Vec<u32> = profiles.collect();
         Some(SlotCache {
             check: id,
-            epoch: self.epoch as u32,
+            epoch: self.probe.epoch as u32,
             protocol: spec.protocol,
             first_profile,
             more_profiles: (!more.is_empty()).then(|| Box::new(more)),
@@ -122,18 +133,20 @@ impl Runner {
     /// Whether plain HTTP checks go to probe_rx: so configured, the L4 engine runs, and it
     /// has not said it cannot.
     fn kernel_http(&self) -> bool {
-        self.config.daemon.http_probes == HttpProbes::Kernel && self.l4.port.is_some() && !self.kernel_http_off
+        self.config.daemon.http_probes == HttpProbes::Kernel
+            && self.probe.l4.port.is_some()
+            && !self.probe.kernel_http_off
     }
 
     /// The job of a check with `spec` that runs on the L7 workers (HTTP, UDP exchange); its
     /// report comes back on `tasks.rx` under `token`.
     fn task_job(&self, spec: &CheckSpec, token: u64) -> Option<Job> {
-        let tx = self.tasks.tx.clone();
+        let tx = self.probe.tasks.tx.clone();
         match &spec.kind {
             ProbeKind::L4(_) => None,
             ProbeKind::Http(_) => self.http_job(spec, token).map(Job::Http),
             ProbeKind::UdpExchange(req) => Some(Job::Udp(UdpJob {
-                prober: self.tasks.udp.clone(),
+                prober: self.probe.tasks.udp.clone(),
                 req: req.clone(),
                 token,
                 tx,
@@ -151,11 +164,11 @@ impl Runner {
             return None;
         };
         Some(HttpJob {
-            prober: self.tasks.http.clone(),
+            prober: self.probe.tasks.http.clone(),
             probe: probe.clone(),
             target: spec.target(),
             token,
-            tx: self.tasks.tx.clone(),
+            tx: self.probe.tasks.tx.clone(),
             budget: None,
             lead_ns: 0,
         })

@@ -1,11 +1,14 @@
-//! The runner: one task on a thread of its own that owns the live table, the scheduler, the
-//! probers, every endpoint's tracker, the change stream and the runner's metrics, so none of
-//! it needs a lock. Each loop turn does one of: send what is due (`fire.rs`), take results
-//! (`results.rs`), or serve a request (`../requests/`); then it merges metrics and saves state
-//! when due. Changes are published from one place (`publish.rs`); applying a table is
-//! `apply.rs`.
+//! The runner: one task on a thread of its own that owns the live table, probing (the
+//! scheduler, the L4 port, the task probers: `Probing`), the change stream and the runner's
+//! metrics, so none of it needs a lock. Each loop turn does one of: send what is due
+//! (`fire.rs`), take results (`results.rs`), or serve a request (`../requests/`); then it
+//! merges metrics and saves state when due. Endpoint state changes only through the table's
+//! methods (`../table/restatus.rs`), whose changes `publish.rs` puts on the stream; the
+//! stream's consumers (events file, sinks, DNS) start, re-follow a reload and stop in
+//! `consumers.rs`; applying a table is `apply.rs`.
 mod apply;
 mod cluster;
+mod consumers;
 mod dns;
 mod fire;
 mod pace;
@@ -15,11 +18,11 @@ mod results;
 mod sinks;
 #[cfg(test)]
 mod tests;
-pub(in crate::daemon) use dns::regions as dns_regions;
 mod watchdog;
 mod workers;
 
 use crate::changes::Bus;
+use consumers::Consumers;
 use persist::Persist;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -29,7 +32,6 @@ use tokio::sync::{mpsc, oneshot};
 use super::{
     checks::{http::HttpProber, CheckSpec, ProbeKind, ProbeReport, Specs},
     control::Command,
-    events::{EventSink, EventWriter, QUEUE_CAPACITY},
     metrics::RunnerMetrics,
     ports::{L4Port, Ports},
     state,
@@ -169,13 +171,9 @@ pub(super) struct L4 {
     rx: Option<mpsc::UnboundedReceiver<L4Result>>,
 }
 
-pub(crate) struct Runner {
-    pub(super) config: Config,
-    pub(super) options: Options,
-    pub(super) ports: Ports,
-    /// The live table: profiles, endpoints and their state.
-    pub(super) table: Table,
-    pub(super) next_owner: OwnerId,
+/// Sending probes and taking their results: the scheduler, each check's slot, the L4 port
+/// and the task probers, and how well probing keeps time.
+pub(super) struct Probing {
     pub(super) sched: Scheduler<SchedKey, OwnerId>,
     /// Per check index. A probe's token is its check id, so a result finds its probe without
     /// a hash lookup, and a result for a check removed meanwhile finds a different generation
@@ -205,26 +203,6 @@ pub(crate) struct Runner {
     due_buf: Vec<(CheckId, u64)>,
     pub(super) l4: L4,
     tasks: Tasks,
-    /// Declared before `events`: fields drop in order, and the events thread ends only once
-    /// the bus is gone (`run` also drops them in that order explicitly).
-    pub(super) changes: Bus,
-    pub(super) events: Option<EventWriter>,
-    /// The `[[sink]]`s, each on its own thread, following its profile's changes.
-    pub(super) sinks: Vec<crate::sinks::Running>,
-    /// Where sources are, for geographic routing: `[[dns.region]]` and the GeoIP database,
-    /// read at start and reload (`dns.rs`); the DNS server and `/v1/select` share it.
-    pub(super) regions: crate::dns::regions::Regions,
-    /// The DNS server and the `[dns]` settings it answers with (`dns.rs`).
-    pub(super) dns: Option<(crate::dns::DnsServer, crate::config::Dns)>,
-    /// `[cluster]`: this node's share, its gossip and the other nodes' verdicts (`cluster.rs`).
-    pub(super) cluster: Option<cluster::Link>,
-    pub(super) metrics: RunnerMetrics,
-    /// When `metrics` last merged its pending counts (`end_turn`).
-    metrics_flushed_ns: u64,
-    /// When the runner's freed pages were last handed back (`end_turn`).
-    collected_ns: u64,
-    pub(super) persist: Persist,
-    pub(super) rng: SplitMix64,
     /// When the last probe result came (start time before any): its age is a metric, so a
     /// checker that has stopped learning anything shows it.
     pub(super) last_result_ns: u64,
@@ -238,6 +216,38 @@ pub(crate) struct Runner {
     worst_late_ns: u64,
     /// When the once-a-second work (pace, DNS RTTs) is next due; the loop wakes for it.
     next_watchdog_ns: u64,
+}
+
+/// When the loop's periodic chores were last done (`Runner::end_turn`).
+#[derive(Default)]
+struct Chores {
+    /// `metrics` merged its pending counts.
+    metrics_flushed_ns: u64,
+    /// The runner's freed pages were handed back.
+    collected_ns: u64,
+}
+
+/// The runner: the fleet (config, table, owner ids), probing, the change stream and its
+/// consumers, the cluster link, metrics and persistence.
+pub(crate) struct Runner {
+    pub(super) config: Config,
+    pub(super) options: Options,
+    pub(super) ports: Ports,
+    /// The live table: profiles, endpoints and their state.
+    pub(super) table: Table,
+    pub(super) next_owner: OwnerId,
+    pub(super) probe: Probing,
+    /// Declared before `consumers`: fields drop in order, and the events thread ends only
+    /// once the bus is gone (`run` also drops them in that order explicitly).
+    pub(super) changes: Bus,
+    /// The events file, the sinks and the DNS server (`consumers.rs`).
+    pub(super) consumers: Consumers,
+    /// `[cluster]`: this node's share, its gossip and the other nodes' verdicts (`cluster.rs`).
+    pub(super) cluster: Option<cluster::Link>,
+    pub(super) metrics: RunnerMetrics,
+    chores: Chores,
+    pub(super) persist: Persist,
+    pub(super) rng: SplitMix64,
     /// The state file's and the pin directory's locks, held for the runner's lifetime.
     _locks: Vec<super::lock::Lock>,
 }
@@ -247,57 +257,54 @@ impl Runner {
     /// the events writer.
     pub(crate) fn new(config: Config, options: Options, ports: Ports) -> Result<Self, DaemonError> {
         let locks = take_locks(&config)?;
-        let sink = EventSink::open(&config.daemon.events)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let now = ports.clock.mono_ns();
         let saved = state::load(&config.daemon.state_file, ports.clock.unix_ms());
         let mut runner = Runner {
-            sched: Scheduler::new(SchedulerConfig::default()),
             table: Table::default(),
             next_owner: 1,
-            slots: Vec::new(),
-            reap_from: 0,
-            reaped_ns: now,
-            registered_ns: None,
-            epoch: 0,
-            kernel_http_off: false,
-            settling: crate::hash::FastMap::default(),
-            kernel_http_contradicted: 0,
-            l4_words: crate::hash::FastMap::default(),
-            l4_batch: Vec::with_capacity(RESULT_BATCH),
-            due_buf: Vec::new(),
-            l4: L4::default(),
-            tasks: Tasks {
-                workers: workers::Workers::start(
-                    config
-                        .daemon
-                        .l7_workers
-                        .map_or_else(workers::Workers::default_threads, usize::from),
-                )?,
-                http: HttpProber::new(),
-                http_lanes: workers::Lanes::new(HTTP_CONCURRENCY),
-                udp: crate::probe::udp::UdpProber::default(),
-                tx,
-                rx,
+            probe: Probing {
+                sched: Scheduler::new(SchedulerConfig::default()),
+                slots: Vec::new(),
+                reap_from: 0,
+                reaped_ns: now,
+                registered_ns: None,
+                epoch: 0,
+                kernel_http_off: false,
+                settling: crate::hash::FastMap::default(),
+                kernel_http_contradicted: 0,
+                l4_words: crate::hash::FastMap::default(),
+                l4_batch: Vec::with_capacity(RESULT_BATCH),
+                due_buf: Vec::new(),
+                l4: L4::default(),
+                tasks: Tasks {
+                    workers: workers::Workers::start(
+                        config
+                            .daemon
+                            .l7_workers
+                            .map_or_else(workers::Workers::default_threads, usize::from),
+                    )?,
+                    http: HttpProber::new(),
+                    http_lanes: workers::Lanes::new(HTTP_CONCURRENCY),
+                    udp: crate::probe::udp::UdpProber::default(),
+                    tx,
+                    rx,
+                },
+                last_result_ns: now,
+                local_errors: 0,
+                local_warned_ns: None,
+                pace: pace::Pace::default(),
+                worst_late_ns: 0,
+                next_watchdog_ns: now + watchdog::EVERY_NS,
             },
             changes: Bus::default(),
-            events: None,
-            sinks: Vec::new(),
-            dns: None,
+            consumers: Consumers::default(),
             cluster: config.cluster.as_ref().map(cluster::Link::new),
-            regions: dns::regions(config.dns.as_ref()).map_err(DaemonError::Unsupported)?,
             metrics: RunnerMetrics::default(),
-            metrics_flushed_ns: 0,
-            collected_ns: 0,
+            chores: Chores::default(),
             persist: Persist::new(),
             rng: SplitMix64(now),
-            last_result_ns: now,
-            local_errors: 0,
-            local_warned_ns: None,
-            pace: pace::Pace::default(),
-            worst_late_ns: 0,
             _locks: locks,
-            next_watchdog_ns: now + watchdog::EVERY_NS,
             options,
             ports,
             // The runner's copy: a second one of a million endpoints would be 150 MB more at
@@ -310,15 +317,11 @@ impl Runner {
         runner.ensure_l4(&settings, first_l4(config_specs(&runner.config), &settings))?;
         let plan = table::plan(&runner.config, None, &Table::default(), &saved, &mut runner.next_owner)
             .map_err(|e| DaemonError::Unsupported(e.to_string()))?;
-        let sinks = runner.prepare_sinks(&settings.sinks)?;
-        runner.registered_ns = Some(runner.now());
+        let consumers = runner.prepare_consumers(&settings)?;
+        runner.probe.registered_ns = Some(runner.now());
         runner.apply(plan);
         runner.start_cluster()?;
-        runner.start_sinks(&settings.sinks, sinks);
-        runner.start_dns()?;
-        // After the first table: the events file records changes, not the starting state.
-        let events = runner.changes.subscribe("events", QUEUE_CAPACITY);
-        runner.events = Some(EventWriter::start(sink, events)?);
+        runner.start_consumers(consumers)?;
         Ok(runner)
     }
 
@@ -334,18 +337,19 @@ impl Runner {
         // firing: a wake-up per result would cost a thread switch each at thousands of checks a
         // second.
         let mut results_after_ns = 0u64;
-        if let Some(at) = self.registered_ns.take() {
-            self.sched.postpone_all(self.now().saturating_sub(at));
+        if let Some(at) = self.probe.registered_ns.take() {
+            self.probe.sched.postpone_all(self.now().saturating_sub(at));
         }
         loop {
             let now = self.now();
             // Wake at most once per tick and pop the whole tick (see schedule::next_due), and
             // for the once-a-second work (and a watchdog slice) even when nothing is due.
             let fire_ns = self
+                .probe
                 .sched
                 .next_due()
                 .map(|d| d.max(last_wake + TICK_NS))
-                .map_or(self.next_watchdog_ns, |w| w.min(self.next_watchdog_ns));
+                .map_or(self.probe.next_watchdog_ns, |w| w.min(self.probe.next_watchdog_ns));
             let results_open = now >= results_after_ns;
             let wake_ns = Some(if results_open {
                 fire_ns
@@ -364,7 +368,7 @@ impl Runner {
                     Some(cmd) => self.command(cmd),
                     None => break,
                 },
-                r = recv_l4(&mut self.l4.rx), if results_open => match r {
+                r = recv_l4(&mut self.probe.l4.rx), if results_open => match r {
                     Some(r) => {
                         self.on_l4(r);
                         if self.drain_results().is_err() {
@@ -382,7 +386,7 @@ impl Runner {
                     }
                 },
                 Some(update) = cluster::recv(&mut self.cluster) => self.on_cluster(update),
-                Some((token, report, queued_ns)) = self.tasks.rx.recv(), if results_open => {
+                Some((token, report, queued_ns)) = self.probe.tasks.rx.recv(), if results_open => {
                     self.on_task(token, report, queued_ns);
                     if self.drain_results().is_err() {
                         failure = Some(engine_stopped());
@@ -403,13 +407,13 @@ impl Runner {
                         results_after_ns = woke + TICK_NS;
                         last_wake = woke;
                         self.fire(last_wake);
-                        let slice = watchdog::slice(self.slots.len(), last_wake.saturating_sub(self.reaped_ns));
+                        let slice = watchdog::slice(self.probe.slots.len(), last_wake.saturating_sub(self.probe.reaped_ns));
                         self.reap_lost(last_wake, slice);
-                        self.reaped_ns = last_wake;
-                        if last_wake >= self.next_watchdog_ns {
+                        self.probe.reaped_ns = last_wake;
+                        if last_wake >= self.probe.next_watchdog_ns {
                             self.assess_pace(last_wake);
                             self.push_dns_rtts();
-                            self.next_watchdog_ns = last_wake + watchdog::EVERY_NS;
+                            self.probe.next_watchdog_ns = last_wake + watchdog::EVERY_NS;
                         }
                     }
                 }
@@ -418,23 +422,14 @@ impl Runner {
         }
         self.end_turn(true);
         self.persist.saver.finish();
-        // The events writer and the sinks end once the bus is gone, after taking what is
-        // queued (a sink with on_stop = "clear" empties its structure then).
+        // The consumers end once the bus is gone, after taking what is queued.
         drop(std::mem::take(&mut self.changes));
-        if let Some(mut events) = self.events.take() {
-            events.finish();
-        }
-        for sink in &mut self.sinks {
-            sink.join();
-        }
-        if let Some((mut dns, _)) = self.dns.take() {
-            dns.stop();
-        }
+        self.consumers.stop();
         if let Some(mut node) = self.cluster.take().and_then(|l| l.node) {
             node.stop();
         }
         // Dropping the engine joins its thread, detaches probe_rx and removes the pins.
-        drop(self.l4.port.take());
+        drop(self.probe.l4.port.take());
         // The pin directory goes too when nothing is left in it (sinks' pins stay, on purpose).
         let _ = std::fs::remove_dir(&self.config.daemon.pin_dir);
         failure.map_or(Ok(()), Err)
@@ -448,9 +443,9 @@ impl Runner {
     /// results are taken `RESULT_BATCH` at a time, the lines each one needs prefetched first
     /// (`Runner::warm`).
     fn drain_results(&mut self) -> Result<(), ()> {
-        let mut batch = std::mem::take(&mut self.l4_batch);
+        let mut batch = std::mem::take(&mut self.probe.l4_batch);
         let mut gone = false;
-        while let Some(rx) = self.l4.rx.as_mut() {
+        while let Some(rx) = self.probe.l4.rx.as_mut() {
             while batch.len() < RESULT_BATCH {
                 match rx.try_recv() {
                     Ok(r) => batch.push(r),
@@ -470,11 +465,11 @@ impl Runner {
                 break;
             }
         }
-        self.l4_batch = batch;
+        self.probe.l4_batch = batch;
         if gone {
             return Err(());
         }
-        while let Ok((token, report, queued_ns)) = self.tasks.rx.try_recv() {
+        while let Ok((token, report, queued_ns)) = self.probe.tasks.rx.try_recv() {
             self.on_task(token, report, queued_ns);
         }
         Ok(())
@@ -483,13 +478,13 @@ impl Runner {
     /// What every loop turn ends with: metrics merged, state saved when due.
     pub(super) fn end_turn(&mut self, force_save: bool) {
         let now = self.now();
-        if force_save || now.saturating_sub(self.metrics_flushed_ns) >= METRICS_FLUSH_NS {
+        if force_save || now.saturating_sub(self.chores.metrics_flushed_ns) >= METRICS_FLUSH_NS {
             self.metrics.flush(&self.table.profiles);
-            self.metrics_flushed_ns = now;
+            self.chores.metrics_flushed_ns = now;
         }
-        if now.saturating_sub(self.collected_ns) >= COLLECT_NS {
+        if now.saturating_sub(self.chores.collected_ns) >= COLLECT_NS {
             crate::alloc::release_freed();
-            self.collected_ns = now;
+            self.chores.collected_ns = now;
         }
         self.save_if_due(force_save);
     }
@@ -497,7 +492,7 @@ impl Runner {
     /// Starts the L4 port the first time a configuration has TCP or UDP checks (it must
     /// start), or HTTP checks the kernel can run (when it cannot start, they use sockets).
     pub(super) fn ensure_l4(&mut self, config: &Config, first: FirstL4) -> Result<(), DaemonError> {
-        if self.l4.port.is_some() {
+        if self.probe.l4.port.is_some() {
             return Ok(());
         }
         let started = match first {
@@ -518,11 +513,12 @@ impl Runner {
         let kernel_http = config.daemon.http_probes == crate::config::HttpProbes::Kernel;
         if let (true, Err(why)) = (kernel_http, port.kernel_http()) {
             log::warn!("plain HTTP checks go through sockets: {why}");
-            self.kernel_http_off = true;
-            self.epoch += 1;
+            self.probe.kernel_http_off = true;
+            self.probe.epoch += 1;
         }
-        self.metrics.kernel_http_enabled(kernel_http && !self.kernel_http_off);
-        self.l4 = L4 {
+        self.metrics
+            .kernel_http_enabled(kernel_http && !self.probe.kernel_http_off);
+        self.probe.l4 = L4 {
             port: Some(port),
             rx: Some(rx),
         };

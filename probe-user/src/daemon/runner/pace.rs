@@ -71,11 +71,11 @@ impl Runner {
         let per_profile: Vec<u64> = self.table.profiles.iter().map(|p| p.behind).collect();
         let scan = Scan {
             behind: per_profile.iter().sum(),
-            worst_ns: std::mem::take(&mut self.worst_late_ns),
+            worst_ns: std::mem::take(&mut self.probe.worst_late_ns),
         };
         self.metrics.pace(&self.table, &per_profile, scan.worst_ns);
         let ms = |ns: u64| ns as f64 / 1e6;
-        match self.pace.tick(now_ns, scan) {
+        match self.probe.pace.tick(now_ns, scan) {
             Some(PaceLog::Behind(s)) => log::warn!(
                 "{} endpoint(s) are probed more than {} ms late (worst {:.0} ms): their fail and success \
                  windows stretch by as much; /v1/status shows them with windows.hold = false",

@@ -57,13 +57,13 @@ impl Runner {
     pub(super) fn warm(&self, batch: &[L4Result]) {
         for r in batch {
             let check = CheckId::from_u64(r.token);
-            if let Some(slot) = self.slots.get(check.index()) {
+            if let Some(slot) = self.probe.slots.get(check.index()) {
                 prefetch::line(&slot.inflight);
             }
-            self.sched.prefetch(check);
+            self.probe.sched.prefetch(check);
         }
         for r in batch {
-            for owner in self.sched.owners(CheckId::from_u64(r.token)) {
+            for owner in self.probe.sched.owners(CheckId::from_u64(r.token)) {
                 if let Some(t) = self.table.targets.get(owner) {
                     t.prefetch();
                 }
@@ -97,15 +97,15 @@ impl Runner {
     /// per probe at fleet rates. The outcomes are a handful (ICMP codes and HTTP statuses make
     /// at most a few thousand); past `WORDS_KEPT` they are made each time.
     fn l4_words(&mut self, udp: bool, o: crate::engine::L4Outcome) -> Words {
-        if let Some(w) = self.l4_words.get(&(udp, o)) {
+        if let Some(w) = self.probe.l4_words.get(&(udp, o)) {
             return w.clone();
         }
         let w = match crate::probe::udp::UdpOutcome::try_from(o) {
             Ok(u) if udp => ((&u).into(), Arc::from(u.to_string())),
             _ => (o.into(), Arc::from(o.to_string())),
         };
-        if self.l4_words.len() < WORDS_KEPT {
-            self.l4_words.insert((udp, o), w.clone());
+        if self.probe.l4_words.len() < WORDS_KEPT {
+            self.probe.l4_words.insert((udp, o), w.clone());
         }
         w
     }
@@ -116,6 +116,7 @@ impl Runner {
     pub(super) fn on_result(&mut self, token: u64, report: ProbeReport, queued_ns: u64) {
         let check = CheckId::from_u64(token);
         let Some(inflight) = self
+            .probe
             .slots
             .get_mut(check.index())
             .and_then(|slot| slot.inflight.take_if(|i| i.check == check))
@@ -130,7 +131,7 @@ impl Runner {
             .saturating_add(u64::try_from(report.elapsed.as_nanos()).unwrap_or(u64::MAX));
         let now = self.now();
         let finished = ended.min(now);
-        self.last_result_ns = now;
+        self.probe.last_result_ns = now;
         let obs = Observation {
             success: report.healthy,
             started_ns: inflight.started_ns,
@@ -142,12 +143,12 @@ impl Runner {
         let proto = inflight.protocol;
         let late_ns = inflight.late_ns().saturating_add(queued_ns);
         self.metrics.late(late_ns);
-        self.worst_late_ns = self.worst_late_ns.max(late_ns);
+        self.probe.worst_late_ns = self.probe.worst_late_ns.max(late_ns);
         let at_unix_ms = self.ports.clock.unix_ms_at(finished);
         // Shared checks follow the most urgent owner's cadence (Cadence::combine).
         let mut cadence: Option<Cadence> = None;
         let mut verdicts = Vec::new();
-        for &owner in self.sched.owners(inflight.check) {
+        for &owner in self.probe.sched.owners(inflight.check) {
             let Some(r) = self.table.record(owner, &report, &obs, late_ns, at_unix_ms) else {
                 continue;
             };
@@ -165,7 +166,7 @@ impl Runner {
         }
         let cadence = cadence.unwrap_or(Cadence::Steady);
         // None or an error: disabled, always-serve or removed meanwhile, nothing to schedule.
-        let _ = self.sched.completed(inflight.check, finished, cadence);
+        let _ = self.probe.sched.completed(inflight.check, finished, cadence);
     }
 
     /// A threshold was reached: the endpoint's status changes, and the stream hears of it.
@@ -200,8 +201,9 @@ impl Runner {
     /// Warns that probes fail for want of a local resource, at most once per
     /// `LOCAL_WARN_EVERY_NS`, with how many did since the last warning.
     fn note_local_error(&mut self, now: u64, reason: &str) {
-        self.local_errors += 1;
+        self.probe.local_errors += 1;
         if self
+            .probe
             .local_warned_ns
             .is_some_and(|t| now.saturating_sub(t) < LOCAL_WARN_EVERY_NS)
         {
@@ -210,10 +212,10 @@ impl Runner {
         log::warn!(
             "{} probe(s) could not run for want of a local resource (last: {reason}); \
              their endpoints keep their health: raise LimitNOFILE or look for what exhausts the node",
-            self.local_errors
+            self.probe.local_errors
         );
-        self.local_errors = 0;
-        self.local_warned_ns = Some(now);
+        self.probe.local_errors = 0;
+        self.probe.local_warned_ns = Some(now);
     }
 
     /// The report of an HTTP check the kernel ran; None for other checks, and for a probe the
@@ -233,14 +235,14 @@ impl Runner {
             K::HttpUnsupported => Some(Settle::Unsupported),
             _ => None,
         };
-        let ProbeKind::Http(probe) = &self.sched.key(CheckId::from_u64(r.token))?.spec.kind else {
+        let ProbeKind::Http(probe) = &self.probe.sched.key(CheckId::from_u64(r.token))?.spec.kind else {
             return None;
         };
         let Some(settle) = settle else {
             return Some(Some(probe.kernel_report(r.outcome, r.elapsed)));
         };
         let timeout = probe.timeout();
-        if settle == Settle::Unsupported && !self.kernel_http_off {
+        if settle == Settle::Unsupported && !self.probe.kernel_http_off {
             log::warn!(
                 "HTTP probes cannot run in the kernel here (the receiving driver leaves the SYN+ACK's \
                  frame no room for the request, or every request template is in use): every HTTP \
@@ -267,7 +269,7 @@ impl Runner {
     /// Runs the probe `token` names through a socket within `budget`, its report counted from
     /// `lead` after the probe started; false when it cannot (the check is gone).
     fn settle(&mut self, token: u64, why: Settle, budget: std::time::Duration, lead: std::time::Duration) -> bool {
-        let Some(key) = self.sched.key(CheckId::from_u64(token)) else {
+        let Some(key) = self.probe.sched.key(CheckId::from_u64(token)) else {
             return false;
         };
         let Some(mut job) = self.http_job(&key.spec, token) else {
@@ -276,18 +278,19 @@ impl Runner {
         job.budget = Some(budget);
         job.lead_ns = u64::try_from(lead.as_nanos()).unwrap_or(u64::MAX);
         self.metrics.kernel_http_settled(why.reason());
-        self.settling.insert(token, why);
-        self.tasks
+        self.probe.settling.insert(token, why);
+        self.probe
+            .tasks
             .http_lanes
-            .push_all(vec![job], &self.tasks.workers, super::fire::HttpJob::run);
+            .push_all(vec![job], &self.probe.tasks.workers, super::fire::HttpJob::run);
         true
     }
 
     /// A task's report: a probe of the L7 workers, or a kernel HTTP probe being settled.
     pub(super) fn on_task(&mut self, token: u64, report: ProbeReport, queued_ns: u64) {
         // Empty but for kernel HTTP probes being settled: no lookup for every other task.
-        if !self.settling.is_empty() {
-            if let Some(why) = self.settling.remove(&token) {
+        if !self.probe.settling.is_empty() {
+            if let Some(why) = self.probe.settling.remove(&token) {
                 self.guard_kernel_http(why, &report);
             }
         }
@@ -303,16 +306,16 @@ impl Runner {
             return;
         }
         if socket.outcome == crate::outcome::Outcome::Timeout || socket.outcome == crate::outcome::Outcome::LocalError {
-            self.kernel_http_contradicted = 0;
+            self.probe.kernel_http_contradicted = 0;
             return;
         }
-        self.kernel_http_contradicted += 1;
-        if self.kernel_http_contradicted >= KERNEL_HTTP_CONTRADICTIONS && !self.kernel_http_off {
+        self.probe.kernel_http_contradicted += 1;
+        if self.probe.kernel_http_contradicted >= KERNEL_HTTP_CONTRADICTIONS && !self.probe.kernel_http_off {
             log::warn!(
                 "{} plain HTTP probes in a row got no response in the kernel path while a socket then got \
                  one ({}): requests sent by probe_rx are not arriving; every HTTP check goes through \
                  sockets from now on",
-                self.kernel_http_contradicted,
+                self.probe.kernel_http_contradicted,
                 socket.reason
             );
             self.kernel_http_stop();
@@ -321,14 +324,15 @@ impl Runner {
 
     /// Every plain HTTP check goes through sockets from now on.
     fn kernel_http_stop(&mut self) {
-        self.kernel_http_off = true;
-        self.epoch += 1;
+        self.probe.kernel_http_off = true;
+        self.probe.epoch += 1;
         self.metrics.kernel_http_enabled(false);
     }
 
     fn inflight_of(&self, token: u64) -> Option<&Inflight> {
         let check = CheckId::from_u64(token);
-        self.slots
+        self.probe
+            .slots
             .get(check.index())
             .and_then(|s| s.inflight.as_ref())
             .filter(|i| i.check == check)

@@ -85,7 +85,7 @@ impl Harness {
     /// 1 ms later with `answer(target)`.
     fn run_for(&mut self, ms: u64, answer: impl Fn(SocketAddr) -> L4Outcome) {
         let until = self.clock.now() + ms * 1_000_000;
-        while let Some(due) = self.runner.sched.next_due().filter(|d| *d <= until) {
+        while let Some(due) = self.runner.probe.sched.next_due().filter(|d| *d <= until) {
             self.clock.set_ns(due.max(self.clock.now()));
             self.runner.fire(self.clock.now());
             self.clock.advance_ms(1);
@@ -183,7 +183,7 @@ fn probes_go_through_the_port_and_verdicts_become_changes() {
     assert_eq!(h.l4.starts.load(std::sync::atomic::Ordering::Relaxed), 1);
 
     // The first request shows what the port is handed.
-    h.clock.set_ns(h.runner.sched.next_due().unwrap());
+    h.clock.set_ns(h.runner.probe.sched.next_due().unwrap());
     h.runner.fire(h.clock.now());
     let sent = h.l4.take();
     assert_eq!(sent.len(), 1, "first probes are spread over the interval");
@@ -601,7 +601,7 @@ fn a_reload_leaves_the_endpoints_it_does_not_change_untouched() {
         (h.status("a"), h.status("b"), h.status("c")),
         ((S::Online, true), (S::Online, true), (S::Online, true))
     );
-    assert_eq!(h.runner.sched.len(), 3);
+    assert_eq!(h.runner.probe.sched.len(), 3);
     behind_counts(&h.runner);
     h.changes();
     // A profile setting that changes (here its routing) rebuilds its endpoints with their
@@ -762,19 +762,19 @@ fn a_probe_without_a_result_is_lost_not_a_failure_and_its_check_goes_on() {
     assert_eq!(h.status("a"), (S::Online, true));
     h.changes();
     // The next probe leaves and nothing ever answers it.
-    let due = h.runner.sched.next_due().expect("a is scheduled");
+    let due = h.runner.probe.sched.next_due().expect("a is scheduled");
     h.clock.set_ns(due);
     h.runner.fire(due);
     let sent = h.l4.take();
     assert_eq!(sent.len(), 1);
     assert!(
-        h.runner.sched.next_due().is_none(),
+        h.runner.probe.sched.next_due().is_none(),
         "in flight: not scheduled until its result"
     );
     // Past its 500 ms timeout but within the grace: still waiting.
     h.clock.advance_ms(1500);
     h.runner.reap_lost(h.clock.now(), usize::MAX);
-    assert!(h.runner.sched.next_due().is_none());
+    assert!(h.runner.probe.sched.next_due().is_none());
     h.clock.advance_ms(1100);
     h.runner.reap_lost(h.clock.now(), usize::MAX);
     let view = crate::daemon::requests::status_view(&h.runner, "a");
@@ -786,7 +786,10 @@ fn a_probe_without_a_result_is_lost_not_a_failure_and_its_check_goes_on() {
         "a lost probe is no verdict on the backend"
     );
     assert!(h.changes().is_empty());
-    assert!(h.runner.sched.next_due().is_some(), "the check is scheduled again");
+    assert!(
+        h.runner.probe.sched.next_due().is_some(),
+        "the check is scheduled again"
+    );
     // A result for the lost probe arriving late changes nothing.
     h.runner.on_l4(L4Result {
         token: sent[0].token,
@@ -846,7 +849,7 @@ fn probes_started_late_are_shown_as_windows_that_do_not_hold() {
     let view = crate::daemon::requests::status_view(&h.runner, "a");
     assert!(view.windows.hold && view.windows.late_ms < 50.0, "{:?}", view.windows);
     // The runner wakes 200 ms after the next due time (as if busy): that probe starts late.
-    let due = h.runner.sched.next_due().expect("scheduled");
+    let due = h.runner.probe.sched.next_due().expect("scheduled");
     h.clock.set_ns(due + 200_000_000);
     h.runner.fire(h.clock.now());
     for req in h.l4.take() {
@@ -899,7 +902,7 @@ fn a_probe_held_in_the_engines_backlog_is_late_too() {
     h.runner.end_turn(false);
     let before = h.runner.render_metrics().0;
     // Fired on time, but the engine had a backlog: it went on the wire 120 ms later.
-    let due = h.runner.sched.next_due().expect("scheduled");
+    let due = h.runner.probe.sched.next_due().expect("scheduled");
     h.clock.set_ns(due);
     h.runner.fire(h.clock.now());
     let sent = h.l4.take();
@@ -1060,7 +1063,7 @@ fn the_watchdog_looks_over_the_slots_a_slice_at_a_time() {
     // Both first probes leave and nothing answers them.
     let mut sent = 0;
     for _ in 0..2 {
-        let due = h.runner.sched.next_due().expect("scheduled");
+        let due = h.runner.probe.sched.next_due().expect("scheduled");
         h.clock.set_ns(due.max(h.clock.now()));
         h.runner.fire(h.clock.now());
         sent += h.l4.take().len();

@@ -6,11 +6,7 @@
 use std::{sync::Arc, time::Duration};
 
 use super::Runner;
-use crate::{
-    daemon::checks::ProbeReport,
-    outcome::Outcome,
-    schedule::Cadence,
-};
+use crate::{daemon::checks::ProbeReport, outcome::Outcome, schedule::Cadence};
 
 /// How often the per-second work (pace, DNS RTTs) runs, and how long one pass of the
 /// watchdog over every check slot takes.
@@ -39,12 +35,12 @@ impl Runner {
     /// where the last call stopped, round the table at most once).
     pub(super) fn reap_lost(&mut self, now: u64, most: usize) {
         let mut lost = Vec::new();
-        for _ in 0..most.min(self.slots.len()) {
-            if self.reap_from >= self.slots.len() {
-                self.reap_from = 0;
+        for _ in 0..most.min(self.probe.slots.len()) {
+            if self.probe.reap_from >= self.probe.slots.len() {
+                self.probe.reap_from = 0;
             }
-            let slot = &mut self.slots[self.reap_from];
-            self.reap_from += 1;
+            let slot = &mut self.probe.slots[self.probe.reap_from];
+            self.probe.reap_from += 1;
             let Some(timeout) = slot.cache.as_ref().map(super::SlotCache::timeout) else {
                 continue;
             };
@@ -70,13 +66,13 @@ impl Runner {
             };
             let at_unix_ms = self.ports.clock.unix_ms_at(now);
             let rtt_us = crate::health::Observation::micros(waited);
-            for &owner in self.sched.owners(i.check) {
+            for &owner in self.probe.sched.owners(i.check) {
                 if let Some(profile_ix) = self.table.record_lost(owner, &report.reason, rtt_us, at_unix_ms) {
                     self.metrics.result(i.protocol, profile_ix, &report);
                 }
             }
             // Probe again at the check's usual pace; its owners' health is unchanged.
-            let _ = self.sched.completed(i.check, now, Cadence::Steady);
+            let _ = self.probe.sched.completed(i.check, now, Cadence::Steady);
         }
     }
 }

@@ -21,7 +21,7 @@ mod target;
 mod tests;
 
 pub(crate) use plan::{plan, Plan, Swapped};
-pub(crate) use restatus::{Changed, Probing, Stamp};
+pub(crate) use restatus::{Changed, Probed, Stamp};
 pub(crate) use swap::Name;
 pub(crate) use target::{Brief, Rtt, Target};
 

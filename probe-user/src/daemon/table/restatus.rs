@@ -14,7 +14,7 @@ use crate::{
         checks::ProbeReport,
         views::{LastChange, LastResult},
     },
-    health::{Observation, Transition, Tracker},
+    health::{Observation, Tracker, Transition},
     outcome::Outcome,
     schedule::{Cadence, CheckId},
     status::{self, AdminState, EndpointStatus, Health, ProfileStatus},
@@ -51,7 +51,7 @@ impl Changed {
 /// Whether an endpoint was probed before a change of its inputs and is after: the runner
 /// registers or removes its check to match.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Probing {
+pub(crate) struct Probed {
     pub was: bool,
     pub is: bool,
 }
@@ -146,7 +146,7 @@ impl Table {
     /// Sets the API's admin override of endpoint `id` (none when `state` is the configured
     /// one). An endpoint probed again starts over in CheckingEndpoint (SPEC 4). Its status
     /// catches up in `restatus`, once the runner has registered or removed its check.
-    pub fn set_admin(&mut self, id: OwnerId, state: AdminState) -> Probing {
+    pub fn set_admin(&mut self, id: OwnerId, state: AdminState) -> Probed {
         self.probing_change(id, true, |t| {
             t.admin_override = (state != t.config_admin).then_some(state);
         })
@@ -154,7 +154,7 @@ impl Table {
 
     /// Sets the API's override of profile `ix`'s `enabled` and passes it to its endpoints;
     /// returns each endpoint's change of probing, in `owners` order.
-    pub fn set_profile_enabled(&mut self, ix: usize, enabled: bool) -> Vec<(OwnerId, Probing)> {
+    pub fn set_profile_enabled(&mut self, ix: usize, enabled: bool) -> Vec<(OwnerId, Probed)> {
         let entry = &mut self.profiles[ix];
         entry.set_enabled(enabled);
         // Without endpoints no restatus follows to recount it.
@@ -179,7 +179,7 @@ impl Table {
     /// Whether this node is one of endpoint `id`'s probers now (`[cluster]`). One it takes
     /// over starts from the cluster's verdict, not from CheckingEndpoint: a check that only
     /// changed hands does not flap.
-    pub fn set_owned(&mut self, id: OwnerId, owned: bool) -> Probing {
+    pub fn set_owned(&mut self, id: OwnerId, owned: bool) -> Probed {
         self.probing_change(id, false, |t| {
             if owned && !t.owned {
                 let start = t.cluster_health.unwrap_or(Health::CheckingEndpoint);
@@ -202,9 +202,9 @@ impl Table {
 
     /// Applies `f` to endpoint `id` and says how its probing changed; one probed again
     /// starts over in CheckingEndpoint when `start_over`.
-    fn probing_change(&mut self, id: OwnerId, start_over: bool, f: impl FnOnce(&mut Target)) -> Probing {
+    fn probing_change(&mut self, id: OwnerId, start_over: bool, f: impl FnOnce(&mut Target)) -> Probed {
         let Some(t) = self.targets.get_mut(&id) else {
-            return Probing { was: false, is: false };
+            return Probed { was: false, is: false };
         };
         let was = t.should_probe();
         f(t);
@@ -212,7 +212,7 @@ impl Table {
         if start_over && is && !was {
             t.tracker.reset();
         }
-        Probing { was, is }
+        Probed { was, is }
     }
 
     /// Brings endpoint `id` up to date after its health, admin state or share changed (at
@@ -270,7 +270,8 @@ impl Table {
         if self.profiles[profile_ix].fail_open != old_fail_open {
             self.flip_fail_open(profile_ix, Some(id), None, at, &mut out);
         }
-        out.changes.extend(self.profile_change(profile_ix, (old_profile, old_fail_open), at));
+        out.changes
+            .extend(self.profile_change(profile_ix, (old_profile, old_fail_open), at));
         if moved {
             out.extend(self.cascade(profile_ix, at));
         }
@@ -328,7 +329,8 @@ impl Table {
         if fail_open != old_fail_open {
             self.flip_fail_open(pix, None, Some(nix), at, &mut out);
         }
-        out.changes.extend(self.profile_change(pix, (old_profile, old_fail_open), at));
+        out.changes
+            .extend(self.profile_change(pix, (old_profile, old_fail_open), at));
         out.extend(self.cascade(pix, at));
         out
     }

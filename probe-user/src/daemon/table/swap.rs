@@ -96,7 +96,14 @@ impl Table {
                 Some(successor) => {
                     before.insert(*successor, (*id, t.state()));
                 }
-                None => emit(Change::Endpoint(t.change(profile, ChangeKind::Config, Some(t.status), true, at_unix_ms, now))),
+                None => emit(Change::Endpoint(t.change(
+                    profile,
+                    ChangeKind::Config,
+                    Some(t.status),
+                    true,
+                    at_unix_ms,
+                    now,
+                ))),
             }
         }
         let mut publish = |profile: &Arc<str>, t: &mut Target, was: Option<EndpointState>| {
@@ -186,5 +193,4 @@ impl Table {
             }
         }
     }
-
 }

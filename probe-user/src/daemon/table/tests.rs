@@ -2,7 +2,7 @@
 //! its methods, and status, eligibility, counts and the changes to publish come out.
 use std::{sync::Arc, time::Duration};
 
-use super::{plan, OwnerId, Probing, Stamp, Table};
+use super::{plan, OwnerId, Probed, Stamp, Table};
 use crate::{
     changes::{Change, ChangeKind},
     config::Config,
@@ -101,7 +101,10 @@ fn a_verdict_moves_status_counts_and_eligibility_and_comes_back_as_changes() {
     let mut t = table(&["a", "b"]);
     let (a, b) = (id(&t, "a"), id(&t, "b"));
     assert_eq!(t.targets[&a].status(), S::CheckingEndpoint);
-    assert!(result(&mut t, a, true, 1).is_empty(), "one result is below the threshold");
+    assert!(
+        result(&mut t, a, true, 1).is_empty(),
+        "one result is below the threshold"
+    );
     let changes = summary(&result(&mut t, a, true, 2));
     assert_eq!(changes[0], "a Health Some(CheckingEndpoint)->Online eligible=true");
     assert_eq!(t.targets[&a].last_change().map(|c| c.to), Some(S::Online));
@@ -111,7 +114,10 @@ fn a_verdict_moves_status_counts_and_eligibility_and_comes_back_as_changes() {
     // b fails: Degraded and not eligible while a is healthy (no fail-open).
     result(&mut t, b, false, 3);
     let changes = summary(&result(&mut t, b, false, 4));
-    assert_eq!(changes[0], "b Health Some(Online)->Degraded eligible=false", "{changes:#?}");
+    assert_eq!(
+        changes[0], "b Health Some(Online)->Degraded eligible=false",
+        "{changes:#?}"
+    );
     assert!(!t.targets[&b].eligible());
     assert_eq!(t.targets[&b].last().map(|l| l.outcome), Some(Outcome::Refused));
     counts_match(&t);
@@ -134,7 +140,10 @@ fn the_last_degraded_endpoint_turns_fail_open_on_and_the_others_hear_of_it() {
     assert_eq!(changes.len(), 3, "{changes:#?}");
     assert_eq!(changes[0], "b Health Some(Online)->Degraded eligible=true");
     assert_eq!(changes[1], "a FailOpen Some(Degraded)->Degraded eligible=true");
-    assert!(changes[2].starts_with("profile ") && changes[2].ends_with("fail_open=true"), "{changes:#?}");
+    assert!(
+        changes[2].starts_with("profile ") && changes[2].ends_with("fail_open=true"),
+        "{changes:#?}"
+    );
     assert!(t.targets[&a].eligible() && t.targets[&b].eligible());
 }
 
@@ -144,22 +153,28 @@ fn an_admin_change_says_what_probing_does_and_re_enabling_starts_over() {
     let a = id(&t, "a");
     result(&mut t, a, true, 1);
     result(&mut t, a, true, 2);
-    assert_eq!(t.set_admin(a, AdminState::Disabled), Probing { was: true, is: false });
+    assert_eq!(t.set_admin(a, AdminState::Disabled), Probed { was: true, is: false });
     // The status waits for restatus: the runner removes the check first.
     assert_eq!(t.targets[&a].status(), S::Online);
     let changed = t.restatus(a, ChangeKind::Admin, at(3), None);
     assert!(changed.moved);
-    assert_eq!(summary(&changed.changes)[0], "a Admin Some(Online)->Disabled eligible=false");
+    assert_eq!(
+        summary(&changed.changes)[0],
+        "a Admin Some(Online)->Disabled eligible=false"
+    );
     assert_eq!(t.targets[&a].admin_override(), Some(AdminState::Disabled));
     // The configured state again: no override kept, and the tracker starts over.
-    assert_eq!(t.set_admin(a, AdminState::Enabled), Probing { was: false, is: true });
+    assert_eq!(t.set_admin(a, AdminState::Enabled), Probed { was: false, is: true });
     assert_eq!(t.targets[&a].admin_override(), None);
     assert_eq!(t.targets[&a].tracker().state(), Health::CheckingEndpoint);
     let changed = t.restatus(a, ChangeKind::Admin, at(4), None);
-    assert_eq!(summary(&changed.changes)[0], "a Admin Some(Disabled)->CheckingEndpoint eligible=true");
+    assert_eq!(
+        summary(&changed.changes)[0],
+        "a Admin Some(Disabled)->CheckingEndpoint eligible=true"
+    );
     counts_match(&t);
     // The same state twice is no change at all.
-    assert_eq!(t.set_admin(a, AdminState::Enabled), Probing { was: true, is: true });
+    assert_eq!(t.set_admin(a, AdminState::Enabled), Probed { was: true, is: true });
     assert!(t.restatus(a, ChangeKind::Admin, at(5), None).changes.is_empty());
 }
 
@@ -168,7 +183,7 @@ fn a_disabled_profile_passes_its_state_to_every_endpoint() {
     let mut t = table(&["a", "b"]);
     let probing = t.set_profile_enabled(0, false);
     assert_eq!(probing.len(), 2);
-    assert!(probing.iter().all(|(_, p)| *p == Probing { was: true, is: false }));
+    assert!(probing.iter().all(|(_, p)| *p == Probed { was: true, is: false }));
     for (id, _) in probing {
         let _ = t.restatus(id, ChangeKind::Admin, at(1), None);
     }
@@ -195,14 +210,27 @@ fn lateness_keeps_the_profiles_count_of_endpoints_behind() {
 fn a_cluster_aggregate_stands_for_the_endpoints_health() {
     let mut t = table(&["a"]);
     let a = id(&t, "a");
-    assert!(t.set_cluster_health(a, None, Some(Health::Healthy)), "the aggregate moved");
-    assert!(!t.set_cluster_health(a, None, Some(Health::Healthy)), "the same again is no move");
+    assert!(
+        t.set_cluster_health(a, None, Some(Health::Healthy)),
+        "the aggregate moved"
+    );
+    assert!(
+        !t.set_cluster_health(a, None, Some(Health::Healthy)),
+        "the same again is no move"
+    );
     let changed = t.restatus(a, ChangeKind::Cluster, at(1), None);
-    assert_eq!(summary(&changed.changes)[0], "a Cluster Some(CheckingEndpoint)->Online eligible=true");
+    assert_eq!(
+        summary(&changed.changes)[0],
+        "a Cluster Some(CheckingEndpoint)->Online eligible=true"
+    );
     // Handed over to another node: no longer probed here, its health still the cluster's.
-    assert_eq!(t.set_owned(a, false), Probing { was: true, is: false });
+    assert_eq!(t.set_owned(a, false), Probed { was: true, is: false });
     assert!(t.restatus(a, ChangeKind::Cluster, at(2), None).changes.is_empty());
     // Taken back: the tracker resumes from the aggregate, not from CheckingEndpoint.
-    assert_eq!(t.set_owned(a, true), Probing { was: false, is: true });
-    assert_eq!(t.targets[&a].tracker().state(), Health::Healthy, "no flap for a check that changed hands");
+    assert_eq!(t.set_owned(a, true), Probed { was: false, is: true });
+    assert_eq!(
+        t.targets[&a].tracker().state(),
+        Health::Healthy,
+        "no flap for a check that changed hands"
+    );
 }
