@@ -509,7 +509,7 @@ async fn route(req: Request<Incoming>, control: Control, feed: &events::Feed) ->
                 .expect("static headers are valid"),
             Err(e) => request_error(e),
         },
-        (_, ["v1", ..] | ["metrics"]) => error(StatusCode::NOT_FOUND, "no such route; see docs/operations.md"),
+        (_, ["v1", ..] | ["metrics"]) => error(StatusCode::NOT_FOUND, "no such route; see docs/operations/api.md"),
         _ => error(
             StatusCode::NOT_FOUND,
             "no such route; the API lives under /v1 and /metrics",

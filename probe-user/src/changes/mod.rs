@@ -19,26 +19,29 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+use crate::wire_enum::wire_enum;
+
 use crate::{
     config::Protocol,
     outcome::Outcome,
     status::{AdminState, EndpointStatus, Health, ProfileStatus},
 };
 
-/// What caused a change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ChangeKind {
-    /// The threshold machine reached a verdict (the `transition` says on which results).
-    Health,
-    /// An operator set the admin state through the API.
-    Admin,
-    /// A reload added, removed or changed the endpoint (or its profile).
-    Config,
-    /// The profile entered or left fail-open: the endpoint's eligibility changed alone.
-    FailOpen,
-    /// Other locations' verdicts changed the endpoint's aggregate health (`[cluster]`).
-    Cluster,
+wire_enum! {
+    /// What caused a change.
+    #[derive(Debug, Hash)]
+    pub enum ChangeKind {
+        /// The threshold machine reached a verdict (the `transition` says on which results).
+        Health = "health",
+        /// An operator set the admin state through the API.
+        Admin = "admin",
+        /// A reload added, removed or changed the endpoint (or its profile).
+        Config = "config",
+        /// The profile entered or left fail-open: the endpoint's eligibility changed alone.
+        FailOpen = "fail-open",
+        /// Other locations' verdicts changed the endpoint's aggregate health (`[cluster]`).
+        Cluster = "cluster",
+    }
 }
 
 impl ChangeKind {

@@ -12,6 +12,6 @@ pub(super) fn cluster(api: &ApiArgs, json: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let view: probed::daemon::views::ClusterView = serde_json::from_str(&resp.body).context("decode the cluster")?;
-    print!("{}", probed::daemon::views::render_cluster(&view));
+    print!("{}", probed::render::render_cluster(&view));
     Ok(ExitCode::SUCCESS)
 }

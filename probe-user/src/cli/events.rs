@@ -8,7 +8,8 @@ use std::{
 use probed::{
     api::client::{Client, Followed},
     changes::ChangeKind,
-    daemon::{events::Event, views::paint},
+    daemon::events::Event,
+    render::paint,
 };
 
 use super::logging::rfc3339;
@@ -93,11 +94,12 @@ fn render_line(line: &str, colour: bool) -> String {
 /// `TIME PROFILE/ENDPOINT TARGET FROM -> TO, serving|not serving (cause)`.
 pub fn render(e: &Event, colour: bool) -> String {
     let status = |s: Option<probed::status::EndpointStatus>| s.map_or("none", |s| s.as_str());
-    let to = status(e.to);
+    let painted = |s: probed::status::EndpointStatus| paint(s, s.to_string(), colour);
     let change = match (e.from, e.to) {
-        (None, Some(_)) => format!("added as {}", paint(to, to.to_string(), colour)),
+        (None, Some(now)) => format!("added as {}", painted(now)),
         (Some(_), None) => format!("removed (was {})", status(e.from)),
-        _ => format!("{} -> {}", status(e.from), paint(to, to.to_string(), colour)),
+        (_, Some(now)) => format!("{} -> {}", status(e.from), painted(now)),
+        (None, None) => "none".to_string(),
     };
     let serving = if e.eligible { "serving" } else { "not serving" };
     let cause = match e.kind {

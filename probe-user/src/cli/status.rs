@@ -8,7 +8,7 @@ pub(super) fn status(profile: Option<&str>, api: &ApiArgs, json: bool) -> anyhow
         println!("{body}");
         return Ok(ExitCode::SUCCESS);
     }
-    print!("{}", probed::daemon::views::render_table(&views, colour_out()));
+    print!("{}", probed::render::render_table(&views, colour_out()));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -60,12 +60,12 @@ pub(super) fn watch(profile: Option<&str>, api: &ApiArgs, every: Duration) -> an
                     _ => None,
                 };
                 last = sent.map(|s| (now, s));
-                let summary = probed::daemon::views::WatchSummary {
+                let summary = probed::render::WatchSummary {
                     probes_per_s,
                     lag_ms: lag.map(|l| l * 1000.0),
                     keys: "q quits",
                 };
-                probed::daemon::views::render_watch(&views, &summary, colour)
+                probed::render::render_watch(&views, &summary, colour)
             }
             Err(e) => format!("probed: {e:#}\n(retrying every {} ms; q quits)\n", every.as_millis()),
         };

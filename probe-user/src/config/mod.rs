@@ -2,6 +2,7 @@
 //! reports every problem at once with its line, column, field, value and the allowed values.
 mod model;
 mod read;
+pub mod reference;
 mod validate;
 
 use std::{fmt, path::Path};

@@ -7,7 +7,7 @@ use toml::{
     Spanned,
 };
 
-use super::ConfigError;
+use super::{reference::Section, ConfigError};
 
 /// A value read from the file, with where it was and how it was written.
 #[derive(Debug, Clone)]
@@ -88,12 +88,13 @@ impl<'t> Reader<'t> {
         self.error(table.span.clone(), &table.child(key), None, problem);
     }
 
-    /// Reads `v` as a table, reporting keys outside `allowed`.
+    /// Reads `v` as a table, reporting the keys its reference `section` (`probed.toml(5)`) does
+    /// not list.
     pub fn table<'a, 'i>(
         &mut self,
         v: &'a Spanned<DeValue<'i>>,
         path: String,
-        allowed: &[&str],
+        section: &Section,
     ) -> Option<Table<'a, 'i>> {
         let DeValue::Table(entries) = v.get_ref() else {
             self.error(v.span(), &path, Some(show(v.get_ref())), "expected a table");
@@ -105,8 +106,9 @@ impl<'t> Reader<'t> {
             path,
         };
         for (key, value) in entries {
-            if !allowed.contains(&key.get_ref().as_ref()) {
+            if !section.accepts(key.get_ref()) {
                 let field = table.child(key.get_ref());
+                let allowed: Vec<&str> = section.names().collect();
                 self.error(
                     key.span(),
                     &field,

@@ -234,7 +234,7 @@ impl RunnerMetrics {
         }
         r.clear(&catalog::ENDPOINTS);
         for p in &table.profiles {
-            for status in crate::status::EndpointStatus::ALL {
+            for &status in crate::status::EndpointStatus::ALL {
                 let n = p.counts.get(status);
                 if n > 0 {
                     r.set(
@@ -248,7 +248,7 @@ impl RunnerMetrics {
         r.clear(&catalog::NESTED_ENDPOINTS);
         for p in &table.profiles {
             let counts = crate::status::StatusCounts::of(&p.nested.iter().map(|n| n.status).collect::<Vec<_>>());
-            for status in crate::status::EndpointStatus::ALL {
+            for &status in crate::status::EndpointStatus::ALL {
                 let n = counts.get(status);
                 if n > 0 {
                     r.set(

@@ -12,41 +12,23 @@ use std::{
 
 use super::zone::Zone;
 use crate::rng::SplitMix64;
+use crate::wire_enum::wire_enum;
 
-/// Why the server closed a connection (a client's own close is not counted).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Closed {
-    /// Refused at `max_clients`, none idle to replace.
-    Full,
-    /// Refused at `max_clients_per_prefix`.
-    Prefix,
-    /// Closed to make room for a new one at `max_clients`.
-    Evicted,
-    Idle,
-    Lifetime,
-    /// A malformed frame, or an error reading or writing.
-    Error,
-}
-
-impl Closed {
-    pub const ALL: [Closed; 6] = [
-        Closed::Full,
-        Closed::Prefix,
-        Closed::Evicted,
-        Closed::Idle,
-        Closed::Lifetime,
-        Closed::Error,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Closed::Full => "full",
-            Closed::Prefix => "prefix",
-            Closed::Evicted => "evicted",
-            Closed::Idle => "idle",
-            Closed::Lifetime => "lifetime",
-            Closed::Error => "error",
-        }
+wire_enum! {
+    /// Why the server closed a connection (a client's own close is not counted); the
+    /// `reason` of `probed_dns_tcp_closed_total`.
+    #[derive(Debug)]
+    pub enum Closed {
+        /// Refused at `max_clients`, none idle to replace.
+        Full = "full",
+        /// Refused at `max_clients_per_prefix`.
+        Prefix = "prefix",
+        /// Closed to make room for a new one at `max_clients`.
+        Evicted = "evicted",
+        Idle = "idle",
+        Lifetime = "lifetime",
+        /// A malformed frame, or an error reading or writing.
+        Error = "error",
     }
 }
 
@@ -66,7 +48,7 @@ pub struct Counters {
     pub rrl_slipped: AtomicU64,
     /// TCP connections open now, and those the server closed, by `tcp::Closed` reason.
     pub tcp_open: AtomicU64,
-    tcp_closed: [AtomicU64; 6],
+    tcp_closed: [AtomicU64; Closed::ALL.len()],
 }
 
 impl Counters {
@@ -79,7 +61,7 @@ impl Counters {
 pub fn tcp_closed_values(c: &Counters) -> impl Iterator<Item = (&'static str, u64)> + '_ {
     Closed::ALL
         .iter()
-        .map(|r| (r.name(), c.tcp_closed[*r as usize].load(Ordering::Relaxed)))
+        .map(|r| (r.as_str(), c.tcp_closed[*r as usize].load(Ordering::Relaxed)))
 }
 
 /// What the query path and the follower share.

@@ -167,7 +167,7 @@ pub(crate) fn choose_path(iface: &str, more: &[String], choice: TxChoice) -> (Tx
                 "forwarding is off on {iface}, so bpf_fib_lookup cannot route probes; the XDP path needs \
                  net.ipv4.conf.{iface}.forwarding=1 (and net.ipv6.conf.{iface}.forwarding=1), which makes \
                  the node route IPv4 arriving on {iface} and stops IPv6 RA acceptance there unless \
-                 accept_ra=2 (README, \"Transmit path\")"
+                 accept_ra=2 (docs/design/l4-engine.md, \"Transmit path\")"
             ),
         );
     }

@@ -1,6 +1,6 @@
 //! Every metric probed exports, declared once: name, kind, help and label names. Monotonic
 //! counts are counters named `*_total` (the kernel's included); values that go up and down
-//! are gauges. `docs/operations.md` lists them for operators.
+//! are gauges. `docs/operations/metrics.md` lists them for operators.
 use super::{LATENESS_BUCKETS, RTT_BUCKETS};
 
 /// What kind of series a metric is.

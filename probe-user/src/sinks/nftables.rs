@@ -81,7 +81,7 @@ impl NftablesSink {
         let command = format!("list {} {}", self.noun(), self.object());
         let text = self.nft.list_json(&command).map_err(|e| {
             SinkError::Missing(format!(
-                "{} {} {}: {e}; declare it in the ruleset (see docs/operations.md, Sinks)",
+                "{} {} {}: {e}; declare it in the ruleset (see docs/operations/sinks.md)",
                 self.cfg.family.name(),
                 self.cfg.table,
                 self.name()

@@ -1,99 +1,59 @@
-//! Endpoint and profile monitor status (SPEC.md section 4): derived from configuration and
+//! Endpoint and profile monitor status (SPEC section 4): derived from configuration and
 //! health, never set by hand. Pure and clock-free; `select` picks endpoints for a query.
 pub mod select;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+use crate::wire_enum::wire_enum;
 
 pub use select::{select, Answer, Candidate, Family, Query, RandomSource, Routing, SplitMix64};
 
-/// Administrative state of an endpoint, as the operator configures it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AdminState {
-    Enabled,
-    Disabled,
-    /// Health checks off; the endpoint always receives traffic.
-    AlwaysServe,
-}
-
-/// What the health checks say about an endpoint: the state of its threshold machine
-/// (`health::Tracker`). A new or re-enabled endpoint starts in `CheckingEndpoint`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Health {
-    /// Probed, but no verdict yet (new or re-enabled target).
-    CheckingEndpoint,
-    Healthy,
-    Unhealthy,
-}
-
-/// Endpoint monitor status, the first table of SPEC.md section 4.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum EndpointStatus {
-    Inactive,
-    Disabled,
-    CheckingEndpoint,
-    Online,
-    Degraded,
-    Stopped,
-    Unmonitored,
-}
-
-/// Profile monitor status, the second table of SPEC.md section 4.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum ProfileStatus {
-    Disabled,
-    Degraded,
-    Online,
-    CheckingEndpoints,
-    Inactive,
-}
-
-impl EndpointStatus {
-    pub const ALL: [EndpointStatus; 7] = [
-        EndpointStatus::Inactive,
-        EndpointStatus::Disabled,
-        EndpointStatus::CheckingEndpoint,
-        EndpointStatus::Online,
-        EndpointStatus::Degraded,
-        EndpointStatus::Stopped,
-        EndpointStatus::Unmonitored,
-    ];
-
-    /// The name on the wire (API, events, metrics labels), as SPEC section 4 spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EndpointStatus::Inactive => "Inactive",
-            EndpointStatus::Disabled => "Disabled",
-            EndpointStatus::CheckingEndpoint => "CheckingEndpoint",
-            EndpointStatus::Online => "Online",
-            EndpointStatus::Degraded => "Degraded",
-            EndpointStatus::Stopped => "Stopped",
-            EndpointStatus::Unmonitored => "Unmonitored",
-        }
+wire_enum! {
+    /// Administrative state of an endpoint, as the operator configures it.
+    #[derive(Debug, Hash)]
+    pub enum AdminState {
+        Enabled = "enabled",
+        Disabled = "disabled",
+        /// Health checks off; the endpoint always receives traffic.
+        AlwaysServe = "always-serve",
     }
 }
 
-impl std::fmt::Display for EndpointStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.as_str())
+wire_enum! {
+    /// What the health checks say about an endpoint: the state of its threshold machine
+    /// (`health::Tracker`). A new or re-enabled endpoint starts in `CheckingEndpoint`.
+    #[derive(Debug, Hash)]
+    pub enum Health {
+        /// Probed, but no verdict yet (new or re-enabled target).
+        CheckingEndpoint = "CheckingEndpoint",
+        Healthy = "Healthy",
+        Unhealthy = "Unhealthy",
     }
 }
 
-impl ProfileStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProfileStatus::Disabled => "Disabled",
-            ProfileStatus::Degraded => "Degraded",
-            ProfileStatus::Online => "Online",
-            ProfileStatus::CheckingEndpoints => "CheckingEndpoints",
-            ProfileStatus::Inactive => "Inactive",
-        }
+wire_enum! {
+    /// Endpoint monitor status, the first table of SPEC section 4.
+    #[derive(Debug, Hash)]
+    pub enum EndpointStatus {
+        Inactive = "Inactive",
+        Disabled = "Disabled",
+        CheckingEndpoint = "CheckingEndpoint",
+        Online = "Online",
+        Degraded = "Degraded",
+        Stopped = "Stopped",
+        Unmonitored = "Unmonitored",
     }
 }
 
-impl std::fmt::Display for ProfileStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.as_str())
+wire_enum! {
+    /// Profile monitor status, the second table of SPEC section 4.
+    #[derive(Debug, Hash)]
+    pub enum ProfileStatus {
+        Disabled = "Disabled",
+        Degraded = "Degraded",
+        Online = "Online",
+        CheckingEndpoints = "CheckingEndpoints",
+        Inactive = "Inactive",
     }
 }
 
@@ -185,7 +145,7 @@ impl StatusCounts {
     }
 
     /// True when fail-open applies: there is at least one endpoint in the pool and every one
-    /// of them is Degraded. Answering with all of them beats answering with none (SPEC.md 4).
+    /// of them is Degraded. Answering with all of them beats answering with none (SPEC 4).
     pub fn fail_open(&self) -> bool {
         let pool: u32 = EndpointStatus::ALL
             .iter()
@@ -195,9 +155,9 @@ impl StatusCounts {
         pool > 0 && pool == self.get(EndpointStatus::Degraded)
     }
 
-    /// The profile's status (SPEC.md 4, second table).
+    /// The profile's status (SPEC 4, second table).
     ///
-    /// SPEC.md leaves out a profile whose endpoints are all Unmonitored; such endpoints carry
+    /// SPEC leaves out a profile whose endpoints are all Unmonitored; such endpoints carry
     /// traffic, so they count as Online here.
     pub fn profile_status(&self, profile_enabled: bool) -> ProfileStatus {
         let has = |want: EndpointStatus| self.get(want) > 0;
@@ -278,7 +238,7 @@ mod tests {
 
     #[test]
     fn endpoint_table_every_row() {
-        // (profile enabled, admin, stopped, health) -> (status, probed, eligible): SPEC.md 4, table 1.
+        // (profile enabled, admin, stopped, health) -> (status, probed, eligible): SPEC 4, table 1.
         let rows = [
             (false, Enabled, false, Healthy, S::Inactive, false, false),
             (false, Disabled, false, Healthy, S::Inactive, false, false),

@@ -1,4 +1,4 @@
-//! Which endpoints answer a query, per routing method (SPEC.md section 4). Pure: the caller
+//! Which endpoints answer a query, per routing method (SPEC section 4). Pure: the caller
 //! passes statuses, measured RTTs and a random source.
 use std::{net::IpAddr, time::Duration};
 
@@ -184,7 +184,7 @@ fn subnet(candidates: &[Candidate<'_>], eligible: &[bool], source: IpAddr) -> Op
 }
 
 /// The endpoint mapped to the query's region, or the `world` endpoint when the region has none.
-/// No failover (SPEC.md 4): if the mapped endpoint is not eligible the answer is empty (NODATA),
+/// No failover (SPEC 4): if the mapped endpoint is not eligible the answer is empty (NODATA),
 /// never another region's endpoint. Fail-open still applies through `eligible`.
 fn geographic(candidates: &[Candidate<'_>], eligible: &[bool], region: Option<&str>) -> Option<usize> {
     let find = |want: &str| (0..candidates.len()).find(|&i| candidates[i].region == Some(want));

@@ -9,9 +9,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use probed::daemon::{
-    views::{render_watch, WatchSummary},
-    ProfileView,
+use probed::{
+    daemon::ProfileView,
+    render::{render_watch, WatchSummary},
 };
 use probed_tests::{
     daemon::RunningDaemon,

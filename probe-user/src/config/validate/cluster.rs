@@ -11,24 +11,12 @@ use crate::{
     config::{
         model::*,
         read::{parse_duration, Item, Reader, Table},
+        reference,
     },
 };
 
-const KEYS: [&str; 10] = [
-    "node",
-    "region",
-    "listen",
-    "advertise",
-    "seeds",
-    "probers_per_target",
-    "distinct_regions",
-    "key_file",
-    "verdict_ttl",
-    "gossip_interval",
-];
-
 pub(super) fn cluster(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option<Option<Cluster>> {
-    let Some(t) = opt_table(r, v, "cluster", &KEYS)? else {
+    let Some(t) = opt_table(r, v, "cluster", &reference::CLUSTER)? else {
         return Some(None);
     };
     let node = match r.string(&t, "node") {

@@ -8,25 +8,14 @@ use super::opt_table;
 use crate::config::{
     model::*,
     read::{Item, Reader, Table},
+    reference,
 };
 
 const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/probed";
 const DEFAULT_STATE_FILE: &str = "/var/lib/probed/state.json";
 
 pub(super) fn daemon(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option<Daemon> {
-    let keys = [
-        "api_listen",
-        "api_allow_remote",
-        "api_socket_group",
-        "api_socket_mode",
-        "api_token_file",
-        "events",
-        "pin_dir",
-        "state_file",
-        "l7_workers",
-        "http_probes",
-    ];
-    let Some(t) = opt_table(r, v, "daemon", &keys)? else {
+    let Some(t) = opt_table(r, v, "daemon", &reference::DAEMON)? else {
         return Some(Daemon {
             api: Api::new(default_listen()),
             events: EventsOutput::Stdout,

@@ -18,23 +18,10 @@ use super::{
 use crate::config::{
     model::*,
     read::{Reader, Table},
+    reference,
 };
 use crate::status::{select::WORLD_REGION, AdminState, Routing};
 
-const ENDPOINT_KEYS: [&str; 12] = [
-    "name",
-    "address",
-    "port",
-    "weight",
-    "priority",
-    "state",
-    "headers",
-    "subnets",
-    "region",
-    "haproxy_server",
-    "profile",
-    "min_child_endpoints",
-];
 /// What a nested endpoint (`profile = "CHILD"`) takes; the rest comes from its child.
 const NESTED_KEYS: [&str; 8] = [
     "name",
@@ -124,10 +111,9 @@ fn nested_endpoint(
     routing: Routing,
     taken: &mut Taken,
 ) -> Option<NestedEndpoint> {
-    let keys: Vec<&str> = ENDPOINT_KEYS.to_vec();
-    let t = r.table(v, path.to_string(), &keys)?;
+    let t = r.table(v, path.to_string(), &reference::ENDPOINT)?;
     let before = r.errors.len();
-    for key in ENDPOINT_KEYS.iter().filter(|k| !NESTED_KEYS.contains(k)) {
+    for key in reference::ENDPOINT.names().filter(|k| !NESTED_KEYS.contains(k)) {
         if let Some(value) = Reader::get(&t, key) {
             r.error(
                 value.span(),
@@ -216,7 +202,7 @@ fn endpoint(
     (health, dialect, routing): (&HealthCheck, Dialect, Routing),
     taken: &mut Taken,
 ) -> Option<Endpoint> {
-    let t = r.table(v, path.to_string(), &ENDPOINT_KEYS)?;
+    let t = r.table(v, path.to_string(), &reference::ENDPOINT)?;
     let before = r.errors.len();
     // The order is the order errors at the same place are reported in.
     let address = address(r, &t);
@@ -322,12 +308,10 @@ fn priority(r: &mut Reader<'_>, t: &Table<'_, '_>, index: usize, routing: Routin
 fn state(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<AdminState> {
     match r.string(t, "state") {
         None => Some(AdminState::Enabled),
-        Some(item) => match item.v.as_str() {
-            "enabled" => Some(AdminState::Enabled),
-            "disabled" => Some(AdminState::Disabled),
-            "always-serve" => Some(AdminState::AlwaysServe),
-            _ => {
-                r.bad(&item, "expected enabled, disabled or always-serve");
+        Some(item) => match item.v.parse() {
+            Ok(state) => Some(state),
+            Err(_) => {
+                r.bad(&item, format!("expected {}", AdminState::NAMES.join(", ")));
                 None
             }
         },

@@ -9,33 +9,11 @@ use super::{broke, http::http, names, port_value};
 use crate::config::{
     model::*,
     read::{parse_duration, Item, Reader, Table},
+    reference,
 };
 use crate::rules::ThresholdError;
 
 const MAX_UDP_PAYLOAD: usize = 500;
-
-const HEALTH_KEYS: [&str; 20] = [
-    "protocol",
-    "port",
-    "path",
-    "host",
-    "method",
-    "headers",
-    "status",
-    "interval",
-    "timeout",
-    "healthy_threshold",
-    "unhealthy_threshold",
-    "tolerated_failures",
-    "threshold",
-    "request",
-    "response",
-    "body_match",
-    "fast_interval",
-    "down_interval",
-    "initial_jitter",
-    "jitter_percent",
-];
 
 pub(super) fn health(
     r: &mut Reader<'_>,
@@ -43,7 +21,7 @@ pub(super) fn health(
     path: &str,
     d: Dialect,
 ) -> Option<HealthCheck> {
-    let t = r.table(v, path.to_string(), &HEALTH_KEYS)?;
+    let t = r.table(v, path.to_string(), &reference::HEALTH)?;
     let errors_before = r.errors.len();
     let protocol = match r.string(&t, "protocol") {
         None => {

@@ -19,6 +19,7 @@ use toml::de::{DeTable, DeValue};
 use super::{
     model::*,
     read::{Item, Reader, Table},
+    reference::{self, Section},
     ConfigError, ConfigErrors,
 };
 use crate::rules::RuleError;
@@ -168,11 +169,7 @@ fn read_config(
     root: &toml::Spanned<DeValue<'_>>,
     blocks: Option<&[sections::Block]>,
 ) -> Option<Config> {
-    let top = r.table(
-        root,
-        String::new(),
-        &["daemon", "source", "profile", "sink", "dns", "cluster"],
-    )?;
+    let top = r.table(root, String::new(), &reference::ROOT)?;
     let daemon = daemon(r, Reader::get(&top, "daemon"));
     let source = source(r, Reader::get(&top, "source"));
     let dns = dns::dns(r, Reader::get(&top, "dns"));
@@ -292,11 +289,11 @@ fn opt_table<'a, 'i>(
     r: &mut Reader<'_>,
     v: Option<&'a toml::Spanned<DeValue<'i>>>,
     path: &str,
-    keys: &[&str],
+    section: &Section,
 ) -> Option<Option<Table<'a, 'i>>> {
     match v {
         None => Some(None),
-        Some(v) => r.table(v, path.to_string(), keys).map(Some),
+        Some(v) => r.table(v, path.to_string(), section).map(Some),
     }
 }
 

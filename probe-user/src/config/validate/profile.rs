@@ -8,21 +8,9 @@ use super::{endpoint::EndpointList, health::health, read_runs, valid_name, Runs}
 use crate::config::{
     model::*,
     read::{Reader, Table},
+    reference,
 };
 use crate::status::Routing;
-
-const PROFILE_KEYS: [&str; 10] = [
-    "name",
-    "enabled",
-    "dialect",
-    "routing",
-    "max_answers",
-    "health",
-    "endpoint",
-    "dns_name",
-    "dns_ttl",
-    "aggregate",
-];
 
 pub(super) fn profile(
     r: &mut Reader<'_>,
@@ -31,7 +19,7 @@ pub(super) fn profile(
     seen: &mut HashSet<String>,
     runs: Runs<'_>,
 ) -> (Option<Profile>, Option<String>) {
-    let Some(t) = r.table(v, format!("profile[{index}]"), &PROFILE_KEYS) else {
+    let Some(t) = r.table(v, format!("profile[{index}]"), &reference::PROFILE) else {
         return (None, None);
     };
     let name = match r.string(&t, "name") {

@@ -8,6 +8,7 @@ use super::opt_table;
 use crate::config::{
     model::*,
     read::{Item, Reader},
+    reference,
 };
 use crate::kernel::{AttachMode, Hook};
 
@@ -20,8 +21,7 @@ const DEFAULT_PORTS: PortRange = PortRange {
 };
 
 pub(super) fn source(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option<Source> {
-    let keys = ["interfaces", "addresses", "port_range", "xdp_mode", "hook"];
-    let Some(t) = opt_table(r, v, "source", &keys)? else {
+    let Some(t) = opt_table(r, v, "source", &reference::SOURCE)? else {
         return Some(Source {
             interfaces: Vec::new(),
             addresses: Vec::new(),

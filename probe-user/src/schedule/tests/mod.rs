@@ -430,7 +430,7 @@ fn intervals_longer_than_one_rotation_still_fire_on_time() {
 }
 
 /// One full interval of a million checks: each fires exactly once, at or after its due time.
-/// A few seconds in a debug build; the release figure is in `examples/bench_schedule.rs`.
+/// A few seconds in a debug build; the release figure is in `bench/src/bin/schedule-virtual.rs`.
 #[test]
 #[ignore = "about 5 s in debug builds; run with --ignored"]
 fn a_million_checks_one_interval() {

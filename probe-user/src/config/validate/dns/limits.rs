@@ -9,14 +9,12 @@ use super::super::opt_table;
 use crate::config::{
     model::{DnsRateLimit, DnsTcp},
     read::{parse_duration, Reader, Table},
+    reference,
 };
-
-const RATE_KEYS: [&str; 5] = ["responses_per_second", "slip", "ipv4_prefix", "ipv6_prefix", "exempt"];
-const TCP_KEYS: [&str; 4] = ["max_clients", "max_clients_per_prefix", "idle_timeout", "max_lifetime"];
 
 pub(super) fn rate_limit(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option<DnsRateLimit> {
     let d = DnsRateLimit::default();
-    let Some(t) = opt_table(r, v, "dns.rate_limit", &RATE_KEYS)? else {
+    let Some(t) = opt_table(r, v, "dns.rate_limit", &reference::RATE_LIMIT)? else {
         return Some(d);
     };
     let rate = int(r, &t, "responses_per_second", 0, 1_000_000, "0 (off) to 1000000");
@@ -51,7 +49,7 @@ pub(super) fn rate_limit(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_
 
 pub(super) fn tcp(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option<DnsTcp> {
     let d = DnsTcp::default();
-    let Some(t) = opt_table(r, v, "dns.tcp", &TCP_KEYS)? else {
+    let Some(t) = opt_table(r, v, "dns.tcp", &reference::DNS_TCP)? else {
         return Some(d);
     };
     let max = DnsTcp::MAX_CLIENTS;

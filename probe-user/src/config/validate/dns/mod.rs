@@ -19,25 +19,13 @@ use crate::{
     config::{
         model::*,
         read::{parse_duration, Item, Reader, Table},
+        reference,
     },
     rules::is_dns_name,
 };
 
-const DNS_KEYS: [&str; 10] = [
-    "listen",
-    "zone",
-    "ttl",
-    "negative_ttl",
-    "nameserver",
-    "nameservers",
-    "rate_limit",
-    "tcp",
-    "region",
-    "geoip_db",
-];
-
 pub(super) fn dns(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option<Option<Dns>> {
-    let Some(t) = opt_table(r, v, "dns", &DNS_KEYS)? else {
+    let Some(t) = opt_table(r, v, "dns", &reference::DNS)? else {
         return Some(None);
     };
     let listen = listen(r, &t);

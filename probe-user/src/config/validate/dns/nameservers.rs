@@ -8,9 +8,8 @@ use super::absolute_name;
 use crate::config::{
     model::NameServer,
     read::{Reader, Table},
+    reference,
 };
-
-const KEYS: [&str; 2] = ["name", "addresses"];
 
 /// The name servers, or the default: `ns1.<zone>` at the `listen` addresses that are not
 /// wildcards.
@@ -36,7 +35,7 @@ pub(super) fn nameservers(
     let mut out = Vec::new();
     let mut ok = true;
     for (i, item) in items.iter().enumerate() {
-        let Some(t) = r.table(item, format!("dns.nameserver[{i}]"), &KEYS) else {
+        let Some(t) = r.table(item, format!("dns.nameserver[{i}]"), &reference::NAMESERVER) else {
             ok = false;
             continue;
         };

@@ -8,13 +8,13 @@ use crate::{
     config::{
         model::DnsRegion,
         read::{Reader, Table},
+        reference,
     },
     status::select::WORLD_REGION,
 };
 
 /// The continent codes of MaxMind's databases.
 const CONTINENTS: [&str; 7] = ["AF", "AN", "AS", "EU", "NA", "OC", "SA"];
-const REGION_KEYS: [&str; 4] = ["name", "subnets", "countries", "continents"];
 
 pub(super) fn regions(
     r: &mut Reader<'_>,
@@ -31,7 +31,7 @@ pub(super) fn regions(
     let mut out = Vec::new();
     let mut ok = true;
     for (i, item) in items.iter().enumerate() {
-        let Some(t) = r.table(item, format!("dns.region[{i}]"), &REGION_KEYS) else {
+        let Some(t) = r.table(item, format!("dns.region[{i}]"), &reference::REGION) else {
             ok = false;
             continue;
         };

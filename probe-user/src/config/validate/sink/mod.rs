@@ -16,10 +16,6 @@ use crate::{
     rules::limits::{DEFAULT_SLOTS, MAX_SLOTS},
 };
 
-const SINK_KEYS: [&str; 13] = [
-    "name", "profile", "kind", "on_stop", "family", "table", "map", "set", "slots", "socket", "backend", "down",
-    "command",
-];
 const KINDS: &str = "nftables, bpf, haproxy or exec";
 /// The keys of the haproxy and exec kinds, refused on any other kind.
 const HAPROXY_KEYS: [&str; 3] = ["socket", "backend", "down"];
@@ -55,7 +51,7 @@ fn sink(
     (profiles, resolved): (&[Option<String>], &[Option<Profile>]),
     names: &mut HashSet<String>,
 ) -> Option<Sink> {
-    let t = r.table(v, format!("sink[{index}]"), &SINK_KEYS)?;
+    let t = r.table(v, format!("sink[{index}]"), &crate::config::reference::SINK)?;
     let profile_item = r.string(&t, "profile");
     let profile = match &profile_item {
         None => {
