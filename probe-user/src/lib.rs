@@ -16,6 +16,7 @@ pub mod config;
 pub mod daemon;
 pub mod dns;
 pub mod engine;
+pub mod errors;
 pub mod hash;
 pub mod health;
 pub mod kernel;

@@ -4,10 +4,12 @@
 use std::{io::Read, os::unix::fs::MetadataExt, path::Path};
 
 /// Why a secret file was not read.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SecretFileError {
-    Read(std::io::Error),
+    #[error("cannot be read")]
+    Read(#[source] std::io::Error),
     /// What is wrong with it, as the end of "the FILE is ...".
+    #[error("{0}")]
     Refused(String),
 }
 

@@ -136,10 +136,7 @@ impl RunningDaemon {
                 let daemon = match Daemon::start(config, options).await {
                     Ok(d) => d,
                     Err(e) => {
-                        let msg = format!(
-                            "{e}: {:?}",
-                            std::error::Error::source(&e).map(std::string::ToString::to_string)
-                        );
+                        let msg = probed::errors::chain(&e);
                         let _ = ready_tx.send(Err(msg.clone()));
                         return Err(msg);
                     }

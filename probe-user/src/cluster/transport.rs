@@ -85,15 +85,19 @@ pub struct Counters {
 #[derive(Clone)]
 pub struct Key(hmac::Key);
 
+/// A key file whose secret is too short to be a key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{len} bytes long: the cluster key needs at least {MIN_KEY_BYTES}, e.g. `head -c 32 /dev/urandom | base64`")]
+pub struct ShortKey {
+    pub len: usize,
+}
+
 impl Key {
     /// A key from the key file's content (surrounding whitespace ignored).
-    pub fn new(secret: &[u8]) -> Result<Key, String> {
+    pub fn new(secret: &[u8]) -> Result<Key, ShortKey> {
         let secret = secret.trim_ascii();
         if secret.len() < MIN_KEY_BYTES {
-            return Err(format!(
-                "{} bytes long: the cluster key needs at least {MIN_KEY_BYTES}, e.g. `head -c 32 /dev/urandom | base64`",
-                secret.len()
-            ));
+            return Err(ShortKey { len: secret.len() });
         }
         Ok(Key(hmac::Key::new(hmac::HMAC_SHA256, secret)))
     }
@@ -478,7 +482,7 @@ mod tests {
 
     #[test]
     fn short_keys_are_refused() {
-        let e = Key::new(b"  short secret \n").err().unwrap();
+        let e = Key::new(b"  short secret \n").err().unwrap().to_string();
         assert!(e.contains("12 bytes") && e.contains("at least 32"), "{e}");
         assert!(Key::new(&[b'k'; 32]).is_ok());
     }

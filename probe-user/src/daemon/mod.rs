@@ -93,8 +93,10 @@ pub enum DaemonError {
     },
     #[error("no interface to send TCP/UDP probes from: set source.interfaces (the route to {target} names none)")]
     NoInterface { target: std::net::SocketAddr },
-    #[error("{0}")]
-    Unsupported(String),
+    #[error("the configuration cannot be applied")]
+    Build(#[from] table::BuildError),
+    #[error(transparent)]
+    GeoDb(#[from] crate::dns::regions::GeoDbError),
     #[error("{op}{}", path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default())]
     Io {
         op: &'static str,
@@ -112,14 +114,33 @@ pub enum DaemonError {
     InUse { what: &'static str, path: PathBuf },
     #[error("the L4 engine stopped: no TCP or UDP check can get a result any more")]
     EngineStopped,
-    #[error("sink {name}: {reason}")]
-    Sink { name: String, reason: String },
+    #[error("sink {name}")]
+    Sink {
+        name: String,
+        #[source]
+        source: crate::sinks::SinkError,
+    },
     #[error("start the DNS server")]
     Dns(#[source] crate::dns::DnsError),
-    #[error("{0}")]
-    Cluster(String),
+    #[error("cluster.key_file {}", path.display())]
+    ClusterKey {
+        path: PathBuf,
+        #[source]
+        source: ClusterKeyError,
+    },
+    #[error("start the cluster's gossip")]
+    Cluster(#[source] crate::cluster::node::NodeError),
     #[error("the daemon has stopped")]
     Stopped,
+}
+
+/// Why the cluster's key file gave no key.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterKeyError {
+    #[error(transparent)]
+    File(#[from] crate::secret::SecretFileError),
+    #[error("is {0}")]
+    Short(#[from] crate::cluster::transport::ShortKey),
 }
 
 /// Settings that do not come from the config file.

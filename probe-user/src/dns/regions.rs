@@ -13,10 +13,22 @@ use crate::config::DnsRegion;
 pub type GeoDb = maxminddb::Reader<Vec<u8>>;
 
 /// Reads and checks a GeoIP database; the error says which file and why.
-pub fn load_db(path: &Path) -> Result<Arc<GeoDb>, String> {
+pub fn load_db(path: &Path) -> Result<Arc<GeoDb>, GeoDbError> {
     maxminddb::Reader::open_readfile(path)
         .map(Arc::new)
-        .map_err(|e| format!("dns.geoip_db {}: {e}", path.display()))
+        .map_err(|source| GeoDbError {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// A GeoIP database that could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("dns.geoip_db {}", path.display())]
+pub struct GeoDbError {
+    pub path: std::path::PathBuf,
+    #[source]
+    pub source: maxminddb::MaxMindDbError,
 }
 
 #[derive(Clone, Default)]

@@ -45,7 +45,7 @@ impl Runner {
         // nothing changes.
         let mut consumers = self
             .prepare_consumers(&config)
-            .map_err(|e| RequestError::Refused(error_chain(&e)))?;
+            .map_err(|e| RequestError::Refused(crate::errors::chain(&e)))?;
         let first = match self.probe.l4.port {
             Some(_) => FirstL4::None,
             None => first_l4(
@@ -56,7 +56,7 @@ impl Runner {
             ),
         };
         self.ensure_l4(&config, first)
-            .map_err(|e| RequestError::Refused(error_chain(&e)))?;
+            .map_err(|e| RequestError::Refused(crate::errors::chain(&e)))?;
         self.switch_events(&mut consumers);
         self.next_owner = next_owner;
         self.apply(plan);
@@ -76,7 +76,8 @@ impl Runner {
 impl Runner {
     /// SIGUSR1: the events file was moved away (logrotate); open it afresh at its path.
     pub(in crate::daemon) fn reopen_events(&mut self) -> Result<(), RequestError> {
-        let sink = EventSink::open(&self.config.daemon.events).map_err(|e| RequestError::Refused(error_chain(&e)))?;
+        let sink =
+            EventSink::open(&self.config.daemon.events).map_err(|e| RequestError::Refused(crate::errors::chain(&e)))?;
         if let Some(writer) = self.consumers.events.as_mut() {
             writer.switch(sink, self.changes.seq());
         }
@@ -117,18 +118,6 @@ fn restart_needed(old: &Config, new: &Config, engine_running: bool) -> Vec<Strin
     // The running node keeps its name, address, key and share until it restarts.
     if new.cluster != old.cluster {
         out.push("cluster".to_string());
-    }
-    out
-}
-
-/// An error and its causes on one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cur = c.source();
     }
     out
 }

@@ -110,15 +110,12 @@ impl Runner {
         let s = &link.settings;
         // SAFETY: geteuid only reads the process's credentials.
         let uid = unsafe { libc::geteuid() };
-        let secret = crate::secret::read_private(&s.key_file, uid, MAX_KEY_FILE).map_err(|e| {
-            let why = match e {
-                crate::secret::SecretFileError::Read(e) => format!("cannot be read: {e}"),
-                crate::secret::SecretFileError::Refused(why) => why,
-            };
-            DaemonError::Cluster(format!("cluster.key_file {}: {why}", s.key_file.display()))
-        })?;
-        let key = Key::new(&secret)
-            .map_err(|why| DaemonError::Cluster(format!("cluster.key_file {} is {why}", s.key_file.display())))?;
+        let key_error = |source: crate::daemon::ClusterKeyError| DaemonError::ClusterKey {
+            path: s.key_file.clone(),
+            source,
+        };
+        let secret = crate::secret::read_private(&s.key_file, uid, MAX_KEY_FILE).map_err(|e| key_error(e.into()))?;
+        let key = Key::new(&secret).map_err(|e| key_error(e.into()))?;
         let settings = Settings {
             node: s.node.clone(),
             region: s.region.clone(),
@@ -131,7 +128,7 @@ impl Runner {
         };
         let own = own_verdicts(&self.table);
         let (tx, rx) = mpsc::unbounded_channel();
-        let node = Node::start(settings, own, tx).map_err(|e| DaemonError::Cluster(format!("{e:#}")))?;
+        let node = Node::start(settings, own, tx).map_err(DaemonError::Cluster)?;
         link.node = Some(node);
         link.rx = Some(rx);
         Ok(())

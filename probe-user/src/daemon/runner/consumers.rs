@@ -61,7 +61,7 @@ impl Runner {
             .then(|| EventSink::open(&config.daemon.events))
             .transpose()?;
         Ok(Prepared {
-            regions: super::dns::regions(config.dns.as_ref()).map_err(DaemonError::Unsupported)?,
+            regions: super::dns::regions(config.dns.as_ref())?,
             sinks: self.prepare_sinks(&config.sinks)?,
             events,
         })

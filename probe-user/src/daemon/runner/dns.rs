@@ -13,7 +13,7 @@ use crate::{
 };
 
 /// The regions of `dns`, its GeoIP database read; the error names the file.
-pub(in crate::daemon) fn regions(dns: Option<&Dns>) -> Result<Regions, String> {
+pub(in crate::daemon) fn regions(dns: Option<&Dns>) -> Result<Regions, crate::dns::regions::GeoDbError> {
     let Some(dns) = dns else {
         return Ok(Regions::default());
     };

@@ -315,8 +315,7 @@ impl Runner {
         // The engine first, the table after: loading probe_rx parses the kernel's whole BTF
         // (aya, ~15 MB for a moment), which should not come on top of a built fleet.
         runner.ensure_l4(&settings, first_l4(config_specs(&runner.config), &settings))?;
-        let plan = table::plan(&runner.config, None, &Table::default(), &saved, &mut runner.next_owner)
-            .map_err(|e| DaemonError::Unsupported(e.to_string()))?;
+        let plan = table::plan(&runner.config, None, &Table::default(), &saved, &mut runner.next_owner)?;
         let consumers = runner.prepare_consumers(&settings)?;
         runner.probe.registered_ns = Some(runner.now());
         runner.apply(plan);

@@ -25,9 +25,9 @@ impl Runner {
             if self.consumers.sinks.iter().any(|r| r.cfg == *cfg) {
                 continue;
             }
-            let sink = sinks::open(cfg, &self.config.daemon.pin_dir).map_err(|e| DaemonError::Sink {
+            let sink = sinks::open(cfg, &self.config.daemon.pin_dir).map_err(|source| DaemonError::Sink {
                 name: cfg.name.clone(),
-                reason: e.to_string(),
+                source,
             })?;
             out.push((cfg.clone(), sink));
         }
