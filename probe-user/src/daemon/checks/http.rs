@@ -1,0 +1,124 @@
+//! HTTP(S) checks through `crate::probe::http`: the resolved config's typed values are handed
+//! over as they are, so neither the prober's dialect defaults nor its text parsing apply.
+use std::{sync::Arc, time::Duration};
+
+use super::ProbeReport;
+use crate::{
+    config::{Endpoint, HttpCheck as HttpSettings},
+    engine::L4Outcome,
+    probe::http::{
+        request::DEFAULT_BODY_LIMIT, HttpCheck, HttpCheckError, HttpCheckParts, HttpOutcome, Phase, Scheme,
+        StatusSet, TlsVerify,
+    },
+};
+
+/// A ready HTTP(S) check, shared by every probe of one check.
+#[derive(Clone, Debug)]
+pub struct HttpProbe {
+    check: Arc<HttpCheck>,
+}
+
+impl HttpProbe {
+    /// The check the profile's HTTP settings describe for `endpoint`.
+    pub fn prepare(h: &HttpSettings, timeout: Duration, endpoint: &Endpoint) -> Result<HttpProbe, HttpCheckError> {
+        let check = HttpCheck::from_parts(HttpCheckParts {
+            scheme: if h.tls { Scheme::Https } else { Scheme::Http },
+            method: h.method,
+            path: h.path.clone(),
+            host: h.host.clone(),
+            profile_headers: h.headers.clone(),
+            endpoint_headers: endpoint.headers().to_vec(),
+            status: h.healthy_status.clone(),
+            body_match: h.body_match.clone(),
+            body_limit: DEFAULT_BODY_LIMIT,
+            timeout,
+            // SPEC 1 (tm): the certificate must be present but is not validated.
+            tls: TlsVerify::Presented,
+        })?;
+        Ok(HttpProbe { check: Arc::new(check) })
+    }
+
+    pub fn check(&self) -> &HttpCheck {
+        &self.check
+    }
+
+    /// How long one probe of this check may take.
+    pub fn timeout(&self) -> Duration {
+        self.check.timeout()
+    }
+
+    /// The request probe_rx sends for this check to `target`, when the check can run in
+    /// the kernel: plain HTTP, the status alone decides (no body to match), and the
+    /// request fits a template.
+    pub fn kernel_request(&self, target: std::net::SocketAddr) -> Option<Arc<[u8]>> {
+        if self.check.scheme() != Scheme::Http || self.check.expect_body().is_some() {
+            return None;
+        }
+        let request = crate::probe::http::render_request(&self.check, target);
+        (request.len() <= probe_common::http::HTTP_REQ_MAX).then(|| Arc::from(request))
+    }
+
+    /// The report of a probe the kernel ran, in the socket prober's words.
+    pub fn kernel_report(&self, outcome: L4Outcome, elapsed: Duration) -> ProbeReport {
+        let o = kernel_outcome(outcome, self.check.status());
+        ProbeReport {
+            healthy: o.healthy(),
+            outcome: (&o).into(),
+            elapsed,
+            reason: Arc::from(o.to_string()),
+        }
+    }
+}
+
+/// What a kernel HTTP probe's outcome means for a check whose healthy statuses are `status`.
+pub(super) fn kernel_outcome(o: L4Outcome, status: &StatusSet) -> HttpOutcome {
+    match o {
+        L4Outcome::HttpStatus { status: s } if status.contains(s) => HttpOutcome::Passed(s),
+        L4Outcome::HttpStatus { status: s } => HttpOutcome::BadStatus(s),
+        L4Outcome::Refused => HttpOutcome::Refused,
+        L4Outcome::Unreachable { .. } => HttpOutcome::Unreachable,
+        L4Outcome::Timeout => HttpOutcome::Timeout(Phase::Connect),
+        L4Outcome::HttpResponseTimeout => HttpOutcome::Timeout(Phase::Response),
+        L4Outcome::HttpReset => HttpOutcome::Reset,
+        L4Outcome::HttpClosed => HttpOutcome::Closed,
+        L4Outcome::HttpMalformed => {
+            HttpOutcome::Protocol("the response does not start with an HTTP/1.x status line".into())
+        }
+        L4Outcome::NoRoute => HttpOutcome::Connect("no route to the target".into()),
+        L4Outcome::LocalError { errno } => {
+            HttpOutcome::LocalError(std::io::Error::from_raw_os_error(errno).to_string())
+        }
+        // Neither comes for an HTTP probe (Open: the kernel answers the SYN+ACK with the
+        // request; Silent is UDP's); no verdict rather than a made-up one.
+        L4Outcome::HttpUnsupported | L4Outcome::HttpUndecided { .. } | L4Outcome::Open | L4Outcome::Silent => {
+            HttpOutcome::LocalError(format!("the kernel could not run this HTTP probe ({o})"))
+        }
+    }
+}
+
+/// Runs HTTP(S) probes; cheap to clone into each probe task.
+#[derive(Clone, Default)]
+pub struct HttpProber(Arc<crate::probe::http::HttpProber>);
+
+impl HttpProber {
+    pub fn new() -> Self {
+        Self(Arc::new(crate::probe::http::HttpProber::new()))
+    }
+
+    /// Runs one probe, within `budget` when that is shorter than the check's timeout.
+    pub async fn probe(
+        &self,
+        target: std::net::SocketAddr,
+        probe: &HttpProbe,
+        budget: Option<std::time::Duration>,
+    ) -> ProbeReport {
+        let budget = budget.map_or(probe.check.timeout(), |b| b.min(probe.check.timeout()));
+        let r = self.0.probe_within(target, &probe.check, budget).await;
+        ProbeReport {
+            healthy: r.healthy(),
+            outcome: (&r.outcome).into(),
+            elapsed: r.elapsed,
+            reason: Arc::from(r.outcome.to_string()),
+        }
+    }
+}

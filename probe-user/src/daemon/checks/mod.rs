@@ -1,0 +1,188 @@
+//! What a check sends, per kind: TCP and UDP go to the kernel L4 engine in batches, HTTP(S)
+//! to the HTTP prober as tasks. `CheckSpec::resolve` turns a profile and endpoint of the
+//! resolved config into one, with the key that makes identical checks (same address, port,
+//! kind and parameters) shared.
+pub mod http;
+mod identity;
+#[cfg(test)]
+mod tests;
+
+pub use identity::CheckKey;
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+    time::Duration,
+};
+
+use crate::{
+    config::{Endpoint, Probe, Profile, Protocol},
+    engine::L4Proto,
+    probe::http::HttpCheckError,
+};
+
+/// A check the resolved config describes but this build cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckSpecError {
+    /// The HTTP prober refused values the config reader accepted; both follow `crate::rules`,
+    /// so this means a prober-only limit (body, timeout) was crossed.
+    #[error("profile {profile:?} endpoint {endpoint:?}: {source}")]
+    Http {
+        profile: String,
+        endpoint: String,
+        source: HttpCheckError,
+    },
+}
+
+/// The kind-specific part of a check.
+#[derive(Clone, Debug)]
+pub enum ProbeKind {
+    /// SYN or one UDP datagram through the L4 engine.
+    L4(L4Proto),
+    /// A request through the HTTP prober.
+    Http(http::HttpProbe),
+    /// UDP request/response: a datagram whose reply must contain a string (a socket per probe).
+    UdpExchange(Arc<crate::probe::udp::UdpRequest>),
+}
+
+/// One check, independent of who owns it, and its identity.
+#[derive(Clone, Debug)]
+pub struct CheckSpec {
+    /// The hashes of the key text `resolve` returns with it: a check is known by this.
+    key: CheckKey,
+    /// Where it goes, as an address and a port beside the protocol: a `SocketAddr` took 32
+    /// bytes with room for an IPv6 flow label and scope id never set for an endpoint.
+    ip: IpAddr,
+    port: u16,
+    pub protocol: Protocol,
+    /// The probe's timeout in whole microseconds (at most a minute, `rules::limits`; it
+    /// saturates at 71): 4 bytes where a `Duration` took 16.
+    timeout_us: u32,
+    pub kind: ProbeKind,
+}
+
+/// The verdict of one probe, whatever its kind.
+#[derive(Clone, Debug)]
+pub struct ProbeReport {
+    pub healthy: bool,
+    pub outcome: crate::outcome::Outcome,
+    /// Reply round-trip time, or how long the probe waited.
+    pub elapsed: Duration,
+    pub reason: Arc<str>,
+}
+
+// One allocation per endpoint, shared with the scheduler: with its reference counts it fits
+// mimalloc's 80-byte class, its key included (a target and a scheduler entry held the key
+// before, 16 bytes each).
+const _: () = assert!(std::mem::size_of::<CheckSpec>() <= 64);
+
+impl CheckSpec {
+    /// Where the check goes.
+    pub fn target(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, self.port)
+    }
+
+    /// The check's identity: equal for checks that may share probes.
+    pub fn key(&self) -> CheckKey {
+        self.key
+    }
+
+    /// The probe's timeout, in whole microseconds.
+    pub fn timeout_us(&self) -> u32 {
+        self.timeout_us
+    }
+
+    /// The check for `endpoint` of `profile`, and its sharing key (see [`Specs::resolve`]).
+    pub fn resolve(profile: &Profile, endpoint: &Endpoint) -> Result<Resolved, CheckSpecError> {
+        Specs::new(profile).resolve(endpoint)
+    }
+
+    /// What a state file written before the key text's version `k2` holds for this check.
+    /// Only a saved target that does not match the current key needs it.
+    pub fn legacy_fingerprint(profile: &Profile, endpoint: &Endpoint) -> String {
+        crate::hash::fingerprint(&identity::Parts::of(profile, endpoint).legacy())
+    }
+}
+
+/// One endpoint's check, resolved.
+pub struct Resolved {
+    /// The key text (`identity`), from which `spec.key()` is hashed.
+    pub text: String,
+    pub spec: CheckSpec,
+}
+
+/// Resolves one profile's checks, endpoint after endpoint, sharing what endpoints without
+/// settings of their own have in common: one prepared HTTP check for all of them instead of
+/// one each (~320 bytes per endpoint: its path, URI, status set and headers).
+pub struct Specs<'p> {
+    profile: &'p Profile,
+    /// The HTTP check of the profile's endpoints that add no headers.
+    http: Option<http::HttpProbe>,
+}
+
+impl<'p> Specs<'p> {
+    pub fn new(profile: &'p Profile) -> Self {
+        Specs { profile, http: None }
+    }
+
+    pub fn profile(&self) -> &'p Profile {
+        self.profile
+    }
+
+    /// The check for `endpoint`, and its sharing key.
+    ///
+    /// The key is stored in the state file to decide whether saved health can be resumed: it
+    /// must not change for an unchanged check, and must change with any parameter.
+    pub fn resolve(&mut self, endpoint: &Endpoint) -> Result<Resolved, CheckSpecError> {
+        let profile = self.profile;
+        let health = &profile.health;
+        let target = endpoint.socket_addr();
+        let kind = match &health.probe {
+            Probe::Tcp => ProbeKind::L4(L4Proto::Tcp),
+            Probe::Udp(udp) => {
+                let payload: Arc<[u8]> = Arc::from(udp.request.as_bytes());
+                match &udp.response {
+                    // Request/response mode: the reply's content decides, so a socket reads it.
+                    Some(expect) => ProbeKind::UdpExchange(Arc::new(crate::probe::udp::UdpRequest {
+                        target,
+                        send: payload,
+                        expect: Arc::from(expect.as_bytes()),
+                        timeout: health.timeout,
+                        source: None,
+                    })),
+                    None => ProbeKind::L4(L4Proto::Udp { payload }),
+                }
+            }
+            Probe::Http(h) => {
+                let shared = endpoint.headers().is_empty();
+                let probe = match &self.http {
+                    Some(probe) if shared => probe.clone(),
+                    _ => {
+                        let probe = http::HttpProbe::prepare(h, health.timeout, endpoint).map_err(|source| {
+                            CheckSpecError::Http {
+                                profile: profile.name.clone(),
+                                endpoint: endpoint.name.to_string(),
+                                source,
+                            }
+                        })?;
+                        if shared {
+                            self.http = Some(probe.clone());
+                        }
+                        probe
+                    }
+                };
+                ProbeKind::Http(probe)
+            }
+        };
+        let text = identity::Parts::of(profile, endpoint).text();
+        let spec = CheckSpec {
+            key: CheckKey::of(&text),
+            ip: target.ip(),
+            port: target.port(),
+            protocol: health.protocol(),
+            timeout_us: u32::try_from(health.timeout.as_micros()).unwrap_or(u32::MAX),
+            kind,
+        };
+        Ok(Resolved { text, spec })
+    }
+}
