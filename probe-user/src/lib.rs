@@ -6,29 +6,29 @@
 //! dialects, thresholds and HTTP limits that `config` and `probe` share), `status`
 //! (monitor status and selection), and the product on top: `daemon` (runner, events,
 //! persistence), `api` (HTTP JSON), `metrics` (Prometheus).
-pub mod accept;
+pub(crate) mod accept;
 pub mod alloc;
 pub mod api;
 pub mod changes;
 pub mod clock;
-pub mod cluster;
+pub(crate) mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod dns;
 pub mod engine;
 pub mod errors;
-pub mod hash;
-pub mod health;
+pub(crate) mod hash;
+pub(crate) mod health;
 pub mod kernel;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod outcome;
-pub mod prefetch;
+pub(crate) mod prefetch;
 pub mod probe;
 pub mod render;
-pub mod rng;
+pub(crate) mod rng;
 pub mod rules;
 pub mod schedule;
-pub mod secret;
+pub(crate) mod secret;
 pub mod sinks;
 pub mod status;
-pub mod wire_enum;
+pub(crate) mod wire_enum;

@@ -90,6 +90,7 @@ pub fn decode(value: &str) -> Result<Vec<(u64, Verdict)>, DecodeError> {
 
 /// A node's verdicts split into buckets: `(bucket, value)` for every bucket of `buckets`,
 /// empty buckets included (their key must still replace an older value).
+#[cfg(test)]
 pub fn buckets(verdicts: &[(u64, Verdict)], buckets: u32) -> Vec<(u32, String)> {
     let mut by_bucket: Vec<Vec<(u64, Verdict)>> = vec![Vec::new(); buckets as usize];
     for &(check, v) in verdicts {

@@ -325,6 +325,8 @@ pub struct HttpCheck {
 }
 
 impl HttpCheck {
+    /// Whether `code` is in the healthy set (the config tests' shorthand).
+    #[cfg(test)]
     pub fn status_ok(&self, code: u16) -> bool {
         self.healthy_status.iter().any(|r| r.contains(code))
     }

@@ -61,24 +61,8 @@ const WRITER_NICE: i32 = 10;
 /// value per thread; it starts at the process's). A failure leaves it as it was: priority is
 /// an optimisation, never a reason not to write.
 fn lower_this_thread() {
-    // SAFETY: gettid, getpriority and setpriority take and return plain integers; who = 0
-    // would mean the whole process, so the thread's own id is passed. getpriority's -1 is a
-    // valid nice value, so errno is cleared before and read after.
-    let rc = unsafe {
-        let tid = libc::gettid() as libc::id_t;
-        *libc::__errno_location() = 0;
-        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
-        if now == -1 && *libc::__errno_location() != 0 {
-            -1
-        } else {
-            libc::setpriority(libc::PRIO_PROCESS, tid, (now + WRITER_NICE).min(19))
-        }
-    };
-    if rc != 0 {
-        log::debug!(
-            "cannot lower a writer thread's priority: {}",
-            std::io::Error::last_os_error()
-        );
+    if let Err(e) = crate::kernel::process::lower_this_thread(WRITER_NICE) {
+        log::debug!("cannot lower a writer thread's priority: {e}");
     }
 }
 

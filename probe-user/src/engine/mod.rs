@@ -338,8 +338,7 @@ impl L4Engine {
             sources: &sources,
             sport_min: cfg.sport_min,
             sport_max: cfg.sport_max,
-            // SAFETY: geteuid has no preconditions and cannot fail.
-            uid: unsafe { libc::geteuid() },
+            uid: crate::kernel::process::euid(),
         };
         let notrack = NotrackTable::install_or_warn(&cfg.pin_dir, &guard);
         let state = run::EngineState::new(&cfg, results_tx, wake.clone())?;

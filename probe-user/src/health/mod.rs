@@ -5,7 +5,7 @@ pub mod window;
 
 use std::{sync::Arc, time::Duration};
 
-pub use crate::rules::{ThresholdError, Thresholds};
+pub use crate::rules::Thresholds;
 pub use window::{fail_window, mean_response_time, success_window, ProbeTiming};
 
 use crate::schedule::Cadence;
@@ -60,13 +60,6 @@ pub struct Transition {
     pub formula_window: Duration,
 }
 
-/// A transition with the target it belongs to, as published to the status model.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TargetEvent<T> {
-    pub target: T,
-    pub transition: Transition,
-}
-
 /// Threshold state of one target.
 ///
 /// Only results that push toward a change are kept: a Healthy target seeing successes (or an
@@ -94,6 +87,7 @@ pub struct Rules {
 
 impl Tracker {
     /// A tracker in `CheckingEndpoint`.
+    #[cfg(test)]
     pub fn new(thresholds: Thresholds, timing: ProbeTiming) -> Self {
         Self::resume(&Arc::new(Rules { thresholds, timing }), HealthState::CheckingEndpoint)
     }

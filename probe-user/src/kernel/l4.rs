@@ -396,11 +396,6 @@ impl L4Kernel {
         }
         Ok(total)
     }
-
-    /// Live in-flight entries (walks the table: for tests and inspection, not the hot path).
-    pub fn inflight_len(&self) -> usize {
-        self.inflight.keys().count()
-    }
 }
 
 const XDP_PASS: u32 = 2;

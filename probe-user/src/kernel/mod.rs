@@ -10,6 +10,7 @@ pub mod nft;
 pub mod notrack;
 pub mod pin;
 pub mod ports;
+pub mod process;
 pub mod rx;
 pub mod sys;
 

@@ -278,6 +278,8 @@ pub const CLUSTER_BYTES: Metric = Metric::counter(
     "Bytes of gossip sent and received (whole datagrams)",
     &["direction"],
 );
+/// Every metric, for the catalog's own tests.
+#[cfg(test)]
 pub const ALL: &[&Metric] = &[
     &PROBES_SENT,
     &PROBE_RESULTS,

@@ -5,7 +5,7 @@
 pub mod catalog;
 pub mod kernel;
 
-use std::{collections::BTreeMap, fmt::Write, time::Duration};
+use std::{collections::BTreeMap, fmt::Write};
 
 pub use catalog::{Kind, Metric};
 
@@ -140,7 +140,8 @@ impl Registry {
 
     /// Records one observation in a histogram (a batch of one; hot paths gather a
     /// `Histogram` and `merge` it).
-    pub fn observe(&mut self, metric: &'static Metric, labels: Labels, v: Duration) {
+    #[cfg(test)]
+    pub fn observe(&mut self, metric: &'static Metric, labels: Labels, v: std::time::Duration) {
         let Kind::Histogram(bounds) = metric.kind else {
             debug_assert!(false, "{} is not a histogram", metric.name);
             return;
@@ -161,7 +162,8 @@ impl Registry {
         }
     }
 
-    /// A counter's value, for tests and the status summary.
+    /// A counter's value, for tests.
+    #[cfg(test)]
     pub fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
         match self.families.get(name) {
             Some((_, Family::Counter(m))) => m
@@ -228,6 +230,7 @@ fn escape(v: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     const X: Metric = Metric::counter("probed_x_total", "x", &["kind"]);
     const G: Metric = Metric::gauge("probed_g", "g", &["path"]);

@@ -80,11 +80,6 @@ impl Wheel {
         self.len == 0
     }
 
-    /// Time one full rotation covers.
-    pub fn span_ns(&self) -> u64 {
-        self.tick_ns.saturating_mul(self.mask + 1)
-    }
-
     /// When `idx` is due, if it is scheduled.
     pub fn due(&self, idx: u32) -> Option<u64> {
         self.links.get(idx as usize).filter(|l| l.slot != NIL).map(|l| l.due_ns)

@@ -288,8 +288,7 @@ impl Sink for ExecSink {
                 program.display()
             )));
         }
-        // SAFETY: geteuid only reads the process's credentials.
-        let me = unsafe { libc::geteuid() };
+        let me = crate::kernel::process::euid();
         confine::check_path(program, me)
             .map_err(|e| SinkError::Setup(format!("exec sink: refusing to run {}: {e}", program.display())))
     }

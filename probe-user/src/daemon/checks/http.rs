@@ -7,8 +7,8 @@ use crate::{
     config::{Endpoint, HttpCheck as HttpSettings},
     engine::L4Outcome,
     probe::http::{
-        request::DEFAULT_BODY_LIMIT, HttpCheck, HttpCheckError, HttpCheckParts, HttpOutcome, Phase, Scheme,
-        StatusSet, TlsVerify,
+        request::DEFAULT_BODY_LIMIT, HttpCheck, HttpCheckError, HttpCheckParts, HttpOutcome, Phase, Scheme, StatusSet,
+        TlsVerify,
     },
 };
 

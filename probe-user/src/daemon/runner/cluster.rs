@@ -108,8 +108,7 @@ impl Runner {
             return Ok(());
         };
         let s = &link.settings;
-        // SAFETY: geteuid only reads the process's credentials.
-        let uid = unsafe { libc::geteuid() };
+        let uid = crate::kernel::process::euid();
         let key_error = |source: crate::daemon::ClusterKeyError| DaemonError::ClusterKey {
             path: s.key_file.clone(),
             source,

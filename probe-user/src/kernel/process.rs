@@ -1,0 +1,48 @@
+//! The process's own credentials and its threads' priority: the libc calls the daemon makes
+//! about itself, each behind a safe function.
+use std::io;
+
+/// The process's effective uid (who owns the files it may trust: key files, exec programs).
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Lowers the calling thread's priority by `by` nice levels from where it is (at most to 19).
+/// Linux keeps a nice value per thread, which starts at the process's.
+pub fn lower_this_thread(by: i32) -> io::Result<()> {
+    // SAFETY: gettid, getpriority and setpriority take and return plain integers; who = 0
+    // would mean the whole process, so the thread's own id is passed. getpriority's -1 is a
+    // valid nice value, so errno is cleared before and read after.
+    let rc = unsafe {
+        let tid = libc::gettid() as libc::id_t;
+        *libc::__errno_location() = 0;
+        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+        if now == -1 && *libc::__errno_location() != 0 {
+            -1
+        } else {
+            libc::setpriority(libc::PRIO_PROCESS, tid, (now + by).min(19))
+        }
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_thread_lowers_its_own_priority_only() {
+        let main_nice = || {
+            // SAFETY: as above; the process's (main thread's) nice value.
+            unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+        };
+        let before = main_nice();
+        std::thread::spawn(|| super::lower_this_thread(1).unwrap())
+            .join()
+            .unwrap();
+        assert_eq!(main_nice(), before, "the other threads keep theirs");
+    }
+}
