@@ -12,7 +12,7 @@ use std::{
 use aya::maps::{Array, Map, MapData};
 use probe_common::slots::{SlotBackend, SlotControl, SLOT_ABI_VERSION, SLOT_MIN_FLIP_NS};
 
-use super::{desired_slots, Sink, SinkError, SyncReport};
+use super::{desired_slots, Sink, SinkError, SinkFault, SyncReport};
 use crate::{config::BpfSink as BpfConfig, sinks::model::ProfileModel};
 
 pub struct BpfSink {
@@ -61,7 +61,7 @@ impl BpfSink {
     fn control(&self) -> Result<SlotControl, SinkError> {
         self.ctl
             .get(&0, 0)
-            .map_err(|e| SinkError::Data(format!("read {}: {e}", self.paths.1.display())))
+            .map_err(|e| SinkError::new(SinkFault::Data, format!("read {}", self.paths.1.display())).because(e))
     }
 
     /// One half (0 or 1), as backends.
@@ -72,7 +72,7 @@ impl BpfSink {
                 self.table
                     .get(&(base + i), 0)
                     .map(|b| backend(&b))
-                    .map_err(|e| SinkError::Data(format!("read {}: {e}", self.paths.0.display())))
+                    .map_err(|e| SinkError::new(SinkFault::Data, format!("read {}", self.paths.0.display())).because(e))
             })
             .collect()
     }
@@ -112,7 +112,7 @@ impl BpfSink {
             let entry = b.map(entry).unwrap_or_default();
             self.table
                 .set(base + i as u32, entry, 0)
-                .map_err(|e| SinkError::Write(format!("{}: {e}", self.paths.0.display())))?;
+                .map_err(|e| SinkError::new(SinkFault::Write, self.paths.0.display().to_string()).because(e))?;
         }
         // The half just retired must stay untouched for a while: readers may be in it.
         let wait = self.next_flip.saturating_duration_since(Instant::now());
@@ -126,7 +126,7 @@ impl BpfSink {
         };
         self.ctl
             .set(0, next, 0)
-            .map_err(|e| SinkError::Write(format!("{}: {e}", self.paths.1.display())))?;
+            .map_err(|e| SinkError::new(SinkFault::Write, self.paths.1.display().to_string()).because(e))?;
         self.next_flip = Instant::now() + Duration::from_nanos(SLOT_MIN_FLIP_NS);
         Ok(next)
     }
@@ -140,7 +140,9 @@ impl Sink for BpfSink {
     fn check(&mut self) -> Result<(), SinkError> {
         let ctl = self.control()?;
         if ctl.version != SLOT_ABI_VERSION || ctl.slots != self.cfg.slots || self.table.len() != 2 * self.cfg.slots {
-            return Err(SinkError::WrongType(format!(
+            return Err(SinkError::new(
+                SinkFault::WrongType,
+                format!(
                 "{} holds ABI version {} with {} slots in {} entries; this sink writes version {SLOT_ABI_VERSION} with \
                  {} slots: remove the two pins (rm {} {}) or change slots",
                 self.paths.0.display(),
@@ -150,7 +152,8 @@ impl Sink for BpfSink {
                 self.cfg.slots,
                 self.paths.0.display(),
                 self.paths.1.display()
-            )));
+            ),
+            ));
         }
         Ok(())
     }
@@ -214,38 +217,45 @@ fn backend(b: &SlotBackend) -> Option<SocketAddr> {
     }
 }
 
+/// A set-up step `what` that failed with `e`.
+fn setup(what: impl Into<String>, e: impl std::error::Error + Send + Sync + 'static) -> SinkError {
+    SinkError::new(SinkFault::Setup, what).because(e)
+}
+
 /// Creates the two arrays, writes the control entry and pins both.
 fn create((table_path, ctl_path): &(PathBuf, PathBuf), slots: u32) -> Result<(), SinkError> {
-    let setup = |what: &str, e: &dyn std::fmt::Display| SinkError::Setup(format!("{what}: {e}"));
     if let Some(dir) = table_path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| setup(&format!("create {}", dir.display()), &e))?;
+        std::fs::create_dir_all(dir).map_err(|e| setup(format!("create {}", dir.display()), e))?;
     }
-    let table = Array::<MapData, SlotBackend>::create(2 * slots, 0).map_err(|e| setup("create the slot array", &e))?;
-    let mut ctl = Array::<MapData, SlotControl>::create(1, 0).map_err(|e| setup("create the control array", &e))?;
+    let table = Array::<MapData, SlotBackend>::create(2 * slots, 0).map_err(|e| setup("create the slot array", e))?;
+    let mut ctl = Array::<MapData, SlotControl>::create(1, 0).map_err(|e| setup("create the control array", e))?;
     let first = SlotControl {
         version: SLOT_ABI_VERSION,
         slots,
         ..SlotControl::default()
     };
-    ctl.set(0, first, 0).map_err(|e| setup("write the control entry", &e))?;
+    ctl.set(0, first, 0).map_err(|e| setup("write the control entry", e))?;
     table
         .pin(table_path)
-        .map_err(|e| setup(&format!("pin {}", table_path.display()), &e))?;
+        .map_err(|e| setup(format!("pin {}", table_path.display()), e))?;
     ctl.pin(ctl_path).map_err(|e| {
         let _ = std::fs::remove_file(table_path);
-        setup(&format!("pin {}", ctl_path.display()), &e)
+        setup(format!("pin {}", ctl_path.display()), e)
     })
 }
 
 fn open_array<V: aya::Pod>(path: &Path) -> Result<Array<MapData, V>, SinkError> {
-    let fail = |e: &dyn std::fmt::Display| SinkError::Missing(format!("{}: {e}", path.display()));
-    let data = MapData::from_pin(path).map_err(|e| fail(&e))?;
-    let map = Map::from_map_data(data).map_err(|e| fail(&e))?;
+    let missing = || SinkError::new(SinkFault::Missing, path.display().to_string());
+    let data = MapData::from_pin(path).map_err(|e| missing().because(e))?;
+    let map = Map::from_map_data(data).map_err(|e| missing().because(e))?;
     Array::try_from(map).map_err(|e| {
-        SinkError::WrongType(format!(
-            "{} is not an array of {}-byte values: {e}",
-            path.display(),
-            std::mem::size_of::<V>()
-        ))
+        SinkError::new(
+            SinkFault::WrongType,
+            format!(
+                "{} is not an array of {}-byte values: {e}",
+                path.display(),
+                std::mem::size_of::<V>()
+            ),
+        )
     })
 }

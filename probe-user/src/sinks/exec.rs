@@ -39,7 +39,7 @@ use std::{
 
 use serde::Serialize;
 
-use super::{Sink, SinkError, SyncReport};
+use super::{Sink, SinkError, SinkFault, SyncReport};
 use crate::{changes::EndpointState, config::ExecSink as Config, sinks::model::ProfileModel};
 
 /// Longest a sync waits for the program to take its lines.
@@ -204,12 +204,15 @@ impl ExecSink {
     fn start(&mut self) -> Result<(), SinkError> {
         let now = Instant::now();
         if now < self.not_before {
-            return Err(SinkError::Write(format!(
-                "{} {}; starting it again in {:.1?}",
-                self.program(),
-                self.last_exit.as_deref().unwrap_or("exited"),
-                self.not_before - now
-            )));
+            return Err(SinkError::new(
+                SinkFault::Write,
+                format!(
+                    "{} {}; starting it again in {:.1?}",
+                    self.program(),
+                    self.last_exit.as_deref().unwrap_or("exited"),
+                    self.not_before - now
+                ),
+            ));
         }
         // Again at every start: a file made writable since the last one is not run.
         self.check()?;
@@ -217,7 +220,7 @@ impl ExecSink {
         let stdout = std::io::stderr()
             .as_fd()
             .try_clone_to_owned()
-            .map_err(|e| SinkError::Setup(format!("exec sink: duplicate stderr: {e}")))?;
+            .map_err(|e| SinkError::new(SinkFault::Setup, "exec sink: duplicate stderr").because(e))?;
         let mut command = Command::new(self.program());
         command
             .args(&self.cfg.command[1..])
@@ -229,14 +232,17 @@ impl ExecSink {
         let mut child = command.spawn().map_err(|e| {
             self.not_before = Instant::now() + self.delay;
             self.delay = (self.delay * 2).min(RESTART_MAX);
-            SinkError::Setup(format!("exec sink: cannot start {}: {e}", self.program()))
+            SinkError::new(SinkFault::Setup, format!("exec sink: cannot start {}", self.program())).because(e)
         })?;
         let Some(stdin) = child.stdin.take() else {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(SinkError::Setup("exec sink: the program has no stdin pipe".into()));
+            return Err(SinkError::new(
+                SinkFault::Setup,
+                "exec sink: the program has no stdin pipe",
+            ));
         };
-        set_nonblocking(&stdin).map_err(|e| SinkError::Setup(format!("exec sink: stdin pipe: {e}")))?;
+        set_nonblocking(&stdin).map_err(|e| SinkError::new(SinkFault::Setup, "exec sink: stdin pipe").because(e))?;
         log::info!("exec sink: started {} (pid {})", self.program(), child.id());
         self.running = Some(Running {
             child,
@@ -250,7 +256,7 @@ impl ExecSink {
     /// Writes `lines` to the program, waiting at most `WRITE_TIMEOUT` for it to take them.
     fn send(&mut self, lines: &[String]) -> Result<(), SinkError> {
         let Some(r) = &mut self.running else {
-            return Err(SinkError::Write("exec sink: no program running".into()));
+            return Err(SinkError::new(SinkFault::Write, "exec sink: no program running"));
         };
         let mut text = lines.join("\n");
         text.push('\n');
@@ -263,11 +269,14 @@ impl ExecSink {
             // A closed pipe usually means the program has exited: say how, if it has.
             self.reap();
             self.kill(&why);
-            return Err(SinkError::Write(format!(
-                "exec sink {}: {}",
-                self.program(),
-                self.last_exit.as_deref().unwrap_or(&why)
-            )));
+            return Err(SinkError::new(
+                SinkFault::Write,
+                format!(
+                    "exec sink {}: {}",
+                    self.program(),
+                    self.last_exit.as_deref().unwrap_or(&why)
+                ),
+            ));
         }
         Ok(())
     }
@@ -280,17 +289,23 @@ impl Sink for ExecSink {
 
     fn check(&mut self) -> Result<(), SinkError> {
         let program = Path::new(self.program());
-        let meta = std::fs::metadata(program)
-            .map_err(|e| SinkError::Missing(format!("exec sink: program {}: {e}", program.display())))?;
+        let meta = std::fs::metadata(program).map_err(|e| {
+            SinkError::new(SinkFault::Missing, format!("exec sink: program {}", program.display())).because(e)
+        })?;
         if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
-            return Err(SinkError::WrongType(format!(
-                "exec sink: {} is not an executable file",
-                program.display()
-            )));
+            return Err(SinkError::new(
+                SinkFault::WrongType,
+                format!("exec sink: {} is not an executable file", program.display()),
+            ));
         }
         let me = crate::kernel::process::euid();
-        confine::check_path(program, me)
-            .map_err(|e| SinkError::Setup(format!("exec sink: refusing to run {}: {e}", program.display())))
+        confine::check_path(program, me).map_err(|e| {
+            SinkError::new(
+                SinkFault::Setup,
+                format!("exec sink: refusing to run {}", program.display()),
+            )
+            .because(e)
+        })
     }
 
     fn sync(&mut self, model: &ProfileModel) -> Result<SyncReport, SinkError> {

@@ -26,7 +26,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Sink, SinkError, SyncReport};
+use super::{Sink, SinkError, SinkFault, SyncReport};
 use crate::{
     config::{HaproxyDown, HaproxySink as Config},
     sinks::model::ProfileModel,
@@ -110,6 +110,8 @@ impl fmt::Display for StateError {
         }
     }
 }
+
+impl std::error::Error for StateError {}
 
 /// Reads the answer to `show servers state BACKEND`: version line `1`, a `#` header naming
 /// the columns, one line per server. Columns are found by name in the header, so versions
@@ -284,12 +286,15 @@ impl HaproxySink {
         let path = &self.cfg.socket;
         let deadline = Instant::now() + self.timeout;
         let late = || {
-            SinkError::Write(format!(
-                "HAProxy admin socket {}: no whole answer to `{}` within {:?}",
-                path.display(),
-                first_command(line),
-                self.timeout
-            ))
+            SinkError::new(
+                SinkFault::Write,
+                format!(
+                    "HAProxy admin socket {}: no whole answer to `{}` within {:?}",
+                    path.display(),
+                    first_command(line),
+                    self.timeout
+                ),
+            )
         };
         let mut stream = connect_within(path, self.timeout).map_err(|e| {
             let hint = match e.kind() {
@@ -298,13 +303,18 @@ impl HaproxySink {
                 ErrorKind::WouldBlock | ErrorKind::TimedOut => "its listener accepts no connection",
                 _ => "cannot connect",
             };
-            SinkError::Missing(format!(
-                "HAProxy admin socket {}: {hint} ({e}); is HAProxy running with `stats socket {} level admin`?",
-                path.display(),
-                path.display()
-            ))
+            SinkError::new(
+                SinkFault::Missing,
+                format!(
+                    "HAProxy admin socket {}: {hint} ({e}); is HAProxy running with `stats socket {} level admin`?",
+                    path.display(),
+                    path.display()
+                ),
+            )
         })?;
-        let io = |e: std::io::Error| SinkError::Write(format!("HAProxy admin socket {}: {e}", path.display()));
+        let io = |e: std::io::Error| {
+            SinkError::new(SinkFault::Write, format!("HAProxy admin socket {}", path.display())).because(e)
+        };
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(late());
@@ -318,21 +328,27 @@ impl HaproxySink {
             Ok(answer) => answer,
             Err(e) if timed_out(&e) => return Err(late()),
             Err(e) if e.kind() == ErrorKind::FileTooLarge => {
-                return Err(SinkError::Data(format!(
+                return Err(SinkError::new(
+                    SinkFault::Data,
+                    format!(
                     "HAProxy admin socket {}: the answer to `{}` is longer than {} MiB; that is not HAProxy answering",
                     path.display(),
                     first_command(line),
                     MAX_ANSWER >> 20
-                )))
+                ),
+                ))
             }
             Err(e) => return Err(io(e)),
         };
         String::from_utf8(answer).map_err(|_| {
-            SinkError::Data(format!(
-                "HAProxy admin socket {}: the answer to `{}` is not UTF-8",
-                path.display(),
-                first_command(line)
-            ))
+            SinkError::new(
+                SinkFault::Data,
+                format!(
+                    "HAProxy admin socket {}: the answer to `{}` is not UTF-8",
+                    path.display(),
+                    first_command(line)
+                ),
+            )
         })
     }
 
@@ -352,13 +368,18 @@ impl HaproxySink {
                             .join(", ")
                     })
                     .unwrap_or_default();
-                SinkError::Missing(format!(
-                    "HAProxy at {} has no backend {backend}; its backends: {}",
-                    self.cfg.socket.display(),
-                    if known.is_empty() { "none" } else { &known }
-                ))
+                SinkError::new(
+                    SinkFault::Missing,
+                    format!(
+                        "HAProxy at {} has no backend {backend}; its backends: {}",
+                        self.cfg.socket.display(),
+                        if known.is_empty() { "none" } else { &known }
+                    ),
+                )
             }
-            StateError::Unexpected(_) => SinkError::Data(format!("HAProxy at {}: {e}", self.cfg.socket.display())),
+            StateError::Unexpected(_) => {
+                SinkError::new(SinkFault::Data, format!("HAProxy at {}", self.cfg.socket.display())).because(e)
+            }
         })
     }
 
@@ -380,7 +401,7 @@ impl HaproxySink {
         if text.contains("Permission denied") {
             text += " (the socket needs `level admin`)";
         }
-        Err(SinkError::Write(text))
+        Err(SinkError::new(SinkFault::Write, text))
     }
 
     fn unknown_error(&self, plan: &Plan) -> Option<SinkError> {
@@ -400,7 +421,7 @@ impl HaproxySink {
                 .iter()
                 .map(|e| format!("endpoint {e} has no HAProxy server in this sink's settings")),
         );
-        (!problems.is_empty()).then(|| SinkError::Missing(problems.join("; ")))
+        (!problems.is_empty()).then(|| SinkError::new(SinkFault::Missing, problems.join("; ")))
     }
 }
 
@@ -414,15 +435,18 @@ impl Sink for HaproxySink {
         match std::fs::metadata(path) {
             Err(e) => {
                 let p = path.display();
-                return Err(SinkError::Missing(format!(
+                return Err(SinkError::new(SinkFault::Missing, format!(
                     "HAProxy admin socket {p}: {e}; start HAProxy with `stats socket {p} level admin` in its global section"
                 )));
             }
             Ok(m) if !m.file_type().is_socket() => {
-                return Err(SinkError::WrongType(format!(
-                    "{} is not a socket; socket names HAProxy's `stats socket`",
-                    path.display()
-                )))
+                return Err(SinkError::new(
+                    SinkFault::WrongType,
+                    format!(
+                        "{} is not a socket; socket names HAProxy's `stats socket`",
+                        path.display()
+                    ),
+                ))
             }
             Ok(_) => {}
         }
@@ -437,12 +461,15 @@ impl Sink for HaproxySink {
         if missing.is_empty() {
             Ok(())
         } else {
-            Err(SinkError::Missing(format!(
-                "HAProxy backend {} has no server {}; its servers: {}",
-                self.cfg.backend,
-                missing.join(", "),
-                held.keys().cloned().collect::<Vec<_>>().join(", ")
-            )))
+            Err(SinkError::new(
+                SinkFault::Missing,
+                format!(
+                    "HAProxy backend {} has no server {}; its servers: {}",
+                    self.cfg.backend,
+                    missing.join(", "),
+                    held.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            ))
         }
     }
 

@@ -38,18 +38,49 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 /// long outage) is found within seconds either way.
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SinkError {
-    #[error("{0}")]
-    Setup(String),
-    #[error("{0}")]
-    Missing(String),
-    #[error("{0}")]
-    WrongType(String),
-    #[error("{0}")]
-    Data(String),
-    #[error("write: {0}")]
-    Write(String),
+crate::wire_enum::wire_enum! {
+    /// What kind of trouble a sink has with its structure.
+    #[derive(Debug)]
+    pub enum SinkFault {
+        /// The sink could not set itself up (a directory, a library, a program to start).
+        Setup = "setup",
+        /// The structure it writes is not there (table, map, pin, socket, backend, program).
+        Missing = "missing",
+        /// It is there, but not of a kind the sink can write.
+        WrongType = "wrong-type",
+        /// What it read back made no sense.
+        Data = "data",
+        /// A write failed.
+        Write = "write",
+    }
+}
+
+/// Why a sink could not do what it was asked: the kind, what it was doing, and the error
+/// underneath when there is one (`crate::errors::chain` prints them all).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}{}", if *.kind == SinkFault::Write { "write: " } else { "" }, .what)]
+pub struct SinkError {
+    pub kind: SinkFault,
+    what: String,
+    #[source]
+    source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl SinkError {
+    pub fn new(kind: SinkFault, what: impl Into<String>) -> Self {
+        SinkError {
+            kind,
+            what: what.into(),
+            source: None,
+        }
+    }
+
+    /// The same, caused by `source`.
+    #[must_use]
+    pub fn because(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(std::sync::Arc::new(source));
+        self
+    }
 }
 
 /// What one sync did.
@@ -221,11 +252,12 @@ fn follow(
                     }
                 }
                 Err(e) => {
+                    let e = crate::errors::chain(&e);
                     log::warn!("sink {}: {e}; retrying in {backoff:?}", lock(view).name);
                     let mut v = lock(view);
                     v.errors_total += 1;
                     v.in_sync = false;
-                    v.last_error = Some(e.to_string());
+                    v.last_error = Some(e);
                     retry_at = now + backoff;
                     backoff = (backoff * 2).min(BACKOFF_MAX);
                 }
@@ -245,7 +277,7 @@ fn follow(
                     let mut v = lock(view);
                     v.errors_total += 1;
                     v.in_sync = false;
-                    v.last_error = Some(e.to_string());
+                    v.last_error = Some(crate::errors::chain(&e));
                 }
             }
             verify_at = now + VERIFY_EVERY;
@@ -274,7 +306,11 @@ fn follow(
     }
     if on_stop == OnStop::Clear {
         if let Err(e) = sink.clear() {
-            log::warn!("sink {}: could not clear on stop: {e}", lock(view).name);
+            log::warn!(
+                "sink {}: could not clear on stop: {}",
+                lock(view).name,
+                crate::errors::chain(&e)
+            );
         }
     }
 }

@@ -7,7 +7,7 @@ use std::{collections::BTreeSet, fmt::Write, net::IpAddr};
 
 use serde_json::Value;
 
-use super::{desired_slots, Sink, SinkError, SyncReport};
+use super::{desired_slots, Sink, SinkError, SinkFault, SyncReport};
 use crate::{
     config::{NftFamily, NftSink, NftTarget},
     kernel::nft::Nft,
@@ -44,7 +44,7 @@ enum Held {
 impl NftablesSink {
     /// Opens libnftables and checks that the map or set exists with a type probed can fill.
     pub fn open(cfg: &NftSink) -> Result<NftablesSink, SinkError> {
-        let nft = Nft::open().map_err(|e| SinkError::Setup(e.to_string()))?;
+        let nft = Nft::open().map_err(|e| SinkError::new(SinkFault::Setup, "open libnftables").because(e))?;
         let mut sink = NftablesSink {
             cfg: cfg.clone(),
             nft,
@@ -80,19 +80,28 @@ impl NftablesSink {
     fn list(&mut self) -> Result<Value, SinkError> {
         let command = format!("list {} {}", self.noun(), self.object());
         let text = self.nft.list_json(&command).map_err(|e| {
-            SinkError::Missing(format!(
-                "{} {} {}: {e}; declare it in the ruleset (see docs/operations/sinks.md)",
-                self.cfg.family.name(),
-                self.cfg.table,
-                self.name()
-            ))
+            SinkError::new(
+                SinkFault::Missing,
+                format!(
+                    "{} {} {}: {e}; declare it in the ruleset (see docs/operations/sinks.md)",
+                    self.cfg.family.name(),
+                    self.cfg.table,
+                    self.name()
+                ),
+            )
         })?;
-        let json: Value = serde_json::from_str(&text).map_err(|e| SinkError::Data(format!("nft JSON: {e}")))?;
+        let json: Value =
+            serde_json::from_str(&text).map_err(|e| SinkError::new(SinkFault::Data, "nft JSON").because(e))?;
         json["nftables"]
             .as_array()
             .and_then(|items| items.iter().find_map(|i| i.get(self.noun())))
             .cloned()
-            .ok_or_else(|| SinkError::Data(format!("nft listed no {} {}", self.noun(), self.object())))
+            .ok_or_else(|| {
+                SinkError::new(
+                    SinkFault::Data,
+                    format!("nft listed no {} {}", self.noun(), self.object()),
+                )
+            })
     }
 
     fn read(&mut self) -> Result<Held, SinkError> {
@@ -200,10 +209,13 @@ impl Sink for NftablesSink {
             NftTarget::Map { .. } => {
                 let key = obj["type"].as_str().unwrap_or_default();
                 if !matches!(key, "integer" | "mark") {
-                    return Err(SinkError::WrongType(format!(
-                        "map {} is keyed by {key}; a slot table is keyed by an integer (typeof numgen inc mod N)",
-                        self.object()
-                    )));
+                    return Err(SinkError::new(
+                        SinkFault::WrongType,
+                        format!(
+                            "map {} is keyed by {key}; a slot table is keyed by an integer (typeof numgen inc mod N)",
+                            self.object()
+                        ),
+                    ));
                 }
                 &obj["map"]
             }
@@ -211,18 +223,24 @@ impl Sink for NftablesSink {
         };
         let shown = value_field.to_string();
         self.value = value_type(value_field).ok_or_else(|| {
-            SinkError::WrongType(format!(
-                "{} {} holds {shown}; probed writes ipv4_addr or ipv6_addr, optionally . inet_service",
-                self.noun(),
-                self.object()
-            ))
+            SinkError::new(
+                SinkFault::WrongType,
+                format!(
+                    "{} {} holds {shown}; probed writes ipv4_addr or ipv6_addr, optionally . inet_service",
+                    self.noun(),
+                    self.object()
+                ),
+            )
         })?;
         if self.cfg.family == NftFamily::Ip && self.value.v6 || self.cfg.family == NftFamily::Ip6 && !self.value.v6 {
-            return Err(SinkError::WrongType(format!(
-                "{} {} holds {shown}, which its table's family cannot use",
-                self.noun(),
-                self.object()
-            )));
+            return Err(SinkError::new(
+                SinkFault::WrongType,
+                format!(
+                    "{} {} holds {shown}, which its table's family cannot use",
+                    self.noun(),
+                    self.object()
+                ),
+            ));
         }
         Ok(())
     }
@@ -236,7 +254,9 @@ impl Sink for NftablesSink {
         let (script, written) = self.diff(&held, &want);
         if !script.is_empty() {
             if let Err(e) = self.nft.run(&script) {
-                return Err(SinkError::Write(e.to_string()));
+                return Err(
+                    SinkError::new(SinkFault::Write, format!("update {} {}", self.noun(), self.object())).because(e),
+                );
             }
         }
         let entries = entries(&want);
@@ -257,7 +277,7 @@ impl Sink for NftablesSink {
         self.nft
             .run(&command)
             .map(drop)
-            .map_err(|e| SinkError::Write(e.to_string()))
+            .map_err(|e| SinkError::new(SinkFault::Write, command).because(e))
     }
 }
 

@@ -66,6 +66,8 @@ impl fmt::Display for Unsafe {
     }
 }
 
+impl std::error::Error for Unsafe {}
+
 /// Follows `program` from the root, as the kernel will when it runs it, and checks every part
 /// on the way: each directory, link and the file itself must be owned by root or `daemon_uid`,
 /// and no directory (unless sticky) nor the file may be writable by group or others. Otherwise

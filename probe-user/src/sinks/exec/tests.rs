@@ -113,7 +113,7 @@ fn a_killed_program_is_restarted_and_told_everything_again() {
         assert!(Instant::now() < deadline, "the kill is noticed");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let e = s.sync(&m2).unwrap_err().to_string();
+    let e = crate::errors::chain(&s.sync(&m2).unwrap_err());
     assert!(
         e.contains("killed by signal 9") && e.contains("starting it again in"),
         "{e}"
@@ -142,7 +142,7 @@ fn check_wants_an_executable_file() {
             command: vec![p.into()],
         })
         .err()
-        .map(|e| e.to_string())
+        .map(|e| crate::errors::chain(&e))
     };
     let e = open("/nonexistent/probed-sink").unwrap();
     assert!(
@@ -168,7 +168,7 @@ fn check_refuses_a_program_others_could_change() {
             command: vec![p.to_str().unwrap().into()],
         })
         .err()
-        .map(|e| e.to_string())
+        .map(|e| crate::errors::chain(&e))
     };
     let chmod = |p: &Path, mode: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
     // SAFETY: geteuid only reads the process's credentials.

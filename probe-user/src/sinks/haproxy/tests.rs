@@ -282,7 +282,7 @@ fn syncs_through_the_socket_and_reads_back() {
 fn check_names_a_missing_socket_backend_or_server() {
     let dir = temp_dir("check");
     let c = cfg(dir.join("none.sock"), HaproxyDown::Maint, &[]);
-    let e = HaproxySink::open(&c).err().unwrap().to_string();
+    let e = crate::errors::chain(&HaproxySink::open(&c).err().unwrap());
     assert!(e.contains("none.sock") && e.contains("level admin"), "{e}");
 
     let held = Arc::new(Mutex::new(BTreeMap::from([(
@@ -291,13 +291,13 @@ fn check_names_a_missing_socket_backend_or_server() {
     )])));
     let (socket, _, thread) = fake_haproxy(&dir, held, 3);
     let mut c = cfg(socket, HaproxyDown::Maint, &[("a", "b0"), ("b", "b7")]);
-    let e = HaproxySink::open(&c).err().unwrap().to_string();
+    let e = crate::errors::chain(&HaproxySink::open(&c).err().unwrap());
     assert!(
         e.contains("no server b7 (endpoint b)") && e.contains("servers: b0"),
         "{e}"
     );
     c.backend = "api".into();
-    let e = HaproxySink::open(&c).err().unwrap().to_string();
+    let e = crate::errors::chain(&HaproxySink::open(&c).err().unwrap());
     assert!(e.contains("no backend api") && e.contains("backends: web"), "{e}");
     thread.join().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
@@ -329,7 +329,7 @@ fn peer(
 fn refused(sink: &HaproxySink) -> String {
     match sink.ask("show servers state web") {
         Ok(answer) => panic!("answered, {} bytes", answer.len()),
-        Err(e) => e.to_string(),
+        Err(e) => crate::errors::chain(&e),
     }
 }
 
