@@ -79,15 +79,15 @@ enum ChangeRead {
 }
 
 impl TargetRead {
-    fn into_saved(self, v1: bool) -> Result<SavedTarget, String> {
+    fn into_saved(self, v1: bool) -> Result<SavedTarget, Unreadable> {
         let last_change = match self.last_change {
             _ if v1 => None,
             Some(ChangeRead::Known(c)) => Some(c),
             Some(ChangeRead::Other(_)) => {
-                return Err(format!(
-                    "not valid (the last change of {:?} in {:?} is not one)",
-                    self.endpoint, self.profile
-                ))
+                return Err(Unreadable::LastChange {
+                    profile: self.profile,
+                    endpoint: self.endpoint,
+                })
             }
             None => None,
         };
@@ -142,11 +142,12 @@ pub fn load(path: &Path, now_unix_ms: u64) -> Saved {
         }
     };
     let read = serde_json::from_reader::<_, FileRead>(std::io::BufReader::with_capacity(1 << 16, file))
-        .map_err(|e| format!("not valid ({e})"))
+        .map_err(Unreadable::Json)
         .and_then(|f| check_version(f.version).map(|v1| (f, v1)));
     let (file, v1) = match read {
         Ok(read) => read,
         Err(why) => {
+            let why = crate::errors::chain(&why);
             log::warn!("state file {}: {why}; starting every endpoint afresh", path.display());
             return Saved::default();
         }
@@ -196,15 +197,26 @@ pub fn load(path: &Path, now_unix_ms: u64) -> Saved {
 /// (an upgrade must not put back into rotation an endpoint an operator disabled for
 /// maintenance), and its `last_change` mixed two vocabularies and is dropped. Other versions
 /// (a newer probed's file after a downgrade) are refused.
-fn check_version(version: u32) -> Result<bool, String> {
+fn check_version(version: u32) -> Result<bool, Unreadable> {
     match version {
         VERSION => Ok(false),
         1 => {
             log::warn!("state file of version 1: health and API overrides resumed, last changes dropped");
             Ok(true)
         }
-        v => Err(format!("version {v}, this probed reads versions 1 and {VERSION}")),
+        found => Err(Unreadable::Version { found }),
     }
+}
+
+/// Why a state file is not resumed (every endpoint then starts afresh).
+#[derive(Debug, thiserror::Error)]
+enum Unreadable {
+    #[error("not valid")]
+    Json(#[source] serde_json::Error),
+    #[error("not valid (the last change of {endpoint:?} in {profile:?} is not one)")]
+    LastChange { profile: Arc<str>, endpoint: Arc<str> },
+    #[error("version {found}, this probed reads versions 1 and {VERSION}")]
+    Version { found: u32 },
 }
 
 /// Writes the file atomically (a temporary beside it, fsync, rename), targets in the order
