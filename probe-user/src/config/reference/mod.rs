@@ -1,0 +1,295 @@
+//! The configuration reference, `probed.toml(5)`: every table of the file and every key it
+//! accepts, with the key's type, default, allowed values, what a reload does with it and what it
+//! is for. It is also the reader's list of accepted keys (`Reader::table` refuses any key its
+//! table's [`Section`] does not name), so a key cannot be accepted without being documented here,
+//! nor documented without being accepted. `probed generate man` renders it with [`man_page`];
+//! the tests check its defaults and ranges against what the reader does.
+mod tables;
+#[cfg(test)]
+mod tests;
+
+use roff::{bold, italic, line_break, roman, Roff};
+
+pub use tables::*;
+
+/// One table of the file: where it is, what it is for, and the keys it accepts, in the order the
+/// reader lists them when it refuses an unknown one.
+#[derive(Debug)]
+pub struct Section {
+    /// The table's path as error messages name it, without array indexes: `daemon`,
+    /// `profile.health`, `dns.region`; empty for the top level of the file.
+    pub path: &'static str,
+    /// How the file opens it: `[daemon]`, `[[profile.endpoint]]`; empty for the top level.
+    pub header: &'static str,
+    pub about: &'static str,
+    pub keys: &'static [Key],
+}
+
+impl Section {
+    pub fn names(&self) -> impl Iterator<Item = &'static str> {
+        self.keys.iter().map(|k| k.name)
+    }
+
+    pub fn accepts(&self, key: &str) -> bool {
+        self.keys.iter().any(|k| k.name == key)
+    }
+
+    pub fn key(&self, name: &str) -> Option<&'static Key> {
+        self.keys.iter().find(|k| k.name == name)
+    }
+}
+
+/// One key of a table.
+#[derive(Debug)]
+pub struct Key {
+    pub name: &'static str,
+    pub ty: Type,
+    pub default: Unset,
+    pub allowed: Allowed,
+    /// When the key applies only to some of its table's uses (a protocol, a dialect, a sink
+    /// kind), which; empty when it applies to all of them.
+    pub only: &'static str,
+    pub reload: Reload,
+    pub about: &'static str,
+}
+
+impl Key {
+    /// Builds a key that applies wherever its table does.
+    pub(crate) const fn new(
+        name: &'static str,
+        ty: Type,
+        default: Unset,
+        allowed: Allowed,
+        reload: Reload,
+        about: &'static str,
+    ) -> Key {
+        Key {
+            name,
+            ty,
+            default,
+            allowed,
+            only: "",
+            reload,
+            about,
+        }
+    }
+
+    /// The same key, applying only where `only` says.
+    pub(crate) const fn only(self, only: &'static str) -> Key {
+        Key { only, ..self }
+    }
+}
+
+/// How a value is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Type {
+    String,
+    Integer,
+    Boolean,
+    /// A string: a whole number and `ms` or `s`.
+    Duration,
+    /// An array of strings; one string counts as an array of one.
+    Strings,
+    Table,
+    Tables,
+}
+
+impl Type {
+    pub fn name(self) -> &'static str {
+        match self {
+            Type::String => "string",
+            Type::Integer => "integer",
+            Type::Boolean => "boolean",
+            Type::Duration => "duration",
+            Type::Strings => "array of strings",
+            Type::Table => "table",
+            Type::Tables => "array of tables",
+        }
+    }
+}
+
+/// What leaving a key out means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unset {
+    /// The key must be written (where it applies).
+    Required,
+    /// The same as writing this value, a TOML literal.
+    Value(&'static str),
+    /// The same as writing these values, TOML literals, under the dialects lb, tm and ga.
+    Dialect([&'static str; 3]),
+    /// Described in words: no written value means the same.
+    Text(&'static str),
+}
+
+/// What values a key takes, beyond its type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allowed {
+    /// Any value of the type.
+    Any,
+    /// Whole numbers from the first to the second, both included.
+    Int(i64, i64),
+    /// The same, written in octal (`0o660`).
+    Octal(i64, i64),
+    /// Durations from the first to the second number of milliseconds, both included.
+    Millis(u64, u64),
+    /// Whole seconds from the first to the second, both included.
+    Seconds(u64, u64),
+    /// Strings of the first to the second number of bytes, both included.
+    Bytes(usize, usize),
+    /// One of these words.
+    OneOf(&'static [&'static str]),
+    /// Described in words.
+    Text(&'static str),
+}
+
+/// What a reload (SIGHUP, `probed reload`, `POST /v1/reload`) does with a changed value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reload {
+    /// The new value takes effect.
+    Applies,
+    /// The new value takes effect; the endpoints whose check it changes start over.
+    Recheck,
+    /// The running value stays until a restart; the reload's answer names the change.
+    Restart,
+    /// A table whose keys say, each for itself.
+    PerKey,
+}
+
+impl Reload {
+    fn text(self) -> &'static str {
+        match self {
+            Reload::Applies => "applied",
+            Reload::Recheck => "applied; the endpoints whose check it changes start over",
+            Reload::Restart => "needs a restart (the reload lists it in restart_needed)",
+            Reload::PerKey => "as its keys say",
+        }
+    }
+}
+
+impl Unset {
+    fn text(self) -> String {
+        match self {
+            Unset::Required => "none: required".to_string(),
+            Unset::Value(v) | Unset::Text(v) => v.to_string(),
+            Unset::Dialect([lb, tm, ga]) => format!("{lb} (lb), {tm} (tm), {ga} (ga)"),
+        }
+    }
+}
+
+impl Allowed {
+    fn text(self) -> Option<String> {
+        Some(match self {
+            Allowed::Any => return None,
+            Allowed::Int(min, max) => format!("{min} to {max}"),
+            Allowed::Octal(min, max) => format!("0o{min:o} to 0o{max:o}"),
+            Allowed::Millis(min, max) => format!("{} to {}", millis(min), millis(max)),
+            Allowed::Seconds(min, max) => format!("\"{min}s\" to \"{max}s\", in whole seconds"),
+            Allowed::Bytes(0, max) => format!("at most {max} bytes"),
+            Allowed::Bytes(min, max) => format!("{min} to {max} bytes"),
+            Allowed::OneOf(words) => words.iter().map(|w| format!("\"{w}\"")).collect::<Vec<_>>().join(", "),
+            Allowed::Text(t) => t.to_string(),
+        })
+    }
+}
+
+/// A duration as the file writes it: whole seconds where it can.
+fn millis(ms: u64) -> String {
+    if ms.is_multiple_of(1000) {
+        format!("\"{}s\"", ms / 1000)
+    } else {
+        format!("\"{ms}ms\"")
+    }
+}
+
+/// The manual page `probed.toml(5)`, in roff.
+pub fn man_page() -> String {
+    let mut page = Roff::new();
+    let source = format!("probed {}", env!("CARGO_PKG_VERSION"));
+    // No date, so that the page depends on the reference only; `""` keeps its place.
+    page.control("TH", ["probed.toml", "5", "\"\"", &source, "File Formats"]);
+    page.control("SH", ["NAME"]);
+    page.text([roman("probed.toml - configuration file of probed(8)")]);
+    page.control("SH", ["SYNOPSIS"]);
+    page.text([bold("/etc/probed/probed.toml")]);
+    page.control("SH", ["DESCRIPTION"]);
+    for paragraph in DESCRIPTION {
+        page.control("PP", []);
+        page.text([roman(*paragraph)]);
+    }
+    page.control("SH", ["FILE LAYOUT"]);
+    page.text([roman(ROOT.about)]);
+    for key in ROOT.keys {
+        let header = SECTIONS
+            .iter()
+            .find(|s| s.path == key.name)
+            .map_or(key.name, |s| s.header);
+        page.control("TP", []);
+        page.text([bold(header)]);
+        page.text([roman(key.about)]);
+        page.text([
+            line_break(),
+            italic("Reload:"),
+            roman(format!(" {}.", key.reload.text())),
+        ]);
+    }
+    page.control("SH", ["RELOAD"]);
+    for paragraph in RELOAD {
+        page.control("PP", []);
+        page.text([roman(*paragraph)]);
+    }
+    page.control("SH", ["KEYS"]);
+    page.text([roman(
+        "Each table, then each of its keys: its type, what leaving it out means, the values it takes, \
+         and what a reload does with a changed value.",
+    )]);
+    for section in SECTIONS {
+        page.control("SS", [section.header]);
+        page.text([roman(section.about)]);
+        for key in section.keys {
+            render_key(&mut page, key);
+        }
+    }
+    page.control("SH", ["EXAMPLE"]);
+    page.control("PP", []);
+    page.control("RS", ["4"]);
+    page.control("nf", []);
+    for line in EXAMPLE.lines() {
+        page.text([roman(line)]);
+    }
+    page.control("fi", []);
+    page.control("RE", []);
+    page.control("SH", ["FILES"]);
+    page.control("TP", []);
+    page.text([bold("/etc/probed/probed.toml")]);
+    page.text([roman("The file the package installs and its service reads.")]);
+    page.control("SH", ["SEE ALSO"]);
+    page.text([
+        bold("probed"),
+        roman("(8), "),
+        bold("probed-validate"),
+        roman("(8), "),
+        bold("probed-reload"),
+        roman("(8), "),
+        bold("probed-run"),
+        roman("(8)"),
+    ]);
+    page.render()
+}
+
+fn render_key(page: &mut Roff, key: &Key) {
+    page.control("TP", []);
+    page.text([bold(key.name), roman(" ("), italic(key.ty.name()), roman(")")]);
+    page.text([roman(key.about)]);
+    let mut facts = vec![("Default:", key.default.text())];
+    if let Some(allowed) = key.allowed.text() {
+        facts.push(("Allowed:", allowed));
+    }
+    if !key.only.is_empty() {
+        facts.push(("Applies to:", key.only.to_string()));
+    }
+    facts.push(("Reload:", key.reload.text().to_string()));
+    for (label, text) in facts {
+        let end = if text.ends_with('.') { "" } else { "." };
+        page.text([line_break(), italic(label), roman(format!(" {text}{end}"))]);
+    }
+}

@@ -1,0 +1,1261 @@
+//! The tables and keys of the configuration file. Each table's keys are in the order the
+//! reader lists them in its "unknown key" error; the page shows them in the same order.
+//! `Type::String` is written in full: `String` alone is the standard type.
+use super::{
+    Allowed::{self, Bytes, Int, Millis, Octal, OneOf, Seconds},
+    Key,
+    Reload::{Applies, PerKey, Recheck, Restart},
+    Section, Type,
+    Type::{Boolean, Duration, Integer, Strings, Table, Tables},
+    Unset::{self, Dialect, Required, Value},
+};
+use crate::{
+    config::model::{Cluster, Daemon, DnsTcp, HttpProbes},
+    kernel::{AttachMode, Hook},
+    rules::limits::{MAX_PACING_MS, MAX_SLOTS, MAX_UDP_PAYLOAD, THRESHOLD_MAX},
+};
+
+const fn words(text: &'static str) -> Allowed {
+    Allowed::Text(text)
+}
+
+const fn said(text: &'static str) -> Unset {
+    Unset::Text(text)
+}
+
+/// Every table but the top level, in the order the page shows them.
+pub const SECTIONS: [&Section; 12] = [
+    &DAEMON,
+    &SOURCE,
+    &PROFILE,
+    &HEALTH,
+    &ENDPOINT,
+    &SINK,
+    &DNS,
+    &NAMESERVER,
+    &RATE_LIMIT,
+    &DNS_TCP,
+    &REGION,
+    &CLUSTER,
+];
+
+pub(super) const DESCRIPTION: &[&str] = &[
+    "probed(8) reads one TOML file. probed validate FILE checks it and reports every problem at once, \
+     each with its line, column, key, value and what is allowed; the daemon refuses to start with a file \
+     that has any, and a reload refuses it whole. A key a table does not take is an error, and so is a \
+     key of another protocol, dialect or sink kind than the one the table is for.",
+    "Durations are strings of a whole number and a unit, ms or s: \"500ms\", \"2s\"; fractions and other \
+     units are refused. Where a key takes an array of strings, a single string counts as an array of one. \
+     Names of profiles, endpoints, sinks and regions end up in URLs, metric labels and commands, so they \
+     are held to the alphabets given below.",
+    "A profile's dialect (lb, the load balancer; tm, the DNS traffic manager; ga, the global \
+     accelerator) decides the defaults and ranges of its health check; a value outside them is refused \
+     with what the dialect allows.",
+];
+
+pub(super) const RELOAD: &[&str] = &[
+    "A reload (SIGHUP, probed reload, or POST /v1/reload) reads the file again and applies it whole or \
+     not at all: a file with any error, or one whose new sinks, events file or GeoIP database cannot \
+     be opened, is refused, and the running configuration carries on untouched. Each key below says what \
+     a reload does when its value changes: it is applied; it is applied and the checks it is part of \
+     start over; or it needs a restart, in which case the daemon keeps the running value and the reload's \
+     answer lists the change under restart_needed.",
+    "An endpoint that stays (same profile, same name, same check: address, port, protocol, interval, \
+     timeout, pacing and what the probe sends and expects) keeps its health, its schedule and any enable \
+     or disable set through the API. A new endpoint, or one whose check changed, starts in \
+     CheckingEndpoint. A change of thresholds, weights, priorities or routing keeps every endpoint's \
+     health.",
+];
+
+pub(super) const EXAMPLE: &str = r#"[daemon]
+api_listen = "unix:/run/probed/api.sock"
+events = "/var/log/probed/events.jsonl"
+
+[source]
+interfaces = ["eth0"]
+
+[[profile]]
+name = "web"
+dialect = "lb"
+
+[profile.health]
+protocol = "http"
+port = 8080
+path = "/healthz"
+interval = "2s"
+healthy_threshold = 2
+
+[[profile.endpoint]]
+address = "10.0.0.11"
+
+[[profile.endpoint]]
+address = "10.0.0.12"
+weight = 2
+
+[[sink]]
+profile = "web"
+kind = "nftables"
+family = "ip"
+table = "lb"
+map = "web_slots""#;
+
+/// The top level of the file: its tables.
+pub const ROOT: Section = Section {
+    path: "",
+    header: "",
+    about: "The top level of the file holds these tables and nothing else; each is optional.",
+    keys: &[
+        Key::new(
+            "daemon",
+            Table,
+            said("every key at its default"),
+            Allowed::Any,
+            PerKey,
+            "The daemon's own settings: the API, the events output, the pin directory, the state file \
+             and the threads and paths of HTTP checks.",
+        ),
+        Key::new(
+            "source",
+            Table,
+            said("every key at its default"),
+            Allowed::Any,
+            Restart,
+            "Where probes leave from and how the reply matcher attaches.",
+        ),
+        Key::new(
+            "profile",
+            Tables,
+            said("none: nothing is probed"),
+            Allowed::Any,
+            PerKey,
+            "A named group of endpoints with one health check and one routing method; one table per \
+             profile.",
+        ),
+        Key::new(
+            "sink",
+            Tables,
+            said("none"),
+            Allowed::Any,
+            Applies,
+            "A forwarding structure of the node kept equal to one profile's eligible endpoints; one \
+             table per sink.",
+        ),
+        Key::new(
+            "dns",
+            Table,
+            said("none: no DNS server"),
+            Allowed::Any,
+            Restart,
+            "The authoritative DNS server. Adding or removing the table needs a restart; its keys say \
+             what a reload does with each.",
+        ),
+        Key::new(
+            "cluster",
+            Table,
+            said("none: the node probes alone"),
+            Allowed::Any,
+            Restart,
+            "Several nodes sharing the probing and their verdicts.",
+        ),
+    ],
+};
+
+pub const DAEMON: Section = Section {
+    path: "daemon",
+    header: "[daemon]",
+    about: "The daemon's own settings. The api_* keys decide where the API listens and who may change \
+            state through it; the API keeps all of them until a restart, never a mix of old and new.",
+    keys: &[
+        Key::new(
+            "api_listen",
+            Type::String,
+            Value("\"unix:/run/probed/api.sock\""),
+            words(
+                "\"unix:\" and an absolute path, or ADDRESS:PORT; an address other than loopback only \
+                 with api_allow_remote = true",
+            ),
+            Restart,
+            "Where the API listens: a unix socket, or a TCP address (plain HTTP, no TLS).",
+        ),
+        Key::new(
+            "api_allow_remote",
+            Boolean,
+            Value("false"),
+            Allowed::Any,
+            Applies,
+            "Lets api_listen name an address other than loopback. Whoever reaches it can read \
+             everything, and its traffic is cleartext. It only decides whether api_listen is valid; the \
+             listener changes at a restart.",
+        ),
+        Key::new(
+            "api_socket_group",
+            Type::String,
+            said("probed, if that group exists; else the socket is owner-only (mode 0600) and the log says so"),
+            words(
+                "a group name (letters, digits, '_', '-' and '.', at most 32, not starting with '-') or a \
+                 numeric gid",
+            ),
+            Restart,
+            "The group that owns the API socket; its members may use the routes that change state. A \
+             group named here that does not exist stops the start.",
+        )
+        .only("a unix socket"),
+        Key::new(
+            "api_socket_mode",
+            Integer,
+            Value("0o660"),
+            Octal(0o600, 0o777),
+            Restart,
+            "The API socket's file mode, in octal, with the owner's read and write bits set. Whatever \
+             the mode, only root, the daemon's user and the group's members may change state.",
+        )
+        .only("a unix socket"),
+        Key::new(
+            "api_token_file",
+            Type::String,
+            said("none: changes are refused over TCP"),
+            words("an absolute file path"),
+            Restart,
+            "A file holding the bearer token that routes which change state require over TCP \
+             (Authorization: Bearer TOKEN).",
+        )
+        .only("a TCP listener"),
+        Key::new(
+            "events",
+            Type::String,
+            Value("\"-\""),
+            words("\"-\" for standard output, or a file path"),
+            Applies,
+            "Where transition events go, one JSON object per line. A reload opens the new file before \
+             it changes anything; SIGUSR1 reopens the file at its path (for logrotate).",
+        ),
+        Key::new(
+            "pin_dir",
+            Type::String,
+            Value("\"/sys/fs/bpf/probed\""),
+            words("an absolute path on bpffs"),
+            Restart,
+            "Where the BPF maps are pinned, bpf sinks' under sinks/. The daemon locks it: a second \
+             daemon with the same directory does not start.",
+        ),
+        Key::new(
+            "state_file",
+            Type::String,
+            Value("\"/var/lib/probed/state.json\""),
+            words("an absolute file path"),
+            Restart,
+            "Where the last known health of every endpoint is kept, so that a restart resumes it. \
+             Locked like pin_dir.",
+        ),
+        Key::new(
+            "l7_workers",
+            Integer,
+            said("one per CPU core"),
+            Int(1, Daemon::MAX_L7_WORKERS as i64),
+            Restart,
+            "Threads that run HTTP and HTTPS probes through sockets and UDP request/response probes.",
+        ),
+        Key::new(
+            "http_probes",
+            Type::String,
+            Value("\"kernel\""),
+            OneOf(&HttpProbes::NAMES),
+            Restart,
+            "Where plain HTTP checks run. kernel: inside probe_rx, without a socket, for each check \
+             that allows it (protocol http, no body_match, a request of at most 256 bytes), the others \
+             through sockets; sockets: every HTTP check through a socket.",
+        ),
+    ],
+};
+
+pub const SOURCE: Section = Section {
+    path: "source",
+    header: "[source]",
+    about: "Where probes leave from and how the reply matcher, probe_rx, attaches. Once the L4 engine \
+            runs, a change here needs a restart (the reload names source); until the engine first \
+            starts, it starts with the values of the latest reload.",
+    keys: &[
+        Key::new(
+            "interfaces",
+            Strings,
+            Value("[]"),
+            words("interface names of 1 to 15 characters, without '/', ':' or spaces"),
+            Restart,
+            "The interfaces probe_rx attaches to and probes are sent by. None: the interface the route \
+             to the first TCP or UDP endpoint leaves by.",
+        ),
+        Key::new(
+            "addresses",
+            Strings,
+            Value("[]"),
+            words("unicast IPv4 or IPv6 addresses"),
+            Restart,
+            "Source addresses of probes. With none of a family, each probe of that family takes the \
+             source its route prefers.",
+        ),
+        Key::new(
+            "port_range",
+            Type::String,
+            Value("\"61000-65095\""),
+            words(
+                "\"FIRST-LAST\" with 1024 <= FIRST <= LAST <= 65535, outside the kernel's default \
+                 ephemeral range 32768-60999 (an overlap with the node's own \
+                 net.ipv4.ip_local_port_range stops the engine's start)",
+            ),
+            Restart,
+            "The source ports of probes. While the engine runs they are added to \
+             net.ipv4.ip_local_reserved_ports. Fewer than 4096 ports weaken UDP checks against forged \
+             ICMP errors.",
+        ),
+        Key::new(
+            "xdp_mode",
+            Type::String,
+            Value("\"auto\""),
+            OneOf(&AttachMode::NAMES),
+            Restart,
+            "How probe_rx attaches at XDP. auto: native (driver) mode, else generic (skb) mode with a \
+             warning, since generic XDP turns LRO and hardware GRO off on the device; driver: native \
+             mode or no start; skb: generic mode only.",
+        ),
+        Key::new(
+            "hook",
+            Type::String,
+            Value("\"xdp\""),
+            OneOf(&Hook::NAMES),
+            Restart,
+            "Where the reply matcher runs. xdp: at the interface's XDP hook, which it must have to itself \
+             (another XDP program there stops the start); tcx: at tc ingress, first in the chain, beside \
+             another XDP program (Linux 6.6 or later).",
+        ),
+    ],
+};
+
+/// The name alphabet of profiles, endpoints and cluster nodes.
+const NAME: &str = "1 to 63 letters, digits, '-', '_', '.', ':', '[' or ']'";
+
+pub const PROFILE: Section = Section {
+    path: "profile",
+    header: "[[profile]]",
+    about: "A named group of endpoints, probed with one health check ([profile.health]) and answered \
+            for with one routing method. A reload applies every key here.",
+    keys: &[
+        Key::new(
+            "name",
+            Type::String,
+            Required,
+            words("1 to 63 letters, digits, '-', '_', '.', ':', '[' or ']'; unique among profiles"),
+            Recheck,
+            "Names the profile in the API, events, metrics and sinks, and in DNS unless dns_name is \
+             set. A renamed profile is a new one: its endpoints start over.",
+        ),
+        Key::new(
+            "enabled",
+            Boolean,
+            Value("true"),
+            Allowed::Any,
+            Applies,
+            "false: nothing of the profile is probed, its endpoints are Inactive and its DNS name \
+             answers NXDOMAIN. A change here replaces an enable or disable set through the API, which \
+             otherwise survives reloads and restarts.",
+        ),
+        Key::new(
+            "dialect",
+            Type::String,
+            Required,
+            OneOf(&["lb", "tm", "ga"]),
+            Recheck,
+            "The product whose health-check rules the profile follows: lb (load balancer), tm (DNS \
+             traffic manager) or ga (global accelerator). It decides the defaults and ranges of \
+             [profile.health] and which of its threshold keys apply.",
+        ),
+        Key::new(
+            "routing",
+            Type::String,
+            Value("\"priority\""),
+            OneOf(&[
+                "priority",
+                "weighted",
+                "multivalue",
+                "subnet",
+                "geographic",
+                "performance",
+            ]),
+            Applies,
+            "How DNS answers and /v1/select pick among the eligible endpoints: the lowest priority; one \
+             at random by weight; up to max_answers by priority; by the subnets that hold the source; \
+             by the source's region ([[dns.region]]), without failover to another region; or the lowest \
+             round-trip time this node measured.",
+        ),
+        Key::new(
+            "max_answers",
+            Integer,
+            Value("2"),
+            Int(1, 32),
+            Applies,
+            "How many endpoints one multivalue answer holds at most.",
+        )
+        .only("routing = \"multivalue\""),
+        Key::new(
+            "health",
+            Table,
+            Required,
+            Allowed::Any,
+            PerKey,
+            "The health check: see [profile.health].",
+        ),
+        Key::new(
+            "endpoint",
+            Tables,
+            said("none"),
+            Allowed::Any,
+            PerKey,
+            "The endpoints: see [[profile.endpoint]].",
+        ),
+        Key::new(
+            "dns_name",
+            Type::String,
+            said("the profile's name, in lower case"),
+            words("a DNS name relative to the zone, without a final dot; unique in the zone"),
+            Applies,
+            "The name the profile answers to under [dns] zone.",
+        ),
+        Key::new(
+            "dns_ttl",
+            Duration,
+            said("[dns] ttl"),
+            Seconds(0, 86_400),
+            Applies,
+            "The TTL of this profile's DNS answers.",
+        ),
+        Key::new(
+            "aggregate",
+            Type::String,
+            Value("\"50%\""),
+            words("\"N%\" with N from 1 to 100, \"any\" or \"all\""),
+            Applies,
+            "How the verdicts of the nodes that probe an endpoint make its health: healthy while at \
+             least N% of the nodes with a verdict see it up, while any does, or only while all do.",
+        )
+        .only("a node with [cluster]"),
+    ],
+};
+
+const HTTP: &str = "protocol = \"http\" or \"https\"";
+
+pub const HEALTH: Section = Section {
+    path: "profile.health",
+    header: "[profile.health]",
+    about: "The profile's health check, by its dialect's rules. The keys of one protocol are refused on \
+            another. Every key here but the thresholds is part of the check: changing it makes each \
+            endpoint's check a new one.",
+    keys: &[
+        Key::new(
+            "protocol",
+            Type::String,
+            Required,
+            OneOf(&["tcp", "udp", "http", "https"]),
+            Recheck,
+            "What a probe is: a TCP handshake, a UDP datagram, or an HTTP or HTTPS request (HTTPS needs \
+             a certificate presented, and does not verify it). lb takes all four; tm and ga all but udp.",
+        ),
+        Key::new(
+            "port",
+            Integer,
+            said("none: 80 for http, 443 for https; tcp and udp need a port here or on every endpoint"),
+            Int(1, 65_535),
+            Recheck,
+            "The port probed on the endpoints that do not set their own.",
+        ),
+        Key::new(
+            "path",
+            Type::String,
+            Value("\"/\""),
+            words(
+                "1 to 80 characters starting with '/': letters, digits and - / . % ? # & _ ; ~ ! ( ) * [ ] \
+                 @ $ ^ : ' , +",
+            ),
+            Recheck,
+            "The path requested.",
+        )
+        .only(HTTP),
+        Key::new(
+            "host",
+            Type::String,
+            said("the endpoint's address"),
+            words("a DNS name or an IP address, optionally with :PORT; no '*'"),
+            Recheck,
+            "The Host header, and the name sent in TLS. tm sets Host through headers instead.",
+        )
+        .only("protocol = \"http\" or \"https\"; lb and ga"),
+        Key::new(
+            "method",
+            Type::String,
+            Dialect(["\"HEAD\"", "\"GET\"", "\"GET\""]),
+            OneOf(&["HEAD", "GET"]),
+            Recheck,
+            "The request method, in any case; tm and ga take GET only.",
+        )
+        .only(HTTP),
+        Key::new(
+            "headers",
+            Strings,
+            Value("[]"),
+            words(
+                "at most 8 \"name:value\" strings, each name once; not Content-Length, Transfer-Encoding, \
+                 Connection, Upgrade or TE",
+            ),
+            Recheck,
+            "Request headers of every probe; tm sets Host this way: \"Host:www.example.com\".",
+        )
+        .only("protocol = \"http\" or \"https\"; tm"),
+        Key::new(
+            "status",
+            Strings,
+            Dialect(["[\"2xx\", \"3xx\"]", "[\"200\"]", "[\"2xx\", \"3xx\"]"]),
+            words(
+                "lb: classes \"2xx\" to \"5xx\"; tm: at most 8 codes or ranges within 100-599, like \"200\" \
+                 or \"200-299\" (one string \"200-299, 301\" also works); ga: not configurable",
+            ),
+            Recheck,
+            "The status codes that make a response healthy.",
+        )
+        .only(HTTP),
+        Key::new(
+            "interval",
+            Duration,
+            Dialect(["\"2s\"", "\"30s\"", "\"2s\""]),
+            words("lb: \"100ms\" to \"300s\"; tm: \"10s\" or \"30s\"; ga: whole seconds from \"1s\" to \"50s\""),
+            Recheck,
+            "The time from the end of one probe of an endpoint to the start of the next.",
+        ),
+        Key::new(
+            "timeout",
+            Duration,
+            Dialect(["\"5s\"", "\"10s\"", "\"3s\""]),
+            words(
+                "lb: \"100ms\" to \"60s\"; tm: whole seconds from \"5s\" to \"10s\", to \"9s\" with \
+                 interval \"10s\"; ga: \"3s\" only",
+            ),
+            Recheck,
+            "How long a probe may take before it fails. tm's default is \"9s\" with interval \"10s\".",
+        ),
+        Key::new(
+            "healthy_threshold",
+            Integer,
+            Value("3"),
+            Int(1, THRESHOLD_MAX as i64),
+            Applies,
+            "Consecutive successes that make an endpoint healthy.",
+        )
+        .only("dialect = \"lb\""),
+        Key::new(
+            "unhealthy_threshold",
+            Integer,
+            Value("3"),
+            Int(1, THRESHOLD_MAX as i64),
+            Applies,
+            "Consecutive failures that make an endpoint unhealthy.",
+        )
+        .only("dialect = \"lb\""),
+        Key::new(
+            "tolerated_failures",
+            Integer,
+            Value("3"),
+            Int(0, THRESHOLD_MAX as i64 - 1),
+            Applies,
+            "Consecutive failures tolerated: the next one makes the endpoint Degraded, and one success \
+             makes it Online again.",
+        )
+        .only("dialect = \"tm\""),
+        Key::new(
+            "threshold",
+            Integer,
+            Value("3"),
+            Int(2, THRESHOLD_MAX as i64),
+            Applies,
+            "Consecutive results, successes or failures, that change an endpoint's health.",
+        )
+        .only("dialect = \"ga\""),
+        Key::new(
+            "request",
+            Type::String,
+            Value("\"\""),
+            Bytes(0, MAX_UDP_PAYLOAD),
+            Recheck,
+            "The datagram sent. Without response, silence within the timeout is healthy and an ICMP \
+             error unhealthy; a backend that rate-limits its ICMP errors can then look healthy on a \
+             closed port.",
+        )
+        .only("protocol = \"udp\""),
+        Key::new(
+            "response",
+            Type::String,
+            said("none"),
+            Bytes(0, MAX_UDP_PAYLOAD),
+            Recheck,
+            "A string the reply must contain. With it only such a reply within the timeout is healthy, \
+             and silence fails.",
+        )
+        .only("protocol = \"udp\""),
+        Key::new(
+            "body_match",
+            Type::String,
+            said("none"),
+            Bytes(1, 1024),
+            Recheck,
+            "A string the response body must contain, within its first 64 KiB; not with method HEAD. \
+             A check with it runs through a socket, never in the kernel.",
+        )
+        .only(HTTP),
+        Key::new(
+            "fast_interval",
+            Duration,
+            said("interval"),
+            Millis(1, MAX_PACING_MS),
+            Recheck,
+            "The time between probes while a change of health is pending (HAProxy's fastinter).",
+        ),
+        Key::new(
+            "down_interval",
+            Duration,
+            said("interval"),
+            Millis(1, MAX_PACING_MS),
+            Recheck,
+            "The time between probes while an endpoint is settled unhealthy (HAProxy's downinter).",
+        ),
+        Key::new(
+            "initial_jitter",
+            Duration,
+            Value("\"0s\""),
+            Millis(0, MAX_PACING_MS),
+            Recheck,
+            "Up to this much random delay before an endpoint's first probe.",
+        ),
+        Key::new(
+            "jitter_percent",
+            Integer,
+            Value("0"),
+            Int(0, 100),
+            Recheck,
+            "Each time between probes is lengthened at random by up to this share of itself. With all \
+             four pacing keys left out, probes keep the dialect's windows exactly.",
+        ),
+    ],
+};
+
+const PLAIN: &str = "plain endpoints, not nested ones";
+
+pub const ENDPOINT: Section = Section {
+    path: "profile.endpoint",
+    header: "[[profile.endpoint]]",
+    about: "One backend of the profile, probed with the profile's check. An endpoint with profile = \
+            \"CHILD\" is a nested profile instead: it is not probed, its status follows the child's \
+            endpoints, and it takes only name, profile, weight, priority, state, subnets, region and \
+            min_child_endpoints.",
+    keys: &[
+        Key::new(
+            "name",
+            Type::String,
+            said("ADDRESS:PORT; for a nested endpoint, the child's name"),
+            words("1 to 63 letters, digits, '-', '_', '.', ':', '[' or ']'; unique in the profile"),
+            Recheck,
+            "Names the endpoint in the API, events and metrics. A renamed endpoint is a new one.",
+        ),
+        Key::new(
+            "address",
+            Type::String,
+            Required,
+            words("a unicast IPv4 or IPv6 address"),
+            Recheck,
+            "The backend's address: what is probed, answered in DNS and written to sinks.",
+        )
+        .only(PLAIN),
+        Key::new(
+            "port",
+            Integer,
+            said("the health check's port, else 80 for http and 443 for https"),
+            Int(1, 65_535),
+            Recheck,
+            "The port probed, and written to sinks that hold ports.",
+        )
+        .only(PLAIN),
+        Key::new(
+            "weight",
+            Integer,
+            Value("1"),
+            Int(1, 1000),
+            Applies,
+            "The endpoint's share under weighted routing and in slot tables. A haproxy sink takes \
+             weights up to 256.",
+        ),
+        Key::new(
+            "priority",
+            Integer,
+            said("the endpoint's position in the profile, from 1"),
+            Int(1, 1000),
+            Applies,
+            "The order of priority and multivalue routing, lowest first; unique in the profile under \
+             priority routing.",
+        ),
+        Key::new(
+            "state",
+            Type::String,
+            Value("\"enabled\""),
+            OneOf(&["enabled", "disabled", "always-serve"]),
+            Applies,
+            "The admin state: disabled takes the endpoint out of rotation; always-serve keeps it \
+             eligible whatever its checks say (refused on a nested endpoint). A change here replaces a \
+             state set through the API, which otherwise survives reloads and restarts.",
+        ),
+        Key::new(
+            "headers",
+            Strings,
+            Value("[]"),
+            words("as headers in [profile.health]"),
+            Recheck,
+            "Request headers of this endpoint's probes, sent with the profile's.",
+        )
+        .only("plain endpoints of a tm profile whose protocol is http or https"),
+        Key::new(
+            "subnets",
+            Strings,
+            Value("[]"),
+            words("CIDRs, each mapped by one endpoint of the profile"),
+            Applies,
+            "Sources in these subnets get this endpoint. One endpoint of the profile may have none: it \
+             gets every source no subnet maps.",
+        )
+        .only("routing = \"subnet\""),
+        Key::new(
+            "region",
+            Type::String,
+            said("none; required under geographic routing"),
+            words("a lower-case name (see name in [[dns.region]]), or \"world\"; one endpoint per region"),
+            Applies,
+            "Queries from the sources of the [[dns.region]] of this name get this endpoint; the world \
+             endpoint gets every source whose region has no endpoint of its own.",
+        )
+        .only("routing = \"geographic\""),
+        Key::new(
+            "haproxy_server",
+            Type::String,
+            said("the endpoint's name"),
+            words("1 to 63 letters, digits, '-', '_', '.' or ':'"),
+            Applies,
+            "The HAProxy server a haproxy sink sets for this endpoint.",
+        )
+        .only(PLAIN),
+        Key::new(
+            "profile",
+            Type::String,
+            said("none: a plain endpoint"),
+            words("the name of another profile, without loops"),
+            Applies,
+            "Makes the endpoint a nested profile: the child named here, whose routing picks the \
+             addresses its answers hold.",
+        ),
+        Key::new(
+            "min_child_endpoints",
+            Integer,
+            Value("1"),
+            Int(1, 1000),
+            Applies,
+            "The nested endpoint is Degraded while fewer of the child's endpoints are available \
+             (Online, CheckingEndpoint or Unmonitored).",
+        )
+        .only("nested endpoints"),
+    ],
+};
+
+const NFT: &str = "kind = \"nftables\"";
+const HAPROXY: &str = "kind = \"haproxy\"";
+/// The alphabet of sink, nftables and pin names.
+const IDENT: &str = "1 to 63 letters, digits, '_' or '-', starting with a letter";
+
+pub const SINK: Section = Section {
+    path: "sink",
+    header: "[[sink]]",
+    about: "Keeps one forwarding structure of the node equal to one profile's eligible endpoints (nested \
+            ones left out). nftables: a map of the operator's ruleset used as a slot table, or a set of \
+            the eligible addresses; bpf: a pinned slot table for an XDP or tc load balancer; haproxy: \
+            the servers of a running HAProxy backend, through its admin socket; exec: a program fed one \
+            JSON line per change. A reload restarts the sinks whose settings changed, and is refused \
+            when a new or changed sink's structure is missing.",
+    keys: &[
+        Key::new(
+            "name",
+            Type::String,
+            said(
+                "the map's or set's name (nftables), the map's (bpf), the backend's (haproxy), the program's \
+                 file name (exec)",
+            ),
+            words("1 to 63 letters, digits, '_' or '-', starting with a letter; unique among sinks"),
+            Applies,
+            "Labels the sink's metrics and its entry in /v1/sinks.",
+        ),
+        Key::new(
+            "profile",
+            Type::String,
+            Required,
+            words("the name of a profile"),
+            Applies,
+            "The profile whose eligible endpoints the sink follows.",
+        ),
+        Key::new(
+            "kind",
+            Type::String,
+            Required,
+            OneOf(&["nftables", "bpf", "haproxy", "exec"]),
+            Applies,
+            "What the sink drives.",
+        ),
+        Key::new(
+            "on_stop",
+            Type::String,
+            Value("\"keep\""),
+            OneOf(&["keep", "clear"]),
+            Applies,
+            "What stopping probed does to the structure: keep leaves it as it is, so the node goes on \
+             forwarding to the last eligible set; clear empties it.",
+        ),
+        Key::new(
+            "family",
+            Type::String,
+            Required,
+            OneOf(&["ip", "ip6", "inet"]),
+            Applies,
+            "The family of the nftables table.",
+        )
+        .only(NFT),
+        Key::new(
+            "table",
+            Type::String,
+            Required,
+            words(IDENT),
+            Applies,
+            "The nftables table that holds the map or set.",
+        )
+        .only(NFT),
+        Key::new(
+            "map",
+            Type::String,
+            said("none; bpf needs it, and nftables needs map or set"),
+            words(IDENT),
+            Applies,
+            "nftables: a map keyed by slot (typeof numgen inc mod SLOTS : ip daddr, with . tcp dport to \
+             set the port too). bpf: the pin's name under pin_dir/sinks/; probed creates NAME and \
+             NAME_ctl and leaves them when it stops.",
+        )
+        .only("kind = \"nftables\" or \"bpf\""),
+        Key::new(
+            "set",
+            Type::String,
+            said("none"),
+            words(IDENT),
+            Applies,
+            "An nftables set that holds the eligible addresses (and ports, with . inet_service in its \
+             type); instead of map.",
+        )
+        .only(NFT),
+        Key::new(
+            "slots",
+            Integer,
+            Value("64"),
+            Int(1, MAX_SLOTS as i64),
+            Applies,
+            "The slots of the slot table; each names one eligible endpoint, in proportion to weight, and \
+             only the slots of an endpoint that leaves or returns move.",
+        )
+        .only("a map (kind = \"nftables\" or \"bpf\")"),
+        Key::new(
+            "socket",
+            Type::String,
+            Required,
+            words("an absolute path"),
+            Applies,
+            "HAProxy's admin socket (stats socket PATH level admin in haproxy.cfg).",
+        )
+        .only(HAPROXY),
+        Key::new(
+            "backend",
+            Type::String,
+            Required,
+            words("1 to 63 letters, digits, '-', '_', '.' or ':'"),
+            Applies,
+            "The HAProxy backend whose servers probed sets: each endpoint's server (its name, or its \
+             haproxy_server) gets its state and weight.",
+        )
+        .only(HAPROXY),
+        Key::new(
+            "down",
+            Type::String,
+            Value("\"maint\""),
+            OneOf(&["maint", "drain"]),
+            Applies,
+            "The state of a server whose endpoint is not eligible: maint (no traffic) or drain (no new \
+             sessions but persistent ones).",
+        )
+        .only(HAPROXY),
+        Key::new(
+            "command",
+            Strings,
+            Required,
+            words("the program's absolute path, then its arguments; no shell, no PATH search"),
+            Applies,
+            "The program started and fed one JSON line per change on its standard input.",
+        )
+        .only("kind = \"exec\""),
+    ],
+};
+
+pub const DNS: Section = Section {
+    path: "dns",
+    header: "[dns]",
+    about: "Makes probed the authoritative DNS server of one zone: each profile answers to one name in it, \
+            with the endpoints its routing method picks among the eligible ones at the moment of the \
+            query.",
+    keys: &[
+        Key::new(
+            "listen",
+            Strings,
+            Required,
+            words("at least one ADDRESS:PORT, each once"),
+            Restart,
+            "Where the server answers, over UDP and TCP on each.",
+        ),
+        Key::new(
+            "zone",
+            Type::String,
+            Required,
+            words("a DNS name, with or without the final dot"),
+            Applies,
+            "The zone the server answers for.",
+        ),
+        Key::new(
+            "ttl",
+            Duration,
+            Value("\"30s\""),
+            Seconds(0, 86_400),
+            Applies,
+            "The TTL of answers whose profile sets no dns_ttl, and of the SOA.",
+        ),
+        Key::new(
+            "negative_ttl",
+            Duration,
+            said("ttl"),
+            Seconds(0, 86_400),
+            Applies,
+            "How long resolvers may keep NXDOMAIN and NODATA answers (the SOA's minimum field).",
+        ),
+        Key::new(
+            "nameserver",
+            Tables,
+            said("one, ns1.ZONE, at the listen addresses that are not wildcards"),
+            Allowed::Any,
+            Applies,
+            "The zone's name servers: see [[dns.nameserver]].",
+        ),
+        Key::new(
+            "nameservers",
+            Strings,
+            said("none"),
+            words("none: it is refused"),
+            Applies,
+            "The earlier form of nameserver. It is refused, with the [[dns.nameserver]] tables to write \
+             instead.",
+        ),
+        Key::new(
+            "rate_limit",
+            Table,
+            said("every key at its default: rate limiting is on"),
+            Allowed::Any,
+            Applies,
+            "See [dns.rate_limit].",
+        ),
+        Key::new(
+            "tcp",
+            Table,
+            said("every key at its default"),
+            Allowed::Any,
+            Applies,
+            "See [dns.tcp].",
+        ),
+        Key::new(
+            "region",
+            Tables,
+            said("none"),
+            Allowed::Any,
+            Applies,
+            "The regions of geographic routing: see [[dns.region]].",
+        ),
+        Key::new(
+            "geoip_db",
+            Type::String,
+            said("none"),
+            words("an absolute path to a MaxMind-format (.mmdb) database"),
+            Applies,
+            "Gives a source's country and continent, for the regions that name them. Read into memory \
+             at the start and at every reload; a missing or bad file stops the start or refuses the \
+             reload.",
+        ),
+    ],
+};
+
+pub const NAMESERVER: Section = Section {
+    path: "dns.nameserver",
+    header: "[[dns.nameserver]]",
+    about: "One NS record of the zone's apex, in the order written; the first is the SOA's primary name \
+            server.",
+    keys: &[
+        Key::new(
+            "name",
+            Type::String,
+            Required,
+            words("a DNS name other than the zone's own; unique, and no profile's name"),
+            Applies,
+            "The name server's name.",
+        ),
+        Key::new(
+            "addresses",
+            Strings,
+            said("none; required for a name inside the zone, refused for one outside it"),
+            words("IPv4 or IPv6 addresses that resolvers can query, each once"),
+            Applies,
+            "The addresses of a name server inside the zone: the server answers for them and adds them \
+             to NS answers as glue.",
+        ),
+    ],
+};
+
+pub const RATE_LIMIT: Section = Section {
+    path: "dns.rate_limit",
+    header: "[dns.rate_limit]",
+    about: "Response rate limiting of UDP answers, against reflection. Each source prefix has a bucket per \
+            answer that holds a second's worth of them; over the limit an answer is dropped, except every \
+            slip-th, which goes out truncated so that a real client retries over TCP, which is not \
+            limited.",
+    keys: &[
+        Key::new(
+            "responses_per_second",
+            Integer,
+            Value("20"),
+            Int(0, 1_000_000),
+            Applies,
+            "How many copies of one answer a source prefix gets per second; 0 turns rate limiting off.",
+        ),
+        Key::new(
+            "slip",
+            Integer,
+            Value("2"),
+            Int(0, 10),
+            Applies,
+            "Of the answers over the limit, every slip-th goes out truncated: 1 truncates them all, 0 \
+             drops them all.",
+        ),
+        Key::new(
+            "ipv4_prefix",
+            Integer,
+            Value("24"),
+            Int(8, 32),
+            Applies,
+            "The prefix length IPv4 sources are grouped by.",
+        ),
+        Key::new(
+            "ipv6_prefix",
+            Integer,
+            Value("56"),
+            Int(16, 128),
+            Applies,
+            "The prefix length IPv6 sources are grouped by.",
+        ),
+        Key::new(
+            "exempt",
+            Strings,
+            Value("[]"),
+            words("CIDRs"),
+            Applies,
+            "Sources never limited, such as monitoring or known resolvers.",
+        ),
+    ],
+};
+
+pub const DNS_TCP: Section = Section {
+    path: "dns.tcp",
+    header: "[dns.tcp]",
+    about: "What DNS clients may hold over TCP. A reload applies it to new connections.",
+    keys: &[
+        Key::new(
+            "max_clients",
+            Integer,
+            Value("1024"),
+            Int(1, DnsTcp::MAX_CLIENTS as i64),
+            Applies,
+            "Connections open at once, the descriptor budget of DNS. At the cap a new connection takes \
+             the place of the one idle the longest, and is refused when every one is busy.",
+        ),
+        Key::new(
+            "max_clients_per_prefix",
+            Integer,
+            Value("64"),
+            Int(1, DnsTcp::MAX_CLIENTS as i64),
+            Applies,
+            "Connections open at once from one source prefix (those of [dns.rate_limit]); at most \
+             max_clients.",
+        ),
+        Key::new(
+            "idle_timeout",
+            Duration,
+            Value("\"5s\""),
+            Millis(100, 300_000),
+            Applies,
+            "A connection that brings no complete query for this long is closed (the bytes of an \
+             unfinished query do not count); at most max_lifetime.",
+        ),
+        Key::new(
+            "max_lifetime",
+            Duration,
+            Value("\"120s\""),
+            Millis(1000, 3_600_000),
+            Applies,
+            "A connection is closed this long after it opened, however busy.",
+        ),
+    ],
+};
+
+pub const REGION: Section = Section {
+    path: "dns.region",
+    header: "[[dns.region]]",
+    about: "The sources that make up one region of geographic routing: a source belongs to the region \
+            whose subnets hold it (the most specific wins), else, with geoip_db, to the region that lists \
+            its country, else its continent. A source in no region gets the endpoint whose region is \
+            world.",
+    keys: &[
+        Key::new(
+            "name",
+            Type::String,
+            Required,
+            words(
+                "a lower-case name of 1 to 63 letters, digits, '-', '_', '.', ':', '[' or ']'; not \"world\"; unique",
+            ),
+            Applies,
+            "The name endpoints give as their region.",
+        ),
+        Key::new(
+            "subnets",
+            Strings,
+            said("none; required unless countries or continents are given"),
+            words("CIDRs, each in one region"),
+            Applies,
+            "The source subnets of the region.",
+        ),
+        Key::new(
+            "countries",
+            Strings,
+            Value("[]"),
+            words("ISO 3166-1 alpha-2 codes in upper case, each in one region"),
+            Applies,
+            "The countries whose sources belong to the region.",
+        )
+        .only("a [dns] with geoip_db"),
+        Key::new(
+            "continents",
+            Strings,
+            Value("[]"),
+            words("AF, AN, AS, EU, NA, OC or SA, each in one region"),
+            Applies,
+            "The continents whose sources belong to the region.",
+        )
+        .only("a [dns] with geoip_db"),
+    ],
+};
+
+pub const CLUSTER: Section = Section {
+    path: "cluster",
+    header: "[cluster]",
+    about: "Shares verdicts with other probed nodes over authenticated gossip (UDP) and splits the \
+            probing among them. Any change here needs a restart: the running node keeps its name, \
+            address, key and share.",
+    keys: &[
+        Key::new(
+            "node",
+            Type::String,
+            Required,
+            words(NAME),
+            Restart,
+            "This node's name, unique in the cluster.",
+        ),
+        Key::new(
+            "region",
+            Type::String,
+            said("the node's name"),
+            words(NAME),
+            Restart,
+            "Where the node probes from; distinct_regions spreads probers over regions.",
+        ),
+        Key::new(
+            "listen",
+            Type::String,
+            Required,
+            words("ADDRESS:PORT"),
+            Restart,
+            "The UDP address gossip listens on.",
+        ),
+        Key::new(
+            "advertise",
+            Type::String,
+            said("listen; required when listen is a wildcard"),
+            words("ADDRESS:PORT, not a wildcard"),
+            Restart,
+            "The address other nodes reach this one at.",
+        ),
+        Key::new(
+            "seeds",
+            Strings,
+            Value("[]"),
+            words("ADDRESS:PORT, each once"),
+            Restart,
+            "Nodes to join through: any live one will do, and the first node of a cluster lists none.",
+        ),
+        Key::new(
+            "probers_per_target",
+            Integer,
+            Value("0"),
+            Int(0, Cluster::MAX_PROBERS as i64),
+            Restart,
+            "How many live nodes probe each check; 0: every node probes every check.",
+        ),
+        Key::new(
+            "distinct_regions",
+            Boolean,
+            Value("true"),
+            Allowed::Any,
+            Restart,
+            "Spreads a check's probers over distinct regions first.",
+        ),
+        Key::new(
+            "key_file",
+            Type::String,
+            Required,
+            words("an absolute path"),
+            Restart,
+            "The file holding the cluster's shared key (at least 32 random bytes), readable by probed \
+             only; every gossip datagram carries a tag made with it.",
+        ),
+        Key::new(
+            "verdict_ttl",
+            Duration,
+            Value("\"60s\""),
+            Millis(1000, 3_600_000),
+            Restart,
+            "How long the verdicts of a node gone silent still count.",
+        ),
+        Key::new(
+            "gossip_interval",
+            Duration,
+            Value("\"200ms\""),
+            Millis(50, 10_000),
+            Restart,
+            "The time between two rounds of gossip.",
+        ),
+    ],
+};
