@@ -175,6 +175,37 @@ pub struct EndpointChange {
     pub transition: Option<Arc<TransitionDetail>>,
 }
 
+impl EndpointChange {
+    /// A change of endpoint `endpoint` of `profile` to `state` at `(unix ms, runner ns)`; the
+    /// runner stamps its sequence number when it publishes it.
+    pub fn new(
+        (profile, endpoint): (&Arc<str>, &Arc<str>),
+        kind: ChangeKind,
+        from: Option<EndpointStatus>,
+        state: EndpointState,
+        (at_unix_ms, at_ns): (u64, u64),
+    ) -> Self {
+        EndpointChange {
+            seq: 0,
+            at_unix_ms,
+            at_ns,
+            kind,
+            profile: profile.clone(),
+            endpoint: endpoint.clone(),
+            from,
+            state,
+            removed: false,
+            transition: None,
+        }
+    }
+
+    /// The same change, saying the endpoint is gone.
+    #[must_use]
+    pub fn gone(self) -> Self {
+        EndpointChange { removed: true, ..self }
+    }
+}
+
 /// A profile's status or fail-open changed; `to` is None when a reload removed it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProfileChange {

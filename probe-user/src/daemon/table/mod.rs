@@ -68,20 +68,9 @@ impl NestedTarget {
         protocol: crate::config::Protocol,
         kind: ChangeKind,
         from: Option<EndpointStatus>,
-        (at_unix_ms, at_ns): (u64, u64),
+        at: (u64, u64),
     ) -> EndpointChange {
-        EndpointChange {
-            seq: 0,
-            at_unix_ms,
-            at_ns,
-            kind,
-            profile: profile.clone(),
-            endpoint: self.name.clone(),
-            from,
-            state: self.state(protocol),
-            removed: false,
-            transition: None,
-        }
+        EndpointChange::new((profile, &self.name), kind, from, self.state(protocol), at)
     }
 
     /// The status its parent and child give it now.

@@ -44,18 +44,14 @@ impl Table {
             if live.contains(&(profile.clone(), endpoint.clone())) {
                 continue;
             }
-            emit(Change::Endpoint(crate::changes::EndpointChange {
-                seq: 0,
-                at_unix_ms,
-                at_ns: now,
-                kind: ChangeKind::Config,
-                profile: profile.clone(),
-                endpoint: endpoint.clone(),
-                from: Some(state.status),
-                state: state.clone(),
-                removed: true,
-                transition: None,
-            }));
+            let change = crate::changes::EndpointChange::new(
+                (profile, endpoint),
+                ChangeKind::Config,
+                Some(state.status),
+                state.clone(),
+                (at_unix_ms, now),
+            );
+            emit(Change::Endpoint(change.gone()));
         }
     }
 

@@ -231,17 +231,11 @@ impl Target {
         at_unix_ms: u64,
         at_ns: u64,
     ) -> EndpointChange {
-        EndpointChange {
-            seq: 0,
-            at_unix_ms,
-            at_ns,
-            kind,
-            profile: profile.clone(),
-            endpoint: self.name.clone(),
-            from,
-            state: self.state(),
-            removed,
-            transition: None,
+        let change = EndpointChange::new((profile, &self.name), kind, from, self.state(), (at_unix_ms, at_ns));
+        if removed {
+            change.gone()
+        } else {
+            change
         }
     }
 
