@@ -1,11 +1,16 @@
-//! probed: kernel-accelerated health checks for load-balancer backends.
+//! probed: kernel-accelerated health checks for load-balancer backends. "SPEC N" in the
+//! comments is section N of docs/spec.md.
 //!
-//! `kernel` is the thin, documented layer over the eBPF programs; everything above it is
-//! plain Rust: `engine` (L4 probes), `probe` (HTTP/HTTPS and UDP request/response),
-//! `health` (threshold state and windows), `schedule` (timer wheel), `config`, `rules` (the
-//! dialects, thresholds and HTTP limits that `config` and `probe` share), `status`
-//! (monitor status and selection), and the product on top: `daemon` (runner, events,
-//! persistence), `api` (HTTP JSON), `metrics` (Prometheus).
+//! - The kernel side: `kernel` is the thin, documented layer over the eBPF programs, netlink,
+//!   nftables and the few libc calls; `engine` drives L4 probes through it.
+//! - The pure cores: `probe` (HTTP/HTTPS and UDP request/response), `health` (thresholds and
+//!   windows), `schedule` (the timer wheel), `status` (monitor status and selection),
+//!   `rules` (dialects, thresholds and limits that `config` and the probers share), `config`.
+//! - The daemon: `daemon` (the runner, its table, requests, events, persistence) and the
+//!   change stream it publishes (`changes`).
+//! - What follows the stream: `sinks` (nftables, BPF slot tables, HAProxy, exec), `dns` (the
+//!   authoritative server), `cluster` (gossip between nodes), `api` (HTTP JSON), `metrics`
+//!   (Prometheus), `render` (what a terminal shows).
 pub(crate) mod accept;
 pub mod alloc;
 pub mod api;

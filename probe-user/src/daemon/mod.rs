@@ -14,19 +14,24 @@
 //! | `probed-events` | the events file, the change stream's first subscriber | a slow disk or a blocked stdout must not hold up probing |
 //! | `probed-state` | the state file (sort, encode, fsync, rename) | an fsync can take tens of ms |
 //! | `probed-dns-udp` (one per `[dns].listen`) | DNS queries over UDP in batches (recvmmsg/sendmmsg), answered from the zone | a query flood must never delay a probe |
-//! | `probed-dns` (current-thread runtime) | DNS over TCP (hickory-server) and the task that keeps the zone in step with the change stream | as above |
-//! | `probed-sink-NAME` | one `[[sink]]`: syncs its nft map or set with its profile's eligible set | a failing data path must never hold up probing or another sink |
+//! | `probed-dns` (current-thread runtime) | DNS over TCP (`dns/tcp.rs`) and the task that keeps the zone in step with the change stream | as above |
+//! | `probed-sink-NAME` | one `[[sink]]`: syncs its structure (nft map or set, BPF slot table, HAProxy backend, a program's stdin) with its profile's eligible set | a failing data path must never hold up probing or another sink |
+//! | `probed-cluster` (`[cluster]`) | the node's gossip (chitchat over authenticated UDP) | another node's silence must never hold up probing |
 //!
 //! # Data flow
 //!
 //! ```text
-//! config --> table::build --> runner/apply --> scheduler --> runner/fire --> L4 port (kernel engine) / tasks (HTTP, UDP)
-//!                                                                                   |
-//!     runner/results <--------------------------------------------------------------+
-//!          | Tracker::observe (health/) -> verdict
+//! config --> table::plan --> runner/apply (Table::swap_in) --> scheduler --> runner/fire --> L4 port (kernel engine) / tasks (HTTP, UDP)
+//!                                                                                              |
+//!     runner/results <-------------------------------------------------------------------------+
+//!          | Table::record (table/restatus.rs): last result, lateness, Tracker::observe -> verdict
 //!          v
-//!     runner/publish: endpoint status, profile counts, fail-open --> changes::Bus --> events file, consumers
-//!                                                                             \--> views (requests/status)
+//!     Table::restatus: endpoint status, profile counts, fail-open, nested --> Changed
+//!          |
+//!     runner/publish --> crate::changes::Bus --> runner/consumers: events file, sinks, DNS; API feeds (Control::subscribe)
+//!
+//!     API requests --> Control --> requests/* (views read the table; admin changes go through Table's methods)
+//!     cluster gossip <--> runner/cluster (own verdicts out, others' votes in -> Table::set_cluster_health)
 //! ```
 
 pub mod checks;
