@@ -26,7 +26,7 @@ pub trait L4Port: Send + Sync {
     }
 
     /// Whether plain HTTP probes can run in the kernel behind this port, or why not.
-    fn kernel_http(&self) -> Result<(), String> {
+    fn kernel_http(&self) -> Result<(), crate::engine::NoXdpTransmit> {
         Ok(())
     }
 }
@@ -47,7 +47,7 @@ impl L4Port for KernelL4 {
         Some(self.engine.clone())
     }
 
-    fn kernel_http(&self) -> Result<(), String> {
+    fn kernel_http(&self) -> Result<(), crate::engine::NoXdpTransmit> {
         self.engine.kernel_http()
     }
 }

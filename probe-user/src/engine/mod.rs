@@ -7,6 +7,8 @@
 mod raw;
 mod run;
 pub mod source;
+
+pub use source::NoXdpTransmit;
 pub mod templates;
 
 use std::{
@@ -293,7 +295,7 @@ pub struct L4Engine {
     rx_mode: crate::kernel::AttachMode,
     hook: crate::kernel::Hook,
     /// Whether probe_rx can send HTTP requests on these interfaces, or why not.
-    kernel_http: Result<(), String>,
+    kernel_http: Result<(), source::NoXdpTransmit>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -387,7 +389,7 @@ impl L4Engine {
 
     /// Whether plain HTTP probes (`L4Proto::Http`) can run here, or why not: checked once at
     /// start, on every interface probe_rx is attached to.
-    pub fn kernel_http(&self) -> Result<(), String> {
+    pub fn kernel_http(&self) -> Result<(), source::NoXdpTransmit> {
         self.kernel_http.clone()
     }
 

@@ -128,21 +128,27 @@ pub(crate) fn frames_back_out<'a>(
     mode: crate::kernel::AttachMode,
     devs: impl IntoIterator<Item = &'a str>,
     can_xmit: impl Fn(&str) -> bool,
-) -> Result<(), String> {
+) -> Result<(), NoXdpTransmit> {
     use crate::kernel::{AttachMode, Hook};
     if hook == Hook::Tcx || mode == AttachMode::Skb {
         return Ok(());
     }
-    for dev in devs {
-        if !can_xmit(dev) {
-            return Err(format!(
-                "{dev} does not advertise XDP transmit (ndo_xdp_xmit), so probe_rx cannot send the \
-                 request that answers a SYN+ACK there (on veth: turn GRO on at the peer, or attach an \
-                 XDP program to it; or set [source] xdp_mode = \"skb\" or hook = \"tcx\")"
-            ));
-        }
+    match devs.into_iter().find(|dev| !can_xmit(dev)) {
+        Some(dev) => Err(NoXdpTransmit { dev: dev.to_string() }),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// A device probe_rx runs on in native XDP that cannot transmit XDP frames: plain HTTP checks
+/// go through sockets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{dev} does not advertise XDP transmit (ndo_xdp_xmit), so probe_rx cannot send the request that \
+     answers a SYN+ACK there (on veth: turn GRO on at the peer, or attach an XDP program to it; or set \
+     [source] xdp_mode = \"skb\" or hook = \"tcx\")"
+)]
+pub struct NoXdpTransmit {
+    pub dev: String,
 }
 
 /// Picks the transmit path and says why, for the operator. Every interface a probe may
@@ -190,7 +196,8 @@ mod tests {
         let all = |_: &str| true;
         assert!(frames_back_out(Hook::Xdp, AttachMode::Driver, ["pr0"], all).is_ok());
         let e = frames_back_out(Hook::Xdp, AttachMode::Driver, ["pr0", "pr1"], |d: &str| d == "pr0").unwrap_err();
-        assert!(e.starts_with("pr1 does not advertise XDP transmit"), "{e}");
+        assert_eq!(e.dev, "pr1");
+        assert!(e.to_string().starts_with("pr1 does not advertise XDP transmit"), "{e}");
         assert!(
             frames_back_out(Hook::Xdp, AttachMode::Skb, ["pr0"], none).is_ok(),
             "generic XDP"

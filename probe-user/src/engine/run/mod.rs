@@ -69,7 +69,7 @@ pub(crate) struct EngineState {
     /// probe_rx leaves the RSTs to the stack (it cannot send frames back out).
     rst_by_stack: bool,
     /// Why probe_rx could not send frames back out when the engine started, if it could not.
-    no_frames_out: Option<String>,
+    no_frames_out: Option<super::source::NoXdpTransmit>,
     /// When `watch_xdp_tx` next asks the devices.
     next_xmit_check: Instant,
     /// When a device was found to have lost XDP transmit: probes sent before then that time
@@ -270,7 +270,7 @@ impl EngineState {
 
     /// Whether probe_rx could send frames back out (HTTP requests among them) when the engine
     /// started, or why not.
-    pub(crate) fn frames_out(&self) -> Result<(), String> {
+    pub(crate) fn frames_out(&self) -> Result<(), super::source::NoXdpTransmit> {
         self.no_frames_out.clone().map_or(Ok(()), Err)
     }
 
