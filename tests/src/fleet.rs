@@ -66,7 +66,7 @@ impl Fleet {
             .map(|p| Backend::on(&topo.backend, &format!("{BACKEND_V4}:{p}")))
             .chain([Backend::on(&topo.backend, &format!("{STANDBY}:8080"))])
             .collect();
-        // The node's load balancer, as docs/operations.md shows it, and SYN counters at the
+        // The node's load balancer, as docs/operations/sinks.md shows it, and SYN counters at the
         // backends for what clients send through it.
         topo.prober.nft(&doc_block("lb-ruleset-demo"));
         topo.backend.nft(&format!(

@@ -2,9 +2,9 @@
 //! collect results with a bound on time.
 use std::time::{Duration, Instant};
 
-use probed::engine::{EngineConfig, L4Engine, L4Result, TxChoice};
+use probed::engine::{EngineConfig, L4Engine, L4Request, L4Result, Snapshot, TxChoice, TxPath};
 
-use crate::{topo::PROBER_IF, TestPins};
+use crate::{topo::PROBER_IF, TestPins, Topology};
 
 /// Starts an engine on the prober's veth; call it inside `prober.enter`.
 pub fn start_engine(pins: &TestPins, tx: TxChoice) -> (L4Engine, tokio::sync::mpsc::UnboundedReceiver<L4Result>) {
@@ -51,15 +51,53 @@ pub fn hook() -> probed::kernel::Hook {
 
 /// The end-of-run checks both transmit paths share: no reply counted forged or stale, and on
 /// the XDP path the generator built one frame per probe.
-pub fn assert_clean_run(snap: &probed::engine::Snapshot, path: probed::engine::TxPath, probes: usize) {
+pub fn assert_clean_run(snap: &Snapshot, path: TxPath, probes: usize) {
     assert_eq!((snap.rx.forged, snap.rx.stale), (0, 0), "{:?}", snap.rx);
-    if path == probed::engine::TxPath::Xdp {
+    if path == TxPath::Xdp {
         assert_eq!(
             snap.tx.sent, probes as u64,
             "the generator built every frame: {:?}",
             snap.tx
         );
     }
+}
+
+/// One batch through a fresh engine; call it inside `prober.enter`. Starts the engine on `tx`,
+/// checks that it chose `want_path`, submits `reqs` and waits up to 5 s for their results;
+/// then checks that nothing is left in flight and that the run was clean (`assert_clean_run`).
+/// Returns the results as they came and the engine's counters at the end.
+pub fn run_batch(pins: &TestPins, tx: TxChoice, want_path: TxPath, reqs: &[L4Request]) -> (Vec<L4Result>, Snapshot) {
+    let (engine, mut rx) = start_engine(pins, tx);
+    assert_eq!(engine.tx_path(), want_path, "transmit path");
+    engine.submit(reqs.to_vec()).unwrap();
+    let results = collect(&mut rx, reqs.len(), Duration::from_secs(5));
+    let snap = engine.snapshot().unwrap();
+    assert_eq!(snap.inflight, 0, "nothing left in flight: {snap:?}");
+    assert_clean_run(&snap, want_path, reqs.len());
+    (results, snap)
+}
+
+/// The backend saw exactly `n` RSTs (counted by its `tcp flags & rst == rst` input rule) and
+/// keeps no half-open connection: the matcher rewrote each SYN+ACK into an RST and sent it
+/// back, and the prober's own stack sent none.
+pub fn assert_backend_reset(topo: &Topology, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let synrecv = topo.backend.exec("ss", &["-Htan", "state", "syn-recv"]);
+        if synrecv.trim().is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "half-open connections left on the backend:\n{synrecv}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        topo.backend.nft_rule_packets("tcp flags & rst == rst"),
+        n,
+        "RSTs seen by the backend"
+    );
 }
 
 /// Waits for `n` results, or until `within` has passed; returns what arrived.

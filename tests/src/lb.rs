@@ -152,15 +152,15 @@ impl SlotLb {
     }
 }
 
-/// The code block of docs/operations.md marked `<!-- test: NAME -->`: the tests load the
+/// The code block of docs/operations/sinks.md marked `<!-- test: NAME -->`: the tests load the
 /// documented rulesets and configs as they are written there.
 pub fn doc_block(name: &str) -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations.md");
-    let text = std::fs::read_to_string(path).expect("read docs/operations.md");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations/sinks.md");
+    let text = std::fs::read_to_string(path).expect("read docs/operations/sinks.md");
     let marker = format!("<!-- test: {name} -->");
     let after = text
         .split_once(&marker)
-        .unwrap_or_else(|| panic!("docs/operations.md has no block {marker}"))
+        .unwrap_or_else(|| panic!("docs/operations/sinks.md has no block {marker}"))
         .1;
     let body = after
         .split_once("```")
@@ -189,17 +189,7 @@ pub fn add_backends(topo: &crate::Topology, addrs: &[&str]) {
             topo.backend
                 .ip(&["addr", "add", &format!("{a}/24"), "dev", crate::topo::BACKEND_IF]);
         }
-        topo.prober.ip(&[
-            "neigh",
-            "replace",
-            a,
-            "lladdr",
-            &mac,
-            "dev",
-            crate::topo::PROBER_IF,
-            "nud",
-            "permanent",
-        ]);
+        topo.prober.static_neighbour(a, &mac, crate::topo::PROBER_IF);
     }
 }
 

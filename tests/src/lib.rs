@@ -2,7 +2,9 @@
 //! nftables rules, all removed on drop (and so on panic).
 //!
 //! Every test builds its own namespaces with names unique to the process and the test, so
-//! tests run in parallel; addresses come from 198.18.0.0/15 and 2001:2::/48 only.
+//! tests run in parallel (all of them in one process, the binary tests/it); addresses come from
+//! 198.18.0.0/15 and 2001:2::/48 only. The few that must not share the process or the machine
+//! say so with `serial`.
 pub mod chroot;
 pub mod daemon;
 pub mod dig;
@@ -15,6 +17,7 @@ pub mod lb;
 pub mod netns;
 pub mod procs;
 pub mod reflector;
+pub mod serial;
 pub mod servers;
 pub mod star;
 pub mod topo;

@@ -1,18 +1,21 @@
 //! One network namespace, created with iproute2 and deleted on drop.
 use std::{fs::File, os::fd::AsRawFd, path::PathBuf};
 
-use crate::{run, unique_name};
+use crate::{run, serial::Shared, unique_name};
 
 /// A named network namespace (`ip netns add`), deleted on drop.
 pub struct Netns {
     pub name: String,
+    /// While it exists, no other test runs `serial::alone` (and it waits for one that does).
+    _shared: Shared,
 }
 
 impl Netns {
     pub fn new(prefix: &str) -> Self {
+        let shared = Shared::take();
         let name = unique_name(prefix);
         run("ip", &["netns", "add", &name]);
-        let ns = Self { name };
+        let ns = Self { name, _shared: shared };
         ns.ip(&["link", "set", "lo", "up"]);
         ns
     }

@@ -153,7 +153,7 @@ pub(crate) fn link(
         (b, backend_if, prober_addrs, &prober_mac),
     ] {
         for addr in addrs {
-            ns.ip(&["neigh", "replace", addr, "lladdr", mac, "dev", dev, "nud", "permanent"]);
+            ns.static_neighbour(addr, mac, dev);
         }
     }
 }
@@ -186,5 +186,11 @@ impl Netns {
             .nth(1)
             .unwrap_or_else(|| panic!("no MAC for {dev}: {out}"));
         after.split_whitespace().next().unwrap().to_string()
+    }
+
+    /// A static neighbour inside this namespace: `addr` is at `mac` on `dev`, for good (no
+    /// ARP or ND to wait for, and none to fail).
+    pub fn static_neighbour(&self, addr: &str, mac: &str, dev: &str) {
+        self.ip(&["neigh", "replace", addr, "lladdr", mac, "dev", dev, "nud", "permanent"]);
     }
 }

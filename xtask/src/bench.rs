@@ -1,43 +1,42 @@
-//! `cargo xtask bench WHICH`: benchmarks, run in release, reporting side-by-side ratios.
+//! `cargo xtask bench WHICH`: benchmarks, run in release, reporting side-by-side ratios. Each is
+//! a binary of the bench crate (bench/src/bin/NAME.rs).
 use anyhow::bail;
 
 use crate::util::{cargo, require_root, sh};
 
+/// The benchmarks `cargo xtask bench` knows, each with the binaries it runs in turn.
+const BENCHMARKS: &[(&str, &[&str])] = &[
+    ("l4", &["l4"]),
+    ("http", &["http"]),
+    // The scheduler alone on a virtual clock (1M checks), then live on the kernel engine.
+    ("schedule", &["schedule-virtual", "schedule-live"]),
+    ("sinks", &["sinks"]),
+    ("peers", &["peers"]),
+    ("dns", &["dns"]),
+    ("million", &["million"]),
+    ("cluster", &["cluster"]),
+];
+
 pub fn run(which: &str, extra: &[String]) -> anyhow::Result<()> {
+    let Some((_, bins)) = BENCHMARKS.iter().find(|(name, _)| *name == which) else {
+        let names: Vec<&str> = BENCHMARKS.iter().map(|(name, _)| *name).collect();
+        bail!("unknown benchmark {which:?}: choose one of {}", names.join(", "));
+    };
     require_root("benchmarks")?;
     crate::setup::run()?;
-    let mut cmd = cargo();
-    match which {
-        "l4" => cmd.args(["run", "--release", "-p", "probed-tests", "--bin", "bench-l4"]),
-        "http" => cmd.args(["run", "--release", "-p", "probe-user", "--example", "bench_http"]),
-        "schedule" => {
-            // The scheduler alone on a virtual clock (1M targets), then live on the kernel engine.
-            sh(cargo().args(["run", "--release", "-p", "probe-user", "--example", "bench_schedule"]))?;
-            cmd.args(["run", "--release", "-p", "probed-tests", "--bin", "bench-schedule"])
+    if matches!(which, "peers" | "dns" | "million") {
+        // probed as the operator runs it (the release binary), so that its process's CPU and
+        // RSS are its own: against HAProxy and nginx (peers), gdnsd (dns), or alone (million).
+        sh(cargo().args(["build", "--release", "-p", "probe-user", "--bin", "probed"]))?;
+    }
+    for bin in *bins {
+        let mut cmd = cargo();
+        cmd.args(["run", "--release", "-p", "probed-bench", "--bin", bin, "--"]);
+        // The arguments are one binary's: a benchmark of several takes none.
+        if bins.len() == 1 {
+            cmd.args(extra);
         }
-        "sinks" => cmd.args(["run", "--release", "-p", "probed-tests", "--bin", "bench-sinks"]),
-        "peers" => {
-            // probed as the operator runs it (the release binary), against HAProxy and nginx.
-            sh(cargo().args(["build", "--release", "-p", "probe-user", "--bin", "probed"]))?;
-            cmd.args(["run", "--release", "-p", "probed-tests", "--bin", "bench-peers", "--"])
-                .args(extra)
-        }
-        "dns" => {
-            // probed as the operator runs it, so that its process's CPU is its own, against gdnsd.
-            sh(cargo().args(["build", "--release", "-p", "probe-user", "--bin", "probed"]))?;
-            cmd.args(["run", "--release", "-p", "probed-tests", "--bin", "bench-dns", "--"])
-                .args(extra)
-        }
-        "million" => {
-            // probed as the operator runs it, so that its RSS and CPU are its own.
-            sh(cargo().args(["build", "--release", "-p", "probe-user", "--bin", "probed"]))?;
-            cmd.args(["run", "--release", "-p", "probed-tests", "--bin", "bench-million", "--"])
-                .args(extra)
-        }
-        "cluster" => cmd
-            .args(["run", "--release", "-p", "probed-tests", "--bin", "bench-cluster", "--"])
-            .args(extra),
-        other => bail!("unknown benchmark {other:?}: choose l4, http, schedule, sinks, peers, dns, cluster or million"),
-    };
-    sh(&mut cmd)
+        sh(&mut cmd)?;
+    }
+    Ok(())
 }

@@ -48,8 +48,55 @@ const COPIED: &[(&str, &str, u32)] = &[
 /// Documentation compressed with `gzip -9n`, as Debian policy (12.3) asks of files over 4 KiB.
 const DOCS: &[(&str, &str)] = &[
     ("README.md", "usr/share/doc/probed/README.md.gz"),
-    ("docs/operations.md", "usr/share/doc/probed/operations.md.gz"),
-    ("docs/udp.md", "usr/share/doc/probed/udp.md.gz"),
+    (
+        "docs/operations/README.md",
+        "usr/share/doc/probed/operations/README.md.gz",
+    ),
+    ("docs/operations/api.md", "usr/share/doc/probed/operations/api.md.gz"),
+    (
+        "docs/operations/backends.md",
+        "usr/share/doc/probed/operations/backends.md.gz",
+    ),
+    (
+        "docs/operations/cluster.md",
+        "usr/share/doc/probed/operations/cluster.md.gz",
+    ),
+    (
+        "docs/operations/configuration.md",
+        "usr/share/doc/probed/operations/configuration.md.gz",
+    ),
+    ("docs/operations/dns.md", "usr/share/doc/probed/operations/dns.md.gz"),
+    (
+        "docs/operations/events.md",
+        "usr/share/doc/probed/operations/events.md.gz",
+    ),
+    (
+        "docs/operations/install.md",
+        "usr/share/doc/probed/operations/install.md.gz",
+    ),
+    (
+        "docs/operations/metrics.md",
+        "usr/share/doc/probed/operations/metrics.md.gz",
+    ),
+    ("docs/operations/node.md", "usr/share/doc/probed/operations/node.md.gz"),
+    (
+        "docs/operations/running.md",
+        "usr/share/doc/probed/operations/running.md.gz",
+    ),
+    (
+        "docs/operations/security.md",
+        "usr/share/doc/probed/operations/security.md.gz",
+    ),
+    (
+        "docs/operations/sinks.md",
+        "usr/share/doc/probed/operations/sinks.md.gz",
+    ),
+    (
+        "docs/operations/sizing.md",
+        "usr/share/doc/probed/operations/sizing.md.gz",
+    ),
+    ("docs/spec.md", "usr/share/doc/probed/spec.md.gz"),
+    ("docs/design/udp.md", "usr/share/doc/probed/udp.md.gz"),
 ];
 
 /// What `probed generate completions` writes, and where each shell looks for it.
@@ -214,7 +261,11 @@ fn stage_binary(binary: &Path, stage: &Path) -> anyhow::Result<()> {
     fs::set_permissions(&to, fs::Permissions::from_mode(0o755)).context("chmod usr/bin/probed")
 }
 
-/// Manual pages and completions, as the binary generates them from its clap definitions.
+/// The configuration file's manual page, `probed.toml(5)`, that `probed generate man` writes.
+const CONFIG_PAGE: &str = "probed.toml.5";
+
+/// Manual pages and completions, as the binary generates them from its clap definitions and its
+/// configuration reference.
 fn stage_generated(binary: &Path, out_dir: &Path, stage: &Path) -> anyhow::Result<()> {
     let generated = out_dir.join("generated");
     if generated.exists() {
@@ -226,20 +277,34 @@ fn stage_generated(binary: &Path, out_dir: &Path, stage: &Path) -> anyhow::Resul
         .args(["generate", "man"])
         .arg(&man_dir)
         .stdout(std::io::stderr()))?;
-    let mut pages = 0;
+    // Each page goes to the directory of its section, the file name's extension: the commands'
+    // pages to man8, probed.toml.5 (the configuration file) to man5.
+    let (mut commands, mut config) = (0, false);
     for entry in fs::read_dir(&man_dir).with_context(|| format!("read {}", man_dir.display()))? {
         let page = entry?.path();
         let file = page.file_name().unwrap().to_string_lossy().into_owned();
+        let section = Path::new(&file)
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or_default();
         ensure!(
-            Path::new(&file).extension().is_some_and(|e| e == "8"),
-            "probed generate man wrote {file}, expected section 8 pages only"
+            section == "8" || file == CONFIG_PAGE,
+            "probed generate man wrote {file}, expected section 8 pages and {CONFIG_PAGE} only"
         );
-        gzip(&page, &stage.join("usr/share/man/man8").join(format!("{file}.gz")))?;
-        pages += 1;
+        gzip(
+            &page,
+            &stage
+                .join(format!("usr/share/man/man{section}"))
+                .join(format!("{file}.gz")),
+        )?;
+        commands += usize::from(section == "8");
+        config |= file == CONFIG_PAGE;
     }
     ensure!(
-        pages > 1,
-        "probed generate man wrote {pages} pages, expected probed.8 and one per subcommand"
+        commands > 1 && config,
+        "probed generate man wrote {commands} section 8 pages{}, expected probed.8, one per subcommand \
+         and {CONFIG_PAGE}",
+        if config { "" } else { " and no configuration page" }
     );
     let completions = generated.join("completions");
     sh(Command::new(binary)

@@ -33,7 +33,9 @@ enum Command {
     },
     /// Set up, build, then run the unit and the privileged integration tests.
     Test {
-        /// Only run tests whose name contains this.
+        /// Only run tests whose name contains this; the integration tests' names start with
+        /// their layer (`kernel::`, `probes::`, `daemon::`, `api::`, `sinks::`, `dns::`,
+        /// `cluster::`, `package::`), so `cargo xtask test -- kernel::` runs one layer.
         filter: Option<String>,
     },
     /// Build a demo fleet in network namespaces and run probed against it.
@@ -47,7 +49,8 @@ enum Command {
     },
     /// Build the Debian package target/debian/probed_VERSION_ARCH.deb from the release build.
     Deb,
-    /// Benchmarks (not tests): `l4`, `http`, `schedule`, `sinks`, `peers`, `dns`, `cluster`.
+    /// Benchmarks (not tests), the bench crate's binaries: `l4`, `http`, `schedule`, `sinks`,
+    /// `peers`, `dns`, `million`, `cluster`.
     Bench {
         which: String,
         /// Passed to the benchmark (`peers`: --sizes, --kinds, --seconds, --only; `dns`: --seconds,

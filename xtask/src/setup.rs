@@ -26,13 +26,13 @@ const PACKAGES: &[&str] = &[
     "apache2",        // the HTTP conformance zoo: each check's verdict against curl's
     "lighttpd",       // the HTTP conformance zoo
     "curl",           // the HTTP conformance zoo's reference client
-    "python3",        // http.server in the zoo; the forwarded-flow client and the local user in node_trust
+    "python3",        // http.server in the zoo; the forwarded-flow client and the local user in kernel::node_trust
     "openssl",        // `bench peers`: the fleet's TLS certificate
     "bind9-dnsutils", // dig: the DNS tests ask the daemon with a real client
     "dnsperf",        // `bench dns`: the load generator
     "gdnsd",          // `bench dns`: the established failover DNS server probed is measured against
-    "knot",           // knotd: the reference authoritative server dns_reference.rs compares answers with
-    "faketime",       // cluster_chaos.rs: a node whose clock is 20 s off
+    "knot",           // knotd: the reference authoritative server dns::reference compares answers with
+    "faketime",       // cluster::chaos: a node whose clock is 20 s off
     "tmux",           // `probed status --watch` is tested in a tmux pane
     "dpkg-dev",       // `xtask deb`: dpkg-deb, dpkg-shlibdeps, dpkg-parsechangelog
     "binutils",       // `xtask deb`: strip; the package test: objdump, readelf

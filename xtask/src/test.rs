@@ -2,6 +2,15 @@
 //! the Debian package built and tested.
 use crate::util::{cargo, require_root, sh};
 
+/// The kernel layer's suites that the generic-XDP and tcx passes run again (module paths in
+/// tests/it, as test-name filters).
+const KERNEL_SUITES: [&str; 4] = [
+    "kernel::l4_engine::",
+    "kernel::udp::",
+    "kernel::http::",
+    "kernel::node_trust::",
+];
+
 pub fn run(filter: Option<&str>) -> anyhow::Result<()> {
     require_root("the integration tests")?;
     crate::setup::run()?;
@@ -27,6 +36,8 @@ pub fn run(filter: Option<&str>) -> anyhow::Result<()> {
             .env("CARGO_TARGET_DIR", crate::util::root().join("target"));
         sh(&mut seeds)?;
     }
+    // The integration tests: one binary (tests/it), a module per layer, so that a filter such
+    // as `kernel::` selects a layer.
     let mut integration = cargo();
     integration.args(["test", "-p", "probed-tests"]);
     if let Some(f) = filter {
@@ -36,39 +47,29 @@ pub fn run(filter: Option<&str>) -> anyhow::Result<()> {
     // The integration tests run probe_rx in native mode (what `auto` picks on veth). Drivers
     // without native XDP get generic mode, so the kernel engine's suites run once more there.
     if filter.is_none() {
-        // The suites that load the kernel programs: once more in generic mode, and once at tcx
-        // ingress (`[source] hook = "tcx"`, the hook beside another XDP owner).
-        let kernel_suites = [
-            "--test",
-            "l4_engine",
-            "--test",
-            "udp",
-            "--test",
-            "http_kernel",
-            "--test",
-            "node_trust",
-        ];
+        // The engine's suites, whose engine attaches as PROBED_XDP_MODE and PROBED_HOOK say:
+        // once more in generic mode, and once at tcx ingress (`[source] hook = "tcx"`, the hook
+        // beside another XDP owner). Not kernel::vlan (tcx sees one tag fewer), kernel::hooks
+        // (each test names its hook) nor kernel::flood (its daemon attaches as its config says).
         for (var, value) in [("PROBED_XDP_MODE", "skb"), ("PROBED_HOOK", "tcx")] {
             let mut again = cargo();
             again
-                .args(["test", "-p", "probed-tests"])
-                .args(kernel_suites)
+                .args(["test", "-p", "probed-tests", "--test", "it", "--"])
+                .args(KERNEL_SUITES)
                 .env(var, value);
             sh(&mut again)?;
         }
     }
     // The Debian package, from the release build: inspected, linted, then installed, run,
-    // upgraded and purged in a throwaway Debian root (tests/tests/package.rs; ignored in the
-    // pass above, which has no package to give them).
+    // upgraded and purged in a throwaway Debian root (tests/it/package; ignored in the pass
+    // above, which has no package to give them).
     if filter.is_none_or(|f| f.contains("package")) {
         let deb = crate::deb::build()?;
         let mut package = cargo();
         package
-            .args(["test", "-p", "probed-tests", "--test", "package", "--", "--ignored"])
+            .args(["test", "-p", "probed-tests", "--test", "it", "--", "--ignored"])
+            .arg(filter.unwrap_or("package::"))
             .env("PROBED_DEB", &deb);
-        if let Some(f) = filter {
-            package.arg(f);
-        }
         sh(&mut package)?;
     }
     Ok(())

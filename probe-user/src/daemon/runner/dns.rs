@@ -65,7 +65,7 @@ impl Runner {
         let mut zone = Zone::build(config, dns, self.consumers.regions.clone(), &snapshot, serial);
         for p in &self.table.profiles {
             for t in p.owners.iter().filter_map(|id| self.table.targets.get(id)) {
-                zone.set_rtt(&p.name, &t.name(), t.last_rtt().get());
+                zone.set_rtt(&p.name, t.name(), t.last_rtt().get());
             }
         }
         (zone, changes)

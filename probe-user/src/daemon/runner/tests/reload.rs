@@ -174,7 +174,7 @@ fn assert_shared_names(runner: &Runner) {
         assert_eq!(entry.owners.len(), profile.endpoints.len(), "{}", profile.name);
         for (id, endpoint) in entry.owners.iter().zip(&profile.endpoints) {
             assert!(
-                Arc::ptr_eq(&runner.table.targets[id].name(), &endpoint.name),
+                Arc::ptr_eq(runner.table.targets[id].name(), &endpoint.name),
                 "{}/{}",
                 profile.name,
                 endpoint.name

@@ -1,0 +1,420 @@
+//! What the internet can do to the DNS server, with real clients and real floods:
+//! - a reflection attack: queries forged with a victim's source address, at ten times the rate
+//!   limit; the victim gets at most the limit back in answers (plus the truncated slips), while
+//!   a real resolver elsewhere asking the same name is answered every time;
+//! - 10,000 TCP connections held open by one host, a client trickling a query a byte at a
+//!   time, and one asking a query every second for ever: the server keeps its descriptors
+//!   within `[dns.tcp] max_clients`, closes the trickles on time, and UDP and TCP answers and
+//!   the HTTPS checks (which need descriptors too) go on working, a backend that dies during
+//!   the flood included.
+use std::{
+    net::{Ipv4Addr, UdpSocket},
+    path::PathBuf,
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Duration, Instant},
+};
+
+use probed::status::EndpointStatus as S;
+use probed_tests::{
+    daemon::{metric, DaemonFiles, RunningDaemon},
+    dig::dig,
+    forge::send_raw_v4,
+    http_server::{Route, SelfSigned},
+    lb::add_backends,
+    procs::Proc,
+    topo::*,
+    Topology,
+};
+
+const DNS_V4: &str = PROBER_V4;
+const PORT: u16 = 5353;
+const ZONE: &str = "tm.example.";
+
+fn dns_section(extra: &str) -> String {
+    format!(
+        "[dns]\nlisten = [\"{DNS_V4}:{PORT}\"]\nzone = \"{ZONE}\"\nttl = \"30s\"\n\
+         [[dns.nameserver]]\nname = \"ns1.{ZONE}\"\naddresses = [\"{DNS_V4}\"]\n{extra}\n"
+    )
+}
+
+/// A query for `name` A, without EDNS, with id `id`.
+fn query(id: u16, name: &str) -> Vec<u8> {
+    let mut q = Vec::new();
+    q.extend_from_slice(&id.to_be_bytes());
+    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in name.trim_end_matches('.').split('.') {
+        q.push(u8::try_from(label.len()).unwrap());
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    q
+}
+
+/// An IPv4 UDP packet, header included, from `src` to `dst` (checksums left to the kernel
+/// and to UDP's "none").
+fn udp_packet(src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16), payload: &[u8]) -> Vec<u8> {
+    let udp_len = u16::try_from(8 + payload.len()).unwrap();
+    let mut p = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0];
+    p.extend_from_slice(&src.0.octets());
+    p.extend_from_slice(&dst.0.octets());
+    p.extend_from_slice(&src.1.to_be_bytes());
+    p.extend_from_slice(&dst.1.to_be_bytes());
+    p.extend_from_slice(&udp_len.to_be_bytes());
+    p.extend_from_slice(&[0, 0]);
+    p.extend_from_slice(payload);
+    p
+}
+
+const VICTIM: &str = "198.18.0.50";
+const VICTIM_PORT: u16 = 40_000;
+/// The limit, and the flood at ten times it, for `FLOOD_SECONDS`.
+const RATE: u32 = 20;
+const FLOOD_SECONDS: u32 = 3;
+
+#[test]
+fn a_spoofed_flood_gets_at_most_the_rate_back_and_a_real_resolver_is_answered() {
+    let topo = Topology::new();
+    let client = topo.client();
+    add_backends(&topo, &[VICTIM]);
+    let _web = topo.backend.tcp_listen(&format!("{BACKEND_V4}:80"));
+    let files = DaemonFiles::new();
+    let text = files.header(PROBER_IF)
+        + &dns_section(&format!("[dns.rate_limit]\nresponses_per_second = {RATE}\nslip = 2\n"))
+        + "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\nport = 80\n\
+           interval = \"200ms\"\ntimeout = \"200ms\"\n[[profile.endpoint]]\nname = \"a\"\n"
+        + &format!("address = \"{BACKEND_V4}\"\n");
+    let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start the daemon");
+    daemon.wait_status("web", "a", S::Online, Duration::from_secs(5));
+    let victim = topo.backend.udp_bind(&format!("{VICTIM}:{VICTIM_PORT}"));
+    victim.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+
+    let flood = 10 * RATE * FLOOD_SECONDS;
+    let forged = udp_packet(
+        (VICTIM.parse().unwrap(), VICTIM_PORT),
+        (DNS_V4.parse().unwrap(), PORT),
+        &query(0x5151, "web.tm.example."),
+    );
+    let done = AtomicBool::new(false);
+    let (resolver_answered, resolver_asked, received) = std::thread::scope(|s| {
+        // The real resolver: another prefix, the same name, 10 queries a second (half the
+        // limit), each answered within a second or counted as lost.
+        let resolver = s.spawn(|| {
+            client.enter(|| {
+                let sock = UdpSocket::bind(format!("{CLIENT_V4}:0")).unwrap();
+                sock.connect(format!("{DNS_V4}:{PORT}")).unwrap();
+                sock.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+                let (mut asked, mut answered) = (0, 0);
+                let mut buf = [0u8; 1500];
+                for i in 0..(10 * FLOOD_SECONDS) {
+                    let id = u16::try_from(i).unwrap();
+                    sock.send(&query(id, "web.tm.example.")).unwrap();
+                    asked += 1;
+                    if let Ok(n) = sock.recv(&mut buf) {
+                        let full = n > 12 && buf[..2] == id.to_be_bytes() && buf[2] & 0x02 == 0 && buf[7] == 1;
+                        answered += u32::from(full);
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                (answered, asked)
+            })
+        });
+        // The victim counts what reaches it: full answers, truncated ones, and their bytes.
+        let counter = s.spawn(|| {
+            let mut buf = [0u8; 1500];
+            let (mut full, mut truncated, mut bytes) = (0u32, 0u32, 0usize);
+            let quiet_after = Duration::from_secs(1);
+            let mut last = Instant::now();
+            while !done.load(Ordering::Relaxed) || last.elapsed() < quiet_after {
+                if let Ok(n) = victim.recv(&mut buf) {
+                    last = Instant::now();
+                    bytes += n;
+                    if buf[2] & 0x02 != 0 {
+                        assert_eq!(&buf[6..12], &[0; 6], "a slip carries no records");
+                        truncated += 1;
+                    } else {
+                        full += 1;
+                    }
+                }
+            }
+            (full, truncated, bytes)
+        });
+        // The attacker: the forged queries, evenly paced at ten times the limit.
+        topo.backend.enter(|| {
+            let start = Instant::now();
+            let gap = Duration::from_secs(1) / (10 * RATE);
+            for i in 0..flood {
+                send_raw_v4(DNS_V4.parse().unwrap(), &forged);
+                if let Some(wait) = (start + gap * (i + 1)).checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        });
+        done.store(true, Ordering::Relaxed);
+        let (answered, asked) = resolver.join().unwrap();
+        (answered, asked, counter.join().unwrap())
+    });
+    let (full, truncated, bytes) = received;
+    let sent_bytes = forged.len() * flood as usize - 28 * flood as usize;
+    eprintln!(
+        "flood {flood} queries ({sent_bytes} bytes of DNS) at {} / s: the victim got {full} answers and \
+         {truncated} slips ({bytes} bytes, {:.2}x); the resolver {resolver_answered} / {resolver_asked}",
+        10 * RATE,
+        bytes as f64 / sent_bytes as f64
+    );
+    // At most the limit: a second's burst, then the rate.
+    let most = RATE * (FLOOD_SECONDS + 1) + 2;
+    assert!(full <= most, "{full} full answers, at most {most}");
+    assert!(
+        full >= RATE * FLOOD_SECONDS / 2,
+        "the rate is given, not withheld: {full}"
+    );
+    // slip = 2: every other answer held back goes out truncated.
+    let held = flood - full;
+    assert!(
+        truncated.abs_diff(held / 2) <= 2,
+        "{truncated} slips of {held} held back"
+    );
+    assert!(
+        bytes < sent_bytes,
+        "no amplification: {bytes} bytes back for {sent_bytes}"
+    );
+    assert_eq!(resolver_answered, resolver_asked, "the real resolver lost answers");
+    let metrics = daemon.get("/metrics");
+    let text = metrics.as_str().unwrap();
+    let dropped = metric(text, "probed_dns_rate_limited_total{action=\"drop\"}");
+    let slipped = metric(text, "probed_dns_rate_limited_total{action=\"slip\"}");
+    assert_eq!(dropped + slipped, f64::from(held), "{text}");
+    daemon.stop();
+}
+
+/// Opens `count` connections to the server from this namespace and holds them; a connection
+/// the server closes is opened again, at most `count` times more. Says `open` on stdout once
+/// all are asked for, then `opened N closed N` at the end.
+const HOLDER: &str = r#"
+import resource, select, socket, sys, time
+count, hold = int(sys.argv[3]), float(sys.argv[4])
+resource.setrlimit(resource.RLIMIT_NOFILE, (count + 1000, count + 1000))
+addr = (sys.argv[1], int(sys.argv[2]))
+def connect():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setblocking(False)
+    s.connect_ex(addr)
+    return s
+socks = [connect() for _ in range(count)]
+print("open", flush=True)
+opened, closed, end = count, 0, time.time() + hold
+while time.time() < end:
+    p = select.poll()
+    for s in socks:
+        p.register(s, select.POLLIN | select.POLLERR | select.POLLHUP)
+    gone = {fd for fd, ev in p.poll(200)}
+    keep = []
+    for s in socks:
+        if s.fileno() in gone:
+            s.close()
+            closed += 1
+            if opened < 2 * count:
+                keep.append(connect())
+                opened += 1
+        else:
+            keep.append(s)
+    socks = keep
+print("opened", opened, "closed", closed, flush=True)
+"#;
+
+/// Trickles: `bytes` sends one byte of a query every 300 ms (a whole query would take 10 s);
+/// `queries` sends a whole query every second and reads its answer. Each prints the seconds
+/// until the server closed the connection, and the answers it got.
+const TRICKLE: &str = r#"
+import socket, struct, sys, time
+mode, addr = sys.argv[3], (sys.argv[1], int(sys.argv[2]))
+q = bytes.fromhex("abcd01000001000000000000") + b"\x03web\x02tm\x07example\x00\x00\x01\x00\x01"
+framed = struct.pack("!H", len(q)) + q
+s = socket.create_connection(addr, timeout=15)
+start, answers = time.time(), 0
+try:
+    if mode == "bytes":
+        for b in framed:
+            s.send(bytes([b]))
+            time.sleep(0.3)
+    else:
+        for _ in range(30):
+            s.send(framed)
+            head = s.recv(2)
+            if len(head) < 2:
+                break
+            n = struct.unpack("!H", head)[0]
+            got = b""
+            while len(got) < n:
+                more = s.recv(n - len(got))
+                if not more:
+                    break
+                got += more
+            answers += 1
+            time.sleep(1)
+    s.settimeout(15)
+    while s.recv(100):
+        pass
+except (ConnectionResetError, BrokenPipeError, socket.timeout):
+    pass
+print("closed after %.2f s, %d answers" % (time.time() - start, answers), flush=True)
+"#;
+
+fn script(dir: &std::path::Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count)
+}
+
+/// "closed after S s, N answers" from a trickle's output.
+fn closed_after(output: &str) -> (f64, u32) {
+    let line = output
+        .lines()
+        .find(|l| l.starts_with("closed after"))
+        .unwrap_or_else(|| panic!("{output}"));
+    let f: Vec<&str> = line.split_whitespace().collect();
+    (f[2].parse().unwrap(), f[4].parse().unwrap())
+}
+
+#[test]
+fn ten_thousand_idle_connections_and_trickles_leave_answers_and_checks_working() {
+    const MAX_CLIENTS: usize = 150;
+    // The server's descriptors are counted among the whole process's.
+    if !probed_tests::serial::own_process() {
+        return;
+    }
+    let topo = Topology::new();
+    let client = topo.client();
+    let cert = SelfSigned::new(&["backend.test"]);
+    let servers: Vec<_> = [8443, 8444]
+        .iter()
+        .map(|port| {
+            let s = topo
+                .backend
+                .https_server(&format!("{BACKEND_V4}:{port}"), &cert, Duration::ZERO);
+            s.route("/health", Route::status(200));
+            s
+        })
+        .collect();
+    let files = DaemonFiles::new();
+    let mut text = files.header(PROBER_IF)
+        + &dns_section(&format!(
+            "[dns.rate_limit]\nresponses_per_second = 0\n[dns.tcp]\nmax_clients = {MAX_CLIENTS}\n\
+             max_clients_per_prefix = 100\nidle_timeout = \"2s\"\nmax_lifetime = \"6s\"\n"
+        ))
+        + "[[profile]]\nname = \"web\"\ndialect = \"lb\"\nrouting = \"priority\"\n[profile.health]\n\
+           protocol = \"https\"\npath = \"/health\"\ninterval = \"200ms\"\ntimeout = \"500ms\"\n\
+           healthy_threshold = 2\nunhealthy_threshold = 2\n";
+    for (i, port) in [8443, 8444].iter().enumerate() {
+        text += &format!(
+            "[[profile.endpoint]]\nname = \"e{i}\"\naddress = \"{BACKEND_V4}\"\nport = {port}\npriority = {}\n",
+            i + 1
+        );
+    }
+    let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start the daemon");
+    for e in ["e0", "e1"] {
+        daemon.wait_status("web", e, S::Online, Duration::from_secs(5));
+    }
+    let before = open_descriptors();
+    let holder_py = script(&files.dir, "holder.py", HOLDER);
+    let trickle_py = script(&files.dir, "trickle.py", TRICKLE);
+    let port = PORT.to_string();
+    let holder_log = files.dir.join("holder.log");
+    let mut holder = Proc::spawn(
+        &topo.backend,
+        None,
+        &["python3", holder_py.to_str().unwrap(), DNS_V4, &port, "10000", "12"],
+        &holder_log,
+        "the connection holder",
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !holder.output().contains("open") {
+        assert!(
+            Instant::now() < deadline,
+            "the holder did not open its connections: {}",
+            holder.output()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The trickles, from the client's prefix, while the flood goes on.
+    let spawn_trickle = |mode: &str, log: &str| {
+        Proc::spawn(
+            &client,
+            None,
+            &["python3", trickle_py.to_str().unwrap(), DNS_V4, &port, mode],
+            &files.dir.join(log),
+            "a trickle",
+        )
+    };
+    let mut bytes = spawn_trickle("bytes", "bytes.log");
+    let mut queries = spawn_trickle("queries", "queries.log");
+    // A backend dies during the flood: its check still needs a socket, and gets one.
+    let mut servers = servers.into_iter();
+    let _e0 = servers.next();
+    drop(servers.next());
+    let died = Instant::now();
+    let mut most = 0;
+    let mut answered = 0;
+    let mut e1_down = None;
+    while died.elapsed() < Duration::from_secs(8) {
+        most = most.max(open_descriptors().saturating_sub(before));
+        for options in [&[][..], &["+tcp"][..]] {
+            let d = dig(&client, DNS_V4, PORT, "web.tm.example.", "A", options);
+            assert_eq!(d.status, "NOERROR", "{options:?}: {}", d.raw);
+            answered += 1;
+        }
+        if e1_down.is_none() && daemon.endpoint("web", "e1").status == S::Degraded {
+            e1_down = Some(died.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let metrics = daemon.get("/metrics");
+    let text = metrics.as_str().unwrap();
+    let refused = metric(text, "probed_dns_tcp_closed_total{reason=\"prefix\"}");
+    let idle = metric(text, "probed_dns_tcp_closed_total{reason=\"idle\"}");
+    let local_errors: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("probed_probe_results_total") && l.contains("local-error"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    holder
+        .wait(Duration::from_secs(15), || Ok(()))
+        .expect("the holder ends");
+    bytes
+        .wait(Duration::from_secs(15), || Ok(()))
+        .expect("the byte trickle ends");
+    queries
+        .wait(Duration::from_secs(15), || Ok(()))
+        .expect("the query trickle ends");
+    let (bytes_closed, _) = closed_after(&bytes.output());
+    let (queries_closed, queries_answered) = closed_after(&queries.output());
+    eprintln!(
+        "holder: {}; descriptors at most {most} over the {before} before; {answered} digs answered; \
+         refused by prefix {refused}, idle-closed {idle}; byte trickle closed after {bytes_closed} s, \
+         query trickle after {queries_closed} s with {queries_answered} answers; e1 down after {e1_down:?}",
+        holder.output().trim()
+    );
+    assert!(refused > 1000.0, "the flood was held to its prefix's share: {refused}");
+    assert!(
+        most <= MAX_CLIENTS + 20,
+        "the DNS server's descriptors stay within its budget: {most} more than before"
+    );
+    assert!(
+        (1.5..=3.5).contains(&bytes_closed),
+        "a byte trickle is closed at the idle timeout"
+    );
+    assert!(
+        (5.5..=8.5).contains(&queries_closed),
+        "a query trickle is closed at the lifetime"
+    );
+    assert!(queries_answered >= 4, "its queries were answered until then");
+    let e1_down = e1_down.expect("the dead backend went down during the flood");
+    assert!(e1_down < Duration::from_secs(3), "{e1_down:?}");
+    assert_eq!(daemon.endpoint("web", "e0").status, S::Online);
+    assert_eq!(local_errors, 0.0, "no check lacked a descriptor");
+    daemon.stop();
+}

@@ -1,0 +1,277 @@
+//! The nftables sink with real traffic: a client namespace, the prober's namespace as the load
+//! balancer (an nft `dnat ... map @slots` ruleset that probed fills), three backends. Many
+//! short client connections reach all three; one backend dropped leaves rotation after its
+//! fail window (no new connection reaches it, and no other slot moves), and comes back after
+//! its success window. The same over IPv6, an nft set of eligible addresses, a restart that
+//! rewrites nothing, and the errors of a sink whose structure is missing or of the wrong type.
+use std::{collections::BTreeMap, time::Duration};
+
+use probed::status::EndpointStatus as S;
+use probed_tests::{
+    daemon::{DaemonFiles, RunningDaemon},
+    lb::{add_backends, connect_many, count_ruleset, doc_block, go_dark, restore, syns, wait_until, Backend},
+    topo::*,
+    Netns,
+};
+
+const VIP_V4: &str = "198.18.100.100";
+const VIP_V6: &str = "2001:2:100::100";
+const BACKENDS_V4: [&str; 3] = ["198.18.0.2", "198.18.0.3", "198.18.0.4"];
+const BACKENDS_V6: [&str; 3] = ["2001:2::2", "2001:2::3", "2001:2::4"];
+
+/// The operator's rulesets, as docs/operations/sinks.md shows them: probed fills the maps only.
+fn lb_ruleset_v4() -> String {
+    doc_block("lb-ruleset-v4")
+}
+
+fn lb_ruleset_v6() -> String {
+    doc_block("lb-ruleset-v6")
+}
+
+/// The slot table the LB namespace's map holds: slot -> backend address.
+fn slots(lb: &Netns, family: &str, table: &str, map: &str) -> BTreeMap<u64, String> {
+    let json = lb.exec("nft", &["-j", "list", "map", family, table, map]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let elems = v["nftables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|i| i.get("map"))
+        .and_then(|m| m["elem"].as_array().cloned())
+        .unwrap_or_default();
+    elems
+        .iter()
+        .map(|e| (e[0].as_u64().unwrap(), e[1].as_str().unwrap().to_string()))
+        .collect()
+}
+
+fn config(files: &DaemonFiles, backends: &[&str], sinks: &str) -> String {
+    let mut text = files.header(PROBER_IF)
+        + "[[profile]]\nname = \"web\"\ndialect = \"lb\"\nrouting = \"weighted\"\n\n[profile.health]\n\
+           protocol = \"tcp\"\nport = 80\ninterval = \"100ms\"\ntimeout = \"100ms\"\nhealthy_threshold = 2\n\
+           unhealthy_threshold = 2\n";
+    for (i, b) in backends.iter().enumerate() {
+        text += &format!("\n[[profile.endpoint]]\nname = \"b{i}\"\naddress = \"{b}\"\n");
+    }
+    text + sinks
+}
+
+/// The sink as docs/operations/sinks.md configures it.
+fn map_sink_v4() -> String {
+    "\n".to_string() + &doc_block("map-sink-v4")
+}
+const MAP_SINK_V6: &str =
+    "\n[[sink]]\nprofile = \"web\"\nkind = \"nftables\"\nfamily = \"ip6\"\ntable = \"lb6\"\nmap = \"web_slots6\"\n";
+const SET_SINK: &str =
+    "\n[[sink]]\nprofile = \"web\"\nkind = \"nftables\"\nfamily = \"ip\"\ntable = \"lb\"\nset = \"web_up\"\n";
+
+/// The failover scenario over one family: all three backends get traffic; the middle one
+/// dropped leaves the map after its fail window with no other slot moved; restored, it comes
+/// back after its success window.
+fn failover(v6: bool) {
+    let topo = Topology::new();
+    let client = topo.client();
+    let (backends, vip, family, table, map, sink) = if v6 {
+        (BACKENDS_V6, VIP_V6, "ip6", "lb6", "web_slots6", MAP_SINK_V6.to_string())
+    } else {
+        (BACKENDS_V4, VIP_V4, "ip", "lb", "web_slots", map_sink_v4())
+    };
+    add_backends(&topo, &backends[1..]);
+    let _servers: Vec<Backend> = backends.iter().map(|b| Backend::start(&topo.backend, b)).collect();
+    topo.prober.nft(&if v6 { lb_ruleset_v6() } else { lb_ruleset_v4() });
+    topo.backend.nft(&count_ruleset(&backends));
+    let files = DaemonFiles::new();
+    let cfg = files.write_config(&config(&files, &backends, &sink));
+    let daemon = RunningDaemon::start(&topo.prober, cfg, None).expect("start the daemon");
+    for b in ["b0", "b1", "b2"] {
+        daemon.wait_status("web", b, S::Online, Duration::from_secs(5));
+    }
+    wait_until(
+        "the map holds 64 slots over the three backends",
+        Duration::from_secs(3),
+        || {
+            let s = slots(&topo.prober, family, table, map);
+            s.len() == 64 && backends.iter().all(|b| s.values().any(|v| v == b))
+        },
+    );
+    let before = slots(&topo.prober, family, table, map);
+    assert_eq!(
+        connect_many(&client, vip, 300),
+        300,
+        "every connection through the VIP succeeds"
+    );
+    for b in &backends {
+        assert!(
+            syns(&topo.backend, b) > 30,
+            "{b} gets its share: {}",
+            syns(&topo.backend, b)
+        );
+    }
+
+    // b1 goes dark: after its fail window (2 x 100 ms timeouts + 100 ms) it leaves the map.
+    go_dark(&topo.backend, backends[1]);
+    daemon.wait_status("web", "b1", S::Degraded, Duration::from_secs(3));
+    wait_until("b1 leaves the map", Duration::from_secs(1), || {
+        !slots(&topo.prober, family, table, map)
+            .values()
+            .any(|v| v == backends[1])
+    });
+    let without = slots(&topo.prober, family, table, map);
+    for (slot, b) in &before {
+        if b != backends[1] {
+            assert_eq!(&without[slot], b, "slot {slot} of a healthy backend did not move");
+        }
+    }
+    let dark_before = syns(&topo.backend, backends[1]);
+    assert_eq!(
+        connect_many(&client, vip, 300),
+        300,
+        "the other two take every connection"
+    );
+    assert_eq!(
+        syns(&topo.backend, backends[1]),
+        dark_before,
+        "no new connection reaches the failed backend"
+    );
+
+    // Back: after its success window it is in the map again, with its old share.
+    restore(&topo.backend);
+    daemon.wait_status("web", "b1", S::Online, Duration::from_secs(3));
+    wait_until("b1 returns to the map", Duration::from_secs(1), || {
+        slots(&topo.prober, family, table, map)
+            .values()
+            .any(|v| v == backends[1])
+    });
+    let back = slots(&topo.prober, family, table, map);
+    let moved = without.iter().filter(|(s, b)| back[*s] != **b).count();
+    let regained = back.values().filter(|b| *b == backends[1]).count();
+    assert_eq!(moved, regained, "only the slots b1 takes back move");
+    let returned_before = syns(&topo.backend, backends[1]);
+    assert_eq!(connect_many(&client, vip, 300), 300);
+    assert!(
+        syns(&topo.backend, backends[1]) > returned_before + 30,
+        "b1 gets traffic again"
+    );
+
+    let sinks = daemon.get("/v1/sinks");
+    assert_eq!(sinks[0]["in_sync"], true, "{sinks}");
+    assert_eq!(sinks[0]["entries"], 64, "{sinks}");
+    // The profile's status names the sinks that follow it.
+    let web = daemon.get("/v1/status/web");
+    assert_eq!(web["sinks"][0]["name"], sinks[0]["name"], "{web}");
+    assert_eq!(web["sinks"][0]["in_sync"], true, "{web}");
+    daemon.stop();
+    // Stopping is fail-static: the map keeps the last eligible set.
+    assert_eq!(slots(&topo.prober, family, table, map), back);
+}
+
+#[test]
+fn nft_map_moves_new_connections_off_a_failed_backend_and_back() {
+    failover(false);
+}
+
+#[test]
+fn nft_map_over_ipv6() {
+    failover(true);
+}
+
+#[test]
+fn nft_set_holds_the_eligible_addresses_and_a_restart_rewrites_nothing() {
+    let topo = Topology::new();
+    let _a = topo.backend.tcp_listen(&format!("{BACKEND_V4}:80"));
+    topo.prober.nft(&lb_ruleset_v4().replace(
+        "\tchain prerouting",
+        "\tset web_up { typeof ip daddr; }\n\tchain prerouting",
+    ));
+    let files = DaemonFiles::new();
+    // The second endpoint has nothing listening: it is refused, Degraded, not in the set.
+    let backends = [BACKEND_V4, "198.18.0.9"];
+    topo.prober
+        .static_neighbour("198.18.0.9", &topo.backend.mac(BACKEND_IF), PROBER_IF);
+    topo.backend.ip(&["addr", "add", "198.18.0.9/24", "dev", BACKEND_IF]);
+    let text = config(&files, &backends, &(SET_SINK.to_string() + &map_sink_v4()));
+    let cfg = files.write_config(&text);
+    let set = || {
+        let listing = topo.prober.exec("nft", &["list", "set", "ip", "lb", "web_up"]);
+        listing
+            .split("elements = {")
+            .nth(1)
+            .map(|e| e.split('}').next().unwrap().trim().to_string())
+    };
+    let daemon = RunningDaemon::start(&topo.prober, cfg.clone(), None).expect("start");
+    daemon.wait_status("web", "b0", S::Online, Duration::from_secs(5));
+    daemon.wait_status("web", "b1", S::Degraded, Duration::from_secs(5));
+    wait_until("the set holds the one eligible address", Duration::from_secs(2), || {
+        set().as_deref() == Some(BACKEND_V4)
+    });
+    let map_before = slots(&topo.prober, "ip", "lb", "web_slots");
+    assert!(map_before.values().all(|b| b == BACKEND_V4) && map_before.len() == 64);
+    daemon.stop();
+
+    // Restart: the state file resumes the same health, so the sinks find nothing to write.
+    let daemon = RunningDaemon::start(&topo.prober, cfg, None).expect("restart");
+    std::thread::sleep(Duration::from_millis(300));
+    let sinks = daemon.get("/v1/sinks");
+    for s in sinks.as_array().unwrap() {
+        assert_eq!(
+            (s["in_sync"].as_bool(), s["last_written"].as_u64()),
+            (Some(true), Some(0)),
+            "{s}"
+        );
+    }
+    assert_eq!(slots(&topo.prober, "ip", "lb", "web_slots"), map_before);
+    assert_eq!(set().as_deref(), Some(BACKEND_V4));
+
+    // Someone flushes the map: the next read-back (within 5 s) finds it and probed refills it.
+    topo.prober.exec("nft", &["flush", "map", "ip", "lb", "web_slots"]);
+    wait_until("the flushed map is refilled", Duration::from_secs(7), || {
+        slots(&topo.prober, "ip", "lb", "web_slots") == map_before
+    });
+    let metrics = daemon.call("GET", "/metrics").1;
+    assert!(
+        metrics
+            .as_str()
+            .unwrap()
+            .contains("probed_sink_drift_total{sink=\"web_slots\"} 1"),
+        "{metrics}"
+    );
+    // A key past the 64 slots (left by a larger `slots` before a reload, or added by hand) is
+    // not a slot: the next read-back removes it, and touches nothing else.
+    topo.prober.exec(
+        "nft",
+        &["add", "element", "ip", "lb", "web_slots", "{ 100 : 198.18.0.9 }"],
+    );
+    assert_eq!(slots(&topo.prober, "ip", "lb", "web_slots").len(), 65);
+    wait_until("the stale key is removed", Duration::from_secs(7), || {
+        slots(&topo.prober, "ip", "lb", "web_slots") == map_before
+    });
+}
+
+#[test]
+fn a_sink_whose_structure_is_missing_or_wrong_stops_the_start_and_a_reload() {
+    let topo = Topology::new();
+    let _a = topo.backend.tcp_listen(&format!("{BACKEND_V4}:80"));
+    let files = DaemonFiles::new();
+    // No table at all.
+    let cfg = files.write_config(&config(&files, &[BACKEND_V4], &map_sink_v4()));
+    let err = RunningDaemon::start(&topo.prober, cfg, None).err().expect("refused");
+    assert!(
+        err.contains("sink web_slots") && err.contains("declare it in the ruleset"),
+        "{err}"
+    );
+    // A map of the wrong type.
+    topo.prober
+        .nft("table ip lb {\n map web_slots { typeof numgen inc mod 64 : ether daddr; }\n}\n");
+    let cfg = files.write_config(&config(&files, &[BACKEND_V4], &map_sink_v4()));
+    let err = RunningDaemon::start(&topo.prober, cfg, None).err().expect("refused");
+    assert!(err.contains("ether_addr"), "{err}");
+    // A running daemon refuses a reload that adds a sink of a missing map, and keeps going.
+    let cfg = files.write_config(&config(&files, &[BACKEND_V4], ""));
+    let daemon = RunningDaemon::start(&topo.prober, cfg, Some(&files.config_path())).expect("start");
+    std::fs::write(files.config_path(), config(&files, &[BACKEND_V4], MAP_SINK_V6)).unwrap();
+    let (code, v) = daemon.call("POST", "/v1/reload");
+    assert_eq!(code, 422, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("web_slots6"), "{v}");
+    daemon.wait_status("web", "b0", S::Online, Duration::from_secs(5));
+    assert_eq!(daemon.get("/v1/sinks"), serde_json::json!([]));
+}
