@@ -1,7 +1,6 @@
 //! The API's unix socket: created with its final group and mode before it appears at its path,
 //! a stale socket replaced but never any other file, and the credentials of each peer.
 use std::{
-    ffi::CString,
     io,
     os::{
         fd::AsRawFd,
@@ -38,33 +37,10 @@ pub(super) fn resolve_group(api: &Api) -> Result<Option<u32>, ApiError> {
 
 /// Looks `name` up in the group database (files, LDAP, whatever nsswitch says).
 fn group_id(name: &str) -> Result<Option<u32>, ApiError> {
-    let lookup = |source| ApiError::GroupLookup {
+    crate::kernel::creds::group_id(name).map_err(|source| ApiError::GroupLookup {
         name: name.to_string(),
         source,
-    };
-    let cname = CString::new(name).map_err(|_| lookup(io::Error::from(io::ErrorKind::InvalidInput)))?;
-    let mut buf = vec![0u8; 1024];
-    loop {
-        // SAFETY: a zeroed `group` is a valid out-parameter; getgrnam_r writes into it and into
-        // `buf` (whose length it is told) and sets `found` to null or to `grp`.
-        let (rc, found, gid) = unsafe {
-            let mut grp: libc::group = std::mem::zeroed();
-            let mut found: *mut libc::group = std::ptr::null_mut();
-            let rc = libc::getgrnam_r(
-                cname.as_ptr(),
-                &raw mut grp,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                &raw mut found,
-            );
-            (rc, !found.is_null(), grp.gr_gid)
-        };
-        match rc {
-            0 => return Ok(found.then_some(gid)),
-            libc::ERANGE if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
-            e => return Err(lookup(io::Error::from_raw_os_error(e))),
-        }
-    }
+    })
 }
 
 /// Binds the socket at `path` with `mode` and `group`. The socket is bound inside a fresh 0700
@@ -115,8 +91,7 @@ fn bind_staged(
     if let Some(gid) = group {
         std::os::unix::fs::chown(staged, None, Some(gid)).map_err(|source| ApiError::Chown {
             gid,
-            // SAFETY: geteuid only reads the process's credentials.
-            uid: unsafe { libc::geteuid() },
+            uid: crate::kernel::process::euid(),
             source,
         })?;
     }
@@ -180,65 +155,12 @@ pub(super) fn remove(path: &PathBuf) {
 
 /// The uid, gid and supplementary groups the peer had when it connected.
 pub(super) fn peer_cred(stream: &impl AsRawFd) -> io::Result<PeerCred> {
-    let fd = stream.as_raw_fd();
-    let mut ucred = libc::ucred { pid: 0, uid: 0, gid: 0 };
-    let mut len = socklen::<libc::ucred>(1);
-    // SAFETY: `ucred` is a valid buffer of `len` bytes for SO_PEERCRED.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&raw mut ucred).cast(),
-            &raw mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // Without SO_PEERGROUPS (before Linux 4.13) only the uid and primary gid count.
-    let groups = peer_groups(fd).unwrap_or_else(|e| {
-        log::debug!("API connection: no supplementary groups of the peer: {e}");
-        Vec::new()
-    });
+    let p = crate::kernel::creds::peer(stream)?;
     Ok(PeerCred {
-        uid: ucred.uid,
-        gid: ucred.gid,
-        groups,
+        uid: p.uid,
+        gid: p.gid,
+        groups: p.groups,
     })
-}
-
-/// SO_PEERGROUPS (Linux 4.13): the kernel says how much room it needs when the buffer is short.
-fn peer_groups(fd: i32) -> io::Result<Vec<u32>> {
-    let mut groups: Vec<libc::gid_t> = vec![0; 64];
-    for _ in 0..3 {
-        let mut len = socklen::<libc::gid_t>(groups.len());
-        // SAFETY: `groups` is a valid buffer of `len` bytes.
-        let rc = unsafe {
-            libc::getsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_PEERGROUPS,
-                groups.as_mut_ptr().cast(),
-                &raw mut len,
-            )
-        };
-        let n = len as usize / size_of::<libc::gid_t>();
-        if rc == 0 {
-            groups.truncate(n);
-            return Ok(groups);
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::ERANGE) {
-            return Err(e);
-        }
-        groups.resize(n.max(groups.len() * 2), 0);
-    }
-    Err(io::Error::from_raw_os_error(libc::ERANGE))
-}
-
-fn socklen<T>(n: usize) -> libc::socklen_t {
-    libc::socklen_t::try_from(size_of::<T>() * n).expect("a small buffer")
 }
 
 #[cfg(test)]
@@ -258,8 +180,7 @@ mod tests {
     async fn socket_gets_mode_and_group_and_replaces_only_a_stale_socket() {
         let dir = tmp("mode");
         let path = dir.join("api.sock");
-        // SAFETY: getegid only reads the process's credentials.
-        let gid = unsafe { libc::getegid() };
+        let gid = crate::kernel::process::egid();
         let l = bind(&path, 0o640, Some(gid)).unwrap();
         let m = std::fs::symlink_metadata(&path).unwrap();
         assert!(m.file_type().is_socket());
@@ -305,8 +226,7 @@ mod tests {
     fn own_credentials_are_read() {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
         let c = peer_cred(&a).unwrap();
-        // SAFETY: these only read the process's credentials.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let (uid, gid) = (crate::kernel::process::euid(), crate::kernel::process::egid());
         assert_eq!((c.uid, c.gid), (uid, gid));
     }
 

@@ -20,7 +20,7 @@ mod reload;
 mod run;
 mod sinks;
 mod status;
-mod term;
+
 mod validate;
 
 use admin::admin;

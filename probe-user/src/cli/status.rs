@@ -45,7 +45,7 @@ pub(super) fn fetch_status(
 /// answer is said so in the frame, and the watch goes on.
 pub(super) fn watch(profile: Option<&str>, api: &ApiArgs, every: Duration) -> anyhow::Result<ExitCode> {
     use std::io::Write;
-    let terminal = term::RawTerminal::enter();
+    let terminal = probed::kernel::term::RawTerminal::enter();
     let colour = colour_out();
     let mut last: Option<(std::time::Instant, f64)> = None;
     loop {

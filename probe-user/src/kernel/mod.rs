@@ -3,6 +3,8 @@
 //!
 //! Everything that talks to the bpf() syscall, netlink or libc lives under this module and is
 //! kept thin; callers get typed handles and errors that say what to try.
+pub mod creds;
+pub mod event;
 pub mod l4;
 pub mod mmsg;
 pub mod netlink;
@@ -13,6 +15,7 @@ pub mod ports;
 pub mod process;
 pub mod rx;
 pub mod sys;
+pub mod term;
 
 pub use sys::if_index;
 

@@ -8,6 +8,12 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// The process's effective gid.
+pub fn egid() -> u32 {
+    // SAFETY: getegid has no preconditions and cannot fail.
+    unsafe { libc::getegid() }
+}
+
 /// Lowers the calling thread's priority by `by` nice levels from where it is (at most to 19).
 /// Linux keeps a nice value per thread, which starts at the process's.
 pub fn lower_this_thread(by: i32) -> io::Result<()> {

@@ -21,7 +21,6 @@
 use std::{
     io::{self, Read},
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
-    os::fd::AsRawFd,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -39,10 +38,6 @@ pub const MAX_REPLY: usize = 16 * 1024;
 /// Request/response probes in flight at once, by default: well below the usual open-file
 /// limit, so the daemon's other descriptors never starve.
 pub const DEFAULT_CONCURRENCY: usize = 1024;
-
-// From <linux/errqueue.h>: where a queued error came from.
-const SO_EE_ORIGIN_ICMP: u8 = 2;
-const SO_EE_ORIGIN_ICMP6: u8 = 3;
 
 /// What one UDP probe found, in either mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -273,61 +268,13 @@ fn io_outcome(e: io::Error) -> UdpOutcome {
 /// An error on a connected socket: the ICMP message behind it when the error queue holds
 /// one, else what the errno alone says.
 fn error_outcome(sock: &UdpSocket, e: io::Error) -> UdpOutcome {
-    if let Some((t, c)) = queued_icmp(sock) {
+    if let Some((t, c)) = crate::kernel::sys::queued_icmp(sock) {
         return UdpOutcome::from_icmp(t, c);
     }
     match e.raw_os_error() {
         Some(libc::ECONNREFUSED) => UdpOutcome::PortUnreachable,
         _ => io_outcome(e),
     }
-}
-
-/// Reads one entry of the socket's error queue (IP_RECVERR / IPV6_RECVERR) and returns the
-/// ICMP type and code it carries, if it came from an ICMP message.
-fn queued_icmp(sock: &UdpSocket) -> Option<(u8, u8)> {
-    let mut data = [0u8; 512];
-    // u64 elements keep the control buffer aligned for cmsghdr.
-    let mut control = [0u64; 64];
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast::<libc::c_void>(),
-        iov_len: data.len(),
-    };
-    // SAFETY: msghdr is plain data, valid when zeroed; the pointers set below stay valid for
-    // the recvmsg call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &raw mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast::<libc::c_void>();
-    msg.msg_controllen = std::mem::size_of_val(&control);
-    // SAFETY: `msg` describes buffers we own; MSG_ERRQUEUE never blocks.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &raw mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
-    if n < 0 {
-        return None;
-    }
-    // SAFETY: walking the control messages the kernel just wrote, with the libc macros that
-    // bound every step by msg_controllen.
-    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&raw const msg) };
-    while !cmsg.is_null() {
-        // SAFETY: CMSG_FIRSTHDR/NXTHDR return null or a header inside the control buffer.
-        let hdr = unsafe { &*cmsg };
-        let ours = (hdr.cmsg_level == libc::SOL_IP && hdr.cmsg_type == libc::IP_RECVERR)
-            || (hdr.cmsg_level == libc::SOL_IPV6 && hdr.cmsg_type == libc::IPV6_RECVERR);
-        let have = hdr.cmsg_len as usize;
-        // SAFETY: CMSG_LEN is a pure size computation.
-        let need = unsafe { libc::CMSG_LEN(std::mem::size_of::<libc::sock_extended_err>() as u32) } as usize;
-        if ours && have >= need {
-            // SAFETY: the header says its data holds at least a sock_extended_err;
-            // read_unaligned makes no alignment demand.
-            let ee: libc::sock_extended_err =
-                unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::sock_extended_err) };
-            if ee.ee_origin == SO_EE_ORIGIN_ICMP || ee.ee_origin == SO_EE_ORIGIN_ICMP6 {
-                return Some((ee.ee_type, ee.ee_code));
-            }
-        }
-        // SAFETY: as above.
-        cmsg = unsafe { libc::CMSG_NXTHDR(&raw const msg, cmsg) };
-    }
-    None
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Sleeping between turns: the eventfd that wakes the engine thread for commands, and the
 //! poll on it and on the ring buffer.
 use std::{
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::fd::AsRawFd,
     time::{Duration, Instant},
 };
 
@@ -15,34 +15,21 @@ const IDLE_WAIT: Duration = Duration::from_millis(100);
 
 /// An eventfd that wakes the engine thread when commands arrive.
 pub(crate) struct Waker {
-    fd: OwnedFd,
+    fd: crate::kernel::event::EventFd,
 }
 
 impl Waker {
     pub(crate) fn new() -> Result<Self, EngineError> {
-        // SAFETY: eventfd has no memory preconditions; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(EngineError::Io {
-                op: "eventfd",
-                source: std::io::Error::last_os_error(),
-            });
-        }
-        // SAFETY: fd is a fresh descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = crate::kernel::event::EventFd::new().map_err(|source| EngineError::Io { op: "eventfd", source })?;
         Ok(Self { fd })
     }
 
     pub(crate) fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
-        unsafe { libc::write(self.fd.as_raw_fd(), (&raw const one).cast(), 8) };
+        self.fd.signal();
     }
 
     pub(super) fn reset(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a valid u64; EAGAIN when not signalled is fine.
-        unsafe { libc::read(self.fd.as_raw_fd(), (&raw mut v).cast(), 8) };
+        self.fd.clear();
     }
 }
 
@@ -77,26 +64,14 @@ impl EngineState {
 
     /// One poll on the command eventfd and, when `events`, the ring buffer; says which fired.
     fn poll(&self, events: bool, wait: Duration) -> Woke {
-        let mut fds = [
-            libc::pollfd {
-                fd: self.wake.fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: self.kernel.events_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let nfds = if events { 2 } else { 1 };
-        // Round up so a deadline 0.4 ms away does not turn into a busy loop.
-        let ms = wait.as_micros().div_ceil(1000) as i32;
-        // SAFETY: `fds` is a valid array of at least `nfds` pollfd for the duration of the call.
-        unsafe { libc::poll(fds.as_mut_ptr(), nfds, ms) };
-        Woke {
-            command: fds[0].revents & libc::POLLIN != 0,
-            events: events && fds[1].revents & libc::POLLIN != 0,
+        use crate::kernel::event::poll_readable;
+        let command = self.wake.fd.as_raw_fd();
+        if events {
+            let [command, events] = poll_readable([command, self.kernel.events_fd()], wait);
+            Woke { command, events }
+        } else {
+            let [command] = poll_readable([command], wait);
+            Woke { command, events: false }
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The terminal of `probed status --watch`: raw input (each key at once, no echo, Ctrl-C as a
 //! key) on the alternate screen, and everything restored when the guard drops, a panic's
-//! unwinding included. The termios and poll calls are the only FFI here.
+//! unwinding included (the CLI's; here with the other libc calls).
 use std::{
     io::Write,
     os::fd::{AsRawFd, RawFd},
