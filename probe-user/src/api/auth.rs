@@ -211,20 +211,28 @@ pub enum TokenError {
     Refused { path: std::path::PathBuf, problem: String },
 }
 
+/// What is wrong with a token file's content.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadToken {
+    #[error(
+        "{0} characters long: a token is {MIN_TOKEN_LEN} to {MAX_TOKEN_LEN} printable characters, e.g. \
+         `openssl rand -hex 32`"
+    )]
+    Length(usize),
+    #[error("not one line of printable ASCII without spaces (what an HTTP header can carry)")]
+    Characters,
+}
+
 impl Token {
     /// Parses the content of a token file: one line of printable ASCII, surrounding
     /// whitespace ignored.
-    pub(super) fn parse(text: &[u8]) -> Result<Token, String> {
+    pub(super) fn parse(text: &[u8]) -> Result<Token, BadToken> {
         let t = text.trim_ascii();
         if t.len() < MIN_TOKEN_LEN || t.len() > MAX_TOKEN_LEN {
-            return Err(format!(
-                "{} characters long: a token is {MIN_TOKEN_LEN} to {MAX_TOKEN_LEN} printable characters, \
-                 e.g. `openssl rand -hex 32`",
-                t.len()
-            ));
+            return Err(BadToken::Length(t.len()));
         }
         if !t.iter().all(|b| (0x21..=0x7e).contains(b)) {
-            return Err("not one line of printable ASCII without spaces (what an HTTP header can carry)".into());
+            return Err(BadToken::Characters);
         }
         Ok(Token(t.to_vec()))
     }
@@ -242,7 +250,7 @@ impl Token {
             },
             crate::secret::SecretFileError::Refused(problem) => refused(problem),
         })?;
-        Token::parse(&text).map_err(refused)
+        Token::parse(&text).map_err(|e| refused(e.to_string()))
     }
 
     /// Compares in time that depends on the token's length only, not on where `sent` differs.

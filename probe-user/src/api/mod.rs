@@ -437,7 +437,7 @@ async fn route(req: Request<Incoming>, control: Control, feed: &events::Feed) ->
                 .and_then(|offset| Ok((offset, number(&query, "limit", stream::PAGE, MAX_PAGE)?)));
             let (offset, limit) = match page {
                 Ok(p) => p,
-                Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+                Err(why) => return error(StatusCode::BAD_REQUEST, &why.to_string()),
             };
             json(
                 control
@@ -615,15 +615,24 @@ fn error(code: StatusCode, message: &str) -> Reply {
         .expect("static headers are valid")
 }
 
+/// A query parameter that is not what its key takes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}={value:?}: expected a whole number from 0 to {max}")]
+struct BadNumber {
+    key: &'static str,
+    value: String,
+    max: usize,
+}
+
 /// `key`'s whole number in the query string, `default` when absent.
-fn number(query: &str, key: &str, default: usize, max: usize) -> Result<usize, String> {
+fn number(query: &str, key: &'static str, default: usize, max: usize) -> Result<usize, BadNumber> {
     match param(query, key) {
         None => Ok(default),
-        Some(v) => v
+        Some(value) => value
             .parse::<usize>()
             .ok()
             .filter(|n| *n <= max)
-            .ok_or_else(|| format!("{key}={v:?}: expected a whole number from 0 to {max}")),
+            .ok_or(BadNumber { key, value, max }),
     }
 }
 

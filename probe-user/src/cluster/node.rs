@@ -66,8 +66,12 @@ enum Own {
 pub enum NodeError {
     #[error("start the gossip thread")]
     Thread(#[source] std::io::Error),
-    #[error("join the cluster: {0}")]
-    Gossip(String),
+    #[error("start the gossip thread's runtime")]
+    Runtime(#[source] std::io::Error),
+    #[error("join the cluster")]
+    Gossip(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("the gossip thread ended before it started")]
+    Ended,
 }
 
 /// The figures the API and metrics show.
@@ -122,7 +126,7 @@ impl Node {
                 let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(rt) => rt,
                     Err(e) => {
-                        let _ = ready_tx.send(Err(e.to_string()));
+                        let _ = ready_tx.send(Err(NodeError::Runtime(e)));
                         return;
                     }
                 };
@@ -139,11 +143,11 @@ impl Node {
             }),
             Ok(Err(e)) => {
                 let _ = thread.join();
-                Err(NodeError::Gossip(e))
+                Err(e)
             }
             Err(_) => {
                 let _ = thread.join();
-                Err(NodeError::Gossip("the gossip thread ended before it started".into()))
+                Err(NodeError::Ended)
             }
         }
     }
@@ -263,7 +267,7 @@ impl Task {
         transport: AuthTransport,
         mut own_rx: mpsc::UnboundedReceiver<Own>,
         mut stop: oneshot::Receiver<()>,
-        ready: std::sync::mpsc::Sender<Result<(), String>>,
+        ready: std::sync::mpsc::Sender<Result<(), NodeError>>,
     ) {
         let s = &self.settings;
         // A new generation per start: the others take a restarted node for a new member and
@@ -296,7 +300,7 @@ impl Task {
         let handle = match spawn_chitchat(config, initial, &transport).await {
             Ok(h) => h,
             Err(e) => {
-                let _ = ready.send(Err(format!("{e:#}")));
+                let _ = ready.send(Err(NodeError::Gossip(e.into())));
                 return;
             }
         };
