@@ -17,12 +17,6 @@ pub fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// The wall-clock time (Unix ms) of a monotonic instant in the past.
-pub fn unix_ms_at(mono: u64) -> u64 {
-    let ago_ms = mono_ns().saturating_sub(mono) / 1_000_000;
-    unix_ms().saturating_sub(ago_ms)
-}
-
 /// Milliseconds as a float with microsecond precision, for JSON.
 pub fn ms(d: Duration) -> f64 {
     (d.as_micros() as f64) / 1000.0

@@ -53,6 +53,7 @@ pub struct CheckParams {
 
 impl CheckParams {
     /// Plain `interval`, no extras.
+    #[cfg(any(test, feature = "testing"))]
     pub fn new(interval: Duration) -> Self {
         Self {
             interval,
@@ -291,11 +292,13 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
         self.live
     }
 
+    #[cfg(any(test, feature = "testing"))]
     pub fn is_empty(&self) -> bool {
         self.live == 0
     }
 
     /// Number of checks waiting in the wheel (not in flight).
+    #[cfg(any(test, feature = "testing"))]
     pub fn scheduled(&self) -> usize {
         self.wheel.len()
     }
@@ -373,6 +376,7 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
     }
 
     /// The check registered for `key`, if any.
+    #[cfg(any(test, feature = "testing"))]
     pub fn lookup(&self, key: &K) -> Option<CheckId> {
         self.find(key).map(|index| self.id_of(index))
     }
@@ -402,6 +406,7 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
         }
     }
 
+    #[cfg(any(test, feature = "testing"))]
     pub fn params(&self, id: CheckId) -> Option<&CheckParams> {
         self.check(id).ok().map(|c| &self.params[c.params as usize])
     }
@@ -418,6 +423,7 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
     }
 
     /// When the check is next due, if it is waiting in the wheel.
+    #[cfg(any(test, feature = "testing"))]
     pub fn due(&self, id: CheckId) -> Option<u64> {
         self.check(id).ok()?;
         self.wheel.due(id.index)
@@ -430,6 +436,7 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
     }
 
     /// Appends to `out` every check due at or before `now_ns`; each is in flight until `completed`.
+    #[cfg(any(test, feature = "testing"))]
     pub fn pop_due(&mut self, now_ns: u64, out: &mut Vec<CheckId>) {
         self.pop_due_with(now_ns, |id, _| out.push(id));
     }

@@ -72,15 +72,18 @@ impl Wheel {
     }
 
     /// Number of scheduled entries.
+    #[cfg(any(test, feature = "testing"))]
     pub fn len(&self) -> usize {
         self.len
     }
 
+    #[cfg(any(test, feature = "testing"))]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// When `idx` is due, if it is scheduled.
+    #[cfg(any(test, feature = "testing"))]
     pub fn due(&self, idx: u32) -> Option<u64> {
         self.links.get(idx as usize).filter(|l| l.slot != NIL).map(|l| l.due_ns)
     }
