@@ -88,8 +88,7 @@ impl Server {
         let (stop, stop_rx) = oneshot::channel::<()>();
         let feed = Arc::new(events::Feed::default());
         events::Feed::start(feed.clone(), control.clone());
-        // SAFETY: geteuid only reads the process's credentials.
-        let owner = unsafe { libc::geteuid() };
+        let owner = crate::kernel::process::euid();
         match &api.listen {
             ApiListen::Tcp(addr) => {
                 let token = api

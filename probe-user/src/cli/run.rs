@@ -121,24 +121,11 @@ pub(super) fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
 /// Blocks `signals` for this thread (and the threads it starts); returns them for
 /// `unblock_signals`.
 pub(super) fn block_signals(signals: &[libc::c_int]) -> Vec<libc::c_int> {
-    set_signal_mask(libc::SIG_BLOCK, signals);
+    probed::kernel::process::mask_signals(true, signals);
     signals.to_vec()
 }
 
 /// Delivers what arrived meanwhile to the handlers now installed.
 pub(super) fn unblock_signals(signals: &[libc::c_int]) {
-    set_signal_mask(libc::SIG_UNBLOCK, signals);
-}
-
-pub(super) fn set_signal_mask(how: libc::c_int, signals: &[libc::c_int]) {
-    // SAFETY: a zeroed sigset_t is a valid argument to sigemptyset, which initialises it;
-    // sigaddset and pthread_sigmask only read and write that set and this thread's mask.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&raw mut set);
-        for s in signals {
-            libc::sigaddset(&raw mut set, *s);
-        }
-        libc::pthread_sigmask(how, &raw const set, std::ptr::null_mut());
-    }
+    probed::kernel::process::mask_signals(false, signals);
 }

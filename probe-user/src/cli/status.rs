@@ -14,8 +14,7 @@ pub(super) fn status(profile: Option<&str>, api: &ApiArgs, json: bool) -> anyhow
 
 /// Colours when standard output is a terminal and NO_COLOR is unset.
 pub(super) fn colour_out() -> bool {
-    // SAFETY: isatty only inspects the descriptor.
-    let tty = unsafe { libc::isatty(1) } == 1;
+    let tty = probed::kernel::term::is_tty(1);
     tty && std::env::var_os("NO_COLOR").is_none()
 }
 

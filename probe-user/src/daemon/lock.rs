@@ -4,7 +4,6 @@
 //! the process ends, however it ends, so a crash never leaves a stale lock behind.
 use std::{
     fs::File,
-    os::fd::AsRawFd,
     path::Path,
     time::{Duration, Instant},
 };
@@ -47,14 +46,10 @@ impl Lock {
         };
         let until = Instant::now() + WAIT;
         loop {
-            // SAFETY: flock on a descriptor this function owns; it reads nothing else.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-            if rc == 0 {
-                return Ok(Lock { _file: file });
-            }
-            let err = std::io::Error::last_os_error();
-            if err.kind() != std::io::ErrorKind::WouldBlock {
-                return Err(io("lock")(err));
+            match crate::kernel::sys::try_lock_exclusive(&file) {
+                Ok(true) => return Ok(Lock { _file: file }),
+                Ok(false) => {}
+                Err(err) => return Err(io("lock")(err)),
             }
             if Instant::now() >= until {
                 return Err(DaemonError::InUse {

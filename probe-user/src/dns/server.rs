@@ -171,19 +171,13 @@ impl Drop for DnsServer {
 /// Says so when DNS over TCP may hold more than a quarter of the process's descriptors: then
 /// its clients could leave probes, sinks and the state file without any.
 fn warn_on_budget(max_clients: u32) {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit fills the struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } != 0 {
+    let Some(limit) = crate::kernel::process::open_files_limit() else {
         return;
-    }
-    if u64::from(max_clients) * 4 > limit.rlim_cur {
+    };
+    if u64::from(max_clients) * 4 > limit {
         log::warn!(
             "dns: [dns.tcp] max_clients = {max_clients} is more than a quarter of the descriptor limit \
-             ({}): lower it or raise LimitNOFILE, or DNS clients can starve the checks",
-            limit.rlim_cur
+             ({limit}): lower it or raise LimitNOFILE, or DNS clients can starve the checks"
         );
     }
 }

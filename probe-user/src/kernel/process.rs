@@ -14,6 +14,32 @@ pub fn egid() -> u32 {
     unsafe { libc::getegid() }
 }
 
+/// The soft limit on open files (RLIMIT_NOFILE), None when it cannot be read.
+pub fn open_files_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills the struct we own.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } == 0).then_some(limit.rlim_cur)
+}
+
+/// Blocks (`block`) or unblocks `signals` for the calling thread and the threads it starts
+/// after.
+pub fn mask_signals(block: bool, signals: &[i32]) {
+    let how = if block { libc::SIG_BLOCK } else { libc::SIG_UNBLOCK };
+    // SAFETY: a zeroed sigset_t is a valid argument to sigemptyset, which initialises it;
+    // sigaddset and pthread_sigmask only read and write that set and this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&raw mut set);
+        for s in signals {
+            libc::sigaddset(&raw mut set, *s);
+        }
+        libc::pthread_sigmask(how, &raw const set, std::ptr::null_mut());
+    }
+}
+
 /// Lowers the calling thread's priority by `by` nice levels from where it is (at most to 19).
 /// Linux keeps a nice value per thread, which starts at the process's.
 pub fn lower_this_thread(by: i32) -> io::Result<()> {

@@ -12,6 +12,27 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::KernelError;
 
+/// Takes an exclusive lock on `file` without waiting: Ok(false) when another holder has it.
+pub fn try_lock_exclusive(file: &std::fs::File) -> io::Result<bool> {
+    // SAFETY: flock on a descriptor the caller owns; it reads nothing else.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    if err.kind() == io::ErrorKind::WouldBlock {
+        Ok(false)
+    } else {
+        Err(err)
+    }
+}
+
+/// Fills `buf` from the kernel's random source as far as one call does; how many bytes.
+pub fn getrandom(buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: getrandom writes at most buf.len() bytes, into `buf`.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
 /// Returns the interface index of `iface` in the caller's network namespace.
 pub fn if_index(iface: &str) -> Result<u32, KernelError> {
     let missing = || KernelError::NoSuchInterface {

@@ -7,6 +7,12 @@ use std::{
     time::Duration,
 };
 
+/// Whether descriptor `fd` is a terminal.
+pub fn is_tty(fd: RawFd) -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    unsafe { libc::isatty(fd) == 1 }
+}
+
 /// The terminal in watch mode; dropping it gives the terminal back as it was.
 pub struct RawTerminal {
     fd: RawFd,
@@ -18,8 +24,7 @@ impl RawTerminal {
     /// cannot be read, and signals stop the watch as usual).
     pub fn enter() -> Option<RawTerminal> {
         let fd = std::io::stdin().as_raw_fd();
-        // SAFETY: isatty only inspects the descriptor.
-        if unsafe { libc::isatty(fd) } != 1 {
+        if !is_tty(fd) {
             return None;
         }
         // SAFETY: termios is plain data; tcgetattr fills it for a descriptor that is a tty.

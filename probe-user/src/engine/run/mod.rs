@@ -121,11 +121,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(10);
 /// guess (a time, a pid) would let a blind attacker forge replies, so an engine without a
 /// random key does not start.
 fn random_key() -> Result<[u64; 2], EngineError> {
-    key_from(|buf| {
-        // SAFETY: getrandom writes at most buf.len() bytes, into `buf`.
-        let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-        usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
-    })
+    key_from(|buf| crate::kernel::sys::getrandom(buf))
 }
 
 /// Times getrandom may be interrupted by a signal (it blocks only until the pool is seeded,
