@@ -19,9 +19,8 @@ impl EventFd {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: fd is a fresh descriptor that nothing else owns.
-        Ok(EventFd {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(EventFd { fd })
     }
 
     /// Makes it readable (a waiting poll returns).
@@ -58,6 +57,22 @@ pub fn poll_readable<const N: usize>(fds: [RawFd; N], wait: Duration) -> [bool; 
     // SAFETY: `polled` is a valid array of N pollfd for the duration of the call.
     let n = unsafe { libc::poll(polled.as_mut_ptr(), N as libc::nfds_t, ms) };
     polled.map(|p| n > 0 && p.revents & libc::POLLIN != 0)
+}
+
+/// Waits up to `limit` (at least a millisecond) until `fd` can be written to; an error from
+/// poll (EINTR among them) is returned as it is.
+pub fn wait_writable(fd: RawFd, limit: Duration) -> io::Result<()> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(limit.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `pfd` is one valid pollfd on this stack frame for the whole call.
+    if unsafe { libc::poll(&raw mut pfd, 1, ms) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

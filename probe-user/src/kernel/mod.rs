@@ -3,6 +3,7 @@
 //!
 //! Everything that talks to the bpf() syscall, netlink or libc lives under this module and is
 //! kept thin; callers get typed handles and errors that say what to try.
+pub mod caps;
 pub mod creds;
 pub mod event;
 pub mod l4;

@@ -33,6 +33,72 @@ pub fn getrandom(buf: &mut [u8]) -> io::Result<usize> {
     usize::try_from(n).map_err(|_| io::Error::last_os_error())
 }
 
+/// Connects to the unix socket at `path`, waiting at most `limit` for room in its listener's
+/// backlog: a blocking connect to a listener that never accepts waits for ever once its backlog
+/// is full, but gives up after the socket's send timeout, set here before connecting.
+pub fn unix_connect_within(
+    path: &std::path::Path,
+    limit: std::time::Duration,
+) -> io::Result<std::os::unix::net::UnixStream> {
+    // SAFETY: plain socket(2); the descriptor is owned by `fd` from here on.
+    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh descriptor nothing else owns.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    let stream = std::os::unix::net::UnixStream::from(fd);
+    stream.set_write_timeout(Some(limit))?;
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid (empty) value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str());
+    // Room for the terminating NUL, which the zeroed address already holds.
+    if bytes.is_empty() || bytes.len() >= addr.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the path is empty or too long for a unix socket",
+        ));
+    }
+    for (to, from) in addr.sun_path.iter_mut().zip(bytes) {
+        *to = libc::c_char::from_ne_bytes([*from]);
+    }
+    let len = libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_un>()).unwrap_or(libc::socklen_t::MAX);
+    loop {
+        // SAFETY: `addr` is a valid sockaddr_un of `len` bytes on this stack frame for the call;
+        // `stream` owns the descriptor.
+        let rc = unsafe {
+            libc::connect(
+                std::os::fd::AsRawFd::as_raw_fd(&stream),
+                (&raw const addr).cast::<libc::sockaddr>(),
+                len,
+            )
+        };
+        if rc == 0 {
+            return Ok(stream);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Puts descriptor `fd` in non-blocking mode.
+pub fn set_nonblocking(fd: &impl AsRawFd) -> io::Result<()> {
+    let fd = fd.as_raw_fd();
+    // SAFETY: F_GETFL/F_SETFL only read and change the flags of the caller's open descriptor.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Returns the interface index of `iface` in the caller's network namespace.
 pub fn if_index(iface: &str) -> Result<u32, KernelError> {
     let missing = || KernelError::NoSuchInterface {

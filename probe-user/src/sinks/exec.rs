@@ -228,7 +228,7 @@ impl ExecSink {
             .stdout(Stdio::from(stdout));
         // SAFETY: drop_capabilities makes system calls only (no allocation, no lock), which is
         // what may run in the child of a multi-threaded process between fork and exec.
-        unsafe { command.pre_exec(confine::drop_capabilities) };
+        unsafe { command.pre_exec(crate::kernel::caps::drop_capabilities) };
         let mut child = command.spawn().map_err(|e| {
             self.not_before = Instant::now() + self.delay;
             self.delay = (self.delay * 2).min(RESTART_MAX);
@@ -242,7 +242,8 @@ impl ExecSink {
                 "exec sink: the program has no stdin pipe",
             ));
         };
-        set_nonblocking(&stdin).map_err(|e| SinkError::new(SinkFault::Setup, "exec sink: stdin pipe").because(e))?;
+        crate::kernel::sys::set_nonblocking(&stdin)
+            .map_err(|e| SinkError::new(SinkFault::Setup, "exec sink: stdin pipe").because(e))?;
         log::info!("exec sink: started {} (pid {})", self.program(), child.id());
         self.running = Some(Running {
             child,
@@ -372,20 +373,6 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
-fn set_nonblocking(stdin: &ChildStdin) -> std::io::Result<()> {
-    let fd = stdin.as_raw_fd();
-    // SAFETY: `fd` is the open pipe `stdin` owns; F_GETFL/F_SETFL only change its flags.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: as above.
-    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// Writes all of `bytes` to a non-blocking pipe, waiting for room at most `limit` in all.
 fn write_within(stdin: &mut ChildStdin, mut bytes: &[u8], limit: Duration) -> std::io::Result<()> {
     let deadline = Instant::now() + limit;
@@ -398,19 +385,9 @@ fn write_within(stdin: &mut ChildStdin, mut bytes: &[u8], limit: Duration) -> st
                 if left.is_zero() {
                     return Err(ErrorKind::TimedOut.into());
                 }
-                let mut pfd = libc::pollfd {
-                    fd: stdin.as_raw_fd(),
-                    events: libc::POLLOUT,
-                    revents: 0,
-                };
-                let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
-                // SAFETY: `pfd` is one valid pollfd on this stack frame for the whole call.
-                let rc = unsafe { libc::poll(&raw mut pfd, 1, ms) };
-                if rc < 0 {
-                    let e = std::io::Error::last_os_error();
-                    if e.kind() != ErrorKind::Interrupted {
-                        return Err(e);
-                    }
+                match crate::kernel::event::wait_writable(stdin.as_raw_fd(), left) {
+                    Err(e) if e.kind() != ErrorKind::Interrupted => return Err(e),
+                    _ => {}
                 }
             }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}

@@ -18,11 +18,7 @@ use std::{
     collections::BTreeMap,
     fmt,
     io::{ErrorKind, Read, Write},
-    os::{
-        fd::{FromRawFd, OwnedFd},
-        unix::{ffi::OsStrExt, fs::FileTypeExt, net::UnixStream},
-    },
-    path::Path,
+    os::unix::{fs::FileTypeExt, net::UnixStream},
     time::{Duration, Instant},
 };
 
@@ -296,7 +292,7 @@ impl HaproxySink {
                 ),
             )
         };
-        let mut stream = connect_within(path, self.timeout).map_err(|e| {
+        let mut stream = crate::kernel::sys::unix_connect_within(path, self.timeout).map_err(|e| {
             let hint = match e.kind() {
                 ErrorKind::NotFound => "it does not exist",
                 ErrorKind::ConnectionRefused => "nothing listens on it",
@@ -519,54 +515,6 @@ fn first_command(line: &str) -> &str {
 
 fn timed_out(e: &std::io::Error) -> bool {
     matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
-}
-
-/// Connects to the unix socket at `path`, waiting at most `limit` for room in its listener's
-/// backlog: a blocking connect to a listener that never accepts waits for ever once its backlog
-/// is full, but gives up after the socket's send timeout, set here before connecting.
-fn connect_within(path: &Path, limit: Duration) -> std::io::Result<UnixStream> {
-    // SAFETY: plain socket(2); the descriptor is owned by `fd` from here on.
-    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `raw` is a fresh descriptor nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let stream = UnixStream::from(fd);
-    stream.set_write_timeout(Some(limit))?;
-    // SAFETY: sockaddr_un is plain data; all zeroes is a valid (empty) value.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let bytes = path.as_os_str().as_bytes();
-    // Room for the terminating NUL, which the zeroed address already holds.
-    if bytes.is_empty() || bytes.len() >= addr.sun_path.len() {
-        return Err(std::io::Error::new(
-            ErrorKind::InvalidInput,
-            "the path is empty or too long for a unix socket",
-        ));
-    }
-    for (to, from) in addr.sun_path.iter_mut().zip(bytes) {
-        *to = libc::c_char::from_ne_bytes([*from]);
-    }
-    let len = libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_un>()).unwrap_or(libc::socklen_t::MAX);
-    loop {
-        // SAFETY: `addr` is a valid sockaddr_un of `len` bytes on this stack frame for the call;
-        // `stream` owns the descriptor.
-        let rc = unsafe {
-            libc::connect(
-                std::os::fd::AsRawFd::as_raw_fd(&stream),
-                (&raw const addr).cast::<libc::sockaddr>(),
-                len,
-            )
-        };
-        if rc == 0 {
-            return Ok(stream);
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
 }
 
 /// Reads until the peer closes, giving up at `deadline` (`TimedOut`) or past `max` bytes

@@ -252,21 +252,21 @@ fn check_refuses_a_program_others_could_change() {
 const UNIT_CAPS: [u32; 4] = [12, 13, 38, 39];
 
 /// The calling thread's capability sets (raw system calls act on one thread only).
-fn capget() -> [confine::CapData; 2] {
-    let mut header = confine::CapHeader {
-        version: confine::LINUX_CAPABILITY_VERSION_3,
+fn capget() -> [crate::kernel::caps::CapData; 2] {
+    let mut header = crate::kernel::caps::CapHeader {
+        version: crate::kernel::caps::LINUX_CAPABILITY_VERSION_3,
         pid: 0,
     };
-    let mut data = [confine::CapData::default(); 2];
+    let mut data = [crate::kernel::caps::CapData::default(); 2];
     // SAFETY: capget writes the two data words version 3 defines into `data`.
     let rc = unsafe { libc::syscall(libc::SYS_capget, &raw mut header, data.as_mut_ptr()) };
     assert_eq!(rc, 0, "capget: {}", std::io::Error::last_os_error());
     data
 }
 
-fn capset(data: &[confine::CapData; 2]) {
-    let mut header = confine::CapHeader {
-        version: confine::LINUX_CAPABILITY_VERSION_3,
+fn capset(data: &[crate::kernel::caps::CapData; 2]) {
+    let mut header = crate::kernel::caps::CapHeader {
+        version: crate::kernel::caps::LINUX_CAPABILITY_VERSION_3,
         pid: 0,
     };
     // SAFETY: capset reads the header and two data words; it changes this thread only.
@@ -368,7 +368,7 @@ fn the_program_runs_with_no_capability() {
             assert_eq!(libc::syscall(libc::SYS_setresgid, 65534, 65534, 65534), 0);
             assert_eq!(libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534), 0);
         }
-        let mut data = [confine::CapData::default(); 2];
+        let mut data = [crate::kernel::caps::CapData::default(); 2];
         for c in UNIT_CAPS {
             let word = &mut data[(c / 32) as usize];
             word.permitted |= 1 << (c % 32);

@@ -391,7 +391,7 @@ fn a_peer_that_trickles_floods_or_never_accepts_fails_the_request_in_time() {
     let deaf = dir.join("deaf.sock");
     let _listener = UnixListener::bind(&deaf).unwrap();
     let mut queued = Vec::new();
-    while let Ok(s) = connect_within(&deaf, Duration::from_millis(20)) {
+    while let Ok(s) = crate::kernel::sys::unix_connect_within(&deaf, Duration::from_millis(20)) {
         queued.push(s);
         assert!(queued.len() < 100_000, "the backlog fills");
     }
