@@ -45,3 +45,8 @@ fn loops_are_refused_on_every_profile_of_the_loop() {
     assert!(errs.iter().all(|e| e.problem.contains("would loop")), "{errs}");
     assert!(errs.to_string().contains("web -> eu -> web"), "{errs}");
 }
+rule!(
+    min_child_endpoints_on_a_plain_endpoint,
+    cfg("tm", "", "", "min_child_endpoints = 2"),
+    "profile[0].endpoint[0].min_child_endpoints"
+);

@@ -156,7 +156,7 @@ fn nested_endpoint(
     );
     let name = match r.string(&t, "name") {
         Some(item) if !valid_name(&item.v) => {
-            r.bad(&item, "expected 1-63 letters, digits, '-', '_' or '.'");
+            r.bad(&item, super::NAME_RULE);
             None
         }
         Some(item) => Some(item.v),
@@ -204,6 +204,15 @@ fn endpoint(
 ) -> Option<Endpoint> {
     let t = r.table(v, path.to_string(), &reference::ENDPOINT)?;
     let before = r.errors.len();
+    // Read by nested endpoints only: on a plain one it would be silently ignored.
+    if let Some(value) = Reader::get(&t, "min_child_endpoints") {
+        r.error(
+            value.span(),
+            &t.child("min_child_endpoints"),
+            Some(crate::config::read::show(value.get_ref())),
+            "min_child_endpoints applies to a nested endpoint (one with profile = \"CHILD\")",
+        );
+    }
     // The order is the order errors at the same place are reported in.
     let address = address(r, &t);
     let port = port(r, &t, health);
@@ -350,7 +359,7 @@ fn name(
 ) -> Option<String> {
     match r.string(t, "name") {
         Some(item) if !valid_name(&item.v) => {
-            r.bad(&item, "expected 1-63 letters, digits, '-', '_' or '.'");
+            r.bad(&item, super::NAME_RULE);
             None
         }
         Some(item) => {

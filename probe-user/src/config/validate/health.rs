@@ -11,9 +11,10 @@ use crate::config::{
     read::{parse_duration, Item, Reader, Table},
     reference,
 };
-use crate::rules::ThresholdError;
-
-const MAX_UDP_PAYLOAD: usize = 500;
+use crate::rules::{
+    limits::{MAX_PACING_MS, MAX_UDP_PAYLOAD},
+    ThresholdError,
+};
 
 pub(super) fn health(
     r: &mut Reader<'_>,
@@ -60,7 +61,7 @@ pub(super) fn health(
 }
 
 /// The longest any pacing interval or jitter may be.
-const MAX_PACING: Duration = Duration::from_secs(300);
+const MAX_PACING: Duration = Duration::from_millis(MAX_PACING_MS);
 
 /// fast_interval, down_interval, initial_jitter (durations) and jitter_percent; all optional
 /// and the same for every dialect, since none of the seeds has them.

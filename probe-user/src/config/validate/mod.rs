@@ -298,6 +298,10 @@ fn opt_table<'a, 'i>(
 }
 
 /// Names of profiles and endpoints end up in URLs and metric labels.
+/// What `valid_name` takes, for the errors that refuse a name (':' and brackets because an
+/// endpoint's default name is its address and port, `[2001:db8::1]:80`).
+const NAME_RULE: &str = "expected 1-63 letters, digits, '-', '_', '.', ':', '[' or ']'";
+
 fn valid_name(s: &str) -> bool {
     (1..=63).contains(&s.len())
         && s.bytes()

@@ -28,7 +28,7 @@ pub(super) fn profile(
             None
         }
         Some(item) if !valid_name(&item.v) => {
-            r.bad(&item, "expected 1-63 letters, digits, '-', '_' or '.'");
+            r.bad(&item, super::NAME_RULE);
             None
         }
         Some(item) if !seen.insert(item.v.clone()) => {
