@@ -10,6 +10,8 @@ const KERNEL_SUITES: [&str; 4] = [
     "kernel::http::",
     "kernel::node_trust::",
 ];
+/// Suites that follow PROBED_XDP_MODE but not PROBED_HOOK: in the generic-XDP pass only.
+const XDP_MODE_SUITES: [&str; 2] = ["kernel::rx_counters::", "kernel::harness_cleanup::"];
 
 pub fn run(filter: Option<&str>) -> anyhow::Result<()> {
     require_root("the integration tests")?;
@@ -51,11 +53,16 @@ pub fn run(filter: Option<&str>) -> anyhow::Result<()> {
         // once more in generic mode, and once at tcx ingress (`[source] hook = "tcx"`, the hook
         // beside another XDP owner). Not kernel::vlan (tcx sees one tag fewer), kernel::hooks
         // (each test names its hook) nor kernel::flood (its daemon attaches as its config says).
-        for (var, value) in [("PROBED_XDP_MODE", "skb"), ("PROBED_HOOK", "tcx")] {
+        let passes: [(&str, &str, &[&str]); 2] = [
+            ("PROBED_XDP_MODE", "skb", &XDP_MODE_SUITES),
+            ("PROBED_HOOK", "tcx", &[]),
+        ];
+        for (var, value, more) in passes {
             let mut again = cargo();
             again
                 .args(["test", "-p", "probed-tests", "--test", "it", "--"])
                 .args(KERNEL_SUITES)
+                .args(more)
                 .env(var, value);
             sh(&mut again)?;
         }
