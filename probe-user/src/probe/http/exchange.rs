@@ -66,16 +66,48 @@ struct Head {
     framing: Framing,
 }
 
+/// A response head the probe cannot use; its text is the check's reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum BadHead {
+    #[error("invalid response head: {0}")]
+    Invalid(httparse::Error),
+    #[error("a response head without a status")]
+    NoStatus,
+    #[error("an invalid Content-Length")]
+    BadLength,
+    #[error("two different Content-Length values")]
+    TwoLengths,
+}
+
+/// A chunked body that breaks RFC 9112's framing; its text is the check's reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadChunk {
+    #[error("a chunk size over 15 hex digits")]
+    SizeTooLong,
+    #[error("a chunk without a size")]
+    NoSize,
+    #[error("byte {0:#04x} in a chunk size")]
+    SizeByte(u8),
+    #[error("a chunk size line not ended by CR LF")]
+    SizeLine,
+    #[error("chunk data longer than its size")]
+    TooLong,
+    #[error("chunk data not ended by CR LF")]
+    DataLine,
+    #[error("a trailer line not ended by CR LF")]
+    TrailerLine,
+}
+
 /// Parses a response head at the start of `buf`: `Ok(None)` while incomplete.
-fn parse_head(buf: &[u8], method: Method) -> Result<Option<Head>, String> {
+fn parse_head(buf: &[u8], method: Method) -> Result<Option<Head>, BadHead> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut headers);
     let len = match resp.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(e) => return Err(format!("invalid response head: {e}")),
+        Err(e) => return Err(BadHead::Invalid(e)),
     };
-    let code = resp.code.ok_or("a response head without a status")?;
+    let code = resp.code.ok_or(BadHead::NoStatus)?;
     let mut framing = Framing::Close;
     let mut chunked = false;
     for h in resp.headers.iter() {
@@ -89,9 +121,9 @@ fn parse_head(buf: &[u8], method: Method) -> Result<Option<Head>, String> {
             let n = std::str::from_utf8(h.value)
                 .ok()
                 .and_then(|v| v.trim().parse::<u64>().ok())
-                .ok_or("an invalid Content-Length")?;
+                .ok_or(BadHead::BadLength)?;
             if matches!(framing, Framing::Length(m) if m != n) {
-                return Err("two different Content-Length values".into());
+                return Err(BadHead::TwoLengths);
             }
             framing = Framing::Length(n);
         }
@@ -137,7 +169,7 @@ enum ChunkState {
 impl Dechunker {
     /// Feeds `input`; appends the decoded body bytes to `out`. Returns whether the body has
     /// ended (the zero-size chunk and the trailer section were read).
-    pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<bool, String> {
+    pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<bool, BadChunk> {
         let mut i = 0;
         while i < input.len() {
             let b = input[i];
@@ -146,14 +178,14 @@ impl Dechunker {
                     Some(d) => {
                         self.size_digits += 1;
                         if self.size_digits > 15 {
-                            return Err("a chunk size over 15 hex digits".into());
+                            return Err(BadChunk::SizeTooLong);
                         }
                         self.size = self.size * 16 + u64::from(d);
                     }
-                    None if self.size_digits == 0 => return Err("a chunk without a size".into()),
+                    None if self.size_digits == 0 => return Err(BadChunk::NoSize),
                     None if b == b'\r' => self.state = ChunkState::SizeLf,
                     None if b == b';' || b == b' ' || b == b'\t' => self.state = ChunkState::Extension,
-                    None => return Err(format!("byte {b:#04x} in a chunk size")),
+                    None => return Err(BadChunk::SizeByte(b)),
                 },
                 ChunkState::Extension => {
                     if b == b'\r' {
@@ -162,7 +194,7 @@ impl Dechunker {
                 }
                 ChunkState::SizeLf => {
                     if b != b'\n' {
-                        return Err("a chunk size line not ended by CR LF".into());
+                        return Err(BadChunk::SizeLine);
                     }
                     self.state = if self.size == 0 {
                         ChunkState::TrailerStart
@@ -186,13 +218,13 @@ impl Dechunker {
                 }
                 ChunkState::DataCr => {
                     if b != b'\r' {
-                        return Err("chunk data longer than its size".into());
+                        return Err(BadChunk::TooLong);
                     }
                     self.state = ChunkState::DataLf;
                 }
                 ChunkState::DataLf => {
                     if b != b'\n' {
-                        return Err("chunk data not ended by CR LF".into());
+                        return Err(BadChunk::DataLine);
                     }
                     self.state = ChunkState::Size;
                 }
@@ -210,7 +242,7 @@ impl Dechunker {
                 }
                 ChunkState::TrailerLf { empty } => {
                     if b != b'\n' {
-                        return Err("a trailer line not ended by CR LF".into());
+                        return Err(BadChunk::TrailerLine);
                     }
                     if empty {
                         self.state = ChunkState::Done;
@@ -259,7 +291,9 @@ where
     }
     let mut buf = Vec::with_capacity(1024);
     let head = loop {
-        if let Some(h) = parse_head(&buf, check.method()).map_err(|m| Failed::from(HttpOutcome::Protocol(m)))? {
+        if let Some(h) =
+            parse_head(&buf, check.method()).map_err(|m| Failed::from(HttpOutcome::Protocol(m.to_string())))?
+        {
             if (100..200).contains(&h.code) && h.code != 101 {
                 // An interim response (100 Continue, 103 Early Hints): the real one follows.
                 buf.drain(..h.len);

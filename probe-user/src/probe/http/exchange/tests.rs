@@ -59,7 +59,7 @@ fn heads_give_status_and_framing() {
     assert!(parse_head(b"SMTP ready\r\n\r\n", get).is_err());
 }
 
-fn dechunk_whole(input: &[u8]) -> Result<(Vec<u8>, bool), String> {
+fn dechunk_whole(input: &[u8]) -> Result<(Vec<u8>, bool), BadChunk> {
     let mut d = Dechunker::default();
     let mut out = Vec::new();
     let done = d.feed(input, &mut out)?;
