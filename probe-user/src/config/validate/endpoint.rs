@@ -113,16 +113,10 @@ fn nested_endpoint(
 ) -> Option<NestedEndpoint> {
     let t = r.table(v, path.to_string(), &reference::ENDPOINT)?;
     let before = r.errors.len();
-    for key in reference::ENDPOINT.names().filter(|k| !NESTED_KEYS.contains(k)) {
-        if let Some(value) = Reader::get(&t, key) {
-            r.error(
-                value.span(),
-                &t.child(key),
-                Some(crate::config::read::show(value.get_ref())),
-                "a nested endpoint (profile = ...) takes its addresses, ports and checks from its child profile",
-            );
-        }
-    }
+    let own = reference::ENDPOINT.names().filter(|k| !NESTED_KEYS.contains(k));
+    super::refuse_keys(r, &t, own, |_| {
+        "a nested endpoint (profile = ...) takes its addresses, ports and checks from its child profile".into()
+    });
     let child = r.string(&t, "profile").and_then(|item| {
         if valid_name(&item.v) {
             Some(item.v)
@@ -205,14 +199,9 @@ fn endpoint(
     let t = r.table(v, path.to_string(), &reference::ENDPOINT)?;
     let before = r.errors.len();
     // Read by nested endpoints only: on a plain one it would be silently ignored.
-    if let Some(value) = Reader::get(&t, "min_child_endpoints") {
-        r.error(
-            value.span(),
-            &t.child("min_child_endpoints"),
-            Some(crate::config::read::show(value.get_ref())),
-            "min_child_endpoints applies to a nested endpoint (one with profile = \"CHILD\")",
-        );
-    }
+    super::refuse_keys(r, &t, ["min_child_endpoints"], |key| {
+        format!("{key} applies to a nested endpoint (one with profile = \"CHILD\")")
+    });
     // The order is the order errors at the same place are reported in.
     let address = address(r, &t);
     let port = port(r, &t, health);

@@ -298,6 +298,21 @@ fn opt_table<'a, 'i>(
 }
 
 /// Names of profiles and endpoints end up in URLs and metric labels.
+/// An error on each of `keys` that `t` has, saying `why`: keys of another kind of table.
+fn refuse_keys<'k>(
+    r: &mut Reader<'_>,
+    t: &Table<'_, '_>,
+    keys: impl IntoIterator<Item = &'k str>,
+    why: impl Fn(&str) -> String,
+) {
+    for key in keys {
+        if let Some(v) = Reader::get(t, key) {
+            let shown = crate::config::read::show(v.get_ref());
+            r.error(v.span(), &t.child(key), Some(shown), why(key));
+        }
+    }
+}
+
 /// What `valid_name` takes, for the errors that refuse a name (':' and brackets because an
 /// endpoint's default name is its address and port, `[2001:db8::1]:80`).
 const NAME_RULE: &str = "expected 1-63 letters, digits, '-', '_', '.', ':', '[' or ']'";

@@ -5,7 +5,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use super::{Runner, SchedKey};
 use crate::{
-    daemon::table::{Name, OwnerId, Plan, Stamp},
+    daemon::table::{Name, OwnerId, Plan},
     status::ProfileStatus,
 };
 
@@ -60,10 +60,7 @@ impl Runner {
         self.table.settle_some(&swapped.dirty);
         // Each change goes out as it is made: at a start a list of them all was a fleet's
         // worth at once (8 MB at 65k endpoints), made even with no subscriber to take them.
-        let stamp = Stamp {
-            ns: now,
-            unix_ms: self.ports.clock.unix_ms(),
-        };
+        let stamp = self.stamp(now);
         let bus = &mut self.changes;
         let mut emit = |change| bus.publish_next(change, now);
         self.table.swap_changes(&swapped, &profiles_before, stamp, &mut emit);

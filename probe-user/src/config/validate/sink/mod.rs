@@ -255,25 +255,17 @@ fn foreign_keys(r: &mut Reader<'_>, t: &Table<'_, '_>, kind: &str) {
         if kind == owner {
             continue;
         }
-        refuse_keys(r, t, keys, |key| format!("{key} applies to {owner} sinks"));
+        super::refuse_keys(r, t, keys.iter().copied(), |key| {
+            format!("{key} applies to {owner} sinks")
+        });
     }
 }
 
 /// The nftables and bpf keys, on a haproxy or exec sink.
 fn refuse_nft_keys(r: &mut Reader<'_>, t: &Table<'_, '_>, kind: &str) {
-    refuse_keys(r, t, &["family", "table", "map", "set", "slots"], |key| {
+    super::refuse_keys(r, t, ["family", "table", "map", "set", "slots"], |key| {
         format!("{key} applies to nftables and bpf sinks, not {kind}")
     });
-}
-
-/// An error on each of `keys` that `t` has, saying `why`.
-fn refuse_keys(r: &mut Reader<'_>, t: &Table<'_, '_>, keys: &[&str], why: impl Fn(&str) -> String) {
-    for key in keys {
-        if let Some(v) = Reader::get(t, key) {
-            let shown = crate::config::read::show(v.get_ref());
-            r.error(v.span(), &t.child(key), Some(shown), why(key));
-        }
-    }
 }
 
 const IDENT_RULE: &str = "expected 1-63 letters, digits, '_' or '-', starting with a letter";
