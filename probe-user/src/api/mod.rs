@@ -687,6 +687,7 @@ mod tests {
         let control = Control {
             tx: tokio::sync::mpsc::channel(1).0,
             config_path: None,
+            consumers: Arc::default(),
         };
         let access = Access {
             peer: Arc::new(auth::Peer::Unix(Some(auth::PeerCred {

@@ -299,6 +299,11 @@ pub struct Snapshot {
     pub endpoints: Vec<(Arc<str>, Arc<str>, EndpointState)>,
 }
 
+/// The endpoints' last measured round-trip times, (profile, endpoint, time), for the profiles
+/// that route by them (performance routing). The runner sends them once a second beside the
+/// change stream, on a watch channel: only the latest matters.
+pub type Rtts = Arc<Vec<(Arc<str>, Arc<str>, Option<Duration>)>>;
+
 /// Changes taken from a queue at once, oldest first. Each is shared with the other queues it
 /// went to: a change is made once, however many subscribers take it.
 #[derive(Debug, Default)]
@@ -330,6 +335,9 @@ struct Queue {
     index: hashbrown::HashTable<u32>,
     lost: u64,
     closed: bool,
+    /// Closed because a newer subscription of the same follower took over at that point of
+    /// the stream (a reload, a reopened events file): its consumer goes on with that one.
+    replaced: bool,
 }
 
 /// An emptied queue keeps an index of up to this many slots for the next changes; a larger
@@ -376,7 +384,9 @@ impl Shared {
 }
 
 /// Who follows the stream, typed: what its subscriptions are closed by, and the base of the
-/// label its metrics carry (`probed_changes_*{subscriber="..."}`).
+/// label its metrics carry (`probed_changes_*{subscriber="..."}`). Each follower but a
+/// `Feed` has one subscription at most: a new one replaces the one before at the same point
+/// of the stream, so that nothing is seen twice or missed between them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Follower {
     /// The events file.
@@ -435,6 +445,12 @@ impl Subscription {
         }
     }
 
+    /// Whether it ended because a newer subscription of its follower took over (rather than
+    /// because it was closed or the runner stopped).
+    pub fn replaced(&self) -> bool {
+        self.shared.lock().replaced
+    }
+
     /// The next batch, waiting at most `timeout`: an empty batch when nothing came; None once
     /// the runner has stopped and everything was taken. For consumers on threads of their own.
     pub fn recv_blocking(&self, timeout: Duration) -> Option<Batch> {
@@ -487,7 +503,8 @@ impl Bus {
         self.subscribe_to(follower, capacity, None)
     }
 
-    /// A new queue for the changes of one profile only (None: every change).
+    /// A new queue for the changes of one profile only (None: every change). It replaces
+    /// the follower's queue before, unless the follower is a `Feed`.
     pub fn subscribe_to(
         &mut self,
         follower: impl Into<Follower>,
@@ -495,6 +512,9 @@ impl Bus {
         profile: Option<&str>,
     ) -> Subscription {
         let follower = follower.into();
+        if !matches!(follower, Follower::Feed(_)) {
+            self.end(&follower, true);
+        }
         let name = follower.label();
         let mut unique = name.clone();
         let mut n = 1;
@@ -601,11 +621,18 @@ impl Bus {
 impl Bus {
     /// Ends `follower`'s subscriptions: each consumer gets what is queued, then None.
     pub fn close(&mut self, follower: &Follower) {
+        self.end(follower, false);
+    }
+
+    fn end(&mut self, follower: &Follower, replaced: bool) {
         self.subscribers.retain(|s| {
             if s.follower != *follower {
                 return true;
             }
-            s.lock().closed = true;
+            let mut q = s.lock();
+            q.closed = true;
+            q.replaced = replaced;
+            drop(q);
             s.ready.notify_all();
             s.notify.notify_one();
             false

@@ -105,6 +105,35 @@ fn a_second_subscriber_of_a_name_gets_its_own_label() {
 }
 
 #[test]
+fn a_typed_follower_has_one_queue_and_a_new_one_takes_over_where_the_old_ends() {
+    use EndpointStatus::*;
+    let mut bus = Bus::default();
+    let old = bus.subscribe(Follower::Events, 8);
+    let feed = bus.subscribe("feed", 8);
+    let c = change(&mut bus, "a", CheckingEndpoint, Online);
+    bus.publish(c, 1);
+    let new = bus.subscribe(Follower::Events, 8);
+    let _feed2 = bus.subscribe("feed", 8);
+    let c = change(&mut bus, "b", CheckingEndpoint, Online);
+    bus.publish(c, 2);
+    let names: Vec<&str> = bus.stats(0).iter().map(|s| s.name).collect();
+    assert_eq!(names, ["feed", "events", "feed#2"], "feeds may be many; events one");
+    let before = old.recv_blocking(Duration::ZERO).expect("what was queued");
+    assert_eq!(endpoint(&before.changes[0]).endpoint.as_ref(), "a");
+    assert_eq!(before.changes.len(), 1);
+    assert!(old.recv_blocking(Duration::ZERO).is_none() && old.replaced());
+    let after = new.recv_blocking(Duration::ZERO).expect("open");
+    assert_eq!(after.changes.len(), 1);
+    assert_eq!(endpoint(&after.changes[0]).endpoint.as_ref(), "b");
+    assert_eq!(feed.recv_blocking(Duration::ZERO).expect("open").changes.len(), 2);
+    bus.close(&Follower::Events);
+    assert!(
+        new.recv_blocking(Duration::ZERO).is_none() && !new.replaced(),
+        "closed, not replaced"
+    );
+}
+
+#[test]
 fn a_full_queue_drops_new_keys_and_says_so() {
     use EndpointStatus::*;
     let mut bus = Bus::default();

@@ -1,13 +1,19 @@
-//! The one way into the runner: `Control` sends a `Command` and awaits its reply. The API, the
-//! signal handlers, the tests and (later) the sinks depend on this file, never on the runner.
-use crate::changes::{Snapshot, Subscription};
+//! The one way into the daemon: `Control` sends the runner a `Command` and awaits its reply,
+//! and holds the change stream's consumers (`consumers/`), which it starts, re-follows on a
+//! reload and stops beside the runner. The API, the signal handlers and the tests depend on
+//! this file, never on the runner.
+use crate::changes::{Follower, Snapshot, Subscription};
 use std::{net::IpAddr, sync::Arc};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Mutex};
 
-use super::views::{EndpointView, ProfileView, ReloadReport, SelectView};
+use super::{
+    consumers::Consumers,
+    views::{EndpointView, ProfileView, ReloadReport, SelectView},
+};
 use crate::{
     config::{Config, ConfigErrors},
+    dns::regions::Regions,
     engine::L4Engine,
     status::{AdminState, Family},
 };
@@ -44,15 +50,57 @@ pub(crate) enum Command {
     /// Profiles (all, or one), and with (offset, limit) one page of each one's endpoints.
     Status(Option<String>, Option<(usize, usize)>, Reply<Vec<ProfileView>>),
     Endpoint(String, String, Reply<EndpointView>),
-    Select(String, SelectQuery, Reply<SelectView>),
+    /// The regions are the consumers' (the DNS server's): `/v1/select` places a source as
+    /// the DNS server would.
+    Select(String, SelectQuery, Arc<Regions>, Reply<SelectView>),
     SetAdmin(String, String, AdminState, Reply<EndpointView>),
     SetProfileEnabled(String, bool, Reply<ProfileView>),
-    Reload(Option<Box<Config>>, Reply<ReloadReport>),
+    Reload(Box<ReloadRequest>, Reply<Reloaded>),
     Metrics(Reply<MetricsReply>),
-    Subscribe(SubscribeRequest, Reply<(Snapshot, Subscription)>),
-    Sinks(Reply<Vec<crate::sinks::SinkView>>),
-    ReopenEvents(Reply<()>),
+    Join(Vec<Join>, Reply<Vec<Joined>>),
     Cluster(Reply<super::views::ClusterView>),
+}
+
+/// A consumer joining the change stream. A typed follower (not a `Feed`) has one
+/// subscription: joining again ends the one before at the same point of the stream.
+#[derive(Debug, Clone)]
+pub(crate) struct Join {
+    pub follower: Follower,
+    /// How many distinct endpoints and profiles may wait in its queue.
+    pub capacity: usize,
+    /// Only this profile's changes (and state).
+    pub profile: Option<Arc<str>>,
+    /// A mirror (a sink, the DNS zone) needs the state now to start from; a recorder (the
+    /// events file) only the changes.
+    pub snapshot: bool,
+}
+
+/// A consumer's start on the stream: the state it joined at (empty but for `seq` when it
+/// asked for none) and every change after it.
+pub(crate) struct Joined {
+    pub follower: Follower,
+    pub snapshot: Snapshot,
+    pub changes: Subscription,
+}
+
+/// A reload as the runner applies it: the configuration, and how its consumers follow it.
+pub(crate) struct ReloadRequest {
+    pub config: Arc<Config>,
+    /// Joined just before the new table goes live, so they see the reload's own changes:
+    /// the events file a reload moves.
+    pub before: Vec<Join>,
+    /// Joined from the new table's state: sinks new or changed, the DNS zone.
+    pub after: Vec<Join>,
+    /// Followers the configuration no longer has (sinks removed): their streams end once the
+    /// new table's changes are in them.
+    pub close: Vec<Follower>,
+}
+
+/// What a reload made: its report and the consumers' new starts (as `ReloadRequest` asked).
+pub(crate) struct Reloaded {
+    pub report: ReloadReport,
+    pub before: Vec<Joined>,
+    pub after: Vec<Joined>,
 }
 
 /// What `GET /v1/select` asks: the query a DNS client at `source` would send.
@@ -65,18 +113,15 @@ pub struct SelectQuery {
     pub family: Option<Family>,
 }
 
-/// A new consumer of the change stream.
-pub(crate) struct SubscribeRequest {
-    pub name: String,
-    pub capacity: usize,
-}
-
 /// A cheap, cloneable handle to the running daemon.
 #[derive(Clone)]
 pub struct Control {
     pub(crate) tx: mpsc::Sender<Command>,
     /// The file a reload without a config re-reads (`Options::config_path`).
     pub(crate) config_path: Option<Arc<std::path::Path>>,
+    /// The events file, the sinks and the DNS server. Held across a reload (which so runs
+    /// one at a time); the other requests take it for a moment, after the runner's reply.
+    pub(crate) consumers: Arc<Mutex<Consumers>>,
 }
 
 impl Control {
@@ -86,14 +131,27 @@ impl Control {
         rx.await.map_err(|_| RequestError::Stopped)?
     }
 
+    /// A status from the runner, with the sinks that follow each profile.
+    async fn profiles(
+        &self,
+        profile: Option<&str>,
+        page: Option<(usize, usize)>,
+    ) -> Result<Vec<ProfileView>, RequestError> {
+        let mut views = self
+            .ask(|r| Command::Status(profile.map(str::to_string), page, r))
+            .await?;
+        self.consumers.lock().await.fill_sinks(&mut views);
+        Ok(views)
+    }
+
     /// Every profile.
     pub async fn status(&self) -> Result<Vec<ProfileView>, RequestError> {
-        self.ask(|r| Command::Status(None, None, r)).await
+        self.profiles(None, None).await
     }
 
     /// One profile.
     pub async fn profile(&self, profile: &str) -> Result<ProfileView, RequestError> {
-        let mut views = self.ask(|r| Command::Status(Some(profile.into()), None, r)).await?;
+        let mut views = self.profiles(Some(profile), None).await?;
         views.pop().ok_or_else(|| RequestError::NoProfile(profile.into()))
     }
 
@@ -104,8 +162,7 @@ impl Control {
         offset: usize,
         limit: usize,
     ) -> Result<Vec<ProfileView>, RequestError> {
-        self.ask(|r| Command::Status(profile.map(str::to_string), Some((offset, limit)), r))
-            .await
+        self.profiles(profile, Some((offset, limit))).await
     }
 
     /// One endpoint: the GetHealthStatus of SPEC section 5.
@@ -116,7 +173,8 @@ impl Control {
 
     /// Which endpoints would answer `query` now: what the DNS server answers the same source.
     pub async fn select(&self, profile: &str, query: SelectQuery) -> Result<SelectView, RequestError> {
-        self.ask(|r| Command::Select(profile.into(), query, r)).await
+        let regions = self.consumers.lock().await.regions();
+        self.ask(|r| Command::Select(profile.into(), query, regions, r)).await
     }
 
     /// Enables, disables or sets an endpoint to always-serve at runtime.
@@ -132,44 +190,78 @@ impl Control {
 
     /// Enables or disables a whole profile at runtime.
     pub async fn set_profile_enabled(&self, profile: &str, enabled: bool) -> Result<ProfileView, RequestError> {
-        self.ask(|r| Command::SetProfileEnabled(profile.into(), enabled, r))
-            .await
+        let view = self
+            .ask(|r| Command::SetProfileEnabled(profile.into(), enabled, r))
+            .await?;
+        let mut views = [view];
+        self.consumers.lock().await.fill_sinks(&mut views);
+        let [view] = views;
+        Ok(view)
     }
 
     /// Applies `config`, or re-reads the file the daemon was started with. The file is read
     /// and parsed here, on a blocking thread, not on the runner's: parsing a million endpoints
-    /// takes seconds, and the runner keeps probing meanwhile.
+    /// takes seconds, and the runner keeps probing meanwhile. It runs to its end as a task of
+    /// its own even when the caller gives up on it (an API client that hangs up): a reload the
+    /// runner applied must have its consumers follow it.
     pub async fn reload(&self, config: Option<Config>) -> Result<ReloadReport, RequestError> {
-        let config = match (config, &self.config_path) {
-            (None, Some(path)) => {
-                let path = path.clone();
-                let read = tokio::task::spawn_blocking(move || Config::load(&path))
-                    .await
-                    .map_err(|_| RequestError::Stopped)?;
-                Some(read?)
-            }
-            (config, _) => config,
-        };
-        let report = self.ask(|r| Command::Reload(config.map(Box::new), r)).await;
-        // The runner has dropped the configuration it replaced, whose pages belong to the
-        // thread that read it: this one at start (the caller's, for the API and SIGHUP), a
-        // blocking-pool thread for a reload. Neither allocates again soon, so the pages stayed
-        // resident: a configuration's worth (~25 MiB at 250k endpoints) from the first reload
-        // on. Both hand them back (the pool's idle thread is the one that read the last one).
+        let control = self.clone();
+        let report = tokio::spawn(async move { control.reload_whole(config).await })
+            .await
+            .map_err(|_| RequestError::Stopped)?;
+        // The configuration a reload replaced was read on this thread at the start (the
+        // caller's, for the API and SIGHUP) or on a blocking-pool thread for a reload, and its
+        // last holder let it go here or on the runner's thread. Neither reader allocates again
+        // soon, so its pages stayed resident: a configuration's worth (~25 MiB at 250k
+        // endpoints) from the first reload on. Both hand them back (the pool's idle thread is
+        // the one that read the last one).
         crate::alloc::release_freed();
         let _ = tokio::task::spawn_blocking(crate::alloc::release_freed).await;
         report
+    }
+
+    async fn reload_whole(&self, config: Option<Config>) -> Result<ReloadReport, RequestError> {
+        let mut consumers = self.consumers.lock().await;
+        let config = match (config, &self.config_path) {
+            (Some(config), _) => config,
+            (None, Some(path)) => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || Config::load(&path))
+                    .await
+                    .map_err(|_| RequestError::Stopped)??
+            }
+            (None, None) => {
+                return Err(RequestError::Refused(
+                    "the daemon was started without a config file to re-read".into(),
+                ))
+            }
+        };
+        let config = Arc::new(config);
+        // What the consumers need (a sink its structure, the events file its place) is made
+        // before the runner applies anything: if it fails, nothing changes.
+        let prepared = consumers
+            .prepare(&config)
+            .map_err(|e| RequestError::Refused(crate::errors::chain(&e)))?;
+        let request = consumers.reload_joins(&config, &prepared);
+        let reloaded = self.ask(|r| Command::Reload(Box::new(request), r)).await?;
+        let report = reloaded.report.clone();
+        consumers.refollow(config, prepared, reloaded);
+        Ok(report)
     }
 
     /// Joins the change stream: the state of every endpoint and profile now, and every change
     /// after it, in order. `capacity` bounds how many distinct endpoints and profiles may wait
     /// in the queue; a consumer slower than that loses changes (counted, and told so).
     pub async fn subscribe(&self, name: &str, capacity: usize) -> Result<(Snapshot, Subscription), RequestError> {
-        let request = SubscribeRequest {
-            name: name.into(),
+        let join = Join {
+            follower: Follower::Feed(name.into()),
             capacity,
+            profile: None,
+            snapshot: true,
         };
-        self.ask(|r| Command::Subscribe(request, r)).await
+        let joined = self.ask(|r| Command::Join(vec![join], r)).await?;
+        let joined = joined.into_iter().next().ok_or(RequestError::Stopped)?;
+        Ok((joined.snapshot, joined.changes))
     }
 
     /// This node's place in the cluster and what every node says.
@@ -179,13 +271,30 @@ impl Control {
 
     /// Every sink: what it follows, what it holds, how its last syncs went.
     pub async fn sinks(&self) -> Result<Vec<crate::sinks::SinkView>, RequestError> {
-        self.ask(Command::Sinks).await
+        if self.tx.is_closed() {
+            return Err(RequestError::Stopped);
+        }
+        Ok(self.consumers.lock().await.sink_views())
     }
 
     /// Reopens the events file (after logrotate moved it): later events go to a new file at
-    /// the configured path.
+    /// the configured path. Like a reload, it runs to its end once begun.
     pub async fn reopen_events(&self) -> Result<(), RequestError> {
-        self.ask(Command::ReopenEvents).await
+        let control = self.clone();
+        tokio::spawn(async move {
+            let mut consumers = control.consumers.lock().await;
+            let Some((sink, join)) = consumers
+                .reopen_events()
+                .map_err(|e| RequestError::Refused(crate::errors::chain(&e)))?
+            else {
+                return Ok(());
+            };
+            let joined = control.ask(|r| Command::Join(vec![join], r)).await?;
+            consumers.switch_events(sink, joined);
+            Ok(())
+        })
+        .await
+        .map_err(|_| RequestError::Stopped)?
     }
 
     /// The Prometheus exposition text.
@@ -197,6 +306,7 @@ impl Control {
                 .unwrap_or_default();
             text.push_str(&kernel);
         }
+        text.push_str(&self.consumers.lock().await.render_metrics());
         Ok(text)
     }
 }

@@ -165,13 +165,14 @@ impl EventSink {
     }
 }
 
-/// A new destination for the changes after sequence number `after`.
+/// A new destination, and the subscription whose changes go there: the writer's new start
+/// on the stream, where the one it had ends.
 struct Swap {
     sink: EventSink,
-    after: u64,
+    changes: Subscription,
 }
 
-/// The writer thread and the way to point it at another destination on reload.
+/// The writer thread and the way to point it at another destination (a reload, SIGUSR1).
 pub struct EventWriter {
     target: EventsOutput,
     swap: Option<mpsc::Sender<Swap>>,
@@ -187,7 +188,7 @@ impl EventWriter {
             .name("probed-events".into())
             .spawn(move || {
                 super::lower_this_thread();
-                write_loop(sink, &changes, &swaps);
+                write_loop(sink, changes, &swaps);
             })
             .map_err(|source| DaemonError::Io {
                 op: "spawn the events thread",
@@ -205,16 +206,17 @@ impl EventWriter {
         &self.target
     }
 
-    /// Sends the changes after sequence number `after` to `sink` (already opened, so that a
-    /// reload fails before it applies); earlier ones still go to the current destination.
-    pub fn switch(&mut self, sink: EventSink, after: u64) {
+    /// Sends what `changes` delivers to `sink` (opened beforehand, so that a reload fails
+    /// before it applies). `changes` replaced the writer's subscription: what that one still
+    /// holds goes to the current destination first.
+    pub fn switch(&mut self, sink: EventSink, changes: Subscription) {
         self.target = sink.target.clone();
         if let Some(tx) = &self.swap {
-            let _ = tx.send(Swap { sink, after });
+            let _ = tx.send(Swap { sink, changes });
         }
     }
 
-    /// Waits for the thread to write what is queued; it ends once the runner's bus is gone.
+    /// Waits for the thread to write what is queued; it ends once the runner has stopped.
     pub fn finish(&mut self) {
         drop(self.swap.take());
         if let Some(t) = self.thread.take() {
@@ -229,9 +231,22 @@ impl Drop for EventWriter {
     }
 }
 
-fn write_loop(mut sink: EventSink, changes: &Subscription, swaps: &mpsc::Receiver<Swap>) {
-    let mut next: Option<Swap> = None;
-    while let Some(batch) = changes.recv_blocking(Duration::from_millis(200)) {
+fn write_loop(mut sink: EventSink, mut changes: Subscription, swaps: &mpsc::Receiver<Swap>) {
+    loop {
+        let Some(batch) = changes.recv_blocking(Duration::from_millis(200)) else {
+            // A subscription replaced ends where its successor starts: every change before
+            // went to this destination, every later one goes to the next. Any other end is
+            // the runner's.
+            if !changes.replaced() {
+                break;
+            }
+            let Ok(next) = swaps.recv() else {
+                break;
+            };
+            sink.flush();
+            (sink, changes) = (next.sink, next.changes);
+            continue;
+        };
         if batch.lost > 0 {
             log::warn!(
                 "the events file misses {} changes: its writer fell {QUEUE_CAPACITY} endpoints behind",
@@ -242,23 +257,6 @@ fn write_loop(mut sink: EventSink, changes: &Subscription, swaps: &mpsc::Receive
         // Each change is let go once written: at the start a batch is a fleet's first round,
         // and the writer may take seconds over it.
         for change in batch.changes {
-            // A destination a reload opened takes the changes published after it was opened;
-            // the runner sends it before it publishes any of them.
-            loop {
-                if next.is_none() {
-                    next = swaps.try_recv().ok();
-                }
-                match next.take() {
-                    Some(n) if change.seq() > n.after => {
-                        sink.flush();
-                        sink = n.sink;
-                    }
-                    later => {
-                        next = later;
-                        break;
-                    }
-                }
-            }
             if let Change::Endpoint(c) = &*change {
                 sink.emit(&EventLine::of(c));
             }

@@ -16,7 +16,6 @@ use crate::{
     health::HealthState,
     metrics::{catalog, Histogram, Kind, Registry},
     outcome::Outcome,
-    sinks::SinkView,
 };
 
 #[derive(Default)]
@@ -154,28 +153,6 @@ impl RunnerMetrics {
         r.set(&catalog::SCHEDULE_LAG, vec![], worst_ns as f64 / 1e9);
     }
 
-    /// The DNS server's answer counters.
-    pub fn dns(&mut self, counters: &crate::dns::shared::Counters) {
-        let r = &mut self.registry;
-        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-        for (rcode, n) in crate::dns::shared::counter_values(counters) {
-            r.set_total(&catalog::DNS_ANSWERS, vec![("rcode", rcode.to_string())], n);
-        }
-        r.set_total(&catalog::DNS_TCP_ANSWERS, vec![], load(&counters.tcp));
-        r.set_total(&catalog::DNS_SEND_ERRORS, vec![], load(&counters.send_errors));
-        for (action, c) in [("drop", &counters.rrl_dropped), ("slip", &counters.rrl_slipped)] {
-            r.set_total(
-                &catalog::DNS_RATE_LIMITED,
-                vec![("action", action.to_string())],
-                load(c),
-            );
-        }
-        r.set(&catalog::DNS_TCP_CONNECTIONS, vec![], load(&counters.tcp_open) as f64);
-        for (reason, c) in crate::dns::shared::tcp_closed_values(counters) {
-            r.set_total(&catalog::DNS_TCP_CLOSED, vec![("reason", reason.to_string())], c);
-        }
-    }
-
     pub fn cluster(&mut self, view: &super::views::ClusterView) {
         let r = &mut self.registry;
         r.set(&catalog::CLUSTER_MEMBERS, vec![], view.members.len() as f64);
@@ -198,40 +175,13 @@ impl RunnerMetrics {
 
     /// The runner's metrics text, with the gauges computed now. Kernel counters are read by
     /// the caller off the runner's thread (`metrics::kernel`).
-    pub fn render(
-        &mut self,
-        table: &Table,
-        checks: usize,
-        bus: &Bus,
-        sinks: &[SinkView],
-        last_result_ns: u64,
-        now_ns: u64,
-    ) -> String {
+    pub fn render(&mut self, table: &Table, checks: usize, bus: &Bus, last_result_ns: u64, now_ns: u64) -> String {
         let r = &mut self.registry;
         r.set(
             &catalog::LAST_RESULT_AGE,
             vec![],
             std::time::Duration::from_nanos(now_ns.saturating_sub(last_result_ns)).as_secs_f64(),
         );
-        for m in [
-            &catalog::SINK_SYNCS,
-            &catalog::SINK_ERRORS,
-            &catalog::SINK_DRIFT,
-            &catalog::SINK_ENTRIES,
-            &catalog::SINK_IN_SYNC,
-            &catalog::SINK_GENERATION,
-        ] {
-            r.clear(m);
-        }
-        for s in sinks {
-            let label = || vec![("sink", s.name.clone())];
-            r.set_total(&catalog::SINK_SYNCS, label(), s.syncs_total);
-            r.set_total(&catalog::SINK_ERRORS, label(), s.errors_total);
-            r.set_total(&catalog::SINK_DRIFT, label(), s.drift_total);
-            r.set(&catalog::SINK_ENTRIES, label(), s.entries as f64);
-            r.set(&catalog::SINK_IN_SYNC, label(), if s.in_sync { 1.0 } else { 0.0 });
-            r.set(&catalog::SINK_GENERATION, label(), s.generation as f64);
-        }
         r.clear(&catalog::ENDPOINTS);
         for p in &table.profiles {
             for &status in crate::status::EndpointStatus::ALL {

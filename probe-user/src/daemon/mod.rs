@@ -1,7 +1,9 @@
 //! The daemon's core: turns a `Config` into running health checks and publishes every state
-//! change. `Daemon::start` spawns the runner; everything talks to it through `Control`, so the
-//! runner owns all state and needs no locks. The API (`crate::api`) is started beside it by
-//! the binary and serves `Control`; it is not part of the core.
+//! change. `Daemon::start` spawns the runner, then the consumers of its change stream
+//! (`consumers/`: events file, sinks, DNS server), which `Control` holds; everything talks to
+//! the runner through `Control`, so the runner owns all probing state and needs no locks. The
+//! API (`crate::api`) is started beside it by the binary and serves `Control`; it is not part
+//! of the core.
 //!
 //! # Threads and runtimes
 //!
@@ -28,13 +30,16 @@
 //!          v
 //!     Table::restatus: endpoint status, profile counts, fail-open, nested --> Changed
 //!          |
-//!     runner/publish --> crate::changes::Bus --> runner/consumers: events file, sinks, DNS; API feeds (Control::subscribe)
+//!     runner/publish --> crate::changes::Bus --> consumers/ (joined through Control): events file, sinks, DNS; API feeds
+//!     runner/rtts --> watch channel --> DNS server (performance routing)
 //!
 //!     API requests --> Control --> requests/* (views read the table; admin changes go through Table's methods)
+//!     reload: Control: consumers prepare --> Command::Reload (runner: plan, apply, joins) --> consumers refollow
 //!     cluster gossip <--> runner/cluster (own verdicts out, others' votes in -> Table::set_cluster_health)
 //! ```
 
 pub mod checks;
+mod consumers;
 pub mod control;
 pub mod events;
 mod lock;
@@ -156,17 +161,21 @@ impl Daemon {
         Self::start_with(config, options, ports::Ports::system())
     }
 
-    /// Starts the runner with the given ports.
+    /// Starts the runner with the given ports, then the consumers of its stream.
     pub fn start_with(config: Config, options: Options, ports: ports::Ports) -> Result<Daemon, DaemonError> {
         let (tx, rx) = mpsc::channel(64);
         let config_path = options.config_path.as_deref().map(std::sync::Arc::from);
+        let config = std::sync::Arc::new(config);
         let (stop, stop_rx) = oneshot::channel();
         let (done_tx, done) = oneshot::channel();
         let (built_tx, built) = std::sync::mpsc::sync_channel(1);
+        let (go_tx, go) = std::sync::mpsc::sync_channel::<Vec<control::Join>>(1);
+        let (joined_tx, joined) = std::sync::mpsc::sync_channel(1);
         // Reading the configuration left its transients on this thread, which allocates
         // little once the daemon runs: given back before the runner loads probe_rx and builds
         // its table, the start's two peaks, they do not come on top of either.
         crate::alloc::release_freed();
+        let runner_config = config.clone();
         let thread = std::thread::Builder::new()
             .name("probed-runner".into())
             .spawn(move || {
@@ -185,7 +194,7 @@ impl Daemon {
                 // this thread's heap, whose freed pages the runner hands back as it goes
                 // (`Runner::end_turn`); built by the caller, they stayed with a thread that
                 // hardly allocates afterwards.
-                let runner = match rt.block_on(async { runner::Runner::new(config, options, ports) }) {
+                let mut runner = match rt.block_on(async { runner::Runner::new(runner_config, ports) }) {
                     Ok(runner) => runner,
                     Err(e) => {
                         let _ = built_tx.send(Err(e));
@@ -193,6 +202,12 @@ impl Daemon {
                     }
                 };
                 let _ = built_tx.send(Ok(()));
+                // The consumers join the first table before the loop publishes anything else;
+                // without them (their start failed) the runner ends unrun.
+                let Ok(joins) = go.recv() else {
+                    return;
+                };
+                let _ = joined_tx.send((runner.join(joins), runner.watch_rtts()));
                 let result = rt.block_on(runner.run(rx, stop_rx));
                 let _ = done_tx.send(result);
             })
@@ -213,21 +228,50 @@ impl Daemon {
                 Ok(()) => unreachable!("the runner thread reports before it ends"),
             },
         }
-        Ok(Daemon {
-            control: Control { tx, config_path },
+        let prepared = match consumers::Consumers::prepare_start(&config) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                drop(go_tx);
+                let _ = thread.join();
+                return Err(e);
+            }
+        };
+        let _ = go_tx.send(consumers::Consumers::start_joins(&prepared));
+        let mut daemon = Daemon {
+            control: Control {
+                tx,
+                config_path,
+                consumers: std::sync::Arc::default(),
+            },
             stop: Some(stop),
             done,
             thread: Some(thread),
-        })
+        };
+        let Ok((joined, rtts)) = joined.recv() else {
+            return Err(daemon.stop_now().err().unwrap_or(DaemonError::Stopped));
+        };
+        match consumers::Consumers::start(&config, prepared, joined, rtts) {
+            Ok(started) => {
+                *daemon.control.consumers.try_lock().expect("no one else holds it yet") = started;
+                Ok(daemon)
+            }
+            Err(e) => {
+                let _ = daemon.stop_now();
+                Err(e)
+            }
+        }
     }
 
     pub fn control(&self) -> Control {
         self.control.clone()
     }
 
-    /// Waits until the runner ends by itself (it only does on an error).
+    /// Waits until the runner ends by itself (it only does on an error); its consumers end
+    /// with it.
     pub async fn wait(&mut self) -> Result<(), DaemonError> {
-        (&mut self.done).await.map_err(|_| DaemonError::Stopped)?
+        let result = (&mut self.done).await.map_err(|_| DaemonError::Stopped)?;
+        self.stop_consumers().await;
+        result
     }
 
     /// Stops probing, saves the last known health, writes the queued events, detaches the
@@ -236,7 +280,7 @@ impl Daemon {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        match tokio::time::timeout(Duration::from_secs(10), &mut self.done).await {
+        let result = match tokio::time::timeout(Duration::from_secs(10), &mut self.done).await {
             Ok(Ok(r)) => {
                 if let Some(t) = self.thread.take() {
                     // It has sent its result and is returning: the join does not block long.
@@ -244,7 +288,46 @@ impl Daemon {
                 }
                 r
             }
-            Ok(Err(_)) | Err(_) => Err(DaemonError::Stopped),
+            // A runner that does not end is left to the process's exit, not waited for.
+            Ok(Err(_)) | Err(_) => {
+                drop(self.thread.take());
+                Err(DaemonError::Stopped)
+            }
+        };
+        self.stop_consumers().await;
+        result
+    }
+
+    /// Ends the consumers, once the runner has ended their streams: each takes what is
+    /// queued first. On a thread of the pool: joining theirs blocks.
+    async fn stop_consumers(&self) {
+        let mut consumers = std::mem::take(&mut *self.control.consumers.lock().await);
+        let _ = tokio::task::spawn_blocking(move || consumers.stop()).await;
+    }
+
+    /// Stops the runner and waits for it, off any runtime (the start's failures, a drop).
+    fn stop_now(&mut self) -> Result<(), DaemonError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let Some(thread) = self.thread.take() else {
+            return Ok(());
+        };
+        let _ = thread.join();
+        self.done.try_recv().map_err(|_| DaemonError::Stopped)?
+    }
+}
+
+/// A daemon dropped without `shutdown` (a test that failed, a caller's early return) still
+/// stops: the runner first, then its consumers.
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.thread.is_none() {
+            return;
+        }
+        let _ = self.stop_now();
+        if let Ok(mut consumers) = self.control.consumers.try_lock() {
+            consumers.stop();
         }
     }
 }

@@ -235,7 +235,7 @@ pub struct SelectView {
 }
 
 /// What a reload changed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReloadReport {
     /// Endpoints that stayed with the same check and kept their state.
     pub kept: usize,

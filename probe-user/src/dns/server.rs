@@ -12,14 +12,14 @@ use std::{
     time::Duration,
 };
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{
     shared::{Counters, Shared},
     tcp::Clients,
     zone::Zone,
 };
-use crate::changes::Subscription;
+use crate::changes::{Rtts, Subscription};
 
 /// A UDP thread looks at its stop flag this often when no query comes.
 const UDP_POLL: Duration = Duration::from_millis(100);
@@ -37,13 +37,17 @@ pub enum DnsError {
     Thread(#[source] std::io::Error),
 }
 
-/// An endpoint's last measured round-trip time, for performance routing.
-pub type Rtt = (Arc<str>, Arc<str>, Option<Duration>);
-
 enum Update {
     /// A new zone (after a reload) and the stream that follows its snapshot.
     Follow(Box<Zone>, Subscription),
-    Rtts(Vec<Rtt>),
+}
+
+/// The server's sockets, bound (so that a taken port stops the daemon's start before it
+/// probes) and not yet answering.
+pub struct Bound {
+    listen: Vec<SocketAddr>,
+    udp: Vec<std::net::UdpSocket>,
+    tcp: Vec<std::net::TcpListener>,
 }
 
 /// The running server. Dropping it stops the thread.
@@ -59,8 +63,8 @@ pub struct DnsServer {
 
 impl DnsServer {
     /// Binds UDP and TCP on every address (in the caller's network namespace; a failure leaves
-    /// nothing bound), then serves `zone`, kept current by `changes`.
-    pub fn start(listen: &[SocketAddr], zone: Zone, changes: Subscription) -> Result<DnsServer, DnsError> {
+    /// nothing bound).
+    pub fn bind(listen: &[SocketAddr]) -> Result<Bound, DnsError> {
         let mut udp = Vec::new();
         let mut tcp = Vec::new();
         for &addr in listen {
@@ -72,6 +76,22 @@ impl DnsServer {
             udp.push(u);
             tcp.push(t);
         }
+        Ok(Bound {
+            listen: listen.to_vec(),
+            udp,
+            tcp,
+        })
+    }
+
+    /// Serves `zone` on `bound`, kept current by `changes` and, for performance routing, by
+    /// the round-trip times `rtts` brings.
+    pub fn start(
+        bound: Bound,
+        zone: Zone,
+        changes: Subscription,
+        rtts: watch::Receiver<Rtts>,
+    ) -> Result<DnsServer, DnsError> {
+        let Bound { listen, udp, tcp } = bound;
         let shared = Arc::new(Shared::new(zone));
         let (updates, updates_rx) = mpsc::unbounded_channel();
         let (stop, stop_rx) = oneshot::channel();
@@ -96,7 +116,7 @@ impl DnsServer {
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("probed-dns".into())
-            .spawn(move || serve(thread_shared, tcp, changes, updates_rx, stop_rx));
+            .spawn(move || serve(thread_shared, tcp, changes, updates_rx, rtts, stop_rx));
         let thread = match thread {
             Ok(t) => t,
             Err(e) => {
@@ -115,7 +135,7 @@ impl DnsServer {
         );
         Ok(DnsServer {
             shared,
-            listen: listen.to_vec(),
+            listen,
             updates,
             stop: Some(stop),
             thread: Some(thread),
@@ -132,15 +152,6 @@ impl DnsServer {
     /// Answers from `zone` from now on, following `changes` (taken with its snapshot).
     pub fn follow(&self, zone: Zone, changes: Subscription) {
         let _ = self.updates.send(Update::Follow(Box::new(zone), changes));
-    }
-
-    /// Whether answers depend on measured round-trip times (performance routing).
-    pub fn wants_rtts(&self) -> bool {
-        self.shared.zone().wants_rtts()
-    }
-
-    pub fn set_rtts(&self, rtts: Vec<Rtt>) {
-        let _ = self.updates.send(Update::Rtts(rtts));
     }
 
     pub fn counters(&self) -> &Counters {
@@ -250,6 +261,7 @@ fn serve(
     tcp: Vec<std::net::TcpListener>,
     changes: Subscription,
     updates: mpsc::UnboundedReceiver<Update>,
+    rtts: watch::Receiver<Rtts>,
     stop: oneshot::Receiver<()>,
 ) {
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -269,17 +281,30 @@ fn serve(
                 Err(e) => log::error!("dns: a TCP listener cannot be served: {e}"),
             }
         }
-        tokio::spawn(follow(shared, changes, updates));
+        tokio::spawn(follow(shared, changes, updates, rtts));
         let _ = stop.await;
     });
     // Dropping the runtime ends every task: the listeners and connections close.
     drop(rt);
 }
 
-/// Applies every batch of changes to the zone; switches to a new zone and stream when the
-/// runner sends one (a reload), and takes in round-trip times.
-async fn follow(shared: Arc<Shared>, mut changes: Subscription, mut updates: mpsc::UnboundedReceiver<Update>) {
+/// Gives the zone's endpoints their round-trip times.
+pub fn set_rtts(zone: &mut Zone, rtts: &Rtts) {
+    for (profile, endpoint, rtt) in rtts.iter() {
+        zone.set_rtt(profile, endpoint, *rtt);
+    }
+}
+
+/// Applies every batch of changes to the zone; switches to a new zone and stream when a
+/// reload sends one, and takes in round-trip times.
+async fn follow(
+    shared: Arc<Shared>,
+    mut changes: Subscription,
+    mut updates: mpsc::UnboundedReceiver<Update>,
+    mut rtts: watch::Receiver<Rtts>,
+) {
     let mut open = true;
+    let mut timed = true;
     loop {
         tokio::select! {
             batch = changes.recv(), if open => match batch {
@@ -301,12 +326,17 @@ async fn follow(shared: Arc<Shared>, mut changes: Subscription, mut updates: mps
                     changes = next;
                     open = true;
                 }
-                Some(Update::Rtts(rtts)) => shared.update(|zone| {
-                    for (profile, endpoint, rtt) in &rtts {
-                        zone.set_rtt(profile, endpoint, *rtt);
-                    }
-                }),
                 None => return,
+            },
+            changed = rtts.changed(), if timed => match changed {
+                Ok(()) => {
+                    let now = rtts.borrow_and_update().clone();
+                    if shared.zone().wants_rtts() {
+                        shared.update(|zone| set_rtts(zone, &now));
+                    }
+                }
+                // The runner has stopped: no time will change again.
+                Err(_) => timed = false,
             },
         }
     }

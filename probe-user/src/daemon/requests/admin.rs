@@ -74,8 +74,7 @@ impl Runner {
         // Its status stands for it in the profiles it is nested in.
         self.cascade(ix, now);
         self.persist.dirty = true;
-        let sinks: Vec<_> = self.consumers.sinks.iter().map(crate::sinks::Running::view).collect();
-        super::status::profiles(&self.table, &sinks, Some(profile), None)?
+        super::status::profiles(&self.table, Some(profile), None)?
             .pop()
             .ok_or_else(|| RequestError::NoProfile(profile.into()))
     }

@@ -1,14 +1,11 @@
-//! `GET /metrics`: the runner's own metrics now; the caller adds the kernel's counters.
+//! `GET /metrics`: the runner's own metrics now; the caller adds the kernel's counters and
+//! the consumers' (sinks, DNS server).
 use crate::daemon::{control::MetricsReply, runner::Runner};
 
 impl Runner {
     pub(in crate::daemon) fn render_metrics(&mut self) -> MetricsReply {
         let now = self.now();
         self.metrics.flush(&self.table.profiles);
-        let sinks: Vec<crate::sinks::SinkView> = self.consumers.sinks.iter().map(crate::sinks::Running::view).collect();
-        if let Some((dns, _)) = &self.consumers.dns {
-            self.metrics.dns(dns.counters());
-        }
         if let Some(view) = self.cluster_view() {
             self.metrics.cluster(&view);
         }
@@ -16,7 +13,6 @@ impl Runner {
             &self.table,
             self.probe.sched.len(),
             &self.changes,
-            &sinks,
             self.probe.last_result_ns,
             now,
         );

@@ -1,11 +1,11 @@
 //! The runner's requests, one file per kind; the dispatch is the match below. Status and
 //! selection are pure functions over the live table; the others change it.
 mod admin;
+mod join;
 mod metrics;
 mod reload;
 mod select;
 mod status;
-mod subscribe;
 
 use super::{control::Command, runner::Runner};
 
@@ -15,8 +15,7 @@ impl Runner {
         self.metrics.flush(&self.table.profiles);
         match cmd {
             Command::Status(profile, page, reply) => {
-                let sinks: Vec<_> = self.consumers.sinks.iter().map(crate::sinks::Running::view).collect();
-                let mut views = status::profiles(&self.table, &sinks, profile.as_deref(), page);
+                let mut views = status::profiles(&self.table, profile.as_deref(), page);
                 self.fill_cluster(views.iter_mut().flatten().flat_map(|p| p.endpoints.iter_mut()));
                 let _ = reply.send(views);
             }
@@ -28,11 +27,11 @@ impl Runner {
             Command::Cluster(reply) => {
                 let _ = reply.send(self.cluster_view().ok_or(super::control::RequestError::NoCluster));
             }
-            Command::Select(p, query, reply) => {
+            Command::Select(p, query, regions, reply) => {
                 let _ = reply.send(select::select(
                     &self.table,
                     &self.config,
-                    &self.consumers.regions,
+                    &regions,
                     &mut self.rng,
                     &p,
                     query,
@@ -44,25 +43,14 @@ impl Runner {
             Command::SetProfileEnabled(p, enabled, reply) => {
                 let _ = reply.send(self.set_profile_enabled(&p, enabled));
             }
-            Command::Reload(config, reply) => {
-                let _ = reply.send(self.reload(config.map(|c| *c)));
+            Command::Reload(request, reply) => {
+                let _ = reply.send(self.reload(*request));
             }
             Command::Metrics(reply) => {
                 let _ = reply.send(Ok(self.render_metrics()));
             }
-            Command::Sinks(reply) => {
-                let _ = reply.send(Ok(self
-                    .consumers
-                    .sinks
-                    .iter()
-                    .map(crate::sinks::Running::view)
-                    .collect()));
-            }
-            Command::ReopenEvents(reply) => {
-                let _ = reply.send(self.reopen_events());
-            }
-            Command::Subscribe(request, reply) => {
-                let _ = reply.send(Ok(self.subscribe(request.name.as_str(), request.capacity)));
+            Command::Join(joins, reply) => {
+                let _ = reply.send(Ok(self.join(joins)));
             }
         }
     }
@@ -76,7 +64,7 @@ pub(crate) fn status_view(runner: &Runner, endpoint: &str) -> super::views::Endp
 
 #[cfg(test)]
 pub(crate) fn profile_view_of(runner: &Runner, profile: &str) -> super::views::ProfileView {
-    status::profiles(&runner.table, &[], Some(profile), None)
+    status::profiles(&runner.table, Some(profile), None)
         .expect("the profile exists")
         .remove(0)
 }

@@ -1,11 +1,10 @@
-//! `POST /v1/reload` and SIGHUP: a new configuration applies whole or not at all. Everything
-//! that can fail (the file, building the table, opening a new events file, starting the L4
-//! engine) happens before anything changes.
+//! `POST /v1/reload` and SIGHUP, on the runner's side: a new configuration applies whole or not
+//! at all. Everything that can fail here (building the table, starting the L4 engine) happens
+//! before anything changes; what the consumers need was made by `Control` before it asked.
 use crate::{
     config::Config,
     daemon::{
-        control::RequestError,
-        events::EventSink,
+        control::{ReloadRequest, Reloaded, RequestError},
         runner::{first_l4, FirstL4, Runner},
         state::Saved,
         table,
@@ -14,16 +13,13 @@ use crate::{
 };
 
 impl Runner {
-    pub(in crate::daemon) fn reload(&mut self, config: Option<Config>) -> Result<ReloadReport, RequestError> {
-        let config = match config {
-            Some(c) => c,
-            None => {
-                let path = self.options.config_path.clone().ok_or_else(|| {
-                    RequestError::Refused("the daemon was started without a config file to re-read".into())
-                })?;
-                Config::load(&path)?
-            }
-        };
+    pub(in crate::daemon) fn reload(&mut self, request: ReloadRequest) -> Result<Reloaded, RequestError> {
+        let ReloadRequest {
+            config,
+            before,
+            after,
+            close,
+        } = request;
         let restart_needed = restart_needed(&self.config, &config, self.probe.l4.port.is_some());
         let mut next_owner = self.next_owner;
         let plan = table::plan(
@@ -40,12 +36,7 @@ impl Runner {
             removed: plan.removed,
             restart_needed,
         };
-        // The engine must run and the consumers must find what they need (a sink its
-        // structure, the events file its place) before the table goes live; if either fails,
-        // nothing changes.
-        let mut consumers = self
-            .prepare_consumers(&config)
-            .map_err(|e| RequestError::Refused(crate::errors::chain(&e)))?;
+        // The engine must run before the table goes live; if it cannot, nothing changes.
         let first = match self.probe.l4.port {
             Some(_) => FirstL4::None,
             None => first_l4(
@@ -57,11 +48,14 @@ impl Runner {
         };
         self.ensure_l4(&config, first)
             .map_err(|e| RequestError::Refused(crate::errors::chain(&e)))?;
-        self.switch_events(&mut consumers);
+        let before = self.join(before);
         self.next_owner = next_owner;
         self.apply(plan);
         self.table.share_names(&config);
-        self.refollow_consumers(&config, consumers);
+        for follower in &close {
+            self.changes.close(follower);
+        }
+        let after = self.join(after);
         self.config = config;
         log::info!(
             "configuration reloaded: {} kept, {} added, {} removed",
@@ -69,19 +63,19 @@ impl Runner {
             report.added,
             report.removed
         );
-        Ok(report)
+        Ok(Reloaded { report, before, after })
     }
-}
 
-impl Runner {
-    /// SIGUSR1: the events file was moved away (logrotate); open it afresh at its path.
-    pub(in crate::daemon) fn reopen_events(&mut self) -> Result<(), RequestError> {
-        let sink =
-            EventSink::open(&self.config.daemon.events).map_err(|e| RequestError::Refused(crate::errors::chain(&e)))?;
-        if let Some(writer) = self.consumers.events.as_mut() {
-            writer.switch(sink, self.changes.seq());
-        }
-        Ok(())
+    /// A reload with no consumer to follow it: the runner's unit tests.
+    #[cfg(test)]
+    pub(in crate::daemon) fn reload_only(&mut self, config: Config) -> Result<ReloadReport, RequestError> {
+        let request = ReloadRequest {
+            config: std::sync::Arc::new(config),
+            before: Vec::new(),
+            after: Vec::new(),
+            close: Vec::new(),
+        };
+        self.reload(request).map(|r| r.report)
     }
 }
 

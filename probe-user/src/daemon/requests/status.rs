@@ -7,7 +7,6 @@ use crate::{
         views::{EndpointView, NestedView, Page, ProfileView, Windows},
     },
     health::{fail_window, success_window},
-    sinks::SinkView,
     status::EndpointStatus,
 };
 
@@ -15,21 +14,16 @@ use crate::{
 /// endpoints, so that no request builds more than a page of views on the runner's thread.
 pub(super) fn profiles(
     table: &Table,
-    sinks: &[SinkView],
     profile: Option<&str>,
     page: Option<(usize, usize)>,
 ) -> Result<Vec<ProfileView>, RequestError> {
     match profile {
-        None => Ok(table
-            .profiles
-            .iter()
-            .map(|p| profile_view(table, sinks, p, page))
-            .collect()),
+        None => Ok(table.profiles.iter().map(|p| profile_view(table, p, page)).collect()),
         Some(name) => {
             let (_, p) = table
                 .profile(name)
                 .ok_or_else(|| RequestError::NoProfile(name.into()))?;
-            Ok(vec![profile_view(table, sinks, p, page)])
+            Ok(vec![profile_view(table, p, page)])
         }
     }
 }
@@ -49,7 +43,7 @@ pub(super) fn find(table: &Table, profile: &str, endpoint: &str) -> Result<Owner
     })
 }
 
-fn profile_view(table: &Table, sinks: &[SinkView], p: &ProfileEntry, page: Option<(usize, usize)>) -> ProfileView {
+fn profile_view(table: &Table, p: &ProfileEntry, page: Option<(usize, usize)>) -> ProfileView {
     let (offset, limit) = page.unwrap_or((0, usize::MAX));
     let owners = p.owners.iter().skip(offset).take(limit);
     ProfileView {
@@ -66,7 +60,8 @@ fn profile_view(table: &Table, sinks: &[SinkView], p: &ProfileEntry, page: Optio
             limit,
             total: p.owners.len(),
         }),
-        sinks: sinks.iter().filter(|s| s.profile == p.cfg.name).cloned().collect(),
+        // The sinks are the consumers', added by `Control` (`Consumers::fill_sinks`).
+        sinks: Vec::new(),
         nested: p
             .nested
             .iter()

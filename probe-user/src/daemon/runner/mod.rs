@@ -3,31 +3,29 @@
 //! metrics, so none of it needs a lock. Each loop turn does one of: send what is due
 //! (`fire.rs`), take results (`results.rs`), or serve a request (`../requests/`); then it
 //! merges metrics and saves state when due. Endpoint state changes only through the table's
-//! methods (`../table/restatus.rs`), whose changes `publish.rs` puts on the stream; the
-//! stream's consumers (events file, sinks, DNS) start, re-follow a reload and stop in
-//! `consumers.rs`; applying a table is `apply.rs`.
+//! methods (`../table/restatus.rs`), whose changes `publish.rs` puts on the stream, and once
+//! a second `rtts.rs` sends the round-trip times performance routing needs; applying a table
+//! is `apply.rs`. What follows the stream (events file, sinks, DNS server, API feeds) is not
+//! the runner's: it joins through `Control` (`../consumers/`).
 mod apply;
 mod cluster;
-mod consumers;
-mod dns;
 mod fire;
 mod pace;
 mod persist;
 mod publish;
 mod results;
-mod sinks;
+mod rtts;
 #[cfg(test)]
 mod tests;
 mod watchdog;
 mod workers;
 
-use crate::changes::Bus;
-use consumers::Consumers;
+use crate::changes::{Bus, Rtts};
 use persist::Persist;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{
     checks::{http::HttpProber, CheckSpec, ProbeKind, ProbeReport, Specs},
@@ -36,7 +34,7 @@ use super::{
     ports::{L4Port, Ports},
     state,
     table::{self, OwnerId, Table},
-    DaemonError, Options,
+    DaemonError,
 };
 use crate::{
     config::{Config, Protocol},
@@ -227,21 +225,21 @@ struct Chores {
     collected_ns: u64,
 }
 
-/// The runner: the fleet (config, table, owner ids), probing, the change stream and its
-/// consumers, the cluster link, metrics and persistence.
+/// The runner: the fleet (config, table, owner ids), probing, what it publishes (the change
+/// stream, the round-trip times), the cluster link, metrics and persistence.
 pub(crate) struct Runner {
-    pub(super) config: Config,
-    pub(super) options: Options,
+    /// Shared with the consumers, which build from it too (the DNS zone): one copy of a
+    /// million endpoints, not two.
+    pub(super) config: Arc<Config>,
     pub(super) ports: Ports,
     /// The live table: profiles, endpoints and their state.
     pub(super) table: Table,
     pub(super) next_owner: OwnerId,
     pub(super) probe: Probing,
-    /// Declared before `consumers`: fields drop in order, and the events thread ends only
-    /// once the bus is gone (`run` also drops them in that order explicitly).
+    /// Every change of state, to whoever joined (`../requests/join.rs`).
     pub(super) changes: Bus,
-    /// The events file, the sinks and the DNS server (`consumers.rs`).
-    pub(super) consumers: Consumers,
+    /// The latest round-trip times, for performance routing (`rtts.rs`).
+    rtts: watch::Sender<Rtts>,
     /// `[cluster]`: this node's share, its gossip and the other nodes' verdicts (`cluster.rs`).
     pub(super) cluster: Option<cluster::Link>,
     pub(super) metrics: RunnerMetrics,
@@ -254,8 +252,9 @@ pub(crate) struct Runner {
 
 impl Runner {
     /// Resolves `config`, resumes saved health, starts the L4 port if any check needs it and
-    /// the events writer.
-    pub(crate) fn new(config: Config, options: Options, ports: Ports) -> Result<Self, DaemonError> {
+    /// the cluster's gossip. Consumers join before `run` (`join`), from the first table.
+    pub(crate) fn new(config: impl Into<Arc<Config>>, ports: Ports) -> Result<Self, DaemonError> {
+        let config = config.into();
         let locks = take_locks(&config)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let now = ports.clock.mono_ns();
@@ -298,17 +297,14 @@ impl Runner {
                 next_watchdog_ns: now + watchdog::EVERY_NS,
             },
             changes: Bus::default(),
-            consumers: Consumers::default(),
+            rtts: watch::Sender::new(Rtts::default()),
             cluster: config.cluster.as_ref().map(cluster::Link::new),
             metrics: RunnerMetrics::default(),
             chores: Chores::default(),
             persist: Persist::new(),
             rng: SplitMix64(now),
             _locks: locks,
-            options,
             ports,
-            // The runner's copy: a second one of a million endpoints would be 150 MB more at
-            // the start, when the memory in use peaks.
             config,
         };
         let settings = runner.config.without_profiles();
@@ -316,11 +312,9 @@ impl Runner {
         // (aya, ~15 MB for a moment), which should not come on top of a built fleet.
         runner.ensure_l4(&settings, first_l4(config_specs(&runner.config), &settings))?;
         let plan = table::plan(&runner.config, None, &Table::default(), &saved, &mut runner.next_owner)?;
-        let consumers = runner.prepare_consumers(&settings)?;
         runner.probe.registered_ns = Some(runner.now());
         runner.apply(plan);
         runner.start_cluster()?;
-        runner.start_consumers(consumers)?;
         Ok(runner)
     }
 
@@ -411,7 +405,7 @@ impl Runner {
                         self.probe.reaped_ns = last_wake;
                         if last_wake >= self.probe.next_watchdog_ns {
                             self.assess_pace(last_wake);
-                            self.push_dns_rtts();
+                            self.publish_rtts();
                             self.probe.next_watchdog_ns = last_wake + watchdog::EVERY_NS;
                         }
                     }
@@ -421,9 +415,8 @@ impl Runner {
         }
         self.end_turn(true);
         self.persist.saver.finish();
-        // The consumers end once the bus is gone, after taking what is queued.
+        // Every subscription ends: the consumers take what is queued, then see the end.
         drop(std::mem::take(&mut self.changes));
-        self.consumers.stop();
         if let Some(mut node) = self.cluster.take().and_then(|l| l.node) {
             node.stop();
         }

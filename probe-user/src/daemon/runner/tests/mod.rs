@@ -7,12 +7,9 @@ use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 use super::Runner;
 use crate::{
     config::Config,
-    daemon::{
-        ports::{
-            fake::{starter, FakeClock, FakeL4},
-            Ports,
-        },
-        Options,
+    daemon::ports::{
+        fake::{starter, FakeClock, FakeL4},
+        Ports,
     },
     engine::{L4Outcome, L4Proto, L4Result},
     status::{AdminState, EndpointStatus as S, Health, ProfileStatus},
@@ -70,7 +67,7 @@ impl Harness {
             start_l4: starter(l4.clone()),
         };
         let config = parse(&config_text(&dir, endpoints));
-        let mut runner = Runner::new(config, Options::default(), ports).expect("runner starts");
+        let mut runner = Runner::new(config, ports).expect("runner starts");
         let (_, changes) = runner.subscribe("test", 1024);
         Harness {
             runner,
@@ -127,7 +124,7 @@ impl Harness {
         endpoints: &[(&str, u16)],
     ) -> Result<crate::daemon::ReloadReport, crate::daemon::RequestError> {
         let config = parse(&config_text(&self.dir, endpoints));
-        self.runner.reload(Some(config))
+        self.runner.reload_only(config)
     }
 }
 

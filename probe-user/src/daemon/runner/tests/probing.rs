@@ -297,7 +297,7 @@ fn a_stopped_engine_ends_the_runner_with_an_error() {
         start_l4: starter(Arc::new(FakeL4::default())),
     };
     let config = parse(&config_text(&dir, &[("a", 80)]));
-    let runner = Runner::new(config, Options::default(), ports).expect("runner starts");
+    let runner = Runner::new(config, ports).expect("runner starts");
     let (_commands, rx) = tokio::sync::mpsc::channel(1);
     let (_stop, stop_rx) = tokio::sync::oneshot::channel();
     let rt = tokio::runtime::Builder::new_current_thread()

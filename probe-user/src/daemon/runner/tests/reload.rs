@@ -12,7 +12,7 @@ fn a_nested_endpoint_follows_its_child_profile() {
            \n[[profile.endpoint]]\nname = \"e1\"\naddress = \"198.18.2.1\"\nport = 90\n\
            \n[[profile.endpoint]]\nname = \"e2\"\naddress = \"198.18.2.2\"\nport = 91\n";
     h.changes();
-    h.runner.reload(Some(parse(&text))).expect("applied");
+    h.runner.reload_only(parse(&text)).expect("applied");
     // The reload's new nested endpoint is published like any endpoint it adds.
     let added = h.changes();
     assert!(
@@ -100,7 +100,7 @@ fn reload_carries_state_over_and_publishes_what_changed() {
     // A new weight changes no status, but a data-path consumer must see it.
     let text =
         config_text(&h.dir, &[("a", 80), ("b", 81), ("d", 80)]).replace("name = \"a\"\n", "name = \"a\"\nweight = 5\n");
-    let report = h.runner.reload(Some(parse(&text))).expect("applied");
+    let report = h.runner.reload_only(parse(&text)).expect("applied");
     assert_eq!((report.kept, report.added, report.removed), (3, 0, 0));
     let changes = h.changes();
     assert_eq!(
@@ -111,16 +111,6 @@ fn reload_carries_state_over_and_publishes_what_changed() {
         unreachable!()
     };
     assert_eq!(a.state.weight, 5);
-    // A configuration that cannot be applied changes nothing, and says why: here its events
-    // file cannot be opened (its directory would be under a regular file).
-    let mut bad = parse(&config_text(&h.dir, &[("a", 80)]));
-    let blocker = h.dir.join("not-a-dir");
-    std::fs::write(&blocker, "").unwrap();
-    bad.daemon.events = crate::config::EventsOutput::File(blocker.join("events.jsonl"));
-    let err = h.runner.reload(Some(bad)).unwrap_err().to_string();
-    assert!(err.contains("create the events directory"), "{err}");
-    assert!(h.runner.table.find("web", "d").is_some(), "the running table stays");
-    assert!(h.changes().is_empty());
     h.run_for(4000, OPEN);
     assert_eq!(h.status("d"), (S::Online, true));
 }
@@ -222,7 +212,7 @@ fn a_reload_leaves_the_endpoints_it_does_not_change_untouched() {
     // A profile setting that changes (here its routing) rebuilds its endpoints with their
     // state: the same ids, Online still, nothing for consumers to see.
     let text = config_text(&h.dir, &[("a", 80), ("b", 81), ("c", 80)]).replace("\"priority\"", "\"weighted\"");
-    let report = h.runner.reload(Some(parse(&text))).expect("applied");
+    let report = h.runner.reload_only(parse(&text)).expect("applied");
     assert_eq!((report.kept, report.added, report.removed), (3, 0, 0));
     assert_eq!(target_at(&h, "a").0, a.0);
     assert_ne!(target_at(&h, "a").1, a.1, "rebuilt with the new routing");
@@ -232,7 +222,7 @@ fn a_reload_leaves_the_endpoints_it_does_not_change_untouched() {
     assert_shared_rules(&h.runner);
     // A new threshold: new rules, shared again, the state carried.
     let text = text.replace("healthy_threshold = 2", "healthy_threshold = 3");
-    h.runner.reload(Some(parse(&text))).expect("applied");
+    h.runner.reload_only(parse(&text)).expect("applied");
     assert_shared_rules(&h.runner);
     assert_eq!(h.runner.table.profiles[0].rules.thresholds.healthy(), 3);
     assert_eq!(h.status("a"), (S::Online, true));
@@ -286,14 +276,14 @@ fn a_reload_of_a_child_profile_that_turns_its_parents_fail_open_on_publishes_the
         }
         t
     };
-    h.runner.reload(Some(parse(&text(&[90, 91])))).expect("applied");
+    h.runner.reload_only(parse(&text(&[90, 91]))).expect("applied");
     h.run_for(4000, ONLY_PORT_80_FAILS);
     assert_eq!(h.status("a"), (S::Degraded, false), "eu-pool carries web");
     h.changes();
     let a = target_at(&h, "a");
     // Only eu changes: one endpoint fewer than eu-pool needs, so web's pool is all Degraded
     // and a, untouched in an unchanged profile, answers again.
-    h.runner.reload(Some(parse(&text(&[90])))).expect("applied");
+    h.runner.reload_only(parse(&text(&[90]))).expect("applied");
     assert_eq!(target_at(&h, "a"), a);
     assert_counts(&h.runner);
     assert_eq!(h.status("a"), (S::Degraded, true));
@@ -322,11 +312,11 @@ fn profiles_and_endpoints_that_move_in_the_file_stay_untouched() {
         }
     };
     let mut h = Harness::new("moved", &[]);
-    h.runner.reload(Some(parse(&h_text(&h.dir, false)))).expect("applied");
+    h.runner.reload_only(parse(&h_text(&h.dir, false))).expect("applied");
     h.run_for(4000, OPEN);
     h.changes();
     let (a, b) = (target_at(&h, "a"), target_at(&h, "b"));
-    let report = h.runner.reload(Some(parse(&h_text(&h.dir, true)))).expect("applied");
+    let report = h.runner.reload_only(parse(&h_text(&h.dir, true))).expect("applied");
     assert_eq!((report.kept, report.added, report.removed), (4, 0, 0));
     assert_eq!((target_at(&h, "a"), target_at(&h, "b")), (a, b));
     assert_eq!(h.runner.table.profiles[0].name.as_ref(), "api");

@@ -38,7 +38,6 @@ fn a_restart_resumes_saved_health_without_probing_first() {
 fn assert_refused_beside(h: &Harness, text: &str, what: &str) {
     let second = Runner::new(
         parse(text),
-        Options::default(),
         Ports {
             clock: Box::new(FakeClock::default()),
             start_l4: starter(Arc::new(FakeL4::default())),
@@ -89,7 +88,7 @@ fn header_values_never_reach_the_state_file() {
         clock: Box::new(FakeClock::default()),
         start_l4: starter(Arc::new(FakeL4::default())),
     };
-    let mut runner = Runner::new(config, Options::default(), ports).expect("runner starts");
+    let mut runner = Runner::new(config, ports).expect("runner starts");
     runner.persist.dirty = true;
     runner.save_if_due(true);
     runner.persist.saver.finish();

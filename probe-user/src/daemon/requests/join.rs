@@ -1,10 +1,42 @@
-//! A new consumer joins the change stream: it gets the state of everything now and, from the
-//! same instant, every later change. Both are taken on the runner's thread between two
-//! changes, so nothing falls between the snapshot and the queue.
+//! A consumer joins the change stream: it gets the state of everything now (if it asks) and,
+//! from the same instant, every later change. Both are taken on the runner's thread between
+//! two changes, so nothing falls between the snapshot and the queue.
 use crate::changes::{Follower, Snapshot, Subscription};
-use crate::daemon::runner::Runner;
+use crate::daemon::{
+    control::{Join, Joined},
+    runner::Runner,
+};
 
 impl Runner {
+    /// Subscribes each of `joins`, in order, at this one point of the stream.
+    pub(in crate::daemon) fn join(&mut self, joins: Vec<Join>) -> Vec<Joined> {
+        joins
+            .into_iter()
+            .map(|join| {
+                let profile = join.profile.as_deref();
+                let (snapshot, changes) = if join.snapshot {
+                    self.subscribe_to(join.follower.clone(), join.capacity, profile)
+                } else {
+                    let snapshot = Snapshot {
+                        seq: self.changes.seq(),
+                        ..Snapshot::default()
+                    };
+                    (
+                        snapshot,
+                        self.changes.subscribe_to(join.follower.clone(), join.capacity, profile),
+                    )
+                };
+                Joined {
+                    follower: join.follower,
+                    snapshot,
+                    changes,
+                }
+            })
+            .collect()
+    }
+
+    /// Every change from now on, with the state now (the runner's unit tests).
+    #[cfg(test)]
     pub(in crate::daemon) fn subscribe(
         &mut self,
         follower: impl Into<Follower>,

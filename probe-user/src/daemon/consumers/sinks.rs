@@ -1,0 +1,95 @@
+//! The `[[sink]]`s: opened (and so checked) before a configuration goes live, started from
+//! their profile's state right after it did, stopped when a reload drops or changes them.
+use std::path::Path;
+
+use super::take_joined;
+use crate::{
+    changes::Follower,
+    config::Sink as SinkConfig,
+    daemon::{
+        control::{Join, Joined},
+        DaemonError,
+    },
+    sinks::{self, Running, Sink},
+};
+
+/// A sink's queue holds at most one change per endpoint of its profile; this bounds it far
+/// beyond any profile, so that it never loses a change.
+const SINK_QUEUE: usize = 1 << 20;
+
+/// Sinks a configuration needs that are not running as they are: opened and checked, not yet
+/// started.
+#[derive(Default)]
+pub(super) struct PreparedSinks(Vec<(SinkConfig, Box<dyn Sink>)>);
+
+/// Opens every sink of `wanted` that is not already running with the same settings. Fails on
+/// the first that cannot be used (missing table or map, wrong type): nothing changes.
+pub(super) fn prepare(
+    running: &[Running],
+    wanted: &[SinkConfig],
+    pin_dir: &Path,
+) -> Result<PreparedSinks, DaemonError> {
+    let mut out = Vec::new();
+    for cfg in wanted {
+        if running.iter().any(|r| r.cfg == *cfg) {
+            continue;
+        }
+        let sink = sinks::open(cfg, pin_dir).map_err(|source| DaemonError::Sink {
+            name: cfg.name.clone(),
+            source,
+        })?;
+        out.push((cfg.clone(), sink));
+    }
+    Ok(PreparedSinks(out))
+}
+
+fn follower(cfg: &SinkConfig) -> Follower {
+    Follower::Sink(cfg.name.as_str().into())
+}
+
+impl PreparedSinks {
+    /// How each joins the stream: from its profile's state. A sink that runs with other
+    /// settings under the same name is replaced at that point.
+    pub(super) fn joins(&self) -> impl Iterator<Item = Join> + '_ {
+        self.0.iter().map(|(cfg, _)| Join {
+            follower: follower(cfg),
+            capacity: SINK_QUEUE,
+            profile: Some(cfg.profile.as_str().into()),
+            snapshot: true,
+        })
+    }
+
+    /// Starts each on its thread, from what it joined with.
+    pub(super) fn start(self, running: &mut Vec<Running>, joined: &mut Vec<Joined>) {
+        for (cfg, sink) in self.0 {
+            let Some(joined) = take_joined(joined, &follower(&cfg)) else {
+                log::error!("sink {}: the runner did not take it on; it does not run", cfg.name);
+                continue;
+            };
+            log::info!("sink {}: {} follows profile {}", cfg.name, sink.describe(), cfg.profile);
+            running.push(Running::start(cfg, sink, &joined.snapshot, joined.changes));
+        }
+    }
+}
+
+/// The followers of the running sinks that `wanted` does not name: a reload ends their streams.
+pub(super) fn gone(running: &[Running], wanted: &[SinkConfig]) -> Vec<Follower> {
+    running
+        .iter()
+        .filter(|r| !wanted.iter().any(|w| w.name == r.cfg.name))
+        .map(|r| follower(&r.cfg))
+        .collect()
+}
+
+/// Waits for the running sinks that `wanted` no longer has as they are, whose streams the
+/// reload ended (closed, or replaced by their new settings'), to take what was queued and
+/// stop; keeps the rest.
+pub(super) fn stop_unwanted(running: &mut Vec<Running>, wanted: &[SinkConfig]) {
+    let (keep, stop): (Vec<Running>, Vec<Running>) = std::mem::take(running)
+        .into_iter()
+        .partition(|r| wanted.contains(&r.cfg));
+    for mut r in stop {
+        r.join();
+    }
+    *running = keep;
+}
