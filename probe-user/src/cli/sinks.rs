@@ -28,6 +28,11 @@ pub(super) fn sinks(api: &ApiArgs, json: bool) -> anyhow::Result<ExitCode> {
             v.target,
             v.last_error.as_ref().map(|e| format!("; {e}")).unwrap_or_default()
         );
+        // A route sink's prefixes, each on a line of its own under it.
+        for r in &v.routes {
+            let metric = r.metric.map(|m| format!(" metric {m}")).unwrap_or_default();
+            println!("  {:<30} {}{metric}: {}", r.prefix, r.state, r.cause);
+        }
     }
     // Exit 1 when any sink does not hold what it should, for scripts and monitoring.
     Ok(if views.iter().all(|v| v.in_sync) {

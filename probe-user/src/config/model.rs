@@ -464,6 +464,7 @@ pub enum SinkKind {
     Bpf(BpfSink),
     Haproxy(HaproxySink),
     Exec(ExecSink),
+    Route(RouteSink),
 }
 
 /// An nftables map (slot table) or set (eligible addresses) in the operator's ruleset; probed
@@ -543,6 +544,27 @@ impl HaproxyDown {
             HaproxyDown::Drain => "drain",
         }
     }
+}
+
+/// Routes to a VIP's prefixes in a kernel routing table, which the node's routing daemon
+/// (BIRD, FRR) learns and announces by BGP, while the profile can serve (`sinks::route`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RouteSink {
+    /// What is announced, usually one /32 or /128 per VIP; host bits clear.
+    pub prefixes: Vec<IpNet>,
+    /// The TUN device the routes go through, which probed makes and which goes with it.
+    pub device: String,
+    pub kernel_table: u32,
+    /// The route protocol number the routing daemon selects probed's routes by.
+    pub route_protocol: u8,
+    pub metric: u32,
+    /// Below `min_eligible`, announce with this metric instead of withdrawing (None:
+    /// withdraw).
+    pub demote_metric: Option<u32>,
+    /// Serving endpoints (`sinks::route::decide`) needed to announce.
+    pub min_eligible: u32,
+    /// The announcement changes at most once per this; a better state must hold this long.
+    pub hold_down: Duration,
 }
 
 /// A long-lived program fed one JSON line per change on its stdin (format in

@@ -14,9 +14,11 @@ pub mod notrack;
 pub mod pin;
 pub mod ports;
 pub mod process;
+pub mod route;
 pub mod rx;
 pub mod sys;
 pub mod term;
+pub mod tun;
 
 pub use sys::if_index;
 

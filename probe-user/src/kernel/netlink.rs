@@ -56,7 +56,7 @@ fn attributes_after(buf: &[u8], headers: usize) -> Option<Vec<(u16, Vec<u8>)>> {
 }
 
 /// A run of attributes (type, payload), as found after the headers or inside a nested one.
-fn attr_list(buf: &[u8]) -> Vec<(u16, Vec<u8>)> {
+pub(super) fn attr_list(buf: &[u8]) -> Vec<(u16, Vec<u8>)> {
     let len = buf.len();
     let mut attrs = Vec::new();
     let mut off = 0;

@@ -178,6 +178,27 @@ pub const SINK_GENERATION: Metric = Metric::gauge(
     &["sink"],
 );
 
+pub const ROUTE_ANNOUNCED: Metric = Metric::gauge(
+    "probed_route_announced",
+    "1 while a route sink announces the prefix (demoted or not), 0 while it is withdrawn",
+    &["sink", "prefix"],
+);
+pub const ROUTE_DEMOTED: Metric = Metric::gauge(
+    "probed_route_demoted",
+    "1 while a route sink announces the prefix with its demote_metric",
+    &["sink", "prefix"],
+);
+pub const ROUTE_CHANGES: Metric = Metric::counter(
+    "probed_route_changes_total",
+    "Changes of a prefix's announcement (announced, demoted, withdrawn) since the start",
+    &["sink", "prefix"],
+);
+pub const ROUTE_LAST_CHANGE: Metric = Metric::gauge(
+    "probed_route_last_change_timestamp_seconds",
+    "When a prefix's announcement last changed (Unix time; 0: not since the start)",
+    &["sink", "prefix"],
+);
+
 // ---- the kernel engine ----
 
 pub const TX_PATH: Metric = Metric::gauge(
@@ -302,6 +323,10 @@ pub const ALL: &[&Metric] = &[
     &SINK_ENTRIES,
     &SINK_IN_SYNC,
     &SINK_GENERATION,
+    &ROUTE_ANNOUNCED,
+    &ROUTE_DEMOTED,
+    &ROUTE_CHANGES,
+    &ROUTE_LAST_CHANGE,
     &TX_PATH,
     &KERNEL_RX,
     &KERNEL_TX,

@@ -172,7 +172,11 @@ impl Sink for BpfSink {
         };
         let entries = halves[ctl.active as usize].iter().flatten().count();
         self.known = Some((ctl, halves));
-        Ok(SyncReport { written, entries })
+        Ok(SyncReport {
+            written,
+            entries,
+            ..SyncReport::default()
+        })
     }
 
     fn verify(&mut self, model: &ProfileModel) -> Result<bool, SinkError> {

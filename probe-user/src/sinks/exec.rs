@@ -325,6 +325,7 @@ impl Sink for ExecSink {
         Ok(SyncReport {
             written: lines.len(),
             entries: model.eligible().count(),
+            ..SyncReport::default()
         })
     }
 

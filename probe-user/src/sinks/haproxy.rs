@@ -481,6 +481,7 @@ impl Sink for HaproxySink {
         Ok(SyncReport {
             written: plan.changed,
             entries: plan.ready,
+            ..SyncReport::default()
         })
     }
 

@@ -16,6 +16,7 @@ pub mod exec;
 pub mod haproxy;
 pub mod model;
 pub mod nftables;
+pub mod route;
 pub mod slots;
 
 use std::{
@@ -84,13 +85,18 @@ impl SinkError {
 }
 
 /// What one sync did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SyncReport {
     /// Elements written (changed slots, added or removed addresses).
     pub written: usize,
     /// Elements the structure holds now.
     pub entries: usize,
+    /// The structure holds what the sink decided, but the sink has to decide again then
+    /// (a route sink's damping): the loop syncs at that time even without a change.
+    pub again_at: Option<Instant>,
 }
+
+pub use route::RouteView;
 
 /// One forwarding structure. Calls block; each sink runs on its own thread.
 pub trait Sink: Send {
@@ -105,6 +111,10 @@ pub trait Sink: Send {
     fn verify(&mut self, model: &ProfileModel) -> Result<bool, SinkError>;
     /// Empties the structure.
     fn clear(&mut self) -> Result<(), SinkError>;
+    /// A route sink's prefixes, for its view; other sinks have none.
+    fn routes(&self) -> Vec<RouteView> {
+        Vec::new()
+    }
 }
 
 /// The slot table a profile asks for: its eligible endpoints that `fits` (the structure's
@@ -138,6 +148,7 @@ pub fn open(cfg: &SinkConfig, pin_dir: &std::path::Path) -> Result<Box<dyn Sink>
         SinkKind::Bpf(b) => Ok(Box::new(bpf::BpfSink::open(b, pin_dir)?)),
         SinkKind::Haproxy(h) => Ok(Box::new(haproxy::HaproxySink::open(h)?)),
         SinkKind::Exec(e) => Ok(Box::new(exec::ExecSink::open(e)?)),
+        SinkKind::Route(r) => Ok(Box::new(route::RouteSink::open(r)?)),
     }
 }
 
@@ -163,6 +174,9 @@ pub struct SinkView {
     pub seq: u64,
     /// From the newest change in a batch to the end of its sync, for the last sync.
     pub last_latency_ms: f64,
+    /// A route sink's prefixes and what it says of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteView>,
 }
 
 /// A running sink: its thread, and its view shared with the runner.
@@ -191,6 +205,7 @@ impl Running {
             last_error: None,
             seq: 0,
             last_latency_ms: 0.0,
+            routes: sink.routes(),
         }));
         let shared = view.clone();
         let on_stop = cfg.on_stop;
@@ -232,14 +247,21 @@ fn follow(
     let mut retry_at = Instant::now();
     let mut verify_at = Instant::now() + VERIFY_EVERY;
     let mut newest_change: Option<Instant> = None;
+    // The last sync succeeded but asked to be made again later: a change before then is
+    // synced at once (it may end the wait), unlike a retry after a failure.
+    let mut waiting = false;
     loop {
         let now = Instant::now();
         if dirty && now >= retry_at {
             match sink.sync(&model) {
                 Ok(report) => {
-                    dirty = false;
+                    // A sink that has to decide again later (damping) stays due until then.
+                    dirty = report.again_at.is_some();
+                    waiting = dirty;
+                    retry_at = report.again_at.unwrap_or(now);
                     backoff = BACKOFF_FIRST;
                     let mut v = lock(view);
+                    v.routes = sink.routes();
                     v.generation += 1;
                     v.syncs_total += 1;
                     v.entries = report.entries;
@@ -252,6 +274,7 @@ fn follow(
                     }
                 }
                 Err(e) => {
+                    waiting = false;
                     let e = crate::errors::chain(&e);
                     log::warn!("sink {}: {e}; retrying in {backoff:?}", lock(view).name);
                     let mut v = lock(view);
@@ -301,6 +324,9 @@ fn follow(
             if model.apply(c) {
                 dirty = true;
                 newest_change = Some(received);
+                if waiting {
+                    retry_at = received;
+                }
             }
         }
     }

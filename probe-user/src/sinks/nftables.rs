@@ -261,7 +261,11 @@ impl Sink for NftablesSink {
         }
         let entries = entries(&want);
         self.held = Some(want);
-        Ok(SyncReport { written, entries })
+        Ok(SyncReport {
+            written,
+            entries,
+            ..SyncReport::default()
+        })
     }
 
     fn verify(&mut self, model: &ProfileModel) -> Result<bool, SinkError> {

@@ -769,6 +769,7 @@ pub const ENDPOINT: Section = Section {
 
 const NFT: &str = "kind = \"nftables\"";
 const HAPROXY: &str = "kind = \"haproxy\"";
+const ROUTE: &str = "kind = \"route\"";
 /// The alphabet of sink, nftables and pin names.
 const IDENT: &str = "1 to 63 letters, digits, '_' or '-', starting with a letter";
 
@@ -779,7 +780,8 @@ pub const SINK: Section = Section {
             ones left out). nftables: a map of the operator's ruleset used as a slot table, or a set of \
             the eligible addresses; bpf: a pinned slot table for an XDP or tc load balancer; haproxy: \
             the servers of a running HAProxy backend, through its admin socket; exec: a program fed one \
-            JSON line per change. A reload restarts the sinks whose settings changed, and is refused \
+            JSON line per change; route: routes to a VIP in a kernel table, announced by the node's \
+            routing daemon while the profile can serve. A reload restarts the sinks whose settings changed, and is refused \
             when a new or changed sink's structure is missing.",
     keys: &[
         Key::new(
@@ -805,7 +807,7 @@ pub const SINK: Section = Section {
             "kind",
             Type::String,
             Required,
-            OneOf(&["nftables", "bpf", "haproxy", "exec"]),
+            OneOf(&["nftables", "bpf", "haproxy", "exec", "route"]),
             Applies,
             "What the sink drives.",
         ),
@@ -816,7 +818,8 @@ pub const SINK: Section = Section {
             OneOf(&["keep", "clear"]),
             Applies,
             "What stopping probed does to the structure: keep leaves it as it is, so the node goes on \
-             forwarding to the last eligible set; clear empties it.",
+             forwarding to the last eligible set; clear empties it. A route sink always withdraws (its \
+             routes go with probed's device) and takes no on_stop.",
         ),
         Key::new(
             "family",
@@ -905,6 +908,90 @@ pub const SINK: Section = Section {
             "The program started and fed one JSON line per change on its standard input.",
         )
         .only("kind = \"exec\""),
+        Key::new(
+            "prefixes",
+            Strings,
+            Required,
+            words("1 to 64 IPv4 or IPv6 prefixes (a VIP: /32 or /128) with their host bits clear, each in one route sink only"),
+            Applies,
+            "What the node announces while the profile can serve: a route to each prefix in kernel_table, \
+             which the routing daemon (BIRD, FRR) learns and announces by BGP.",
+        )
+        .only(ROUTE),
+        Key::new(
+            "device",
+            Type::String,
+            said("\"probed-\" and the sink's name"),
+            words("1 to 15 letters, digits, '_' or '-'; unique among route sinks"),
+            Applies,
+            "The TUN device the routes go through. probed makes it, and it goes when probed ends, \
+             however it ends (stop, SIGKILL, OOM, panic): the kernel removes its routes, and the routing \
+             daemon withdraws them.",
+        )
+        .only(ROUTE),
+        Key::new(
+            "kernel_table",
+            Integer,
+            Value("201"),
+            Int(1, 4_294_967_294),
+            Applies,
+            "The kernel routing table the routes are written to (BIRD: kernel table; FRR: ip \
+             import-table). Not the main table: nothing on the node forwards by it.",
+        )
+        .only(ROUTE),
+        Key::new(
+            "route_protocol",
+            Integer,
+            Value("201"),
+            Int(5, 254),
+            Applies,
+            "The routes' protocol number (ip route ... proto N), by which the routing daemon picks \
+             probed's routes (BIRD: krt_source = N).",
+        )
+        .only(ROUTE),
+        Key::new(
+            "metric",
+            Integer,
+            Value("100"),
+            Int(0, 4_294_967_295),
+            Applies,
+            "The metric of an announced route (BIRD: krt_metric).",
+        )
+        .only(ROUTE),
+        Key::new(
+            "demote_metric",
+            Integer,
+            said("none: below min_eligible the routes are withdrawn"),
+            words("0 to 4294967295, not metric"),
+            Applies,
+            "Below min_eligible serving endpoints (but some enabled), keep the routes with this metric \
+             instead of withdrawing them; the routing daemon's export filter maps it to worse attributes \
+             (a community, AS-path prepending), so traffic still lands here when no node announces \
+             better. A disabled profile and a stop still withdraw.",
+        )
+        .only(ROUTE),
+        Key::new(
+            "min_eligible",
+            Integer,
+            Value("1"),
+            Int(1, 100_000),
+            Applies,
+            "Serving endpoints needed to announce: eligible and Online, or Unmonitored (always-serve). \
+             Degraded endpoints made eligible by fail-open and endpoints still being checked do not \
+             count.",
+        )
+        .only(ROUTE),
+        Key::new(
+            "hold_down",
+            Duration,
+            Value("\"5s\""),
+            Millis(0, 3_600_000),
+            Applies,
+            "The announcement changes at most once per hold_down, and a better state (withdrawn to \
+             demoted to announced) must hold this long without a break first; a worse one is applied \
+             as soon as the rate allows. A start resumes the saved health at once.",
+        )
+        .only(ROUTE),
     ],
 };
 

@@ -209,6 +209,7 @@ fn contexts() -> Vec<(Doc, Config)> {
             ("backend", "\"web\""),
         ]),
         sink(&[("kind", "\"exec\""), ("command", "[\"/usr/local/bin/feed\", \"web\"]")]),
+        sink(&[("kind", "\"route\""), ("prefixes", "[\"198.51.100.10/32\"]")]),
         dns.clone(),
         dns.set("dns", "geoip_db", Some("\"/var/lib/GeoIP/country.mmdb\"")),
         // Room for the dns.tcp bounds that depend on each other.

@@ -289,3 +289,121 @@ rule!(
     with_sink("profile = \"web\"\nkind = 3\n"),
     "sink[0].kind"
 );
+
+// route sinks.
+const ROUTE: &str = "profile = \"web\"\nkind = \"route\"\nprefixes = [\"198.51.100.10/32\", \"2001:db8::10\"]\n";
+
+#[test]
+fn a_route_sink_resolves_with_defaults_and_always_withdraws_on_stop() {
+    let c = ok(&with_sink(ROUTE));
+    assert_eq!(
+        c.sinks,
+        [Sink {
+            name: "route".into(),
+            profile: "web".into(),
+            on_stop: OnStop::Clear,
+            kind: SinkKind::Route(RouteSink {
+                prefixes: vec!["198.51.100.10/32".parse().unwrap(), "2001:db8::10/128".parse().unwrap()],
+                device: "probed-route".into(),
+                kernel_table: 201,
+                route_protocol: 201,
+                metric: 100,
+                demote_metric: None,
+                min_eligible: 1,
+                hold_down: std::time::Duration::from_secs(5),
+            }),
+        }]
+    );
+    let c = ok(&with_sink(
+        &(ROUTE.to_string()
+            + "name = \"vip\"\nkernel_table = 70000\nroute_protocol = 42\nmetric = 10\ndemote_metric = 900\n\
+               min_eligible = 2\nhold_down = \"500ms\"\n"),
+    ));
+    let SinkKind::Route(r) = &c.sinks[0].kind else {
+        panic!("a route sink")
+    };
+    assert_eq!(
+        (
+            r.device.as_str(),
+            r.kernel_table,
+            r.route_protocol,
+            r.metric,
+            r.demote_metric,
+            r.min_eligible
+        ),
+        ("probed-vip", 70000, 42, 10, Some(900), 2)
+    );
+    assert_eq!(r.hold_down, std::time::Duration::from_millis(500));
+}
+
+rule!(
+    route_prefixes_missing,
+    with_sink("profile = \"web\"\nkind = \"route\"\n"),
+    "sink[0].prefixes"
+);
+rule!(
+    route_prefix_with_host_bits,
+    with_sink(&ROUTE.replace("198.51.100.10/32", "198.51.100.10/24")),
+    "sink[0].prefixes[0]"
+);
+rule!(
+    route_prefix_not_an_address,
+    with_sink(&ROUTE.replace("198.51.100.10/32", "vip")),
+    "sink[0].prefixes[0]"
+);
+rule!(
+    route_prefix_in_two_sinks,
+    with_sink(ROUTE) + "\n[[sink]]\nname = \"other\"\n" + &ROUTE.replace(", \"2001:db8::10\"", ""),
+    "sink[1].prefixes[0]"
+);
+rule!(
+    route_device_in_two_sinks,
+    with_sink(&(ROUTE.to_string() + "device = \"vips\"\n"))
+        + "\n[[sink]]\nname = \"other\"\nprofile = \"web\"\nkind = \"route\"\nprefixes = [\"198.51.100.11\"]\ndevice = \"vips\"\n",
+    "sink[1].device"
+);
+rule!(
+    route_default_device_too_long,
+    with_sink(&(ROUTE.to_string() + "name = \"a-long-sink-name\"\n")),
+    "sink[0].device"
+);
+rule!(
+    route_device_not_an_interface_name,
+    with_sink(&(ROUTE.to_string() + "device = \"eth0; ip link\"\n")),
+    "sink[0].device"
+);
+rule!(
+    route_protocol_reserved,
+    with_sink(&(ROUTE.to_string() + "route_protocol = 2\n")),
+    "sink[0].route_protocol"
+);
+rule!(
+    route_table_zero,
+    with_sink(&(ROUTE.to_string() + "kernel_table = 0\n")),
+    "sink[0].kernel_table"
+);
+rule!(
+    route_demote_metric_equal_to_metric,
+    with_sink(&(ROUTE.to_string() + "demote_metric = 100\n")),
+    "sink[0].demote_metric"
+);
+rule!(
+    route_hold_down_too_long,
+    with_sink(&(ROUTE.to_string() + "hold_down = \"2h\"\n")),
+    "sink[0].hold_down"
+);
+rule!(
+    route_on_stop_given,
+    with_sink(&(ROUTE.to_string() + "on_stop = \"keep\"\n")),
+    "sink[0].on_stop"
+);
+rule!(
+    route_with_an_nft_key,
+    with_sink(&(ROUTE.to_string() + "table = \"lb\"\n")),
+    "sink[0].table"
+);
+rule!(
+    nft_with_a_route_key,
+    with_sink(&(NFT_MAP.to_string() + "prefixes = [\"198.51.100.10\"]\n")),
+    "sink[0].prefixes"
+);

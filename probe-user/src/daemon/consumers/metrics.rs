@@ -4,7 +4,7 @@ use super::Consumers;
 use crate::{
     dns::shared::{counter_values, tcp_closed_values, Counters},
     metrics::{catalog, Registry},
-    sinks::SinkView,
+    sinks::{route::decide::Announce, SinkView},
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -28,6 +28,10 @@ fn sinks(r: &mut Registry, views: &[SinkView]) {
         &catalog::SINK_ENTRIES,
         &catalog::SINK_IN_SYNC,
         &catalog::SINK_GENERATION,
+        &catalog::ROUTE_ANNOUNCED,
+        &catalog::ROUTE_DEMOTED,
+        &catalog::ROUTE_CHANGES,
+        &catalog::ROUTE_LAST_CHANGE,
     ] {
         r.clear(m);
     }
@@ -39,6 +43,22 @@ fn sinks(r: &mut Registry, views: &[SinkView]) {
         r.set(&catalog::SINK_ENTRIES, label(), s.entries as f64);
         r.set(&catalog::SINK_IN_SYNC, label(), if s.in_sync { 1.0 } else { 0.0 });
         r.set(&catalog::SINK_GENERATION, label(), s.generation as f64);
+        for route in &s.routes {
+            let label = || vec![("sink", s.name.clone()), ("prefix", route.prefix.clone())];
+            let on = |b: bool| if b { 1.0 } else { 0.0 };
+            r.set(
+                &catalog::ROUTE_ANNOUNCED,
+                label(),
+                on(route.state != Announce::Withdrawn),
+            );
+            r.set(&catalog::ROUTE_DEMOTED, label(), on(route.state == Announce::Demoted));
+            r.set_total(&catalog::ROUTE_CHANGES, label(), route.changes);
+            r.set(
+                &catalog::ROUTE_LAST_CHANGE,
+                label(),
+                route.last_change_unix_ms as f64 / 1e3,
+            );
+        }
     }
 }
 

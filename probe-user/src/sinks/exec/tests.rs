@@ -91,9 +91,23 @@ fn a_killed_program_is_restarted_and_told_everything_again() {
     let file = dir.join("lines");
     let mut s = sink(&file);
     let m = model(3, &[("b0", 2, true), ("b1", 3, true)]);
-    assert_eq!(s.sync(&m).unwrap(), SyncReport { written: 1, entries: 2 });
+    assert_eq!(
+        s.sync(&m).unwrap(),
+        SyncReport {
+            written: 1,
+            entries: 2,
+            ..SyncReport::default()
+        }
+    );
     let m2 = model(4, &[("b0", 2, true), ("b1", 3, false)]);
-    assert_eq!(s.sync(&m2).unwrap(), SyncReport { written: 1, entries: 1 });
+    assert_eq!(
+        s.sync(&m2).unwrap(),
+        SyncReport {
+            written: 1,
+            entries: 1,
+            ..SyncReport::default()
+        }
+    );
     let got = wait_lines(&file, 2);
     assert_eq!(got[0]["type"], "full");
     assert_eq!(got[0]["endpoints"].as_array().unwrap().len(), 2);
@@ -119,7 +133,14 @@ fn a_killed_program_is_restarted_and_told_everything_again() {
         "{e}"
     );
     std::thread::sleep(RESTART_FIRST + Duration::from_millis(50));
-    assert_eq!(s.sync(&m2).unwrap(), SyncReport { written: 1, entries: 1 });
+    assert_eq!(
+        s.sync(&m2).unwrap(),
+        SyncReport {
+            written: 1,
+            entries: 1,
+            ..SyncReport::default()
+        }
+    );
     let got = wait_lines(&file, 3);
     assert_eq!(
         (got[2]["type"].as_str(), got[2]["seq"].as_u64()),

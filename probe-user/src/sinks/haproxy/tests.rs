@@ -259,9 +259,23 @@ fn syncs_through_the_socket_and_reads_back() {
     let c = cfg(socket, HaproxyDown::Maint, &[("a", "b0"), ("b", "b1")]);
     let mut sink = HaproxySink::open(&c).unwrap();
     let m = model(&[("a", true, 5), ("b", false, 1)]);
-    assert_eq!(sink.sync(&m).unwrap(), SyncReport { written: 2, entries: 1 });
+    assert_eq!(
+        sink.sync(&m).unwrap(),
+        SyncReport {
+            written: 2,
+            entries: 1,
+            ..SyncReport::default()
+        }
+    );
     assert!(sink.verify(&m).unwrap());
-    assert_eq!(sink.sync(&m).unwrap(), SyncReport { written: 0, entries: 1 });
+    assert_eq!(
+        sink.sync(&m).unwrap(),
+        SyncReport {
+            written: 0,
+            entries: 1,
+            ..SyncReport::default()
+        }
+    );
     thread.join().unwrap();
     assert_eq!(
         seen.lock().unwrap()[2],

@@ -1,9 +1,11 @@
 //! `[[sink]]`: which forwarding structure follows which profile. The names given here end up
 //! in nft scripts and pin paths, so they are held to a strict alphabet.
+mod route;
 mod userspace;
 
 use std::collections::HashSet;
 
+use route::{route, Claims, ROUTE_KEYS};
 use userspace::{exec, haproxy};
 
 use toml::de::DeValue;
@@ -16,7 +18,7 @@ use crate::{
     rules::limits::{DEFAULT_SLOTS, MAX_SLOTS},
 };
 
-const KINDS: &str = "nftables, bpf, haproxy or exec";
+const KINDS: &str = "nftables, bpf, haproxy, exec or route";
 /// The keys of the haproxy and exec kinds, refused on any other kind.
 const HAPROXY_KEYS: [&str; 3] = ["socket", "backend", "down"];
 const EXEC_KEYS: [&str; 1] = ["command"];
@@ -33,10 +35,11 @@ pub(super) fn sinks(
     };
     let items = r.tables_of(list, "sink", "expected [[sink]] tables")?;
     let mut names = HashSet::new();
+    let mut claims = Claims::default();
     let mut out = Vec::new();
     let mut ok = true;
     for (i, item) in items.iter().enumerate() {
-        match sink(r, item, i, (profiles, resolved), &mut names) {
+        match sink(r, item, i, (profiles, resolved), (&mut names, &mut claims)) {
             Some(s) => out.push(s),
             None => ok = false,
         }
@@ -49,7 +52,7 @@ fn sink(
     v: &toml::Spanned<DeValue<'_>>,
     index: usize,
     (profiles, resolved): (&[Option<String>], &[Option<Profile>]),
-    names: &mut HashSet<String>,
+    (names, claims): (&mut HashSet<String>, &mut Claims),
 ) -> Option<Sink> {
     let t = r.table(v, format!("sink[{index}]"), &crate::config::reference::SINK)?;
     let profile_item = r.string(&t, "profile");
@@ -65,13 +68,14 @@ fn sink(
         }
         Some(item) => Some(item.v.clone()),
     };
-    let on_stop = match r.string(&t, "on_stop") {
+    let on_stop_item = r.string(&t, "on_stop");
+    let on_stop = match &on_stop_item {
         None => Some(OnStop::Keep),
         Some(item) => match item.v.as_str() {
             "keep" => Some(OnStop::Keep),
             "clear" => Some(OnStop::Clear),
             _ => {
-                r.bad(&item, "expected keep (leave the data path as it is) or clear");
+                r.bad(item, "expected keep (leave the data path as it is) or clear");
                 None
             }
         },
@@ -95,6 +99,10 @@ fn sink(
                 haproxy(r, &t, endpoints)
             }
             "exec" => exec(r, &t),
+            "route" => {
+                let name = Reader::get(&t, "name").and_then(|v| v.get_ref().as_str().map(str::to_string));
+                route(r, &t, (index, name.as_deref()), claims)
+            }
             _ => {
                 r.bad(&item, format!("expected {KINDS}"));
                 (None, None)
@@ -133,6 +141,18 @@ fn sink(
             }
             other => other,
         },
+    };
+    // A route sink's routes go with probed's device: stopping always withdraws them.
+    let on_stop = match (&kind, &on_stop_item) {
+        (Some(SinkKind::Route(_)), Some(item)) => {
+            r.bad(
+                item,
+                "a route sink always withdraws when probed stops (its routes go with probed's device): remove on_stop",
+            );
+            None
+        }
+        (Some(SinkKind::Route(_)), None) => Some(OnStop::Clear),
+        _ => on_stop,
     };
     Some(Sink {
         name: name?,
@@ -249,9 +269,13 @@ fn slots(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<u32> {
     }
 }
 
-/// The keys only haproxy or exec sinks take, on a sink of another kind.
+/// The keys only haproxy, exec or route sinks take, on a sink of another kind.
 fn foreign_keys(r: &mut Reader<'_>, t: &Table<'_, '_>, kind: &str) {
-    for (owner, keys) in [("haproxy", &HAPROXY_KEYS[..]), ("exec", &EXEC_KEYS[..])] {
+    for (owner, keys) in [
+        ("haproxy", &HAPROXY_KEYS[..]),
+        ("exec", &EXEC_KEYS[..]),
+        ("route", &ROUTE_KEYS[..]),
+    ] {
         if kind == owner {
             continue;
         }

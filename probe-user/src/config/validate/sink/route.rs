@@ -1,0 +1,231 @@
+//! `kind = "route"`: the prefixes a VIP is announced with, and where and how their routes are
+//! written. What the reader cannot check here (a prefix or a device in two route sinks) is
+//! checked over all sinks by `unique_routes`.
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use super::refuse_nft_keys;
+use crate::config::{
+    model::*,
+    read::{parse_duration, Reader, Table},
+};
+
+/// The keys only route sinks take.
+pub(super) const ROUTE_KEYS: [&str; 8] = [
+    "prefixes",
+    "device",
+    "kernel_table",
+    "route_protocol",
+    "metric",
+    "demote_metric",
+    "min_eligible",
+    "hold_down",
+];
+const MAX_PREFIXES: usize = 64;
+const MAX_HOLD_DOWN: Duration = Duration::from_secs(3600);
+const DEFAULT_HOLD_DOWN: Duration = Duration::from_secs(5);
+const DEFAULT_TABLE: u32 = 201;
+const DEFAULT_PROTOCOL: u8 = 201;
+const DEFAULT_METRIC: u32 = 100;
+const DEVICE_RULE: &str = "expected 1 to 15 letters, digits, '_' or '-' (an interface name)";
+
+/// `kind = "route"` of sink `index`; its default name is "route". `name` is the sink's own,
+/// when given, for the device's default name.
+pub(super) fn route(
+    r: &mut Reader<'_>,
+    t: &Table<'_, '_>,
+    (index, name): (usize, Option<&str>),
+    claims: &mut Claims,
+) -> (Option<SinkKind>, Option<String>) {
+    refuse_nft_keys(r, t, "route");
+    let prefixes = prefixes(r, t, index, claims);
+    let device = device(r, t, name.unwrap_or("route"), index, claims);
+    let kernel_table = int_in(r, t, "kernel_table", 1, u32::MAX - 1, DEFAULT_TABLE);
+    let route_protocol =
+        int_in(r, t, "route_protocol", 5, 254, DEFAULT_PROTOCOL.into()).map(|v| u8::try_from(v).expect("in range"));
+    let metric = int_in(r, t, "metric", 0, u32::MAX, DEFAULT_METRIC);
+    let demote_metric = match r.int(t, "demote_metric") {
+        None => Some(None),
+        Some(item) => match u32::try_from(item.v) {
+            Ok(v) if Some(v) == metric => {
+                r.bad(
+                    &item,
+                    "expected a metric other than metric: a demoted route must differ from an announced one",
+                );
+                None
+            }
+            Ok(v) => Some(Some(v)),
+            Err(_) => {
+                r.bad(&item, "expected 0 to 4294967295");
+                None
+            }
+        },
+    };
+    let min_eligible = int_in(r, t, "min_eligible", 1, 100_000, 1);
+    let hold_down = match r.string(t, "hold_down") {
+        None => Some(DEFAULT_HOLD_DOWN),
+        Some(item) => match parse_duration(&item.v) {
+            Some(d) if d <= MAX_HOLD_DOWN => Some(d),
+            _ => {
+                r.bad(&item, "expected a duration from \"0s\" to \"1h\", like \"5s\"");
+                None
+            }
+        },
+    };
+    let kind = (|| {
+        Some(SinkKind::Route(RouteSink {
+            prefixes: prefixes?,
+            device: device?,
+            kernel_table: kernel_table?,
+            route_protocol: route_protocol?,
+            metric: metric?,
+            demote_metric: demote_metric?,
+            min_eligible: min_eligible?,
+            hold_down: hold_down?,
+        }))
+    })();
+    (kind, Some("route".into()))
+}
+
+fn int_in(r: &mut Reader<'_>, t: &Table<'_, '_>, key: &str, min: u32, max: u32, default: u32) -> Option<u32> {
+    match r.int(t, key) {
+        None => Some(default),
+        Some(item) => match u32::try_from(item.v).ok().filter(|v| (min..=max).contains(v)) {
+            Some(v) => Some(v),
+            None => {
+                r.bad(&item, format!("expected {min} to {max}"));
+                None
+            }
+        },
+    }
+}
+
+fn prefixes(r: &mut Reader<'_>, t: &Table<'_, '_>, index: usize, claims: &mut Claims) -> Option<Vec<IpNet>> {
+    let Some(list) = r.strings(t, "prefixes") else {
+        if Reader::get(t, "prefixes").is_none() {
+            r.missing(
+                t,
+                "prefixes",
+                "a route sink needs prefixes = [\"VIP/32\", ...], what the node announces",
+            );
+        }
+        return None;
+    };
+    if list.v.is_empty() || list.v.len() > MAX_PREFIXES {
+        r.bad(&list, format!("expected 1 to {MAX_PREFIXES} prefixes"));
+        return None;
+    }
+    let mut out: Vec<IpNet> = Vec::new();
+    let mut ok = true;
+    for item in &list.v {
+        match prefix(&item.v) {
+            Err(problem) => {
+                r.bad(item, problem);
+                ok = false;
+            }
+            Ok(net) if out.contains(&net) => {
+                r.bad(item, "this prefix is already in the list");
+                ok = false;
+            }
+            Ok(net) => match claims.prefixes.iter().find(|(p, _)| *p == net) {
+                Some((_, other)) => {
+                    r.bad(
+                        item,
+                        format!("sink[{other}] announces it too: give each prefix one route sink"),
+                    );
+                    ok = false;
+                }
+                None => {
+                    claims.prefixes.push((net, index));
+                    out.push(net);
+                }
+            },
+        }
+    }
+    ok.then_some(out)
+}
+
+/// A prefix as written: an address alone is its /32 or /128.
+fn prefix(text: &str) -> Result<IpNet, String> {
+    let net = match text.parse::<IpNet>() {
+        Ok(net) => net,
+        Err(_) => match text.parse::<std::net::IpAddr>() {
+            Ok(addr) => IpNet::from(addr),
+            Err(_) => return Err("expected an IPv4 or IPv6 prefix, like \"198.51.100.10/32\"".into()),
+        },
+    };
+    if net.trunc() != net {
+        return Err(format!(
+            "expected the prefix's network address: {} has host bits set (did you mean {}?)",
+            net,
+            net.trunc()
+        ));
+    }
+    Ok(net)
+}
+
+fn device(r: &mut Reader<'_>, t: &Table<'_, '_>, name: &str, index: usize, claims: &mut Claims) -> Option<String> {
+    let ok = |d: &str| {
+        (1..=crate::kernel::tun::MAX_NAME).contains(&d.len())
+            && d.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    };
+    let taken = |d: &str| claims.devices.iter().find(|(c, _)| c == d).map(|(_, i)| *i);
+    let device = match r.string(t, "device") {
+        Some(item) if ok(&item.v) => match taken(&item.v) {
+            Some(other) => {
+                r.bad(
+                    &item,
+                    format!("sink[{other}] uses this device too: give each route sink its own"),
+                );
+                None
+            }
+            None => Some(item.v),
+        },
+        Some(item) => {
+            r.bad(&item, DEVICE_RULE);
+            None
+        }
+        None => {
+            let d = format!("probed-{name}");
+            if !ok(&d) {
+                r.missing(
+                    t,
+                    "device",
+                    format!("the default device name {d:?} is longer than an interface name may be: set device"),
+                );
+                None
+            } else if let Some(other) = taken(&d) {
+                r.missing(t, "device", format!("sink[{other}] uses {d:?} too: set device"));
+                None
+            } else {
+                Some(d)
+            }
+        }
+    };
+    if let Some(d) = &device {
+        claims.devices.push((d.clone(), index));
+    }
+    device
+}
+
+/// What earlier route sinks took: a prefix in two would have each undo the other's routes,
+/// and a device can be made by one only.
+#[derive(Default)]
+pub(super) struct Claims {
+    prefixes: Vec<(IpNet, usize)>,
+    devices: Vec<(String, usize)>,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_prefix_is_its_network_and_an_address_alone_is_a_host_route() {
+        assert_eq!(super::prefix("198.51.100.10").unwrap().to_string(), "198.51.100.10/32");
+        assert_eq!(super::prefix("2001:db8::1").unwrap().to_string(), "2001:db8::1/128");
+        assert!(super::prefix("198.51.100.10/24")
+            .unwrap_err()
+            .contains("did you mean 198.51.100.0/24"));
+        assert!(super::prefix("vip").is_err());
+    }
+}

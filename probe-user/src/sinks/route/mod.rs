@@ -1,0 +1,259 @@
+//! `kind = "route"`: a route to each of a VIP's prefixes in a kernel routing table, through a
+//! TUN device of probed's own, while the profile can serve (`decide.rs`). The node's routing
+//! daemon learns the table's routes of probed's route protocol and announces them by BGP
+//! (docs/operations/sinks.md has the BIRD and FRR configurations).
+//!
+//! - Dead-man: the device exists only while probed holds it (`kernel::tun`), so however
+//!   probed ends, the kernel removes the routes and the routing daemon withdraws them.
+//! - Demote: below `min_eligible`, optionally keep the routes with `demote_metric`, which
+//!   the routing daemon's export filter maps to worse BGP attributes.
+//! - Damping: `decide::Damper`. A sync that has to wait says when to come back
+//!   (`SyncReport::again_at`).
+//! - Changing a route's metric adds the new route before it deletes the old one: the prefix
+//!   is never without a route in between.
+pub mod decide;
+
+use std::{
+    collections::BTreeSet,
+    time::{Instant, SystemTime, UNIX_EPOCH},
+};
+
+use serde::{Deserialize, Serialize};
+
+use super::{model::ProfileModel, Sink, SinkError, SinkFault, SyncReport};
+use crate::{
+    config::RouteSink as RouteConfig,
+    kernel::{
+        route::{Route, RouteSocket},
+        tun::Tun,
+    },
+};
+use decide::{wanted, Announce, Count, Damper, Step};
+
+/// What `/v1/sinks` and the metrics show of one prefix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RouteView {
+    pub prefix: String,
+    pub state: Announce,
+    /// The metric of the route in the table, when there is one.
+    pub metric: Option<u32>,
+    pub changes: u64,
+    /// When the announcement last changed (Unix milliseconds; 0: not since the start).
+    pub last_change_unix_ms: u64,
+    /// What it was decided on: "2 of 3 endpoints serve (at least 1 needed)".
+    pub cause: String,
+}
+
+pub struct RouteSink {
+    cfg: RouteConfig,
+    /// Made by the first sync, not by `open`: a reload that changes the sink opens the new
+    /// one while the old one still holds the device.
+    tun: Option<Tun>,
+    sock: RouteSocket,
+    damper: Damper,
+    /// The figures of the last decision.
+    count: Option<Count>,
+    changes: u64,
+    last_change_unix_ms: u64,
+}
+
+impl RouteSink {
+    /// Checks that the sink can work here: TUN devices can be made (/dev/net/tun, and
+    /// CAP_NET_ADMIN for the routes) and the table can be read.
+    pub fn open(cfg: &RouteConfig) -> Result<RouteSink, SinkError> {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/net/tun")
+            .map_err(|e| SinkError::new(SinkFault::Setup, "open /dev/net/tun").because(e))?;
+        let sock =
+            RouteSocket::open().map_err(|e| SinkError::new(SinkFault::Setup, "open an rtnetlink socket").because(e))?;
+        let mut sink = RouteSink {
+            cfg: cfg.clone(),
+            tun: None,
+            sock,
+            damper: Damper::new(cfg.hold_down),
+            count: None,
+            changes: 0,
+            last_change_unix_ms: 0,
+        };
+        sink.check()?;
+        Ok(sink)
+    }
+
+    /// The device's index, made first if it is not there (at the first sync, or after
+    /// someone deleted it, which took its routes).
+    fn device(&mut self) -> Result<u32, SinkError> {
+        match &self.tun {
+            Some(t) if t.alive() => return Ok(t.index()),
+            Some(_) => log::warn!("route sink: device {} was removed; making it again", self.cfg.device),
+            None => {}
+        }
+        self.tun = None;
+        let tun = Tun::create(&self.cfg.device).map_err(|e| {
+            SinkError::new(SinkFault::Setup, format!("make the TUN device {}", self.cfg.device)).because(e)
+        })?;
+        let index = tun.index();
+        self.tun = Some(tun);
+        Ok(index)
+    }
+
+    /// The routes `announce` asks for, through device `oif`.
+    fn desired(&self, announce: Announce, oif: u32) -> BTreeSet<Route> {
+        let metric = match announce {
+            Announce::Announced => self.cfg.metric,
+            Announce::Demoted => self.cfg.demote_metric.unwrap_or(self.cfg.metric),
+            Announce::Withdrawn => return BTreeSet::new(),
+        };
+        self.cfg
+            .prefixes
+            .iter()
+            .map(|p| Route {
+                dst: p.addr(),
+                prefix_len: p.prefix_len(),
+                table: self.cfg.kernel_table,
+                protocol: self.cfg.route_protocol,
+                metric,
+                oif,
+            })
+            .collect()
+    }
+
+    /// The routes through device `oif` now (other routes of the table and protocol, another
+    /// sink's or the operator's, are not this sink's).
+    fn held(&mut self, oif: u32) -> Result<BTreeSet<Route>, SinkError> {
+        let routes = self
+            .sock
+            .list(self.cfg.kernel_table, self.cfg.route_protocol)
+            .map_err(|e| {
+                SinkError::new(SinkFault::Data, format!("list kernel table {}", self.cfg.kernel_table)).because(e)
+            })?;
+        Ok(routes.into_iter().filter(|r| r.oif == oif).collect())
+    }
+
+    /// Makes the table hold, through the device, what the held announcement asks for: new
+    /// routes first, then the ones no longer wanted. Returns how many it wrote and holds.
+    fn write(&mut self) -> Result<(usize, usize), SinkError> {
+        let oif = self.device()?;
+        let want = self.desired(self.damper.held().unwrap_or(Announce::Withdrawn), oif);
+        let held = self.held(oif)?;
+        let mut written = 0;
+        for r in want.difference(&held) {
+            self.sock.add(r).map_err(|e| write_error("add", r, e))?;
+            written += 1;
+        }
+        for r in held.difference(&want) {
+            self.sock.delete(r).map_err(|e| write_error("delete", r, e))?;
+            written += 1;
+        }
+        Ok((written, want.len()))
+    }
+}
+
+fn write_error(op: &str, r: &Route, e: std::io::Error) -> SinkError {
+    SinkError::new(
+        SinkFault::Write,
+        format!("{op} the route to {}/{} in table {}", r.dst, r.prefix_len, r.table),
+    )
+    .because(e)
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Sink for RouteSink {
+    fn describe(&self) -> String {
+        let prefixes: Vec<String> = self.cfg.prefixes.iter().map(ToString::to_string).collect();
+        format!(
+            "routes to {} in kernel table {} (proto {}) through {}",
+            prefixes.join(", "),
+            self.cfg.kernel_table,
+            self.cfg.route_protocol,
+            self.cfg.device
+        )
+    }
+
+    fn check(&mut self) -> Result<(), SinkError> {
+        let oif = self.tun.as_ref().map_or(0, Tun::index);
+        self.held(oif).map(|_| ())
+    }
+
+    fn sync(&mut self, model: &ProfileModel) -> Result<SyncReport, SinkError> {
+        let (want, count) = wanted(model, self.cfg.min_eligible, self.cfg.demote_metric.is_some());
+        let was = self.damper.held();
+        let step = self.damper.step(want, Instant::now());
+        self.count = Some(count);
+        if let Step::Change(to) = step {
+            if was.is_some() {
+                self.changes += 1;
+                self.last_change_unix_ms = unix_ms();
+            }
+            let from = was.map_or("(start)", Announce::as_str);
+            log::info!(
+                "route sink {}: {} {from} -> {to}: {count}",
+                self.cfg.device,
+                self.cfg
+                    .prefixes
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        let (written, entries) = self.write()?;
+        Ok(SyncReport {
+            written,
+            entries,
+            again_at: match step {
+                Step::Wait(at) => Some(at),
+                Step::Change(_) | Step::Stay => None,
+            },
+        })
+    }
+
+    fn verify(&mut self, _model: &ProfileModel) -> Result<bool, SinkError> {
+        let Some(oif) = self.tun.as_ref().filter(|t| t.alive()).map(Tun::index) else {
+            return Ok(false);
+        };
+        let want = self.desired(self.damper.held().unwrap_or(Announce::Withdrawn), oif);
+        Ok(self.held(oif)? == want)
+    }
+
+    fn clear(&mut self) -> Result<(), SinkError> {
+        // The device takes its routes when it goes; deleting them first makes a stop's
+        // withdrawal not wait for the handle to be dropped.
+        let Some(oif) = self.tun.as_ref().filter(|t| t.alive()).map(Tun::index) else {
+            return Ok(());
+        };
+        for r in self.held(oif)? {
+            self.sock.delete(&r).map_err(|e| write_error("delete", &r, e))?;
+        }
+        self.tun = None;
+        Ok(())
+    }
+
+    fn routes(&self) -> Vec<super::RouteView> {
+        let state = self.damper.held().unwrap_or(Announce::Withdrawn);
+        let metric = match state {
+            Announce::Announced => Some(self.cfg.metric),
+            Announce::Demoted => self.cfg.demote_metric,
+            Announce::Withdrawn => None,
+        };
+        let cause = self.count.map(|c| c.to_string()).unwrap_or_default();
+        self.cfg
+            .prefixes
+            .iter()
+            .map(|p| RouteView {
+                prefix: p.to_string(),
+                state,
+                metric,
+                changes: self.changes,
+                last_change_unix_ms: self.last_change_unix_ms,
+                cause: cause.clone(),
+            })
+            .collect()
+    }
+}
