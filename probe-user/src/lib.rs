@@ -43,6 +43,7 @@ pub mod schedule;
 #[cfg(not(feature = "testing"))]
 pub(crate) mod schedule;
 pub(crate) mod secret;
+pub mod service;
 pub mod sinks;
 pub mod status;
 pub(crate) mod wire_enum;

@@ -24,9 +24,15 @@ pub struct Proc {
 impl Proc {
     /// `argv` inside `ns`'s network namespace, on CPU `cpu` alone when given, output to `log`.
     pub fn spawn(ns: &Netns, cpu: Option<usize>, argv: &[&str], log: &Path, what: &'static str) -> Self {
-        let netns = std::fs::File::open(ns.path()).expect("open the namespace");
         let mut cmd = Command::new(argv[0]);
         cmd.args(&argv[1..]);
+        Self::spawn_command(ns, cpu, cmd, log, what)
+    }
+
+    /// As `spawn`, for a command the caller has prepared (its environment, its own pre-exec
+    /// steps, which run before the namespace is joined).
+    pub fn spawn_command(ns: &Netns, cpu: Option<usize>, mut cmd: Command, log: &Path, what: &'static str) -> Self {
+        let netns = std::fs::File::open(ns.path()).expect("open the namespace");
         let out = std::fs::File::create(log).expect("create the log");
         cmd.stdout(out.try_clone().unwrap()).stderr(out).stdin(Stdio::null());
         // Its own process group: a Ctrl-C at the terminal reaches the bench only, whose guards

@@ -338,6 +338,8 @@ struct Queue {
     /// Closed because a newer subscription of the same follower took over at that point of
     /// the stream (a reload, a reopened events file): its consumer goes on with that one.
     replaced: bool,
+    /// Closed because the runner stopped (the daemon stops), not because its follower left.
+    stopped: bool,
 }
 
 /// An emptied queue keeps an index of up to this many slots for the next changes; a larger
@@ -449,6 +451,12 @@ impl Subscription {
     /// because it was closed or the runner stopped).
     pub fn replaced(&self) -> bool {
         self.shared.lock().replaced
+    }
+
+    /// Whether it ended because the runner stopped: the daemon stops, rather than a reload
+    /// removing or changing its follower.
+    pub fn runner_stopped(&self) -> bool {
+        self.shared.lock().stopped
     }
 
     /// The next batch, waiting at most `timeout`: an empty batch when nothing came; None once
@@ -643,7 +651,10 @@ impl Bus {
 impl Drop for Bus {
     fn drop(&mut self) {
         for s in &self.subscribers {
-            s.lock().closed = true;
+            let mut q = s.lock();
+            q.closed = true;
+            q.stopped = true;
+            drop(q);
             s.ready.notify_all();
             s.notify.notify_one();
         }

@@ -15,7 +15,6 @@ mod cluster;
 mod events;
 mod generate;
 mod logging;
-mod notify;
 mod reload;
 mod run;
 mod sinks;

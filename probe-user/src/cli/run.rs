@@ -56,6 +56,9 @@ pub(super) fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
     // handlers exist: a signal that arrives while the daemon starts (systemd's reload, an
     // impatient stop) waits for them instead of killing the process with a clean-looking exit.
     let blocked = SERVED_SIGNALS.to_vec();
+    // What the service manager kept for this process (a route sink's device across a
+    // restart), taken before anything else opens a descriptor.
+    probed::service::take_inherited();
     let rt = runtime()?;
     let _guard = rt.enter();
     let mut hup = signal(SignalKind::hangup()).context("install SIGHUP handler")?;
@@ -81,13 +84,20 @@ pub(super) fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
                 return Err(anyhow::Error::new(e).context("start the API"));
             }
         };
+        let released = probed::service::release_unclaimed();
+        if !released.is_empty() {
+            log::info!(
+                "let go of what the service manager kept for sinks this configuration no longer has: {}",
+                released.join(", ")
+            );
+        }
         log::info!("probed running; API on {}", api.addr());
-        notify::notify("READY=1");
+        probed::service::notify("READY=1");
         let control = daemon.control();
         loop {
             tokio::select! {
                 _ = hup.recv() => {
-                    notify::notify("RELOADING=1");
+                    probed::service::notify("RELOADING=1");
                     match control.reload(None).await {
                         Ok(r) => log::info!("reloaded: {} kept, {} added, {} removed{}", r.kept, r.added, r.removed,
                             if r.restart_needed.is_empty() { String::new() } else {
@@ -95,7 +105,7 @@ pub(super) fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
                             }),
                         Err(e) => log::error!("{e}"),
                     }
-                    notify::notify("READY=1");
+                    probed::service::notify("READY=1");
                 }
                 // logrotate moved the events file away: write a new one at the configured path.
                 _ = usr1.recv() => if let Err(e) = control.reopen_events().await {
@@ -109,7 +119,7 @@ pub(super) fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        notify::notify("STOPPING=1");
+        probed::service::notify("STOPPING=1");
         log::info!("stopping: saving state, detaching programs, removing pins");
         api.stop().await;
         daemon.shutdown().await.context("stop the daemon")?;

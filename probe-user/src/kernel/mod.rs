@@ -6,6 +6,7 @@
 pub mod caps;
 pub mod creds;
 pub mod event;
+pub mod fdpass;
 pub mod l4;
 pub mod mmsg;
 pub mod netlink;

@@ -5,7 +5,10 @@
 use std::{
     fs::{File, OpenOptions},
     io,
-    os::{fd::AsRawFd, unix::fs::OpenOptionsExt},
+    os::{
+        fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd},
+        unix::fs::OpenOptionsExt,
+    },
 };
 
 /// The longest interface name the kernel takes (IFNAMSIZ less the terminating NUL).
@@ -14,8 +17,8 @@ pub const MAX_NAME: usize = 15;
 /// A device made by this process, up, with no address; closing it removes the device.
 #[derive(Debug)]
 pub struct Tun {
-    /// Held, never read: the device lives as long as it is open.
-    _file: File,
+    /// Never read or written: the device lives as long as it is open.
+    file: File,
     name: String,
     index: u32,
 }
@@ -47,10 +50,43 @@ impl Tun {
         set_up(name)?;
         let index = super::if_index(name).map_err(|e| io::Error::new(io::ErrorKind::NotFound, e.to_string()))?;
         Ok(Tun {
-            _file: file,
+            file,
             name: name.to_string(),
             index,
         })
+    }
+
+    /// The device `name` that `fd` holds: a descriptor this process inherited from the
+    /// service manager's store, which kept the device (and its routes) across a restart.
+    /// Fails when `fd` is not a TUN descriptor attached to a device of that name.
+    pub fn adopt(fd: OwnedFd, name: &str) -> io::Result<Tun> {
+        let file = File::from(fd);
+        let mut req = ifreq(name)?;
+        req.ifr_name = [0; libc::IFNAMSIZ];
+        // SAFETY: TUNGETIFF writes the attached device's name and flags into the ifreq given,
+        // which outlives the call.
+        if unsafe { libc::ioctl(file.as_raw_fd(), libc::TUNGETIFF, &mut req) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let held: Vec<u8> = req.ifr_name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+        if held != name.as_bytes() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("the descriptor holds {:?}, not {name}", String::from_utf8_lossy(&held)),
+            ));
+        }
+        set_up(name)?;
+        let index = super::if_index(name).map_err(|e| io::Error::new(io::ErrorKind::NotFound, e.to_string()))?;
+        Ok(Tun {
+            file,
+            name: name.to_string(),
+            index,
+        })
+    }
+
+    /// The descriptor that keeps the device, to hand to the service manager's store.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
     }
 
     pub fn name(&self) -> &str {

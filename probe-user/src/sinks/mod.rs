@@ -111,6 +111,12 @@ pub trait Sink: Send {
     fn verify(&mut self, model: &ProfileModel) -> Result<bool, SinkError>;
     /// Empties the structure.
     fn clear(&mut self) -> Result<(), SinkError>;
+    /// As `clear`, when the whole daemon stops (a reload that removes or changes the sink
+    /// calls `clear`): a route sink whose device the service manager keeps leaves its routes
+    /// to it, so that a restart does not withdraw them.
+    fn clear_at_stop(&mut self) -> Result<(), SinkError> {
+        self.clear()
+    }
     /// A route sink's prefixes, for its view; other sinks have none.
     fn routes(&self) -> Vec<RouteView> {
         Vec::new()
@@ -331,7 +337,12 @@ fn follow(
         }
     }
     if on_stop == OnStop::Clear {
-        if let Err(e) = sink.clear() {
+        let cleared = if changes.runner_stopped() {
+            sink.clear_at_stop()
+        } else {
+            sink.clear()
+        };
+        if let Err(e) = cleared {
             log::warn!(
                 "sink {}: could not clear on stop: {}",
                 lock(view).name,

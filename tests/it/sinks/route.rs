@@ -11,11 +11,18 @@
 //! before; a backend flapping faster than the hold-down demotes A once and never brings it
 //! back while it flaps; a disabled profile withdraws (demote or not); SIGTERM and SIGKILL each
 //! withdraw A's route at once; a restart announces again from the saved health and does not
-//! withdraw while it settles. The times it measures are printed.
+//! withdraw while it settles. Then the same node under a service manager with a file
+//! descriptor store (emulated here as systemd does it): a restart keeps the route announced
+//! the whole time, and a stop that is no restart withdraws it when the manager lets go of the
+//! device. The times it measures are printed.
 use std::{
     collections::BTreeMap,
     io::{Read, Write},
     net::{SocketAddr, TcpListener, TcpStream},
+    os::{
+        fd::{AsRawFd, FromRawFd, OwnedFd},
+        unix::{net::UnixDatagram, process::CommandExt},
+    },
     path::{Path, PathBuf},
     sync::{
         atomic::{AtomicBool, Ordering},
@@ -94,6 +101,103 @@ impl Backends {
     }
 }
 
+/// A service manager's file descriptor store, as systemd keeps it for a unit with
+/// FileDescriptorStoreMax=: it takes what the service hands it (FDSTORE=1 with a descriptor,
+/// over NOTIFY_SOCKET), drops what it takes back (FDSTOREREMOVE=1), and passes the rest to the
+/// next process it starts.
+struct Manager {
+    socket: UnixDatagram,
+    path: PathBuf,
+    store: BTreeMap<String, OwnedFd>,
+}
+
+impl Manager {
+    fn new(dir: &Path) -> Manager {
+        let path = dir.join("notify.sock");
+        let socket = UnixDatagram::bind(&path).expect("bind the notify socket");
+        socket.set_nonblocking(true).unwrap();
+        Manager {
+            socket,
+            path,
+            store: BTreeMap::new(),
+        }
+    }
+
+    /// Takes in what the service said so far.
+    fn collect(&mut self) {
+        loop {
+            let mut buf = [0u8; 4096];
+            let mut control = [0u64; 8];
+            let mut iov = libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: buf.len(),
+            };
+            // SAFETY: msghdr is plain data; zeroes are a valid empty value.
+            let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+            hdr.msg_iov = &raw mut iov;
+            hdr.msg_iovlen = 1;
+            hdr.msg_control = control.as_mut_ptr().cast();
+            hdr.msg_controllen = std::mem::size_of_val(&control);
+            // SAFETY: recvmsg writes at most the lengths given into `buf` and `control`, which
+            // outlive the call.
+            let n = unsafe { libc::recvmsg(self.socket.as_raw_fd(), &raw mut hdr, libc::MSG_CMSG_CLOEXEC) };
+            if n < 0 {
+                return;
+            }
+            let mut fd = None;
+            // SAFETY: the CMSG_* walk stays inside `control`, as the kernel filled it in.
+            unsafe {
+                let cmsg = libc::CMSG_FIRSTHDR(&raw const hdr);
+                if !cmsg.is_null() && (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                    let raw = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>());
+                    fd = Some(OwnedFd::from_raw_fd(raw));
+                }
+            }
+            let text = String::from_utf8_lossy(&buf[..n as usize]).into_owned();
+            let name = text.lines().find_map(|l| l.strip_prefix("FDNAME=")).map(str::to_string);
+            match (text.lines().next(), name, fd) {
+                (Some("FDSTORE=1"), Some(name), Some(fd)) => {
+                    self.store.insert(name, fd);
+                }
+                (Some("FDSTOREREMOVE=1"), Some(name), _) => {
+                    self.store.remove(&name);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Sets `cmd` up as the manager starts its service.
+    fn prepare(&self, cmd: &mut std::process::Command) {
+        let names: Vec<&str> = self.store.keys().map(String::as_str).collect();
+        cmd.env("NOTIFY_SOCKET", &self.path)
+            .env("LISTEN_FDS", names.len().to_string())
+            .env("LISTEN_FDNAMES", names.join(":"));
+        let fds: Vec<i32> = self.store.values().map(AsRawFd::as_raw_fd).collect();
+        // SAFETY: fcntl and dup2 are async-signal-safe; the descriptors stay open in the
+        // child until exec (they are the store's). Each is first moved above the range it is
+        // placed in, so that placing one never closes another.
+        unsafe {
+            cmd.pre_exec(move || {
+                let mut high = Vec::with_capacity(fds.len());
+                for &fd in &fds {
+                    let h = libc::fcntl(fd, libc::F_DUPFD, 100);
+                    if h < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    high.push(h);
+                }
+                for (i, &h) in high.iter().enumerate() {
+                    if libc::dup2(h, 3 + i as i32) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
 /// One LB node: its namespace, its backends' namespace, BIRD, probed and the VIP's server.
 struct Node {
     name: &'static str,
@@ -127,18 +231,36 @@ impl Node {
 
     /// `probed run` in the node's namespace; waits for its API.
     fn start_probed(&mut self) {
+        self.start_probed_by(None);
+    }
+
+    /// As `start_probed`, started by `manager` when given, as systemd starts a service with a
+    /// file descriptor store: `NOTIFY_SOCKET`, and what the store holds passed as
+    /// `LISTEN_FDS` from descriptor 3 on.
+    fn start_probed_by(&mut self, manager: Option<&Manager>) {
         let config = self.files.config_path();
         std::fs::write(&config, self.config()).unwrap();
         let log = self
             .log_dir
             .join(format!("probed-{}-{}.log", self.name, unique_name("")));
         let bin = probed_bin();
-        let argv = [bin.to_str().unwrap(), "run", "--config", config.to_str().unwrap()];
-        self.probed = Some(Proc::spawn(&self.ns, None, &argv, &log, "probed"));
+        // LISTEN_PID must be the service's own pid: the shell's, which probed takes over.
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", "LISTEN_PID=$$ exec \"$0\" \"$@\"", bin.to_str().unwrap()])
+            .args(["run", "--config", config.to_str().unwrap()]);
+        if let Some(m) = manager {
+            m.prepare(&mut cmd);
+        }
+        self.probed = Some(Proc::spawn_command(&self.ns, None, cmd, &log, "probed"));
         let api = self.files.api();
         probed_tests::lb::wait_until("probed's API answers", Duration::from_secs(20), || {
             probed::api::client::request(&api, "GET", "/v1/status").is_ok()
         });
+    }
+
+    /// What the running probed logged.
+    fn log(&self) -> String {
+        self.probed.as_ref().map(Proc::output).unwrap_or_default()
     }
 
     fn api(&self, method: &str, path: &str) -> u16 {
@@ -522,4 +644,75 @@ fn a_vip_route_follows_health_through_bird_and_a_dead_probed_withdraws_it() {
         assert!(announced(&p, &a_addr), "no withdraw after the restart: {:?}", p.bird);
         std::thread::sleep(Duration::from_millis(50));
     }
+
+    // Under a service manager with a descriptor store: a restart keeps the route the whole
+    // time, down to the router's kernel.
+    rig.a.signal(libc::SIGTERM);
+    let mut manager = Manager::new(&rig.dir);
+    rig.a.start_probed_by(Some(&manager));
+    rig.wait_paths("started by the manager, announced", Duration::from_secs(10), both);
+    manager.collect();
+    assert!(
+        manager.store.contains_key("route-probed-vip"),
+        "probed handed its device to the store: {:?}",
+        manager.store.keys().collect::<Vec<_>>()
+    );
+    let restart = Instant::now();
+    rig.a.signal(libc::SIGTERM);
+    manager.collect();
+    let mut down = Vec::new();
+    let watch = |rig: &Rig, down: &mut Vec<Duration>| {
+        let p = rig.paths();
+        if !(announced(&p, &a_addr) && p.kernel.len() == 2) {
+            down.push(restart.elapsed());
+        }
+    };
+    // Down between the two processes for a while, as a slow restart is.
+    let until = Instant::now() + Duration::from_millis(700);
+    while Instant::now() < until {
+        watch(&rig, &mut down);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    rig.a.start_probed_by(Some(&manager));
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        watch(&rig, &mut down);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        down.is_empty(),
+        "a restart through the store never withdraws: down at {down:?}\n{}",
+        rig.logs()
+    );
+    // The new probed took the device over (rather than the manager's copy merely keeping
+    // it), and its sink holds what it should.
+    let sinks = probed::api::client::request(&rig.a.files.api(), "GET", "/v1/sinks").expect("GET /v1/sinks");
+    let sinks: serde_json::Value = serde_json::from_str(&sinks.body).unwrap();
+    assert_eq!(sinks[0]["in_sync"], true, "{sinks}");
+    assert_eq!(sinks[0]["routes"][0]["state"], "announced", "{sinks}");
+    assert!(
+        rig.a.log().contains("took over probed-vip from the service manager"),
+        "{}",
+        rig.a.log()
+    );
+    eprintln!(
+        "route: restart through the descriptor store -> announced throughout ({:?} watched)",
+        restart.elapsed()
+    );
+
+    // A stop that is no restart: the manager lets go of the device once the process is gone,
+    // and the kernel takes the routes with it.
+    rig.a.signal(libc::SIGTERM);
+    manager.collect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(announced(&rig.paths(), &a_addr), "held by the manager while it decides");
+    let released = Instant::now();
+    manager.store.clear();
+    rig.wait_paths("released by the manager, withdrawn", Duration::from_secs(5), |p| {
+        !p.bird.contains_key(&a_addr) && p.kernel == [b_addr.clone()]
+    });
+    eprintln!(
+        "route: the manager let go of the device -> withdrawn after {:?}",
+        released.elapsed()
+    );
 }

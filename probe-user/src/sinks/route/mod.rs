@@ -3,8 +3,13 @@
 //! daemon learns the table's routes of probed's route protocol and announces them by BGP
 //! (docs/operations/sinks.md has the BIRD and FRR configurations).
 //!
-//! - Dead-man: the device exists only while probed holds it (`kernel::tun`), so however
+//! - Dead-man: the device exists only while it is held open (`kernel::tun`), so however
 //!   probed ends, the kernel removes the routes and the routing daemon withdraws them.
+//! - Restart: under a service manager with a file descriptor store (systemd's
+//!   FileDescriptorStoreMax=), the device's descriptor is handed to the store
+//!   (`crate::service`). A stop then leaves the routes to the manager: a restart passes the
+//!   device to the new probed, which takes it over with its routes (no withdraw); a stop
+//!   that is not a restart has the manager close it, and the kernel withdraws.
 //! - Demote: below `min_eligible`, optionally keep the routes with `demote_metric`, which
 //!   the routing daemon's export filter maps to worse BGP attributes.
 //! - Damping: `decide::Damper`. A sync that has to wait says when to come back
@@ -55,9 +60,16 @@ pub struct RouteSink {
     count: Option<Count>,
     changes: u64,
     last_change_unix_ms: u64,
+    /// The device's descriptor is in the service manager's store.
+    stored: bool,
 }
 
 impl RouteSink {
+    /// The device's name in the service manager's store.
+    fn store_name(&self) -> String {
+        format!("route-{}", self.cfg.device)
+    }
+
     /// Checks that the sink can work here: TUN devices can be made (/dev/net/tun, and
     /// CAP_NET_ADMIN for the routes) and the table can be read.
     pub fn open(cfg: &RouteConfig) -> Result<RouteSink, SinkError> {
@@ -71,12 +83,30 @@ impl RouteSink {
         let mut sink = RouteSink {
             cfg: cfg.clone(),
             tun: None,
+            stored: false,
             sock,
             damper: Damper::new(cfg.hold_down),
             count: None,
             changes: 0,
             last_change_unix_ms: 0,
         };
+        // A restart under a service manager: the device, with its routes, was kept for us.
+        if let Some(fd) = crate::service::claim(&sink.store_name()) {
+            match Tun::adopt(fd, &cfg.device) {
+                Ok(tun) => {
+                    log::info!(
+                        "route sink: took over {} from the service manager, with its routes",
+                        cfg.device
+                    );
+                    sink.tun = Some(tun);
+                    sink.stored = true;
+                }
+                Err(e) => log::warn!(
+                    "route sink: the kept {} cannot be used ({e}); making it anew",
+                    cfg.device
+                ),
+            }
+        }
         sink.check()?;
         Ok(sink)
     }
@@ -90,10 +120,15 @@ impl RouteSink {
             None => {}
         }
         self.tun = None;
+        if self.stored {
+            crate::service::remove_fd(&self.store_name());
+            self.stored = false;
+        }
         let tun = Tun::create(&self.cfg.device).map_err(|e| {
             SinkError::new(SinkFault::Setup, format!("make the TUN device {}", self.cfg.device)).because(e)
         })?;
         let index = tun.index();
+        self.stored = crate::service::store_fd(&self.store_name(), tun.fd());
         self.tun = Some(tun);
         Ok(index)
     }
@@ -231,7 +266,24 @@ impl Sink for RouteSink {
         for r in self.held(oif)? {
             self.sock.delete(&r).map_err(|e| write_error("delete", &r, e))?;
         }
+        if self.stored {
+            crate::service::remove_fd(&self.store_name());
+            self.stored = false;
+        }
         self.tun = None;
+        Ok(())
+    }
+
+    fn clear_at_stop(&mut self) -> Result<(), SinkError> {
+        if !self.stored {
+            return self.clear();
+        }
+        // The manager holds the device: a restart hands it to the next probed with its routes;
+        // a stop has the manager close it, and the kernel withdraws them.
+        log::info!(
+            "route sink: leaving {} and its routes to the service manager",
+            self.cfg.device
+        );
         Ok(())
     }
 
