@@ -55,6 +55,8 @@ pub struct Fleet {
 
 /// The address clients reach the "tcp" profile's backends by.
 pub const VIP: &str = "198.18.100.100";
+/// The VIP the www profile's route sink announces (a route in kernel table 201).
+pub const ROUTE_VIP: &str = "198.18.250.1";
 
 impl Fleet {
     pub fn new() -> Self {
@@ -134,6 +136,12 @@ impl Fleet {
         text += &format!(
             "\n[[profile.endpoint]]\nname = \"standby\"\naddress = \"{STANDBY}\"\nport = 8080\npriority = 2\n"
         );
+        // The node announces a VIP for www while both of its endpoints serve: a route in kernel
+        // table 201 that a routing daemon (BIRD) would announce by BGP.
+        text += &format!(
+            "\n[[sink]]\nname = \"www-vip\"\nprofile = \"www\"\nkind = \"route\"\nprefixes = [\"{ROUTE_VIP}/32\"]\n\
+             min_eligible = 2\nhold_down = \"1s\"\n"
+        );
         // A parent of two nested profiles (SPEC 8): www first, the tcp pool behind it.
         text += &format!(
             "\n[[profile]]\nname = \"site\"\ndialect = \"lb\"\nrouting = \"priority\"\n\n[profile.health]\nprotocol = \"tcp\"\n{timing}"
@@ -179,6 +187,17 @@ impl Fleet {
 
     pub fn flapping_down(&self) -> bool {
         self.flapping_down
+    }
+
+    /// The routes the www profile's route sink holds in the prober's kernel table 201, as
+    /// `ip route show table 201` lists them (empty: withdrawn).
+    pub fn vip_routes(&self) -> String {
+        // The kernel says the table does not exist until a first route is written to it.
+        let out = std::process::Command::new("ip")
+            .args(["-n", &self.topo.prober.name, "route", "show", "table", "201"])
+            .output()
+            .expect("run ip");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
     /// Client SYNs that reached (healthy, flapping) so far.

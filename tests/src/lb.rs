@@ -50,6 +50,13 @@ impl Backend {
 
     /// On `addr:port`.
     pub fn on(ns: &Netns, socket: &str) -> Backend {
+        Self::answering(ns, socket, "")
+    }
+
+    /// On `addr:port`, writing `reply` to each connection before closing it (which server a
+    /// client reached).
+    pub fn answering(ns: &Netns, socket: &str, reply: &'static str) -> Backend {
+        use std::io::Write;
         let listener: TcpListener = ns.tcp_listen(socket);
         listener.set_nonblocking(true).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
@@ -57,7 +64,9 @@ impl Backend {
         let thread = std::thread::spawn(move || {
             while !flag.load(Ordering::Relaxed) {
                 match listener.accept() {
-                    Ok((s, _)) => drop(s),
+                    Ok((mut s, _)) => {
+                        let _ = s.write_all(reply.as_bytes());
+                    }
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
             }

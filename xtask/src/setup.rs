@@ -33,6 +33,7 @@ const PACKAGES: &[&str] = &[
     "gdnsd",          // `bench dns`: the established failover DNS server probed is measured against
     "knot",           // knotd: the reference authoritative server dns::reference compares answers with
     "bird2",          // the route sink's tests: BIRD on the LB nodes and on the router, peering by BGP
+    "frr",            // the route sink's tests: FRR (zebra, bgpd) as one node's routing daemon
     "faketime",       // cluster::chaos: a node whose clock is 20 s off
     "tmux",           // `probed status --watch` is tested in a tmux pane
     "dpkg-dev",       // `xtask deb`: dpkg-deb, dpkg-shlibdeps, dpkg-parsechangelog

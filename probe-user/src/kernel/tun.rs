@@ -47,13 +47,7 @@ impl Tun {
                 _ => e,
             });
         }
-        set_up(name)?;
-        let index = super::if_index(name).map_err(|e| io::Error::new(io::ErrorKind::NotFound, e.to_string()))?;
-        Ok(Tun {
-            file,
-            name: name.to_string(),
-            index,
-        })
+        Self::up(file, name)
     }
 
     /// The device `name` that `fd` holds: a descriptor this process inherited from the
@@ -75,6 +69,11 @@ impl Tun {
                 format!("the descriptor holds {:?}, not {name}", String::from_utf8_lossy(&held)),
             ));
         }
+        Self::up(file, name)
+    }
+
+    /// The handle of `file`, attached to `name`, with the device brought up.
+    fn up(file: File, name: &str) -> io::Result<Tun> {
         set_up(name)?;
         let index = super::if_index(name).map_err(|e| io::Error::new(io::ErrorKind::NotFound, e.to_string()))?;
         Ok(Tun {

@@ -549,9 +549,34 @@ fn demo_fleet_reaches_expected_statuses() {
         "198.18.0.2",
         "DNS answers with the primary while it is up"
     );
+    // The route sink announces www's VIP while both endpoints serve.
+    let vip = probed_tests::fleet::ROUTE_VIP;
+    probed_tests::lb::wait_until("the VIP's route is in table 201", Duration::from_secs(5), || {
+        fleet
+            .vip_routes()
+            .starts_with(&format!("{vip} dev probed-www-vip proto 201 metric 100"))
+    });
     fleet.set_flapping_down(true);
     daemon.wait_status("tcp", "flapping", S::Degraded, Duration::from_secs(5));
     daemon.wait_status("www", "primary", S::Degraded, Duration::from_secs(5));
+    probed_tests::lb::wait_until("the VIP's route is withdrawn", Duration::from_secs(3), || {
+        fleet.vip_routes().is_empty()
+    });
+    let sinks = daemon.get("/v1/sinks");
+    let route = sinks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "www-vip")
+        .map(|s| s["routes"][0].clone());
+    assert_eq!(
+        route.as_ref().map(|r| (r["state"].clone(), r["cause"].clone())),
+        Some((
+            serde_json::json!("withdrawn"),
+            serde_json::json!("1 of 2 endpoints serve (at least 2 needed)")
+        )),
+        "{sinks}"
+    );
     assert_eq!(fleet.dig_www(), "198.18.0.5", "and with the standby once it has failed");
     assert_eq!(
         client_round(&fleet),
@@ -560,6 +585,11 @@ fn demo_fleet_reaches_expected_statuses() {
     );
     fleet.set_flapping_down(false);
     daemon.wait_status("tcp", "flapping", S::Online, Duration::from_secs(5));
+    probed_tests::lb::wait_until(
+        "the VIP's route is back after the hold-down",
+        Duration::from_secs(5),
+        || !fleet.vip_routes().is_empty(),
+    );
     let (_, flapping) = client_round(&fleet);
     assert!(flapping > 0, "back in rotation");
     // Priority routing: "dead" (priority 1) is out, "healthy" (2) answers.

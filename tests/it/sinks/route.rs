@@ -17,17 +17,13 @@
 //! device. The times it measures are printed.
 use std::{
     collections::BTreeMap,
-    io::{Read, Write},
-    net::{SocketAddr, TcpListener, TcpStream},
+    io::Read,
+    net::{SocketAddr, TcpStream},
     os::{
         fd::{AsRawFd, FromRawFd, OwnedFd},
         unix::{net::UnixDatagram, process::CommandExt},
     },
     path::{Path, PathBuf},
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
-    },
     time::{Duration, Instant},
 };
 
@@ -47,45 +43,6 @@ protocol kernel {
   merge paths on;
 }
 ";
-
-/// A server on the VIP in a node's namespace that answers each connection with the node's
-/// name: which node a client reached.
-struct VipServer {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl VipServer {
-    fn start(ns: &Netns, name: &'static str) -> VipServer {
-        let listener: TcpListener = ns.tcp_listen(&format!("{VIP}:80"));
-        listener.set_nonblocking(true).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((mut s, _)) => {
-                        let _ = s.write_all(name.as_bytes());
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        });
-        VipServer {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for VipServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
 
 /// Backends that accept connections until dropped (then the checks are refused).
 struct Backends(#[allow(dead_code, reason = "held: the listeners close when it drops")] Vec<probed_tests::lb::Backend>);
@@ -209,8 +166,11 @@ struct Node {
     log_dir: PathBuf,
     probed: Option<Proc>,
     backends: Option<Backends>,
-    _server: VipServer,
-    _bird: Proc,
+    /// On the VIP, answering with the node's name: which node a client reached.
+    _server: probed_tests::lb::Backend,
+    /// The routing daemon's processes (BIRD, or FRR's zebra and bgpd).
+    _routing: Vec<Proc>,
+    routing: Routing,
     back: Netns,
     ns: Netns,
 }
@@ -226,7 +186,12 @@ impl Node {
                 self.backend_addr
             );
         }
-        text + "\n" + &doc_block("route-sink")
+        let sink = doc_block("route-sink");
+        match self.routing {
+            Routing::Bird => text + "\n" + &sink,
+            // Demotion through FRR is not supported (docs/operations/sinks.md says why).
+            Routing::Frr => text + "\n" + &sink.replace("demote_metric = 500\n", ""),
+        }
     }
 
     /// `probed run` in the node's namespace; waits for its API.
@@ -320,8 +285,88 @@ fn spawn_bird(ns: &Netns, dir: &Path, name: &str, conf: &Path) -> Proc {
     Proc::spawn(ns, None, &argv, &log, "bird")
 }
 
+/// Which routing daemon a node runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Routing {
+    Bird,
+    Frr,
+}
+
+/// FRR's zebra and bgpd on a node, as docs/operations/sinks.md configures them: zebra imports
+/// kernel table 201, bgpd announces it. They run as FRR's user, so their directory is open.
+fn spawn_frr(ns: &Netns, dir: &Path, name: &str, addr: &str, asn: u32, peer: &str) -> Vec<Proc> {
+    use std::os::unix::fs::PermissionsExt;
+    let home = dir.join(format!("frr-{name}"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let zebra_conf = home.join("zebra.conf");
+    std::fs::write(&zebra_conf, format!("hostname {name}\n{}", doc_block("frr-zebra"))).unwrap();
+    let bgpd_conf = home.join("bgpd.conf");
+    let bgp = doc_block("frr-bgpd")
+        .replace("NODE_AS", &asn.to_string())
+        .replace("ROUTER_AS", &ROUTER_AS.to_string())
+        .replace("ROUTER", peer)
+        .replace("router bgp", &format!("hostname {name}\nrouter bgp"))
+        .replace(
+            " no bgp ebgp-requires-policy",
+            &format!(" bgp router-id {addr}\n no bgp ebgp-requires-policy"),
+        );
+    std::fs::write(&bgpd_conf, bgp).unwrap();
+    for f in [&zebra_conf, &bgpd_conf] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let zserv = home.join("zserv.api");
+    let common = |conf: &Path, pid: &str| -> Vec<String> {
+        [
+            "-f",
+            conf.to_str().unwrap(),
+            "-i",
+            home.join(pid).to_str().unwrap(),
+            "-z",
+            zserv.to_str().unwrap(),
+            "--vty_socket",
+            home.to_str().unwrap(),
+            "-u",
+            "frr",
+            "-g",
+            "frr",
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+    };
+    let mut zebra = vec!["/usr/lib/frr/zebra".to_string()];
+    zebra.extend(common(&zebra_conf, "zebra.pid"));
+    let zebra = Proc::spawn(
+        ns,
+        None,
+        &zebra.iter().map(String::as_str).collect::<Vec<_>>(),
+        &dir.join(format!("zebra-{name}.log")),
+        "zebra",
+    );
+    // bgpd talks to zebra through its socket: wait for it.
+    probed_tests::lb::wait_until("zebra's socket", Duration::from_secs(10), || zserv.exists());
+    let mut bgpd = vec!["/usr/lib/frr/bgpd".to_string()];
+    bgpd.extend(common(&bgpd_conf, "bgpd.pid"));
+    bgpd.extend(["-p".to_string(), "179".to_string()]);
+    let bgpd = Proc::spawn(
+        ns,
+        None,
+        &bgpd.iter().map(String::as_str).collect::<Vec<_>>(),
+        &dir.join(format!("bgpd-{name}.log")),
+        "bgpd",
+    );
+    // bgpd before zebra when they go (the Vec drops in order).
+    vec![bgpd, zebra]
+}
+
 impl Rig {
     fn new() -> Rig {
+        Self::with(Routing::Bird, Routing::Bird)
+    }
+
+    /// A router, a client, and node A running `a` and node B running `b`.
+    fn with(a: Routing, b: Routing) -> Rig {
         let dir = std::env::temp_dir().join(unique_name("probed-route-"));
         std::fs::create_dir_all(&dir).unwrap();
         let router = Netns::new("rt-r");
@@ -330,8 +375,8 @@ impl Rig {
         client.ip(&["route", "add", "default", "via", CLIENT_GW]);
         router.sysctl("net.ipv4.ip_forward", "1");
         router.sysctl("net.ipv4.fib_multipath_hash_policy", "1");
-        let a = Self::node(&router, &dir, "a", 1);
-        let b = Self::node(&router, &dir, "b", 2);
+        let a = Self::node(&router, &dir, "a", 1, a);
+        let b = Self::node(&router, &dir, "b", 2, b);
         let mut conf = format!("router id {CLIENT_GW};\n{ROUTER_BIRD}");
         for n in [&a, &b] {
             conf += &format!(
@@ -352,8 +397,8 @@ impl Rig {
     }
 
     /// Node `i`: a link to the router (198.18.3i.0/30), a link to its backends
-    /// (198.18.4i.0/24), the VIP on lo, BIRD with the documented block, its backends.
-    fn node(router: &Netns, dir: &Path, name: &'static str, i: u8) -> Node {
+    /// (198.18.4i.0/24), the VIP on lo, BIRD with the documented block (or FRR), its backends.
+    fn node(router: &Netns, dir: &Path, name: &'static str, i: u8, routing: Routing) -> Node {
         let ns = Netns::new(&format!("rt-{name}"));
         let back = Netns::new(&format!("rt-{name}b"));
         let (addr, peer) = (format!("198.18.3{i}.2"), format!("198.18.3{i}.1"));
@@ -361,7 +406,16 @@ impl Rig {
         ns.ip(&["route", "add", "default", "via", &peer]);
         let (own, backend_addr) = (format!("198.18.4{i}.1"), format!("198.18.4{i}.2"));
         link(&ns, "tob", &own, &back, "frn", &backend_addr, 24);
-        ns.ip(&["addr", "add", &format!("{VIP}/32"), "dev", "lo"]);
+        match routing {
+            Routing::Bird => {
+                ns.ip(&["addr", "add", &format!("{VIP}/32"), "dev", "lo"]);
+            }
+            // zebra would take an address on lo for a connected route, which wins over the
+            // imported one: FRR nodes hold the VIP as a local route instead (as the docs say).
+            Routing::Frr => {
+                ns.ip(&["route", "add", "local", &format!("{VIP}/32"), "dev", "lo"]);
+            }
+        }
         let asn = ROUTER_AS + u32::from(i);
         let conf = format!(
             "router id {addr};\ndefine NODE_AS = {asn};\nprotocol device {{ }}\n{}\n\
@@ -369,9 +423,12 @@ impl Rig {
              connect delay time 1;\n  ipv4 {{ table probed4; import none; export filter probed_export; next hop self; }};\n}}\n",
             doc_block("bird-node")
         );
-        let bird = spawn_bird(&ns, dir, name, &bird_conf(dir, name, &conf));
+        let processes = match routing {
+            Routing::Bird => vec![spawn_bird(&ns, dir, name, &bird_conf(dir, name, &conf))],
+            Routing::Frr => spawn_frr(&ns, dir, name, &addr, asn, &peer),
+        };
         let backends = Backends::start(&back, &backend_addr);
-        let server = VipServer::start(&ns, name);
+        let server = probed_tests::lb::Backend::answering(&ns, &format!("{VIP}:80"), name);
         let mut node = Node {
             name,
             asn,
@@ -382,7 +439,8 @@ impl Rig {
             probed: None,
             backends: Some(backends),
             _server: server,
-            _bird: bird,
+            _routing: processes,
+            routing,
             back,
             ns,
         };
@@ -520,6 +578,12 @@ fn a_vip_route_follows_health_through_bird_and_a_dead_probed_withdraws_it() {
         both,
     );
     eprintln!("route: both nodes announced {t:?} after the start");
+    // Both prefixes of the sink, IPv4 and IPv6, are in the node's table, through its device.
+    let v6 = rig.a.ns.ip(&["-6", "route", "show", "table", "201"]);
+    assert!(
+        v6.contains("2001:2:250::1 dev probed-vip proto 201 metric 100"),
+        "the IPv6 prefix's route: {v6}"
+    );
     let seen = rig.clients(60);
     assert!(
         seen.get("a").is_some_and(|n| *n > 5) && seen.get("b").is_some_and(|n| *n > 5),
@@ -714,5 +778,45 @@ fn a_vip_route_follows_health_through_bird_and_a_dead_probed_withdraws_it() {
     eprintln!(
         "route: the manager let go of the device -> withdrawn after {:?}",
         released.elapsed()
+    );
+}
+
+/// The same node behaviour with FRR as node B's routing daemon (zebra importing kernel table
+/// 201, bgpd announcing it, as the docs configure them): B announces beside A (BIRD) and the
+/// router spreads clients over both, B withdraws when its backends fail, announces again when
+/// they are back, and withdraws when probed stops.
+#[test]
+fn frr_announces_and_withdraws_a_vip_route_as_bird_does() {
+    let mut rig = Rig::with(Routing::Bird, Routing::Frr);
+    let (a_addr, b_addr) = (rig.a.addr.clone(), rig.b.addr.clone());
+    let both = |p: &Paths| p.kernel.len() == 2 && announced(p, &a_addr) && announced(p, &b_addr);
+    let t = rig.wait_paths("A (BIRD) and B (FRR) announce", Duration::from_secs(30), both);
+    eprintln!("route (FRR): both nodes announced {t:?} after the start");
+    let seen = rig.clients(60);
+    assert!(
+        seen.get("a").is_some_and(|n| *n > 5) && seen.get("b").is_some_and(|n| *n > 5),
+        "clients reach both nodes: {seen:?}"
+    );
+    rig.b.fail_backends();
+    let t = rig.wait_paths("B withdrawn through FRR", Duration::from_secs(5), |p| {
+        !p.bird.contains_key(&b_addr) && p.kernel == [a_addr.clone()]
+    });
+    eprintln!("route (FRR): B's backends failed -> the router forwards to A only after {t:?}");
+    rig.b.restore_backends();
+    rig.wait_paths("B announced again through FRR", Duration::from_secs(10), both);
+    // A stop deletes the routes, and zebra hears it. (A crash does not reach FRR 8.4: the
+    // kernel removes a device's routes without a message, and zebra keeps them; the docs say
+    // so. BIRD notices the device go.)
+    std::thread::sleep(HOLD_DOWN);
+    let stopped = Instant::now();
+    rig.b.signal(libc::SIGTERM);
+    rig.wait_paths(
+        "a stopped probed's route withdrawn through FRR",
+        Duration::from_secs(5),
+        |p| !p.bird.contains_key(&b_addr) && p.kernel == [a_addr.clone()],
+    );
+    eprintln!(
+        "route (FRR): SIGTERM -> withdrawn at the router {:?} after the signal",
+        stopped.elapsed()
     );
 }

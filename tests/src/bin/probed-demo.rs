@@ -3,7 +3,9 @@
 //! prober namespace, and its status table live every second until Ctrl-C or `--seconds N`.
 //! The prober namespace is also a load balancer: a client's connections to a VIP go through an
 //! nft slot map that the daemon's sink keeps, and the demo shows them leaving the flapping
-//! backend while it is down and coming back when it is up.
+//! backend while it is down and coming back when it is up. The www profile's route sink
+//! announces a VIP (a route in kernel table 201, as BIRD would pick it up) while both of its
+//! endpoints serve, and withdraws it while the flapping one is down.
 use std::{
     sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
@@ -121,6 +123,24 @@ fn main() {
             "dig @{} www.tm.example. A -> {} (priority: the flapping service, else the standby)",
             probed_tests::fleet::DNS_SERVER,
             fleet.dig_www()
+        );
+        // The www profile's VIP route, which a routing daemon (BIRD) would announce by BGP.
+        let sinks = daemon.get("/v1/sinks");
+        let route = sinks
+            .as_array()
+            .and_then(|all| all.iter().find(|s| s["name"] == "www-vip"))
+            .map(|s| &s["routes"][0]);
+        let routes = fleet.vip_routes();
+        println!(
+            "route sink www-vip: {} is {} ({}); ip route show table 201: {}",
+            route.map_or("-", |r| r["prefix"].as_str().unwrap_or("-")),
+            route.map_or("-", |r| r["state"].as_str().unwrap_or("-")),
+            route.map_or("-", |r| r["cause"].as_str().unwrap_or("-")),
+            if routes.is_empty() {
+                "(none: withdrawn)"
+            } else {
+                routes.as_str()
+            }
         );
         let events = daemon.events();
         println!("\nlatest transitions:");

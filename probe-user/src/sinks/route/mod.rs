@@ -58,6 +58,8 @@ pub struct RouteSink {
     damper: Damper,
     /// The figures of the last decision.
     count: Option<Count>,
+    /// What the last decision wanted while damping held the announcement back.
+    held_back: Option<Announce>,
     changes: u64,
     last_change_unix_ms: u64,
     /// The device's descriptor is in the service manager's store.
@@ -84,6 +86,7 @@ impl RouteSink {
             cfg: cfg.clone(),
             tun: None,
             stored: false,
+            held_back: None,
             sock,
             damper: Damper::new(cfg.hold_down),
             count: None,
@@ -221,6 +224,7 @@ impl Sink for RouteSink {
         let was = self.damper.held();
         let step = self.damper.step(want, Instant::now());
         self.count = Some(count);
+        self.held_back = matches!(step, Step::Wait(_)).then_some(want);
         if let Step::Change(to) = step {
             if was.is_some() {
                 self.changes += 1;
@@ -294,7 +298,13 @@ impl Sink for RouteSink {
             Announce::Demoted => self.cfg.demote_metric,
             Announce::Withdrawn => None,
         };
-        let cause = self.count.map(|c| c.to_string()).unwrap_or_default();
+        let mut cause = self.count.map(|c| c.to_string()).unwrap_or_default();
+        if let Some(want) = self.held_back {
+            cause += &format!(
+                "; {want} once that has held for the hold-down ({:?})",
+                self.cfg.hold_down
+            );
+        }
         self.cfg
             .prefixes
             .iter()
