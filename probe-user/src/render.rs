@@ -42,6 +42,12 @@ pub fn render_cluster(v: &ClusterView) -> String {
             n.verdicts
         );
     }
+    // Which node announces which prefix (route sinks), this node first.
+    let announced = std::iter::once((&v.node, &v.routes)).chain(v.nodes.iter().map(|n| (&n.name, &n.routes)));
+    for (node, routes) in announced.filter(|(_, r)| !r.is_empty()) {
+        let list: Vec<String> = routes.iter().map(|r| format!("{} {}", r.prefix, r.state)).collect();
+        let _ = writeln!(out, "routes of {node}: {}", list.join(", "));
+    }
     let d = &v.datagrams;
     let _ = writeln!(
         out,

@@ -53,7 +53,7 @@ fn latency(ns: &Netns, cfg: Sink, pins: &TestPins, backends: usize, k: usize, ro
                 .collect(),
         };
         let sub = bus.subscribe_to("bench", 1 << 20, Some("web"));
-        let running = Running::start(cfg, sink, &snapshot, sub);
+        let running = Running::start(cfg, sink, &snapshot, sub, None);
         let wait_seq = |seq: u64| {
             let deadline = Instant::now() + Duration::from_secs(30);
             while running.view().seq < seq {

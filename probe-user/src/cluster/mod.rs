@@ -5,6 +5,7 @@
 pub mod aggregate;
 pub mod node;
 pub mod remote;
+pub mod routes;
 pub mod shard;
 pub mod transport;
 pub mod verdicts;

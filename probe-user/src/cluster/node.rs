@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{
     aggregate::Verdict,
     remote::{LiveNode, NodeSummary, Remote, Said},
+    routes,
     shard::Member,
     transport::{AuthTransport, Counters, Key},
     verdicts,
@@ -59,6 +60,8 @@ enum Own {
     Set(u64, Verdict),
     Withdraw(u64),
     Replace(Vec<(u64, Verdict)>),
+    /// What this node's route sinks announce (`routes::encode`).
+    Routes(String),
 }
 
 /// Why the node could not start.
@@ -165,6 +168,11 @@ impl Node {
         let _ = self.own.send(Own::Replace(all));
     }
 
+    /// What this node's route sinks announce now.
+    pub fn set_routes(&self, list: &[routes::Announcement]) {
+        let _ = self.own.send(Own::Routes(routes::encode(list)));
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         self.snapshot.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
@@ -189,6 +197,9 @@ impl Drop for Node {
 /// This node's verdicts and the buckets not yet written to gossip.
 struct OwnState {
     verdicts: BTreeMap<u64, Verdict>,
+    /// What the route sinks announce, when it changed since it was last written.
+    routes: Option<String>,
+    written_routes: String,
     buckets: u32,
     dirty: BTreeSet<u32>,
     /// Buckets of an older, larger layout to delete.
@@ -199,6 +210,8 @@ impl OwnState {
     fn new(initial: Vec<(u64, Verdict)>) -> OwnState {
         let mut s = OwnState {
             verdicts: BTreeMap::new(),
+            routes: None,
+            written_routes: String::new(),
             buckets: 1,
             dirty: BTreeSet::new(),
             stale: Vec::new(),
@@ -220,6 +233,9 @@ impl OwnState {
                 }
             }
             Own::Replace(all) => self.replace(all),
+            Own::Routes(value) => {
+                self.routes = (value != self.written_routes).then_some(value);
+            }
         }
     }
 
@@ -243,10 +259,14 @@ impl OwnState {
                 }
             }
         }
-        let writes = per_bucket
+        let mut writes: Vec<(String, String)> = per_bucket
             .into_iter()
             .map(|(b, entries)| (verdicts::key(b), verdicts::encode(&entries)))
             .collect();
+        if let Some(value) = self.routes.take() {
+            self.written_routes.clone_from(&value);
+            writes.push((routes::KEY.to_string(), value));
+        }
         let deletes = std::mem::take(&mut self.stale).into_iter().map(verdicts::key).collect();
         (writes, deletes)
     }
@@ -405,6 +425,7 @@ fn live_nodes(live: &BTreeMap<ChitchatId, NodeState>, remote: &Remote) -> Vec<Li
             name: id.node_id.to_string(),
             generation: id.generation_id,
             region: state.get(REGION_KEY).unwrap_or(&id.node_id).to_string(),
+            routes: state.get(routes::KEY).unwrap_or_default().to_string(),
             buckets: state
                 .iter_prefix(verdicts::PREFIX)
                 .filter(|(_, v)| !v.is_deleted())

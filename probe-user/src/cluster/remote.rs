@@ -26,6 +26,8 @@ pub struct LiveNode {
     pub name: String,
     pub generation: u64,
     pub region: String,
+    /// What its route sinks announce (`routes::encode`).
+    pub routes: String,
     /// (key, version, value) of every `v/` key; the value may be left empty when its version
     /// is the one `Remote::known_version` gives (it is not read again).
     pub buckets: Vec<(String, u64, String)>,
@@ -34,6 +36,7 @@ pub struct LiveNode {
 struct Known {
     generation: u64,
     region: String,
+    routes: String,
     live: bool,
     last_live: Instant,
     /// By key: the version decoded and its entries.
@@ -56,6 +59,9 @@ pub struct NodeSummary {
     /// Since it was last seen live (0 while it is).
     pub silent_ms: u64,
     pub verdicts: usize,
+    /// What its route sinks announce, as it last gossiped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<super::routes::Announcement>,
 }
 
 /// A vote as held: what the node says, and the bucket (key and version) that says it.
@@ -107,6 +113,7 @@ impl Remote {
             let k = self.nodes.entry(n.name.clone()).or_insert_with(|| Known {
                 generation: n.generation,
                 region: n.region.clone(),
+                routes: String::new(),
                 live: true,
                 last_live: now,
                 buckets: HashMap::new(),
@@ -114,6 +121,7 @@ impl Remote {
             k.live = true;
             k.last_live = now;
             k.region.clone_from(&n.region);
+            k.routes.clone_from(&n.routes);
             let node: Arc<str> = Arc::from(n.name.as_str());
             let mut present: Vec<String> = Vec::with_capacity(n.buckets.len());
             for (key, version, value) in n.buckets {
@@ -236,6 +244,7 @@ impl Remote {
                     u64::try_from(now.saturating_duration_since(k.last_live).as_millis()).unwrap_or(u64::MAX)
                 },
                 verdicts: k.buckets.values().map(|(_, e)| e.len()).sum(),
+                routes: super::routes::decode(&k.routes),
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -305,6 +314,7 @@ mod tests {
             name: name.into(),
             generation,
             region: format!("r-{name}"),
+            routes: String::new(),
             buckets: buckets
                 .iter()
                 .map(|(k, v, e)| (k.to_string(), *v, verdicts::encode(e)))
@@ -443,6 +453,7 @@ mod tests {
             name: "a".into(),
             generation: 1,
             region: "r".into(),
+            routes: String::new(),
             buckets: buckets
                 .iter()
                 .map(|(k, v, e)| (k.clone(), *v, verdicts::encode(e)))

@@ -59,6 +59,9 @@ pub(crate) enum Command {
     Metrics(Reply<MetricsReply>),
     Join(Vec<Join>, Reply<Vec<Joined>>),
     Cluster(Reply<super::views::ClusterView>),
+    /// What the node's route sinks announce now, for the cluster's gossip (from the sinks'
+    /// threads; no reply).
+    Routes(Vec<crate::cluster::routes::Announcement>),
 }
 
 /// A consumer joining the change stream. A typed follower (not a `Feed`) has one

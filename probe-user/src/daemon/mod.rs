@@ -250,7 +250,8 @@ impl Daemon {
         let Ok((joined, rtts)) = joined.recv() else {
             return Err(daemon.stop_now().err().unwrap_or(DaemonError::Stopped));
         };
-        match consumers::Consumers::start(&config, prepared, joined, rtts) {
+        let runner = daemon.control.tx.clone();
+        match consumers::Consumers::start(&config, prepared, joined, (rtts, runner)) {
             Ok(started) => {
                 *daemon.control.consumers.try_lock().expect("no one else holds it yet") = started;
                 Ok(daemon)

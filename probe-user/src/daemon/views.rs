@@ -147,8 +147,12 @@ pub struct ClusterView {
     pub probers_per_target: usize,
     /// Live nodes, this one included, by name.
     pub members: Vec<String>,
-    /// The other nodes this one has heard of: live or silent, and for how long.
+    /// The other nodes this one has heard of: live or silent, and for how long, and what
+    /// their route sinks announce.
     pub nodes: Vec<crate::cluster::remote::NodeSummary>,
+    /// What this node's route sinks announce.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<crate::cluster::routes::Announcement>,
     /// Endpoints this node probes, of all it knows.
     pub probed_here: usize,
     pub endpoints: usize,

@@ -98,6 +98,10 @@ pub struct SyncReport {
 
 pub use route::RouteView;
 
+/// Told a sink's name and its prefixes whenever what a route sink says of them changes (the
+/// cluster gossips them); told an empty list when a reload removes the sink.
+pub type RouteReport = Arc<dyn Fn(&str, &[RouteView]) + Send + Sync>;
+
 /// One forwarding structure. Calls block; each sink runs on its own thread.
 pub trait Sink: Send {
     /// `nftables map ip lb web_slots (64 slots)`.
@@ -195,7 +199,13 @@ pub struct Running {
 impl Running {
     /// Starts following `changes` (which begin after `snapshot`) on a thread of its own; the
     /// first sync brings the structure to the snapshot's state.
-    pub fn start(cfg: SinkConfig, sink: Box<dyn Sink>, snapshot: &Snapshot, changes: Subscription) -> Running {
+    pub fn start(
+        cfg: SinkConfig,
+        sink: Box<dyn Sink>,
+        snapshot: &Snapshot,
+        changes: Subscription,
+        report: Option<RouteReport>,
+    ) -> Running {
         let model = ProfileModel::from_snapshot(&cfg.profile, snapshot);
         let view = Arc::new(Mutex::new(SinkView {
             name: cfg.name.clone(),
@@ -217,7 +227,7 @@ impl Running {
         let on_stop = cfg.on_stop;
         let thread = std::thread::Builder::new()
             .name(format!("probed-sink-{}", cfg.name))
-            .spawn(move || follow(sink, model, &changes, &shared, on_stop))
+            .spawn(move || follow(sink, model, &changes, &shared, on_stop, report.as_ref()))
             .map_err(|e| log::error!("cannot start a thread for sink {}: {e}", cfg.name))
             .ok();
         Running { cfg, view, thread }
@@ -247,6 +257,7 @@ fn follow(
     changes: &Subscription,
     view: &Mutex<SinkView>,
     on_stop: OnStop,
+    report: Option<&RouteReport>,
 ) {
     let mut dirty = true;
     let mut backoff = BACKOFF_FIRST;
@@ -260,23 +271,30 @@ fn follow(
         let now = Instant::now();
         if dirty && now >= retry_at {
             match sink.sync(&model) {
-                Ok(report) => {
+                Ok(done) => {
                     // A sink that has to decide again later (damping) stays due until then.
-                    dirty = report.again_at.is_some();
+                    dirty = done.again_at.is_some();
                     waiting = dirty;
-                    retry_at = report.again_at.unwrap_or(now);
+                    retry_at = done.again_at.unwrap_or(now);
                     backoff = BACKOFF_FIRST;
+                    let routes = sink.routes();
                     let mut v = lock(view);
-                    v.routes = sink.routes();
+                    // Told outside the lock: the report may wait for the runner.
+                    let changed = (routes != v.routes).then(|| (v.name.clone(), routes.clone()));
+                    v.routes = routes;
                     v.generation += 1;
                     v.syncs_total += 1;
-                    v.entries = report.entries;
-                    v.last_written = report.written;
+                    v.entries = done.entries;
+                    v.last_written = done.written;
                     v.in_sync = true;
                     v.last_error = None;
                     v.seq = model.seq;
                     if let Some(t) = newest_change.take() {
                         v.last_latency_ms = t.elapsed().as_secs_f64() * 1e3;
+                    }
+                    drop(v);
+                    if let (Some(report), Some((name, routes))) = (report, changed) {
+                        report(&name, &routes);
                     }
                 }
                 Err(e) => {
@@ -335,6 +353,11 @@ fn follow(
                 }
             }
         }
+    }
+    // A reload removed or changed the sink: it announces nothing any more (its successor,
+    // if any, says what it does).
+    if let Some(report) = report.filter(|_| !changes.runner_stopped()) {
+        report(&lock(view).name, &[]);
     }
     if on_stop == OnStop::Clear {
         let cleared = if changes.runner_stopped() {

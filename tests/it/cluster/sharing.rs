@@ -463,3 +463,53 @@ fn reloads_add_endpoints_to_the_shared_probing() {
         d.stop();
     }
 }
+
+/// What each node's route sink announces reaches every node: `/v1/cluster` (and `probed
+/// cluster`) on n0 shows n1's prefix announced, then withdrawn once n1's profile is disabled
+/// there, while n0 still announces its own.
+#[test]
+fn route_announcements_are_gossiped_to_every_node() {
+    let rig = Rig::new(2);
+    let sink = "\n[[sink]]\nname = \"vip\"\nprofile = \"web\"\nkind = \"route\"\nprefixes = [\"198.18.250.1/32\"]\n\
+                hold_down = \"0s\"\n";
+    let daemons: Vec<RunningDaemon> = (0..2)
+        .map(|i| {
+            let files = &rig.files[i];
+            let text = cluster_config(files, i, 2, 0, &rig.key) + sink;
+            let cfg = files.write_config(&text);
+            RunningDaemon::start(&rig.star.nodes[i], cfg, Some(&files.config_path()))
+                .unwrap_or_else(|e| panic!("start n{i}: {e}"))
+        })
+        .collect();
+    // (own routes, n1's routes as n0 hears them)
+    let seen = |d: &RunningDaemon| {
+        let v = d.get("/v1/cluster");
+        let own = v["routes"].clone();
+        let n1 = v["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["name"] == "n1")
+            .map(|n| n["routes"].clone())
+            .unwrap_or_default();
+        (own, n1)
+    };
+    let announced = serde_json::json!([{"prefix": "198.18.250.1/32", "state": "announced"}]);
+    let withdrawn = serde_json::json!([{"prefix": "198.18.250.1/32", "state": "withdrawn"}]);
+    let took = wait_for("n0 hears n1 announce", Duration::from_secs(15), || {
+        seen(&daemons[0]) == (announced.clone(), announced.clone())
+    });
+    println!("n1's announcement reached n0 {took:?} after the start");
+    let (code, _) = daemons[1].call("POST", "/v1/profiles/web/disable");
+    assert_eq!(code, 200);
+    wait_for("n0 hears n1 withdraw", Duration::from_secs(5), || {
+        seen(&daemons[0]) == (announced.clone(), withdrawn.clone())
+    });
+    let view: probed::daemon::views::ClusterView = serde_json::from_value(daemons[0].get("/v1/cluster")).unwrap();
+    let text = probed::render::render_cluster(&view);
+    assert!(text.contains("routes of n0: 198.18.250.1/32 announced"), "{text}");
+    assert!(text.contains("routes of n1: 198.18.250.1/32 withdrawn"), "{text}");
+    for d in daemons {
+        d.stop();
+    }
+}

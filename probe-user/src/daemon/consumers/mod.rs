@@ -42,6 +42,8 @@ pub(crate) struct Consumers {
     dns: Option<dns::Serving>,
     /// The sinks' and the DNS server's metrics, set when scraped.
     metrics: crate::metrics::Registry,
+    /// What the route sinks announce, told to the runner for the cluster's gossip.
+    route_report: Option<crate::sinks::RouteReport>,
 }
 
 /// What a configuration's consumers need that can fail, made before it goes live.
@@ -92,10 +94,14 @@ impl Consumers {
         config: &Config,
         prepared: Prepared,
         mut joined: Vec<Joined>,
-        rtts: watch::Receiver<Rtts>,
+        (rtts, runner): (
+            watch::Receiver<Rtts>,
+            tokio::sync::mpsc::Sender<super::control::Command>,
+        ),
     ) -> Result<Consumers, DaemonError> {
         let mut consumers = Consumers {
             regions: Arc::new(prepared.regions),
+            route_report: Some(sinks::RouteBoard::report_to(runner)),
             ..Consumers::default()
         };
         if let Some(bound) = prepared.dns {
@@ -110,7 +116,9 @@ impl Consumers {
         if let (Some(sink), Some(j)) = (prepared.events, take_joined(&mut joined, &Follower::Events)) {
             consumers.events = Some(EventWriter::start(sink, j.changes)?);
         }
-        prepared.sinks.start(&mut consumers.sinks, &mut joined);
+        prepared
+            .sinks
+            .start(&mut consumers.sinks, &mut joined, consumers.route_report.as_ref());
         Ok(consumers)
     }
 
@@ -155,7 +163,9 @@ impl Consumers {
             self.switch_events(sink, std::mem::take(&mut before));
         }
         sinks::stop_unwanted(&mut self.sinks, &config.sinks);
-        prepared.sinks.start(&mut self.sinks, &mut after);
+        prepared
+            .sinks
+            .start(&mut self.sinks, &mut after, self.route_report.as_ref());
         self.regions = Arc::new(prepared.regions);
         if let Some(dns) = &mut self.dns {
             dns.refollow(&config, &self.regions, &mut after);

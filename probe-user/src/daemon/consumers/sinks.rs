@@ -5,13 +5,50 @@ use std::path::Path;
 use super::take_joined;
 use crate::{
     changes::Follower,
-    config::Sink as SinkConfig,
+    config::{Sink as SinkConfig, SinkKind},
     daemon::{
         control::{Join, Joined},
         DaemonError,
     },
-    sinks::{self, Running, Sink},
+    sinks::{self, RouteReport, Running, Sink},
 };
+
+/// What every route sink announces, kept together and sent to the runner whole whenever one
+/// of them changes: the cluster gossips it (`probed cluster`).
+pub(super) struct RouteBoard {
+    by_sink: std::sync::Mutex<std::collections::BTreeMap<String, Vec<crate::cluster::routes::Announcement>>>,
+    runner: tokio::sync::mpsc::Sender<crate::daemon::control::Command>,
+}
+
+impl RouteBoard {
+    /// A board that tells the runner through `runner`: the report each route sink calls.
+    pub(super) fn report_to(runner: tokio::sync::mpsc::Sender<crate::daemon::control::Command>) -> RouteReport {
+        let board = std::sync::Arc::new(RouteBoard {
+            by_sink: std::sync::Mutex::default(),
+            runner,
+        });
+        std::sync::Arc::new(move |sink: &str, routes: &[sinks::RouteView]| board.report(sink, routes))
+    }
+
+    /// Called on the sink's own thread, never on a runtime's.
+    fn report(&self, sink: &str, routes: &[sinks::RouteView]) {
+        let all = {
+            let mut by_sink = self.by_sink.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let list = routes
+                .iter()
+                .map(|r| crate::cluster::routes::Announcement {
+                    prefix: r.prefix.clone(),
+                    state: r.state.as_str().to_string(),
+                })
+                .collect();
+            by_sink.insert(sink.to_string(), list);
+            by_sink.values().flatten().cloned().collect()
+        };
+        // The runner takes commands one at a time; a full queue is waited for (a route change
+        // is rare, and losing the last one would leave the cluster a stale view).
+        let _ = self.runner.blocking_send(crate::daemon::control::Command::Routes(all));
+    }
+}
 
 /// A sink's queue holds at most one change per endpoint of its profile; this bounds it far
 /// beyond any profile, so that it never loses a change.
@@ -59,15 +96,19 @@ impl PreparedSinks {
         })
     }
 
-    /// Starts each on its thread, from what it joined with.
-    pub(super) fn start(self, running: &mut Vec<Running>, joined: &mut Vec<Joined>) {
+    /// Starts each on its thread, from what it joined with; route sinks tell `report` what
+    /// they announce.
+    pub(super) fn start(self, running: &mut Vec<Running>, joined: &mut Vec<Joined>, report: Option<&RouteReport>) {
         for (cfg, sink) in self.0 {
             let Some(joined) = take_joined(joined, &follower(&cfg)) else {
                 log::error!("sink {}: the runner did not take it on; it does not run", cfg.name);
                 continue;
             };
             log::info!("sink {}: {} follows profile {}", cfg.name, sink.describe(), cfg.profile);
-            running.push(Running::start(cfg, sink, &joined.snapshot, joined.changes));
+            let report = matches!(cfg.kind, SinkKind::Route(_))
+                .then(|| report.cloned())
+                .flatten();
+            running.push(Running::start(cfg, sink, &joined.snapshot, joined.changes, report));
         }
     }
 }

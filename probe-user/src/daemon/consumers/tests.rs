@@ -58,13 +58,14 @@ fn the_events_file_follows_a_reload_exactly_and_a_refused_one_changes_nothing() 
     let (first, second) = (dir.join("first.jsonl"), dir.join("second.jsonl"));
     let mut bus = Bus::default();
     let (_rtts_tx, rtts) = watch::channel(Rtts::default());
+    let (runner, _commands) = tokio::sync::mpsc::channel(8);
 
     let start = config(&dir, &first);
     let prepared = Consumers::prepare_start(&start).expect("prepared");
     let joins = Consumers::start_joins(&prepared);
     assert_eq!(joins.len(), 1, "only the events file: no [dns], no [[sink]]");
     let joined = join(&mut bus, joins);
-    let mut consumers = Consumers::start(&start, prepared, joined, rtts).expect("started");
+    let mut consumers = Consumers::start(&start, prepared, joined, (rtts, runner)).expect("started");
     publish(&mut bus, "before-reload");
 
     // A reload whose events file cannot be opened (its directory would be under a regular

@@ -52,6 +52,7 @@ impl Runner {
             Command::Join(joins, reply) => {
                 let _ = reply.send(Ok(self.join(joins)));
             }
+            Command::Routes(routes) => self.cluster_routes(routes),
         }
     }
 }

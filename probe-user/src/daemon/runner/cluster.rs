@@ -40,6 +40,8 @@ pub(in crate::daemon) struct Link {
     said: FastMap<u64, Vec<Said>>,
     /// Targets by verdict key (rebuilt with every table).
     by_verdict: FastMap<u64, OwnerId>,
+    /// What this node's route sinks announce, as they last said.
+    routes: Vec<crate::cluster::routes::Announcement>,
 }
 
 impl Link {
@@ -52,6 +54,7 @@ impl Link {
             settings: settings.clone(),
             said: FastMap::default(),
             by_verdict: FastMap::default(),
+            routes: Vec::new(),
         }
     }
 
@@ -315,6 +318,17 @@ impl Runner {
     }
 
     /// `GET /v1/cluster`; None without `[cluster]`.
+    /// The route sinks say what this node announces now: gossiped to the other nodes.
+    pub(in crate::daemon) fn cluster_routes(&mut self, routes: Vec<crate::cluster::routes::Announcement>) {
+        let Some(link) = self.cluster.as_mut() else {
+            return;
+        };
+        if let Some(node) = &link.node {
+            node.set_routes(&routes);
+        }
+        link.routes = routes;
+    }
+
     pub(in crate::daemon) fn cluster_view(&self) -> Option<crate::daemon::views::ClusterView> {
         use std::sync::atomic::Ordering::Relaxed;
         let link = self.cluster.as_ref()?;
@@ -338,6 +352,7 @@ impl Runner {
             probers_per_target: link.settings.probers_per_target,
             members: link.members().iter().map(|m| m.name.clone()).collect(),
             nodes: snap.nodes,
+            routes: link.routes.clone(),
             probed_here: self.table.targets.values().filter(|t| t.should_probe()).count(),
             endpoints: self.table.targets.len(),
             datagrams,
