@@ -322,6 +322,22 @@ pub struct HttpCheck {
     pub headers: Vec<Header>,
     pub healthy_status: Vec<StatusRange>,
     pub body_match: Option<String>,
+    /// HTTPS: how the server's certificate is checked.
+    pub tls_verify: TlsVerifySetting,
+    /// HTTPS: the name sent as SNI and, with `tls_verify = "ca"`, verified; None: the Host
+    /// (`host`, or a Host header), else no SNI and the address.
+    pub server_name: Option<HostName>,
+}
+
+/// `tls_verify`: what an HTTPS check requires of the server's certificate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub enum TlsVerifySetting {
+    /// One must be presented; chain, name and dates are not checked (SPEC 1, the tm's rule).
+    #[default]
+    Presence,
+    /// It must chain to a root of `ca_file` (None: the system's roots), match the server name
+    /// and be within its dates.
+    Ca { ca_file: Option<std::path::PathBuf> },
 }
 
 impl HttpCheck {

@@ -4,3 +4,4 @@ mod cli_check;
 mod http;
 mod http_conformance;
 mod local_errors;
+mod tls_verify;

@@ -608,6 +608,37 @@ pub const HEALTH: Section = Section {
         )
         .only(HTTP),
         Key::new(
+            "tls_verify",
+            Type::String,
+            Value("\"presence\""),
+            OneOf(&["presence", "ca"]),
+            Recheck,
+            "presence: the server must present a certificate, which is not checked (the traffic \
+             manager's rule). ca: it must chain to a root of ca_file (or the system's roots), match \
+             server_name and be within its dates; a failure is the check's failure, its reason naming it \
+             (expired, unknown issuer, not valid for the name).",
+        )
+        .only("protocol = \"https\""),
+        Key::new(
+            "ca_file",
+            Type::String,
+            said("the system's roots"),
+            words("an absolute path to a PEM file of CA certificates, read at start and reload"),
+            Recheck,
+            "The roots a certificate must chain to with tls_verify = \"ca\".",
+        )
+        .only("protocol = \"https\" with tls_verify = \"ca\""),
+        Key::new(
+            "server_name",
+            Type::String,
+            said("the Host (host, or a Host header); else the address, with no SNI"),
+            words("a host name"),
+            Recheck,
+            "The name sent as SNI and, with tls_verify = \"ca\", the name the certificate must be \
+             valid for.",
+        )
+        .only("protocol = \"https\""),
+        Key::new(
             "fast_interval",
             Duration,
             said("interval"),

@@ -156,3 +156,102 @@ fn rule_messages_come_from_the_shared_rules() {
         "{errs}"
     );
 }
+
+// HTTPS certificate verification.
+const HTTPS: &str = "protocol = \"https\"\n";
+
+#[test]
+fn https_verifies_a_certificate_against_a_ca_file_when_asked() {
+    let dir = std::env::temp_dir().join(format!("probed-config-ca-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = dir.join("ca.pem");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["ca.example.test".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    std::fs::write(&ca, cert.pem()).unwrap();
+    let text = |extra: &str| cfg("lb", "", &format!("{HTTPS}{extra}"), "");
+    let http = |c: &Config| match &c.profiles[0].health.probe {
+        Probe::Http(h) => h.clone(),
+        other => panic!("{other:?}"),
+    };
+    let h = http(&ok(&text("")));
+    assert_eq!(
+        (h.tls_verify, h.server_name),
+        (TlsVerifySetting::Presence, None),
+        "the default"
+    );
+    let h = http(&ok(&text(&format!(
+        "tls_verify = \"ca\"\nca_file = \"{}\"\nserver_name = \"www.example.test\"\n",
+        ca.display()
+    ))));
+    assert_eq!(
+        h.tls_verify,
+        TlsVerifySetting::Ca {
+            ca_file: Some(ca.clone())
+        }
+    );
+    assert_eq!(h.server_name.as_ref().map(HostName::as_str), Some("www.example.test"));
+    let h = http(&ok(&text("tls_verify = \"ca\"\n")));
+    assert_eq!(
+        h.tls_verify,
+        TlsVerifySetting::Ca { ca_file: None },
+        "the system's roots"
+    );
+    // A file that gives no root is refused at load, naming it.
+    let empty = dir.join("empty.pem");
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    let errs = refused(&text(&format!(
+        "tls_verify = \"ca\"\nca_file = \"{}\"\n",
+        empty.display()
+    )));
+    assert!(errs.to_string().contains("no usable CA certificate"), "{errs}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+rule!(
+    tls_verify_unknown,
+    cfg("lb", "", &format!("{HTTPS}tls_verify = \"strict\""), ""),
+    "profile[0].health.tls_verify"
+);
+rule!(
+    tls_verify_on_plain_http,
+    cfg("lb", "", "tls_verify = \"ca\"", ""),
+    "profile[0].health.tls_verify"
+);
+rule!(
+    tls_verify_on_tcp,
+    cfg("lb", "", "protocol = \"tcp\"\nport = 1\ntls_verify = \"ca\"", ""),
+    "profile[0].health.tls_verify"
+);
+rule!(
+    ca_file_without_ca,
+    cfg("lb", "", &format!("{HTTPS}ca_file = \"/etc/ssl/ca.pem\""), ""),
+    "profile[0].health.ca_file"
+);
+rule!(
+    ca_file_relative,
+    cfg(
+        "lb",
+        "",
+        &format!("{HTTPS}tls_verify = \"ca\"\nca_file = \"ca.pem\""),
+        ""
+    ),
+    "profile[0].health.ca_file"
+);
+rule!(
+    ca_file_missing,
+    cfg(
+        "lb",
+        "",
+        &format!("{HTTPS}tls_verify = \"ca\"\nca_file = \"/nonexistent/ca.pem\""),
+        ""
+    ),
+    "profile[0].health.ca_file"
+);
+rule!(
+    server_name_not_a_name,
+    cfg("lb", "", &format!("{HTTPS}server_name = \"a b\""), ""),
+    "profile[0].health.server_name"
+);

@@ -200,7 +200,17 @@ fn not_for(r: &mut Reader<'_>, t: &Table<'_, '_>, keys: &[&str], why: &str) -> b
     clean
 }
 
-const HTTP_ONLY: [&str; 6] = ["path", "host", "method", "headers", "status", "body_match"];
+const HTTP_ONLY: [&str; 9] = [
+    "path",
+    "host",
+    "method",
+    "headers",
+    "status",
+    "body_match",
+    "tls_verify",
+    "ca_file",
+    "server_name",
+];
 const UDP_ONLY: [&str; 2] = ["request", "response"];
 
 fn probe(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Option<Probe> {

@@ -70,6 +70,7 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, tls: bool)
         }
         Some(item) => Some(item.v),
     };
+    let (tls_verify, server_name) = tls_settings(r, t, tls);
     (r.errors.len() == before).then_some(HttpCheck {
         tls,
         method,
@@ -78,7 +79,67 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, tls: bool)
         headers,
         healthy_status,
         body_match,
+        tls_verify,
+        server_name,
     })
+}
+
+/// `tls_verify`, `ca_file` and `server_name`: HTTPS only. A CA file is read here, so that a
+/// start or reload with one that gives no root is refused, naming it.
+fn tls_settings(r: &mut Reader<'_>, t: &Table<'_, '_>, tls: bool) -> (TlsVerifySetting, Option<HostName>) {
+    let verify = r.string(t, "tls_verify");
+    let ca_file = r.string(t, "ca_file");
+    let server_name = r.string(t, "server_name");
+    if !tls {
+        for item in [&verify, &ca_file, &server_name].into_iter().flatten() {
+            r.bad(item, "only HTTPS checks use this; the protocol is http");
+        }
+        return (TlsVerifySetting::Presence, None);
+    }
+    let server_name = server_name.and_then(|item| {
+        HostName::parse(&item.v).map_or_else(
+            |e| {
+                broke(r, &item, e);
+                None
+            },
+            Some,
+        )
+    });
+    let verify = match verify.as_ref().map(|i| i.v.as_str()) {
+        None | Some("presence") => {
+            if let Some(item) = &ca_file {
+                r.bad(item, "a CA file is for tls_verify = \"ca\"");
+            }
+            TlsVerifySetting::Presence
+        }
+        Some("ca") => {
+            let ca_file = ca_file.and_then(|item| {
+                if !item.v.starts_with('/') {
+                    r.bad(&item, "expected an absolute path to a PEM file of CA certificates");
+                    return None;
+                }
+                let path = std::path::PathBuf::from(&item.v);
+                match crate::probe::http::TlsVerify::strict_ca_file(&path) {
+                    Ok(_) => Some(path),
+                    Err(e) => {
+                        r.bad(&item, e.to_string());
+                        None
+                    }
+                }
+            });
+            TlsVerifySetting::Ca { ca_file }
+        }
+        Some(_) => {
+            if let Some(item) = &verify {
+                r.bad(
+                    item,
+                    "expected presence (a certificate must be shown) or ca (it must chain to ca_file or the system's roots, and match the name)",
+                );
+            }
+            TlsVerifySetting::Presence
+        }
+    };
+    (verify, server_name)
 }
 
 /// One level of `name:value` headers, by the rules the prober follows too.

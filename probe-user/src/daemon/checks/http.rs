@@ -4,7 +4,7 @@ use std::{sync::Arc, time::Duration};
 
 use super::ProbeReport;
 use crate::{
-    config::{Endpoint, HttpCheck as HttpSettings},
+    config::{Endpoint, HttpCheck as HttpSettings, TlsVerifySetting},
     engine::L4Outcome,
     probe::http::{
         request::DEFAULT_BODY_LIMIT, HttpCheck, HttpCheckError, HttpCheckParts, HttpOutcome, Phase, Scheme, StatusSet,
@@ -19,8 +19,14 @@ pub struct HttpProbe {
 }
 
 impl HttpProbe {
-    /// The check the profile's HTTP settings describe for `endpoint`.
-    pub fn prepare(h: &HttpSettings, timeout: Duration, endpoint: &Endpoint) -> Result<HttpProbe, HttpCheckError> {
+    /// The check the profile's HTTP settings describe for `endpoint`, with the profile's TLS
+    /// client (`tls_client`, made once per profile).
+    pub fn prepare(
+        h: &HttpSettings,
+        timeout: Duration,
+        endpoint: &Endpoint,
+        tls: TlsVerify,
+    ) -> Result<HttpProbe, HttpCheckError> {
         let check = HttpCheck::from_parts(HttpCheckParts {
             scheme: if h.tls { Scheme::Https } else { Scheme::Http },
             method: h.method,
@@ -32,8 +38,8 @@ impl HttpProbe {
             body_match: h.body_match.clone(),
             body_limit: DEFAULT_BODY_LIMIT,
             timeout,
-            // SPEC 1 (tm): the certificate must be present but is not validated.
-            tls: TlsVerify::Presented,
+            tls,
+            server_name: h.server_name.clone(),
         })?;
         Ok(HttpProbe { check: Arc::new(check) })
     }
@@ -67,6 +73,17 @@ impl HttpProbe {
             elapsed,
             reason: Arc::from(o.to_string()),
         }
+    }
+}
+
+/// The TLS client `h` asks for: by default (SPEC 1, the tm's rule) a certificate must be
+/// presented and is not validated; with `tls_verify = "ca"` it must chain to `ca_file` or the
+/// system's roots.
+pub fn tls_client(h: &HttpSettings) -> Result<TlsVerify, HttpCheckError> {
+    match &h.tls_verify {
+        TlsVerifySetting::Presence => Ok(TlsVerify::Presented),
+        TlsVerifySetting::Ca { ca_file: Some(path) } => TlsVerify::strict_ca_file(path),
+        TlsVerifySetting::Ca { ca_file: None } => TlsVerify::strict_system(),
     }
 }
 

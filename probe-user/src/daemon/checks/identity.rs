@@ -135,6 +135,16 @@ impl<'a> Parts<'a> {
                 if let Some(body) = &h.body_match {
                     field(&mut out, "body", body);
                 }
+                // Only when set, so that keys of checks without them stay as they were.
+                if let crate::config::TlsVerifySetting::Ca { ca_file } = &h.tls_verify {
+                    let roots = ca_file
+                        .as_ref()
+                        .map_or_else(|| "system".into(), |p| p.display().to_string());
+                    field(&mut out, "tls_verify_ca", &roots);
+                }
+                if let Some(name) = &h.server_name {
+                    field(&mut out, "server_name", name.as_str());
+                }
             }
         }
         out

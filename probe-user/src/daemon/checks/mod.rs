@@ -118,11 +118,17 @@ pub struct Specs<'p> {
     profile: &'p Profile,
     /// The HTTP check of the profile's endpoints that add no headers.
     http: Option<http::HttpProbe>,
+    /// The profile's TLS client, made once (a CA file is read once per profile).
+    tls: Option<crate::probe::http::TlsVerify>,
 }
 
 impl<'p> Specs<'p> {
     pub fn new(profile: &'p Profile) -> Self {
-        Specs { profile, http: None }
+        Specs {
+            profile,
+            http: None,
+            tls: None,
+        }
     }
 
     pub fn profile(&self) -> &'p Profile {
@@ -158,13 +164,20 @@ impl<'p> Specs<'p> {
                 let probe = match &self.http {
                     Some(probe) if shared => probe.clone(),
                     _ => {
-                        let probe = http::HttpProbe::prepare(h, health.timeout, endpoint).map_err(|source| {
-                            CheckSpecError::Http {
-                                profile: profile.name.clone(),
-                                endpoint: endpoint.name.to_string(),
-                                source,
+                        let failed = |source| CheckSpecError::Http {
+                            profile: profile.name.clone(),
+                            endpoint: endpoint.name.to_string(),
+                            source,
+                        };
+                        let tls = match &self.tls {
+                            Some(tls) => tls.clone(),
+                            None => {
+                                let tls = http::tls_client(h).map_err(failed)?;
+                                self.tls = Some(tls.clone());
+                                tls
                             }
-                        })?;
+                        };
+                        let probe = http::HttpProbe::prepare(h, health.timeout, endpoint, tls).map_err(failed)?;
                         if shared {
                             self.http = Some(probe.clone());
                         }

@@ -56,6 +56,8 @@ pub struct HttpCheckParts {
     pub body_limit: usize,
     pub timeout: Duration,
     pub tls: TlsVerify,
+    /// The TLS server name (SNI, and the name verified), instead of the Host's.
+    pub server_name: Option<HostName>,
 }
 
 /// The command line's settings for one check, as typed by the operator; `None` means the
@@ -130,6 +132,7 @@ impl HttpCheckSpec {
             body_limit: self.body_limit.unwrap_or(DEFAULT_BODY_LIMIT),
             timeout: self.timeout,
             tls: self.tls.clone(),
+            server_name: None,
         })
     }
 }
@@ -162,6 +165,7 @@ pub struct HttpCheck {
     body_limit: usize,
     timeout: Duration,
     tls: TlsVerify,
+    server_name: Option<HostName>,
 }
 
 impl HttpCheck {
@@ -239,6 +243,7 @@ impl HttpCheck {
             body_limit: p.body_limit,
             timeout: p.timeout,
             tls: p.tls,
+            server_name: p.server_name,
         })
     }
 
@@ -297,11 +302,12 @@ impl HttpCheck {
             .or(self.domain.as_ref().map(HostName::as_str))
     }
 
-    /// The TLS server name: the host part of the Host header when it is a DNS name, else the
-    /// target IP (which rustls never sends as SNI, but strict mode checks it against the
+    /// The TLS server name: the one set (`server_name`), else the host part of the Host header
+    /// when it is a DNS name, else the target IP (which rustls never sends as SNI, but strict mode checks it against the
     /// certificate's IP addresses).
     pub fn server_name(&self, target: SocketAddr) -> rustls_pki_types::ServerName<'static> {
-        let named = self.custom_host().and_then(|h| {
+        let given = self.server_name.as_ref().map(HostName::as_str);
+        let named = given.or_else(|| self.custom_host()).and_then(|h| {
             let host = host_part(h);
             if host.parse::<std::net::IpAddr>().is_ok() {
                 return None;

@@ -203,6 +203,7 @@ fn typed_parts_and_the_command_line_build_the_same_check() {
         body_limit: DEFAULT_BODY_LIMIT,
         timeout: Duration::from_secs(9),
         tls: TlsVerify::Presented,
+        server_name: None,
     })
     .unwrap();
     let target: SocketAddr = "192.0.2.20:443".parse().unwrap();

@@ -1,0 +1,189 @@
+//! HTTPS checks that verify what they talk to. nginx serves `/health` with four certificates
+//! made here (rcgen): a good one from the test CA for www.example.test, an expired one, one for
+//! another name, and one from another CA. The daemon checks each under `tls_verify =
+//! "presence"` (the default: a certificate must be shown, nothing more) and under `"ca"` (it
+//! must chain to the test CA, be valid for `server_name` and be within its dates); curl on the
+//! same server is the oracle (`-k` for presence, `--cacert` for ca), and each verdict must be
+//! curl's, with a reason that names what failed.
+use std::{path::Path, time::Duration};
+
+use probed::status::EndpointStatus as S;
+use probed_tests::{daemon::DaemonFiles, daemon::RunningDaemon, procs::Proc, topo::*, Topology};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+
+const NAME: &str = "www.example.test";
+const FIRST_PORT: u16 = 8443;
+
+/// A certificate and its key, as PEM.
+struct Pem {
+    cert: String,
+    key: String,
+}
+
+/// A CA: its certificate (to sign with) and key.
+struct Ca {
+    cert: rcgen::Certificate,
+    key: KeyPair,
+}
+
+fn ca(name: &str) -> Ca {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(rcgen::DnType::CommonName, name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key).unwrap();
+    Ca { cert, key }
+}
+
+/// A server certificate for `name` from `ca`, valid until `not_after` (year).
+fn leaf(ca: &Ca, name: &str, not_after: i32) -> Pem {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec![name.to_string()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(not_after, 1, 1);
+    let cert = params.signed_by(&key, &ca.cert, &ca.key).unwrap();
+    Pem {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    }
+}
+
+/// (endpoint name, certificate): each served by nginx on its own port, from FIRST_PORT on.
+fn certificates(good: &Ca, other: &Ca) -> Vec<(&'static str, Pem)> {
+    vec![
+        ("good", leaf(good, NAME, 2099)),
+        ("expired", leaf(good, NAME, 2021)),
+        ("other-name", leaf(good, "other.example.test", 2099)),
+        ("other-ca", leaf(other, NAME, 2099)),
+    ]
+}
+
+fn nginx(ns: &probed_tests::Netns, dir: &Path, certs: &[(&str, Pem)]) -> Proc {
+    let www = dir.join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("health"), "ok\n").unwrap();
+    let d = dir.display();
+    let mut servers = String::new();
+    for (i, (name, pem)) in certs.iter().enumerate() {
+        let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+        std::fs::write(&cert, &pem.cert).unwrap();
+        std::fs::write(&key, &pem.key).unwrap();
+        servers += &format!(
+            "server {{ listen {BACKEND_V4}:{} ssl; ssl_certificate {}; ssl_certificate_key {}; root {d}/www; }}\n",
+            FIRST_PORT + i as u16,
+            cert.display(),
+            key.display()
+        );
+    }
+    probed_tests::run("chmod", &["-R", "a+rX", &d.to_string()]);
+    let conf = dir.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon off; pid {d}/nginx.pid; error_log {d}/nginx-error.log; events {{}}\n\
+             http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; \
+             uwsgi_temp_path {d}; scgi_temp_path {d};\n{servers}}}\n"
+        ),
+    )
+    .unwrap();
+    let argv = ["/usr/sbin/nginx", "-c", conf.to_str().unwrap(), "-e", "stderr"];
+    Proc::spawn(ns, None, &argv, &dir.join("nginx.log"), "nginx")
+}
+
+/// Whether curl, from the prober, gets `/health` from the server on `port` (with `ca`, verifying
+/// against it for `NAME`; without, accepting any certificate).
+fn curl_ok(prober: &probed_tests::Netns, port: u16, ca: Option<&Path>) -> bool {
+    let url = format!("https://{NAME}:{port}/health");
+    let resolve = format!("{NAME}:{port}:{BACKEND_V4}");
+    let mut args = vec![
+        "netns",
+        "exec",
+        &prober.name,
+        "curl",
+        "-sS",
+        "-o",
+        "/dev/null",
+        "--max-time",
+        "3",
+    ];
+    args.extend(["--resolve", &resolve]);
+    let ca_text = ca.map(|p| p.display().to_string());
+    match &ca_text {
+        Some(p) => args.extend(["--cacert", p.as_str()]),
+        None => args.push("-k"),
+    }
+    args.push(&url);
+    std::process::Command::new("ip")
+        .args(&args)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn a_verified_https_check_fails_as_curl_does_and_says_why() {
+    let topo = Topology::new();
+    let files = DaemonFiles::new();
+    let dir = files.dir.join("tls");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (good_ca, other_ca) = (ca("probed test CA"), ca("another CA"));
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, good_ca.cert.pem()).unwrap();
+    let certs = certificates(&good_ca, &other_ca);
+    let _nginx = nginx(&topo.backend, &dir, &certs);
+    let health = "protocol = \"https\"\npath = \"/health\"\ninterval = \"200ms\"\ntimeout = \"1s\"\n\
+                  healthy_threshold = 2\nunhealthy_threshold = 2\n";
+    let mut text = files.header(PROBER_IF);
+    for (profile, extra) in [
+        ("presence", String::new()),
+        (
+            "ca",
+            format!(
+                "tls_verify = \"ca\"\nca_file = \"{}\"\nserver_name = \"{NAME}\"\n",
+                ca_file.display()
+            ),
+        ),
+    ] {
+        text += &format!("\n[[profile]]\nname = \"{profile}\"\ndialect = \"lb\"\n\n[profile.health]\n{health}{extra}");
+        for (i, (name, _)) in certs.iter().enumerate() {
+            text += &format!(
+                "\n[[profile.endpoint]]\nname = \"{name}\"\naddress = \"{BACKEND_V4}\"\nport = {}\n",
+                FIRST_PORT + i as u16
+            );
+        }
+    }
+    let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start");
+    // What each check must say: its oracle's verdict, and for a failure what names it.
+    let cases = [
+        ("presence", "good", None),
+        ("presence", "expired", None),
+        ("presence", "other-name", None),
+        ("presence", "other-ca", None),
+        ("ca", "good", None),
+        ("ca", "expired", Some("certificate expired")),
+        ("ca", "other-name", Some("not valid for name")),
+        ("ca", "other-ca", Some("UnknownIssuer")),
+    ];
+    for (i, (profile, endpoint, why)) in cases.iter().enumerate() {
+        let port = FIRST_PORT + (i % certs.len()) as u16;
+        let oracle = curl_ok(&topo.prober, port, (*profile == "ca").then_some(ca_file.as_path()));
+        assert_eq!(oracle, why.is_none(), "curl's verdict on {profile}/{endpoint}");
+        let want = if oracle { S::Online } else { S::Degraded };
+        let view = daemon.wait_status(profile, endpoint, want, Duration::from_secs(10));
+        let reason = view
+            .last_result
+            .as_ref()
+            .map(|r| r.reason.to_string())
+            .unwrap_or_default();
+        if let Some(why) = why {
+            assert!(
+                reason.contains(why),
+                "{profile}/{endpoint}: the reason names it: {reason}"
+            );
+        }
+        println!(
+            "{profile:<8} {endpoint:<10} curl {} -> {want:?}: {reason}",
+            if oracle { "ok" } else { "fails" }
+        );
+    }
+    daemon.stop();
+}
