@@ -327,6 +327,16 @@ pub struct HttpCheck {
     /// HTTPS: the name sent as SNI and, with `tls_verify = "ca"`, verified; None: the Host
     /// (`host`, or a Host header), else no SNI and the address.
     pub server_name: Option<HostName>,
+    /// HTTPS: the client certificate (chain) and key files presented to servers that ask
+    /// (mTLS backends).
+    pub client_cert: Option<ClientCertFiles>,
+}
+
+/// `client_cert` and `client_key`: PEM files, read when the configuration is loaded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClientCertFiles {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
 }
 
 /// `tls_verify`: what an HTTPS check requires of the server's certificate.

@@ -1,10 +1,11 @@
 //! HTTPS checks that verify what they talk to. nginx serves `/health` with four certificates
 //! made here (rcgen): a good one from the test CA for www.example.test, an expired one, one for
-//! another name, and one from another CA. The daemon checks each under `tls_verify =
-//! "presence"` (the default: a certificate must be shown, nothing more) and under `"ca"` (it
-//! must chain to the test CA, be valid for `server_name` and be within its dates); curl on the
-//! same server is the oracle (`-k` for presence, `--cacert` for ca), and each verdict must be
-//! curl's, with a reason that names what failed.
+//! another name, and one from another CA; and, on a fifth port, the good one while requiring a
+//! client certificate from the test CA (`ssl_verify_client on`). The daemon checks each under
+//! `tls_verify = "presence"` (the default: a certificate must be shown, nothing more), under
+//! `"ca"` (it must chain to the test CA, be valid for `server_name` and be within its dates),
+//! and under `"ca"` with a client certificate; curl on the same server is the oracle (`-k`,
+//! `--cacert`, `--cert`), and each verdict must be curl's, with a reason that names what failed.
 use std::{path::Path, time::Duration};
 
 use probed::status::EndpointStatus as S;
@@ -48,17 +49,19 @@ fn leaf(ca: &Ca, name: &str, not_after: i32) -> Pem {
     }
 }
 
-/// (endpoint name, certificate): each served by nginx on its own port, from FIRST_PORT on.
+/// (endpoint name, certificate): each served by nginx on its own port, from FIRST_PORT on;
+/// "mtls" asks the client for a certificate from the test CA.
 fn certificates(good: &Ca, other: &Ca) -> Vec<(&'static str, Pem)> {
     vec![
         ("good", leaf(good, NAME, 2099)),
         ("expired", leaf(good, NAME, 2021)),
         ("other-name", leaf(good, "other.example.test", 2099)),
         ("other-ca", leaf(other, NAME, 2099)),
+        ("mtls", leaf(good, NAME, 2099)),
     ]
 }
 
-fn nginx(ns: &probed_tests::Netns, dir: &Path, certs: &[(&str, Pem)]) -> Proc {
+fn nginx(ns: &probed_tests::Netns, dir: &Path, certs: &[(&str, Pem)], client_ca: &Path) -> Proc {
     let www = dir.join("www");
     std::fs::create_dir_all(&www).unwrap();
     std::fs::write(www.join("health"), "ok\n").unwrap();
@@ -68,8 +71,13 @@ fn nginx(ns: &probed_tests::Netns, dir: &Path, certs: &[(&str, Pem)]) -> Proc {
         let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
         std::fs::write(&cert, &pem.cert).unwrap();
         std::fs::write(&key, &pem.key).unwrap();
+        let client = if *name == "mtls" {
+            format!("ssl_verify_client on; ssl_client_certificate {};", client_ca.display())
+        } else {
+            String::new()
+        };
         servers += &format!(
-            "server {{ listen {BACKEND_V4}:{} ssl; ssl_certificate {}; ssl_certificate_key {}; root {d}/www; }}\n",
+            "server {{ listen {BACKEND_V4}:{} ssl; ssl_certificate {}; ssl_certificate_key {}; {client} root {d}/www; }}\n",
             FIRST_PORT + i as u16,
             cert.display(),
             key.display()
@@ -90,29 +98,25 @@ fn nginx(ns: &probed_tests::Netns, dir: &Path, certs: &[(&str, Pem)]) -> Proc {
     Proc::spawn(ns, None, &argv, &dir.join("nginx.log"), "nginx")
 }
 
-/// Whether curl, from the prober, gets `/health` from the server on `port` (with `ca`, verifying
-/// against it for `NAME`; without, accepting any certificate).
-fn curl_ok(prober: &probed_tests::Netns, port: u16, ca: Option<&Path>) -> bool {
-    let url = format!("https://{NAME}:{port}/health");
-    let resolve = format!("{NAME}:{port}:{BACKEND_V4}");
-    let mut args = vec![
-        "netns",
-        "exec",
-        &prober.name,
-        "curl",
-        "-sS",
-        "-o",
-        "/dev/null",
-        "--max-time",
-        "3",
-    ];
-    args.extend(["--resolve", &resolve]);
-    let ca_text = ca.map(|p| p.display().to_string());
-    match &ca_text {
-        Some(p) => args.extend(["--cacert", p.as_str()]),
-        None => args.push("-k"),
+/// Whether curl, from the prober, gets a 2xx for `/health` from the server on `port` (with
+/// `ca`, verifying against it for `NAME`; without, accepting any certificate; with `client`,
+/// presenting that certificate and key).
+fn curl_ok(prober: &probed_tests::Netns, port: u16, ca: Option<&Path>, client: Option<(&Path, &Path)>) -> bool {
+    let mut args: Vec<String> = ["netns", "exec", &prober.name, "curl", "-sf", "-o", "/dev/null"]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    args.extend(["--max-time".into(), "3".into()]);
+    args.extend(["--resolve".into(), format!("{NAME}:{port}:{BACKEND_V4}")]);
+    match ca {
+        Some(p) => args.extend(["--cacert".into(), p.display().to_string()]),
+        None => args.push("-k".into()),
     }
-    args.push(&url);
+    if let Some((cert, key)) = client {
+        args.extend(["--cert".into(), cert.display().to_string()]);
+        args.extend(["--key".into(), key.display().to_string()]);
+    }
+    args.push(format!("https://{NAME}:{port}/health"));
     std::process::Command::new("ip")
         .args(&args)
         .status()
@@ -129,19 +133,32 @@ fn a_verified_https_check_fails_as_curl_does_and_says_why() {
     let ca_file = dir.join("ca.pem");
     std::fs::write(&ca_file, good_ca.cert.pem()).unwrap();
     let certs = certificates(&good_ca, &other_ca);
-    let _nginx = nginx(&topo.backend, &dir, &certs);
+    let _nginx = nginx(&topo.backend, &dir, &certs, &ca_file);
+    // The probe's client certificate, from the test CA; its key readable by its owner alone.
+    let client = leaf(&good_ca, "probe.example.test", 2099);
+    let (client_cert, client_key) = (dir.join("client.crt"), dir.join("client.key"));
+    std::fs::write(&client_cert, &client.cert).unwrap();
+    std::fs::write(&client_key, &client.key).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&client_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     let health = "protocol = \"https\"\npath = \"/health\"\ninterval = \"200ms\"\ntimeout = \"1s\"\n\
                   healthy_threshold = 2\nunhealthy_threshold = 2\n";
     let mut text = files.header(PROBER_IF);
+    let verify_ca = format!(
+        "tls_verify = \"ca\"\nca_file = \"{}\"\nserver_name = \"{NAME}\"\n",
+        ca_file.display()
+    );
+    let with_client = format!(
+        "{verify_ca}client_cert = \"{}\"\nclient_key = \"{}\"\n",
+        client_cert.display(),
+        client_key.display()
+    );
     for (profile, extra) in [
         ("presence", String::new()),
-        (
-            "ca",
-            format!(
-                "tls_verify = \"ca\"\nca_file = \"{}\"\nserver_name = \"{NAME}\"\n",
-                ca_file.display()
-            ),
-        ),
+        ("ca", verify_ca.clone()),
+        ("client", with_client),
     ] {
         text += &format!("\n[[profile]]\nname = \"{profile}\"\ndialect = \"lb\"\n\n[profile.health]\n{health}{extra}");
         for (i, (name, _)) in certs.iter().enumerate() {
@@ -153,19 +170,29 @@ fn a_verified_https_check_fails_as_curl_does_and_says_why() {
     }
     let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start");
     // What each check must say: its oracle's verdict, and for a failure what names it.
+    let asks_a_client_cert = Some("status 400");
     let cases = [
         ("presence", "good", None),
         ("presence", "expired", None),
         ("presence", "other-name", None),
         ("presence", "other-ca", None),
+        ("presence", "mtls", asks_a_client_cert),
         ("ca", "good", None),
         ("ca", "expired", Some("certificate expired")),
         ("ca", "other-name", Some("not valid for name")),
         ("ca", "other-ca", Some("UnknownIssuer")),
+        ("ca", "mtls", asks_a_client_cert),
+        ("client", "good", None),
+        ("client", "expired", Some("certificate expired")),
+        ("client", "other-name", Some("not valid for name")),
+        ("client", "other-ca", Some("UnknownIssuer")),
+        ("client", "mtls", None),
     ];
     for (i, (profile, endpoint, why)) in cases.iter().enumerate() {
         let port = FIRST_PORT + (i % certs.len()) as u16;
-        let oracle = curl_ok(&topo.prober, port, (*profile == "ca").then_some(ca_file.as_path()));
+        let ca = (*profile != "presence").then_some(ca_file.as_path());
+        let client = (*profile == "client").then_some((client_cert.as_path(), client_key.as_path()));
+        let oracle = curl_ok(&topo.prober, port, ca, client);
         assert_eq!(oracle, why.is_none(), "curl's verdict on {profile}/{endpoint}");
         let want = if oracle { S::Online } else { S::Degraded };
         let view = daemon.wait_status(profile, endpoint, want, Duration::from_secs(10));

@@ -639,6 +639,26 @@ pub const HEALTH: Section = Section {
         )
         .only("protocol = \"https\""),
         Key::new(
+            "client_cert",
+            Type::String,
+            said("none: no client certificate"),
+            words("an absolute path to a PEM file: the certificate, then its chain"),
+            Recheck,
+            "The certificate presented to servers that ask for one (mTLS backends), with client_key. \
+             Read when the configuration is loaded; a renewed file at the same path is taken at the \
+             next restart, or by a reload that changes the path.",
+        )
+        .only("protocol = \"https\""),
+        Key::new(
+            "client_key",
+            Type::String,
+            said("none"),
+            words("an absolute path to a PEM private key that only its owner (root or the daemon's user) may read"),
+            Recheck,
+            "The client certificate's key.",
+        )
+        .only("protocol = \"https\" with client_cert"),
+        Key::new(
             "fast_interval",
             Duration,
             said("interval"),

@@ -255,3 +255,72 @@ rule!(
     cfg("lb", "", &format!("{HTTPS}server_name = \"a b\""), ""),
     "profile[0].health.server_name"
 );
+
+#[test]
+fn a_client_certificate_needs_its_key_readable_by_its_owner_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("probed-config-client-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["probe.example.test".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_path, key_path) = (dir.join("client.crt"), dir.join("client.key"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let text = || {
+        cfg(
+            "lb",
+            "",
+            &format!(
+                "{HTTPS}client_cert = \"{}\"\nclient_key = \"{}\"\n",
+                cert_path.display(),
+                key_path.display()
+            ),
+            "",
+        )
+    };
+    std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let errs = refused(&text());
+    assert!(errs.to_string().contains("open to its group or others"), "{errs}");
+    std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let c = ok(&text());
+    let Probe::Http(h) = &c.profiles[0].health.probe else {
+        panic!("an HTTPS check")
+    };
+    assert_eq!(
+        h.client_cert,
+        Some(ClientCertFiles {
+            cert: cert_path.clone(),
+            key: key_path.clone()
+        })
+    );
+    // Another key than the certificate's.
+    let other = rcgen::KeyPair::generate().unwrap();
+    std::fs::write(&key_path, other.serialize_pem()).unwrap();
+    let errs = refused(&text());
+    assert!(errs.to_string().contains("does not match the certificate"), "{errs}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+rule!(
+    client_cert_without_key,
+    cfg(
+        "lb",
+        "",
+        &format!("{HTTPS}client_cert = \"/etc/probed/client.crt\""),
+        ""
+    ),
+    "profile[0].health.client_key"
+);
+rule!(
+    client_key_without_cert,
+    cfg("lb", "", &format!("{HTTPS}client_key = \"/etc/probed/client.key\""), ""),
+    "profile[0].health.client_cert"
+);
+rule!(
+    client_cert_on_plain_http,
+    cfg("lb", "", "client_cert = \"/a\"", ""),
+    "profile[0].health.client_cert"
+);

@@ -200,7 +200,7 @@ fn not_for(r: &mut Reader<'_>, t: &Table<'_, '_>, keys: &[&str], why: &str) -> b
     clean
 }
 
-const HTTP_ONLY: [&str; 9] = [
+const HTTP_ONLY: [&str; 11] = [
     "path",
     "host",
     "method",
@@ -210,6 +210,8 @@ const HTTP_ONLY: [&str; 9] = [
     "tls_verify",
     "ca_file",
     "server_name",
+    "client_cert",
+    "client_key",
 ];
 const UDP_ONLY: [&str; 2] = ["request", "response"];
 

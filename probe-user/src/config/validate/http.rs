@@ -71,6 +71,7 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, tls: bool)
         Some(item) => Some(item.v),
     };
     let (tls_verify, server_name) = tls_settings(r, t, tls);
+    let client_cert = client_cert(r, t, tls);
     (r.errors.len() == before).then_some(HttpCheck {
         tls,
         method,
@@ -81,7 +82,64 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, tls: bool)
         body_match,
         tls_verify,
         server_name,
+        client_cert,
     })
+}
+
+/// `client_cert` and `client_key`, both or neither, HTTPS only: read here (the key only if
+/// its owner alone may read it, as the API token's file), so that a start or reload with a
+/// pair that cannot be used is refused, naming the file.
+fn client_cert(r: &mut Reader<'_>, t: &Table<'_, '_>, tls: bool) -> Option<ClientCertFiles> {
+    let cert = r.string(t, "client_cert");
+    let key = r.string(t, "client_key");
+    if !tls {
+        for item in [&cert, &key].into_iter().flatten() {
+            r.bad(item, "only HTTPS checks use this; the protocol is http");
+        }
+        return None;
+    }
+    let (cert, key) = match (cert, key) {
+        (None, None) => return None,
+        (Some(cert), Some(key)) => (cert, key),
+        (Some(_), None) => {
+            r.missing(
+                t,
+                "client_key",
+                "client_cert needs its key: client_key = \"/path/key.pem\"",
+            );
+            return None;
+        }
+        (None, Some(_)) => {
+            r.missing(
+                t,
+                "client_cert",
+                "client_key needs its certificate: client_cert = \"/path/cert.pem\"",
+            );
+            return None;
+        }
+    };
+    for item in [&cert, &key] {
+        if !item.v.starts_with('/') {
+            r.bad(item, "expected an absolute path to a PEM file");
+            return None;
+        }
+    }
+    let files = ClientCertFiles {
+        cert: cert.v.clone().into(),
+        key: key.v.clone().into(),
+    };
+    let key_pem = match crate::secret::read_private(&files.key, crate::kernel::process::euid(), 64 * 1024) {
+        Ok(pem) => pem,
+        Err(e) => {
+            r.bad(&key, format!("the key file {}", crate::errors::chain(&e)));
+            return None;
+        }
+    };
+    if let Err(e) = crate::probe::http::TlsVerify::Presented.with_client_cert(&files.cert, (&files.key, &key_pem)) {
+        r.bad(&cert, e.to_string());
+        return None;
+    }
+    Some(files)
 }
 
 /// `tls_verify`, `ca_file` and `server_name`: HTTPS only. A CA file is read here, so that a

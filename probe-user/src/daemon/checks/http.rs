@@ -80,11 +80,23 @@ impl HttpProbe {
 /// presented and is not validated; with `tls_verify = "ca"` it must chain to `ca_file` or the
 /// system's roots.
 pub fn tls_client(h: &HttpSettings) -> Result<TlsVerify, HttpCheckError> {
-    match &h.tls_verify {
-        TlsVerifySetting::Presence => Ok(TlsVerify::Presented),
-        TlsVerifySetting::Ca { ca_file: Some(path) } => TlsVerify::strict_ca_file(path),
-        TlsVerifySetting::Ca { ca_file: None } => TlsVerify::strict_system(),
-    }
+    let tls = match &h.tls_verify {
+        TlsVerifySetting::Presence => TlsVerify::Presented,
+        TlsVerifySetting::Ca { ca_file: Some(path) } => TlsVerify::strict_ca_file(path)?,
+        TlsVerifySetting::Ca { ca_file: None } => TlsVerify::strict_system()?,
+    };
+    let Some(files) = &h.client_cert else {
+        return Ok(tls);
+    };
+    // Read again (the reader checked it): the key is held by the client only.
+    let key = crate::secret::read_private(&files.key, crate::kernel::process::euid(), 64 * 1024).map_err(|e| {
+        HttpCheckError::Roots {
+            field: "client_key",
+            path: files.key.display().to_string(),
+            reason: crate::errors::chain(&e),
+        }
+    })?;
+    tls.with_client_cert(&files.cert, (&files.key, &key))
 }
 
 /// What a kernel HTTP probe's outcome means for a check whose healthy statuses are `status`.

@@ -145,6 +145,9 @@ impl<'a> Parts<'a> {
                 if let Some(name) = &h.server_name {
                     field(&mut out, "server_name", name.as_str());
                 }
+                if let Some(files) = &h.client_cert {
+                    field(&mut out, "client_cert", &files.cert.display().to_string());
+                }
             }
         }
         out

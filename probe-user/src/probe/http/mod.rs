@@ -163,7 +163,8 @@ struct PoolKey {
     target: SocketAddr,
     scheme: Scheme,
     server_name: String,
-    strict: bool,
+    /// The TLS client (`TlsVerify::client_id`): a connection is reused only under its own.
+    client: u64,
 }
 
 impl Default for HttpProber {
@@ -235,7 +236,7 @@ impl HttpProber {
             target,
             scheme: check.scheme(),
             server_name: check.server_name(target).to_str().into_owned(),
-            strict: check.tls().is_strict(),
+            client: check.tls().client_id(),
         };
         let mut pooled = self.checkout(&key);
         let (mut sender, mut conn_task, response) = loop {
@@ -380,8 +381,8 @@ impl HttpProber {
         check: &HttpCheck,
         deadline: Instant,
     ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, Failed> {
-        let client = match check.tls().strict_client() {
-            Some(strict) => strict,
+        let client = match check.tls().own_client() {
+            Some(own) => own,
             None => self.presented.get_or_init(tls::presented_client),
         };
         let name = check.server_name(target);

@@ -21,29 +21,44 @@ use rustls::{
 
 use super::error::HttpCheckError;
 
-/// How an HTTPS probe treats the server's certificate.
+/// How an HTTPS probe treats the server's certificate, and whether it presents one of its own.
 #[derive(Clone, Default)]
 pub enum TlsVerify {
-    /// A certificate must be presented; its chain, name and dates are not checked.
+    /// A certificate must be presented; its chain, name and dates are not checked. The
+    /// prober's shared client.
     #[default]
     Presented,
-    /// The certificate must chain to one of these roots and match the server name.
-    Strict(StrictRoots),
+    /// A client of its own: the certificate must chain to `roots` and match the server name
+    /// (when there are roots), and the probe presents a client certificate (when it has one).
+    Own(OwnClient),
 }
 
-/// A client built once from a root store, shared by every probe that uses it.
+/// A client built once, shared by every probe that uses it.
 #[derive(Clone)]
-pub struct StrictRoots {
+pub struct OwnClient {
     client: Arc<TlsClient>,
-    source: String,
-    count: usize,
+    /// Unique in the process (never an address a later client could reuse).
+    id: u64,
+    /// The roots, when the chain is checked, and where they came from.
+    roots: Option<(Arc<RootCertStore>, String)>,
+    /// The client certificate's file, when the probe presents one.
+    cert: Option<String>,
 }
 
 impl fmt::Debug for TlsVerify {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Presented => f.write_str("Presented"),
-            Self::Strict(r) => write!(f, "Strict({}, {} roots)", r.source, r.count),
+            Self::Own(c) => {
+                match &c.roots {
+                    Some((roots, source)) => write!(f, "Strict({source}, {} roots)", roots.len())?,
+                    None => f.write_str("Presented")?,
+                }
+                match &c.cert {
+                    Some(cert) => write!(f, " with client certificate {cert}"),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -89,27 +104,93 @@ impl TlsVerify {
         Ok(Self::strict(roots, path.display().to_string(), count))
     }
 
-    fn strict(roots: RootCertStore, source: String, count: usize) -> Self {
-        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
-            .build()
-            .expect("a root store with at least one root");
-        let client = TlsClient::new(verifier);
-        Self::Strict(StrictRoots {
-            client: Arc::new(client),
-            source,
-            count,
+    fn strict(roots: RootCertStore, source: String, _count: usize) -> Self {
+        Self::own(Some((Arc::new(roots), source)), None)
+    }
+
+    /// A client of its own, checking the chain against `roots` (None: only a certificate's
+    /// presence), presenting `cert` (None: no client certificate).
+    fn own(
+        roots: Option<(Arc<RootCertStore>, String)>,
+        cert: Option<(Arc<rustls::sign::CertifiedKey>, String)>,
+    ) -> Self {
+        let verifier: Arc<dyn ServerCertVerifier> = match &roots {
+            Some((store, _)) => rustls::client::WebPkiServerVerifier::builder_with_provider(store.clone(), provider())
+                .build()
+                .expect("a root store with at least one root"),
+            None => Arc::new(PresentedOnly {
+                algorithms: ring::default_provider().signature_verification_algorithms,
+            }),
+        };
+        let resolver: Arc<dyn ResolvesClientCert> = match &cert {
+            Some((key, _)) => Arc::new(ClientCert(key.clone())),
+            None => Arc::new(NoClientCert),
+        };
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Self::Own(OwnClient {
+            client: Arc::new(TlsClient::new(verifier, resolver)),
+            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            roots,
+            cert: cert.map(|(_, path)| path),
         })
     }
 
-    pub(crate) fn strict_client(&self) -> Option<&TlsClient> {
+    /// The same check of the server's certificate, and the client certificate of `cert_file`
+    /// (its chain, PEM) with the key of `key_file` (PEM; only its owner may read it, as the API
+    /// token's file), presented to servers that ask for one (mTLS backends).
+    pub fn with_client_cert(
+        self,
+        cert_file: &Path,
+        (key_file, key_pem): (&Path, &[u8]),
+    ) -> Result<Self, HttpCheckError> {
+        let err = |field: &'static str, path: &Path, reason: String| HttpCheckError::Roots {
+            field,
+            path: path.display().to_string(),
+            reason,
+        };
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert_file)
+            .map_err(|e| err("client_cert", cert_file, format!("cannot read PEM: {e}")))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| err("client_cert", cert_file, format!("bad PEM: {e}")))?;
+        if chain.is_empty() {
+            return Err(err("client_cert", cert_file, "no CERTIFICATE block".into()));
+        }
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key_pem)
+            .map_err(|e| err("client_key", key_file, format!("no private key in PEM: {e}")))?;
+        let signing = provider()
+            .key_provider
+            .load_private_key(key)
+            .map_err(|e| err("client_key", key_file, format!("an unusable key: {e}")))?;
+        let certified = Arc::new(rustls::sign::CertifiedKey::new(chain, signing));
+        certified
+            .keys_match()
+            .map_err(|e| err("client_key", key_file, format!("does not match the certificate: {e}")))?;
+        let roots = match self {
+            Self::Presented => None,
+            Self::Own(c) => c.roots,
+        };
+        Ok(Self::own(roots, Some((certified, cert_file.display().to_string()))))
+    }
+
+    /// The client of its own, if it has one (else the prober's shared one serves it).
+    pub(crate) fn own_client(&self) -> Option<&Arc<TlsClient>> {
         match self {
             Self::Presented => None,
-            Self::Strict(r) => Some(&r.client),
+            Self::Own(c) => Some(&c.client),
         }
     }
 
     pub fn is_strict(&self) -> bool {
-        matches!(self, Self::Strict(_))
+        matches!(self, Self::Own(OwnClient { roots: Some(_), .. }))
+    }
+
+    /// Which client a probe uses (0: the prober's shared one): connections are pooled, and
+    /// sessions resumed, only under the client that made them.
+    pub(crate) fn client_id(&self) -> u64 {
+        match self {
+            Self::Presented => 0,
+            Self::Own(c) => c.id,
+        }
     }
 }
 
@@ -134,7 +215,7 @@ fn provider() -> Arc<CryptoProvider> {
 /// The client of the default mode: a certificate must be presented, its chain is not checked.
 pub(crate) fn presented_client() -> TlsClient {
     let algorithms = ring::default_provider().signature_verification_algorithms;
-    TlsClient::new(Arc::new(PresentedOnly { algorithms }))
+    TlsClient::new(Arc::new(PresentedOnly { algorithms }), Arc::new(NoClientCert))
 }
 
 /// Targets whose TLS sessions are kept for resumption (rustls keeps 256 by default). A probe
@@ -160,19 +241,18 @@ pub(crate) struct TlsClient {
 }
 
 impl TlsClient {
-    /// Both configurations share one verifier and one (empty) client certificate resolver:
-    /// rustls resumes a session only under the very objects that made it.
-    fn new(verifier: Arc<dyn ServerCertVerifier>) -> Self {
+    /// Both configurations share one verifier and one client certificate resolver: rustls
+    /// resumes a session only under the very objects that made it.
+    fn new(verifier: Arc<dyn ServerCertVerifier>, client_cert: Arc<dyn ResolvesClientCert>) -> Self {
         let provider = provider();
         let sessions = Arc::new(Sessions::new(RESUMABLE_TARGETS));
-        let no_client_cert: Arc<dyn ResolvesClientCert> = Arc::new(NoClientCert);
         let build = |versions: &[&'static SupportedProtocolVersion]| {
             let mut config = ClientConfig::builder_with_provider(provider.clone())
                 .with_protocol_versions(versions)
                 .expect("ring supports TLS 1.2 and 1.3")
                 .dangerous()
                 .with_custom_certificate_verifier(verifier.clone())
-                .with_client_cert_resolver(no_client_cert.clone());
+                .with_client_cert_resolver(client_cert.clone());
             config.resumption = rustls::client::Resumption::store(sessions.clone());
             Arc::new(config)
         };
@@ -198,7 +278,21 @@ impl TlsClient {
     }
 }
 
-/// Probes present no client certificate.
+/// The client certificate of a profile that has one, presented whenever a server asks.
+#[derive(Debug)]
+struct ClientCert(Arc<rustls::sign::CertifiedKey>);
+
+impl ResolvesClientCert for ClientCert {
+    fn resolve(&self, _hints: &[&[u8]], _schemes: &[SignatureScheme]) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// Probes present no client certificate unless their profile gives one.
 #[derive(Debug)]
 struct NoClientCert;
 
