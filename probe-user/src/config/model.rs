@@ -330,6 +330,8 @@ pub struct HttpCheck {
     /// HTTPS: the client certificate (chain) and key files presented to servers that ask
     /// (mTLS backends).
     pub client_cert: Option<ClientCertFiles>,
+    /// HTTPS: `min_version = "1.3"`: TLS 1.3 only (else 1.2 and 1.3).
+    pub tls13_only: bool,
 }
 
 /// `client_cert` and `client_key`: PEM files, read when the configuration is loaded.

@@ -58,6 +58,7 @@ fn certificates(good: &Ca, other: &Ca) -> Vec<(&'static str, Pem)> {
         ("other-name", leaf(good, "other.example.test", 2099)),
         ("other-ca", leaf(other, NAME, 2099)),
         ("mtls", leaf(good, NAME, 2099)),
+        ("tls12-only", leaf(good, NAME, 2099)),
     ]
 }
 
@@ -71,10 +72,16 @@ fn nginx(ns: &probed_tests::Netns, dir: &Path, certs: &[(&str, Pem)], client_ca:
         let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
         std::fs::write(&cert, &pem.cert).unwrap();
         std::fs::write(&key, &pem.key).unwrap();
-        let client = if *name == "mtls" {
-            format!("ssl_verify_client on; ssl_client_certificate {};", client_ca.display())
+        let client = match *name {
+            "mtls" => format!("ssl_verify_client on; ssl_client_certificate {};", client_ca.display()),
+            "tls12-only" => "ssl_protocols TLSv1.2;".to_string(),
+            _ => String::new(),
+        };
+        // nginx 1.22 (bookworm) offers TLS 1.3 only when told to.
+        let client = if client.contains("ssl_protocols") {
+            client
         } else {
-            String::new()
+            format!("ssl_protocols TLSv1.2 TLSv1.3; {client}")
         };
         servers += &format!(
             "server {{ listen {BACKEND_V4}:{} ssl; ssl_certificate {}; ssl_certificate_key {}; {client} root {d}/www; }}\n",
@@ -101,7 +108,11 @@ fn nginx(ns: &probed_tests::Netns, dir: &Path, certs: &[(&str, Pem)], client_ca:
 /// Whether curl, from the prober, gets a 2xx for `/health` from the server on `port` (with
 /// `ca`, verifying against it for `NAME`; without, accepting any certificate; with `client`,
 /// presenting that certificate and key).
-fn curl_ok(prober: &probed_tests::Netns, port: u16, ca: Option<&Path>, client: Option<(&Path, &Path)>) -> bool {
+fn curl_ok(
+    prober: &probed_tests::Netns,
+    port: u16,
+    (ca, client, tls13): (Option<&Path>, Option<(&Path, &Path)>, bool),
+) -> bool {
     let mut args: Vec<String> = ["netns", "exec", &prober.name, "curl", "-sf", "-o", "/dev/null"]
         .iter()
         .map(ToString::to_string)
@@ -111,6 +122,9 @@ fn curl_ok(prober: &probed_tests::Netns, port: u16, ca: Option<&Path>, client: O
     match ca {
         Some(p) => args.extend(["--cacert".into(), p.display().to_string()]),
         None => args.push("-k".into()),
+    }
+    if tls13 {
+        args.push("--tlsv1.3".into());
     }
     if let Some((cert, key)) = client {
         args.extend(["--cert".into(), cert.display().to_string()]);
@@ -159,6 +173,7 @@ fn a_verified_https_check_fails_as_curl_does_and_says_why() {
         ("presence", String::new()),
         ("ca", verify_ca.clone()),
         ("client", with_client),
+        ("tls13", "min_version = \"1.3\"\n".to_string()),
     ] {
         text += &format!("\n[[profile]]\nname = \"{profile}\"\ndialect = \"lb\"\n\n[profile.health]\n{health}{extra}");
         for (i, (name, _)) in certs.iter().enumerate() {
@@ -171,28 +186,35 @@ fn a_verified_https_check_fails_as_curl_does_and_says_why() {
     let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start");
     // What each check must say: its oracle's verdict, and for a failure what names it.
     let asks_a_client_cert = Some("status 400");
-    let cases = [
-        ("presence", "good", None),
-        ("presence", "expired", None),
-        ("presence", "other-name", None),
-        ("presence", "other-ca", None),
-        ("presence", "mtls", asks_a_client_cert),
-        ("ca", "good", None),
-        ("ca", "expired", Some("certificate expired")),
-        ("ca", "other-name", Some("not valid for name")),
-        ("ca", "other-ca", Some("UnknownIssuer")),
-        ("ca", "mtls", asks_a_client_cert),
-        ("client", "good", None),
-        ("client", "expired", Some("certificate expired")),
-        ("client", "other-name", Some("not valid for name")),
-        ("client", "other-ca", Some("UnknownIssuer")),
-        ("client", "mtls", None),
+    let bad_chain = [
+        ("expired", Some("certificate expired")),
+        ("other-name", Some("not valid for name")),
+        ("other-ca", Some("UnknownIssuer")),
     ];
-    for (i, (profile, endpoint, why)) in cases.iter().enumerate() {
-        let port = FIRST_PORT + (i % certs.len()) as u16;
-        let ca = (*profile != "presence").then_some(ca_file.as_path());
-        let client = (*profile == "client").then_some((client_cert.as_path(), client_key.as_path()));
-        let oracle = curl_ok(&topo.prober, port, ca, client);
+    let mut cases: Vec<(&str, &str, Option<&str>)> = Vec::new();
+    for profile in ["presence", "ca", "client", "tls13"] {
+        let verifies = profile == "ca" || profile == "client";
+        cases.push((profile, "good", None));
+        for (endpoint, why) in bad_chain {
+            cases.push((profile, endpoint, if verifies { why } else { None }));
+        }
+        cases.push((
+            profile,
+            "mtls",
+            if profile == "client" { None } else { asks_a_client_cert },
+        ));
+        cases.push((
+            profile,
+            "tls12-only",
+            if profile == "tls13" { Some("tls error") } else { None },
+        ));
+    }
+    for (profile, endpoint, why) in cases {
+        let i = certs.iter().position(|(name, _)| *name == endpoint).unwrap();
+        let port = FIRST_PORT + i as u16;
+        let ca = (profile == "ca" || profile == "client").then_some(ca_file.as_path());
+        let client = (profile == "client").then_some((client_cert.as_path(), client_key.as_path()));
+        let oracle = curl_ok(&topo.prober, port, (ca, client, profile == "tls13"));
         assert_eq!(oracle, why.is_none(), "curl's verdict on {profile}/{endpoint}");
         let want = if oracle { S::Online } else { S::Degraded };
         let view = daemon.wait_status(profile, endpoint, want, Duration::from_secs(10));

@@ -659,6 +659,16 @@ pub const HEALTH: Section = Section {
         )
         .only("protocol = \"https\" with client_cert"),
         Key::new(
+            "min_version",
+            Type::String,
+            Value("\"1.2\""),
+            OneOf(&["1.2", "1.3"]),
+            Recheck,
+            "The lowest TLS version the check accepts: 1.2 offers TLS 1.2 and 1.3; 1.3 offers TLS 1.3 \
+             alone, and a server that speaks only TLS 1.2 fails the check.",
+        )
+        .only("protocol = \"https\""),
+        Key::new(
             "fast_interval",
             Duration,
             said("interval"),

@@ -324,3 +324,14 @@ rule!(
     cfg("lb", "", "client_cert = \"/a\"", ""),
     "profile[0].health.client_cert"
 );
+
+rule!(
+    min_version_unknown,
+    cfg("lb", "", &format!("{HTTPS}min_version = \"1.1\""), ""),
+    "profile[0].health.min_version"
+);
+rule!(
+    min_version_on_plain_http,
+    cfg("lb", "", "min_version = \"1.3\"", ""),
+    "profile[0].health.min_version"
+);

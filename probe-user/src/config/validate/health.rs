@@ -200,7 +200,7 @@ fn not_for(r: &mut Reader<'_>, t: &Table<'_, '_>, keys: &[&str], why: &str) -> b
     clean
 }
 
-const HTTP_ONLY: [&str; 11] = [
+const HTTP_ONLY: [&str; 12] = [
     "path",
     "host",
     "method",
@@ -212,6 +212,7 @@ const HTTP_ONLY: [&str; 11] = [
     "server_name",
     "client_cert",
     "client_key",
+    "min_version",
 ];
 const UDP_ONLY: [&str; 2] = ["request", "response"];
 

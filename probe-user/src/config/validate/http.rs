@@ -72,6 +72,21 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, tls: bool)
     };
     let (tls_verify, server_name) = tls_settings(r, t, tls);
     let client_cert = client_cert(r, t, tls);
+    let tls13_only = match r.string(t, "min_version") {
+        None => false,
+        Some(item) if !tls => {
+            r.bad(&item, "only HTTPS checks use this; the protocol is http");
+            false
+        }
+        Some(item) => match item.v.as_str() {
+            "1.2" => false,
+            "1.3" => true,
+            _ => {
+                r.bad(&item, "expected \"1.2\" (TLS 1.2 and 1.3) or \"1.3\" (TLS 1.3 only)");
+                false
+            }
+        },
+    };
     (r.errors.len() == before).then_some(HttpCheck {
         tls,
         method,
@@ -83,6 +98,7 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, tls: bool)
         tls_verify,
         server_name,
         client_cert,
+        tls13_only,
     })
 }
 

@@ -80,11 +80,14 @@ impl HttpProbe {
 /// presented and is not validated; with `tls_verify = "ca"` it must chain to `ca_file` or the
 /// system's roots.
 pub fn tls_client(h: &HttpSettings) -> Result<TlsVerify, HttpCheckError> {
-    let tls = match &h.tls_verify {
+    let mut tls = match &h.tls_verify {
         TlsVerifySetting::Presence => TlsVerify::Presented,
         TlsVerifySetting::Ca { ca_file: Some(path) } => TlsVerify::strict_ca_file(path)?,
         TlsVerifySetting::Ca { ca_file: None } => TlsVerify::strict_system()?,
     };
+    if h.tls13_only {
+        tls = tls.tls13_only();
+    }
     let Some(files) = &h.client_cert else {
         return Ok(tls);
     };

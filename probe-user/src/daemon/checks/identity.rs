@@ -148,6 +148,9 @@ impl<'a> Parts<'a> {
                 if let Some(files) = &h.client_cert {
                     field(&mut out, "client_cert", &files.cert.display().to_string());
                 }
+                if h.tls13_only {
+                    field(&mut out, "min_version", "1.3");
+                }
             }
         }
         out

@@ -41,8 +41,10 @@ pub struct OwnClient {
     id: u64,
     /// The roots, when the chain is checked, and where they came from.
     roots: Option<(Arc<RootCertStore>, String)>,
-    /// The client certificate's file, when the probe presents one.
-    cert: Option<String>,
+    /// The client certificate and its file, when the probe presents one.
+    cert: Option<(Arc<rustls::sign::CertifiedKey>, String)>,
+    /// TLS 1.3 only (`min_version = "1.3"`); else 1.2 and 1.3.
+    tls13_only: bool,
 }
 
 impl fmt::Debug for TlsVerify {
@@ -54,10 +56,13 @@ impl fmt::Debug for TlsVerify {
                     Some((roots, source)) => write!(f, "Strict({source}, {} roots)", roots.len())?,
                     None => f.write_str("Presented")?,
                 }
-                match &c.cert {
-                    Some(cert) => write!(f, " with client certificate {cert}"),
-                    None => Ok(()),
+                if let Some((_, cert)) = &c.cert {
+                    write!(f, " with client certificate {cert}")?;
                 }
+                if c.tls13_only {
+                    f.write_str(", TLS 1.3 only")?;
+                }
+                Ok(())
             }
         }
     }
@@ -105,7 +110,7 @@ impl TlsVerify {
     }
 
     fn strict(roots: RootCertStore, source: String, _count: usize) -> Self {
-        Self::own(Some((Arc::new(roots), source)), None)
+        Self::own(Some((Arc::new(roots), source)), None, false)
     }
 
     /// A client of its own, checking the chain against `roots` (None: only a certificate's
@@ -113,6 +118,7 @@ impl TlsVerify {
     fn own(
         roots: Option<(Arc<RootCertStore>, String)>,
         cert: Option<(Arc<rustls::sign::CertifiedKey>, String)>,
+        tls13_only: bool,
     ) -> Self {
         let verifier: Arc<dyn ServerCertVerifier> = match &roots {
             Some((store, _)) => rustls::client::WebPkiServerVerifier::builder_with_provider(store.clone(), provider())
@@ -128,11 +134,22 @@ impl TlsVerify {
         };
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Self::Own(OwnClient {
-            client: Arc::new(TlsClient::new(verifier, resolver)),
+            client: Arc::new(TlsClient::new(verifier, resolver, tls13_only)),
             id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             roots,
-            cert: cert.map(|(_, path)| path),
+            cert,
+            tls13_only,
         })
+    }
+
+    /// The same client, offering TLS 1.3 alone (`min_version = "1.3"`): a server that speaks
+    /// only TLS 1.2 fails the handshake.
+    #[must_use]
+    pub fn tls13_only(self) -> Self {
+        match self {
+            Self::Presented => Self::own(None, None, true),
+            Self::Own(c) => Self::own(c.roots, c.cert, true),
+        }
     }
 
     /// The same check of the server's certificate, and the client certificate of `cert_file`
@@ -165,11 +182,15 @@ impl TlsVerify {
         certified
             .keys_match()
             .map_err(|e| err("client_key", key_file, format!("does not match the certificate: {e}")))?;
-        let roots = match self {
-            Self::Presented => None,
-            Self::Own(c) => c.roots,
+        let (roots, tls13_only) = match self {
+            Self::Presented => (None, false),
+            Self::Own(c) => (c.roots, c.tls13_only),
         };
-        Ok(Self::own(roots, Some((certified, cert_file.display().to_string()))))
+        Ok(Self::own(
+            roots,
+            Some((certified, cert_file.display().to_string())),
+            tls13_only,
+        ))
     }
 
     /// The client of its own, if it has one (else the prober's shared one serves it).
@@ -215,7 +236,7 @@ fn provider() -> Arc<CryptoProvider> {
 /// The client of the default mode: a certificate must be presented, its chain is not checked.
 pub(crate) fn presented_client() -> TlsClient {
     let algorithms = ring::default_provider().signature_verification_algorithms;
-    TlsClient::new(Arc::new(PresentedOnly { algorithms }), Arc::new(NoClientCert))
+    TlsClient::new(Arc::new(PresentedOnly { algorithms }), Arc::new(NoClientCert), false)
 }
 
 /// Targets whose TLS sessions are kept for resumption (rustls keeps 256 by default). A probe
@@ -243,7 +264,9 @@ pub(crate) struct TlsClient {
 impl TlsClient {
     /// Both configurations share one verifier and one client certificate resolver: rustls
     /// resumes a session only under the very objects that made it.
-    fn new(verifier: Arc<dyn ServerCertVerifier>, client_cert: Arc<dyn ResolvesClientCert>) -> Self {
+    /// With `tls13_only`, both are the TLS 1.3 configuration (no TLS 1.2 session is ever
+    /// made, so the twin is never asked for).
+    fn new(verifier: Arc<dyn ServerCertVerifier>, client_cert: Arc<dyn ResolvesClientCert>, tls13_only: bool) -> Self {
         let provider = provider();
         let sessions = Arc::new(Sessions::new(RESUMABLE_TARGETS));
         let build = |versions: &[&'static SupportedProtocolVersion]| {
@@ -256,6 +279,14 @@ impl TlsClient {
             config.resumption = rustls::client::Resumption::store(sessions.clone());
             Arc::new(config)
         };
+        if tls13_only {
+            let only = build(&[&rustls::version::TLS13]);
+            return Self {
+                both: only.clone(),
+                tls12: only,
+                sessions,
+            };
+        }
         Self {
             both: build(rustls::DEFAULT_VERSIONS),
             tls12: build(&[&rustls::version::TLS12]),
