@@ -85,7 +85,7 @@ impl TlsVerify {
                 reason,
             });
         }
-        Ok(Self::strict(roots, "system roots".into(), count))
+        Ok(Self::strict(roots, "system roots".into()))
     }
 
     /// Strict mode against the certificates of one PEM file.
@@ -106,10 +106,10 @@ impl TlsVerify {
                 "no usable CA certificate ({bad} rejected); a PEM file with CERTIFICATE blocks is expected"
             )));
         }
-        Ok(Self::strict(roots, path.display().to_string(), count))
+        Ok(Self::strict(roots, path.display().to_string()))
     }
 
-    fn strict(roots: RootCertStore, source: String, _count: usize) -> Self {
+    fn strict(roots: RootCertStore, source: String) -> Self {
         Self::own(Some((Arc::new(roots), source)), None, false)
     }
 

@@ -18,10 +18,7 @@
 //!   is never without a route in between.
 pub mod decide;
 
-use std::{
-    collections::BTreeSet,
-    time::{Instant, SystemTime, UNIX_EPOCH},
-};
+use std::{collections::BTreeSet, time::Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -196,12 +193,6 @@ fn write_error(op: &str, r: &Route, e: std::io::Error) -> SinkError {
     .because(e)
 }
 
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 impl Sink for RouteSink {
     fn describe(&self) -> String {
         let prefixes: Vec<String> = self.cfg.prefixes.iter().map(ToString::to_string).collect();
@@ -228,7 +219,7 @@ impl Sink for RouteSink {
         if let Step::Change(to) = step {
             if was.is_some() {
                 self.changes += 1;
-                self.last_change_unix_ms = unix_ms();
+                self.last_change_unix_ms = crate::clock::unix_ms();
             }
             let from = was.map_or("(start)", Announce::as_str);
             log::info!(
@@ -283,7 +274,9 @@ impl Sink for RouteSink {
             return self.clear();
         }
         // The manager holds the device: a restart hands it to the next probed with its routes;
-        // a stop has the manager close it, and the kernel withdraws them.
+        // a stop has the manager close it, and the kernel withdraws them. A manager that took
+        // the message but keeps no store (FileDescriptorStoreMax=0) holds no copy: the device
+        // goes with this process a moment later, and its routes with it.
         log::info!(
             "route sink: leaving {} and its routes to the service manager",
             self.cfg.device
