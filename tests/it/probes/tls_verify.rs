@@ -148,6 +148,15 @@ fn a_verified_https_check_fails_as_curl_does_and_says_why() {
     std::fs::write(&ca_file, good_ca.cert.pem()).unwrap();
     let certs = certificates(&good_ca, &other_ca);
     let _nginx = nginx(&topo.backend, &dir, &certs, &ca_file);
+    // nginx listens a moment after it starts (longer on a loaded machine): curl and the
+    // daemon ask only once every port takes connections.
+    for i in 0..certs.len() {
+        let addr: std::net::SocketAddr = format!("{BACKEND_V4}:{}", FIRST_PORT + i as u16).parse().unwrap();
+        probed_tests::lb::wait_until("nginx listens", Duration::from_secs(10), || {
+            topo.prober
+                .enter(|| std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok())
+        });
+    }
     // The probe's client certificate, from the test CA; its key readable by its owner alone.
     let client = leaf(&good_ca, "probe.example.test", 2099);
     let (client_cert, client_key) = (dir.join("client.crt"), dir.join("client.key"));
