@@ -35,6 +35,12 @@ wire_enum! {
         BadStatus = "bad-status",
         /// HTTP: a healthy status whose body lacks the expected string.
         BodyMismatch = "body-mismatch",
+        /// gRPC: the health service answered SERVING (healthy).
+        Serving = "serving",
+        /// gRPC: the health service answered another status (the reason names it).
+        NotServing = "not-serving",
+        /// gRPC: the call ended with an error status (the reason names the code).
+        GrpcStatus = "grpc-status",
         /// HTTP: the TLS handshake failed.
         Tls = "tls",
         /// HTTP: another connect error.

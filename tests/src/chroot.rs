@@ -13,11 +13,7 @@ use std::{
 /// Where the tests' roots and the cached tarball live: target/debian/, as an absolute path
 /// without symlinks, the form /proc/self/mounts and /proc/PID/root give theirs in.
 fn debian_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
-        PathBuf::from,
-    );
-    let dir = target.join("debian");
+    let dir = crate::target_dir().join("debian");
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
     dir.canonicalize()
         .unwrap_or_else(|e| panic!("resolve {}: {e}", dir.display()))

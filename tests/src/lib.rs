@@ -5,12 +5,14 @@
 //! tests run in parallel (all of them in one process, the binary tests/it); addresses come from
 //! 198.18.0.0/15 and 2001:2::/48 only. The few that must not share the process or the machine
 //! say so with `serial`.
+pub mod certs;
 pub mod chroot;
 pub mod daemon;
 pub mod dig;
 pub mod fleet;
 pub mod flood;
 pub mod forge;
+pub mod grpc;
 pub mod http_server;
 pub mod l4;
 pub mod lb;
@@ -79,12 +81,17 @@ impl Drop for TestPins {
     }
 }
 
-/// The `probed` binary of this workspace's build (`cargo xtask test` builds it first).
-pub fn probed_bin() -> std::path::PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+/// Cargo's target directory: `CARGO_TARGET_DIR`, else the workspace's target/.
+pub fn target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(
         || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
         std::path::PathBuf::from,
-    );
+    )
+}
+
+/// The `probed` binary of this workspace's build (`cargo xtask test` builds it first).
+pub fn probed_bin() -> std::path::PathBuf {
+    let target = target_dir();
     let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
     let bin = target.join(profile).join("probed");
     assert!(

@@ -27,6 +27,7 @@ const PACKAGES: &[&str] = &[
     "lighttpd",       // the HTTP conformance zoo
     "curl",           // the HTTP conformance zoo's reference client
     "python3",        // http.server in the zoo; the forwarded-flow client and the local user in kernel::node_trust
+    "python3-venv",   // the gRPC tests' virtual environment (grpcio from PyPI: Debian has no health service)
     "openssl",        // `bench peers`: the fleet's TLS certificate
     "bind9-dnsutils", // dig: the DNS tests ask the daemon with a real client
     "dnsperf",        // `bench dns`: the load generator
@@ -45,6 +46,11 @@ const PACKAGES: &[&str] = &[
     "systemd", // systemd-analyze verify on the packaged unit (nothing is started)
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
+/// The gRPC tests' servers and reference client: grpcio and its standard health service, from
+/// PyPI into a virtual environment under target/ (`GRPC_VENV`), pinned.
+const GRPC_PYTHON: &[&str] = &["grpcio==1.85.3", "grpcio-health-checking==1.85.1"];
+/// Where that environment lives, under the target directory.
+const GRPC_VENV: &str = "grpc-venv";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 
 pub fn run() -> anyhow::Result<()> {
@@ -59,6 +65,10 @@ pub fn run() -> anyhow::Result<()> {
     if !bpf_linker_ok() {
         install_bpf_linker()?;
         did.push(format!("built bpf-linker {BPF_LINKER_VERSION}"));
+    }
+    if !grpc_venv_ok() {
+        make_grpc_venv()?;
+        did.push(format!("made the gRPC test environment ({})", GRPC_PYTHON.join(" ")));
     }
     if mount_bpffs()? {
         did.push("mounted bpffs on /sys/fs/bpf".into());
@@ -133,6 +143,28 @@ fn install_bpf_linker() -> anyhow::Result<()> {
         .args(["--no-default-features", "--features", "llvm-22"])
         .env("LLVM_PREFIX", LLVM_PREFIX);
     sh(&mut cmd).context("building bpf-linker failed; it needs llvm-22-dev and a reachable crates registry")
+}
+
+fn grpc_python() -> PathBuf {
+    crate::util::target_dir().join(GRPC_VENV).join("bin/python")
+}
+
+/// Whether the environment has the pinned grpcio (a version marker written after the install).
+fn grpc_venv_ok() -> bool {
+    let marker = crate::util::target_dir().join(GRPC_VENV).join("pinned");
+    std::fs::read_to_string(marker).is_ok_and(|s| s == GRPC_PYTHON.join(" ")) && grpc_python().exists()
+}
+
+fn make_grpc_venv() -> anyhow::Result<()> {
+    let dir = crate::util::target_dir().join(GRPC_VENV);
+    let _ = std::fs::remove_dir_all(&dir);
+    sh(Command::new("/usr/bin/python3").arg("-m").arg("venv").arg(&dir))
+        .context("python3 -m venv failed: install python3-venv")?;
+    sh(Command::new(grpc_python())
+        .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+        .args(GRPC_PYTHON))
+    .context("pip could not install grpcio: check that PyPI is reachable")?;
+    std::fs::write(dir.join("pinned"), GRPC_PYTHON.join(" ")).context("write the environment's marker")
 }
 
 /// Mounts bpffs on /sys/fs/bpf when it is not mounted; returns whether it did.

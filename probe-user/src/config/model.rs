@@ -284,8 +284,12 @@ impl HealthCheck {
         match &self.probe {
             Probe::Tcp => Protocol::Tcp,
             Probe::Udp(_) => Protocol::Udp,
-            Probe::Http(h) if h.tls => Protocol::Https,
-            Probe::Http(_) => Protocol::Http,
+            Probe::Http(h) => match (h.grpc.is_some(), h.tls) {
+                (false, false) => Protocol::Http,
+                (false, true) => Protocol::Https,
+                (true, false) => Protocol::Grpc,
+                (true, true) => Protocol::Grpcs,
+            },
         }
     }
 
@@ -332,6 +336,11 @@ pub struct HttpCheck {
     pub client_cert: Option<ClientCertFiles>,
     /// HTTPS: `min_version = "1.3"`: TLS 1.3 only (else 1.2 and 1.3).
     pub tls13_only: bool,
+    /// `protocol = "grpc"` or `"grpcs"`: the service whose health is asked (`""`: the
+    /// server's own). The call is fixed (`grpc.health.v1.Health/Check`, SERVING is healthy),
+    /// so method, path, healthy_status and body_match keep their defaults and are not used;
+    /// headers are sent as metadata.
+    pub grpc: Option<String>,
 }
 
 /// `client_cert` and `client_key`: PEM files, read when the configuration is loaded.

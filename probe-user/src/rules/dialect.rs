@@ -29,10 +29,21 @@ pub enum Protocol {
     Udp,
     Http,
     Https,
+    /// gRPC health checking over HTTP/2 cleartext (prior knowledge).
+    Grpc,
+    /// gRPC health checking over TLS.
+    Grpcs,
 }
 
 impl Protocol {
-    pub const ALL: [Protocol; 4] = [Protocol::Tcp, Protocol::Udp, Protocol::Http, Protocol::Https];
+    pub const ALL: [Protocol; 6] = [
+        Protocol::Tcp,
+        Protocol::Udp,
+        Protocol::Http,
+        Protocol::Https,
+        Protocol::Grpc,
+        Protocol::Grpcs,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -40,11 +51,19 @@ impl Protocol {
             Protocol::Udp => "udp",
             Protocol::Http => "http",
             Protocol::Https => "https",
+            Protocol::Grpc => "grpc",
+            Protocol::Grpcs => "grpcs",
         }
     }
 
+    /// Whether the check speaks HTTP (gRPC too: HTTP/2), so that endpoints may add headers.
     pub fn is_http(self) -> bool {
-        matches!(self, Protocol::Http | Protocol::Https)
+        !matches!(self, Protocol::Tcp | Protocol::Udp)
+    }
+
+    /// Whether the check runs over TLS.
+    pub fn is_tls(self) -> bool {
+        matches!(self, Protocol::Https | Protocol::Grpcs)
     }
 }
 
@@ -80,7 +99,15 @@ impl Dialect {
     pub fn protocols(self) -> &'static [Protocol] {
         match self {
             Dialect::Lb => &Protocol::ALL,
-            Dialect::Tm | Dialect::Ga => &[Protocol::Tcp, Protocol::Http, Protocol::Https],
+            // gRPC is in every dialect: none of the seeds has it, and it is a service's own
+            // health, which any of them may need.
+            Dialect::Tm | Dialect::Ga => &[
+                Protocol::Tcp,
+                Protocol::Http,
+                Protocol::Https,
+                Protocol::Grpc,
+                Protocol::Grpcs,
+            ],
         }
     }
 

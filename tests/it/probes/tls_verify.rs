@@ -9,45 +9,11 @@
 use std::{path::Path, time::Duration};
 
 use probed::status::EndpointStatus as S;
+use probed_tests::certs::{ca, leaf, Ca, Pem};
 use probed_tests::{daemon::DaemonFiles, daemon::RunningDaemon, procs::Proc, topo::*, Topology};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 
 const NAME: &str = "www.example.test";
 const FIRST_PORT: u16 = 8443;
-
-/// A certificate and its key, as PEM.
-struct Pem {
-    cert: String,
-    key: String,
-}
-
-/// A CA: its certificate (to sign with) and key.
-struct Ca {
-    cert: rcgen::Certificate,
-    key: KeyPair,
-}
-
-fn ca(name: &str) -> Ca {
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.distinguished_name.push(rcgen::DnType::CommonName, name);
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let cert = params.self_signed(&key).unwrap();
-    Ca { cert, key }
-}
-
-/// A server certificate for `name` from `ca`, valid until `not_after` (year).
-fn leaf(ca: &Ca, name: &str, not_after: i32) -> Pem {
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(vec![name.to_string()]).unwrap();
-    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-    params.not_after = rcgen::date_time_ymd(not_after, 1, 1);
-    let cert = params.signed_by(&key, &ca.cert, &ca.key).unwrap();
-    Pem {
-        cert: cert.pem(),
-        key: key.serialize_pem(),
-    }
-}
 
 /// (endpoint name, certificate): each served by nginx on its own port, from FIRST_PORT on;
 /// "mtls" asks the client for a certificate from the test CA.

@@ -441,6 +441,7 @@ pub const PROFILE: Section = Section {
 };
 
 const HTTP: &str = "protocol = \"http\" or \"https\"";
+const OVER_TLS: &str = "protocol = \"https\" or \"grpcs\"";
 
 pub const HEALTH: Section = Section {
     path: "profile.health",
@@ -453,15 +454,17 @@ pub const HEALTH: Section = Section {
             "protocol",
             Type::String,
             Required,
-            OneOf(&["tcp", "udp", "http", "https"]),
+            OneOf(&["tcp", "udp", "http", "https", "grpc", "grpcs"]),
             Recheck,
-            "What a probe is: a TCP handshake, a UDP datagram, or an HTTP or HTTPS request (HTTPS needs \
-             a certificate presented, and does not verify it). lb takes all four; tm and ga all but udp.",
+            "What a probe is: a TCP handshake, a UDP datagram, an HTTP or HTTPS request (HTTPS needs \
+             a certificate presented, and by default does not verify it), or a gRPC health check \
+             (grpc.health.v1.Health/Check over HTTP/2: grpc in cleartext by prior knowledge, grpcs \
+             over TLS; SERVING is healthy). lb takes all six; tm and ga all but udp.",
         ),
         Key::new(
             "port",
             Integer,
-            said("none: 80 for http, 443 for https; tcp and udp need a port here or on every endpoint"),
+            said("none: 80 for http, 443 for https; tcp, udp, grpc and grpcs need a port here or on every endpoint"),
             Int(1, 65_535),
             Recheck,
             "The port probed on the endpoints that do not set their own.",
@@ -484,9 +487,10 @@ pub const HEALTH: Section = Section {
             said("the endpoint's address"),
             words("a DNS name or an IP address, optionally with :PORT; no '*'"),
             Recheck,
-            "The Host header, and the name sent in TLS. tm sets Host through headers instead.",
+            "The Host header (a gRPC call's :authority), and the name sent in TLS. tm sets Host \
+             through headers instead, except for gRPC.",
         )
-        .only("protocol = \"http\" or \"https\"; lb and ga"),
+        .only("protocol = \"http\" or \"https\" (lb and ga); grpc or grpcs (every dialect)"),
         Key::new(
             "method",
             Type::String,
@@ -505,9 +509,10 @@ pub const HEALTH: Section = Section {
                  Connection, Upgrade or TE",
             ),
             Recheck,
-            "Request headers of every probe; tm sets Host this way: \"Host:www.example.com\".",
+            "Request headers of every probe; tm sets Host this way: \"Host:www.example.com\". For \
+             gRPC, the call's metadata (every dialect): not Host, Content-Type, TE or grpc-*.",
         )
-        .only("protocol = \"http\" or \"https\"; tm"),
+        .only("protocol = \"http\" or \"https\" (tm); grpc or grpcs (every dialect)"),
         Key::new(
             "status",
             Strings,
@@ -608,6 +613,19 @@ pub const HEALTH: Section = Section {
         )
         .only(HTTP),
         Key::new(
+            "service",
+            Type::String,
+            Value("\"\""),
+            words("a gRPC service name of at most 256 bytes, like \"shop.Cart\"; no control characters"),
+            Recheck,
+            "The service whose health the check asks about; \"\" asks about the server as a whole. \
+             SERVING is healthy; NOT_SERVING, UNKNOWN and SERVICE_UNKNOWN fail with that name as the \
+             reason, and so does a gRPC error status (UNIMPLEMENTED: no health service; NOT_FOUND: a \
+             service the server does not know; UNAVAILABLE; DEADLINE_EXCEEDED). The timeout is sent \
+             as the call's deadline.",
+        )
+        .only("protocol = \"grpc\" or \"grpcs\""),
+        Key::new(
             "tls_verify",
             Type::String,
             Value("\"presence\""),
@@ -618,7 +636,7 @@ pub const HEALTH: Section = Section {
              server_name and be within its dates; a failure is the check's failure, its reason naming it \
              (expired, unknown issuer, not valid for the name).",
         )
-        .only("protocol = \"https\""),
+        .only(OVER_TLS),
         Key::new(
             "ca_file",
             Type::String,
@@ -627,7 +645,7 @@ pub const HEALTH: Section = Section {
             Recheck,
             "The roots a certificate must chain to with tls_verify = \"ca\".",
         )
-        .only("protocol = \"https\" with tls_verify = \"ca\""),
+        .only("protocol = \"https\" or \"grpcs\" with tls_verify = \"ca\""),
         Key::new(
             "server_name",
             Type::String,
@@ -637,7 +655,7 @@ pub const HEALTH: Section = Section {
             "The name sent as SNI and, with tls_verify = \"ca\", the name the certificate must be \
              valid for.",
         )
-        .only("protocol = \"https\""),
+        .only(OVER_TLS),
         Key::new(
             "client_cert",
             Type::String,
@@ -648,7 +666,7 @@ pub const HEALTH: Section = Section {
              Read when the configuration is loaded; a renewed file at the same path is taken at the \
              next restart, or by a reload that changes the path.",
         )
-        .only("protocol = \"https\""),
+        .only(OVER_TLS),
         Key::new(
             "client_key",
             Type::String,
@@ -657,7 +675,7 @@ pub const HEALTH: Section = Section {
             Recheck,
             "The client certificate's key.",
         )
-        .only("protocol = \"https\" with client_cert"),
+        .only("protocol = \"https\" or \"grpcs\" with client_cert"),
         Key::new(
             "min_version",
             Type::String,
@@ -667,7 +685,7 @@ pub const HEALTH: Section = Section {
             "The lowest TLS version the check accepts: 1.2 offers TLS 1.2 and 1.3; 1.3 offers TLS 1.3 \
              alone, and a server that speaks only TLS 1.2 fails the check.",
         )
-        .only("protocol = \"https\""),
+        .only(OVER_TLS),
         Key::new(
             "fast_interval",
             Duration,

@@ -156,7 +156,7 @@ fn contexts() -> Vec<(Doc, Config)> {
     let mut out = Vec::new();
     // Every dialect, protocol and routing method; tm and ga refuse udp.
     for dialect in ["lb", "tm", "ga"] {
-        for protocol in ["tcp", "udp", "http", "https"] {
+        for protocol in ["tcp", "udp", "http", "https", "grpc", "grpcs"] {
             for routing in ["priority", "multivalue", "subnet", "geographic"] {
                 let doc = profile(dialect, protocol, routing);
                 if let Ok(config) = doc.parse() {
@@ -165,7 +165,7 @@ fn contexts() -> Vec<(Doc, Config)> {
             }
         }
     }
-    assert_eq!(out.len(), 40, "every combination but udp under tm and ga parses");
+    assert_eq!(out.len(), 64, "every combination but udp under tm and ga parses");
     let base = || profile("lb", "tcp", "priority");
     let mut nested =
         base()

@@ -58,6 +58,7 @@ mod cluster;
 mod daemon;
 mod dns;
 mod endpoint;
+mod grpc;
 mod health;
 mod http;
 mod nested;

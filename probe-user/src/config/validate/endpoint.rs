@@ -268,7 +268,8 @@ fn port(r: &mut Reader<'_>, t: &Table<'_, '_>, health: &HealthCheck) -> Option<u
     let port = own_port.or(health.port).or(match protocol {
         Protocol::Http => Some(80),
         Protocol::Https => Some(443),
-        Protocol::Tcp | Protocol::Udp => None,
+        // gRPC has no well-known port.
+        Protocol::Tcp | Protocol::Udp | Protocol::Grpc | Protocol::Grpcs => None,
     });
     if port.is_none() && !given {
         r.missing(

@@ -39,7 +39,7 @@ pub(super) fn health(
                 None
             }
             None => {
-                r.bad(&item, "expected tcp, udp, http or https");
+                r.bad(&item, "expected tcp, udp, http, https, grpc or grpcs");
                 None
             }
         },
@@ -200,7 +200,7 @@ fn not_for(r: &mut Reader<'_>, t: &Table<'_, '_>, keys: &[&str], why: &str) -> b
     clean
 }
 
-const HTTP_ONLY: [&str; 12] = [
+const HTTP_ONLY: [&str; 13] = [
     "path",
     "host",
     "method",
@@ -213,11 +213,14 @@ const HTTP_ONLY: [&str; 12] = [
     "client_cert",
     "client_key",
     "min_version",
+    "service",
 ];
 const UDP_ONLY: [&str; 2] = ["request", "response"];
+/// What a gRPC check does not use: its call and its healthy answer are fixed.
+const NOT_GRPC: [&str; 4] = ["path", "method", "status", "body_match"];
 
 fn probe(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Option<Probe> {
-    let why_http = format!("only HTTP and HTTPS checks use this; the protocol is {}", p.name());
+    let why_http = format!("only HTTP and gRPC checks use this; the protocol is {}", p.name());
     let why_udp = format!("only UDP checks use this; the protocol is {}", p.name());
     match p {
         Protocol::Tcp => {
@@ -244,8 +247,17 @@ fn probe(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Opti
         }
         Protocol::Http | Protocol::Https => {
             let clean = not_for(r, t, &UDP_ONLY, &why_udp);
-            let http = http(r, t, d, p == Protocol::Https);
+            let http = http(r, t, d, p);
             clean.then_some(())?;
+            http.map(Probe::Http)
+        }
+        Protocol::Grpc | Protocol::Grpcs => {
+            let why_grpc = "a gRPC check calls grpc.health.v1.Health/Check and only SERVING is healthy; \
+                            set service to choose what is asked about";
+            let a = not_for(r, t, &UDP_ONLY, &why_udp);
+            let b = not_for(r, t, &NOT_GRPC, why_grpc);
+            let http = http(r, t, d, p);
+            (a && b).then_some(())?;
             http.map(Probe::Http)
         }
     }

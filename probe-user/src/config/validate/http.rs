@@ -1,5 +1,6 @@
-//! The HTTP(S) keys of `[profile.health]`: path, method, host, headers, status codes and body
-//! match, by the dialect's rules. Endpoint headers go through `headers` too.
+//! The HTTP(S) and gRPC keys of `[profile.health]`: path, method, host, headers, status codes
+//! and body match, by the dialect's rules; a gRPC check's service and metadata; the TLS keys
+//! of checks over TLS. Endpoint headers go through `headers` too.
 use super::{broke, names};
 use crate::config::{
     model::*,
@@ -13,10 +14,37 @@ use crate::rules::{
 
 const MAX_BODY_MATCH: usize = 1024;
 
-pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, tls: bool) -> Option<HttpCheck> {
+/// The longest gRPC service name (as the prober allows).
+const MAX_SERVICE: usize = crate::probe::http::request::MAX_GRPC_SERVICE;
+
+/// Headers a gRPC check sets itself, or that HTTP/2 forbids: none may come as metadata.
+const GRPC_RESERVED: [&str; 8] = [
+    "host",
+    "content-type",
+    "te",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Why a TLS key is refused on a protocol without TLS.
+fn tls_only(p: Protocol) -> String {
+    format!(
+        "only checks over TLS (https, grpcs) use this; the protocol is {}",
+        p.name()
+    )
+}
+
+pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Option<HttpCheck> {
     let before = r.errors.len();
+    let tls = p.is_tls();
+    let grpc = matches!(p, Protocol::Grpc | Protocol::Grpcs);
+    // gRPC's path, method, status and body match are refused by the caller, with the reason.
     let path = match r.string(t, "path") {
         None => HttpPath::root(),
+        Some(_) if grpc => HttpPath::root(),
         Some(item) => HttpPath::parse(&item.v).unwrap_or_else(|e| {
             broke(r, &item, e);
             HttpPath::root()
@@ -24,6 +52,7 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, tls: bool)
     };
     let method = match r.string(t, "method") {
         None => Method::default_for(d),
+        Some(_) if grpc => Method::default_for(d),
         Some(item) => match item.v.parse::<Method>() {
             Ok(m) if d.methods().contains(&m) => m,
             _ => {
@@ -34,7 +63,7 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, tls: bool)
     };
     let host = match r.string(t, "host") {
         None => None,
-        Some(item) if d == Dialect::Tm => {
+        Some(item) if d == Dialect::Tm && !grpc => {
             r.bad(&item, "tm sets the Host through headers = [\"Host:name\"]");
             None
         }
@@ -48,18 +77,40 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, tls: bool)
     };
     let headers = match r.strings(t, "headers") {
         None => Vec::new(),
+        // gRPC metadata is part of the call in every dialect.
+        Some(list) if grpc => metadata(r, &list),
         Some(list) if d != Dialect::Tm => {
             r.bad(&list, format!("{} has no custom headers; use host", d.name()));
             Vec::new()
         }
         Some(list) => headers(r, &list),
     };
+    let service = match r.string(t, "service") {
+        None => grpc.then(String::new),
+        Some(item) if !grpc => {
+            r.bad(
+                &item,
+                format!("only gRPC checks (grpc, grpcs) use this; the protocol is {}", p.name()),
+            );
+            None
+        }
+        Some(item) if item.v.len() > MAX_SERVICE || item.v.chars().any(char::is_control) => {
+            r.bad(
+                &item,
+                format!("expected a gRPC service name of at most {MAX_SERVICE} bytes, without control characters"),
+            );
+            None
+        }
+        Some(item) => Some(item.v),
+    };
     let healthy_status = match r.strings(t, "status") {
         None => d.default_status().to_vec(),
+        Some(_) if grpc => d.default_status().to_vec(),
         Some(list) => status(r, &list, d),
     };
     let body_match = match r.string(t, "body_match") {
         None => None,
+        Some(_) if grpc => None,
         Some(item) if method == Method::Head => {
             r.bad(&item, "a HEAD response has no body; set method = \"GET\"");
             None
@@ -70,12 +121,12 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, tls: bool)
         }
         Some(item) => Some(item.v),
     };
-    let (tls_verify, server_name) = tls_settings(r, t, tls);
-    let client_cert = client_cert(r, t, tls);
+    let (tls_verify, server_name) = tls_settings(r, t, p);
+    let client_cert = client_cert(r, t, p);
     let tls13_only = match r.string(t, "min_version") {
         None => false,
         Some(item) if !tls => {
-            r.bad(&item, "only HTTPS checks use this; the protocol is http");
+            r.bad(&item, tls_only(p));
             false
         }
         Some(item) => match item.v.as_str() {
@@ -99,18 +150,35 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, tls: bool)
         server_name,
         client_cert,
         tls13_only,
+        grpc: service,
     })
 }
 
-/// `client_cert` and `client_key`, both or neither, HTTPS only: read here (the key only if
+/// A gRPC check's `headers`: sent as metadata, so neither what the call sets itself nor what
+/// HTTP/2 forbids.
+fn metadata(r: &mut Reader<'_>, list: &Item<Vec<Item<String>>>) -> Vec<Header> {
+    let out = headers(r, list);
+    for (item, h) in list.v.iter().zip(&out) {
+        let name = h.name().to_ascii_lowercase();
+        if GRPC_RESERVED.contains(&name.as_str()) || name.starts_with("grpc-") {
+            r.bad(
+                item,
+                "a gRPC check sets this itself (host sets the authority) or HTTP/2 forbids it; metadata may not",
+            );
+        }
+    }
+    out
+}
+
+/// `client_cert` and `client_key`, both or neither, over TLS only: read here (the key only if
 /// its owner alone may read it, as the API token's file), so that a start or reload with a
 /// pair that cannot be used is refused, naming the file.
-fn client_cert(r: &mut Reader<'_>, t: &Table<'_, '_>, tls: bool) -> Option<ClientCertFiles> {
+fn client_cert(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> Option<ClientCertFiles> {
     let cert = r.string(t, "client_cert");
     let key = r.string(t, "client_key");
-    if !tls {
+    if !p.is_tls() {
         for item in [&cert, &key].into_iter().flatten() {
-            r.bad(item, "only HTTPS checks use this; the protocol is http");
+            r.bad(item, tls_only(p));
         }
         return None;
     }
@@ -158,15 +226,15 @@ fn client_cert(r: &mut Reader<'_>, t: &Table<'_, '_>, tls: bool) -> Option<Clien
     Some(files)
 }
 
-/// `tls_verify`, `ca_file` and `server_name`: HTTPS only. A CA file is read here, so that a
+/// `tls_verify`, `ca_file` and `server_name`: over TLS only. A CA file is read here, so that a
 /// start or reload with one that gives no root is refused, naming it.
-fn tls_settings(r: &mut Reader<'_>, t: &Table<'_, '_>, tls: bool) -> (TlsVerifySetting, Option<HostName>) {
+fn tls_settings(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> (TlsVerifySetting, Option<HostName>) {
     let verify = r.string(t, "tls_verify");
     let ca_file = r.string(t, "ca_file");
     let server_name = r.string(t, "server_name");
-    if !tls {
+    if !p.is_tls() {
         for item in [&verify, &ca_file, &server_name].into_iter().flatten() {
-            r.bad(item, "only HTTPS checks use this; the protocol is http");
+            r.bad(item, tls_only(p));
         }
         return (TlsVerifySetting::Presence, None);
     }

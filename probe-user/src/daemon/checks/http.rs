@@ -40,6 +40,7 @@ impl HttpProbe {
             timeout,
             tls,
             server_name: h.server_name.clone(),
+            grpc: h.grpc.clone(),
         })?;
         Ok(HttpProbe { check: Arc::new(check) })
     }
@@ -54,10 +55,11 @@ impl HttpProbe {
     }
 
     /// The request probe_rx sends for this check to `target`, when the check can run in
-    /// the kernel: plain HTTP, the status alone decides (no body to match), and the
-    /// request fits a template.
+    /// the kernel: plain HTTP/1.1 (not gRPC), the status alone decides (no body to match),
+    /// and the request fits a template.
     pub fn kernel_request(&self, target: std::net::SocketAddr) -> Option<Arc<[u8]>> {
-        if self.check.scheme() != Scheme::Http || self.check.expect_body().is_some() {
+        let plain = self.check.scheme() == Scheme::Http && self.check.grpc_service().is_none();
+        if !plain || self.check.expect_body().is_some() {
             return None;
         }
         let request = crate::probe::http::render_request(&self.check, target);

@@ -151,6 +151,9 @@ impl<'a> Parts<'a> {
                 if h.tls13_only {
                     field(&mut out, "min_version", "1.3");
                 }
+                if let Some(service) = &h.grpc {
+                    field(&mut out, "grpc_service", service);
+                }
             }
         }
         out

@@ -6,6 +6,7 @@
 //! `HttpCheck` (request.rs) says what to send and expect; `HttpProber` runs it.
 pub mod error;
 mod exchange;
+pub mod grpc;
 pub mod request;
 pub mod status;
 pub mod tls;
@@ -83,8 +84,18 @@ pub enum HttpOutcome {
     Connect(String),
     /// This node is short of a resource (descriptors, buffers, ports): no verdict on the target.
     LocalError(String),
-    /// A response that is not valid HTTP/1.1 (head, framing or chunking).
+    /// A response that is not valid HTTP/1.1 (head, framing or chunking), or a gRPC answer
+    /// that breaks its protocol.
     Protocol(String),
+    /// gRPC: the health service answered SERVING.
+    Serving,
+    /// gRPC: the health service answered another status (the number when it has no name).
+    NotServing(Result<grpc::ServingStatus, i32>),
+    /// gRPC: the call ended with an error status (UNIMPLEMENTED, NOT_FOUND, UNAVAILABLE, ...).
+    GrpcStatus {
+        code: u32,
+        message: String,
+    },
 }
 
 impl From<&HttpOutcome> for crate::outcome::Outcome {
@@ -102,13 +113,16 @@ impl From<&HttpOutcome> for crate::outcome::Outcome {
             HttpOutcome::Connect(_) => crate::outcome::Outcome::ConnectError,
             HttpOutcome::LocalError(_) => crate::outcome::Outcome::LocalError,
             HttpOutcome::Protocol(_) => crate::outcome::Outcome::HttpError,
+            HttpOutcome::Serving => crate::outcome::Outcome::Serving,
+            HttpOutcome::NotServing(_) => crate::outcome::Outcome::NotServing,
+            HttpOutcome::GrpcStatus { .. } => crate::outcome::Outcome::GrpcStatus,
         }
     }
 }
 
 impl HttpOutcome {
     pub fn healthy(&self) -> bool {
-        matches!(self, Self::Passed(_))
+        matches!(self, Self::Passed(_) | Self::Serving)
     }
 }
 
@@ -126,6 +140,22 @@ impl fmt::Display for HttpOutcome {
             Self::Connect(e) => write!(f, "connect error: {e}"),
             Self::LocalError(e) => write!(f, "local error: {e}"),
             Self::Protocol(e) => write!(f, "http error: {e}"),
+            Self::Serving => f.write_str("SERVING"),
+            Self::NotServing(Ok(s)) => f.write_str(s.name()),
+            Self::NotServing(Err(n)) => write!(f, "serving status {n}"),
+            Self::GrpcStatus { code, message } => {
+                match grpc::code_name(*code) {
+                    Some(name) => write!(f, "grpc status {name}")?,
+                    None => write!(f, "grpc status {code}")?,
+                }
+                // The server's words, kept short: a reason is one line in a status view.
+                let message: String = message.chars().filter(|c| !c.is_control()).take(200).collect();
+                if message.is_empty() {
+                    Ok(())
+                } else {
+                    write!(f, ": {message}")
+                }
+            }
         }
     }
 }
@@ -229,7 +259,9 @@ impl HttpProber {
         start: Instant,
         deadline: Instant,
     ) -> Result<HttpReport, Failed> {
-        if !self.keep_alive {
+        // gRPC calls always take a connection of their own (resumed TLS sessions still save
+        // the full handshake).
+        if !self.keep_alive || check.grpc_service().is_some() {
             return self.run_once(target, check, start, deadline).await;
         }
         let key = PoolKey {
@@ -331,6 +363,18 @@ impl HttpProber {
         start: Instant,
         deadline: Instant,
     ) -> Result<HttpReport, Failed> {
+        if let Some(service) = check.grpc_service() {
+            return match check.scheme() {
+                Scheme::Http => {
+                    let tcp = self.connect_tcp(target, deadline).await?;
+                    grpc::call(tcp, check, service, target, start, deadline).await
+                }
+                Scheme::Https => {
+                    let tls = self.tls_connect(target, check, deadline).await?;
+                    grpc::call(tls, check, service, target, start, deadline).await
+                }
+            };
+        }
         let request = exchange::render_request(check, target);
         match check.scheme() {
             Scheme::Http => {
@@ -371,7 +415,8 @@ impl HttpProber {
         }
     }
 
-    /// A TCP connection to `target` with TLS on it. A server whose last session was TLS 1.2 is
+    /// A TCP connection to `target` with TLS on it (offering ALPN h2 for gRPC). A server whose
+    /// last session was TLS 1.2 is
     /// greeted with TLS 1.2 alone (see `tls::TlsClient`); if that handshake fails before the
     /// deadline, the probe connects once more offering both versions, so a server that moved
     /// to TLS 1.3 only costs one connection, not a failed probe.
@@ -386,13 +431,14 @@ impl HttpProber {
             None => self.presented.get_or_init(tls::presented_client),
         };
         let name = check.server_name(target);
-        let (config, tls12_only) = client.config_for(&name);
+        let h2 = check.grpc_service().is_some();
+        let (config, tls12_only) = client.config_for(&name, h2);
         let tcp = self.connect_tcp(target, deadline).await?;
         let first = Self::tls_handshake(config, name.clone(), tcp, deadline).await;
         match first {
             Err(f) if tls12_only && matches!(f.outcome, HttpOutcome::Tls(_) | HttpOutcome::Reset) => {
                 client.forget_tls12(&name);
-                let (config, _) = client.config_for(&name);
+                let (config, _) = client.config_for(&name, h2);
                 let tcp = self.connect_tcp(target, deadline).await?;
                 Self::tls_handshake(config, name, tcp, deadline).await
             }

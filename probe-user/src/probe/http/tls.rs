@@ -256,20 +256,22 @@ const RESUMABLE_TARGETS: usize = 131_072;
 /// both versions offered (`HttpProber::tls_connect`), so the change costs a connection, never
 /// a verdict.
 pub(crate) struct TlsClient {
-    both: Arc<ClientConfig>,
-    tls12: Arc<ClientConfig>,
+    /// Indexed by `h2`: without ALPN (HTTPS checks speak HTTP/1.1 and say nothing) and with
+    /// ALPN h2 (gRPC).
+    both: [Arc<ClientConfig>; 2],
+    tls12: [Arc<ClientConfig>; 2],
     sessions: Arc<Sessions>,
 }
 
 impl TlsClient {
-    /// Both configurations share one verifier and one client certificate resolver: rustls
+    /// Every configuration shares one verifier and one client certificate resolver: rustls
     /// resumes a session only under the very objects that made it.
     /// With `tls13_only`, both are the TLS 1.3 configuration (no TLS 1.2 session is ever
     /// made, so the twin is never asked for).
     fn new(verifier: Arc<dyn ServerCertVerifier>, client_cert: Arc<dyn ResolvesClientCert>, tls13_only: bool) -> Self {
         let provider = provider();
         let sessions = Arc::new(Sessions::new(RESUMABLE_TARGETS));
-        let build = |versions: &[&'static SupportedProtocolVersion]| {
+        let build = |versions: &[&'static SupportedProtocolVersion], h2: bool| {
             let mut config = ClientConfig::builder_with_provider(provider.clone())
                 .with_protocol_versions(versions)
                 .expect("ring supports TLS 1.2 and 1.3")
@@ -277,10 +279,14 @@ impl TlsClient {
                 .with_custom_certificate_verifier(verifier.clone())
                 .with_client_cert_resolver(client_cert.clone());
             config.resumption = rustls::client::Resumption::store(sessions.clone());
+            if h2 {
+                config.alpn_protocols = vec![b"h2".to_vec()];
+            }
             Arc::new(config)
         };
+        let pair = |versions: &[&'static SupportedProtocolVersion]| [build(versions, false), build(versions, true)];
         if tls13_only {
-            let only = build(&[&rustls::version::TLS13]);
+            let only = pair(&[&rustls::version::TLS13]);
             return Self {
                 both: only.clone(),
                 tls12: only,
@@ -288,18 +294,20 @@ impl TlsClient {
             };
         }
         Self {
-            both: build(rustls::DEFAULT_VERSIONS),
-            tls12: build(&[&rustls::version::TLS12]),
+            both: pair(rustls::DEFAULT_VERSIONS),
+            tls12: pair(&[&rustls::version::TLS12]),
             sessions,
         }
     }
 
-    /// The configuration to greet `name` with, and whether it is the TLS 1.2 twin.
-    pub(crate) fn config_for(&self, name: &ServerName<'_>) -> (Arc<ClientConfig>, bool) {
+    /// The configuration to greet `name` with (offering h2 by ALPN when `h2`), and whether
+    /// it is the TLS 1.2 twin.
+    pub(crate) fn config_for(&self, name: &ServerName<'_>, h2: bool) -> (Arc<ClientConfig>, bool) {
+        let i = usize::from(h2);
         if self.sessions.last_was_tls12(name) {
-            (self.tls12.clone(), true)
+            (self.tls12[i].clone(), true)
         } else {
-            (self.both.clone(), false)
+            (self.both[i].clone(), false)
         }
     }
 

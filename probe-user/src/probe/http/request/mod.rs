@@ -58,7 +58,13 @@ pub struct HttpCheckParts {
     pub tls: TlsVerify,
     /// The TLS server name (SNI, and the name verified), instead of the Host's.
     pub server_name: Option<HostName>,
+    /// A gRPC check: the service whose health is asked (`""`: the server's own). Method,
+    /// path, status and body match are then not used; headers are sent as metadata.
+    pub grpc: Option<String>,
 }
+
+/// The longest gRPC service name accepted (a fully qualified name is far shorter).
+pub const MAX_GRPC_SERVICE: usize = 256;
 
 /// The command line's settings for one check, as typed by the operator; `None` means the
 /// dialect's default. `HttpCheck::new` parses them with the rules the config reader uses.
@@ -80,6 +86,10 @@ pub struct HttpCheckSpec {
     pub body_limit: Option<usize>,
     pub timeout: Duration,
     pub tls: TlsVerify,
+    /// The TLS server name, instead of the domain's.
+    pub server_name: Option<String>,
+    /// A gRPC check of this service.
+    pub grpc: Option<String>,
 }
 
 impl HttpCheckSpec {
@@ -97,6 +107,8 @@ impl HttpCheckSpec {
             body_limit: None,
             timeout,
             tls: TlsVerify::Presented,
+            server_name: None,
+            grpc: None,
         }
     }
 
@@ -116,6 +128,12 @@ impl HttpCheckSpec {
             .map(HostName::parse)
             .transpose()
             .map_err(|e| e.in_field("domain"))?;
+        let server_name = self
+            .server_name
+            .as_deref()
+            .map(HostName::parse)
+            .transpose()
+            .map_err(|e| e.in_field("server_name"))?;
         let status = match &self.expect_status {
             Some(s) => StatusSet::parse("expect_status", s)?.ranges().to_vec(),
             None => self.dialect.default_status().to_vec(),
@@ -132,7 +150,8 @@ impl HttpCheckSpec {
             body_limit: self.body_limit.unwrap_or(DEFAULT_BODY_LIMIT),
             timeout: self.timeout,
             tls: self.tls.clone(),
-            server_name: None,
+            server_name,
+            grpc: self.grpc.clone(),
         })
     }
 }
@@ -166,6 +185,7 @@ pub struct HttpCheck {
     timeout: Duration,
     tls: TlsVerify,
     server_name: Option<HostName>,
+    grpc: Option<String>,
 }
 
 impl HttpCheck {
@@ -223,6 +243,15 @@ impl HttpCheck {
             }
             Some(b) => Some(b.into_bytes()),
         };
+        if let Some(service) = &p.grpc {
+            if service.len() > MAX_GRPC_SERVICE || service.chars().any(char::is_control) {
+                return Err(HttpCheckError::invalid(
+                    "service",
+                    service.clone(),
+                    format!("a gRPC service name of at most {MAX_GRPC_SERVICE} bytes without control characters"),
+                ));
+            }
+        }
         if p.timeout.is_zero() || p.timeout > MAX_TIMEOUT {
             return Err(HttpCheckError::invalid(
                 "timeout",
@@ -244,6 +273,7 @@ impl HttpCheck {
             timeout: p.timeout,
             tls: p.tls,
             server_name: p.server_name,
+            grpc: p.grpc,
         })
     }
 
@@ -273,6 +303,10 @@ impl HttpCheck {
     }
     pub fn tls(&self) -> &TlsVerify {
         &self.tls
+    }
+    /// For a gRPC check, the service asked about.
+    pub fn grpc_service(&self) -> Option<&str> {
+        self.grpc.as_deref()
     }
     /// Custom headers other than Host, endpoint values winning.
     pub fn headers(&self) -> &[(HeaderName, HeaderValue)] {

@@ -204,6 +204,7 @@ fn typed_parts_and_the_command_line_build_the_same_check() {
         timeout: Duration::from_secs(9),
         tls: TlsVerify::Presented,
         server_name: None,
+        grpc: None,
     })
     .unwrap();
     let target: SocketAddr = "192.0.2.20:443".parse().unwrap();

@@ -1,0 +1,120 @@
+//! `protocol = "grpc"` and `"grpcs"`: the service, metadata, what a gRPC check refuses, and
+//! the TLS keys on grpcs alone.
+use super::*;
+
+const GRPC: &str = "protocol = \"grpc\"\nport = 50051\n";
+const GRPCS: &str = "protocol = \"grpcs\"\nport = 50051\n";
+
+fn grpc_of(c: &Config) -> HttpCheck {
+    match &c.profiles[0].health.probe {
+        Probe::Http(h) => h.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn grpc_checks_read_in_every_dialect_with_the_service_and_metadata() {
+    for dialect in ["lb", "tm", "ga"] {
+        let c = ok(&cfg(dialect, "", GRPC, ""));
+        assert_eq!(c.profiles[0].health.protocol(), Protocol::Grpc, "{dialect}");
+        assert_eq!(
+            grpc_of(&c).grpc.as_deref(),
+            Some(""),
+            "the server's own health by default"
+        );
+    }
+    let c = ok(&cfg(
+        "lb",
+        "",
+        &format!("{GRPCS}service = \"shop.Cart\"\nhost = \"cart.example.test\"\nheaders = [\"x-probe:probed\"]\n"),
+        "",
+    ));
+    let h = grpc_of(&c);
+    assert_eq!(c.profiles[0].health.protocol(), Protocol::Grpcs);
+    assert_eq!(h.grpc.as_deref(), Some("shop.Cart"));
+    assert!(h.tls);
+    assert_eq!(h.host.as_ref().map(HostName::as_str), Some("cart.example.test"));
+    assert_eq!(h.headers.len(), 1);
+}
+
+rule!(
+    grpc_without_a_port,
+    cfg("lb", "", "protocol = \"grpc\"", ""),
+    "profile[0].endpoint[0].port"
+);
+rule!(
+    grpc_with_a_path,
+    cfg("lb", "", &format!("{GRPC}path = \"/health\""), ""),
+    "profile[0].health.path"
+);
+rule!(
+    grpc_with_a_status,
+    cfg("ga", "", &format!("{GRPC}status = [\"200\"]"), ""),
+    "profile[0].health.status"
+);
+rule!(
+    grpc_with_a_method,
+    cfg("lb", "", &format!("{GRPC}method = \"POST\""), ""),
+    "profile[0].health.method"
+);
+rule!(
+    grpc_with_a_body_match,
+    cfg("lb", "", &format!("{GRPC}body_match = \"ok\""), ""),
+    "profile[0].health.body_match"
+);
+rule!(
+    service_on_http,
+    cfg("lb", "", "service = \"shop.Cart\"", ""),
+    "profile[0].health.service"
+);
+rule!(
+    service_on_tcp,
+    cfg("lb", "", "protocol = \"tcp\"\nport = 1\nservice = \"x\"", ""),
+    "profile[0].health.service"
+);
+rule!(
+    service_too_long,
+    cfg("lb", "", &format!("{GRPC}service = \"{}\"", "s".repeat(257)), ""),
+    "profile[0].health.service"
+);
+rule!(
+    metadata_may_not_set_the_content_type,
+    cfg("lb", "", &format!("{GRPC}headers = [\"Content-Type:text/plain\"]"), ""),
+    "profile[0].health.headers[0]"
+);
+rule!(
+    metadata_may_not_set_grpc_keys,
+    cfg("lb", "", &format!("{GRPC}headers = [\"grpc-timeout:1S\"]"), ""),
+    "profile[0].health.headers[0]"
+);
+rule!(
+    tls_verify_on_cleartext_grpc,
+    cfg("lb", "", &format!("{GRPC}tls_verify = \"ca\""), ""),
+    "profile[0].health.tls_verify"
+);
+rule!(
+    min_version_on_cleartext_grpc,
+    cfg("lb", "", &format!("{GRPC}min_version = \"1.3\""), ""),
+    "profile[0].health.min_version"
+);
+
+#[test]
+fn grpcs_takes_the_tls_keys_and_says_why_grpc_does_not() {
+    let c = ok(&cfg(
+        "lb",
+        "",
+        &format!("{GRPCS}tls_verify = \"ca\"\nserver_name = \"cart.example.test\"\nmin_version = \"1.3\"\n"),
+        "",
+    ));
+    let h = grpc_of(&c);
+    assert_eq!(h.tls_verify, TlsVerifySetting::Ca { ca_file: None });
+    assert!(h.tls13_only);
+    let errs = refused(&cfg("lb", "", &format!("{GRPC}server_name = \"a.example\""), ""));
+    assert!(
+        errs.to_string()
+            .contains("only checks over TLS (https, grpcs) use this; the protocol is grpc"),
+        "{errs}"
+    );
+    let errs = refused(&cfg("lb", "", &format!("{GRPC}path = \"/x\""), ""));
+    assert!(errs.to_string().contains("grpc.health.v1.Health/Check"), "{errs}");
+}

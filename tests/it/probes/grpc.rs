@@ -1,0 +1,176 @@
+//! gRPC health checks against grpcio, the reference implementation, with its standard health
+//! service (tests/py/grpc_fixture.py): over HTTP/2 cleartext and over TLS, a service that is
+//! SERVING, one NOT_SERVING, one the server does not know, a server without the health
+//! service, one that answers past the deadline, and a closed port. grpcio's own client asks
+//! the same server the same question and is the oracle: each verdict must be its verdict, and
+//! each reason must name what it names. Then a service flipped while the daemon runs moves the
+//! endpoint through its thresholds like any check.
+use std::time::Duration;
+
+use probed::status::EndpointStatus as S;
+use probed_tests::{
+    certs::{ca, leaf},
+    daemon::{DaemonFiles, RunningDaemon},
+    grpc::{oracle, GrpcServers},
+    topo::*,
+    Topology,
+};
+
+const PORT: u16 = 50051;
+const NAME: &str = "grpc.example.test";
+const TIMEOUT: Duration = Duration::from_secs(1);
+
+/// An endpoint of a test profile: name, address, port.
+type Endpoint = (&'static str, &'static str, u16);
+
+/// What probed must say where the oracle says `word`: the whole verdict, and a piece of the
+/// reason (None: any failure's reason; connection failures are worded per layer).
+fn expected(word: &str) -> (bool, Option<&'static str>) {
+    match word {
+        "SERVING" => (true, Some("SERVING")),
+        "NOT_SERVING" => (false, Some("NOT_SERVING")),
+        "UNIMPLEMENTED" => (false, Some("grpc status UNIMPLEMENTED")),
+        "NOT_FOUND" => (false, Some("grpc status NOT_FOUND")),
+        // grpcio's client ends the call at its deadline; probed's says it timed out.
+        "DEADLINE_EXCEEDED" => (false, Some("timeout")),
+        "UNAVAILABLE" => (false, None),
+        other => panic!("the oracle said {other:?}"),
+    }
+}
+
+#[test]
+fn grpc_checks_agree_with_grpcio_and_follow_a_flipped_service() {
+    let topo = Topology::new();
+    let files = DaemonFiles::new();
+    let dir = files.dir.join("grpc");
+    std::fs::create_dir_all(&dir).unwrap();
+    let test_ca = ca("probed gRPC test CA");
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, test_ca.cert.pem()).unwrap();
+    let server = leaf(&test_ca, NAME, 2099);
+    std::fs::write(dir.join("server.crt"), &server.cert).unwrap();
+    std::fs::write(dir.join("server.key"), &server.key).unwrap();
+    // On every address of the backend: IPv4 and IPv6.
+    let servers = GrpcServers::start(&topo.backend, &dir, "::", PORT);
+
+    let (tls, bare, slow, closed) = (PORT + 1, PORT + 2, PORT + 3, PORT + 9);
+    let verify = format!(
+        "tls_verify = \"ca\"\nca_file = \"{}\"\nserver_name = \"{NAME}\"\n",
+        ca_file.display()
+    );
+    let v4 = |name, port| (name, BACKEND_V4, port);
+    let v6 = |name, port| (name, BACKEND_V6, port);
+    // (profile, protocol and keys, endpoints as (name, address, port)).
+    let profiles: Vec<(&str, String, Vec<Endpoint>)> = vec![
+        (
+            "server",
+            "protocol = \"grpc\"\n".into(),
+            vec![
+                v4("main", PORT),
+                v4("bare", bare),
+                v4("slow", slow),
+                v4("closed", closed),
+                v4("tls-port", tls),
+            ],
+        ),
+        (
+            "cart",
+            "protocol = \"grpc\"\nservice = \"shop.Cart\"\n".into(),
+            vec![v4("main", PORT), v6("main-v6", PORT)],
+        ),
+        (
+            "down",
+            "protocol = \"grpc\"\nservice = \"shop.Down\"\n".into(),
+            vec![v4("main", PORT)],
+        ),
+        (
+            "nope",
+            "protocol = \"grpc\"\nservice = \"shop.Nope\"\n".into(),
+            vec![v4("main", PORT)],
+        ),
+        (
+            "flip",
+            "protocol = \"grpc\"\nservice = \"shop.Flip\"\n".into(),
+            vec![v4("main", PORT)],
+        ),
+        (
+            "tls",
+            format!("protocol = \"grpcs\"\nservice = \"shop.Cart\"\n{verify}"),
+            vec![v4("main", tls), v6("main-v6", tls), v4("cleartext-port", PORT)],
+        ),
+        (
+            "tls-down",
+            format!("protocol = \"grpcs\"\nservice = \"shop.Down\"\n{verify}"),
+            vec![v4("main", tls)],
+        ),
+        ("tls-presence", "protocol = \"grpcs\"\n".into(), vec![v4("main", tls)]),
+    ];
+    let mut text = files.header(PROBER_IF);
+    for (name, keys, endpoints) in &profiles {
+        text += &format!(
+            "\n[[profile]]\nname = \"{name}\"\ndialect = \"lb\"\n\n[profile.health]\n{keys}\
+             interval = \"200ms\"\ntimeout = \"1s\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n"
+        );
+        for (endpoint, address, port) in endpoints {
+            text += &format!("\n[[profile.endpoint]]\nname = \"{endpoint}\"\naddress = \"{address}\"\nport = {port}\n");
+        }
+    }
+    let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start");
+
+    for (profile, keys, endpoints) in &profiles {
+        let service = keys
+            .lines()
+            .find_map(|l| l.strip_prefix("service = "))
+            .map_or("", |s| s.trim_matches('"'));
+        let verified = keys.contains("tls_verify");
+        for (endpoint, address, port) in endpoints {
+            let target = std::net::SocketAddr::new(address.parse().unwrap(), *port).to_string();
+            // grpcio cannot skip verification: the presence profile is asked as the verified one.
+            let over_tls = keys.contains("grpcs").then_some((ca_file.as_path(), NAME));
+            let word = oracle(&topo.prober, &target, service, TIMEOUT, over_tls);
+            let (healthy, why) = expected(&word);
+            let want = if healthy { S::Online } else { S::Degraded };
+            let view = daemon.wait_status(profile, endpoint, want, Duration::from_secs(10));
+            let reason = view
+                .last_result
+                .as_ref()
+                .map(|r| r.reason.to_string())
+                .unwrap_or_default();
+            if let Some(why) = why {
+                assert!(
+                    reason.contains(why),
+                    "{profile}/{endpoint}: grpcio says {word}, probed {reason}"
+                );
+            }
+            println!("{profile:<12} {endpoint:<14} grpcio {word:<18} -> {want:?}: {reason} (verified: {verified})");
+        }
+    }
+
+    // The flipped service: NOT_SERVING takes the endpoint out after unhealthy_threshold results,
+    // SERVING brings it back after healthy_threshold.
+    servers.flip(false);
+    let view = daemon.wait_status("flip", "main", S::Degraded, Duration::from_secs(10));
+    let reason = view
+        .last_result
+        .as_ref()
+        .map(|r| r.reason.to_string())
+        .unwrap_or_default();
+    assert_eq!(reason, "NOT_SERVING");
+    assert_eq!(
+        oracle(
+            &topo.prober,
+            &format!("{BACKEND_V4}:{PORT}"),
+            "shop.Flip",
+            TIMEOUT,
+            None
+        ),
+        "NOT_SERVING"
+    );
+    servers.flip(true);
+    let view = daemon.wait_status("flip", "main", S::Online, Duration::from_secs(10));
+    assert_eq!(
+        view.last_result.as_ref().map(|r| r.reason.to_string()).as_deref(),
+        Some("SERVING")
+    );
+    daemon.stop();
+}
