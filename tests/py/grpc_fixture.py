@@ -1,16 +1,17 @@
 """gRPC health servers and the reference client for probed's gRPC tests (grpcio, the
 reference implementation, with grpcio-health-checking's standard health service).
 
-serve DIR ADDR PORT: runs four servers until killed, on PORT and the three ports after it:
+serve DIR ADDR PORT: runs its servers until killed, on PORT and the four ports after it:
   PORT     the health service, cleartext: "" and "shop.Cart" SERVING, "shop.Down"
            NOT_SERVING, and "shop.Flip" as DIR/flip says (SERVING or NOT_SERVING, re-read
            every 100 ms);
   PORT+1   the same service over TLS (DIR/server.crt and DIR/server.key);
   PORT+2   a gRPC server without the health service (every check is UNIMPLEMENTED);
-  PORT+3   a health service that answers after 3 s (past any test's deadline).
+  PORT+3   a health service that answers after 3 s (past any test's deadline);
+  PORT+4   the health service over TLS, requiring a client certificate from DIR/ca.pem.
 Writes DIR/ready once every port listens.
 
-check ADDR:PORT SERVICE TIMEOUT [CA SERVER_NAME]: asks once, as grpc_health_probe does, and
+check ADDR:PORT SERVICE TIMEOUT [CA SERVER_NAME [CERT KEY]]: asks once, as grpc_health_probe does, and
 prints the health status (SERVING, NOT_SERVING, ...) or the gRPC status code's name
 (UNIMPLEMENTED, NOT_FOUND, DEADLINE_EXCEEDED, UNAVAILABLE, ...).
 """
@@ -52,6 +53,13 @@ def serve(directory, addr, port):
     ) as c:
         creds = grpc.ssl_server_credentials([(k.read(), c.read())])
     main.add_secure_port(f"{host}:{port + 1}", creds)
+    with open(os.path.join(directory, "server.key"), "rb") as k, open(
+        os.path.join(directory, "server.crt"), "rb"
+    ) as c, open(os.path.join(directory, "ca.pem"), "rb") as ca:
+        mtls = grpc.ssl_server_credentials(
+            [(k.read(), c.read())], root_certificates=ca.read(), require_client_auth=True
+        )
+    main.add_secure_port(f"{host}:{port + 4}", mtls)
     bare = server()
     bare.add_insecure_port(f"{host}:{port + 2}")
     slow = server()
@@ -71,10 +79,14 @@ def serve(directory, addr, port):
         time.sleep(0.1)
 
 
-def check(target, service, timeout, ca=None, server_name=None):
+def check(target, service, timeout, ca=None, server_name=None, cert=None, key=None):
     if ca:
+        pair = {}
+        if cert:
+            with open(cert, "rb") as c, open(key, "rb") as k:
+                pair = {"certificate_chain": c.read(), "private_key": k.read()}
         with open(ca, "rb") as f:
-            creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+            creds = grpc.ssl_channel_credentials(root_certificates=f.read(), **pair)
         options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
         channel = grpc.secure_channel(target, creds, options=options)
     else:

@@ -22,8 +22,9 @@ fn script() -> &'static str {
     concat!(env!("CARGO_MANIFEST_DIR"), "/py/grpc_fixture.py")
 }
 
-/// The four servers of `grpc_fixture.py serve` in `ns`, on `port` to `port + 3` of `addr`;
-/// `dir` holds the TLS pair (server.crt, server.key) and the `flip` file.
+/// The servers of `grpc_fixture.py serve` in `ns`, on `port` to `port + 4` of `addr`; `dir`
+/// holds the TLS pair (server.crt, server.key), the CA of client certificates (ca.pem) and
+/// the `flip` file.
 pub struct GrpcServers {
     _proc: Proc,
     dir: PathBuf,
@@ -67,8 +68,16 @@ impl GrpcServers {
 
 /// grpcio's verdict on `target`'s health of `service`, asked from `ns`: the health status
 /// (SERVING, NOT_SERVING, ...) or the gRPC status code's name (UNIMPLEMENTED, NOT_FOUND,
-/// DEADLINE_EXCEEDED, ...). With `tls`, over TLS verified against (CA file, server name).
-pub fn oracle(ns: &Netns, target: &str, service: &str, timeout: Duration, tls: Option<(&Path, &str)>) -> String {
+/// DEADLINE_EXCEEDED, ...). With `tls`, over TLS verified against (CA file, server name), and
+/// with `client`, presenting that certificate and key.
+pub fn oracle(
+    ns: &Netns,
+    target: &str,
+    service: &str,
+    timeout: Duration,
+    tls: Option<(&Path, &str)>,
+    client: Option<(&Path, &Path)>,
+) -> String {
     let python = python();
     let timeout = format!("{:.3}", timeout.as_secs_f64());
     let mut args = vec![
@@ -84,6 +93,9 @@ pub fn oracle(ns: &Netns, target: &str, service: &str, timeout: Duration, tls: O
     ];
     if let Some((ca, name)) = tls {
         args.extend([ca.display().to_string(), name.to_string()]);
+        if let Some((cert, key)) = client {
+            args.extend([cert.display().to_string(), key.display().to_string()]);
+        }
     }
     let out = std::process::Command::new("ip")
         .args(&args)

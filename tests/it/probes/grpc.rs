@@ -4,7 +4,8 @@
 //! service, one that answers past the deadline, and a closed port. grpcio's own client asks
 //! the same server the same question and is the oracle: each verdict must be its verdict, and
 //! each reason must name what it names. Then a service flipped while the daemon runs moves the
-//! endpoint through its thresholds like any check.
+//! endpoint through its thresholds like any check, and `probed check grpc://` and `grpcs://`
+//! (with --ca, --server-name, --cert, --key) give the oracle's verdicts too.
 use std::time::Duration;
 
 use probed::status::EndpointStatus as S;
@@ -52,11 +53,25 @@ fn grpc_checks_agree_with_grpcio_and_follow_a_flipped_service() {
     std::fs::write(dir.join("server.key"), &server.key).unwrap();
     // On every address of the backend: IPv4 and IPv6.
     let servers = GrpcServers::start(&topo.backend, &dir, "::", PORT);
+    // The probe's client certificate, from the test CA; its key readable by its owner alone.
+    let client = leaf(&test_ca, "probe.example.test", 2099);
+    let (client_cert, client_key) = (dir.join("client.crt"), dir.join("client.key"));
+    std::fs::write(&client_cert, &client.cert).unwrap();
+    std::fs::write(&client_key, &client.key).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&client_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
 
-    let (tls, bare, slow, closed) = (PORT + 1, PORT + 2, PORT + 3, PORT + 9);
+    let (tls, bare, slow, mtls, closed) = (PORT + 1, PORT + 2, PORT + 3, PORT + 4, PORT + 9);
     let verify = format!(
         "tls_verify = \"ca\"\nca_file = \"{}\"\nserver_name = \"{NAME}\"\n",
         ca_file.display()
+    );
+    let with_client = format!(
+        "{verify}client_cert = \"{}\"\nclient_key = \"{}\"\n",
+        client_cert.display(),
+        client_key.display()
     );
     let v4 = |name, port| (name, BACKEND_V4, port);
     let v6 = |name, port| (name, BACKEND_V6, port);
@@ -96,7 +111,17 @@ fn grpc_checks_agree_with_grpcio_and_follow_a_flipped_service() {
         (
             "tls",
             format!("protocol = \"grpcs\"\nservice = \"shop.Cart\"\n{verify}"),
-            vec![v4("main", tls), v6("main-v6", tls), v4("cleartext-port", PORT)],
+            vec![
+                v4("main", tls),
+                v6("main-v6", tls),
+                v4("cleartext-port", PORT),
+                v4("asks-a-client-cert", mtls),
+            ],
+        ),
+        (
+            "tls-client",
+            format!("protocol = \"grpcs\"\nservice = \"shop.Cart\"\n{with_client}"),
+            vec![v4("asks-a-client-cert", mtls), v4("main", tls)],
         ),
         (
             "tls-down",
@@ -127,7 +152,10 @@ fn grpc_checks_agree_with_grpcio_and_follow_a_flipped_service() {
             let target = std::net::SocketAddr::new(address.parse().unwrap(), *port).to_string();
             // grpcio cannot skip verification: the presence profile is asked as the verified one.
             let over_tls = keys.contains("grpcs").then_some((ca_file.as_path(), NAME));
-            let word = oracle(&topo.prober, &target, service, TIMEOUT, over_tls);
+            let presents = keys
+                .contains("client_cert")
+                .then_some((client_cert.as_path(), client_key.as_path()));
+            let word = oracle(&topo.prober, &target, service, TIMEOUT, over_tls, presents);
             let (healthy, why) = expected(&word);
             let want = if healthy { S::Online } else { S::Degraded };
             let view = daemon.wait_status(profile, endpoint, want, Duration::from_secs(10));
@@ -162,6 +190,7 @@ fn grpc_checks_agree_with_grpcio_and_follow_a_flipped_service() {
             &format!("{BACKEND_V4}:{PORT}"),
             "shop.Flip",
             TIMEOUT,
+            None,
             None
         ),
         "NOT_SERVING"
@@ -173,4 +202,65 @@ fn grpc_checks_agree_with_grpcio_and_follow_a_flipped_service() {
         Some("SERVING")
     );
     daemon.stop();
+
+    // `probed check`, as an operator runs it, against the same servers.
+    let (ca, cert, key) = (
+        ca_file.to_str().unwrap(),
+        client_cert.to_str().unwrap(),
+        client_key.to_str().unwrap(),
+    );
+    let verified = ["--ca", ca, "--server-name", NAME];
+    let presenting = ["--ca", ca, "--server-name", NAME, "--cert", cert, "--key", key];
+    let cases: [(String, &[&str], &str); 7] = [
+        (format!("grpc://{BACKEND_V4}:{PORT}/shop.Cart"), &[], "shop.Cart"),
+        (format!("grpc://[{BACKEND_V6}]:{PORT}/shop.Down"), &[], "shop.Down"),
+        (format!("grpc://{BACKEND_V4}:{bare}"), &[], ""),
+        (format!("grpc://{BACKEND_V4}:{slow}"), &[], ""),
+        (format!("grpcs://{BACKEND_V4}:{tls}/shop.Cart"), &verified, "shop.Cart"),
+        (format!("grpcs://{BACKEND_V4}:{mtls}"), &verified, ""),
+        (
+            format!("grpcs://[{BACKEND_V6}]:{mtls}/shop.Cart"),
+            &presenting,
+            "shop.Cart",
+        ),
+    ];
+    for (url, flags, service) in cases {
+        let target = url.split("://").nth(1).unwrap().split('/').next().unwrap().to_string();
+        let tls = flags.contains(&"--ca").then_some((ca_file.as_path(), NAME));
+        let client = flags
+            .contains(&"--cert")
+            .then_some((client_cert.as_path(), client_key.as_path()));
+        let word = oracle(&topo.prober, &target, service, TIMEOUT, tls, client);
+        let (healthy, why) = expected(&word);
+        let mut args = vec![url.as_str(), "--timeout", "1000"];
+        args.extend_from_slice(flags);
+        let (code, out) = probed_check(&topo, &args);
+        assert_eq!(
+            code == 0,
+            healthy,
+            "probed check {args:?}: grpcio says {word}, probed {out}"
+        );
+        if let Some(why) = why {
+            assert!(
+                out.contains(why),
+                "probed check {args:?}: grpcio says {word}, probed {out}"
+            );
+        }
+        println!("probed check {url}: grpcio {word} -> exit {code}: {}", out.trim());
+    }
+}
+
+/// `probed check ARGS` in the prober namespace: exit code, output and errors.
+fn probed_check(topo: &Topology, args: &[&str]) -> (i32, String) {
+    let bin = probed_tests::probed_bin();
+    let mut all = vec!["netns", "exec", &topo.prober.name, bin.to_str().unwrap(), "check"];
+    all.extend_from_slice(args);
+    let out = std::process::Command::new("ip")
+        .args(&all)
+        .output()
+        .expect("run probed check");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
 }

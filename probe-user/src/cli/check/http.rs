@@ -1,5 +1,5 @@
-//! `probed check http://...` and `https://...`: the URL and flags become an HttpCheck, run
-//! --count times through the same prober the daemon uses.
+//! `probed check http://...`, `https://...`, `grpc://...` and `grpcs://...`: the URL and flags
+//! become an HttpCheck, run --count times through the same prober the daemon uses.
 use std::{net::SocketAddr, process::ExitCode, time::Duration};
 
 use anyhow::{bail, Context};
@@ -7,17 +7,37 @@ use probed::probe::http::{Dialect, HttpCheck, HttpCheckSpec, HttpProber, Method,
 
 use super::{render::Line, CheckArgs};
 
+/// What the check asks: an HTTP request for a path, or a gRPC health call for a service.
+pub(super) enum Call {
+    Http { path: String },
+    Grpc { service: String },
+}
+
 pub(super) fn check_http(
     args: &CheckArgs,
     scheme: Scheme,
     host: &str,
     port: u16,
-    path: String,
+    call: Call,
 ) -> anyhow::Result<ExitCode> {
     let dialect: Dialect = args.dialect.parse()?;
     let mut spec = HttpCheckSpec::new(scheme, dialect, Duration::from_millis(args.timeout));
+    match call {
+        Call::Http { path } => spec.path = Some(path),
+        Call::Grpc { service } => {
+            let http_only = [
+                ("--method", args.method.is_some()),
+                ("--expect-status", args.expect_status.is_some()),
+                ("--expect-body", args.expect_body.is_some()),
+                ("--keep-alive", args.keep_alive),
+            ];
+            if let Some((flag, _)) = http_only.iter().find(|(_, set)| *set) {
+                bail!("{flag} applies to http:// and https:// targets; a gRPC check calls Health/Check and SERVING is healthy");
+            }
+            spec.grpc = Some(service);
+        }
+    }
     spec.method = args.method.clone();
-    spec.path = Some(path);
     spec.domain = args.host.clone();
     spec.endpoint_headers = args.headers.clone();
     spec.expect_status = args.expect_status.clone();
@@ -44,8 +64,12 @@ pub(super) fn check_http(
         } else if args.strict_tls {
             spec.tls = TlsVerify::strict_system()?;
         }
-    } else if args.strict_tls || args.ca.is_some() {
-        bail!("--strict-tls and --ca apply to https:// targets only");
+        if let (Some(cert), Some(key)) = (&args.cert, &args.key) {
+            spec.tls = spec.tls.with_client_cert_files(cert, key)?;
+        }
+        spec.server_name = args.server_name.clone();
+    } else if args.strict_tls || args.ca.is_some() || args.cert.is_some() || args.server_name.is_some() {
+        bail!("--strict-tls, --ca, --cert, --key and --server-name apply to https:// and grpcs:// targets only");
     }
     let check = HttpCheck::new(&spec)?;
     let rt = crate::cli::runtime()?;

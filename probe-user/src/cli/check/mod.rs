@@ -15,8 +15,9 @@ mod render;
 
 #[derive(clap::Args)]
 pub struct CheckArgs {
-    /// What to probe: tcp://HOST:PORT, udp://HOST:PORT, http://HOST[:PORT][/PATH] or
-    /// https://... (IPv6 hosts in brackets).
+    /// What to probe: tcp://HOST:PORT, udp://HOST:PORT, http://HOST[:PORT][/PATH],
+    /// https://..., grpc://HOST:PORT[/SERVICE] (gRPC health over HTTP/2 cleartext) or
+    /// grpcs://... (over TLS); IPv6 hosts in brackets.
     pub url: String,
     /// HEAD or GET (default: the dialect's, HEAD for lb, GET for tm).
     #[arg(long)]
@@ -50,12 +51,24 @@ pub struct CheckArgs {
     /// Print one JSON object per probe.
     #[arg(long)]
     pub json: bool,
-    /// HTTPS: validate the certificate against the system roots.
+    /// HTTPS and gRPC over TLS: validate the certificate against the system roots.
     #[arg(long)]
     pub strict_tls: bool,
-    /// HTTPS: validate the certificate against the CA certificates in this PEM file.
+    /// HTTPS and gRPC over TLS: validate the certificate against the CA certificates in this
+    /// PEM file.
     #[arg(long, value_name = "FILE")]
     pub ca: Option<PathBuf>,
+    /// HTTPS and gRPC over TLS: present this client certificate (PEM, with its chain), for
+    /// servers that ask for one; needs --key.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM), readable by its owner alone.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
+    /// HTTPS and gRPC over TLS: the name sent as SNI and verified, instead of --host's or
+    /// the URL's.
+    #[arg(long, value_name = "NAME")]
+    pub server_name: Option<String>,
     /// Whose defaults apply: lb (HEAD, 2xx and 3xx) or tm (GET, 200 only).
     #[arg(long, default_value = "lb")]
     pub dialect: String,
@@ -105,6 +118,13 @@ pub enum Target {
     Tcp { host: String, port: u16 },
     /// A UDP probe: through the kernel engine, or a socket in request/response mode.
     Udp { host: String, port: u16 },
+    /// A gRPC health check of `service` ("" for the server's own health).
+    Grpc {
+        tls: bool,
+        host: String,
+        port: u16,
+        service: String,
+    },
 }
 
 /// Splits `scheme://host[:port][/path]`.
@@ -128,6 +148,23 @@ pub fn parse_target(url: &str) -> anyhow::Result<Target> {
                 path: path.to_string(),
             })
         }
+        s @ ("grpc" | "grpcs") => {
+            let (host, port) =
+                split_authority(authority, 0).with_context(|| format!("read the host and port of {url:?}"))?;
+            if port == 0 {
+                bail!("{url:?} needs a port: {s}://HOST:PORT[/SERVICE]");
+            }
+            let service = path.strip_prefix('/').unwrap_or(path);
+            if service.contains('/') {
+                bail!("{url:?}: after the port comes one gRPC service name, like /shop.Cart, or nothing");
+            }
+            Ok(Target::Grpc {
+                tls: s == "grpcs",
+                host,
+                port,
+                service: service.to_string(),
+            })
+        }
         s @ ("tcp" | "udp") => {
             let (host, port) =
                 split_authority(authority, 0).with_context(|| format!("read the host and port of {url:?}"))?;
@@ -140,7 +177,7 @@ pub fn parse_target(url: &str) -> anyhow::Result<Target> {
                 Target::Udp { host, port }
             })
         }
-        other => bail!("unsupported scheme {other:?} in {url:?}; supported: tcp, udp, http, https"),
+        other => bail!("unsupported scheme {other:?} in {url:?}; supported: tcp, udp, http, https, grpc, grpcs"),
     }
 }
 
@@ -179,7 +216,16 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             host,
             port,
             path,
-        } => http::check_http(&args, scheme, &host, port, path),
+        } => http::check_http(&args, scheme, &host, port, http::Call::Http { path }),
+        Target::Grpc {
+            tls,
+            host,
+            port,
+            service,
+        } => {
+            let scheme = if tls { Scheme::Https } else { Scheme::Http };
+            http::check_http(&args, scheme, &host, port, http::Call::Grpc { service })
+        }
         Target::Tcp { host, port } => l4::check_tcp(&args, &host, port),
         Target::Udp { host, port } => l4::check_udp(&args, &host, port),
     }
@@ -284,6 +330,24 @@ mod tests {
             }
         );
         assert_eq!(
+            t("grpcs://[2001:2::2]:50051/shop.Cart"),
+            Target::Grpc {
+                tls: true,
+                host: "2001:2::2".into(),
+                port: 50051,
+                service: "shop.Cart".into()
+            }
+        );
+        assert_eq!(
+            t("grpc://198.18.0.2:50051"),
+            Target::Grpc {
+                tls: false,
+                host: "198.18.0.2".into(),
+                port: 50051,
+                service: String::new()
+            }
+        );
+        assert_eq!(
             t("tcp://[2001:2::2]:22"),
             Target::Tcp {
                 host: "2001:2::2".into(),
@@ -298,6 +362,8 @@ mod tests {
             "http://h:99999/",
             "http://[::1/",
             "tcp://198.18.0.2",
+            "grpc://198.18.0.2/",
+            "grpc://198.18.0.2:50051/a/b",
         ] {
             assert!(parse_target(bad).is_err(), "{bad}");
         }

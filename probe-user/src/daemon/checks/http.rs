@@ -90,18 +90,11 @@ pub fn tls_client(h: &HttpSettings) -> Result<TlsVerify, HttpCheckError> {
     if h.tls13_only {
         tls = tls.tls13_only();
     }
-    let Some(files) = &h.client_cert else {
-        return Ok(tls);
-    };
-    // Read again (the reader checked it): the key is held by the client only.
-    let key = crate::secret::read_private(&files.key, crate::kernel::process::euid(), 64 * 1024).map_err(|e| {
-        HttpCheckError::Roots {
-            field: "client_key",
-            path: files.key.display().to_string(),
-            reason: crate::errors::chain(&e),
-        }
-    })?;
-    tls.with_client_cert(&files.cert, (&files.key, &key))
+    match &h.client_cert {
+        // Read again (the reader checked it): the key is held by the client only.
+        Some(files) => tls.with_client_cert_files(&files.cert, &files.key),
+        None => Ok(tls),
+    }
 }
 
 /// What a kernel HTTP probe's outcome means for a check whose healthy statuses are `status`.

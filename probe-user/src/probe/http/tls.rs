@@ -194,6 +194,19 @@ impl TlsVerify {
     }
 
     /// The client of its own, if it has one (else the prober's shared one serves it).
+    /// As `with_client_cert`, reading the key from `key_file`, which only its owner (root or
+    /// this process's user) may read, as the API token's file.
+    pub fn with_client_cert_files(self, cert_file: &Path, key_file: &Path) -> Result<Self, HttpCheckError> {
+        let key = crate::secret::read_private(key_file, crate::kernel::process::euid(), 64 * 1024).map_err(|e| {
+            HttpCheckError::Roots {
+                field: "client_key",
+                path: key_file.display().to_string(),
+                reason: crate::errors::chain(&e),
+            }
+        })?;
+        self.with_client_cert(cert_file, (key_file, &key))
+    }
+
     pub(crate) fn own_client(&self) -> Option<&Arc<TlsClient>> {
         match self {
             Self::Presented => None,
