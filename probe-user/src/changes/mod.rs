@@ -41,6 +41,9 @@ wire_enum! {
         FailOpen = "fail-open",
         /// Other locations' verdicts changed the endpoint's aggregate health (`[cluster]`).
         Cluster = "cluster",
+        /// Not a change but a notice (`Change::Notice`): the server's TLS certificate expires
+        /// within the profile's `cert_warn_days`; the endpoint's status is as it was.
+        CertExpiring = "cert-expiring",
     }
 }
 
@@ -52,7 +55,7 @@ impl ChangeKind {
             ChangeKind::Cluster => 3,
             ChangeKind::Admin => 2,
             ChangeKind::Config => 1,
-            ChangeKind::FailOpen => 0,
+            ChangeKind::FailOpen | ChangeKind::CertExpiring => 0,
         }
     }
 }
@@ -217,10 +220,27 @@ pub struct ProfileChange {
     pub fail_open: bool,
 }
 
+/// Something about an endpoint that changes none of its state, for the events file (and
+/// any consumer that wants it): sinks and the DNS server pass notices by.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    pub seq: u64,
+    pub at_unix_ms: u64,
+    pub at_ns: u64,
+    pub kind: ChangeKind,
+    pub profile: Arc<str>,
+    pub endpoint: Arc<str>,
+    /// Its state when the notice was made (unchanged by it).
+    pub state: EndpointState,
+    /// `CertExpiring`: when the certificate expires (Unix seconds).
+    pub cert_not_after: Option<i64>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change {
     Endpoint(EndpointChange),
     Profile(ProfileChange),
+    Notice(Notice),
 }
 
 #[cfg(test)]
@@ -243,12 +263,23 @@ impl Change {
 }
 
 impl Change {
-    /// What the change is about: its profile, and its endpoint for an endpoint's. At most one
-    /// change per key waits in a queue.
-    fn key(&self) -> (&str, Option<&str>) {
+    /// What the change is about: its profile, and its endpoint for an endpoint's; a notice
+    /// is keyed apart from its endpoint's changes (the flag), so that neither folds the other
+    /// away. At most one change per key waits in a queue.
+    fn key(&self) -> (&str, Option<&str>, bool) {
         match self {
-            Change::Endpoint(e) => (&e.profile, Some(&e.endpoint)),
-            Change::Profile(p) => (&p.profile, None),
+            Change::Endpoint(e) => (&e.profile, Some(&e.endpoint), false),
+            Change::Profile(p) => (&p.profile, None, false),
+            Change::Notice(n) => (&n.profile, Some(&n.endpoint), true),
+        }
+    }
+
+    /// The profile it is about.
+    pub fn profile(&self) -> &Arc<str> {
+        match self {
+            Change::Endpoint(e) => &e.profile,
+            Change::Profile(p) => &p.profile,
+            Change::Notice(n) => &n.profile,
         }
     }
 
@@ -260,6 +291,7 @@ impl Change {
         match self {
             Change::Endpoint(e) => e.seq,
             Change::Profile(p) => p.seq,
+            Change::Notice(n) => n.seq,
         }
     }
 
@@ -556,6 +588,7 @@ impl Bus {
         match &mut change {
             Change::Endpoint(c) => c.seq = seq,
             Change::Profile(c) => c.seq = seq,
+            Change::Notice(c) => c.seq = seq,
         }
         if self.has_subscribers() {
             self.publish(change, now_ns);
@@ -568,10 +601,7 @@ impl Bus {
         // A subscriber whose consumer is gone (its Subscription dropped) costs nothing more.
         self.subscribers.retain(|s| Arc::strong_count(s) > 1);
         let hash = change.key_hash();
-        let profile = match &*change {
-            Change::Endpoint(e) => &e.profile,
-            Change::Profile(p) => &p.profile,
-        };
+        let profile = change.profile();
         for s in self
             .subscribers
             .iter()

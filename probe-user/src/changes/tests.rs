@@ -26,7 +26,7 @@ fn change(bus: &mut Bus, endpoint: &str, from: EndpointStatus, to: EndpointStatu
 fn endpoint(c: &Change) -> &EndpointChange {
     match c {
         Change::Endpoint(e) => e,
-        Change::Profile(_) => panic!("expected an endpoint change, got {c:?}"),
+        Change::Profile(_) | Change::Notice(_) => panic!("expected an endpoint change, got {c:?}"),
     }
 }
 

@@ -108,6 +108,19 @@ pub fn render(e: &Event, colour: bool) -> String {
         ChangeKind::Config => "by a reload".to_string(),
         ChangeKind::FailOpen => "the profile's fail-open".to_string(),
         ChangeKind::Cluster => "the cluster's verdicts".to_string(),
+        ChangeKind::CertExpiring => {
+            let when = e.cert_not_after_unix.map_or_else(
+                || "soon".to_string(),
+                |t| rfc3339(u64::try_from(t).unwrap_or(0).saturating_mul(1000)),
+            );
+            return format!(
+                "{} {}/{} {} TLS certificate expires {when}, {serving}",
+                rfc3339(e.at_unix_ms),
+                e.profile,
+                e.endpoint,
+                e.target
+            );
+        }
     };
     format!(
         "{} {}/{} {} {change}, {serving} ({cause})",
@@ -170,6 +183,7 @@ mod tests {
             results: Vec::new(),
             measured_window_ms: 0.0,
             formula_window_ms: 0.0,
+            cert_not_after_unix: None,
         }
     }
 
@@ -222,6 +236,13 @@ mod tests {
             .ends_with("added as CheckingEndpoint, not serving (by a reload)"));
         assert!(line(ChangeKind::Config, on, None).ends_with("removed (was Online), not serving (by a reload)"));
         assert!(line(ChangeKind::FailOpen, on, on).ends_with("(the profile's fail-open)"));
+        let mut notice = event(ChangeKind::CertExpiring, on, on);
+        notice.cert_not_after_unix = Some(1_797_206_400);
+        assert!(
+            render(&notice, false).ends_with("TLS certificate expires 2026-12-14T00:00:00.000Z, serving"),
+            "{}",
+            render(&notice, false)
+        );
     }
 
     #[test]

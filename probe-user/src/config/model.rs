@@ -336,6 +336,9 @@ pub struct HttpCheck {
     pub client_cert: Option<ClientCertFiles>,
     /// HTTPS: `min_version = "1.3"`: TLS 1.3 only (else 1.2 and 1.3).
     pub tls13_only: bool,
+    /// Over TLS: a notice when the server's certificate expires within this many days (0:
+    /// never). Not part of the check: it changes no probe and no verdict.
+    pub cert_warn_days: u16,
     /// `protocol = "grpc"` or `"grpcs"`: the service whose health is asked (`""`: the
     /// server's own). The call is fixed (`grpc.health.v1.Health/Check`, SERVING is healthy),
     /// so method, path, healthy_status and body_match keep their defaults and are not used;

@@ -2,7 +2,7 @@
 //! to standard output or appended to a file, written by a thread of its own so that a slow
 //! disk or a blocked pipe never holds up probing. Lines are written a batch at a time and
 //! flushed after each batch, so a `tail -f` (or a test) sees a change within milliseconds.
-use crate::changes::{Change, ChangeKind, EndpointChange, EndpointState, RunResult, Subscription};
+use crate::changes::{Change, ChangeKind, EndpointChange, EndpointState, Notice, RunResult, Subscription};
 use std::{
     fs::OpenOptions,
     io::{BufWriter, Write},
@@ -43,6 +43,9 @@ pub struct Event {
     pub measured_window_ms: f64,
     /// What the SPEC section 3 formula gives for the same settings (health changes only).
     pub formula_window_ms: f64,
+    /// `cert-expiring` notices: when the server's TLS certificate expires (Unix seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_not_after_unix: Option<i64>,
 }
 
 /// An events line as it is written: `Event`'s fields borrowed from the change. Building an
@@ -63,9 +66,31 @@ pub struct EventLine<'a> {
     results: &'a [RunResult],
     measured_window_ms: f64,
     formula_window_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cert_not_after_unix: Option<i64>,
 }
 
 impl<'a> EventLine<'a> {
+    /// A notice's line: the endpoint's status as it is (`from` and `to` alike) and what the
+    /// notice is about.
+    pub fn notice(n: &'a Notice) -> Self {
+        EventLine {
+            at_unix_ms: n.at_unix_ms,
+            at_ns: n.at_ns,
+            kind: n.kind,
+            target: Target(&n.state),
+            profile: &n.profile,
+            endpoint: &n.endpoint,
+            from: Some(n.state.status),
+            to: Some(n.state.status),
+            eligible: n.state.eligible,
+            results: &[],
+            measured_window_ms: 0.0,
+            formula_window_ms: 0.0,
+            cert_not_after_unix: n.cert_not_after,
+        }
+    }
+
     pub fn of(c: &'a EndpointChange) -> Self {
         let (results, measured, formula) = match &c.transition {
             Some(t) => (&t.results[..], t.measured_window_ms, t.formula_window_ms),
@@ -84,6 +109,7 @@ impl<'a> EventLine<'a> {
             results,
             measured_window_ms: measured,
             formula_window_ms: formula,
+            cert_not_after_unix: None,
         }
     }
 }
@@ -257,8 +283,10 @@ fn write_loop(mut sink: EventSink, mut changes: Subscription, swaps: &mpsc::Rece
         // Each change is let go once written: at the start a batch is a fleet's first round,
         // and the writer may take seconds over it.
         for change in batch.changes {
-            if let Change::Endpoint(c) = &*change {
-                sink.emit(&EventLine::of(c));
+            match &*change {
+                Change::Endpoint(c) => sink.emit(&EventLine::of(c)),
+                Change::Notice(n) => sink.emit(&EventLine::notice(n)),
+                Change::Profile(_) => {}
             }
         }
         if wrote {
@@ -331,6 +359,7 @@ mod tests {
                 results: c.transition.as_ref().unwrap().results.clone(),
                 measured_window_ms: 2001.5,
                 formula_window_ms: 2000.25,
+                cert_not_after_unix: None,
             }
         );
         assert_eq!(e.results[1].rtt_ms(), 1.5);

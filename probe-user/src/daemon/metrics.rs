@@ -209,6 +209,17 @@ impl RunnerMetrics {
                 }
             }
         }
+        r.clear(&catalog::TLS_CERT_EXPIRY);
+        let now_unix = i64::try_from(crate::clock::unix_ms() / 1000).unwrap_or(i64::MAX);
+        for (id, cert) in &table.certs {
+            if let Some(t) = table.targets.get(id) {
+                let labels = vec![
+                    ("profile", table.profile_of(t).to_string()),
+                    ("endpoint", t.name().to_string()),
+                ];
+                r.set(&catalog::TLS_CERT_EXPIRY, labels, (cert.not_after - now_unix) as f64);
+            }
+        }
         r.set(&catalog::CHECKS, vec![], checks as f64);
         for m in [
             &catalog::CHANGES_PUBLISHED,

@@ -115,6 +115,20 @@ pub struct EndpointView {
     /// With `[cluster]`: every location's verdict, of which `health` is the aggregate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<EndpointCluster>,
+    /// TLS checks: the server's certificate as the last probe that got through a handshake
+    /// saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<TlsCertView>,
+}
+
+/// When an endpoint's certificate expires, and whether that is within its profile's
+/// `cert_warn_days`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TlsCertView {
+    pub not_after_unix: i64,
+    /// Whole days left (negative once expired), at the time of the request.
+    pub days_left: i64,
+    pub expiring: bool,
 }
 
 /// An endpoint as the cluster sees it (SPEC 9).

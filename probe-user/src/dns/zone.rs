@@ -371,6 +371,7 @@ impl Zone {
                 let enabled = c.to.is_some_and(|s| s != ProfileStatus::Disabled);
                 std::mem::replace(&mut p.enabled, enabled) != enabled
             }
+            Change::Notice(_) => false,
         }
     }
 

@@ -115,6 +115,11 @@ pub const ENDPOINTS: Metric = Metric::gauge(
     "Endpoints by profile and monitor status",
     &["profile", "status"],
 );
+pub const TLS_CERT_EXPIRY: Metric = Metric::gauge(
+    "probed_tls_cert_expiry_seconds",
+    "Seconds until the server certificate of a TLS check's endpoint expires (negative once expired), as its last handshake showed it",
+    &["profile", "endpoint"],
+);
 pub const CHECKS: Metric = Metric::gauge(
     "probed_checks",
     "Distinct checks scheduled (identical checks are shared)",
@@ -311,6 +316,7 @@ pub const ALL: &[&Metric] = &[
     &SCHEDULE_LAG,
     &LAST_RESULT_AGE,
     &ENDPOINTS,
+    &TLS_CERT_EXPIRY,
     &CHECKS,
     &CHANGES_PUBLISHED,
     &CHANGES_COALESCED,

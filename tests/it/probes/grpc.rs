@@ -201,6 +201,13 @@ fn grpc_checks_agree_with_grpcio_and_follow_a_flipped_service() {
         view.last_result.as_ref().map(|r| r.reason.to_string()).as_deref(),
         Some("SERVING")
     );
+    // gRPC over TLS records the certificate's expiry as HTTPS does (the test's lasts to 2099).
+    let cert = daemon
+        .endpoint("tls", "main")
+        .tls_cert
+        .expect("a grpcs check records its certificate");
+    assert!(cert.days_left > 20_000 && !cert.expiring, "{cert:?}");
+    assert_eq!(daemon.endpoint("cart", "main").tls_cert, None, "cleartext has none");
     daemon.stop();
 
     // `probed check`, as an operator runs it, against the same servers.

@@ -9,7 +9,7 @@
 use std::{path::Path, time::Duration};
 
 use probed::status::EndpointStatus as S;
-use probed_tests::certs::{ca, leaf, Ca, Pem};
+use probed_tests::certs::{ca, days_from_now, leaf, leaf_until, Ca, Pem};
 use probed_tests::{daemon::DaemonFiles, daemon::RunningDaemon, procs::Proc, topo::*, Topology};
 
 const NAME: &str = "www.example.test";
@@ -25,6 +25,8 @@ fn certificates(good: &Ca, other: &Ca) -> Vec<(&'static str, Pem)> {
         ("other-ca", leaf(other, NAME, 2099)),
         ("mtls", leaf(good, NAME, 2099)),
         ("tls12-only", leaf(good, NAME, 2099)),
+        // Valid, but within the default cert_warn_days (14).
+        ("soon", leaf_until(good, NAME, days_from_now(10))),
     ]
 }
 
@@ -183,6 +185,7 @@ fn a_verified_https_check_fails_as_curl_does_and_says_why() {
             "tls12-only",
             if profile == "tls13" { Some("tls error") } else { None },
         ));
+        cases.push((profile, "soon", None));
     }
     for (profile, endpoint, why) in cases {
         let i = certs.iter().position(|(name, _)| *name == endpoint).unwrap();
@@ -207,6 +210,47 @@ fn a_verified_https_check_fails_as_curl_does_and_says_why() {
         println!(
             "{profile:<8} {endpoint:<10} curl {} -> {want:?}: {reason}",
             if oracle { "ok" } else { "fails" }
+        );
+    }
+    // The certificates' expiry: the soon-expiring one gives one cert-expiring event per
+    // profile (and its endpoint stays Online), the status view and the metric say when.
+    let metrics = daemon
+        .call("GET", "/metrics")
+        .1
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    for profile in ["presence", "ca", "client", "tls13"] {
+        let soon = daemon.endpoint(profile, "soon");
+        let cert = soon.tls_cert.expect("a TLS check records its certificate");
+        assert!(
+            (9..=10).contains(&cert.days_left) && cert.expiring,
+            "{profile}: {cert:?}"
+        );
+        assert_eq!(soon.status, S::Online, "a warning changes no verdict");
+        let good = daemon.endpoint(profile, "good").tls_cert.expect("recorded");
+        assert!(good.days_left > 20_000 && !good.expiring, "{profile}: {good:?}");
+        let left = probed_tests::daemon::metric(
+            &metrics,
+            &format!("probed_tls_cert_expiry_seconds{{profile=\"{profile}\",endpoint=\"soon\"}}"),
+        );
+        assert!((9.0 * 86_400.0..=10.0 * 86_400.0).contains(&left), "{profile}: {left}");
+        let notices: Vec<_> = daemon
+            .events()
+            .into_iter()
+            .filter(|e| e.profile == profile && e.kind == probed::daemon::views::ChangeKind::CertExpiring)
+            .collect();
+        // Where the expired certificate is not verified, its handshake succeeds: it gets one too.
+        let mut noticed: Vec<&str> = notices.iter().map(|e| e.endpoint.as_str()).collect();
+        noticed.sort_unstable();
+        let verifies = profile == "ca" || profile == "client";
+        let want: &[&str] = if verifies { &["soon"] } else { &["expired", "soon"] };
+        assert_eq!(noticed, want, "{profile}: one notice per certificate: {notices:?}");
+        let soon_notice = notices.iter().find(|e| e.endpoint == "soon").unwrap();
+        assert_eq!(soon_notice.cert_not_after_unix, Some(cert.not_after_unix));
+        println!(
+            "{profile}: soon expires in {} days ({left} s), one event",
+            cert.days_left
         );
     }
     daemon.stop();

@@ -687,6 +687,18 @@ pub const HEALTH: Section = Section {
         )
         .only(OVER_TLS),
         Key::new(
+            "cert_warn_days",
+            Integer,
+            Value("14"),
+            Int(0, 3650),
+            Applies,
+            "A cert-expiring event (once per certificate) when the server's certificate expires within \
+             this many days; 0: never. The check's verdict does not change. Every TLS check records \
+             the certificate's expiry, shown in the status view (tls_cert) and the metric \
+             probed_tls_cert_expiry_seconds.",
+        )
+        .only(OVER_TLS),
+        Key::new(
             "fast_interval",
             Duration,
             said("interval"),

@@ -200,7 +200,7 @@ fn not_for(r: &mut Reader<'_>, t: &Table<'_, '_>, keys: &[&str], why: &str) -> b
     clean
 }
 
-const HTTP_ONLY: [&str; 13] = [
+const HTTP_ONLY: [&str; 14] = [
     "path",
     "host",
     "method",
@@ -213,6 +213,7 @@ const HTTP_ONLY: [&str; 13] = [
     "client_cert",
     "client_key",
     "min_version",
+    "cert_warn_days",
     "service",
 ];
 const UDP_ONLY: [&str; 2] = ["request", "response"];

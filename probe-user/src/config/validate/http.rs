@@ -29,6 +29,10 @@ const GRPC_RESERVED: [&str; 8] = [
     "upgrade",
 ];
 
+/// The notice of a certificate nearing its end comes this many days before, by default.
+const DEFAULT_CERT_WARN_DAYS: u16 = 14;
+const MAX_CERT_WARN_DAYS: u16 = 3650;
+
 /// Why a TLS key is refused on a protocol without TLS.
 fn tls_only(p: Protocol) -> String {
     format!(
@@ -138,6 +142,20 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protoco
             }
         },
     };
+    let cert_warn_days = match r.int(t, "cert_warn_days") {
+        None => DEFAULT_CERT_WARN_DAYS,
+        Some(item) if !tls => {
+            r.bad(&item, tls_only(p));
+            DEFAULT_CERT_WARN_DAYS
+        }
+        Some(item) => match u16::try_from(item.v).ok().filter(|d| *d <= MAX_CERT_WARN_DAYS) {
+            Some(d) => d,
+            None => {
+                r.bad(&item, format!("expected 0 (no warning) to {MAX_CERT_WARN_DAYS} days"));
+                DEFAULT_CERT_WARN_DAYS
+            }
+        },
+    };
     (r.errors.len() == before).then_some(HttpCheck {
         tls,
         method,
@@ -150,6 +168,7 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protoco
         server_name,
         client_cert,
         tls13_only,
+        cert_warn_days,
         grpc: service,
     })
 }

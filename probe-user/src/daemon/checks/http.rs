@@ -74,6 +74,7 @@ impl HttpProbe {
             outcome: (&o).into(),
             elapsed,
             reason: Arc::from(o.to_string()),
+            cert_not_after: None,
         }
     }
 }
@@ -146,6 +147,7 @@ impl HttpProber {
             outcome: (&r.outcome).into(),
             elapsed: r.elapsed,
             reason: Arc::from(r.outcome.to_string()),
+            cert_not_after: r.cert_not_after,
         }
     }
 }

@@ -69,6 +69,8 @@ pub struct ProbeReport {
     /// Reply round-trip time, or how long the probe waited.
     pub elapsed: Duration,
     pub reason: Arc<str>,
+    /// TLS checks: when the server's certificate expires (Unix seconds), as the probe saw it.
+    pub cert_not_after: Option<i64>,
 }
 
 // One allocation per endpoint, shared with the scheduler: with its reference counts it fits

@@ -38,7 +38,7 @@ impl Runner {
         self.reprobe(id, probing, now);
         self.restatus(id, ChangeKind::Admin, now, None);
         self.persist.dirty = true;
-        Ok(super::status::endpoint_view(&self.table, id))
+        Ok(super::status::endpoint_view(&self.table, id, self.unix_now()))
     }
 }
 
@@ -74,7 +74,7 @@ impl Runner {
         // Its status stands for it in the profiles it is nested in.
         self.cascade(ix, now);
         self.persist.dirty = true;
-        super::status::profiles(&self.table, Some(profile), None)?
+        super::status::profiles(&self.table, Some(profile), None, self.unix_now())?
             .pop()
             .ok_or_else(|| RequestError::NoProfile(profile.into()))
     }

@@ -10,17 +10,22 @@ mod status;
 use super::{control::Command, runner::Runner};
 
 impl Runner {
+    /// The wall-clock time now, in Unix seconds, by the runner's clock.
+    pub(crate) fn unix_now(&self) -> i64 {
+        i64::try_from(self.ports.clock.unix_ms_at(self.now()) / 1000).unwrap_or(i64::MAX)
+    }
+
     pub(crate) fn command(&mut self, cmd: Command) {
         // Scrapes and reloads see every result so far, under the profile indices they had.
         self.metrics.flush(&self.table.profiles);
         match cmd {
             Command::Status(profile, page, reply) => {
-                let mut views = status::profiles(&self.table, profile.as_deref(), page);
+                let mut views = status::profiles(&self.table, profile.as_deref(), page, self.unix_now());
                 self.fill_cluster(views.iter_mut().flatten().flat_map(|p| p.endpoints.iter_mut()));
                 let _ = reply.send(views);
             }
             Command::Endpoint(p, e, reply) => {
-                let mut view = status::endpoint(&self.table, &p, &e);
+                let mut view = status::endpoint(&self.table, &p, &e, self.unix_now());
                 self.fill_cluster(view.iter_mut());
                 let _ = reply.send(view);
             }
@@ -60,12 +65,12 @@ impl Runner {
 /// The view of endpoint `endpoint` of profile "web", for the runner's unit tests.
 #[cfg(test)]
 pub(crate) fn status_view(runner: &Runner, endpoint: &str) -> super::views::EndpointView {
-    status::endpoint(&runner.table, "web", endpoint).expect("the endpoint exists")
+    status::endpoint(&runner.table, "web", endpoint, runner.unix_now()).expect("the endpoint exists")
 }
 
 #[cfg(test)]
 pub(crate) fn profile_view_of(runner: &Runner, profile: &str) -> super::views::ProfileView {
-    status::profiles(&runner.table, Some(profile), None)
+    status::profiles(&runner.table, Some(profile), None, runner.unix_now())
         .expect("the profile exists")
         .remove(0)
 }

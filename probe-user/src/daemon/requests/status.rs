@@ -3,8 +3,9 @@ use crate::{
     clock::ms,
     daemon::{
         control::RequestError,
+        table::{days_left, within_warning},
         table::{OwnerId, ProfileEntry, Table},
-        views::{EndpointView, NestedView, Page, ProfileView, Windows},
+        views::{EndpointView, NestedView, Page, ProfileView, TlsCertView, Windows},
     },
     health::{fail_window, success_window},
     status::EndpointStatus,
@@ -12,24 +13,35 @@ use crate::{
 
 /// Every profile, or the one named; with `page` (offset, limit), each holds only those of its
 /// endpoints, so that no request builds more than a page of views on the runner's thread.
+/// `now_unix` (seconds) dates the views' certificate days.
 pub(super) fn profiles(
     table: &Table,
     profile: Option<&str>,
     page: Option<(usize, usize)>,
+    now_unix: i64,
 ) -> Result<Vec<ProfileView>, RequestError> {
     match profile {
-        None => Ok(table.profiles.iter().map(|p| profile_view(table, p, page)).collect()),
+        None => Ok(table
+            .profiles
+            .iter()
+            .map(|p| profile_view(table, p, page, now_unix))
+            .collect()),
         Some(name) => {
             let (_, p) = table
                 .profile(name)
                 .ok_or_else(|| RequestError::NoProfile(name.into()))?;
-            Ok(vec![profile_view(table, p, page)])
+            Ok(vec![profile_view(table, p, page, now_unix)])
         }
     }
 }
 
-pub(super) fn endpoint(table: &Table, profile: &str, endpoint: &str) -> Result<EndpointView, RequestError> {
-    find(table, profile, endpoint).map(|id| endpoint_view(table, id))
+pub(super) fn endpoint(
+    table: &Table,
+    profile: &str,
+    endpoint: &str,
+    now_unix: i64,
+) -> Result<EndpointView, RequestError> {
+    find(table, profile, endpoint).map(|id| endpoint_view(table, id, now_unix))
 }
 
 /// The endpoint named, or the error that says which name is unknown.
@@ -43,7 +55,7 @@ pub(super) fn find(table: &Table, profile: &str, endpoint: &str) -> Result<Owner
     })
 }
 
-fn profile_view(table: &Table, p: &ProfileEntry, page: Option<(usize, usize)>) -> ProfileView {
+fn profile_view(table: &Table, p: &ProfileEntry, page: Option<(usize, usize)>, now_unix: i64) -> ProfileView {
     let (offset, limit) = page.unwrap_or((0, usize::MAX));
     let owners = p.owners.iter().skip(offset).take(limit);
     ProfileView {
@@ -54,7 +66,7 @@ fn profile_view(table: &Table, p: &ProfileEntry, page: Option<(usize, usize)>) -
         routing: p.cfg.routing,
         status: p.status,
         fail_open: p.fail_open,
-        endpoints: owners.map(|id| endpoint_view(table, *id)).collect(),
+        endpoints: owners.map(|id| endpoint_view(table, *id, now_unix)).collect(),
         page: page.map(|(offset, limit)| Page {
             offset,
             limit,
@@ -91,8 +103,18 @@ fn profile_view(table: &Table, p: &ProfileEntry, page: Option<(usize, usize)>) -
     }
 }
 
-pub(super) fn endpoint_view(table: &Table, id: OwnerId) -> EndpointView {
+pub(super) fn endpoint_view(table: &Table, id: OwnerId, now_unix: i64) -> EndpointView {
     let t = &table.targets[&id];
+    let warn_days = table.profiles[t.profile_ix() as usize]
+        .cfg
+        .health
+        .http()
+        .map_or(0, |h| h.cert_warn_days);
+    let tls_cert = table.cert_of(id).map(|c| TlsCertView {
+        not_after_unix: c.not_after,
+        days_left: days_left(c.not_after, now_unix),
+        expiring: within_warning(c.not_after, now_unix, warn_days),
+    });
     let timing = t.tracker().timing();
     let th = t.tracker().thresholds();
     EndpointView {
@@ -126,5 +148,6 @@ pub(super) fn endpoint_view(table: &Table, id: OwnerId) -> EndpointView {
         },
         // Filled by the runner, which holds the cluster's view (runner/cluster.rs).
         cluster: None,
+        tls_cert,
     }
 }

@@ -220,6 +220,7 @@ impl UdpJob {
             outcome: (&r.outcome).into(),
             elapsed: r.elapsed,
             reason: Arc::from(r.outcome.to_string()),
+            cert_not_after: None,
         };
         let _ = self.tx.send((self.token, report, 0));
     }

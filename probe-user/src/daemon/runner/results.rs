@@ -87,6 +87,7 @@ impl Runner {
             outcome,
             elapsed: r.elapsed,
             reason,
+            cert_not_after: None,
         };
         self.on_result(r.token, report, queued_ns);
     }
@@ -148,15 +149,26 @@ impl Runner {
         // Shared checks follow the most urgent owner's cadence (Cadence::combine).
         let mut cadence: Option<Cadence> = None;
         let mut verdicts = Vec::new();
+        let mut notices = Vec::new();
+        let stamp = self.stamp(finished);
         for &owner in self.probe.sched.owners(inflight.check) {
             let Some(r) = self.table.record(owner, &report, &obs, late_ns, at_unix_ms) else {
                 continue;
             };
+            if let Some(not_after) = report.cert_not_after {
+                notices.extend(self.table.record_cert(owner, not_after, stamp));
+            }
             self.metrics.result(proto, r.profile_ix, &report);
             if let Some(tr) = r.transition {
                 verdicts.push((owner, tr));
             }
             cadence = Some(Cadence::combine(cadence.into_iter().chain([r.cadence])));
+        }
+        if !notices.is_empty() {
+            self.publish(crate::daemon::table::Changed {
+                changes: notices,
+                moved: false,
+            });
         }
         for (owner, tr) in verdicts {
             self.on_verdict(owner, tr);
@@ -263,6 +275,7 @@ impl Runner {
             outcome: crate::outcome::Outcome::LocalError,
             elapsed: r.elapsed,
             reason: Arc::from(r.outcome.to_string()),
+            cert_not_after: None,
         }))
     }
 

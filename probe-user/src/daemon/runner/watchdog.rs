@@ -63,6 +63,7 @@ impl Runner {
                 outcome: Outcome::Lost,
                 elapsed: waited,
                 reason: Arc::from("lost: no result within the timeout and a grace"),
+                cert_not_after: None,
             };
             let at_unix_ms = self.ports.clock.unix_ms_at(now);
             let rtt_us = crate::health::Observation::micros(waited);

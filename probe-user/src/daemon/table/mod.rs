@@ -13,6 +13,7 @@ use crate::{
     status::{self, EndpointStatus, Health, ProfileStatus, StatusCounts},
 };
 
+mod certs;
 mod plan;
 mod restatus;
 mod swap;
@@ -20,6 +21,7 @@ mod target;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use certs::{days_left, within_warning, CertSeen};
 pub(crate) use plan::{plan, Plan, Swapped};
 pub(crate) use restatus::{Changed, Probed, Stamp};
 pub(crate) use swap::Name;
@@ -135,6 +137,8 @@ pub(crate) struct Table {
     /// Boxed: a hash map's slots (up to twice the entries, and three times while it grows)
     /// would each hold a whole target.
     pub targets: FastMap<OwnerId, Box<Target>>,
+    /// TLS endpoints' certificates (`certs.rs`).
+    pub certs: FastMap<OwnerId, CertSeen>,
 }
 
 /// Why a configuration cannot be applied: one line per problem.

@@ -407,6 +407,7 @@ impl Table {
                 self.parents.entry(n.child).or_default().push((pix, nix));
             }
         }
+        self.prune_certs();
         Swapped { gone, built, dirty }
     }
 }

@@ -52,6 +52,7 @@ fn result(table: &mut Table, id: OwnerId, ok: bool, s: u64) -> Vec<Change> {
         outcome: if ok { Outcome::Open } else { Outcome::Refused },
         elapsed: Duration::from_millis(2),
         reason: Arc::from(if ok { "open" } else { "refused" }),
+        cert_not_after: None,
     };
     let obs = Observation {
         success: ok,
@@ -82,6 +83,7 @@ fn summary(changes: &[Change]) -> Vec<String> {
                 e.endpoint, e.kind, e.from, e.state.status, e.state.eligible
             ),
             Change::Profile(p) => format!("profile {:?}->{:?} fail_open={}", p.from, p.to, p.fail_open),
+            Change::Notice(n) => format!("{} {:?} {:?}", n.endpoint, n.kind, n.cert_not_after),
         })
         .collect()
 }

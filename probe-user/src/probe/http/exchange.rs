@@ -320,6 +320,7 @@ where
         },
         elapsed: start.elapsed(),
         status: Some(code),
+        cert_not_after: None,
     };
     let Some(needle) = check.expect_body().filter(|_| report.outcome.healthy()) else {
         return Ok(report);

@@ -297,6 +297,7 @@ fn report(outcome: HttpOutcome, start: Instant, code: u16) -> HttpReport {
         outcome,
         elapsed: start.elapsed(),
         status: Some(code),
+        cert_not_after: None,
     }
 }
 

@@ -4,6 +4,7 @@
 //! --keep-alive`) go through hyper's HTTP/1.1 client.
 //!
 //! `HttpCheck` (request.rs) says what to send and expect; `HttpProber` runs it.
+pub mod cert;
 pub mod error;
 mod exchange;
 pub mod grpc;
@@ -169,6 +170,10 @@ pub struct HttpReport {
     pub elapsed: Duration,
     /// The response status, whenever a response head arrived.
     pub status: Option<u16>,
+    /// Over TLS: when the server's certificate expires (its `notAfter`, Unix seconds), read
+    /// from every handshake that got that far, whatever the verdict. A resumed session
+    /// gives the certificate of the handshake that made it.
+    pub cert_not_after: Option<i64>,
 }
 
 impl HttpReport {
@@ -242,14 +247,18 @@ impl HttpProber {
     pub async fn probe_within(&self, target: SocketAddr, check: &HttpCheck, budget: std::time::Duration) -> HttpReport {
         let start = Instant::now();
         let deadline = start + budget;
-        match self.run(target, check, start, deadline).await {
+        let mut cert = None;
+        let mut report = match self.run(target, check, start, deadline, &mut cert).await {
             Ok(report) => report,
             Err(f) => HttpReport {
                 outcome: f.outcome,
                 elapsed: start.elapsed(),
                 status: f.status,
+                cert_not_after: None,
             },
-        }
+        };
+        report.cert_not_after = cert;
+        report
     }
 
     async fn run(
@@ -258,11 +267,12 @@ impl HttpProber {
         check: &HttpCheck,
         start: Instant,
         deadline: Instant,
+        cert: &mut Option<i64>,
     ) -> Result<HttpReport, Failed> {
         // gRPC calls always take a connection of their own (resumed TLS sessions still save
         // the full handshake).
         if !self.keep_alive || check.grpc_service().is_some() {
-            return self.run_once(target, check, start, deadline).await;
+            return self.run_once(target, check, start, deadline, cert).await;
         }
         let key = PoolKey {
             target,
@@ -276,7 +286,7 @@ impl HttpProber {
             let (mut sender, task) = match pooled.take() {
                 Some(s) => (s, None),
                 None => {
-                    let (s, t) = self.connect(target, check, deadline).await?;
+                    let (s, t) = self.connect(target, check, deadline, cert).await?;
                     (s, Some(t))
                 }
             };
@@ -351,6 +361,7 @@ impl HttpProber {
             outcome,
             elapsed,
             status: Some(code),
+            cert_not_after: None,
         })
     }
 
@@ -362,6 +373,7 @@ impl HttpProber {
         check: &HttpCheck,
         start: Instant,
         deadline: Instant,
+        cert: &mut Option<i64>,
     ) -> Result<HttpReport, Failed> {
         if let Some(service) = check.grpc_service() {
             return match check.scheme() {
@@ -370,7 +382,7 @@ impl HttpProber {
                     grpc::call(tcp, check, service, target, start, deadline).await
                 }
                 Scheme::Https => {
-                    let tls = self.tls_connect(target, check, deadline).await?;
+                    let tls = self.tls_connect(target, check, deadline, cert).await?;
                     grpc::call(tls, check, service, target, start, deadline).await
                 }
             };
@@ -382,7 +394,7 @@ impl HttpProber {
                 exchange::exchange(&mut tcp, &request, check, start, deadline).await
             }
             Scheme::Https => {
-                let mut tls = self.tls_connect(target, check, deadline).await?;
+                let mut tls = self.tls_connect(target, check, deadline, cert).await?;
                 exchange::exchange(&mut tls, &request, check, start, deadline).await
             }
         }
@@ -425,6 +437,7 @@ impl HttpProber {
         target: SocketAddr,
         check: &HttpCheck,
         deadline: Instant,
+        cert: &mut Option<i64>,
     ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, Failed> {
         let client = match check.tls().own_client() {
             Some(own) => own,
@@ -435,7 +448,7 @@ impl HttpProber {
         let (config, tls12_only) = client.config_for(&name, h2);
         let tcp = self.connect_tcp(target, deadline).await?;
         let first = Self::tls_handshake(config, name.clone(), tcp, deadline).await;
-        match first {
+        let stream = match first {
             Err(f) if tls12_only && matches!(f.outcome, HttpOutcome::Tls(_) | HttpOutcome::Reset) => {
                 client.forget_tls12(&name);
                 let (config, _) = client.config_for(&name, h2);
@@ -443,7 +456,14 @@ impl HttpProber {
                 Self::tls_handshake(config, name, tcp, deadline).await
             }
             other => other,
-        }
+        }?;
+        *cert = stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(<[_]>::first)
+            .and_then(|leaf| self::cert::not_after(leaf));
+        Ok(stream)
     }
 
     async fn tls_handshake(
@@ -488,10 +508,11 @@ impl HttpProber {
         target: SocketAddr,
         check: &HttpCheck,
         deadline: Instant,
+        cert: &mut Option<i64>,
     ) -> Result<(SendRequest<Empty<Bytes>>, JoinHandle<()>), Failed> {
         match check.scheme() {
             Scheme::Http => handshake(self.connect_tcp(target, deadline).await?).await,
-            Scheme::Https => handshake(self.tls_connect(target, check, deadline).await?).await,
+            Scheme::Https => handshake(self.tls_connect(target, check, deadline, cert).await?).await,
         }
     }
 

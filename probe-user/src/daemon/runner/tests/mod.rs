@@ -142,7 +142,7 @@ fn endpoint_changes(changes: &[Change]) -> Vec<Summary<'_>> {
         .iter()
         .filter_map(|c| match c {
             Change::Endpoint(e) => Some(summary(e)),
-            Change::Profile(_) => None,
+            Change::Profile(_) | Change::Notice(_) => None,
         })
         .collect()
 }
@@ -157,7 +157,7 @@ fn profile_changes(changes: &[Change]) -> Vec<&ProfileChange> {
         .iter()
         .filter_map(|c| match c {
             Change::Profile(p) => Some(p),
-            Change::Endpoint(_) => None,
+            Change::Endpoint(_) | Change::Notice(_) => None,
         })
         .collect()
 }
