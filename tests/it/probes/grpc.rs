@@ -139,6 +139,13 @@ fn grpc_checks_agree_with_grpcio_and_follow_a_flipped_service() {
         for (endpoint, address, port) in endpoints {
             text += &format!("\n[[profile.endpoint]]\nname = \"{endpoint}\"\naddress = \"{address}\"\nport = {port}\n");
         }
+        if *name == "cart" {
+            // An endpoint that asks about a service of its own.
+            text += &format!(
+                "\n[[profile.endpoint]]\nname = \"own-service\"\naddress = \"{BACKEND_V4}\"\nport = {PORT}\n\
+                 service = \"shop.Down\"\n"
+            );
+        }
     }
     let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start");
 
@@ -173,6 +180,18 @@ fn grpc_checks_agree_with_grpcio_and_follow_a_flipped_service() {
             println!("{profile:<12} {endpoint:<14} grpcio {word:<18} -> {want:?}: {reason} (verified: {verified})");
         }
     }
+
+    // The endpoint with a service of its own is asked about it, as grpcio is.
+    let target = format!("{BACKEND_V4}:{PORT}");
+    assert_eq!(
+        oracle(&topo.prober, &target, "shop.Down", TIMEOUT, None, None),
+        "NOT_SERVING"
+    );
+    let own = daemon.wait_status("cart", "own-service", S::Degraded, Duration::from_secs(10));
+    assert_eq!(
+        own.last_result.map(|r| r.reason.to_string()).as_deref(),
+        Some("NOT_SERVING")
+    );
 
     // The flipped service: NOT_SERVING takes the endpoint out after unhealthy_threshold results,
     // SERVING brings it back after healthy_threshold.

@@ -159,6 +159,16 @@ fn a_verified_https_check_fails_as_curl_does_and_says_why() {
                 FIRST_PORT + i as u16
             );
         }
+        if profile == "presence" {
+            // Endpoints that verify although their profile does not: their own keys.
+            for name in ["good", "other-ca"] {
+                let i = certs.iter().position(|(n, _)| *n == name).unwrap();
+                text += &format!(
+                    "\n[[profile.endpoint]]\nname = \"{name}-own-ca\"\naddress = \"{BACKEND_V4}\"\nport = {}\n{verify_ca}",
+                    FIRST_PORT + i as u16
+                );
+            }
+        }
     }
     let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start");
     // What each check must say: its oracle's verdict, and for a failure what names it.
@@ -212,6 +222,12 @@ fn a_verified_https_check_fails_as_curl_does_and_says_why() {
             if oracle { "ok" } else { "fails" }
         );
     }
+    // An endpoint's own tls_verify = "ca" in a presence profile verifies as the ca profile does.
+    let own = daemon.wait_status("presence", "good-own-ca", S::Online, Duration::from_secs(10));
+    assert!(own.tls_cert.is_some());
+    let own = daemon.wait_status("presence", "other-ca-own-ca", S::Degraded, Duration::from_secs(10));
+    let reason = own.last_result.map(|r| r.reason.to_string()).unwrap_or_default();
+    assert!(reason.contains("UnknownIssuer"), "{reason}");
     // The certificates' expiry: the soon-expiring one gives one cert-expiring event per
     // profile (and its endpoint stays Online), the status view and the metric say when.
     let metrics = daemon

@@ -837,6 +837,69 @@ pub const ENDPOINT: Section = Section {
         )
         .only(PLAIN),
         Key::new(
+            "tls_verify",
+            Type::String,
+            said("the profile's"),
+            OneOf(&["presence", "ca"]),
+            Recheck,
+            "The profile's tls_verify, for this endpoint alone (with its own ca_file when \"ca\"; a ca_file here needs tls_verify here).",
+        )
+        .only(OVER_TLS),
+        Key::new(
+            "ca_file",
+            Type::String,
+            said("the profile's roots"),
+            words("an absolute path to a PEM file of CA certificates, read at start and reload"),
+            Recheck,
+            "The roots this endpoint's certificate must chain to, with tls_verify = \"ca\" on the endpoint.",
+        )
+        .only("protocol = \"https\" or \"grpcs\" with tls_verify = \"ca\" on the endpoint"),
+        Key::new(
+            "server_name",
+            Type::String,
+            said("the profile's"),
+            words("a host name"),
+            Recheck,
+            "The name this endpoint is greeted with (SNI) and verified against.",
+        )
+        .only(OVER_TLS),
+        Key::new(
+            "client_cert",
+            Type::String,
+            said("the profile's"),
+            words("an absolute path to a PEM file: the certificate, then its chain"),
+            Recheck,
+            "The client certificate this endpoint is shown, with client_key.",
+        )
+        .only(OVER_TLS),
+        Key::new(
+            "client_key",
+            Type::String,
+            said("the profile's"),
+            words("an absolute path to a PEM private key that only its owner may read"),
+            Recheck,
+            "The key of the endpoint's client_cert.",
+        )
+        .only("protocol = \"https\" or \"grpcs\" with client_cert on the endpoint"),
+        Key::new(
+            "min_version",
+            Type::String,
+            said("the profile's"),
+            OneOf(&["1.2", "1.3"]),
+            Recheck,
+            "The lowest TLS version this endpoint is accepted with.",
+        )
+        .only(OVER_TLS),
+        Key::new(
+            "service",
+            Type::String,
+            said("the profile's"),
+            words("a gRPC service name of at most 256 bytes; no control characters"),
+            Recheck,
+            "The gRPC service whose health this endpoint is asked about.",
+        )
+        .only("protocol = \"grpc\" or \"grpcs\""),
+        Key::new(
             "profile",
             Type::String,
             said("none: a plain endpoint"),

@@ -118,3 +118,55 @@ fn grpcs_takes_the_tls_keys_and_says_why_grpc_does_not() {
     let errs = refused(&cfg("lb", "", &format!("{GRPC}path = \"/x\""), ""));
     assert!(errs.to_string().contains("grpc.health.v1.Health/Check"), "{errs}");
 }
+
+#[test]
+fn an_endpoint_may_set_its_own_tls_keys_and_service() {
+    let c = ok(&cfg(
+        "lb",
+        "",
+        &format!("{GRPCS}service = \"shop.Cart\"\n"),
+        "server_name = \"b.example.test\"\nservice = \"shop.Other\"\nmin_version = \"1.3\"\n",
+    ));
+    let e = &c.profiles[0].endpoints[0];
+    let own = e.check_override().expect("the endpoint's own keys");
+    assert_eq!(own.service.as_deref(), Some("shop.Other"));
+    assert_eq!(own.tls13_only, Some(true));
+    assert_eq!(own.tls_verify, None, "left out: the profile's");
+    assert!(own.changes_client());
+    let merged = grpc_of(&c).with_override(own);
+    assert_eq!(merged.grpc.as_deref(), Some("shop.Other"));
+    assert_eq!(
+        merged.server_name.as_ref().map(HostName::as_str),
+        Some("b.example.test")
+    );
+    assert!(merged.tls13_only);
+    // An endpoint without any keeps none.
+    let c = ok(&cfg("lb", "", GRPCS, ""));
+    assert!(c.profiles[0].endpoints[0].check_override().is_none());
+}
+
+rule!(
+    endpoint_service_on_http,
+    cfg("lb", "", "", "service = \"x\""),
+    "profile[0].endpoint[0].service"
+);
+rule!(
+    endpoint_tls_verify_on_cleartext,
+    cfg("lb", "", GRPC, "tls_verify = \"ca\""),
+    "profile[0].endpoint[0].tls_verify"
+);
+rule!(
+    endpoint_ca_file_without_its_own_tls_verify,
+    cfg(
+        "lb",
+        "",
+        &format!("{GRPCS}tls_verify = \"ca\""),
+        "ca_file = \"/etc/ssl/ca.pem\""
+    ),
+    "profile[0].endpoint[0].ca_file"
+);
+rule!(
+    endpoint_client_cert_without_key,
+    cfg("lb", "", GRPCS, "client_cert = \"/etc/probed/c.pem\""),
+    "profile[0].endpoint[0].client_key"
+);

@@ -213,6 +213,7 @@ fn endpoint(
     let region = region(r, &t, routing, taken);
     let name = name(r, &t, address, port, taken);
     let haproxy_server = haproxy_server(r, &t);
+    let check = super::http::check_override(r, &t, health.protocol());
     (r.errors.len() == before).then_some(())?;
     Some(Endpoint {
         name: name?.into(),
@@ -226,6 +227,7 @@ fn endpoint(
             subnets: subnets?.into(),
             region: region?.map(Into::into),
             haproxy_server: haproxy_server.map(Into::into),
+            check,
         }),
     })
 }

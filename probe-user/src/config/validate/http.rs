@@ -89,24 +89,7 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protoco
         }
         Some(list) => headers(r, &list),
     };
-    let service = match r.string(t, "service") {
-        None => grpc.then(String::new),
-        Some(item) if !grpc => {
-            r.bad(
-                &item,
-                format!("only gRPC checks (grpc, grpcs) use this; the protocol is {}", p.name()),
-            );
-            None
-        }
-        Some(item) if item.v.len() > MAX_SERVICE || item.v.chars().any(char::is_control) => {
-            r.bad(
-                &item,
-                format!("expected a gRPC service name of at most {MAX_SERVICE} bytes, without control characters"),
-            );
-            None
-        }
-        Some(item) => Some(item.v),
-    };
+    let service = service(r, t, p).or_else(|| grpc.then(String::new));
     let healthy_status = match r.strings(t, "status") {
         None => d.default_status().to_vec(),
         Some(_) if grpc => d.default_status().to_vec(),
@@ -127,21 +110,7 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protoco
     };
     let (tls_verify, server_name) = tls_settings(r, t, p);
     let client_cert = client_cert(r, t, p);
-    let tls13_only = match r.string(t, "min_version") {
-        None => false,
-        Some(item) if !tls => {
-            r.bad(&item, tls_only(p));
-            false
-        }
-        Some(item) => match item.v.as_str() {
-            "1.2" => false,
-            "1.3" => true,
-            _ => {
-                r.bad(&item, "expected \"1.2\" (TLS 1.2 and 1.3) or \"1.3\" (TLS 1.3 only)");
-                false
-            }
-        },
-    };
+    let tls13_only = min_version(r, t, p).unwrap_or(false);
     let cert_warn_days = match r.int(t, "cert_warn_days") {
         None => DEFAULT_CERT_WARN_DAYS,
         Some(item) if !tls => {
@@ -171,6 +140,73 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protoco
         cert_warn_days,
         grpc: service,
     })
+}
+
+/// An endpoint's own TLS keys and gRPC service, read by the profile's rules; None when it
+/// sets none of them. A key that its protocol does not use is refused as on the profile.
+pub(super) fn check_override(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> Option<Box<CheckOverride>> {
+    const KEYS: [&str; 7] = [
+        "tls_verify",
+        "ca_file",
+        "server_name",
+        "client_cert",
+        "client_key",
+        "min_version",
+        "service",
+    ];
+    let set = |key: &str| Reader::get(t, key).is_some();
+    if !KEYS.iter().any(|k| set(k)) {
+        return None;
+    }
+    let verify_set = set("tls_verify") || set("ca_file");
+    let (verify, server_name) = tls_settings(r, t, p);
+    let client_cert = client_cert(r, t, p);
+    let tls13_only = min_version(r, t, p);
+    let service = service(r, t, p);
+    Some(Box::new(CheckOverride {
+        tls_verify: verify_set.then_some(verify),
+        server_name,
+        client_cert,
+        tls13_only,
+        service,
+    }))
+}
+
+/// `min_version`, over TLS only: Some(true) for TLS 1.3 alone; None when left out.
+fn min_version(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> Option<bool> {
+    let item = r.string(t, "min_version")?;
+    if !p.is_tls() {
+        r.bad(&item, tls_only(p));
+        return None;
+    }
+    match item.v.as_str() {
+        "1.2" => Some(false),
+        "1.3" => Some(true),
+        _ => {
+            r.bad(&item, "expected \"1.2\" (TLS 1.2 and 1.3) or \"1.3\" (TLS 1.3 only)");
+            None
+        }
+    }
+}
+
+/// `service`, gRPC only; None when left out.
+fn service(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> Option<String> {
+    let item = r.string(t, "service")?;
+    if !matches!(p, Protocol::Grpc | Protocol::Grpcs) {
+        r.bad(
+            &item,
+            format!("only gRPC checks (grpc, grpcs) use this; the protocol is {}", p.name()),
+        );
+        return None;
+    }
+    if item.v.len() > MAX_SERVICE || item.v.chars().any(char::is_control) {
+        r.bad(
+            &item,
+            format!("expected a gRPC service name of at most {MAX_SERVICE} bytes, without control characters"),
+        );
+        return None;
+    }
+    Some(item.v)
 }
 
 /// A gRPC check's `headers`: sent as metadata, so neither what the call sets itself nor what

@@ -120,7 +120,10 @@ impl<'a> Parts<'a> {
                     field(&mut out, "response", r);
                 }
             }
-            Detail::Http { settings: h, endpoint } => {
+            Detail::Http { settings, endpoint } => {
+                // The endpoint's own TLS keys and service stand in for the profile's.
+                let merged = endpoint.check_override().map(|own| settings.with_override(own));
+                let h = merged.as_ref().unwrap_or(settings);
                 field(&mut out, "method", h.method.name());
                 field(&mut out, "path", &h.path.to_string());
                 if let Some(host) = &h.host {

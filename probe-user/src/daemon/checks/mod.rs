@@ -122,7 +122,17 @@ pub struct Specs<'p> {
     http: Option<http::HttpProbe>,
     /// The profile's TLS client, made once (a CA file is read once per profile).
     tls: Option<crate::probe::http::TlsVerify>,
+    /// The TLS clients of endpoints with TLS keys of their own, by those keys (few: a linear
+    /// search).
+    own_tls: Vec<(TlsClientKey, crate::probe::http::TlsVerify)>,
 }
+
+/// What makes a TLS client: verification, client certificate, TLS 1.3 alone.
+type TlsClientKey = (
+    crate::config::TlsVerifySetting,
+    Option<crate::config::ClientCertFiles>,
+    bool,
+);
 
 impl<'p> Specs<'p> {
     pub fn new(profile: &'p Profile) -> Self {
@@ -130,6 +140,7 @@ impl<'p> Specs<'p> {
             profile,
             http: None,
             tls: None,
+            own_tls: Vec::new(),
         }
     }
 
@@ -161,8 +172,9 @@ impl<'p> Specs<'p> {
                     None => ProbeKind::L4(L4Proto::Udp { payload }),
                 }
             }
-            Probe::Http(h) => {
-                let shared = endpoint.headers().is_empty();
+            Probe::Http(profile_http) => {
+                let own = endpoint.check_override();
+                let shared = endpoint.headers().is_empty() && own.is_none();
                 let probe = match &self.http {
                     Some(probe) if shared => probe.clone(),
                     _ => {
@@ -171,9 +183,24 @@ impl<'p> Specs<'p> {
                             endpoint: endpoint.name.to_string(),
                             source,
                         };
-                        let tls = match &self.tls {
-                            Some(tls) => tls.clone(),
-                            None => {
+                        let merged = own.map(|o| profile_http.with_override(o));
+                        let h = merged.as_ref().unwrap_or(profile_http);
+                        let tls = match (&self.tls, own.is_some_and(crate::config::CheckOverride::changes_client)) {
+                            (Some(tls), false) => tls.clone(),
+                            // An endpoint's own verification or client certificate: its own
+                            // client (endpoints with the same keys share one).
+                            (_, true) => {
+                                let key = (h.tls_verify.clone(), h.client_cert.clone(), h.tls13_only);
+                                match self.own_tls.iter().find(|(k, _)| *k == key) {
+                                    Some((_, tls)) => tls.clone(),
+                                    None => {
+                                        let tls = http::tls_client(h).map_err(failed)?;
+                                        self.own_tls.push((key, tls.clone()));
+                                        tls
+                                    }
+                                }
+                            }
+                            (None, false) => {
                                 let tls = http::tls_client(h).map_err(failed)?;
                                 self.tls = Some(tls.clone());
                                 tls

@@ -146,6 +146,20 @@ fn every_parameter_changes_the_key() {
                 });
             }),
         ),
+        ("grpc", Box::new(|c| http(c).grpc = Some(String::new()))),
+        ("grpc service", Box::new(|c| http(c).grpc = Some("shop.Cart".into()))),
+        (
+            "endpoint's own server name",
+            Box::new(|c| {
+                c.profiles[0].endpoints[0].extra = crate::config::Extra::of(crate::config::EndpointExtra {
+                    check: Some(Box::new(crate::config::CheckOverride {
+                        server_name: Some(HostName::parse("b.example.com").unwrap()),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                });
+            }),
+        ),
         ("port", Box::new(|c| c.profiles[0].endpoints[0].port = 8081)),
         ("interval", Box::new(|c| c.profiles[0].health.interval *= 2)),
         ("timeout", Box::new(|c| c.profiles[0].health.timeout *= 2)),
