@@ -8,6 +8,8 @@ use crate::util::{cargo, require_root, sh};
 const BENCHMARKS: &[(&str, &[&str])] = &[
     ("l4", &["l4"]),
     ("http", &["http"]),
+    // HTTPS and gRPC checks (TLS presence and verified, full and resumed) beside plain HTTP.
+    ("tls", &["tls"]),
     // The scheduler alone on a virtual clock (1M checks), then live on the kernel engine.
     ("schedule", &["schedule-virtual", "schedule-live"]),
     ("sinks", &["sinks"]),
