@@ -14,6 +14,7 @@
 pub(crate) mod accept;
 pub mod alloc;
 pub mod api;
+pub mod calendar;
 pub mod changes;
 #[cfg(feature = "testing")]
 pub mod clock;

@@ -47,30 +47,10 @@ pub fn days_from_now(days: u64) -> (i32, u8, u8) {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    civil(i64::try_from(now / 86_400 + days).unwrap())
-}
-
-/// The proleptic Gregorian date of a day counted from 1970-01-01 (Howard Hinnant's method).
-fn civil(z: i64) -> (i32, u8, u8) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = probed::calendar::civil_from_days(i64::try_from(now / 86_400 + days).unwrap());
     (
         i32::try_from(year).unwrap(),
         u8::try_from(month).unwrap(),
         u8::try_from(day).unwrap(),
     )
-}
-
-#[test]
-fn civil_dates_match_the_calendar() {
-    assert_eq!(civil(0), (1970, 1, 1));
-    assert_eq!(civil(19_723), (2024, 1, 1));
-    assert_eq!(civil(19_782), (2024, 2, 29));
 }

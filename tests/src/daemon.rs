@@ -253,6 +253,14 @@ impl Drop for RunningDaemon {
     }
 }
 
+/// The reason of `view`'s last result ("" before any).
+pub fn last_reason(view: &EndpointView) -> String {
+    view.last_result
+        .as_ref()
+        .map(|r| r.reason.to_string())
+        .unwrap_or_default()
+}
+
 /// Events in a JSON-lines file.
 pub fn read_events(path: &Path) -> Vec<Event> {
     std::fs::read_to_string(path)

@@ -89,6 +89,17 @@ pub fn target_dir() -> std::path::PathBuf {
     )
 }
 
+/// `probed check ARGS` run in `ns`, as an operator runs it.
+pub fn probed_check(ns: &Netns, args: &[&str]) -> std::process::Output {
+    let bin = probed_bin();
+    let mut all = vec!["netns", "exec", &ns.name, bin.to_str().unwrap(), "check"];
+    all.extend_from_slice(args);
+    std::process::Command::new("ip")
+        .args(&all)
+        .output()
+        .expect("run probed check")
+}
+
 /// The `probed` binary of this workspace's build (`cargo xtask test` builds it first).
 pub fn probed_bin() -> std::path::PathBuf {
     let target = target_dir();

@@ -8,10 +8,7 @@
 //! `cargo xtask bench http -- [TARGETS] [CHECKS] [CONCURRENCY]` (bench/src/bin/http.rs)
 use std::{
     convert::Infallible,
-    io::{BufRead, BufReader},
     net::{Ipv4Addr, SocketAddr},
-    os::fd::AsRawFd,
-    process::{Child, Command, Stdio},
     sync::{
         atomic::{AtomicUsize, Ordering},
         Arc,
@@ -22,6 +19,7 @@ use std::{
 use bytes::Bytes;
 use http_body_util::Full;
 use probed::probe::http::{Dialect, HttpCheck, HttpCheckSpec, HttpProber, Scheme};
+use probed_bench::{cpu_time, Namespace, Server};
 
 const PORT: u16 = 8080;
 
@@ -37,8 +35,8 @@ fn main() {
     // The open-file limit is 20,000; a check holds one socket at a time.
     assert!((1..=5_000).contains(&concurrency), "1-5000 concurrent checks");
 
-    let ns = Namespace::create();
-    let server = spawn_server();
+    let ns = Namespace::create("http");
+    let server = Server::spawn(&[]);
     let addrs: Arc<Vec<SocketAddr>> = Arc::new(
         (0..targets as u32)
             .map(|i| SocketAddr::new(Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 1, 0, 1)) + i).into(), PORT))
@@ -160,75 +158,6 @@ async fn naive(target: SocketAddr) -> bool {
     match client.head(format!("http://{target}/")).send().await {
         Ok(r) => r.status().is_success() || r.status().is_redirection(),
         Err(_) => false,
-    }
-}
-
-/// User plus system CPU time of this process (the server is a child and not counted).
-fn cpu_time() -> Duration {
-    // SAFETY: getrusage writes one rusage struct into the zeroed value we own.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &raw mut ru), 0);
-        ru
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
-/// A network namespace this process (its main thread, and so every thread and child made
-/// afterwards) has joined; deleted on drop.
-struct Namespace {
-    name: String,
-}
-
-impl Namespace {
-    fn create() -> Self {
-        let name = format!("probed-bench-{}", std::process::id());
-        ip(&["netns", "add", &name]);
-        let ns = Self { name };
-        ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
-        let file = std::fs::File::open(format!("/var/run/netns/{}", ns.name)).expect("open the namespace");
-        // SAFETY: `file` is an open network-namespace file; setns changes only this thread's
-        // namespace, before any other thread exists.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
-        ns
-    }
-}
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
-    }
-}
-
-fn ip(args: &[&str]) {
-    let ok = Command::new("ip").args(args).status().is_ok_and(|s| s.success());
-    assert!(ok, "ip {} failed (root needed)", args.join(" "));
-}
-
-/// The server child; it exits when its stdin closes, which dropping this does.
-struct Server(Child);
-
-fn spawn_server() -> Server {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .arg("serve")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the server");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "ready", "server start");
-    Server(child)
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        drop(self.0.stdin.take());
-        let _ = self.0.wait();
     }
 }
 

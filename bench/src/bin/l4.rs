@@ -12,6 +12,7 @@
 //! system-wide softirq time per probe (it includes the backend namespace's own TCP work,
 //! which is the same for every prober), results missing a second past the last timeout
 //! ("late": a prober that cannot keep up), and the resident-memory growth.
+use probed_bench::cpu_time;
 use std::{
     net::{Ipv4Addr, SocketAddr},
     sync::Arc,
@@ -45,15 +46,6 @@ struct Row {
 fn target(i: usize) -> SocketAddr {
     let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 19, 0, 0)) + (i % 65536) as u32);
     SocketAddr::new(ip.into(), PORTS[i / 65536])
-}
-
-fn cpu_time() -> Duration {
-    // SAFETY: getrusage fills the struct we pass.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut ru) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 fn rss_kb() -> i64 {

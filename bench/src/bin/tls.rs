@@ -14,12 +14,9 @@
 //! `cargo xtask bench tls -- [SIZES] [CONCURRENCY]`, e.g. `1000,10000 200` (bench/src/bin/tls.rs)
 use std::{
     convert::Infallible,
-    io::{BufRead, BufReader},
     net::{Ipv4Addr, SocketAddr},
-    os::fd::AsRawFd,
     path::{Path, PathBuf},
     pin::Pin,
-    process::{Child, Command, Stdio},
     sync::{
         atomic::{AtomicUsize, Ordering},
         Arc,
@@ -32,6 +29,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{body::Frame, HeaderMap};
 use probed::probe::http::{Dialect, HttpCheck, HttpCheckSpec, HttpProber, Scheme, TlsVerify};
+use probed_bench::{cpu_time, Namespace, Server};
 
 const HTTP_PORT: u16 = 8080;
 const HTTPS_PORT: u16 = 8443;
@@ -57,8 +55,8 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("probed-bench-tls-{}", std::process::id()));
     let _cleanup = Dir(dir.clone());
     let ca_file = certificates(&dir);
-    let ns = Namespace::create();
-    let server = spawn_server(&dir);
+    let ns = Namespace::create("tls");
+    let server = Server::spawn(&[dir.as_os_str()]);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -183,7 +181,12 @@ struct Row {
 }
 
 /// One check of every target, `concurrency` at a time, through `prober`.
-async fn run(prober: &Arc<HttpProber>, targets: &Arc<Vec<SocketAddr>>, checks: &Arc<Vec<HttpCheck>>, concurrency: usize) -> Row {
+async fn run(
+    prober: &Arc<HttpProber>,
+    targets: &Arc<Vec<SocketAddr>>,
+    checks: &Arc<Vec<HttpCheck>>,
+    concurrency: usize,
+) -> Row {
     let next = Arc::new(AtomicUsize::new(0));
     let total = targets.len();
     let cpu0 = cpu_time();
@@ -230,18 +233,6 @@ async fn run(prober: &Arc<HttpProber>, targets: &Arc<Vec<SocketAddr>>, checks: &
     }
 }
 
-/// User plus system CPU time of this process (the server is a child and not counted).
-fn cpu_time() -> Duration {
-    // SAFETY: getrusage writes one rusage struct into the zeroed value we own.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &raw mut ru), 0);
-        ru
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 /// A CA, and a certificate for *.bench.test it signs, in `dir`; returns the CA file.
 fn certificates(dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
@@ -260,64 +251,6 @@ struct Dir(PathBuf);
 impl Drop for Dir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A network namespace this process (its main thread, and so every thread and child made
-/// afterwards) has joined; deleted on drop.
-struct Namespace {
-    name: String,
-}
-
-impl Namespace {
-    fn create() -> Self {
-        let name = format!("probed-bench-tls-{}", std::process::id());
-        ip(&["netns", "add", &name]);
-        let ns = Self { name };
-        ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
-        let file = std::fs::File::open(format!("/var/run/netns/{}", ns.name)).expect("open the namespace");
-        // SAFETY: `file` is an open network-namespace file; setns changes only this thread's
-        // namespace, before any other thread exists.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
-        ns
-    }
-}
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
-    }
-}
-
-fn ip(args: &[&str]) {
-    let ok = Command::new("ip").args(args).status().is_ok_and(|s| s.success());
-    assert!(ok, "ip {} failed (root needed)", args.join(" "));
-}
-
-/// The server child; it exits when its stdin closes, which dropping this does.
-struct Server(Child);
-
-fn spawn_server(dir: &Path) -> Server {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .arg("serve")
-        .arg(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the server");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "ready", "server start");
-    Server(child)
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        drop(self.0.stdin.take());
-        let _ = self.0.wait();
     }
 }
 
@@ -400,13 +333,15 @@ fn serve(dir: &Path) {
             tokio::spawn(accept(listener, tls, grpc));
         }
         println!("ready");
-        let _ = tokio::task::spawn_blocking(|| std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new())).await;
+        probed_bench::until_parent_goes().await;
     });
 }
 
 async fn accept(listener: tokio::net::TcpListener, tls: Option<tokio_rustls::TlsAcceptor>, grpc: bool) {
     loop {
-        let Ok((tcp, _)) = listener.accept().await else { continue };
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
         let _ = tcp.set_nodelay(true);
         let tls = tls.clone();
         tokio::spawn(async move {

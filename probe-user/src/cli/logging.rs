@@ -102,29 +102,7 @@ fn priority(level: log::Level) -> u8 {
     }
 }
 
-/// `2026-12-02T01:02:03.456Z` (UTC, from the civil-from-days algorithm: no time crate needed).
-pub(crate) fn rfc3339(unix_ms: u64) -> String {
-    let secs = unix_ms / 1000;
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    // Days since 1970-01-01 to a civil date (H. Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        unix_ms % 1000
-    )
-}
+pub(crate) use probed::calendar::rfc3339;
 
 #[cfg(test)]
 mod tests {
@@ -152,12 +130,5 @@ mod tests {
         assert_eq!(v["level"], "warn");
         assert_eq!(v["target"], "probed::dns");
         assert_eq!(v["msg"], "a \"quoted\"\nline");
-    }
-
-    #[test]
-    fn timestamps_are_utc_calendar_dates() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z", "a leap day");
-        assert_eq!(rfc3339(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
     }
 }

@@ -3,13 +3,7 @@
 use probed_tests::{probed_bin, topo::*, Topology};
 
 fn check(topo: &Topology, args: &[&str]) -> (i32, String) {
-    let bin = probed_bin();
-    let mut all = vec!["netns", "exec", &topo.prober.name, bin.to_str().unwrap(), "check"];
-    all.extend_from_slice(args);
-    let out = std::process::Command::new("ip")
-        .args(&all)
-        .output()
-        .expect("run probed check");
+    let out = probed_tests::probed_check(&topo.prober, args);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -10,7 +10,7 @@ use std::{path::Path, time::Duration};
 
 use probed::status::EndpointStatus as S;
 use probed_tests::certs::{ca, days_from_now, leaf, leaf_until, Ca, Pem};
-use probed_tests::{daemon::DaemonFiles, daemon::RunningDaemon, procs::Proc, topo::*, Topology};
+use probed_tests::{daemon::last_reason, daemon::DaemonFiles, daemon::RunningDaemon, procs::Proc, topo::*, Topology};
 
 const NAME: &str = "www.example.test";
 const FIRST_PORT: u16 = 8443;
@@ -206,11 +206,7 @@ fn a_verified_https_check_fails_as_curl_does_and_says_why() {
         assert_eq!(oracle, why.is_none(), "curl's verdict on {profile}/{endpoint}");
         let want = if oracle { S::Online } else { S::Degraded };
         let view = daemon.wait_status(profile, endpoint, want, Duration::from_secs(10));
-        let reason = view
-            .last_result
-            .as_ref()
-            .map(|r| r.reason.to_string())
-            .unwrap_or_default();
+        let reason = last_reason(&view);
         if let Some(why) = why {
             assert!(
                 reason.contains(why),
@@ -226,7 +222,7 @@ fn a_verified_https_check_fails_as_curl_does_and_says_why() {
     let own = daemon.wait_status("presence", "good-own-ca", S::Online, Duration::from_secs(10));
     assert!(own.tls_cert.is_some());
     let own = daemon.wait_status("presence", "other-ca-own-ca", S::Degraded, Duration::from_secs(10));
-    let reason = own.last_result.map(|r| r.reason.to_string()).unwrap_or_default();
+    let reason = last_reason(&own);
     assert!(reason.contains("UnknownIssuer"), "{reason}");
     // The certificates' expiry: the soon-expiring one gives one cert-expiring event per
     // profile (and its endpoint stays Online), the status view and the metric say when.

@@ -283,8 +283,14 @@ fn empty_file_gets_defaults() {
 fn example_config_parses() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/probed.toml");
     let c = Config::load(path).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(c.profiles.len(), 7);
-    assert_eq!(c.endpoint_count(), 16);
+    assert_eq!(c.profiles.len(), 8);
+    assert_eq!(c.endpoint_count(), 18);
+    let cart = c.profile("cart").unwrap();
+    assert_eq!(cart.health.protocol(), crate::config::Protocol::Grpcs);
+    let own = cart.endpoints[1]
+        .check_override()
+        .expect("the second endpoint's own keys");
+    assert_eq!(own.service.as_deref(), Some("shop.CartV2"));
     let www = c.profile("www").unwrap();
     assert_eq!(
         (www.nested[0].child.as_str(), www.nested[0].min_child_endpoints),
