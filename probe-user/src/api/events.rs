@@ -3,7 +3,7 @@
 //! stream once; a task keeps the last `RECENT` lines and hands each new one to every follower
 //! through a bounded queue of its own, so a follower that stops reading loses lines (and is
 //! told how many) instead of holding up anyone else.
-use crate::changes::{Batch, Change, EndpointChange};
+use crate::changes::{Batch, Change};
 use std::{
     collections::VecDeque,
     convert::Infallible,
@@ -38,16 +38,23 @@ struct Line {
 }
 
 impl Line {
-    fn event(e: &EndpointChange) -> Line {
-        let mut text = serde_json::to_vec(&EventLine::of(e)).expect("events always encode");
+    /// The line of an endpoint's change or notice (as the events file writes it); None for a
+    /// profile's change, which has none.
+    fn of(change: &Change) -> Option<Line> {
+        let (line, profile) = match change {
+            Change::Endpoint(e) => (EventLine::of(e), &e.profile),
+            Change::Notice(n) => (EventLine::notice(n), &n.profile),
+            Change::Profile(_) => return None,
+        };
+        let mut text = serde_json::to_vec(&line).expect("events always encode");
         text.push(b'\n');
         // The recent list keeps a thousand of these: the room the vector grew to was up to
         // twice the line (~1 KiB kept for ~600 bytes of a health change's line).
         text.shrink_to_fit();
-        Line {
-            profile: Some(e.profile.clone()),
+        Some(Line {
+            profile: Some(profile.clone()),
             text: text.into(),
-        }
+        })
     }
 
     /// Said in place of `n` lines that were dropped; matches every filter.
@@ -140,7 +147,7 @@ impl Feed {
         let endpoints = batch
             .changes
             .iter()
-            .filter(|c| matches!(***c, Change::Endpoint(_)))
+            .filter(|c| !matches!(***c, Change::Profile(_)))
             .count();
         let mut skip = if self.lock().followers.is_empty() {
             endpoints.saturating_sub(RECENT)
@@ -149,12 +156,15 @@ impl Feed {
         };
         // Each change is let go as soon as its line is out, as the events file's writer does.
         for c in batch.changes {
-            if let Change::Endpoint(e) = &*c {
-                if skip > 0 {
-                    skip -= 1;
-                    continue;
-                }
-                self.push(Line::event(e));
+            if matches!(*c, Change::Profile(_)) {
+                continue;
+            }
+            if skip > 0 {
+                skip -= 1;
+                continue;
+            }
+            if let Some(line) = Line::of(&c) {
+                self.push(line);
             }
         }
     }
@@ -294,6 +304,43 @@ mod tests {
 
     async fn read_all(body: EventsBody) -> Vec<String> {
         endpoints_of(&body.collect().await.unwrap().to_bytes())
+    }
+
+    #[tokio::test]
+    async fn notices_are_lines_too_and_profile_changes_are_not() {
+        let feed = Feed::default();
+        let state = EndpointState::tcp("198.18.0.1".parse().unwrap(), 443, true);
+        let notice = Change::Notice(crate::changes::Notice {
+            seq: 2,
+            at_unix_ms: 1,
+            at_ns: 1,
+            kind: crate::changes::ChangeKind::CertExpiring,
+            profile: "web".into(),
+            endpoint: "soon".into(),
+            state,
+            cert_not_after: Some(1_797_206_400),
+        });
+        let profile = Change::Profile(crate::changes::ProfileChange {
+            seq: 3,
+            at_unix_ms: 1,
+            profile: "web".into(),
+            from: None,
+            to: None,
+            fail_open: false,
+        });
+        let mut b = batch("web", &["a"], 0);
+        b.changes.extend([Arc::new(notice), Arc::new(profile)]);
+        feed.take(b);
+        let ask = Ask {
+            lines: 10,
+            follow: false,
+            profile: None,
+        };
+        let body = feed.open(&ask).unwrap().collect().await.unwrap().to_bytes();
+        let text = std::str::from_utf8(&body).unwrap();
+        assert_eq!(endpoints_of(&body), ["web/a", "web/soon"]);
+        assert!(text.contains("\"kind\":\"cert-expiring\""), "{text}");
+        assert!(text.contains("\"cert_not_after_unix\":1797206400"), "{text}");
     }
 
     #[tokio::test]
