@@ -806,7 +806,7 @@ pub const ENDPOINT: Section = Section {
             Recheck,
             "Request headers of this endpoint's probes, sent with the profile's.",
         )
-        .only("plain endpoints of a tm profile whose protocol is http or https"),
+        .only("plain endpoints of a tm profile whose protocol is http or https; of any profile whose protocol is grpc or grpcs (metadata)"),
         Key::new(
             "subnets",
             Strings,

@@ -170,3 +170,17 @@ rule!(
     cfg("lb", "", GRPCS, "client_cert = \"/etc/probed/c.pem\""),
     "profile[0].endpoint[0].client_key"
 );
+
+rule!(
+    endpoint_metadata_may_not_set_te,
+    cfg("lb", "", GRPC, "headers = [\"te:gzip\"]"),
+    "profile[0].endpoint[0].headers[0]"
+);
+
+#[test]
+fn endpoints_add_metadata_in_every_dialect() {
+    for dialect in ["lb", "tm", "ga"] {
+        let c = ok(&cfg(dialect, "", GRPC, "headers = [\"x-tenant:blue\"]"));
+        assert_eq!(c.profiles[0].endpoints[0].headers().len(), 1, "{dialect}");
+    }
+}

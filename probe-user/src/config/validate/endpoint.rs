@@ -319,7 +319,7 @@ fn state(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<AdminState> {
     }
 }
 
-/// The endpoint's own level of headers: only tm HTTP(S) checks have one.
+/// The endpoint's own level of headers: tm HTTP(S) checks and gRPC checks (metadata) have one.
 fn own_headers(r: &mut Reader<'_>, t: &Table<'_, '_>, protocol: Protocol, dialect: Dialect) -> Vec<Header> {
     match r.strings(t, "headers") {
         None => Vec::new(),
@@ -327,12 +327,14 @@ fn own_headers(r: &mut Reader<'_>, t: &Table<'_, '_>, protocol: Protocol, dialec
             r.bad(
                 &list,
                 format!(
-                    "only HTTP and HTTPS checks send headers; the protocol is {}",
+                    "only HTTP and gRPC checks send headers; the protocol is {}",
                     protocol.name()
                 ),
             );
             Vec::new()
         }
+        // gRPC metadata, in every dialect, by the profile's rules.
+        Some(list) if matches!(protocol, Protocol::Grpc | Protocol::Grpcs) => super::http::metadata(r, &list),
         Some(list) if dialect != Dialect::Tm => {
             r.bad(&list, format!("{} has no custom headers", dialect.name()));
             Vec::new()

@@ -211,7 +211,7 @@ fn service(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> Option<String>
 
 /// A gRPC check's `headers`: sent as metadata, so neither what the call sets itself nor what
 /// HTTP/2 forbids.
-fn metadata(r: &mut Reader<'_>, list: &Item<Vec<Item<String>>>) -> Vec<Header> {
+pub(super) fn metadata(r: &mut Reader<'_>, list: &Item<Vec<Item<String>>>) -> Vec<Header> {
     let out = headers(r, list);
     for (item, h) in list.v.iter().zip(&out) {
         let name = h.name().to_ascii_lowercase();

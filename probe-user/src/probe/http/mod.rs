@@ -3,6 +3,10 @@
 //! daemon runs) is one exchange of bytes (exchange.rs); kept-alive connections (`probed check
 //! --keep-alive`) go through hyper's HTTP/1.1 client.
 //!
+//! gRPC health checks (grpc.rs) are HTTP checks too: the same connect, TLS, deadline and
+//! reasons, with one HTTP/2 call in place of the HTTP/1.1 exchange. Every TLS probe reads the
+//! server certificate's expiry (cert.rs).
+//!
 //! `HttpCheck` (request.rs) says what to send and expect; `HttpProber` runs it.
 pub mod cert;
 pub mod error;
@@ -427,11 +431,11 @@ impl HttpProber {
         }
     }
 
-    /// A TCP connection to `target` with TLS on it (offering ALPN h2 for gRPC). A server whose
-    /// last session was TLS 1.2 is
-    /// greeted with TLS 1.2 alone (see `tls::TlsClient`); if that handshake fails before the
-    /// deadline, the probe connects once more offering both versions, so a server that moved
-    /// to TLS 1.3 only costs one connection, not a failed probe.
+    /// A TCP connection to `target` with TLS on it (offering ALPN h2 for gRPC); `cert` gets
+    /// the server certificate's expiry. A server whose last session was TLS 1.2 is greeted
+    /// with TLS 1.2 alone (see `tls::TlsClient`); if that handshake fails before the deadline,
+    /// the probe connects once more offering both versions, so a server that moved to TLS 1.3
+    /// only costs one connection, not a failed probe.
     async fn tls_connect(
         &self,
         target: SocketAddr,
