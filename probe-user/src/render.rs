@@ -165,6 +165,12 @@ pub fn render_table(profiles: &[ProfileView], colour: bool) -> String {
                 }
                 None => "-".to_string(),
             };
+            // A certificate within its warning: said at the end, where nothing else is.
+            let change = match &e.tls_cert {
+                Some(c) if c.expiring && c.days_left < 0 => format!("{change}  CERTIFICATE EXPIRED"),
+                Some(c) if c.expiring => format!("{change}  certificate expires in {} days", c.days_left),
+                _ => change,
+            };
             // In transition: results toward a change so far (down toward Degraded, up toward
             // Online).
             let status = match (e.pending, e.status) {
