@@ -86,3 +86,63 @@ impl Drop for Server {
 pub async fn until_parent_goes() {
     let _ = tokio::task::spawn_blocking(|| std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new())).await;
 }
+
+/// What a batch of checks cost: rate, CPU per check of this process, median latency, failures.
+pub struct Row {
+    pub per_sec: f64,
+    pub cpu_us: f64,
+    pub p50_us: u128,
+    pub failures: usize,
+}
+
+/// Runs checks 0..`total`, `concurrency` at a time on the current runtime: each worker takes
+/// the next number and awaits `check(i)` (true: healthy), so consecutive checks of one worker
+/// are different ones.
+pub async fn measure<F, Fut>(total: usize, concurrency: usize, check: F) -> Row
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    use std::sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    };
+    let next = Arc::new(AtomicUsize::new(0));
+    let cpu0 = cpu_time();
+    let start = std::time::Instant::now();
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..concurrency.min(total) {
+        let (check, next) = (check.clone(), next.clone());
+        workers.spawn(async move {
+            let mut latencies = Vec::new();
+            let mut failures = 0;
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    break;
+                }
+                let t = std::time::Instant::now();
+                let ok = check(i).await;
+                latencies.push(t.elapsed().as_micros());
+                failures += usize::from(!ok);
+            }
+            (latencies, failures)
+        });
+    }
+    let mut latencies = Vec::with_capacity(total);
+    let mut failures = 0;
+    while let Some(done) = workers.join_next().await {
+        let (l, f) = done.expect("worker finished");
+        latencies.extend(l);
+        failures += f;
+    }
+    let wall = start.elapsed();
+    let cpu = cpu_time() - cpu0;
+    latencies.sort_unstable();
+    Row {
+        per_sec: total as f64 / wall.as_secs_f64(),
+        cpu_us: cpu.as_micros() as f64 / total as f64,
+        p50_us: latencies.get(latencies.len() / 2).copied().unwrap_or(0),
+        failures,
+    }
+}

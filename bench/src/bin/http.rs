@@ -9,17 +9,14 @@
 use std::{
     convert::Infallible,
     net::{Ipv4Addr, SocketAddr},
-    sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc,
-    },
-    time::{Duration, Instant},
+    sync::Arc,
+    time::Duration,
 };
 
 use bytes::Bytes;
 use http_body_util::Full;
 use probed::probe::http::{Dialect, HttpCheck, HttpCheckSpec, HttpProber, Scheme};
-use probed_bench::{cpu_time, Namespace, Server};
+use probed_bench::{measure, Namespace, Row, Server};
 
 const PORT: u16 = 8080;
 
@@ -92,59 +89,19 @@ impl Kind {
     }
 }
 
-struct Row {
-    per_sec: f64,
-    cpu_us: f64,
-    p50_us: u128,
-    failures: usize,
-}
-
-/// `concurrency` workers take the next check number until `checks` are done; check i goes
-/// to target i mod N, so consecutive checks of one worker hit different targets.
+/// Check i goes to target i mod N, so consecutive checks of one worker hit different targets.
 async fn run(kind: Kind, addrs: Arc<Vec<SocketAddr>>, check: Arc<HttpCheck>, checks: usize, concurrency: usize) -> Row {
     let prober = Arc::new(HttpProber::new().with_keep_alive(matches!(kind, Kind::ProberKeepAlive)));
-    let next = Arc::new(AtomicUsize::new(0));
-    let cpu0 = cpu_time();
-    let start = Instant::now();
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..concurrency {
-        let (prober, check, addrs, next) = (prober.clone(), check.clone(), addrs.clone(), next.clone());
-        workers.spawn(async move {
-            let mut latencies = Vec::new();
-            let mut failures = 0;
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= checks {
-                    break;
-                }
-                let target = addrs[i % addrs.len()];
-                let t = Instant::now();
-                let ok = match kind {
-                    Kind::Prober | Kind::ProberKeepAlive => prober.probe(target, &check).await.healthy(),
-                    Kind::ReqwestPerCheck => naive(target).await,
-                };
-                latencies.push(t.elapsed().as_micros());
-                failures += usize::from(!ok);
+    measure(checks, concurrency, move |i| {
+        let (prober, check, target) = (prober.clone(), check.clone(), addrs[i % addrs.len()]);
+        async move {
+            match kind {
+                Kind::Prober | Kind::ProberKeepAlive => prober.probe(target, &check).await.healthy(),
+                Kind::ReqwestPerCheck => naive(target).await,
             }
-            (latencies, failures)
-        });
-    }
-    let mut latencies = Vec::with_capacity(checks);
-    let mut failures = 0;
-    while let Some(done) = workers.join_next().await {
-        let (l, f) = done.expect("worker finished");
-        latencies.extend(l);
-        failures += f;
-    }
-    let wall = start.elapsed();
-    let cpu = cpu_time() - cpu0;
-    latencies.sort_unstable();
-    Row {
-        per_sec: checks as f64 / wall.as_secs_f64(),
-        cpu_us: cpu.as_micros() as f64 / checks as f64,
-        p50_us: latencies[latencies.len() / 2],
-        failures,
-    }
+        }
+    })
+    .await
 }
 
 /// What a probe written without care looks like: a fresh client (and so a fresh pool,

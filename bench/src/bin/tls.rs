@@ -17,19 +17,16 @@ use std::{
     net::{Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
     pin::Pin,
-    sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc,
-    },
+    sync::Arc,
     task::{Context, Poll},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{body::Frame, HeaderMap};
 use probed::probe::http::{Dialect, HttpCheck, HttpCheckSpec, HttpProber, Scheme, TlsVerify};
-use probed_bench::{cpu_time, Namespace, Server};
+use probed_bench::{measure, Namespace, Row, Server};
 
 const HTTP_PORT: u16 = 8080;
 const HTTPS_PORT: u16 = 8443;
@@ -188,13 +185,6 @@ fn checks_for(kind: Kind, n: usize, ca_file: &Path) -> Vec<HttpCheck> {
         .collect()
 }
 
-struct Row {
-    per_sec: f64,
-    cpu_us: f64,
-    p50_us: u128,
-    failures: usize,
-}
-
 /// One check of every target, `concurrency` at a time, through `prober`.
 async fn run(
     prober: &Arc<HttpProber>,
@@ -202,50 +192,18 @@ async fn run(
     checks: &Arc<Vec<HttpCheck>>,
     concurrency: usize,
 ) -> Row {
-    let next = Arc::new(AtomicUsize::new(0));
-    let total = targets.len();
-    let cpu0 = cpu_time();
-    let start = Instant::now();
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..concurrency.min(total) {
-        let (prober, targets, checks, next) = (prober.clone(), targets.clone(), checks.clone(), next.clone());
-        workers.spawn(async move {
-            let mut latencies = Vec::new();
-            let mut failures = 0;
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= total {
-                    break;
-                }
-                let t = Instant::now();
-                let report = prober.probe(targets[i], &checks[i]).await;
-                latencies.push(t.elapsed().as_micros());
-                if !report.healthy() {
-                    failures += 1;
-                    if failures == 1 {
-                        eprintln!("{}: {}", targets[i], report.outcome);
-                    }
-                }
+    let (prober, targets, checks) = (prober.clone(), targets.clone(), checks.clone());
+    measure(targets.len(), concurrency, move |i| {
+        let (prober, targets, checks) = (prober.clone(), targets.clone(), checks.clone());
+        async move {
+            let report = prober.probe(targets[i], &checks[i]).await;
+            if !report.healthy() {
+                eprintln!("{}: {}", targets[i], report.outcome);
             }
-            (latencies, failures)
-        });
-    }
-    let mut latencies = Vec::with_capacity(total);
-    let mut failures = 0;
-    while let Some(done) = workers.join_next().await {
-        let (l, f) = done.expect("worker finished");
-        latencies.extend(l);
-        failures += f;
-    }
-    let wall = start.elapsed();
-    let cpu = cpu_time() - cpu0;
-    latencies.sort_unstable();
-    Row {
-        per_sec: total as f64 / wall.as_secs_f64(),
-        cpu_us: cpu.as_micros() as f64 / total as f64,
-        p50_us: latencies[latencies.len() / 2],
-        failures,
-    }
+            report.healthy()
+        }
+    })
+    .await
 }
 
 /// A CA, and a certificate for *.bench.test it signs, in `dir`; returns the CA file.
