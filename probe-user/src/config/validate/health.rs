@@ -5,7 +5,11 @@ use std::time::Duration;
 
 use toml::de::DeValue;
 
-use super::{broke, http::http, names, port_value};
+use super::{
+    broke,
+    http::{http, TLS_KEYS},
+    names, port_value,
+};
 use crate::config::{
     model::*,
     read::{parse_duration, Item, Reader, Table},
@@ -200,19 +204,14 @@ fn not_for(r: &mut Reader<'_>, t: &Table<'_, '_>, keys: &[&str], why: &str) -> b
     clean
 }
 
-const HTTP_ONLY: [&str; 14] = [
+/// With `http::TLS_KEYS`, what neither TCP nor UDP checks use.
+const HTTP_ONLY: [&str; 8] = [
     "path",
     "host",
     "method",
     "headers",
     "status",
     "body_match",
-    "tls_verify",
-    "ca_file",
-    "server_name",
-    "client_cert",
-    "client_key",
-    "min_version",
     "cert_warn_days",
     "service",
 ];
@@ -226,11 +225,12 @@ fn probe(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Opti
     match p {
         Protocol::Tcp => {
             let a = not_for(r, t, &HTTP_ONLY, &why_http);
-            let b = not_for(r, t, &UDP_ONLY, &why_udp);
-            (a && b).then_some(Probe::Tcp)
+            let b = not_for(r, t, &TLS_KEYS, &why_http);
+            let c = not_for(r, t, &UDP_ONLY, &why_udp);
+            (a && b && c).then_some(Probe::Tcp)
         }
         Protocol::Udp => {
-            let clean = not_for(r, t, &HTTP_ONLY, &why_http);
+            let clean = not_for(r, t, &HTTP_ONLY, &why_http) & not_for(r, t, &TLS_KEYS, &why_http);
             let mut payload = |key: &str| {
                 let item = r.string(t, key)?;
                 if item.v.len() > MAX_UDP_PAYLOAD {

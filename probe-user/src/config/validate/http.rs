@@ -33,6 +33,16 @@ const GRPC_RESERVED: [&str; 8] = [
 const DEFAULT_CERT_WARN_DAYS: u16 = 14;
 const MAX_CERT_WARN_DAYS: u16 = 3650;
 
+/// The keys of a TLS client, on a profile and on an endpoint alike.
+pub(super) const TLS_KEYS: [&str; 6] = [
+    "tls_verify",
+    "ca_file",
+    "server_name",
+    "client_cert",
+    "client_key",
+    "min_version",
+];
+
 /// Why a TLS key is refused on a protocol without TLS.
 fn tls_only(p: Protocol) -> String {
     format!(
@@ -145,17 +155,8 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protoco
 /// An endpoint's own TLS keys and gRPC service, read by the profile's rules; None when it
 /// sets none of them. A key that its protocol does not use is refused as on the profile.
 pub(super) fn check_override(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> Option<Box<CheckOverride>> {
-    const KEYS: [&str; 7] = [
-        "tls_verify",
-        "ca_file",
-        "server_name",
-        "client_cert",
-        "client_key",
-        "min_version",
-        "service",
-    ];
     let set = |key: &str| Reader::get(t, key).is_some();
-    if !KEYS.iter().any(|k| set(k)) {
+    if !TLS_KEYS.iter().chain(&["service"]).any(|k| set(k)) {
         return None;
     }
     let verify_set = set("tls_verify") || set("ca_file");
@@ -274,7 +275,8 @@ fn client_cert(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> Option<Cli
             return None;
         }
     };
-    if let Err(e) = crate::probe::http::TlsVerify::Presented.with_client_cert(&files.cert, (&files.key, &key_pem)) {
+    // Parsed and matched only: the client that presents it is built when checks are made.
+    if let Err(e) = crate::probe::http::tls::certified_key(&files.cert, (&files.key, &key_pem)) {
         r.bad(&cert, e.to_string());
         return None;
     }
@@ -316,7 +318,7 @@ fn tls_settings(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> (TlsVerif
                     return None;
                 }
                 let path = std::path::PathBuf::from(&item.v);
-                match crate::probe::http::TlsVerify::strict_ca_file(&path) {
+                match crate::probe::http::tls::roots_from_file(&path) {
                     Ok(_) => Some(path),
                     Err(e) => {
                         r.bad(&item, e.to_string());

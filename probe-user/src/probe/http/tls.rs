@@ -90,23 +90,7 @@ impl TlsVerify {
 
     /// Strict mode against the certificates of one PEM file.
     pub fn strict_ca_file(path: &Path) -> Result<Self, HttpCheckError> {
-        let err = |reason: String| HttpCheckError::Roots {
-            field: "ca",
-            path: path.display().to_string(),
-            reason,
-        };
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-            .map_err(|e| err(format!("cannot read PEM: {e}")))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| err(format!("bad PEM: {e}")))?;
-        let mut roots = RootCertStore::empty();
-        let (count, bad) = roots.add_parsable_certificates(certs);
-        if count == 0 {
-            return Err(err(format!(
-                "no usable CA certificate ({bad} rejected); a PEM file with CERTIFICATE blocks is expected"
-            )));
-        }
-        Ok(Self::strict(roots, path.display().to_string()))
+        Ok(Self::strict(roots_from_file(path)?, path.display().to_string()))
     }
 
     fn strict(roots: RootCertStore, source: String) -> Self {
@@ -160,28 +144,7 @@ impl TlsVerify {
         cert_file: &Path,
         (key_file, key_pem): (&Path, &[u8]),
     ) -> Result<Self, HttpCheckError> {
-        let err = |field: &'static str, path: &Path, reason: String| HttpCheckError::Roots {
-            field,
-            path: path.display().to_string(),
-            reason,
-        };
-        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert_file)
-            .map_err(|e| err("client_cert", cert_file, format!("cannot read PEM: {e}")))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| err("client_cert", cert_file, format!("bad PEM: {e}")))?;
-        if chain.is_empty() {
-            return Err(err("client_cert", cert_file, "no CERTIFICATE block".into()));
-        }
-        let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key_pem)
-            .map_err(|e| err("client_key", key_file, format!("no private key in PEM: {e}")))?;
-        let signing = provider()
-            .key_provider
-            .load_private_key(key)
-            .map_err(|e| err("client_key", key_file, format!("an unusable key: {e}")))?;
-        let certified = Arc::new(rustls::sign::CertifiedKey::new(chain, signing));
-        certified
-            .keys_match()
-            .map_err(|e| err("client_key", key_file, format!("does not match the certificate: {e}")))?;
+        let certified = Arc::new(certified_key(cert_file, (key_file, key_pem))?);
         let (roots, tls13_only) = match self {
             Self::Presented => (None, false),
             Self::Own(c) => (c.roots, c.tls13_only),
@@ -232,6 +195,59 @@ impl TlsVerify {
 /// the SHA-256 suites offered before the SHA-384 ones, in TLS 1.3 and 1.2 alike: a probe needs
 /// no 256-bit keys, and SHA-384's key schedule or TLS 1.2 PRF (SHA-512 compression, without
 /// hardware help in ring) was the largest hash cost per check, on both ends.
+/// The roots in a PEM file of CA certificates; an error names the file and what is wrong.
+/// What the config reader checks a `ca_file` with, without building a client.
+pub fn roots_from_file(path: &Path) -> Result<RootCertStore, HttpCheckError> {
+    let err = |reason: String| HttpCheckError::Roots {
+        field: "ca",
+        path: path.display().to_string(),
+        reason,
+    };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| err(format!("cannot read PEM: {e}")))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| err(format!("bad PEM: {e}")))?;
+    let mut roots = RootCertStore::empty();
+    let (count, bad) = roots.add_parsable_certificates(certs);
+    if count == 0 {
+        return Err(err(format!(
+            "no usable CA certificate ({bad} rejected); a PEM file with CERTIFICATE blocks is expected"
+        )));
+    }
+    Ok(roots)
+}
+
+/// A client certificate chain (PEM file) with its key (PEM bytes read from `key_file`),
+/// checked to match. What the config reader checks a pair with, without building a client.
+pub fn certified_key(
+    cert_file: &Path,
+    (key_file, key_pem): (&Path, &[u8]),
+) -> Result<rustls::sign::CertifiedKey, HttpCheckError> {
+    let err = |field: &'static str, path: &Path, reason: String| HttpCheckError::Roots {
+        field,
+        path: path.display().to_string(),
+        reason,
+    };
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert_file)
+        .map_err(|e| err("client_cert", cert_file, format!("cannot read PEM: {e}")))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| err("client_cert", cert_file, format!("bad PEM: {e}")))?;
+    if chain.is_empty() {
+        return Err(err("client_cert", cert_file, "no CERTIFICATE block".into()));
+    }
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| err("client_key", key_file, format!("no private key in PEM: {e}")))?;
+    let signing = provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| err("client_key", key_file, format!("an unusable key: {e}")))?;
+    let certified = rustls::sign::CertifiedKey::new(chain, signing);
+    certified
+        .keys_match()
+        .map_err(|e| err("client_key", key_file, format!("does not match the certificate: {e}")))?;
+    Ok(certified)
+}
+
 fn provider() -> Arc<CryptoProvider> {
     use rustls::CipherSuite as S;
     let mut p = ring::default_provider();
