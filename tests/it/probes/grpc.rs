@@ -64,7 +64,21 @@ fn expected(word: &str) -> (bool, Option<&'static str>) {
 
 #[test]
 fn grpc_checks_agree_with_grpcio_and_follow_a_flipped_service() {
-    let topo = Topology::new();
+    agree_with_grpcio(Topology::new());
+}
+
+/// The same on a veth pair as a user makes one (no GRO, no forwarding: probes leave by the
+/// raw socket), with the prober's ephemeral ports where Windows and macOS put theirs
+/// (49152-65535), over the probe source ports: the checks' own sockets draw from there, and
+/// probe_rx must leave their replies to the stack.
+#[test]
+fn grpc_checks_agree_with_grpcio_on_a_plain_node_with_high_ephemeral_ports() {
+    let topo = Topology::with(probed_tests::topo::Node::PLAIN);
+    topo.prober.sysctl("net.ipv4.ip_local_port_range", "49152 65535");
+    agree_with_grpcio(topo);
+}
+
+fn agree_with_grpcio(topo: Topology) {
     let files = DaemonFiles::new();
     let dir = files.dir.join("grpc");
     std::fs::create_dir_all(&dir).unwrap();
