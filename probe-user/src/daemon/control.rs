@@ -246,7 +246,14 @@ impl Control {
             .prepare(&config)
             .map_err(|e| RequestError::Refused(crate::errors::chain(&e)))?;
         let request = consumers.reload_joins(&config, &prepared);
-        let reloaded = self.ask(|r| Command::Reload(Box::new(request), r)).await?;
+        consumers.mark_handovers(&config, true);
+        let reloaded = match self.ask(|r| Command::Reload(Box::new(request), r)).await {
+            Ok(reloaded) => reloaded,
+            Err(e) => {
+                consumers.mark_handovers(&config, false);
+                return Err(e);
+            }
+        };
         let report = reloaded.report.clone();
         consumers.refollow(config, prepared, reloaded);
         Ok(report)

@@ -29,9 +29,14 @@ pub struct SavedTarget {
     /// Shared with the table's target: a snapshot of a million endpoints copies no names.
     pub profile: Arc<str>,
     pub endpoint: Arc<str>,
-    /// The check key's fingerprint (`hash::fingerprint`): health is resumed only for the very
-    /// same check. A fingerprint, not the key, because the key holds request headers.
+    /// The check key's fingerprint (`hash::fingerprint`): in files without `subject`, health is
+    /// resumed only for the very same check. A fingerprint, not the key, because the key holds
+    /// request headers.
     pub check: String,
+    /// The fingerprint of what the check looks at (`checks::Subject`): health is resumed when
+    /// it is the same, whatever else of the check changed. Absent in files written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
     pub health: Health,
     /// Set through the API, so it survives a restart.
     pub admin_override: Option<AdminState>,
@@ -64,6 +69,8 @@ struct TargetRead {
     profile: Arc<str>,
     endpoint: Arc<str>,
     check: String,
+    #[serde(default)]
+    subject: Option<String>,
     health: Health,
     admin_override: Option<AdminState>,
     #[serde(default)]
@@ -98,6 +105,7 @@ impl TargetRead {
             } else {
                 self.check
             },
+            subject: self.subject,
             profile: self.profile,
             endpoint: self.endpoint,
             health: self.health,
@@ -448,6 +456,7 @@ mod tests {
             profile: "web".into(),
             endpoint: "a".into(),
             check: "tcp 198.18.0.1:80".into(),
+            subject: None,
             health,
             admin_override: Some(AdminState::Disabled),
             last_change: None,

@@ -113,6 +113,27 @@ impl Tracker {
         }
     }
 
+    /// The same state under other `rules` (a reload changed the thresholds or the timing, or
+    /// what the check asks), as the new check's starting point. With `keep_run` the results
+    /// so far toward a change stay pending, at most one short of the new threshold (so the
+    /// next result of the same kind completes it); without, they are dropped (they answered
+    /// another question).
+    pub fn rebase(&self, rules: &Arc<Rules>, keep_run: bool) -> Self {
+        let run = match self.run.first() {
+            Some(first) if keep_run => {
+                let need = rules.thresholds.for_result(first.success) as usize;
+                let keep = self.run.len().min(need.saturating_sub(1));
+                self.run[self.run.len() - keep..].to_vec().into_boxed_slice()
+            }
+            _ => Box::default(),
+        };
+        Self {
+            rules: rules.clone(),
+            state: self.state,
+            run,
+        }
+    }
+
     pub fn state(&self) -> HealthState {
         self.state
     }

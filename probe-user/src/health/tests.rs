@@ -355,3 +355,47 @@ fn a_run_holds_room_for_its_results_and_nothing_once_confirmed() {
     let resumed = Tracker::resume(t.rules(), HealthState::Unhealthy);
     assert!(resumed.run.is_empty());
 }
+
+/// A reload that changes the thresholds or the timing keeps the state and the results toward
+/// a change (one short of the new threshold at most); one that changes what the check asks
+/// keeps the state alone.
+#[test]
+fn a_rebased_tracker_keeps_its_state_and_as_much_of_its_run_as_the_new_threshold_allows() {
+    let t = timing(S, S);
+    let mut prober = VirtualProber::new(t, 0);
+    let mut tracker = Tracker::new(Thresholds::lb(2, 3).unwrap(), t);
+    assert_eq!(transitions_after(&mut tracker, &mut prober, true, 2), Some(2));
+    assert_eq!(transitions_after(&mut tracker, &mut prober, false, 2), None);
+    assert_eq!((tracker.state(), tracker.pending()), (HealthState::Healthy, 2));
+
+    let rules = |unhealthy| {
+        Arc::new(Rules {
+            thresholds: Thresholds::lb(2, unhealthy).unwrap(),
+            timing: timing(S, 900 * MS),
+        })
+    };
+    // Same threshold, other timeout: both failures stay; the third completes the run.
+    let mut same = tracker.rebase(&rules(3), true);
+    assert_eq!((same.state(), same.pending()), (HealthState::Healthy, 2));
+    let done = same
+        .observe(prober.probe(false, MS))
+        .expect("the third failure transitions");
+    assert_eq!((done.to, done.run.len()), (HealthState::Unhealthy, 3));
+    // A higher threshold: both stay, two more are needed.
+    let mut higher = tracker.rebase(&rules(4), true);
+    assert!(higher.observe(prober.probe(false, MS)).is_none());
+    let done = higher
+        .observe(prober.probe(false, MS))
+        .expect("the fourth failure transitions");
+    assert_eq!(done.run.len(), 4);
+    // A lower one: one short of it, so the next failure completes it, not the rebase itself.
+    let mut lower = tracker.rebase(&rules(2), true);
+    assert_eq!((lower.state(), lower.pending()), (HealthState::Healthy, 1));
+    let done = lower
+        .observe(prober.probe(false, MS))
+        .expect("the next failure transitions");
+    assert_eq!(done.run.len(), 2);
+    // Another question: the state stays, the run goes.
+    let asked = tracker.rebase(&rules(3), false);
+    assert_eq!((asked.state(), asked.pending()), (HealthState::Healthy, 0));
+}

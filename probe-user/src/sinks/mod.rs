@@ -125,6 +125,45 @@ pub trait Sink: Send {
     fn routes(&self) -> Vec<RouteView> {
         Vec::new()
     }
+    /// Gives up what it holds beyond the structure itself, for its successor: a reload changed
+    /// its settings but not the structure it writes (`same_structure`).
+    fn hand_over(&mut self) -> Handover {
+        Handover::Nothing
+    }
+    /// Goes on from what its predecessor handed over, before its first sync.
+    fn take_over(&mut self, _from: Handover) {}
+}
+
+/// What a sink whose settings a reload changed hands to its successor, which writes the same
+/// structure: the successor goes on from there, and its first sync writes only what the new
+/// settings change. Nothing is cleared in between.
+pub enum Handover {
+    /// The structure holds it all (an nft map or set, a BPF slot table, HAProxy's servers, a
+    /// program's input).
+    Nothing,
+    /// A route sink's device, with its routes, and its damping.
+    Route(Box<route::Held>),
+}
+
+/// Whether a sink under settings `next` writes the very structure it writes under `was`, so
+/// that a reload hands it over in place (`Handover`) instead of clearing it and starting the
+/// new one from nothing. Route sinks always do: the device and its routes move to the new
+/// settings, and only the prefixes and metrics that differ change at the router.
+pub fn same_structure(was: &SinkConfig, next: &SinkConfig) -> bool {
+    match (&was.kind, &next.kind) {
+        (SinkKind::Nftables(a), SinkKind::Nftables(b)) => {
+            let name = |t: &crate::config::NftTarget| match t {
+                crate::config::NftTarget::Map { name, .. } => ("map", name.clone()),
+                crate::config::NftTarget::Set { name } => ("set", name.clone()),
+            };
+            a.family == b.family && a.table == b.table && name(&a.target) == name(&b.target)
+        }
+        (SinkKind::Bpf(a), SinkKind::Bpf(b)) => a.map == b.map,
+        (SinkKind::Haproxy(a), SinkKind::Haproxy(b)) => a.socket == b.socket && a.backend == b.backend,
+        (SinkKind::Exec(a), SinkKind::Exec(b)) => a.command == b.command,
+        (SinkKind::Route(_), SinkKind::Route(_)) => true,
+        _ => false,
+    }
 }
 
 /// The slot table a profile asks for: its eligible endpoints that `fits` (the structure's
@@ -193,7 +232,10 @@ pub struct SinkView {
 pub struct Running {
     pub cfg: SinkConfig,
     pub view: Arc<Mutex<SinkView>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// Set before a reload ends its stream when its successor writes the same structure: it
+    /// then stops without clearing and hands over what it holds.
+    handing_over: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Handover>>,
 }
 
 impl Running {
@@ -224,25 +266,47 @@ impl Running {
             routes: sink.routes(),
         }));
         let shared = view.clone();
-        let on_stop = cfg.on_stop;
+        let handing_over = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = Stop {
+            on_stop: cfg.on_stop,
+            handing_over: handing_over.clone(),
+        };
         let thread = std::thread::Builder::new()
             .name(format!("probed-sink-{}", cfg.name))
-            .spawn(move || follow(sink, model, &changes, &shared, on_stop, report.as_ref()))
+            .spawn(move || follow(sink, model, &changes, &shared, &stop, report.as_ref()))
             .map_err(|e| log::error!("cannot start a thread for sink {}: {e}", cfg.name))
             .ok();
-        Running { cfg, view, thread }
+        Running {
+            cfg,
+            view,
+            handing_over,
+            thread,
+        }
     }
 
     pub fn view(&self) -> SinkView {
         lock(&self.view).clone()
     }
 
-    /// Waits for the thread, which ends once its subscription is closed.
-    pub fn join(&mut self) {
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+    /// Whether it will hand over to its successor when its stream ends (set before a reload
+    /// that changes its settings, reset if that reload is refused).
+    pub fn set_handing_over(&self, yes: bool) {
+        self.handing_over.store(yes, std::sync::atomic::Ordering::SeqCst);
     }
+
+    /// Waits for the thread, which ends once its subscription is closed; what it handed over.
+    pub fn join(&mut self) -> Handover {
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or(Handover::Nothing)
+    }
+}
+
+/// How a sink's loop ends.
+struct Stop {
+    on_stop: OnStop,
+    handing_over: Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn lock(view: &Mutex<SinkView>) -> std::sync::MutexGuard<'_, SinkView> {
@@ -256,9 +320,9 @@ fn follow(
     mut model: ProfileModel,
     changes: &Subscription,
     view: &Mutex<SinkView>,
-    on_stop: OnStop,
+    stop: &Stop,
     report: Option<&RouteReport>,
-) {
+) -> Handover {
     let mut dirty = true;
     let mut backoff = BACKOFF_FIRST;
     let mut retry_at = Instant::now();
@@ -354,12 +418,16 @@ fn follow(
             }
         }
     }
+    // A reload changed its settings, not its structure: the successor goes on from here.
+    if stop.handing_over.load(std::sync::atomic::Ordering::SeqCst) && !changes.runner_stopped() {
+        return sink.hand_over();
+    }
     // A reload removed or changed the sink: it announces nothing any more (its successor,
     // if any, says what it does).
     if let Some(report) = report.filter(|_| !changes.runner_stopped()) {
         report(&lock(view).name, &[]);
     }
-    if on_stop == OnStop::Clear {
+    if stop.on_stop == OnStop::Clear {
         let cleared = if changes.runner_stopped() {
             sink.clear_at_stop()
         } else {
@@ -373,4 +441,5 @@ fn follow(
             );
         }
     }
+    Handover::Nothing
 }

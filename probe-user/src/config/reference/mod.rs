@@ -149,6 +149,12 @@ pub enum Reload {
     Applies,
     /// The new value takes effect; the endpoints whose check it changes start over.
     Recheck,
+    /// The new value takes effect from each endpoint's next probe; every endpoint keeps its
+    /// health and its results so far toward a change.
+    Retime,
+    /// The new value takes effect from each endpoint's next probe; every endpoint keeps its
+    /// health, and the new check's results count toward a change from it.
+    Reask,
     /// The running value stays until a restart; the reload's answer names the change.
     Restart,
     /// A table whose keys say, each for itself.
@@ -160,6 +166,10 @@ impl Reload {
         match self {
             Reload::Applies => "applied",
             Reload::Recheck => "applied; the endpoints whose check it changes start over",
+            Reload::Retime => "applied from the next probe; endpoints keep their health and pending results",
+            Reload::Reask => {
+                "applied from the next probe; endpoints keep their health as the new check's starting point"
+            }
             Reload::Restart => "needs a restart (the reload lists it in restart_needed)",
             Reload::PerKey => "as its keys say",
         }

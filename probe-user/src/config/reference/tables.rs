@@ -4,7 +4,7 @@
 use super::{
     Allowed::{self, Bytes, Int, Millis, Octal, OneOf, Seconds},
     Key,
-    Reload::{Applies, PerKey, Recheck, Restart},
+    Reload::{Applies, PerKey, Reask, Recheck, Restart, Retime},
     Section, Type,
     Type::{Boolean, Duration, Integer, Strings, Table, Tables},
     Unset::{self, Dialect, Required, Value},
@@ -60,11 +60,18 @@ pub(super) const RELOAD: &[&str] = &[
      a reload does when its value changes: it is applied; it is applied and the checks it is part of \
      start over; or it needs a restart, in which case the daemon keeps the running value and the reload's \
      answer lists the change under restart_needed.",
-    "An endpoint that stays (same profile, same name, same check: address, port, protocol, interval, \
-     timeout, pacing and what the probe sends and expects) keeps its health, its schedule and any enable \
-     or disable set through the API. A new endpoint, or one whose check changed, starts in \
-     CheckingEndpoint. A change of thresholds, weights, priorities or routing keeps every endpoint's \
-     health.",
+    "An endpoint that stays (the same profile and name, checked by the same protocol at the same address \
+     and port) keeps its health, its eligibility and any enable or disable set through the API, whatever \
+     else of its check changes: a reload never withdraws, demotes or drains an endpoint that is healthy \
+     before and after it. A change of timing (interval, timeout, pacing) or thresholds also keeps its \
+     results so far toward a change (at most one short of a lowered threshold), and a change of what the \
+     check sends or expects (path, host, method, headers, status, body, request, response, service, TLS \
+     verification) has the new check's results count from the health it had. A new endpoint, or one whose \
+     protocol, address or port changed, starts in CheckingEndpoint (or from the state file, which keeps \
+     the same rules across a restart). Weights, priorities, admin states and routing keep every \
+     endpoint's health. A sink whose keys change is updated in place when it writes the same structure \
+     (the same nft table and map or set, BPF map, HAProxy socket and backend, program, or any route \
+     sink): only what differs is written, nothing is cleared in between.",
 ];
 
 pub(super) const EXAMPLE: &str = r#"[daemon]
@@ -363,7 +370,7 @@ pub const PROFILE: Section = Section {
             Type::String,
             Required,
             OneOf(&["lb", "tm", "ga"]),
-            Recheck,
+            Retime,
             "The product whose health-check rules the profile follows: lb (load balancer), tm (DNS \
              traffic manager) or ga (global accelerator). It decides the defaults and ranges of \
              [profile.health] and which of its threshold keys apply.",
@@ -477,7 +484,7 @@ pub const HEALTH: Section = Section {
                 "1 to 80 characters starting with '/': letters, digits and - / . % ? # & _ ; ~ ! ( ) * [ ] \
                  @ $ ^ : ' , +",
             ),
-            Recheck,
+            Reask,
             "The path requested.",
         )
         .only(HTTP),
@@ -486,7 +493,7 @@ pub const HEALTH: Section = Section {
             Type::String,
             said("the endpoint's address"),
             words("a DNS name or an IP address, optionally with :PORT; no '*'"),
-            Recheck,
+            Reask,
             "The Host header (a gRPC call's :authority), and the name sent in TLS. tm sets Host \
              through headers instead, except for gRPC.",
         )
@@ -496,7 +503,7 @@ pub const HEALTH: Section = Section {
             Type::String,
             Dialect(["\"HEAD\"", "\"GET\"", "\"GET\""]),
             OneOf(&["HEAD", "GET"]),
-            Recheck,
+            Reask,
             "The request method, in any case; tm and ga take GET only.",
         )
         .only(HTTP),
@@ -508,7 +515,7 @@ pub const HEALTH: Section = Section {
                 "at most 8 \"name:value\" strings, each name once; not Content-Length, Transfer-Encoding, \
                  Connection, Upgrade or TE",
             ),
-            Recheck,
+            Reask,
             "Request headers of every probe; tm sets Host this way: \"Host:www.example.com\". For \
              gRPC, the call's metadata (every dialect): not Host, Content-Type, TE or grpc-*.",
         )
@@ -521,7 +528,7 @@ pub const HEALTH: Section = Section {
                 "lb: classes \"2xx\" to \"5xx\"; tm: at most 8 codes or ranges within 100-599, like \"200\" \
                  or \"200-299\" (one string \"200-299, 301\" also works); ga: not configurable",
             ),
-            Recheck,
+            Reask,
             "The status codes that make a response healthy.",
         )
         .only(HTTP),
@@ -530,7 +537,7 @@ pub const HEALTH: Section = Section {
             Duration,
             Dialect(["\"2s\"", "\"30s\"", "\"2s\""]),
             words("lb: \"100ms\" to \"300s\"; tm: \"10s\" or \"30s\"; ga: whole seconds from \"1s\" to \"50s\""),
-            Recheck,
+            Retime,
             "The time from the end of one probe of an endpoint to the start of the next.",
         ),
         Key::new(
@@ -541,7 +548,7 @@ pub const HEALTH: Section = Section {
                 "lb: \"100ms\" to \"60s\"; tm: whole seconds from \"5s\" to \"10s\", to \"9s\" with \
                  interval \"10s\"; ga: \"3s\" only",
             ),
-            Recheck,
+            Retime,
             "How long a probe may take before it fails. tm's default is \"9s\" with interval \"10s\".",
         ),
         Key::new(
@@ -549,7 +556,7 @@ pub const HEALTH: Section = Section {
             Integer,
             Value("3"),
             Int(1, THRESHOLD_MAX as i64),
-            Applies,
+            Retime,
             "Consecutive successes that make an endpoint healthy.",
         )
         .only("dialect = \"lb\""),
@@ -558,7 +565,7 @@ pub const HEALTH: Section = Section {
             Integer,
             Value("3"),
             Int(1, THRESHOLD_MAX as i64),
-            Applies,
+            Retime,
             "Consecutive failures that make an endpoint unhealthy.",
         )
         .only("dialect = \"lb\""),
@@ -567,7 +574,7 @@ pub const HEALTH: Section = Section {
             Integer,
             Value("3"),
             Int(0, THRESHOLD_MAX as i64 - 1),
-            Applies,
+            Retime,
             "Consecutive failures tolerated: the next one makes the endpoint Degraded, and one success \
              makes it Online again.",
         )
@@ -577,7 +584,7 @@ pub const HEALTH: Section = Section {
             Integer,
             Value("3"),
             Int(2, THRESHOLD_MAX as i64),
-            Applies,
+            Retime,
             "Consecutive results, successes or failures, that change an endpoint's health.",
         )
         .only("dialect = \"ga\""),
@@ -586,7 +593,7 @@ pub const HEALTH: Section = Section {
             Type::String,
             Value("\"\""),
             Bytes(0, MAX_UDP_PAYLOAD),
-            Recheck,
+            Reask,
             "The datagram sent. Without response, silence within the timeout is healthy and an ICMP \
              error unhealthy; a backend that rate-limits its ICMP errors can then look healthy on a \
              closed port.",
@@ -597,7 +604,7 @@ pub const HEALTH: Section = Section {
             Type::String,
             said("none"),
             Bytes(0, MAX_UDP_PAYLOAD),
-            Recheck,
+            Reask,
             "A string the reply must contain. With it only such a reply within the timeout is healthy, \
              and silence fails.",
         )
@@ -607,7 +614,7 @@ pub const HEALTH: Section = Section {
             Type::String,
             said("none"),
             Bytes(1, 1024),
-            Recheck,
+            Reask,
             "A string the response body must contain, within its first 64 KiB; not with method HEAD. \
              A check with it runs through a socket, never in the kernel.",
         )
@@ -617,7 +624,7 @@ pub const HEALTH: Section = Section {
             Type::String,
             Value("\"\""),
             words("a gRPC service name of at most 256 bytes, like \"shop.Cart\"; no control characters"),
-            Recheck,
+            Reask,
             "The service whose health the check asks about; \"\" asks about the server as a whole. \
              SERVING is healthy; NOT_SERVING, UNKNOWN and SERVICE_UNKNOWN fail with that name as the \
              reason, and so does a gRPC error status (UNIMPLEMENTED: no health service; NOT_FOUND: a \
@@ -630,7 +637,7 @@ pub const HEALTH: Section = Section {
             Type::String,
             Value("\"presence\""),
             OneOf(&["presence", "ca"]),
-            Recheck,
+            Reask,
             "presence: the server must present a certificate, which is not checked (the traffic \
              manager's rule). ca: it must chain to a root of ca_file (or the system's roots), match \
              server_name and be within its dates; a failure is the check's failure, its reason naming it \
@@ -642,7 +649,7 @@ pub const HEALTH: Section = Section {
             Type::String,
             said("the system's roots"),
             words("an absolute path to a PEM file of CA certificates, read at start and reload"),
-            Recheck,
+            Reask,
             "The roots a certificate must chain to with tls_verify = \"ca\".",
         )
         .only("protocol = \"https\" or \"grpcs\" with tls_verify = \"ca\""),
@@ -651,7 +658,7 @@ pub const HEALTH: Section = Section {
             Type::String,
             said("the Host (host, or a Host header); else the address, with no SNI"),
             words("a host name"),
-            Recheck,
+            Reask,
             "The name sent as SNI and, with tls_verify = \"ca\", the name the certificate must be \
              valid for.",
         )
@@ -661,7 +668,7 @@ pub const HEALTH: Section = Section {
             Type::String,
             said("none: no client certificate"),
             words("an absolute path to a PEM file: the certificate, then its chain"),
-            Recheck,
+            Reask,
             "The certificate presented to servers that ask for one (mTLS backends), with client_key. \
              Read when the configuration is loaded; a renewed file at the same path is taken at the \
              next restart, or by a reload that changes the path.",
@@ -672,7 +679,7 @@ pub const HEALTH: Section = Section {
             Type::String,
             said("none"),
             words("an absolute path to a PEM private key that only its owner (root or the daemon's user) may read"),
-            Recheck,
+            Reask,
             "The client certificate's key.",
         )
         .only("protocol = \"https\" or \"grpcs\" with client_cert"),
@@ -681,7 +688,7 @@ pub const HEALTH: Section = Section {
             Type::String,
             Value("\"1.2\""),
             OneOf(&["1.2", "1.3"]),
-            Recheck,
+            Reask,
             "The lowest TLS version the check accepts: 1.2 offers TLS 1.2 and 1.3; 1.3 offers TLS 1.3 \
              alone, and a server that speaks only TLS 1.2 fails the check.",
         )
@@ -703,7 +710,7 @@ pub const HEALTH: Section = Section {
             Duration,
             said("interval"),
             Millis(1, MAX_PACING_MS),
-            Recheck,
+            Retime,
             "The time between probes while a change of health is pending (HAProxy's fastinter).",
         ),
         Key::new(
@@ -711,7 +718,7 @@ pub const HEALTH: Section = Section {
             Duration,
             said("interval"),
             Millis(1, MAX_PACING_MS),
-            Recheck,
+            Retime,
             "The time between probes while an endpoint is settled unhealthy (HAProxy's downinter).",
         ),
         Key::new(
@@ -719,7 +726,7 @@ pub const HEALTH: Section = Section {
             Duration,
             Value("\"0s\""),
             Millis(0, MAX_PACING_MS),
-            Recheck,
+            Retime,
             "Up to this much random delay before an endpoint's first probe.",
         ),
         Key::new(
@@ -727,7 +734,7 @@ pub const HEALTH: Section = Section {
             Integer,
             Value("0"),
             Int(0, 100),
-            Recheck,
+            Retime,
             "Each time between probes is lengthened at random by up to this share of itself. With all \
              four pacing keys left out, probes keep the dialect's windows exactly.",
         ),
@@ -803,7 +810,7 @@ pub const ENDPOINT: Section = Section {
             Strings,
             Value("[]"),
             words("as headers in [profile.health]"),
-            Recheck,
+            Reask,
             "Request headers of this endpoint's probes, sent with the profile's.",
         )
         .only("plain endpoints of a tm profile whose protocol is http or https; of any profile whose protocol is grpc or grpcs (metadata)"),
@@ -841,7 +848,7 @@ pub const ENDPOINT: Section = Section {
             Type::String,
             said("the profile's"),
             OneOf(&["presence", "ca"]),
-            Recheck,
+            Reask,
             "The profile's tls_verify, for this endpoint alone (with its own ca_file when \"ca\"; a ca_file here needs tls_verify here).",
         )
         .only(OVER_TLS),
@@ -850,7 +857,7 @@ pub const ENDPOINT: Section = Section {
             Type::String,
             said("the profile's roots"),
             words("an absolute path to a PEM file of CA certificates, read at start and reload"),
-            Recheck,
+            Reask,
             "The roots this endpoint's certificate must chain to, with tls_verify = \"ca\" on the endpoint.",
         )
         .only("protocol = \"https\" or \"grpcs\" with tls_verify = \"ca\" on the endpoint"),
@@ -859,7 +866,7 @@ pub const ENDPOINT: Section = Section {
             Type::String,
             said("the profile's"),
             words("a host name"),
-            Recheck,
+            Reask,
             "The name this endpoint is greeted with (SNI) and verified against.",
         )
         .only(OVER_TLS),
@@ -868,7 +875,7 @@ pub const ENDPOINT: Section = Section {
             Type::String,
             said("the profile's"),
             words("an absolute path to a PEM file: the certificate, then its chain"),
-            Recheck,
+            Reask,
             "The client certificate this endpoint is shown, with client_key.",
         )
         .only(OVER_TLS),
@@ -877,7 +884,7 @@ pub const ENDPOINT: Section = Section {
             Type::String,
             said("the profile's"),
             words("an absolute path to a PEM private key that only its owner may read"),
-            Recheck,
+            Reask,
             "The key of the endpoint's client_cert.",
         )
         .only("protocol = \"https\" or \"grpcs\" with client_cert on the endpoint"),
@@ -886,7 +893,7 @@ pub const ENDPOINT: Section = Section {
             Type::String,
             said("the profile's"),
             OneOf(&["1.2", "1.3"]),
-            Recheck,
+            Reask,
             "The lowest TLS version this endpoint is accepted with.",
         )
         .only(OVER_TLS),
@@ -895,7 +902,7 @@ pub const ENDPOINT: Section = Section {
             Type::String,
             said("the profile's"),
             words("a gRPC service name of at most 256 bytes; no control characters"),
-            Recheck,
+            Reask,
             "The gRPC service whose health this endpoint is asked about.",
         )
         .only("protocol = \"grpc\" or \"grpcs\""),

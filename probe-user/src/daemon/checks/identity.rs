@@ -42,6 +42,25 @@ impl CheckKey {
     }
 }
 
+/// What a check looks at: its protocol and where it goes. A reload or a restart that changes
+/// either starts the endpoint over in CheckingEndpoint; any other change of its check (timing,
+/// what it sends and expects) keeps its health as the new check's starting point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subject {
+    pub protocol: crate::config::Protocol,
+    pub target: SocketAddr,
+}
+
+impl Subject {
+    /// As the state file stores it (`s1`, written like the key text).
+    pub fn fingerprint(self) -> String {
+        let mut out = String::from("s1;");
+        field(&mut out, "protocol", self.protocol.name());
+        field(&mut out, "target", &self.target.to_string());
+        crate::hash::fingerprint(&out)
+    }
+}
+
 /// What a probe sends and expects beyond where and when.
 pub(super) enum Detail<'a> {
     Tcp,
@@ -112,54 +131,70 @@ impl<'a> Parts<'a> {
         field(&mut out, "down_interval_ns", &optional(self.pacing.down_interval));
         field(&mut out, "initial_jitter_ns", &nanos(self.pacing.initial_jitter));
         field(&mut out, "jitter_percent", &self.pacing.jitter_percent.to_string());
+        self.question_fields(&mut out);
+        out
+    }
+
+    /// What the check asks, without when and how long it waits (`q1`): the key text less its
+    /// timing. Two checks with the same question and other timing look at the same thing; a
+    /// reload that changes only the timing keeps the endpoint's results toward a change.
+    pub fn question(&self) -> String {
+        let mut out = String::from("q1;");
+        field(&mut out, "protocol", self.protocol);
+        field(&mut out, "target", &self.target.to_string());
+        self.question_fields(&mut out);
+        out
+    }
+
+    /// What a probe sends and expects, field by field, as `text` and `question` write it.
+    fn question_fields(&self, out: &mut String) {
         match &self.detail {
             Detail::Tcp => {}
             Detail::Udp { request, response } => {
-                field(&mut out, "request", request);
+                field(out, "request", request);
                 if let Some(r) = response {
-                    field(&mut out, "response", r);
+                    field(out, "response", r);
                 }
             }
             Detail::Http { settings, endpoint } => {
                 // The endpoint's own TLS keys and service stand in for the profile's.
                 let merged = endpoint.check_override().map(|own| settings.with_override(own));
                 let h = merged.as_ref().unwrap_or(settings);
-                field(&mut out, "method", h.method.name());
-                field(&mut out, "path", &h.path.to_string());
+                field(out, "method", h.method.name());
+                field(out, "path", &h.path.to_string());
                 if let Some(host) = &h.host {
-                    field(&mut out, "host", host.as_str());
+                    field(out, "host", host.as_str());
                 }
                 for header in h.headers.iter().chain(endpoint.headers()) {
-                    field(&mut out, "header", &header.to_string());
+                    field(out, "header", &header.to_string());
                 }
                 for r in &h.healthy_status {
-                    field(&mut out, "status", &format!("{}-{}", r.first(), r.last()));
+                    field(out, "status", &format!("{}-{}", r.first(), r.last()));
                 }
                 if let Some(body) = &h.body_match {
-                    field(&mut out, "body", body);
+                    field(out, "body", body);
                 }
                 // Only when set, so that keys of checks without them stay as they were.
                 if let crate::config::TlsVerifySetting::Ca { ca_file } = &h.tls_verify {
                     let roots = ca_file
                         .as_ref()
                         .map_or_else(|| "system".into(), |p| p.display().to_string());
-                    field(&mut out, "tls_verify_ca", &roots);
+                    field(out, "tls_verify_ca", &roots);
                 }
                 if let Some(name) = &h.server_name {
-                    field(&mut out, "server_name", name.as_str());
+                    field(out, "server_name", name.as_str());
                 }
                 if let Some(files) = &h.client_cert {
-                    field(&mut out, "client_cert", &files.cert.display().to_string());
+                    field(out, "client_cert", &files.cert.display().to_string());
                 }
                 if h.tls13_only {
-                    field(&mut out, "min_version", "1.3");
+                    field(out, "min_version", "1.3");
                 }
                 if let Some(service) = &h.grpc {
-                    field(&mut out, "grpc_service", service);
+                    field(out, "grpc_service", service);
                 }
             }
         }
-        out
     }
 
     /// The key text as releases before `k2` wrote it (partly `Debug` output), whose

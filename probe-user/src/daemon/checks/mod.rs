@@ -7,7 +7,7 @@ mod identity;
 #[cfg(test)]
 mod tests;
 
-pub use identity::CheckKey;
+pub use identity::{CheckKey, Subject};
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -84,6 +84,14 @@ impl CheckSpec {
         SocketAddr::new(self.ip, self.port)
     }
 
+    /// What it looks at: a change of this starts the endpoint over.
+    pub fn subject(&self) -> Subject {
+        Subject {
+            protocol: self.protocol,
+            target: self.target(),
+        }
+    }
+
     /// The check's identity: equal for checks that may share probes.
     pub fn key(&self) -> CheckKey {
         self.key
@@ -103,6 +111,11 @@ impl CheckSpec {
     /// Only a saved target that does not match the current key needs it.
     pub fn legacy_fingerprint(profile: &Profile, endpoint: &Endpoint) -> String {
         crate::hash::fingerprint(&identity::Parts::of(profile, endpoint).legacy())
+    }
+
+    /// What `endpoint`'s check in `profile` asks, less its timing (`identity::Parts::question`).
+    pub fn question(profile: &Profile, endpoint: &Endpoint) -> String {
+        identity::Parts::of(profile, endpoint).question()
     }
 }
 

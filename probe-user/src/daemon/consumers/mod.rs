@@ -116,9 +116,12 @@ impl Consumers {
         if let (Some(sink), Some(j)) = (prepared.events, take_joined(&mut joined, &Follower::Events)) {
             consumers.events = Some(EventWriter::start(sink, j.changes)?);
         }
-        prepared
-            .sinks
-            .start(&mut consumers.sinks, &mut joined, consumers.route_report.as_ref());
+        prepared.sinks.start(
+            &mut consumers.sinks,
+            &mut joined,
+            consumers.route_report.as_ref(),
+            sinks::Handed::new(),
+        );
         Ok(consumers)
     }
 
@@ -154,6 +157,13 @@ impl Consumers {
         }
     }
 
+    /// Before the runner applies a reload to `config` (`yes`), or after it refused it: the
+    /// sinks it changes but whose structure stays hand over to their successors instead of
+    /// clearing (`sinks::mark_handovers`).
+    pub(crate) fn mark_handovers(&self, config: &Config, yes: bool) {
+        sinks::mark_handovers(&self.sinks, &config.sinks, yes);
+    }
+
     /// After the runner applied the reload: each consumer goes on from where it joined.
     pub(crate) fn refollow(&mut self, config: Arc<Config>, prepared: Prepared, reloaded: Reloaded) {
         let Reloaded {
@@ -162,10 +172,10 @@ impl Consumers {
         if let Some(sink) = prepared.events {
             self.switch_events(sink, std::mem::take(&mut before));
         }
-        sinks::stop_unwanted(&mut self.sinks, &config.sinks);
+        let handed = sinks::stop_unwanted(&mut self.sinks, &config.sinks);
         prepared
             .sinks
-            .start(&mut self.sinks, &mut after, self.route_report.as_ref());
+            .start(&mut self.sinks, &mut after, self.route_report.as_ref(), handed);
         self.regions = Arc::new(prepared.regions);
         if let Some(dns) = &mut self.dns {
             dns.refollow(&config, &self.regions, &mut after);

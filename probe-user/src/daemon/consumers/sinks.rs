@@ -96,14 +96,24 @@ impl PreparedSinks {
         })
     }
 
-    /// Starts each on its thread, from what it joined with; route sinks tell `report` what
-    /// they announce.
-    pub(super) fn start(self, running: &mut Vec<Running>, joined: &mut Vec<Joined>, report: Option<&RouteReport>) {
-        for (cfg, sink) in self.0 {
+    /// Starts each on its thread, from what it joined with and what its predecessor of the
+    /// same name handed over (`handed`); route sinks tell `report` what they announce.
+    pub(super) fn start(
+        self,
+        running: &mut Vec<Running>,
+        joined: &mut Vec<Joined>,
+        report: Option<&RouteReport>,
+        mut handed: Handed,
+    ) {
+        for (cfg, mut sink) in self.0 {
             let Some(joined) = take_joined(joined, &follower(&cfg)) else {
                 log::error!("sink {}: the runner did not take it on; it does not run", cfg.name);
                 continue;
             };
+            if let Some(from) = handed.remove(&cfg.name) {
+                log::info!("sink {}: new settings, taking over the same structure", cfg.name);
+                sink.take_over(from);
+            }
             log::info!("sink {}: {} follows profile {}", cfg.name, sink.describe(), cfg.profile);
             let report = matches!(cfg.kind, SinkKind::Route(_))
                 .then(|| report.cloned())
@@ -122,15 +132,35 @@ pub(super) fn gone(running: &[Running], wanted: &[SinkConfig]) -> Vec<Follower> 
         .collect()
 }
 
+/// What sinks whose settings a reload changed handed over, by name.
+pub(super) type Handed = std::collections::HashMap<String, sinks::Handover>;
+
+/// The running sinks whose successor under `wanted` writes the same structure (the same
+/// name, other settings): marked (or, with `yes` false after a refused reload, unmarked) to
+/// hand over instead of clearing when the reload ends their streams.
+pub(super) fn mark_handovers(running: &[Running], wanted: &[SinkConfig], yes: bool) {
+    for r in running {
+        let next = wanted.iter().find(|w| w.name == r.cfg.name);
+        if next.is_some_and(|w| *w != r.cfg && sinks::same_structure(&r.cfg, w)) {
+            r.set_handing_over(yes);
+        }
+    }
+}
+
 /// Waits for the running sinks that `wanted` no longer has as they are, whose streams the
 /// reload ended (closed, or replaced by their new settings'), to take what was queued and
-/// stop; keeps the rest.
-pub(super) fn stop_unwanted(running: &mut Vec<Running>, wanted: &[SinkConfig]) {
+/// stop; keeps the rest. What those marked by `mark_handovers` handed over, by name.
+pub(super) fn stop_unwanted(running: &mut Vec<Running>, wanted: &[SinkConfig]) -> Handed {
     let (keep, stop): (Vec<Running>, Vec<Running>) = std::mem::take(running)
         .into_iter()
         .partition(|r| wanted.contains(&r.cfg));
+    let mut handed = Handed::new();
     for mut r in stop {
-        r.join();
+        let from = r.join();
+        if wanted.iter().any(|w| w.name == r.cfg.name) {
+            handed.insert(r.cfg.name.clone(), from);
+        }
     }
     *running = keep;
+    handed
 }

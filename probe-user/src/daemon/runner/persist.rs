@@ -104,6 +104,7 @@ fn saved(profile: &std::sync::Arc<str>, t: &Target) -> SavedTarget {
         profile: profile.clone(),
         endpoint: t.name().clone(),
         check: t.spec().key().fingerprint(),
+        subject: Some(t.spec().subject().fingerprint()),
         health: t.health(),
         admin_override: t.admin_override(),
         last_change: t.last_change().cloned(),

@@ -11,7 +11,7 @@ use super::{verdict_key, Brief, BuildError, NestedTarget, OwnerId, ProfileEntry,
 use crate::{
     config::{Config, Endpoint, Profile},
     daemon::{
-        checks::{CheckKey, CheckSpec, Specs},
+        checks::{CheckKey, CheckSpec, Specs, Subject},
         state::Saved,
     },
     health::{ProbeTiming, Rules, Tracker},
@@ -88,9 +88,10 @@ struct Start {
 /// Resolves `config` against the running table `old`, which `running` produced (its profiles
 /// and their endpoints line up with the table's: profile by profile, owner by owner). An
 /// endpoint equal to its running self in a profile whose settings are the same stays
-/// untouched. Any other that stays (same profile, name and check key) is rebuilt and keeps its
-/// id, health and history; a new one resumes from `saved` when the saved check is the same,
-/// else starts in CheckingEndpoint. A profile keeps the API's enable/disable unless the file
+/// untouched. Any other that stays (same profile and name, a check of the same protocol,
+/// address and port) is rebuilt and keeps its id, health and history (`Keep`); a new one
+/// resumes from `saved` when the saved check looked at the same, else starts in
+/// CheckingEndpoint. A profile keeps the API's enable/disable unless the file
 /// changed its `enabled` itself. New ids come from `next_id`.
 pub(crate) fn plan(
     config: &Config,
@@ -151,7 +152,12 @@ pub(crate) fn plan(
                 entry.owners.push(w.owners[j]);
                 continue;
             }
-            let running_target = old.targets.get(&w.owners[j]).map(|t| (w.owners[j], &**t));
+            let running_target = old.targets.get(&w.owners[j]).map(|t| Running {
+                id: w.owners[j],
+                target: t,
+                profile: r,
+                endpoint: &r.endpoints[j],
+            });
             let target = build_one(
                 &mut specs,
                 endpoint,
@@ -261,14 +267,55 @@ fn new_entry(config: &Config, profile: &Profile, was: Option<&ProfileEntry>, sav
     }
 }
 
+/// An endpoint's running self, and the running configuration's profile and endpoint it was
+/// built from.
+struct Running<'a> {
+    id: OwnerId,
+    target: &'a Target,
+    profile: &'a Profile,
+    endpoint: &'a Endpoint,
+}
+
+/// What a changed check keeps of its running self (docs/operations/configuration.md, "What a
+/// reload keeps").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// The same check: everything, its place in the scheduler too.
+    All,
+    /// Only the timing or thresholds changed: the health and the results toward a change.
+    HealthAndRun,
+    /// What the check sends or expects changed: the health, as the new check's starting point.
+    Health,
+}
+
+impl Running<'_> {
+    /// What the new check `spec` for `endpoint` of `profile` keeps: nothing when it looks at
+    /// something else (another protocol, address or port).
+    fn keeps(&self, spec: &CheckSpec, profile: &Profile, endpoint: &Endpoint) -> Option<Keep> {
+        let was = &self.target.spec;
+        if was.key() == spec.key() {
+            return Some(Keep::All);
+        }
+        if was.subject() != spec.subject() {
+            return None;
+        }
+        let same_question = CheckSpec::question(self.profile, self.endpoint) == CheckSpec::question(profile, endpoint);
+        Some(if same_question {
+            Keep::HealthAndRun
+        } else {
+            Keep::Health
+        })
+    }
+}
+
 /// One endpoint's target, built anew: carrying over `running` (its running self, by name) when
-/// the check stays the same.
+/// the check still looks at the same thing (`Running::keeps`).
 fn build_one(
     specs: &mut Specs<'_>,
     endpoint: &Endpoint,
     entry: &ProfileEntry,
     profile_ix: usize,
-    running: Option<(OwnerId, &Target)>,
+    running: Option<Running<'_>>,
     saved: &Saved,
     next_id: &mut OwnerId,
 ) -> Result<(OwnerId, bool, Box<Target>), String> {
@@ -276,12 +323,13 @@ fn build_one(
     let resolved = specs.resolve(endpoint).map_err(|e| e.to_string())?;
     let (key_text, spec) = (resolved.text, resolved.spec);
     let check_key = spec.key();
-    let start = match running.filter(|(_, t)| t.spec.key() == check_key) {
-        Some((id, t)) => carry_over(id, t, endpoint, &entry.rules),
+    let kept = running.and_then(|r| r.keeps(&spec, profile, endpoint).map(|keep| (r, keep)));
+    let start = match kept {
+        Some((r, keep)) => carry_over(r.id, r.target, endpoint, &entry.rules, keep),
         None => {
             let id = *next_id;
             *next_id += 1;
-            resume(id, saved, profile, endpoint, check_key, &entry.rules)
+            resume(id, saved, profile, endpoint, (check_key, spec.subject()), &entry.rules)
         }
     };
     let target = Box::new(Target {
@@ -310,13 +358,14 @@ fn build_one(
     Ok((start.id, start.kept, target))
 }
 
-/// An endpoint that stays: its health and history carry over. The operator's API override
-/// stands unless the file changed that endpoint's admin state itself.
-fn carry_over(id: OwnerId, t: &Target, endpoint: &Endpoint, rules: &Arc<Rules>) -> Start {
-    let tracker = if t.tracker.rules() == rules {
+/// An endpoint that stays: its health and history carry over, its pending results as `keep`
+/// says. The operator's API override stands unless the file changed that endpoint's admin
+/// state itself.
+fn carry_over(id: OwnerId, t: &Target, endpoint: &Endpoint, rules: &Arc<Rules>, keep: Keep) -> Start {
+    let tracker = if t.tracker.rules() == rules && keep == Keep::All {
         t.tracker.with_rules(rules)
     } else {
-        Tracker::resume(rules, t.tracker.state())
+        t.tracker.rebase(rules, keep != Keep::Health)
     };
     Start {
         id,
@@ -329,20 +378,24 @@ fn carry_over(id: OwnerId, t: &Target, endpoint: &Endpoint, rules: &Arc<Rules>) 
     }
 }
 
-/// A new endpoint: its saved state when the state file has the very same check, written by
-/// this release or by one before the key text's version `k2` (whose text is built only for a
-/// saved target the current key does not match).
+/// A new endpoint: its saved state when the state file has a check of it that looks at the
+/// same thing (the same subject; or, in files written before subjects were saved, the very
+/// same check, by this release or by one before the key text's version `k2`, whose text is
+/// built only for a saved target the current key does not match).
 fn resume(
     id: OwnerId,
     saved: &Saved,
     profile: &Profile,
     endpoint: &Endpoint,
-    check_key: CheckKey,
+    (check_key, subject): (CheckKey, Subject),
     rules: &Arc<Rules>,
 ) -> Start {
     let saved = saved
         .target(&profile.name, &endpoint.name)
-        .filter(|s| s.check == check_key.fingerprint() || s.check == CheckSpec::legacy_fingerprint(profile, endpoint));
+        .filter(|s| match &s.subject {
+            Some(saved) => *saved == subject.fingerprint(),
+            None => s.check == check_key.fingerprint() || s.check == CheckSpec::legacy_fingerprint(profile, endpoint),
+        });
     Start {
         id,
         tracker: Tracker::resume(rules, saved.map_or(Health::CheckingEndpoint, |s| s.health)),
@@ -392,7 +445,12 @@ impl Table {
             for (id, mut t) in planned.built {
                 let was = replaced.get(&id).map(|&i| {
                     let before = &mut gone[i].2;
-                    t.check = before.check.take();
+                    // The scheduled check moves over when it is the same; another one (a reload
+                    // changed its timing or request) ends with `before`, and the runner
+                    // registers the successor's.
+                    if before.spec.key() == t.spec.key() {
+                        t.check = before.check.take();
+                    }
                     before.should_probe()
                 });
                 built.push((id, was));

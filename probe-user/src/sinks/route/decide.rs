@@ -124,6 +124,13 @@ impl Damper {
         }
     }
 
+    /// The same state under another hold-down (a reload changed it): a wait under way is
+    /// measured against the new one.
+    #[must_use]
+    pub fn with_hold_down(self, hold_down: Duration) -> Self {
+        Damper { hold_down, ..self }
+    }
+
     pub fn held(&self) -> Option<Announce> {
         self.held
     }

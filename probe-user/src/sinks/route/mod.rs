@@ -46,8 +46,33 @@ pub struct RouteView {
     pub cause: String,
 }
 
+/// What a route sink hands its successor when a reload changes its settings
+/// (`super::Handover`): its device with the routes through it, and its damping, so that the
+/// successor changes at the router only the prefixes and metrics that differ.
+pub struct Held {
+    cfg: RouteConfig,
+    tun: Option<Tun>,
+    stored: bool,
+    damper: Damper,
+    count: Option<Count>,
+    held_back: Option<Announce>,
+    changes: u64,
+    last_change_unix_ms: u64,
+}
+
+/// A predecessor's routes in another table or of another protocol, to delete once the
+/// successor's own are in place.
+struct Retired {
+    table: u32,
+    protocol: u8,
+    /// The device they go through.
+    oif: u32,
+}
+
 pub struct RouteSink {
     cfg: RouteConfig,
+    /// What a predecessor left to let go of after the first write.
+    retired: Option<Retired>,
     /// Made by the first sync, not by `open`: a reload that changes the sink opens the new
     /// one while the old one still holds the device.
     tun: Option<Tun>,
@@ -81,6 +106,7 @@ impl RouteSink {
             RouteSocket::open().map_err(|e| SinkError::new(SinkFault::Setup, "open an rtnetlink socket").because(e))?;
         let mut sink = RouteSink {
             cfg: cfg.clone(),
+            retired: None,
             tun: None,
             stored: false,
             held_back: None,
@@ -181,7 +207,24 @@ impl RouteSink {
             self.sock.delete(r).map_err(|e| write_error("delete", r, e))?;
             written += 1;
         }
+        if let Some(retired) = self.retired.take() {
+            written += self.let_go(&retired)?;
+        }
         Ok((written, want.len()))
+    }
+
+    /// Deletes a predecessor's routes of another table or protocol through the device.
+    fn let_go(&mut self, retired: &Retired) -> Result<usize, SinkError> {
+        let old = self
+            .sock
+            .list(retired.table, retired.protocol)
+            .map_err(|e| SinkError::new(SinkFault::Data, format!("list kernel table {}", retired.table)).because(e))?;
+        let mut written = 0;
+        for r in old.iter().filter(|r| r.oif == retired.oif) {
+            self.sock.delete(r).map_err(|e| write_error("delete", r, e))?;
+            written += 1;
+        }
+        Ok(written)
     }
 }
 
@@ -282,6 +325,69 @@ impl Sink for RouteSink {
             self.cfg.device
         );
         Ok(())
+    }
+
+    fn hand_over(&mut self) -> super::Handover {
+        super::Handover::Route(Box::new(Held {
+            cfg: self.cfg.clone(),
+            tun: self.tun.take(),
+            stored: std::mem::take(&mut self.stored),
+            damper: self.damper.clone(),
+            count: self.count,
+            held_back: self.held_back,
+            changes: self.changes,
+            last_change_unix_ms: self.last_change_unix_ms,
+        }))
+    }
+
+    fn take_over(&mut self, from: super::Handover) {
+        let super::Handover::Route(held) = from else {
+            return;
+        };
+        let Held {
+            cfg: was,
+            tun,
+            stored,
+            damper,
+            count,
+            held_back,
+            changes,
+            last_change_unix_ms,
+        } = *held;
+        self.damper = damper.with_hold_down(self.cfg.hold_down);
+        (self.count, self.held_back) = (count, held_back);
+        (self.changes, self.last_change_unix_ms) = (changes, last_change_unix_ms);
+        if was.device != self.cfg.device {
+            // Another device: the old one goes now, with its routes (the kernel keeps one
+            // route per prefix, table and metric, so the new device's could not be added
+            // beside them); the first sync makes the new one.
+            if stored {
+                crate::service::remove_fd(&format!("route-{}", was.device));
+            }
+            drop(tun);
+            return;
+        }
+        let oif = tun.as_ref().map_or(0, Tun::index);
+        (self.tun, self.stored) = (tun, stored);
+        if was.kernel_table != self.cfg.kernel_table {
+            // Added in the new table first, then deleted from the old one.
+            self.retired = Some(Retired {
+                table: was.kernel_table,
+                protocol: was.route_protocol,
+                oif,
+            });
+        } else if was.route_protocol != self.cfg.route_protocol {
+            // The same table: the route of the old protocol holds the place its successor
+            // takes, so it goes first (the router sees a withdraw and an update).
+            let retired = Retired {
+                table: was.kernel_table,
+                protocol: was.route_protocol,
+                oif,
+            };
+            if let Err(e) = self.let_go(&retired) {
+                log::warn!("route sink {}: {}", self.cfg.device, crate::errors::chain(&e));
+            }
+        }
     }
 
     fn routes(&self) -> Vec<super::RouteView> {

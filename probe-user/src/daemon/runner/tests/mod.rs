@@ -59,6 +59,12 @@ impl Harness {
 
     /// A runner over `dir` (a restart when a runner used it before).
     fn start(dir: PathBuf, endpoints: &[(&str, u16)]) -> Harness {
+        let config = parse(&config_text(&dir, endpoints));
+        Self::start_with(dir, config)
+    }
+
+    /// A runner over `dir` with `config`.
+    fn start_with(dir: PathBuf, config: Config) -> Harness {
         let l4 = Arc::new(FakeL4::default());
         let clock = FakeClock::default();
         clock.set_ns(1_000_000_000);
@@ -66,7 +72,6 @@ impl Harness {
             clock: Box::new(clock.clone()),
             start_l4: starter(l4.clone()),
         };
-        let config = parse(&config_text(&dir, endpoints));
         let mut runner = Runner::new(config, ports).expect("runner starts");
         let (_, changes) = runner.subscribe("test", 1024);
         Harness {

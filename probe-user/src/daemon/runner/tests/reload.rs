@@ -359,3 +359,58 @@ fn the_engines_first_target_is_found_in_the_config_as_the_built_table_would_give
         );
     }
 }
+
+/// The check every endpoint of the harness's profile is scheduled with now.
+fn scheduled_timeouts(h: &Harness) -> Vec<u32> {
+    let mut out: Vec<u32> = (h.runner.table.targets.values())
+        .map(|t| {
+            assert!(t.check().is_some(), "every endpoint is scheduled");
+            t.spec().timeout_us()
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// A reload that changes only when and how long the check waits (timeout, interval) or what
+/// it takes to change (thresholds) keeps every endpoint's health, eligibility, id and results
+/// toward a change, publishes nothing, and schedules the new check in place of the old one;
+/// one that changes where the check goes starts that endpoint over (as above).
+#[test]
+fn a_reload_of_timing_and_thresholds_keeps_health_and_pending_results() {
+    let mut h = Harness::new("retime", &[("a", 80), ("b", 81)]);
+    h.run_for(4000, OPEN);
+    assert_eq!((h.status("a"), h.status("b")), ((S::Online, true), (S::Online, true)));
+    // One failure of a toward the threshold of two.
+    let a = h.runner.table.find("web", "a").unwrap();
+    h.run_for(1000, ONLY_PORT_80_FAILS);
+    assert_eq!(h.runner.table.targets[&a].tracker().pending(), 1);
+    h.changes();
+    let before_ids = (target_at(&h, "a").0, target_at(&h, "b").0);
+    let text = config_text(&h.dir, &[("a", 80), ("b", 81)])
+        .replace("timeout = \"500ms\"", "timeout = \"400ms\"")
+        .replace("interval = \"1s\"", "interval = \"2s\"")
+        .replace("unhealthy_threshold = 2", "unhealthy_threshold = 3");
+    let report = h.runner.reload_only(parse(&text)).expect("applied");
+    assert_eq!((report.kept, report.added, report.removed), (2, 0, 0));
+    assert_eq!((target_at(&h, "a").0, target_at(&h, "b").0), before_ids, "the same ids");
+    assert_eq!((h.status("a"), h.status("b")), ((S::Online, true), (S::Online, true)));
+    assert_eq!(
+        h.runner.table.targets[&a].tracker().pending(),
+        1,
+        "a's failure still counts"
+    );
+    let changes = h.changes();
+    assert!(endpoint_changes(&changes).is_empty(), "{changes:#?}");
+    assert!(profile_changes(&changes).is_empty(), "{changes:#?}");
+    assert_eq!(scheduled_timeouts(&h), [400_000, 400_000], "the new check is scheduled");
+    assert_eq!(h.runner.probe.sched.len(), 2, "and the old one is gone");
+    assert_shared_rules(&h.runner);
+    // Two more failures make three, the new threshold: a leaves then, not sooner.
+    h.run_for(2000, ONLY_PORT_80_FAILS);
+    assert_eq!(h.status("a"), (S::Online, true), "two of three");
+    h.run_for(2000, ONLY_PORT_80_FAILS);
+    assert_eq!(h.status("a").0, S::Degraded, "three of three");
+    assert_eq!(h.status("b"), (S::Online, true));
+    behind_counts(&h.runner);
+}

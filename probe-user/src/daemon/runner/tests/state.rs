@@ -34,6 +34,24 @@ fn a_restart_resumes_saved_health_without_probing_first() {
     assert_shared_rules(&h.runner);
 }
 
+/// The state file keeps what each check looks at: a restart with another timeout resumes the
+/// saved health; one with another port starts that endpoint afresh.
+#[test]
+fn a_restart_with_other_timing_resumes_the_saved_health() {
+    let mut h = Harness::new("restart-retime", &[("a", 80), ("b", 81)]);
+    h.run_for(4000, OPEN);
+    h.runner.save_if_due(true);
+    h.runner.persist.saver.finish();
+    let dir = h.dir.clone();
+    h.dir = std::env::temp_dir().join("probed-runner-none");
+    drop(h);
+
+    let text = config_text(&dir, &[("a", 80), ("b", 82)]).replace("timeout = \"500ms\"", "timeout = \"300ms\"");
+    let h = Harness::start_with(dir, parse(&text));
+    assert_eq!(h.status("a"), (S::Online, true), "the same address and port: resumed");
+    assert_eq!(h.status("b"), (S::CheckingEndpoint, true), "another port: afresh");
+}
+
 /// A second runner on `text` beside a running one must be refused as `InUse` for `what`.
 fn assert_refused_beside(h: &Harness, text: &str, what: &str) {
     let second = Runner::new(
