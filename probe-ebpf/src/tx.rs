@@ -10,7 +10,7 @@
 //! so a test run of it changes nothing and returns as soon as the frames are out.
 use aya_ebpf::{
     bindings::{bpf_fib_lookup as FibParams, xdp_action, BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LOOKUP_SRC},
-    helpers::{bpf_fib_lookup, bpf_ktime_get_ns, bpf_redirect, bpf_xdp_adjust_meta},
+    helpers::{bpf_fib_lookup, bpf_ktime_get_ns, bpf_redirect},
     macros::xdp,
     programs::XdpContext,
 };
@@ -81,12 +81,17 @@ pub fn is_generator_frame(ctx: &XdpContext) -> bool {
 /// matcher's.
 #[inline(never)]
 pub fn generate(ctx: &mut XdpContext) -> u32 {
-    // The metadata only marked the frame for this program: drop it before the frame leaves,
-    // so that a peer's XDP program (on veth) never mistakes a probe for a generator frame.
-    // SAFETY: shrinking the metadata to nothing is always within the frame.
-    if unsafe { bpf_xdp_adjust_meta(ctx.ctx, GENERATOR_META_LEN as i32) } != 0 {
+    // The metadata only marked the frame for this program: wipe the marker before the frame
+    // leaves, so that a peer's XDP program (on veth) never mistakes a probe for a generator
+    // frame. Written over rather than cut off with bpf_xdp_adjust_meta, which some kernels
+    // refuse to XDP programs (seen on a 6.18 build); the eight zero bytes that travel with the
+    // frame are never a marker (`TxCtl::marker` is never zero).
+    let (meta, data) = (ctx.metadata(), ctx.metadata_end());
+    if meta + GENERATOR_META_LEN > data {
         return xdp_action::XDP_DROP;
     }
+    // SAFETY: the check above proves the eight metadata bytes lie before the packet data.
+    unsafe { core::ptr::write_unaligned(meta as *mut u64, 0) };
     try_generate(ctx).unwrap_or(xdp_action::XDP_DROP)
 }
 
