@@ -268,7 +268,7 @@ pub struct TxCtl {
     /// UDP payload length in the template frame.
     pub payload_len: u32,
     pub _pad: u32,
-    /// The metadata that marks the generator's frames (`cookie::generator_marker` of this
+    /// The prefix that marks the generator's frames (`cookie::generator_marker` of this
     /// start's key; never 0, and 0 here means "no generator frames yet").
     pub marker: u64,
 }
@@ -295,12 +295,14 @@ pub const MAX_IFACES: u32 = 64;
 /// BPF_FIB_LKUP_RET_* code.
 pub const FIB_NOT_A_PROBE_IFACE: u8 = 200;
 
-/// Bytes of XDP metadata that mark a generator frame. The engine runs probe_rx itself with
-/// BPF_PROG_RUN (live frames) and puts `TxCtl::marker` (keyed per daemon start, so nothing
-/// else on the node can know it) in front of the template frame; frames from the wire carry
-/// no metadata (only a local XDP program could add it), so probe_rx tells the two roles
-/// apart without trusting anything another host or program can send.
-pub const GENERATOR_META_LEN: usize = 8;
+/// Bytes in front of the template frame that mark a generator frame. The engine runs probe_rx
+/// itself with BPF_PROG_RUN (live frames) and puts `TxCtl::marker` (keyed per daemon start, so
+/// nothing else on the node or the wire can know it) before the Ethernet header; probe_rx
+/// strips it (bpf_xdp_adjust_head) before the probe leaves. A frame from the wire would have
+/// to start with those 64 secret bits to be taken for one. In the packet rather than in XDP
+/// metadata: some kernels refuse bpf_xdp_adjust_meta to XDP programs and give test runs no
+/// metadata (seen on a 6.18 build).
+pub const GENERATOR_MARK_LEN: usize = 8;
 /// Default in-flight table size: the most probes on the wire at once (about 32 MiB of
 /// preallocated hash table). The engine holds further probes back until entries free up.
 pub const MAX_INFLIGHT: u32 = 1 << 18;

@@ -1,5 +1,5 @@
-//! The probe generator: the role probe_rx plays for frames that carry the generator's
-//! metadata, which userspace runs with BPF_PROG_TEST_RUN in live-frames mode. Each run takes
+//! The probe generator: the role probe_rx plays for frames that start with the generator's
+//! marker (`GENERATOR_MARK_LEN`), which userspace runs with BPF_PROG_TEST_RUN in live-frames mode. Each run takes
 //! the next job, routes it (bpf_fib_lookup), writes a SYN or UDP probe over the template
 //! frame, records it in the in-flight table and transmits it.
 //!
@@ -10,7 +10,7 @@
 //! so a test run of it changes nothing and returns as soon as the frames are out.
 use aya_ebpf::{
     bindings::{bpf_fib_lookup as FibParams, xdp_action, BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LOOKUP_SRC},
-    helpers::{bpf_fib_lookup, bpf_ktime_get_ns, bpf_redirect},
+    helpers::{bpf_fib_lookup, bpf_ktime_get_ns, bpf_redirect, bpf_xdp_adjust_head},
     macros::xdp,
     programs::XdpContext,
 };
@@ -19,7 +19,7 @@ use probe_common::{
     frame::{write_syn_v4, write_syn_v6, write_udp_v4, write_udp_v6, Ends},
     l4::{
         EventKind, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, FAMILY_V4, FIB_NOT_A_PROBE_IFACE,
-        GENERATOR_META_LEN, STAGE_SYN_SENT,
+        GENERATOR_MARK_LEN, STAGE_SYN_SENT,
     },
     packet::IPPROTO_TCP,
 };
@@ -61,19 +61,19 @@ pub fn probe_fib_src(ctx: XdpContext) -> u32 {
     }
 }
 
-/// True for a frame of the generator's test run: its metadata is this start's marker
-/// (`TxCtl::marker`). Wire frames carry no metadata and are told apart at the length check.
+/// True for a frame of the generator's test run: it starts with this start's marker
+/// (`TxCtl::marker`, never 0), which no other frame can know.
 #[inline(always)]
 pub fn is_generator_frame(ctx: &XdpContext) -> bool {
-    let (meta, data) = (ctx.metadata(), ctx.metadata_end());
-    if meta + GENERATOR_META_LEN > data {
+    let (data, end) = (ctx.data(), ctx.data_end());
+    if data + GENERATOR_MARK_LEN > end {
         return false;
     }
     let Some(ctl) = PROBE_TX_CTL.get(0) else {
         return false;
     };
-    // SAFETY: the check above proves the eight metadata bytes lie before the packet data.
-    let got = unsafe { core::ptr::read_unaligned(meta as *const u64) };
+    // SAFETY: the check above proves the eight bytes lie within the frame.
+    let got = unsafe { core::ptr::read_unaligned(data as *const u64) };
     ctl.marker != 0 && got == ctl.marker
 }
 
@@ -81,17 +81,12 @@ pub fn is_generator_frame(ctx: &XdpContext) -> bool {
 /// matcher's.
 #[inline(never)]
 pub fn generate(ctx: &mut XdpContext) -> u32 {
-    // The metadata only marked the frame for this program: wipe the marker before the frame
-    // leaves, so that a peer's XDP program (on veth) never mistakes a probe for a generator
-    // frame. Written over rather than cut off with bpf_xdp_adjust_meta, which some kernels
-    // refuse to XDP programs (seen on a 6.18 build); the eight zero bytes that travel with the
-    // frame are never a marker (`TxCtl::marker` is never zero).
-    let (meta, data) = (ctx.metadata(), ctx.metadata_end());
-    if meta + GENERATOR_META_LEN > data {
+    // The marker only told this program the frame is the generator's: it goes before the
+    // frame is written, so that the probe starts at its Ethernet header.
+    // SAFETY: the frame holds the marker and the template behind it (`is_generator_frame`).
+    if unsafe { bpf_xdp_adjust_head(ctx.ctx, GENERATOR_MARK_LEN as i32) } != 0 {
         return xdp_action::XDP_DROP;
     }
-    // SAFETY: the check above proves the eight metadata bytes lie before the packet data.
-    unsafe { core::ptr::write_unaligned(meta as *mut u64, 0) };
     try_generate(ctx).unwrap_or(xdp_action::XDP_DROP)
 }
 

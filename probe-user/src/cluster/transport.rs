@@ -42,7 +42,9 @@ use chitchat::{
 use ring::hmac;
 
 const MAGIC: &[u8; 4] = b"PRBG";
-const VERSION: u8 = 2;
+/// 3 since 2026-12-06: endpoints are named by their check's question (`checks::identity`), not
+/// its whole key; nodes on either side of that change name them differently.
+const VERSION: u8 = 3;
 const HEADER: usize = 42;
 const TAG: usize = 32;
 /// The most payload bytes in one datagram: with the header and tag, well under UDP's 65,507.

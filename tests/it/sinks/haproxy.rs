@@ -115,6 +115,26 @@ impl Haproxy {
     }
 
     /// One admin command; empty when the socket does not answer.
+    /// Seconds since `server`'s last change of state, as `show stat` counts them (`lastchg`):
+    /// a server set to maint and back, however briefly, starts again from 0.
+    fn since_change(&self, server: &str) -> u64 {
+        let stat = self.ask("show stat");
+        let mut lines = stat.lines();
+        let header: Vec<&str> = lines
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches("# ")
+            .split(',')
+            .collect();
+        let col = |name: &str| header.iter().position(|h| *h == name).expect("a show stat column");
+        let (px, sv, last) = (col("pxname"), col("svname"), col("lastchg"));
+        lines
+            .map(|l| l.split(',').collect::<Vec<_>>())
+            .find(|f| f.get(px) == Some(&"web") && f.get(sv) == Some(&server))
+            .and_then(|f| f.get(last)?.parse().ok())
+            .unwrap_or_else(|| panic!("no lastchg for {server}:\n{stat}"))
+    }
+
     fn ask(&self, command: &str) -> String {
         let Ok(mut s) = UnixStream::connect(self.socket()) else {
             return String::new();
@@ -559,5 +579,79 @@ fn a_trickling_or_flooding_socket_fails_each_request_in_time_and_the_sink_goes_o
     wait_until("the sink is in sync", Duration::from_secs(2), || {
         sink_view(&daemon)["in_sync"] == true
     });
+    daemon.stop();
+}
+
+/// A reload moves only what it changes (issue 45): with b1 failed (maint) and the others
+/// ready, reloads that change the health check's timing and thresholds and the sink's own
+/// `on_stop` (from `clear`, which a sink replaced rather than handed over would carry out)
+/// change no server's state in HAProxy, not even for a moment (HAProxy's own clock of each
+/// server's last change says so).
+#[test]
+fn reloads_of_health_and_sink_keys_change_no_server_state() {
+    let (topo, client) = lb_topology();
+    let _servers: Vec<Backend> = BACKENDS.iter().map(|b| Backend::start(&topo.backend, b)).collect();
+    let haproxy = Haproxy::start(&topo.prober);
+    let files = DaemonFiles::new();
+    let first =
+        config(&files, &haproxy.socket()).replace("kind = \"haproxy\"\n", "kind = \"haproxy\"\non_stop = \"clear\"\n");
+    assert!(first.contains("on_stop = \"clear\""), "{first}");
+    let cfg = files.write_config(&first);
+    let daemon = RunningDaemon::start(&topo.prober, cfg, Some(&files.config_path())).expect("start the daemon");
+    go_dark(&topo.backend, BACKENDS[1]);
+    daemon.wait_status("web", "b1", S::Degraded, Duration::from_secs(5));
+    for e in ["b0", "web-3"] {
+        daemon.wait_status("web", e, S::Online, Duration::from_secs(5));
+    }
+    wait_until("b1 is in maint", Duration::from_secs(1), || {
+        haproxy.state("b1") == "maint"
+    });
+    let states = |h: &Haproxy| [h.state("b0"), h.state("b1"), h.state("b2")];
+    let before = states(&haproxy);
+    assert_eq!(before, ["ready", "maint", "ready"]);
+    // Long enough for a reset of HAProxy's change clock to show.
+    std::thread::sleep(Duration::from_secs(2));
+    let settled = (haproxy.since_change("b0"), haproxy.since_change("b2"));
+    assert!(settled.0 >= 2 && settled.1 >= 2, "{settled:?}");
+    let steps: [(&str, String); 3] = [
+        (
+            "timeout and interval",
+            first
+                .replace("timeout = \"100ms\"", "timeout = \"150ms\"")
+                .replace("interval = \"100ms\"", "interval = \"200ms\""),
+        ),
+        (
+            "thresholds",
+            first
+                .replace("unhealthy_threshold = 2", "unhealthy_threshold = 3")
+                .replace("healthy_threshold = 2\n", "healthy_threshold = 3\n"),
+        ),
+        (
+            "the sink's on_stop",
+            first.replace("on_stop = \"clear\"\n", "on_stop = \"keep\"\n"),
+        ),
+    ];
+    for (what, text) in steps {
+        assert_ne!(text, first, "{what}: the edit applies");
+        std::fs::write(files.config_path(), &text).unwrap();
+        let (code, v) = daemon.call("POST", "/v1/reload");
+        assert_eq!(code, 200, "reload ({what}): {v}");
+        let watch_until = Instant::now() + Duration::from_millis(800);
+        while Instant::now() < watch_until {
+            assert_eq!(states(&haproxy), before, "a reload of {what} changed a server's state");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // A sink replaced rather than handed over would have cleared (every server to
+        // maint) and set them back: too fast for the sampling above, not for HAProxy's clock.
+        let since = (haproxy.since_change("b0"), haproxy.since_change("b2"));
+        assert!(
+            since.0 >= settled.0 && since.1 >= settled.1,
+            "a reload of {what} changed a ready server's state and back: {since:?} after {settled:?}"
+        );
+        assert_eq!(daemon.endpoint("web", "b1").status, S::Degraded, "after {what}");
+    }
+    let dark_before = syns(&topo.backend, BACKENDS[1]);
+    assert_eq!(connect_many(&client, 150), 150, "the other two take every connection");
+    assert_eq!(syns(&topo.backend, BACKENDS[1]), dark_before, "none reaches b1");
     daemon.stop();
 }

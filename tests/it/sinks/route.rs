@@ -650,7 +650,12 @@ fn a_vip_route_follows_health_through_bird_and_a_dead_probed_withdraws_it() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(changes, 1, "one demotion, and no return while the backends flap");
+    assert_eq!(
+        changes,
+        1,
+        "one demotion, and no return while the backends flap\n{}",
+        rig.a.log()
+    );
     rig.a.restore_backends();
     rig.wait_paths("A announced once its backends settle", Duration::from_secs(10), both);
 

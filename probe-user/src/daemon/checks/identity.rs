@@ -11,29 +11,35 @@ use std::{fmt::Write, net::SocketAddr, time::Duration};
 
 use crate::config::{Endpoint, HostName, HttpCheck as HttpSettings, Pacing, Probe, Profile};
 
-/// A check's identity: two independent 64-bit hashes of its key text, which spells out
-/// everything a probe depends on. Targets and the scheduler hold this, 16 bytes, instead of the
-/// text (~150 bytes a target at a million targets). The FNV half is the one stored in the state
-/// file (`fingerprint`) and agreed on by cluster nodes (`stable`); the other half only ever
-/// meets values of the same process.
+/// A check's identity: the stable 64-bit hash of its key text, which spells out everything a
+/// probe depends on, and that of its question text (the key text less its timing, `texts`).
+/// Targets and the scheduler hold this, 16 bytes, instead of the texts (~150 bytes a target at
+/// a million targets). The key half is the one stored in the state file (`fingerprint`); the
+/// question half is what cluster nodes shard checks by, so that a timing change moves no check
+/// to another node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CheckKey {
     stable: u64,
-    other: u64,
+    question: u64,
 }
 
 impl CheckKey {
-    pub fn of(text: &str) -> Self {
-        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    pub fn of(text: &str, question: &str) -> Self {
         Self {
             stable: crate::hash::stable(text.as_bytes()),
-            other: BuildHasherDefault::<DefaultHasher>::default().hash_one(text),
+            question: crate::hash::stable(question.as_bytes()),
         }
     }
 
-    /// The same in every process, build and node.
+    /// The key text's hash: the same in every process, build and node.
     pub fn stable(self) -> u64 {
         self.stable
+    }
+
+    /// The question text's hash: equal for checks that differ only in when and how long they
+    /// wait; the same in every process, build and node.
+    pub fn question(self) -> u64 {
+        self.question
     }
 
     /// As the state file stores a check (`crate::hash::fingerprint` of the text).
@@ -120,30 +126,29 @@ impl<'a> Parts<'a> {
         }
     }
 
-    /// The key text, version `k2`.
-    pub fn text(&self) -> String {
-        let mut out = String::from("k2;");
-        field(&mut out, "protocol", self.protocol);
-        field(&mut out, "target", &self.target.to_string());
-        field(&mut out, "interval_ns", &nanos(self.interval));
-        field(&mut out, "timeout_ns", &nanos(self.timeout));
-        field(&mut out, "fast_interval_ns", &optional(self.pacing.fast_interval));
-        field(&mut out, "down_interval_ns", &optional(self.pacing.down_interval));
-        field(&mut out, "initial_jitter_ns", &nanos(self.pacing.initial_jitter));
-        field(&mut out, "jitter_percent", &self.pacing.jitter_percent.to_string());
-        self.question_fields(&mut out);
-        out
-    }
-
-    /// What the check asks, without when and how long it waits (`q1`): the key text less its
-    /// timing. Two checks with the same question and other timing look at the same thing; a
-    /// reload that changes only the timing keeps the endpoint's results toward a change.
-    pub fn question(&self) -> String {
-        let mut out = String::from("q1;");
-        field(&mut out, "protocol", self.protocol);
-        field(&mut out, "target", &self.target.to_string());
-        self.question_fields(&mut out);
-        out
+    /// The key text, version `k2`, and the question text, `q1`: what the check asks, without
+    /// when and how long it waits (the key text less its timing). Two checks with the same
+    /// question and other timing look at the same thing: a reload that changes only the
+    /// timing keeps the endpoint's results toward a change, and cluster nodes agree on an
+    /// endpoint by its question, so that nodes with other timing (a configuration rolled out
+    /// one node at a time) still count each other's votes.
+    pub fn texts(&self) -> (String, String) {
+        let target = self.target.to_string();
+        let mut asked = String::new();
+        self.question_fields(&mut asked);
+        let mut text = String::from("k2;");
+        field(&mut text, "protocol", self.protocol);
+        field(&mut text, "target", &target);
+        let mut question = text.replacen("k2;", "q1;", 1);
+        field(&mut text, "interval_ns", &nanos(self.interval));
+        field(&mut text, "timeout_ns", &nanos(self.timeout));
+        field(&mut text, "fast_interval_ns", &optional(self.pacing.fast_interval));
+        field(&mut text, "down_interval_ns", &optional(self.pacing.down_interval));
+        field(&mut text, "initial_jitter_ns", &nanos(self.pacing.initial_jitter));
+        field(&mut text, "jitter_percent", &self.pacing.jitter_percent.to_string());
+        text.push_str(&asked);
+        question.push_str(&asked);
+        (text, question)
     }
 
     /// What a probe sends and expects, field by field, as `text` and `question` write it.

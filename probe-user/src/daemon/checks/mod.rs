@@ -112,17 +112,14 @@ impl CheckSpec {
     pub fn legacy_fingerprint(profile: &Profile, endpoint: &Endpoint) -> String {
         crate::hash::fingerprint(&identity::Parts::of(profile, endpoint).legacy())
     }
-
-    /// What `endpoint`'s check in `profile` asks, less its timing (`identity::Parts::question`).
-    pub fn question(profile: &Profile, endpoint: &Endpoint) -> String {
-        identity::Parts::of(profile, endpoint).question()
-    }
 }
 
 /// One endpoint's check, resolved.
 pub struct Resolved {
     /// The key text (`identity`), from which `spec.key()` is hashed.
     pub text: String,
+    /// The question text (`identity::Parts::texts`): what the check asks, less its timing.
+    pub question: String,
     pub spec: CheckSpec,
 }
 
@@ -229,15 +226,15 @@ impl<'p> Specs<'p> {
                 ProbeKind::Http(probe)
             }
         };
-        let text = identity::Parts::of(profile, endpoint).text();
+        let (text, question) = identity::Parts::of(profile, endpoint).texts();
         let spec = CheckSpec {
-            key: CheckKey::of(&text),
+            key: CheckKey::of(&text, &question),
             ip: target.ip(),
             port: target.port(),
             protocol: health.protocol(),
             timeout_us: u32::try_from(health.timeout.as_micros()).unwrap_or(u32::MAX),
             kind,
         };
-        Ok(Resolved { text, spec })
+        Ok(Resolved { text, question, spec })
     }
 }

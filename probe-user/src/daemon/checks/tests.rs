@@ -27,11 +27,12 @@ fn a_check_key_stores_what_the_text_did() {
     let mut seen = std::collections::HashMap::new();
     for p in &c.profiles {
         for e in &p.endpoints {
-            let text = key_of(&c, &p.name, &e.name);
-            let key = CheckKey::of(&text);
+            let r = CheckSpec::resolve(p, e).unwrap_or_else(|e| panic!("{e}"));
+            let (text, key) = (r.text, r.spec.key());
             assert_eq!(key.fingerprint(), crate::hash::fingerprint(&text));
             assert_eq!(key.stable(), crate::hash::stable(text.as_bytes()));
-            assert_eq!(key, CheckKey::of(&text.clone()));
+            assert_eq!(key.question(), crate::hash::stable(r.question.as_bytes()));
+            assert_eq!(key, CheckKey::of(&text.clone(), &r.question));
             if let Some(other) = seen.insert(key, text.clone()) {
                 assert_eq!(other, text, "two texts, one key");
             }
@@ -63,6 +64,34 @@ fn key_texts_are_versioned_and_typed() {
         "k2;protocol=3:tcp;target=11:10.1.0.5:22;interval_ns=11:30000000000;timeout_ns=11:10000000000;\
          fast_interval_ns=1:-;down_interval_ns=1:-;initial_jitter_ns=1:0;jitter_percent=1:0;"
     );
+}
+
+/// The question is the key text less its timing, under its own version: a timing change
+/// keeps it (and with it the endpoint's name in the cluster, and its pending results), a
+/// change of what is asked does not.
+#[test]
+fn a_question_is_the_key_less_its_timing() {
+    let c = example();
+    let question = |c: &Config, profile: &str, endpoint: &str| {
+        let p = c.profile(profile).unwrap();
+        let e = p.endpoints.iter().find(|e| &*e.name == endpoint).unwrap();
+        CheckSpec::resolve(p, e).unwrap_or_else(|e| panic!("{e}")).question
+    };
+    assert_eq!(
+        question(&c, "web", "web-1"),
+        "q1;protocol=4:http;target=14:10.0.0.11:8080;\
+         method=4:HEAD;path=8:/healthz;host=15:www.example.com;status=7:200-299;status=7:300-399;"
+    );
+    assert_eq!(
+        question(&c, "intranet", "office"),
+        "q1;protocol=3:tcp;target=11:10.1.0.5:22;"
+    );
+    let mut retimed = c.clone();
+    let web = retimed.profiles.iter_mut().find(|p| p.name == "web").unwrap();
+    web.health.timeout = std::time::Duration::from_secs(3);
+    web.health.interval = std::time::Duration::from_secs(4);
+    assert_eq!(question(&retimed, "web", "web-1"), question(&c, "web", "web-1"));
+    assert_ne!(key_of(&retimed, "web", "web-1"), key_of(&c, "web", "web-1"));
 }
 
 /// Keys as releases before `k2` wrote them: state files written then still resume, by the

@@ -144,7 +144,7 @@ impl Runner {
             return;
         };
         for (profile, t) in plan.built_mut() {
-            let owned = link.owns(t.spec().key().stable());
+            let owned = link.owns(t.spec().key().question());
             t.share(owned, None, None);
             let own = t.should_probe().then(|| verdict_of(t.tracker().state()));
             let votes = own
@@ -206,7 +206,7 @@ impl Runner {
             .targets
             .iter()
             .filter_map(|(id, t)| {
-                let owned = link.owns(t.spec().key().stable());
+                let owned = link.owns(t.spec().key().question());
                 (owned != t.owned()).then_some((*id, owned))
             })
             .collect();

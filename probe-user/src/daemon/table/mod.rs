@@ -158,12 +158,12 @@ pub(crate) fn check_params(health: &HealthCheck) -> CheckParams {
     }
 }
 
-/// An endpoint's name in the cluster's verdicts: the same on every node with the same
-/// configuration, and different for each profile that probes the same check (their
-/// thresholds may differ).
-pub(crate) fn verdict_key(profile: &str, endpoint: &str, check_key: &str) -> u64 {
-    let mut named = Vec::with_capacity(profile.len() + endpoint.len() + check_key.len() + 2);
-    for part in [profile, endpoint, check_key] {
+/// An endpoint's name in the cluster's verdicts: the same on every node whose check of it asks
+/// the same question (`question`, the check's identity less its timing), and different for
+/// each profile that probes the same check (their thresholds may differ).
+pub(crate) fn verdict_key(profile: &str, endpoint: &str, question: &str) -> u64 {
+    let mut named = Vec::with_capacity(profile.len() + endpoint.len() + question.len() + 2);
+    for part in [profile, endpoint, question] {
         named.extend_from_slice(part.as_bytes());
         named.push(0);
     }

@@ -155,8 +155,6 @@ pub(crate) fn plan(
             let running_target = old.targets.get(&w.owners[j]).map(|t| Running {
                 id: w.owners[j],
                 target: t,
-                profile: r,
-                endpoint: &r.endpoints[j],
             });
             let target = build_one(
                 &mut specs,
@@ -272,8 +270,6 @@ fn new_entry(config: &Config, profile: &Profile, was: Option<&ProfileEntry>, sav
 struct Running<'a> {
     id: OwnerId,
     target: &'a Target,
-    profile: &'a Profile,
-    endpoint: &'a Endpoint,
 }
 
 /// What a changed check keeps of its running self (docs/operations/configuration.md, "What a
@@ -289,9 +285,9 @@ enum Keep {
 }
 
 impl Running<'_> {
-    /// What the new check `spec` for `endpoint` of `profile` keeps: nothing when it looks at
-    /// something else (another protocol, address or port).
-    fn keeps(&self, spec: &CheckSpec, profile: &Profile, endpoint: &Endpoint) -> Option<Keep> {
+    /// What the new check `spec` keeps: nothing when it looks at something else (another
+    /// protocol, address or port).
+    fn keeps(&self, spec: &CheckSpec) -> Option<Keep> {
         let was = &self.target.spec;
         if was.key() == spec.key() {
             return Some(Keep::All);
@@ -299,8 +295,7 @@ impl Running<'_> {
         if was.subject() != spec.subject() {
             return None;
         }
-        let same_question = CheckSpec::question(self.profile, self.endpoint) == CheckSpec::question(profile, endpoint);
-        Some(if same_question {
+        Some(if was.key().question() == spec.key().question() {
             Keep::HealthAndRun
         } else {
             Keep::Health
@@ -321,9 +316,9 @@ fn build_one(
 ) -> Result<(OwnerId, bool, Box<Target>), String> {
     let profile = specs.profile();
     let resolved = specs.resolve(endpoint).map_err(|e| e.to_string())?;
-    let (key_text, spec) = (resolved.text, resolved.spec);
+    let (question_text, spec) = (resolved.question, resolved.spec);
     let check_key = spec.key();
-    let kept = running.and_then(|r| r.keeps(&spec, profile, endpoint).map(|keep| (r, keep)));
+    let kept = running.and_then(|r| r.keeps(&spec).map(|keep| (r, keep)));
     let start = match kept {
         Some((r, keep)) => carry_over(r.id, r.target, endpoint, &entry.rules, keep),
         None => {
@@ -351,7 +346,7 @@ fn build_one(
         status: EndpointStatus::Inactive,
         eligible: false,
         owned: true,
-        verdict_key: verdict_key(&profile.name, &endpoint.name, &key_text),
+        verdict_key: verdict_key(&profile.name, &endpoint.name, &question_text),
         cluster_health: None,
         cluster_sent: None,
     });

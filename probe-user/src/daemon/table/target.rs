@@ -46,8 +46,9 @@ pub(crate) struct Target {
     pub(super) eligible: bool,
     /// With `[cluster]`: whether this node is one of the check's k probers (always without).
     pub(super) owned: bool,
-    /// This endpoint's name for verdicts, on every node with the same configuration (the
-    /// check's name for sharding is `spec.key().stable()`).
+    /// This endpoint's name for verdicts, on every node that checks it with the same question
+    /// (its profile, its name and what its check asks; not the check's timing, so that nodes
+    /// with other timing agree). The check's name for sharding is `spec.key().question()`.
     pub(super) verdict_key: u64,
     /// With `[cluster]`: the aggregate of every location's verdict (SPEC 9), which stands
     /// for the endpoint's health; None while no location has a verdict.

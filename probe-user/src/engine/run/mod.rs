@@ -22,7 +22,7 @@ use super::{
     raw::RawSender,
     source::{choose_path, needs_fib_src, SourcePicker},
     templates::Templates,
-    Cmd, EngineConfig, EngineError, EngineStats, L4Outcome, L4Request, L4Result, Snapshot, TxPath,
+    Cmd, EngineConfig, EngineError, EngineStats, L4Outcome, L4Request, L4Result, Snapshot, TxChoice, TxPath,
 };
 use crate::hash::FastMap;
 use crate::kernel::{
@@ -169,6 +169,26 @@ fn key_error(source: std::io::Error) -> EngineError {
 /// Asks the kernel once whether the generator can pick sources (BPF_FIB_LOOKUP_SRC, Linux
 /// 6.7+), when it would have to; says so when it cannot, since every probe of a family
 /// without a configured source then costs a route lookup here (cached for 30 s).
+/// The XDP path needs the kernel to run the generator (live-frame test runs of probe_rx).
+/// Where it refuses them at start, the path's reason says so: each run then fails and its
+/// probes go through the raw socket (`send_xdp`'s fallback), while replies are matched and
+/// RSTs sent in XDP as on the XDP path.
+fn live_frames_check(kernel: &mut L4Kernel, cfg: &EngineConfig, chosen: &mut (TxPath, String)) {
+    if chosen.0 != TxPath::Xdp || matches!(cfg.tx, TxChoice::Force(_)) {
+        return;
+    }
+    let Err(e) = kernel.live_frames_supported() else {
+        return;
+    };
+    let why = format!(
+        "this kernel refuses the XDP live-frame runs the generator needs ({}): each run falls back \
+         to the raw socket; replies are still matched in XDP",
+        crate::errors::chain(&e)
+    );
+    log::warn!("{why}");
+    chosen.1 = format!("{}; but {why}", chosen.1);
+}
+
 fn fib_src_check(kernel: &mut L4Kernel, cfg: &EngineConfig, path: TxPath) -> bool {
     if !needs_fib_src(path, cfg.source_v4.is_some(), cfg.source_v6.is_some()) {
         return true;
@@ -218,7 +238,9 @@ impl EngineState {
             max_inflight: cfg.max_inflight,
         };
         let mut kernel = L4Kernel::load(&kcfg, pins)?;
-        let (path, path_reason) = choose_path(&cfg.iface, &cfg.more_ifaces, cfg.tx);
+        let mut chosen = choose_path(&cfg.iface, &cfg.more_ifaces, cfg.tx);
+        live_frames_check(&mut kernel, cfg, &mut chosen);
+        let (path, path_reason) = chosen;
         let fib_src = fib_src_check(&mut kernel, cfg, path);
         Ok(Self {
             kernel,
