@@ -161,6 +161,62 @@ impl SlotLb {
     }
 }
 
+/// HAProxy's CSV statistics (`show stat`, or the stats page's `;csv`): one map per row, from
+/// column name to value.
+pub fn haproxy_stat_rows(csv: &str) -> Vec<std::collections::HashMap<String, String>> {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("# ")
+        .split(',')
+        .collect();
+    lines
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            header
+                .iter()
+                .zip(l.split(','))
+                .map(|(h, v)| (h.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+/// Reloads that change only a health check's timing and thresholds, which must keep every
+/// endpoint's health and move nothing in a sink (docs/operations/configuration.md, "What a
+/// reload keeps"): each a name and `config` (whose check runs every 100 ms, times out after
+/// 100 ms, thresholds 2 and 2) so edited. Panics if an edit finds nothing to change.
+pub fn timing_edits(config: &str) -> Vec<(&'static str, String)> {
+    let edits: [(&str, &[(&str, &str)]); 2] = [
+        (
+            "timeout and interval",
+            &[
+                ("timeout = \"100ms\"", "timeout = \"150ms\""),
+                ("interval = \"100ms\"", "interval = \"200ms\""),
+            ],
+        ),
+        (
+            "thresholds",
+            &[
+                ("unhealthy_threshold = 2", "unhealthy_threshold = 3"),
+                ("\nhealthy_threshold = 2\n", "\nhealthy_threshold = 3\n"),
+            ],
+        ),
+    ];
+    edits
+        .iter()
+        .map(|(what, pairs)| {
+            let mut text = config.to_string();
+            for (from, to) in *pairs {
+                assert!(text.contains(from), "{what}: no {from:?} in the configuration");
+                text = text.replace(from, to);
+            }
+            (*what, text)
+        })
+        .collect()
+}
+
 /// The code block of docs/operations/sinks.md marked `<!-- test: NAME -->`: the tests load the
 /// documented rulesets and configs as they are written there.
 pub fn doc_block(name: &str) -> String {

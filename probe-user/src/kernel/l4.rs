@@ -279,17 +279,33 @@ impl L4Kernel {
     /// back off). Some kernels refuse live-frame runs (seen on a 6.18 build: EPERM); the
     /// error says why.
     pub fn live_frames_supported(&mut self) -> Result<(), KernelError> {
-        let ctl = TxCtl {
+        let ctl = self.tx_ctl(0, 0, 0);
+        self.run_generator(ctl, &[0u8; 64], 1, 1)?;
+        self.checks_run += 1;
+        Ok(())
+    }
+
+    /// The generator's control record for `count` jobs written before, whose UDP payload in
+    /// the template sums to `payload_sum` over `payload_len` bytes.
+    fn tx_ctl(&self, count: u64, payload_sum: u64, payload_len: u32) -> TxCtl {
+        TxCtl {
             next: 0,
-            count: 0,
-            payload_sum: 0,
-            payload_len: 0,
+            count,
+            payload_sum,
+            payload_len,
             _pad: 0,
             marker: self.marker,
-        };
+        }
+    }
+
+    /// Runs probe_rx as the generator: `repeat` frames of `template` behind this start's
+    /// marker, in batches of `batch`, under `ctl`.
+    fn run_generator(&mut self, ctl: TxCtl, template: &[u8], repeat: u32, batch: u32) -> Result<(), KernelError> {
         self.ctl.set(0, ctl, 0).map_err(map_err("PROBE_TX_CTL"))?;
-        let mut data_in = vec![0u8; GENERATOR_MARK_LEN + 64];
-        data_in[..GENERATOR_MARK_LEN].copy_from_slice(&self.marker.to_ne_bytes());
+        // The marker in front of the template marks the frames as the generator's.
+        let mut data_in = Vec::with_capacity(GENERATOR_MARK_LEN + template.len());
+        data_in.extend_from_slice(&self.marker.to_ne_bytes());
+        data_in.extend_from_slice(template);
         let xdp_md = XdpMd {
             data: 0,
             data_end: data_in.len() as u32,
@@ -302,13 +318,12 @@ impl L4Kernel {
         let opts = TestRunOptions {
             data_in: Some(&data_in),
             ctx_in: Some(xdp_md.bytes()),
-            repeat: 1,
-            attrs: TestRunAttrs::new().xdp_live_frames(1),
+            repeat,
+            attrs: TestRunAttrs::new().xdp_live_frames(batch),
             ..TestRunOptions::new()
         };
         prog.test_run(opts)
             .map_err(|source| KernelError::Run { name: RX, source })?;
-        self.checks_run += 1;
         Ok(())
     }
 
@@ -333,37 +348,8 @@ impl L4Kernel {
             return Ok(0);
         }
         self.jobs.write(&jobs[..n]);
-        let ctl = TxCtl {
-            next: 0,
-            count: n as u64,
-            payload_sum,
-            payload_len,
-            _pad: 0,
-            marker: self.marker,
-        };
-        self.ctl.set(0, ctl, 0).map_err(map_err("PROBE_TX_CTL"))?;
-        // The marker in front of the template marks the frames as the generator's.
-        let mut data_in = Vec::with_capacity(GENERATOR_MARK_LEN + template.len());
-        data_in.extend_from_slice(&self.marker.to_ne_bytes());
-        data_in.extend_from_slice(template);
-        let xdp_md = XdpMd {
-            data: 0,
-            data_end: data_in.len() as u32,
-            data_meta: 0,
-            ingress_ifindex: self.ifindex,
-            rx_queue_index: 0,
-            egress_ifindex: 0,
-        };
-        let prog: &Xdp = self.ebpf.program(RX).unwrap().try_into().unwrap();
-        let opts = TestRunOptions {
-            data_in: Some(&data_in),
-            ctx_in: Some(xdp_md.bytes()),
-            repeat: n as u32,
-            attrs: TestRunAttrs::new().xdp_live_frames(LIVE_BATCH),
-            ..TestRunOptions::new()
-        };
-        prog.test_run(opts)
-            .map_err(|source| KernelError::Run { name: RX, source })?;
+        let ctl = self.tx_ctl(n as u64, payload_sum, payload_len);
+        self.run_generator(ctl, template, n as u32, LIVE_BATCH)?;
         self.jobs.read(&mut jobs[..n]);
         Ok(n as u32)
     }

@@ -413,27 +413,16 @@ fn haproxy_checks(ns: &Netns, dir: &Path, cases: &[Case]) -> Proc {
 /// HAProxy's verdict and check status per (backend, server), from its CSV stats.
 fn haproxy_verdicts(ns: &Netns) -> std::collections::HashMap<(String, String), (bool, String)> {
     let csv = ns.exec("curl", &["-s", "http://127.0.0.1:9999/stats;csv"]);
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines
-        .next()
-        .unwrap_or_default()
-        .trim_start_matches("# ")
-        .split(',')
-        .collect();
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| *h == name)
-            .unwrap_or_else(|| panic!("no {name} in {csv}"))
+    let field = |r: &std::collections::HashMap<String, String>, name: &str| {
+        r.get(name).cloned().unwrap_or_else(|| panic!("no {name} in {csv}"))
     };
-    let (px, sv, status, check) = (col("pxname"), col("svname"), col("status"), col("check_status"));
-    lines
-        .map(|l| l.split(',').collect::<Vec<_>>())
-        .filter(|f| f.len() > check && (f[sv] == "v4" || f[sv] == "v6"))
-        .map(|f| {
+    probed_tests::lb::haproxy_stat_rows(&csv)
+        .into_iter()
+        .filter(|r| r.get("svname").is_some_and(|s| s == "v4" || s == "v6"))
+        .map(|r| {
             (
-                (f[px].to_string(), f[sv].to_string()),
-                (f[status] == "UP", f[check].to_string()),
+                (field(&r, "pxname"), field(&r, "svname")),
+                (field(&r, "status") == "UP", field(&r, "check_status")),
             )
         })
         .collect()

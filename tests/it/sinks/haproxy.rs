@@ -119,19 +119,10 @@ impl Haproxy {
     /// a server set to maint and back, however briefly, starts again from 0.
     fn since_change(&self, server: &str) -> u64 {
         let stat = self.ask("show stat");
-        let mut lines = stat.lines();
-        let header: Vec<&str> = lines
-            .next()
-            .unwrap_or_default()
-            .trim_start_matches("# ")
-            .split(',')
-            .collect();
-        let col = |name: &str| header.iter().position(|h| *h == name).expect("a show stat column");
-        let (px, sv, last) = (col("pxname"), col("svname"), col("lastchg"));
-        lines
-            .map(|l| l.split(',').collect::<Vec<_>>())
-            .find(|f| f.get(px) == Some(&"web") && f.get(sv) == Some(&server))
-            .and_then(|f| f.get(last)?.parse().ok())
+        probed_tests::lb::haproxy_stat_rows(&stat)
+            .into_iter()
+            .find(|r| r.get("pxname").is_some_and(|p| p == "web") && r.get("svname").is_some_and(|s| s == server))
+            .and_then(|r| r.get("lastchg")?.parse().ok())
             .unwrap_or_else(|| panic!("no lastchg for {server}:\n{stat}"))
     }
 
@@ -613,24 +604,11 @@ fn reloads_of_health_and_sink_keys_change_no_server_state() {
     std::thread::sleep(Duration::from_secs(2));
     let settled = (haproxy.since_change("b0"), haproxy.since_change("b2"));
     assert!(settled.0 >= 2 && settled.1 >= 2, "{settled:?}");
-    let steps: [(&str, String); 3] = [
-        (
-            "timeout and interval",
-            first
-                .replace("timeout = \"100ms\"", "timeout = \"150ms\"")
-                .replace("interval = \"100ms\"", "interval = \"200ms\""),
-        ),
-        (
-            "thresholds",
-            first
-                .replace("unhealthy_threshold = 2", "unhealthy_threshold = 3")
-                .replace("healthy_threshold = 2\n", "healthy_threshold = 3\n"),
-        ),
-        (
-            "the sink's on_stop",
-            first.replace("on_stop = \"clear\"\n", "on_stop = \"keep\"\n"),
-        ),
-    ];
+    let mut steps = probed_tests::lb::timing_edits(&first);
+    steps.push((
+        "the sink's on_stop",
+        first.replace("on_stop = \"clear\"\n", "on_stop = \"keep\"\n"),
+    ));
     for (what, text) in steps {
         assert_ne!(text, first, "{what}: the edit applies");
         std::fs::write(files.config_path(), &text).unwrap();

@@ -306,25 +306,12 @@ fn reloads_of_health_and_sink_keys_move_no_slot() {
             .collect::<Vec<_>>()
     };
     let last_changes = changes_before(&daemon);
-    let steps: [(&str, String); 4] = [
-        (
-            "timeout and interval",
-            first
-                .replace("timeout = \"100ms\"", "timeout = \"150ms\"")
-                .replace("interval = \"100ms\"", "interval = \"200ms\""),
-        ),
-        (
-            "thresholds",
-            first
-                .replace("unhealthy_threshold = 2", "unhealthy_threshold = 3")
-                .replace("healthy_threshold = 2\n", "healthy_threshold = 3\n"),
-        ),
-        (
-            "the sink's on_stop",
-            first.replace("on_stop = \"clear\"\n", "on_stop = \"keep\"\n"),
-        ),
-        ("back to the first file", first.clone()),
-    ];
+    let mut steps = probed_tests::lb::timing_edits(&first);
+    steps.push((
+        "the sink's on_stop",
+        first.replace("on_stop = \"clear\"\n", "on_stop = \"keep\"\n"),
+    ));
+    steps.push(("back to the first file", first.clone()));
     for (what, text) in steps {
         std::fs::write(files.config_path(), &text).unwrap();
         let (code, v) = daemon.call("POST", "/v1/reload");
