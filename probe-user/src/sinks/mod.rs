@@ -145,6 +145,14 @@ pub enum Handover {
     Route(Box<route::Held>),
 }
 
+/// An nft sink's structure within its table: a map or a set, and its name.
+fn nft_target(t: &crate::config::NftTarget) -> (&'static str, &str) {
+    match t {
+        crate::config::NftTarget::Map { name, .. } => ("map", name),
+        crate::config::NftTarget::Set { name } => ("set", name),
+    }
+}
+
 /// Whether a sink under settings `next` writes the very structure it writes under `was`, so
 /// that a reload hands it over in place (`Handover`) instead of clearing it and starting the
 /// new one from nothing. Route sinks always do: the device and its routes move to the new
@@ -152,11 +160,7 @@ pub enum Handover {
 pub fn same_structure(was: &SinkConfig, next: &SinkConfig) -> bool {
     match (&was.kind, &next.kind) {
         (SinkKind::Nftables(a), SinkKind::Nftables(b)) => {
-            let name = |t: &crate::config::NftTarget| match t {
-                crate::config::NftTarget::Map { name, .. } => ("map", name.clone()),
-                crate::config::NftTarget::Set { name } => ("set", name.clone()),
-            };
-            a.family == b.family && a.table == b.table && name(&a.target) == name(&b.target)
+            a.family == b.family && a.table == b.table && nft_target(&a.target) == nft_target(&b.target)
         }
         (SinkKind::Bpf(a), SinkKind::Bpf(b)) => a.map == b.map,
         (SinkKind::Haproxy(a), SinkKind::Haproxy(b)) => a.socket == b.socket && a.backend == b.backend,
@@ -292,6 +296,10 @@ impl Running {
     /// that changes its settings, reset if that reload is refused).
     pub fn set_handing_over(&self, yes: bool) {
         self.handing_over.store(yes, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn handing_over(&self) -> bool {
+        self.handing_over.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Waits for the thread, which ends once its subscription is closed; what it handed over.

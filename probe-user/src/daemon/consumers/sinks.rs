@@ -157,7 +157,9 @@ pub(super) fn stop_unwanted(running: &mut Vec<Running>, wanted: &[SinkConfig]) -
     let mut handed = Handed::new();
     for mut r in stop {
         let from = r.join();
-        if wanted.iter().any(|w| w.name == r.cfg.name) {
+        // Only a sink marked to hand over did; one whose structure changed stopped as its
+        // `on_stop` says, and its successor starts from nothing.
+        if r.handing_over() {
             handed.insert(r.cfg.name.clone(), from);
         }
     }
