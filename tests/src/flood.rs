@@ -557,6 +557,9 @@ impl Flooder {
 /// Counters on the prober's side, ahead of everything else in prerouting (after XDP): forged
 /// frames (TTL `FORGED_TTL`) that probe_rx passed to the stack, by kind and family, and the
 /// genuine replies of the same classes it passed (late or duplicate ones).
+/// Frames passed after XDP, by kind and family: (forged, genuine).
+pub type Passed = BTreeMap<(Kind, &'static str), (u64, u64)>;
+
 pub struct PassedCounters<'a> {
     ns: &'a Netns,
 }
@@ -600,7 +603,7 @@ impl<'a> PassedCounters<'a> {
     }
 
     /// (forged, genuine) frames passed, by kind and family.
-    pub fn read(&self) -> BTreeMap<(Kind, &'static str), (u64, u64)> {
+    pub fn read(&self) -> Passed {
         let listing = self.ns.exec("nft", &["list", "table", "inet", ACCT_TABLE]);
         let mut out = BTreeMap::new();
         for kind in Kind::ALL {

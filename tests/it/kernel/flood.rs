@@ -8,7 +8,9 @@ use probe_common::packet::{IPPROTO_TCP, IPPROTO_UDP};
 use probed::status::EndpointStatus as S;
 use probed_tests::{
     daemon::{DaemonFiles, RunningDaemon},
-    flood::{link_drops, parse_mac, results_by_profile, rx_counters, Capture, Flooder, Kind, PassedCounters, Stream},
+    flood::{
+        link_drops, parse_mac, results_by_profile, rx_counters, Capture, Flooder, Kind, Passed, PassedCounters, Stream,
+    },
     topo::*,
     Topology,
 };
@@ -78,6 +80,25 @@ fn metrics(daemon: &RunningDaemon) -> String {
     v.as_str().expect("metrics are text").to_string()
 }
 
+/// probe_rx's counters and the passed-frame counters after it, read in a quiet moment: the
+/// daemon probes on through the reads, and a late genuine reply (a SYN+ACK the backend sends
+/// again when the RST ending its probe was lost in the flood) counted by probe_rx before one
+/// read and by nft after the other would unbalance the sums by one. Both are read twice, 30 ms
+/// apart, until neither moved (at most 30 tries; the last reads otherwise).
+fn quiet_counters(pins: &std::path::Path, passed: &PassedCounters) -> (probe_common::counters::RxCounters, Passed) {
+    let mut last = (rx_counters(pins), passed.read());
+    for _ in 0..30 {
+        std::thread::sleep(Duration::from_millis(30));
+        let now = (rx_counters(pins), passed.read());
+        let quiet = now.1 == last.1 && (now.0.stale, now.0.forged) == (last.0.stale, last.0.forged);
+        last = now;
+        if quiet {
+            break;
+        }
+    }
+    last
+}
+
 #[test]
 fn a_million_forged_replies_change_no_verdict_and_are_all_counted() {
     // The flood takes both cores for its length: no other test's timing would hold beside it,
@@ -139,8 +160,7 @@ fn a_million_forged_replies_change_no_verdict_and_are_all_counted() {
 
     let events_before = events_settled(&daemon);
     let metrics_before = metrics(&daemon);
-    let rx_before = rx_counters(&files.pins.path);
-    let passed_before = passed.read();
+    let (rx_before, passed_before) = quiet_counters(&files.pins.path, &passed);
     let drops_before = (
         link_drops(&topo.backend, BACKEND_IF),
         link_drops(&topo.prober, PROBER_IF),
@@ -152,8 +172,7 @@ fn a_million_forged_replies_change_no_verdict_and_are_all_counted() {
     std::thread::sleep(Duration::from_millis(400));
 
     let probes = capture.probes_seen() - probes_before;
-    let rx_after = rx_counters(&files.pins.path);
-    let passed_after = passed.read();
+    let (rx_after, passed_after) = quiet_counters(&files.pins.path, &passed);
     let drops_after = (
         link_drops(&topo.backend, BACKEND_IF),
         link_drops(&topo.prober, PROBER_IF),

@@ -253,6 +253,19 @@ fn forwarded_flows_pass_untouched(node: Node) {
         "{node:?}: conntrack saw {new} new forwarded flows of {flows}"
     );
     assert!(counter(&topo.prober, "ct state established") >= flows);
+    // No probe's SYN met a connection the target still held for an earlier probe on the
+    // same 4-tuple (it would answer with a challenge ACK, and the probe time out): the engine
+    // lets a flow rest after its probe (engine::run::cooling).
+    let nstat = topo.backend.exec("nstat", &["-asz", "TcpExtTCPSYNChallenge"]);
+    let challenges: u64 = nstat
+        .lines()
+        .find_map(|l| l.strip_prefix("TcpExtTCPSYNChallenge"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no TcpExtTCPSYNChallenge in nstat's output: {nstat}"));
+    assert_eq!(
+        challenges, 0,
+        "{node:?}: probe SYNs that met a live connection on the target"
+    );
     // The probes themselves were right all along.
     assert!(results.len() >= 80, "{node:?}: {} probe results", results.len());
     for r in &results {

@@ -1,6 +1,7 @@
 //! The engine thread: send, match, time out. It owns the kernel side and is the only
 //! thread that runs the generator. This file holds its state and its loop; sending, replies
 //! and timeouts, and sleeping between turns have their own files.
+mod cooling;
 mod deadlines;
 mod replies;
 mod send;
@@ -84,6 +85,8 @@ pub(crate) struct EngineState {
     slots: Vec<Option<Live>>,
     free: Vec<u32>,
     active_flows: FastMap<FlowKey, u32>,
+    /// Flows of probes that just ended, passed over by the next picks.
+    cooling: cooling::Cooling,
     deadlines: deadlines::Deadlines,
     next_gen: u32,
     results: tokio::sync::mpsc::UnboundedSender<L4Result>,
@@ -260,6 +263,7 @@ impl EngineState {
             slots: Vec::new(),
             free: Vec::new(),
             active_flows: FastMap::default(),
+            cooling: cooling::Cooling::default(),
             deadlines: deadlines::Deadlines::default(),
             next_gen: 1,
             results,
@@ -460,6 +464,7 @@ impl EngineState {
             self.templates.release(live.req - 1, Instant::now());
         }
         self.active_flows.remove(&live.key);
+        self.cooling.rest(live.key, self.last_turn);
         self.stats.completed += 1;
         let _ = self.results.send(L4Result {
             token: live.token,

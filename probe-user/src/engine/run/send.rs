@@ -52,19 +52,23 @@ impl EngineState {
             (None, IpAddr::V6(d)) => FlowKey::v6([0; 16], d.octets(), 0, dport, proto),
             _ => return None,
         };
-        (0..PICK_ATTEMPTS).find_map(|attempt| {
-            let off = sport_offset(&self.key, &base, gen, attempt, self.sport_span);
-            let flow = FlowKey {
-                sport: self.sport_min + off as u16,
-                ..base
-            };
-            (!self.active_flows.contains_key(&flow)).then_some(flow)
-        })
+        let candidate = |attempt| FlowKey {
+            sport: self.sport_min + sport_offset(&self.key, &base, gen, attempt, self.sport_span) as u16,
+            ..base
+        };
+        let free = |flow: &FlowKey| !self.active_flows.contains_key(flow);
+        // A flow whose probe just ended is passed over while another is free; a target probed
+        // so fast that every try rests (thousands a second) takes a resting one over none.
+        (0..PICK_ATTEMPTS)
+            .map(candidate)
+            .find(|f| free(f) && !self.cooling.resting(f, self.last_turn))
+            .or_else(|| (0..PICK_ATTEMPTS).map(candidate).find(free))
     }
 
     /// Sends up to `most` probes of the backlog, as far as the in-flight table has room;
     /// says how many left the backlog.
     pub(super) fn pump(&mut self, most: usize) -> usize {
+        self.cooling.expire(self.last_turn);
         let room = self.max_inflight.saturating_sub(self.active_flows.len());
         let n = room.min(self.backlog.len()).min(most);
         if n > 0 {
