@@ -25,6 +25,7 @@ pub mod config;
 pub mod daemon;
 pub mod dns;
 pub mod engine;
+pub mod fleet;
 #[cfg(feature = "testing")]
 pub mod errors;
 #[cfg(not(feature = "testing"))]

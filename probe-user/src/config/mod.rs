@@ -5,6 +5,8 @@ mod read;
 pub mod reference;
 mod validate;
 
+pub(crate) use validate::endpoint::{api_endpoint, api_item, Taken};
+
 use std::{fmt, path::Path};
 
 pub use model::*;

@@ -215,6 +215,31 @@ pub struct Profile {
     /// `aggregate`: how the verdicts of the nodes that probe an endpoint make its health, with
     /// `[cluster]` (SPEC 9); "50%" by default.
     pub aggregate: crate::cluster::aggregate::Rule,
+    /// `endpoints_from`: whether the file lists the endpoints or the API owns them.
+    pub endpoints_from: EndpointSource,
+}
+
+/// Where a profile's endpoints come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndpointSource {
+    /// Its `[[profile.endpoint]]` tables.
+    #[default]
+    File,
+    /// The fleet API (`POST /v1/profiles/NAME/endpoints`), kept in the fleet journal beside
+    /// the state file; the file lists none.
+    Api,
+}
+
+impl EndpointSource {
+    pub const NAMES: [&'static str; 2] = ["file", "api"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EndpointSource::File => "file",
+            EndpointSource::Api => "api",
+        }
+    }
 }
 
 impl Profile {
@@ -236,6 +261,7 @@ impl Profile {
             dns_name,
             dns_ttl,
             aggregate,
+            endpoints_from,
         } = self;
         Profile {
             name: name.clone(),
@@ -248,6 +274,7 @@ impl Profile {
             dns_name: dns_name.clone(),
             dns_ttl: *dns_ttl,
             aggregate: *aggregate,
+            endpoints_from: *endpoints_from,
         }
     }
 }

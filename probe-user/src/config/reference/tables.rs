@@ -10,7 +10,7 @@ use super::{
     Unset::{self, Dialect, Required, Value},
 };
 use crate::{
-    config::model::{Cluster, Daemon, DnsTcp, HttpProbes},
+    config::model::{Cluster, Daemon, DnsTcp, EndpointSource, HttpProbes},
     kernel::{AttachMode, Hook},
     rules::limits::{MAX_PACING_MS, MAX_SLOTS, MAX_UDP_PAYLOAD, THRESHOLD_MAX},
 };
@@ -417,6 +417,19 @@ pub const PROFILE: Section = Section {
             Allowed::Any,
             PerKey,
             "The endpoints: see [[profile.endpoint]].",
+        ),
+        Key::new(
+            "endpoints_from",
+            Type::String,
+            Value("\"file\""),
+            OneOf(&EndpointSource::NAMES),
+            Applies,
+            "Who owns the profile's endpoints. file: its [[profile.endpoint]] tables. api: the fleet \
+             API (POST /v1/profiles/NAME/endpoints, probed endpoints), which adds, updates and removes \
+             them at run time without a reload; they are kept in the fleet journal beside the state \
+             file (state_file with the extension .fleet), so restarts and reloads keep them, and the \
+             file lists none. A profile moved from api to file takes the file's endpoints, each \
+             keeping its health where its name and check stay the same.",
         ),
         Key::new(
             "dns_name",

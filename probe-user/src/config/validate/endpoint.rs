@@ -180,7 +180,7 @@ fn nested_endpoint(
 
 /// What earlier endpoints of the same profile already claimed.
 #[derive(Default)]
-struct Taken {
+pub(crate) struct Taken {
     names: HashSet<String>,
     priorities: HashSet<u32>,
     subnets: HashMap<IpNet, usize>,
@@ -463,4 +463,172 @@ fn region(r: &mut Reader<'_>, t: &Table<'_, '_>, routing: Routing, taken: &mut T
             None
         }
     }
+}
+
+/// The keys an endpoint of the fleet API may not set: a nested profile and the endpoint's own
+/// TLS and gRPC keys are the file's (their files and names are the operator's, not a control
+/// plane's).
+const NOT_BY_API: [&str; 9] = [
+    "profile",
+    "min_child_endpoints",
+    "tls_verify",
+    "ca_file",
+    "server_name",
+    "client_cert",
+    "client_key",
+    "min_version",
+    "service",
+];
+
+impl Taken {
+    /// What `endpoints` (a profile's, less those a batch replaces or removes) claim of what is
+    /// unique under `routing`: priorities, subnets, regions. Names are not taken here: the
+    /// fleet holds them by name already (a put of a name it has replaces that endpoint).
+    pub(crate) fn claimed<'e>(endpoints: impl Iterator<Item = (usize, &'e Endpoint)>, routing: Routing) -> Taken {
+        let mut taken = Taken::default();
+        if !matches!(routing, Routing::Priority | Routing::Subnet | Routing::Geographic) {
+            return taken;
+        }
+        for (i, e) in endpoints {
+            match routing {
+                Routing::Priority => {
+                    taken.priorities.insert(e.priority);
+                }
+                Routing::Subnet if e.subnets().is_empty() => taken.catch_all = true,
+                Routing::Subnet => taken.subnets.extend(e.subnets().iter().map(|n| (*n, i))),
+                _ => taken.regions.extend(e.region().map(str::to_string)),
+            }
+        }
+        taken
+    }
+}
+
+/// One endpoint of a fleet API batch (`items[i]`, a JSON object) read by the file's rules for
+/// `[[profile.endpoint]]` against its profile's check and routing: the same keys, defaults and
+/// errors (with `at` for the field and no line), `position` its default priority less one.
+pub(crate) fn api_endpoint(
+    item: &serde_json::Map<String, serde_json::Value>,
+    at: &str,
+    position: usize,
+    rules: Rules<'_>,
+    taken: &mut Taken,
+) -> Result<Endpoint, Vec<crate::config::ConfigError>> {
+    let bad = |field: String, value: Option<String>, problem: String| crate::config::ConfigError {
+        file: "batch".into(),
+        line: 0,
+        column: 0,
+        field,
+        profile: None,
+        value,
+        problem,
+    };
+    let mut errors = Vec::new();
+    for (key, value) in item {
+        if NOT_BY_API.contains(&key.as_str()) {
+            errors.push(bad(
+                format!("{at}.{key}"),
+                Some(value.to_string()),
+                "nested profiles and an endpoint's own TLS and gRPC keys are set in the file; the fleet API \
+                 takes name, address, port, weight, priority, state, headers, subnets, region and haproxy_server"
+                    .into(),
+            ));
+        }
+    }
+    let mut text = String::from("e = {");
+    for (i, (key, value)) in item.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(&serde_json::Value::String(key.clone()).to_string());
+        text.push_str(" = ");
+        if let Err(problem) = toml_value(value, &mut text) {
+            errors.push(bad(format!("{at}.{key}"), Some(value.to_string()), problem.into()));
+        }
+    }
+    text.push('}');
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let mut r = Reader {
+        text: &text,
+        file: "batch",
+        errors: Vec::new(),
+        base: 0,
+    };
+    let parsed = super::parse_toml(&mut r, &text);
+    let ep = parsed.as_ref().and_then(|root| {
+        let v = root.get_ref().get("e")?;
+        endpoint(&mut r, v, at, position, rules, taken)
+    });
+    let mut errors = r.errors;
+    for e in &mut errors {
+        (e.line, e.column) = (0, 0);
+    }
+    match ep {
+        Some(ep) if errors.is_empty() => Ok(ep),
+        _ => Err(errors),
+    }
+}
+
+/// `v` as a TOML value, onto `out`: JSON strings are TOML basic strings as serde_json writes
+/// them, objects inline tables. JSON's null has no TOML form.
+fn toml_value(v: &serde_json::Value, out: &mut String) -> Result<(), &'static str> {
+    use serde_json::Value as J;
+    match v {
+        J::Null => return Err("null is not a value here; leave the key out for its default"),
+        J::Bool(_) | J::Number(_) | J::String(_) => out.push_str(&v.to_string()),
+        J::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                toml_value(item, out)?;
+            }
+            out.push(']');
+        }
+        J::Object(map) => {
+            out.push('{');
+            for (i, (k, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&J::String(k.clone()).to_string());
+                out.push_str(" = ");
+                toml_value(item, out)?;
+            }
+            out.push('}');
+        }
+    }
+    Ok(())
+}
+
+/// `e` as the fleet API's item: the keys `api_endpoint` reads it back from, defaults left out
+/// but for the name (an item read back is the same endpoint whatever its position).
+pub(crate) fn api_item(e: &Endpoint) -> serde_json::Map<String, serde_json::Value> {
+    use serde_json::Value as J;
+    let mut m = serde_json::Map::new();
+    m.insert("name".into(), J::String(e.name.to_string()));
+    m.insert("address".into(), J::String(e.address.to_string()));
+    m.insert("port".into(), J::from(e.port));
+    m.insert("weight".into(), J::from(e.weight));
+    m.insert("priority".into(), J::from(e.priority));
+    if e.state != AdminState::Enabled {
+        m.insert("state".into(), J::String(e.state.as_str().to_string()));
+    }
+    if !e.headers().is_empty() {
+        let headers = e.headers().iter().map(|h| J::String(h.to_string())).collect();
+        m.insert("headers".into(), J::Array(headers));
+    }
+    if !e.subnets().is_empty() {
+        let nets = e.subnets().iter().map(|n| J::String(n.to_string())).collect();
+        m.insert("subnets".into(), J::Array(nets));
+    }
+    if let Some(region) = e.region() {
+        m.insert("region".into(), J::String(region.to_string()));
+    }
+    if let Some(server) = e.haproxy_server() {
+        m.insert("haproxy_server".into(), J::String(server.to_string()));
+    }
+    m
 }

@@ -4,7 +4,7 @@
 mod cluster;
 mod daemon;
 mod dns;
-mod endpoint;
+pub(super) mod endpoint;
 mod health;
 mod http;
 mod profile;

@@ -64,13 +64,30 @@ pub(super) fn profile(
         (Some(_), None) => None,
         (Some(h), Some(d)) => health(r, h, &t.child("health"), d),
     };
+    let endpoints_from = endpoints_from(r, &t);
     let written = Reader::get(&t, "endpoint");
+    if let (Some(EndpointSource::Api), Some(v)) = (endpoints_from, written) {
+        r.error(
+            v.span(),
+            &t.child("endpoint"),
+            Some(crate::config::read::show(v.get_ref())),
+            "a profile with endpoints_from = \"api\" lists no endpoints: they come from POST /v1/profiles/NAME/endpoints",
+        );
+    }
     let endpoints = match (health.as_ref(), dialect, routing) {
         (Some(health), Some(dialect), Some(routing)) => {
             let path = t.child("endpoint");
             let mut list = EndpointList::new(r, path, (health, dialect, routing), runs.endpoints);
             if let Some(v) = written {
                 list.array(r, v);
+            }
+            if endpoints_from == Some(EndpointSource::Api) && !runs.ranges.is_empty() {
+                r.error(
+                    runs.ranges[0].clone(),
+                    &t.child("endpoint"),
+                    None,
+                    "a profile with endpoints_from = \"api\" lists no endpoints: they come from POST /v1/profiles/NAME/endpoints",
+                );
             }
             read_runs(r, runs.ranges, Some(&mut list));
             list.finish(r)
@@ -95,9 +112,27 @@ pub(super) fn profile(
             dns_name: dns_name?,
             dns_ttl: dns_ttl?,
             aggregate: aggregate?,
+            endpoints_from: endpoints_from?,
         })
     });
     (profile, shown_name)
+}
+
+fn endpoints_from(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<EndpointSource> {
+    match r.string(t, "endpoints_from") {
+        None => Some(EndpointSource::File),
+        Some(item) => match item.v.as_str() {
+            "file" => Some(EndpointSource::File),
+            "api" => Some(EndpointSource::Api),
+            _ => {
+                r.bad(
+                    &item,
+                    "expected \"file\" (the [[profile.endpoint]] tables) or \"api\" (POST /v1/profiles/NAME/endpoints)",
+                );
+                None
+            }
+        },
+    }
 }
 
 /// Ours: the traffic manager allows 8; more are for fleets that want them, and an answer that
