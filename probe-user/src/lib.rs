@@ -25,11 +25,11 @@ pub mod config;
 pub mod daemon;
 pub mod dns;
 pub mod engine;
-pub mod fleet;
 #[cfg(feature = "testing")]
 pub mod errors;
 #[cfg(not(feature = "testing"))]
 pub(crate) mod errors;
+pub mod fleet;
 pub(crate) mod hash;
 pub(crate) mod health;
 pub mod kernel;

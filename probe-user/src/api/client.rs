@@ -101,8 +101,13 @@ impl Client {
     /// Sends `method path`; requests other than GET say `Content-Type: application/json`, as
     /// the API wants of changes.
     pub fn request(&self, method: &str, path: &str) -> Result<Response, ClientError> {
+        self.request_with(method, path, &[])
+    }
+
+    /// `method path` with a JSON body (a fleet batch).
+    pub fn request_with(&self, method: &str, path: &str, body: &[u8]) -> Result<Response, ClientError> {
         let deadline = Instant::now() + self.timeout;
-        let mut stream = self.send(method, path, deadline)?;
+        let mut stream = self.send(method, path, body, deadline)?;
         let mut raw = Vec::new();
         self.read_to_end(&mut stream, &mut raw, deadline)?;
         parse(&raw).ok_or(self.malformed())
@@ -113,7 +118,7 @@ impl Client {
     /// timeouts bound the connection and the response's head; the body may take forever.
     pub fn follow(&self, path: &str, mut line: impl FnMut(&str) -> bool) -> Result<Followed, ClientError> {
         let deadline = Instant::now() + self.timeout;
-        let mut stream = self.send("GET", path, deadline)?;
+        let mut stream = self.send("GET", path, &[], deadline)?;
         let mut raw = Vec::new();
         let mut buf = [0u8; 16 * 1024];
         let head_end = loop {
@@ -169,9 +174,12 @@ impl Client {
     }
 
     /// Connects and writes the request, within `deadline`.
-    fn send(&self, method: &str, path: &str, deadline: Instant) -> Result<Socket, ClientError> {
+    fn send(&self, method: &str, path: &str, body: &[u8], deadline: Instant) -> Result<Socket, ClientError> {
         let mut stream = self.connect(deadline)?;
-        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: probed\r\nConnection: close\r\nContent-Length: 0\r\n");
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: probed\r\nConnection: close\r\nContent-Length: {}\r\n",
+            body.len()
+        );
         if !method.eq_ignore_ascii_case("GET") && !method.eq_ignore_ascii_case("HEAD") {
             req.push_str("Content-Type: application/json\r\n");
         }
@@ -184,6 +192,7 @@ impl Client {
             .max(Duration::from_millis(1));
         stream.set_write_timeout(Some(left)).map_err(|e| self.io(e))?;
         stream.write_all(req.as_bytes()).map_err(|e| self.io(e))?;
+        stream.write_all(body).map_err(|e| self.io(e))?;
         Ok(stream)
     }
 

@@ -46,8 +46,10 @@ pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub(super) const MAX_BUF_SIZE: usize = 16 * 1024;
 /// Header lines per request (hyper's default is 100).
 pub(super) const MAX_HEADERS: usize = 64;
-/// The largest request body accepted: no route takes a body (POSTs are empty).
+/// The largest request body accepted but for a fleet batch's (other POSTs are empty).
 pub(super) const MAX_BODY_BYTES: u64 = 1024;
+/// The largest fleet batch body: `crate::fleet::MAX_ITEMS` items of some 800 bytes.
+pub(super) const MAX_BATCH_BYTES: u64 = 8 << 20;
 /// The time limits of one connection; production uses `Timeouts::API`, unit tests shorter ones.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Timeouts {

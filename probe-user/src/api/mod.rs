@@ -370,11 +370,23 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
 /// routing.
 async fn route_limited(req: Request<Incoming>, control: Control, access: &Access) -> Reply {
     let upper = req.body().size_hint().upper();
-    if upper.is_none_or(|n| n > limits::MAX_BODY_BYTES) {
-        let mut r = error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "request bodies are refused: no API route takes one",
-        );
+    let batch = is_batch(&req);
+    let too_large = match (upper, batch) {
+        (Some(n), true) => n > limits::MAX_BATCH_BYTES,
+        // A batch sent in chunks is cut off at the limit as it is read.
+        (None, true) => false,
+        (n, false) => n.is_none_or(|n| n > limits::MAX_BODY_BYTES),
+    };
+    if too_large {
+        let why = if batch {
+            format!(
+                "a fleet batch body is at most {} bytes; split the batch",
+                limits::MAX_BATCH_BYTES
+            )
+        } else {
+            "request bodies are refused: only POST /v1/profiles/NAME/endpoints takes one".to_string()
+        };
+        let mut r = error(StatusCode::PAYLOAD_TOO_LARGE, &why);
         // The unread body would otherwise be drained or make the next request unreadable.
         r.headers_mut()
             .insert(header::CONNECTION, header::HeaderValue::from_static("close"));
@@ -395,6 +407,64 @@ async fn route_limited(req: Request<Incoming>, control: Control, access: &Access
 }
 
 type Reply = Response<BoxBody<Bytes, Infallible>>;
+
+/// Whether `req` is a fleet batch, the one request with a body.
+fn is_batch(req: &Request<Incoming>) -> bool {
+    let segs: Vec<&str> = req.uri().path().split('/').filter(|s| !s.is_empty()).collect();
+    req.method() == Method::POST && matches!(segs.as_slice(), ["v1", "profiles", _, "endpoints"])
+}
+
+/// `POST /v1/profiles/NAME/endpoints`: a batch of endpoint changes (`crate::fleet`).
+async fn fleet_batch(req: Request<Incoming>, control: Control, profile: &str) -> Reply {
+    let body = match http_body_util::Limited::new(req.into_body(), limits::MAX_BATCH_BYTES as usize)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            let mut r = error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!(
+                    "the batch could not be read ({e}); a body is at most {} bytes",
+                    limits::MAX_BATCH_BYTES
+                ),
+            );
+            r.headers_mut()
+                .insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+            return r;
+        }
+    };
+    let batch: crate::fleet::Batch = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "the body is not a batch ({e}): expected {{\"generation\": N?, \"put\": [ENDPOINT...], \
+                     \"set\": [{{\"name\": NAME, KEY: VALUE...}}], \"remove\": [NAME...]}}"
+                ),
+            )
+        }
+    };
+    match control.fleet(profile, batch).await {
+        Err(RequestError::BadBatch(errors)) => {
+            let problems: Vec<serde_json::Value> = errors
+                .iter()
+                .map(|e| serde_json::json!({ "field": e.field, "value": e.value, "problem": e.problem }))
+                .collect();
+            let body = serde_json::json!({
+                "error": RequestError::BadBatch(errors.clone()).to_string(),
+                "problems": problems,
+            });
+            Response::builder()
+                .status(StatusCode::BAD_REQUEST)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(full(body.to_string().into()))
+                .expect("static headers are valid")
+        }
+        r => json(r),
+    }
+}
 
 /// The most endpoints one paged status request may ask for.
 const MAX_PAGE: usize = 10_000;
@@ -480,6 +550,11 @@ async fn route(req: Request<Incoming>, control: Control, feed: &events::Feed) ->
                 _ => return error(StatusCode::NOT_FOUND, "actions are enable, disable and always-serve"),
             };
             json(control.set_admin(profile, endpoint, state).await)
+        }
+        (&Method::GET, ["v1", "profiles", profile, "endpoints"]) => json(control.fleet_view(profile).await),
+        (&Method::POST, ["v1", "profiles", profile, "endpoints"]) => {
+            let profile = profile.to_string();
+            fleet_batch(req, control, &profile).await
         }
         (&Method::POST, ["v1", "profiles", profile, action]) => {
             let enabled = match *action {
@@ -601,6 +676,9 @@ fn request_error(e: RequestError) -> Reply {
         RequestError::NoProfile(_) | RequestError::NoEndpoint { .. } | RequestError::NoCluster => StatusCode::NOT_FOUND,
         RequestError::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
         RequestError::Stopped => StatusCode::SERVICE_UNAVAILABLE,
+        RequestError::NotApi(_) | RequestError::Generation { .. } => StatusCode::CONFLICT,
+        RequestError::BadBatch(_) => StatusCode::BAD_REQUEST,
+        RequestError::Unsaved(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
     error(code, &e.to_string())
 }
@@ -688,6 +766,7 @@ mod tests {
             tx: tokio::sync::mpsc::channel(1).0,
             config_path: None,
             consumers: Arc::default(),
+            journal: None,
         };
         let access = Access {
             peer: Arc::new(auth::Peer::Unix(Some(auth::PeerCred {

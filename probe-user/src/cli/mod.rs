@@ -12,6 +12,7 @@ mod admin;
 mod api;
 mod check;
 mod cluster;
+mod endpoints;
 mod events;
 mod generate;
 mod logging;
@@ -149,6 +150,10 @@ enum Command {
     Disable(AdminArgs),
     /// Serve an endpoint whatever its health (health checks off). Kept across restarts.
     AlwaysServe(AdminArgs),
+    /// Change the endpoints of a profile the fleet API owns (endpoints_from = "api") in a
+    /// running daemon, without a reload: kept across restarts and reloads.
+    #[command(subcommand)]
+    Endpoints(endpoints::EndpointsCommand),
     /// Probe one target now: one line per probe; exit 0 only if every probe was healthy.
     Check(Box<check::CheckArgs>),
     /// Write the manual pages or the shell completions into a directory (for packages).
@@ -244,6 +249,7 @@ pub fn main() -> ExitCode {
         } => watch(profile.as_deref(), &api, Duration::from_millis(every_ms)),
         Command::Status { profile, api, json, .. } => status(profile.as_deref(), &api, json),
         Command::Reload { api } => reload(&api),
+        Command::Endpoints(command) => endpoints::endpoints(command),
         Command::Sinks { api, json } => sinks(&api, json),
         Command::Cluster { api, json } => cluster(&api, json),
         Command::Events {

@@ -31,6 +31,24 @@ pub enum RequestError {
     Stopped,
     #[error("this daemon runs alone: its configuration has no [cluster]")]
     NoCluster,
+    #[error(
+        "profile {0:?} takes its endpoints from the file (endpoints_from = \"file\"): change them there and \
+         reload, or set endpoints_from = \"api\""
+    )]
+    NotApi(String),
+    #[error(
+        "profile {profile:?} is at generation {current}, not {expected}: another change came first; read the \
+         endpoints again (GET /v1/profiles/{profile}/endpoints) and send the batch against that generation"
+    )]
+    Generation {
+        profile: String,
+        expected: u64,
+        current: u64,
+    },
+    #[error("the batch was refused; nothing of it was applied:\n{0}")]
+    BadBatch(ConfigErrors),
+    #[error("the batch was applied, but not written to the fleet journal ({0}): a restart would lose it")]
+    Unsaved(String),
 }
 
 impl From<ConfigErrors> for RequestError {
@@ -62,6 +80,12 @@ pub(crate) enum Command {
     /// What the node's route sinks announce now, for the cluster's gossip (from the sinks'
     /// threads; no reply).
     Routes(Vec<crate::cluster::routes::Announcement>),
+    /// What a fleet batch for a profile is checked against (the names it changes).
+    FleetLookup(String, Vec<String>, Reply<crate::fleet::Lookup>),
+    Fleet(Box<super::requests::FleetRequest>, Reply<super::requests::FleetDone>),
+    /// The running profiles the API owns, for a reload to carry over.
+    FleetCarry(Reply<Vec<super::requests::Carried>>),
+    FleetView(String, Reply<crate::fleet::FleetView>),
 }
 
 /// A consumer joining the change stream. A typed follower (not a `Feed`) has one
@@ -97,6 +121,15 @@ pub(crate) struct ReloadRequest {
     /// Followers the configuration no longer has (sinks removed): their streams end once the
     /// new table's changes are in them.
     pub close: Vec<Follower>,
+    /// The generations of the configuration's API profiles.
+    pub fleet: Vec<(String, u64)>,
+}
+
+/// What a reload carries of the API's profiles: their generations, and those it takes from
+/// the API.
+struct CarriedFleet {
+    generations: Vec<(String, u64)>,
+    forgotten: Vec<String>,
 }
 
 /// What a reload made: its report and the consumers' new starts (as `ReloadRequest` asked).
@@ -125,6 +158,9 @@ pub struct Control {
     /// The events file, the sinks and the DNS server. Held across a reload (which so runs
     /// one at a time); the other requests take it for a moment, after the runner's reply.
     pub(crate) consumers: Arc<Mutex<Consumers>>,
+    /// The fleet journal (`crate::fleet::journal`), appended after each batch the runner
+    /// applied, on a blocking thread.
+    pub(crate) journal: Option<Arc<std::sync::Mutex<crate::fleet::journal::Journal>>>,
 }
 
 impl Control {
@@ -239,13 +275,15 @@ impl Control {
                 ))
             }
         };
+        let (config, fleet) = self.carry_fleet(config).await?;
         let config = Arc::new(config);
         // What the consumers need (a sink its structure, the events file its place) is made
         // before the runner applies anything: if it fails, nothing changes.
         let prepared = consumers
             .prepare(&config)
             .map_err(|e| RequestError::Refused(crate::errors::chain(&e)))?;
-        let request = consumers.reload_joins(&config, &prepared);
+        let mut request = consumers.reload_joins(&config, &prepared);
+        request.fleet = fleet.generations;
         consumers.mark_handovers(&config, true);
         let reloaded = match self.ask(|r| Command::Reload(Box::new(request), r)).await {
             Ok(reloaded) => reloaded,
@@ -256,7 +294,200 @@ impl Control {
         };
         let report = reloaded.report.clone();
         consumers.refollow(config, prepared, reloaded);
+        self.forget_fleet(fleet.forgotten).await;
         Ok(report)
+    }
+
+    /// Applies a fleet batch to `profile` (one whose endpoints the API owns): checked by the
+    /// file's rules off the runner, applied whole or not at all, written to the journal before
+    /// the answer. Like a reload it runs to its end once begun, and one at a time with reloads.
+    pub async fn fleet(
+        &self,
+        profile: &str,
+        batch: crate::fleet::Batch,
+    ) -> Result<crate::fleet::Applied, RequestError> {
+        let control = self.clone();
+        let profile = profile.to_string();
+        tokio::spawn(async move { control.fleet_batch(profile, batch).await })
+            .await
+            .map_err(|_| RequestError::Stopped)?
+    }
+
+    async fn fleet_batch(
+        &self,
+        profile: String,
+        batch: crate::fleet::Batch,
+    ) -> Result<crate::fleet::Applied, RequestError> {
+        use super::requests::FleetRequest;
+        let mut consumers = self.consumers.lock().await;
+        let names = batch.named();
+        let lookup = self.ask(|r| Command::FleetLookup(profile.clone(), names, r)).await?;
+        if let Some(expected) = batch.generation.filter(|&g| g != lookup.generation) {
+            return Err(RequestError::Generation {
+                profile,
+                expected,
+                current: lookup.generation,
+            });
+        }
+        let generation = batch.generation;
+        let ops = tokio::task::spawn_blocking(move || crate::fleet::check(&batch, &lookup))
+            .await
+            .map_err(|_| RequestError::Stopped)?
+            .map_err(RequestError::BadBatch)?;
+        let entry_ops = ops.clone();
+        let request = FleetRequest {
+            profile: profile.clone(),
+            generation,
+            ops,
+            want_config: consumers.serves_dns(),
+        };
+        let done = self.ask(|r| Command::Fleet(Box::new(request), r)).await?;
+        let applied = done.applied;
+        if let Some(config) = done
+            .config
+            .filter(|_| applied.added + applied.changed + applied.removed > 0)
+        {
+            // The zone is built from the configuration: it follows the new endpoints from a
+            // snapshot taken after them.
+            if let Some(join) = consumers.dns_join() {
+                let joined = self.ask(|r| Command::Join(vec![join], r)).await?;
+                consumers.refollow_dns(&config, joined);
+            }
+        }
+        if applied.added + applied.changed + applied.removed > 0 {
+            if let Some(journal) = self.journal.clone() {
+                let entry = crate::fleet::entry(&profile, applied.generation, &entry_ops);
+                let written = tokio::task::spawn_blocking(move || {
+                    journal
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .append(&entry)
+                })
+                .await
+                .map_err(|_| RequestError::Stopped)?;
+                if let Err(e) = written {
+                    let why = crate::errors::chain(&e);
+                    log::error!("fleet: profile {profile}: {why}");
+                    return Err(RequestError::Unsaved(why));
+                }
+            }
+        }
+        Ok(applied)
+    }
+
+    /// The endpoints of `profile` as the fleet API reads and takes them, with its generation
+    /// (0 and the file's endpoints for a profile the file owns).
+    pub async fn fleet_view(&self, profile: &str) -> Result<crate::fleet::FleetView, RequestError> {
+        self.ask(|r| Command::FleetView(profile.to_string(), r)).await
+    }
+
+    /// The endpoints of `config`'s API profiles, which its file does not list: a running API
+    /// profile's as they are (read again by its rules when the reload changed its check or
+    /// routing), else the journal's; the generations they are at, and the API profiles the
+    /// reload takes from the API.
+    async fn carry_fleet(&self, mut config: Config) -> Result<(Config, CarriedFleet), RequestError> {
+        use crate::config::EndpointSource;
+        let carried = self.ask(Command::FleetCarry).await?;
+        let api = |p: &&crate::config::Profile| p.endpoints_from == EndpointSource::Api;
+        let forgotten: Vec<String> = carried
+            .iter()
+            .filter(|c| !config.profiles.iter().filter(api).any(|p| p.name == c.name))
+            .map(|c| c.name.clone())
+            .collect();
+        if !config.profiles.iter().any(|p| api(&p)) {
+            return Ok((
+                config,
+                CarriedFleet {
+                    generations: Vec::new(),
+                    forgotten,
+                },
+            ));
+        }
+        let journal = self.journal.as_ref().map(|j| {
+            j.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .path()
+                .to_path_buf()
+        });
+        tokio::task::spawn_blocking(move || {
+            let mut generations = Vec::new();
+            let mut errors = Vec::new();
+            let mut from_journal = None;
+            for p in config
+                .profiles
+                .iter_mut()
+                .filter(|p| p.endpoints_from == EndpointSource::Api)
+            {
+                let (endpoints, generation) = match carried.iter().find(|c| c.name == p.name) {
+                    Some(c)
+                        if (&c.settings.health, c.settings.dialect, c.settings.routing)
+                            == (&p.health, p.dialect, p.routing) =>
+                    {
+                        (Ok(c.endpoints.clone()), c.generation)
+                    }
+                    Some(c) => {
+                        let items: Vec<_> = c.endpoints.iter().map(crate::config::api_item).collect();
+                        (crate::fleet::readmit(p, items.iter()), c.generation)
+                    }
+                    None => {
+                        let fleet = match (&mut from_journal, &journal) {
+                            (Some(f), _) => f,
+                            (None, Some(path)) => {
+                                from_journal.insert(crate::fleet::journal::read_file(path).unwrap_or_else(|e| {
+                                    log::warn!(
+                                        "{}: the reload's new API profiles start empty",
+                                        crate::errors::chain(&e)
+                                    );
+                                    crate::fleet::journal::Fleet::default()
+                                }))
+                            }
+                            (None, None) => from_journal.insert(crate::fleet::journal::Fleet::default()),
+                        };
+                        match fleet.get(&p.name) {
+                            Some(held) => (crate::fleet::readmit(p, held.items.values()), held.generation),
+                            None => (Ok(Vec::new()), 0),
+                        }
+                    }
+                };
+                match endpoints {
+                    Ok(e) => p.endpoints = e,
+                    Err(e) => errors.push(format!(
+                        "profile {:?}: the endpoints the API gave it break its new rules:\n{e}",
+                        p.name
+                    )),
+                }
+                generations.push((p.name.clone(), generation));
+            }
+            if errors.is_empty() {
+                Ok((config, CarriedFleet { generations, forgotten }))
+            } else {
+                Err(RequestError::Refused(errors.join("\n")))
+            }
+        })
+        .await
+        .map_err(|_| RequestError::Stopped)?
+    }
+
+    /// After a reload that took these profiles from the API (removed, or their endpoints the
+    /// file's now): the journal forgets their endpoints.
+    async fn forget_fleet(&self, forgotten: Vec<String>) {
+        let Some(journal) = self.journal.clone().filter(|_| !forgotten.is_empty()) else {
+            return;
+        };
+        let _ = tokio::task::spawn_blocking(move || {
+            let mut journal = journal.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for profile in forgotten {
+                let entry = crate::fleet::journal::Entry {
+                    profile: profile.clone(),
+                    reset: true,
+                    ..Default::default()
+                };
+                if let Err(e) = journal.append(&entry) {
+                    log::warn!("fleet: profile {profile}: {}", crate::errors::chain(&e));
+                }
+            }
+        })
+        .await;
     }
 
     /// Joins the change stream: the state of every endpoint and profile now, and every change

@@ -126,6 +126,42 @@ pub enum DaemonError {
     Cluster(#[source] crate::cluster::node::NodeError),
     #[error("the daemon has stopped")]
     Stopped,
+    #[error(transparent)]
+    Journal(#[from] crate::fleet::journal::JournalError),
+    #[error("the fleet journal {} holds endpoints of profile {profile:?} its rules refuse now; fix the profile or those endpoints (the API can remove them once the daemon runs with the old rules):\n{errors}", path.display())]
+    FleetItems {
+        path: PathBuf,
+        profile: String,
+        errors: crate::config::ConfigErrors,
+    },
+}
+
+/// Fills the profiles of `config` whose endpoints the API owns from the fleet journal at
+/// `path`, read as it is (the runner's lock on the state file is not held yet, so nothing is
+/// written): their generations.
+fn admit_fleet(config: &mut Config, path: &std::path::Path) -> Result<Vec<(String, u64)>, DaemonError> {
+    use crate::config::EndpointSource;
+    if !config.profiles.iter().any(|p| p.endpoints_from == EndpointSource::Api) {
+        return Ok(Vec::new());
+    }
+    let mut fleet = crate::fleet::journal::read_file(path)?;
+    let mut generations = Vec::new();
+    for p in config
+        .profiles
+        .iter_mut()
+        .filter(|p| p.endpoints_from == EndpointSource::Api)
+    {
+        let Some(held) = fleet.remove(&p.name) else {
+            continue;
+        };
+        p.endpoints = crate::fleet::readmit(p, held.items.values()).map_err(|errors| DaemonError::FleetItems {
+            path: path.to_path_buf(),
+            profile: p.name.clone(),
+            errors,
+        })?;
+        generations.push((p.name.clone(), held.generation));
+    }
+    Ok(generations)
 }
 
 /// Why the cluster's key file gave no key.
@@ -162,7 +198,9 @@ impl Daemon {
     }
 
     /// Starts the runner with the given ports, then the consumers of its stream.
-    pub fn start_with(config: Config, options: Options, ports: ports::Ports) -> Result<Daemon, DaemonError> {
+    pub fn start_with(mut config: Config, options: Options, ports: ports::Ports) -> Result<Daemon, DaemonError> {
+        let fleet_path = crate::fleet::journal::fleet_path(&config.daemon.state_file);
+        let generations = admit_fleet(&mut config, &fleet_path)?;
         let (tx, rx) = mpsc::channel(64);
         let config_path = options.config_path.as_deref().map(std::sync::Arc::from);
         let config = std::sync::Arc::new(config);
@@ -201,6 +239,7 @@ impl Daemon {
                         return;
                     }
                 };
+                runner.start_fleet(&generations);
                 let _ = built_tx.send(Ok(()));
                 // The consumers join the first table before the loop publishes anything else;
                 // without them (their start failed) the runner ends unrun.
@@ -228,6 +267,27 @@ impl Daemon {
                 Ok(()) => unreachable!("the runner thread reports before it ends"),
             },
         }
+        // The state file's lock is the runner's now: the journal may be rewritten.
+        let journal = match crate::fleet::journal::Journal::open(&fleet_path) {
+            Ok((journal, _)) => Some(std::sync::Arc::new(std::sync::Mutex::new(journal))),
+            Err(e)
+                if !config
+                    .profiles
+                    .iter()
+                    .any(|p| p.endpoints_from == crate::config::EndpointSource::Api) =>
+            {
+                log::warn!(
+                    "{}; the fleet API's batches will not be kept across restarts",
+                    crate::errors::chain(&e)
+                );
+                None
+            }
+            Err(e) => {
+                drop(go_tx);
+                let _ = thread.join();
+                return Err(e.into());
+            }
+        };
         let prepared = match consumers::Consumers::prepare_start(&config) {
             Ok(prepared) => prepared,
             Err(e) => {
@@ -242,6 +302,7 @@ impl Daemon {
                 tx,
                 config_path,
                 consumers: std::sync::Arc::default(),
+                journal,
             },
             stop: Some(stop),
             done,

@@ -96,25 +96,21 @@ pub enum JournalError {
 }
 
 impl Journal {
-    /// Opens (or creates) the journal at `path` and reads it; rewritten compact before the
-    /// first append.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Opens (or creates) the journal at `path`, rewritten compact: what it holds, and the
+    /// journal open for appending.
     pub fn open(path: &Path) -> Result<(Journal, Fleet), JournalError> {
-        let io = |op: &'static str| {
-            let path = path.to_path_buf();
-            move |source| JournalError::Io { op, path, source }
-        };
-        let fleet = match File::open(path) {
-            Ok(f) => read(path, BufReader::new(f))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Fleet::new(),
-            Err(e) => return Err(io("open")(e)),
-        };
+        let fleet = read_file(path)?;
         let journal = rewrite(path, &fleet)?;
         Ok((journal, fleet))
     }
 
-    /// Appends `entry` and syncs it to disk; rewrites the file compact, from `fleet` (what
-    /// the entry made), when its lines have grown four times the fleet.
-    pub fn append(&mut self, entry: &Entry, fleet: &Fleet) -> Result<(), JournalError> {
+    /// Appends `entry` and syncs it to disk; rewrites the file compact (read back and
+    /// replayed) once its lines hold four times as many items as the fleet has endpoints.
+    pub fn append(&mut self, entry: &Entry) -> Result<(), JournalError> {
         let mut line = serde_json::to_vec(entry).expect("a journal entry serializes");
         line.push(b'\n');
         let io = |op: &'static str| {
@@ -124,11 +120,26 @@ impl Journal {
         self.file.write_all(&line).map_err(io("append to"))?;
         self.file.sync_data().map_err(io("sync"))?;
         self.items += entry.put.len() + entry.remove.len();
-        self.endpoints = fleet.values().map(|h| h.items.len()).sum();
-        if self.items > 4 * self.endpoints.max(1024) {
-            *self = rewrite(&self.path, fleet)?;
+        // An estimate (a put may replace): only the rewrite's moment depends on it.
+        self.endpoints = (self.endpoints + entry.put.len()).saturating_sub(entry.remove.len());
+        if entry.reset || self.items > 4 * self.endpoints.max(1024) {
+            let fleet = read_file(&self.path)?;
+            *self = rewrite(&self.path, &fleet)?;
         }
         Ok(())
+    }
+}
+
+/// The fleet a journal holds (empty when there is none), read without changing it.
+pub fn read_file(path: &Path) -> Result<Fleet, JournalError> {
+    match File::open(path) {
+        Ok(f) => read(path, BufReader::new(f)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Fleet::new()),
+        Err(source) => Err(JournalError::Io {
+            op: "open",
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }
 
@@ -191,7 +202,9 @@ fn rewrite(path: &Path, fleet: &Fleet) -> Result<Journal, JournalError> {
     file.sync_all().map_err(io("sync"))?;
     std::fs::rename(&tmp, path).map_err(io("replace"))?;
     if let Some(dir) = path.parent() {
-        File::open(dir).and_then(|d| d.sync_all()).map_err(io("sync the directory of"))?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io("sync the directory of"))?;
     }
     let file = OpenOptions::new().append(true).open(path).map_err(io("open"))?;
     let endpoints = fleet.values().map(|h| h.items.len()).sum();

@@ -146,7 +146,10 @@ pub fn check(batch: &Batch, lookup: &Lookup) -> Result<Vec<Op>, ConfigErrors> {
         // unique under the routings that need them.
         if errors.is_empty() {
             if let Some(all) = &lookup.all {
-                let kept = all.iter().filter(|(_, e)| !seen.contains_key(&e.name)).map(|(i, e)| (*i, e));
+                let kept = all
+                    .iter()
+                    .filter(|(_, e)| !seen.contains_key(&e.name))
+                    .map(|(i, e)| (*i, e));
                 let mut taken = Taken::claimed(kept, p.routing);
                 puts = read_items(batch, lookup, Some(&mut taken), &mut errors);
             }
@@ -177,8 +180,10 @@ fn read_items(
         let mut own = Taken::default();
         let taken = shared.as_deref_mut().unwrap_or(&mut own);
         let named = item.get("name").and_then(|n| n.as_str());
+        // An endpoint it has keeps its priority unless the item sets one (its place moves as
+        // others are removed: a default from it would make a repeated put a change).
         let position = match named.and_then(|n| lookup.found.get(n)) {
-            Some((at, _)) => *at,
+            Some((_, current)) => current.priority.saturating_sub(1) as usize,
             None => {
                 next += 1;
                 next - 1
@@ -205,6 +210,47 @@ fn read_items(
         }
     }
     out
+}
+
+/// A profile's endpoints read again by its rules, in order: the journal's at a start, or a
+/// running profile's when a reload changed its check or routing. Every problem is reported,
+/// under `endpoints[NAME]`.
+pub fn readmit<'i>(
+    profile: &Profile,
+    items: impl Iterator<Item = &'i journal::Item>,
+) -> Result<Vec<Endpoint>, ConfigErrors> {
+    let rules = (&profile.health, profile.dialect, profile.routing);
+    let mut taken = Taken::default();
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    for (i, item) in items.enumerate() {
+        let name = item.get("name").and_then(|n| n.as_str()).unwrap_or("?");
+        match api_endpoint(item, &format!("endpoints[{name}]"), i, rules, &mut taken) {
+            Ok(e) => out.push(e),
+            Err(e) => errors.extend(e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// The journal's line for `ops` applied to `profile`, bringing it to `generation`.
+pub fn entry(profile: &str, generation: u64, ops: &[Op]) -> journal::Entry {
+    let mut entry = journal::Entry {
+        profile: profile.to_string(),
+        generation,
+        ..journal::Entry::default()
+    };
+    for op in ops {
+        match op {
+            Op::Put(e) => entry.put.push(api_item(e)),
+            Op::Remove(n) => entry.remove.push(n.to_string()),
+        }
+    }
+    entry
 }
 
 /// A `set` item over the endpoint it names: that endpoint's keys, with the item's in place.
@@ -271,4 +317,15 @@ pub struct Applied {
     pub unchanged: usize,
     /// How many endpoints the profile has now.
     pub endpoints: usize,
+}
+
+/// A profile's endpoints as the fleet API shows them (`GET /v1/profiles/NAME/endpoints`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetView {
+    pub profile: String,
+    /// "api" or "file": whether batches may change them.
+    pub endpoints_from: String,
+    pub generation: u64,
+    /// Each as a `put` takes it.
+    pub endpoints: Vec<serde_json::Map<String, serde_json::Value>>,
 }

@@ -1,4 +1,3 @@
-
 use serde_json::json;
 
 use super::{
@@ -13,7 +12,10 @@ fn profile(routing: &str) -> crate::config::Profile {
         "[[profile]]\nname = \"web\"\ndialect = \"lb\"\nrouting = \"{routing}\"\nendpoints_from = \"api\"\n\n\
          [profile.health]\nprotocol = \"tcp\"\nport = 8080\n"
     );
-    Config::parse(&text, "t.toml").expect("a valid config").profiles.remove(0)
+    Config::parse(&text, "t.toml")
+        .expect("a valid config")
+        .profiles
+        .remove(0)
 }
 
 fn batch(v: serde_json::Value) -> Batch {
@@ -37,7 +39,10 @@ fn lookup(routing: &str, have: &[Endpoint]) -> Lookup {
 }
 
 fn put(lookup: &Lookup, item: serde_json::Value) -> Endpoint {
-    match check(&batch(json!({ "put": [item] })), lookup).expect("a good item").remove(0) {
+    match check(&batch(json!({ "put": [item] })), lookup)
+        .expect("a good item")
+        .remove(0)
+    {
         Op::Put(e) => e,
         other => panic!("{other:?}"),
     }
@@ -80,14 +85,19 @@ fn every_bad_item_is_named_with_its_field_and_value_and_nothing_is_returned() {
 
 #[test]
 fn a_set_changes_the_keys_it_gives_and_keeps_the_others() {
-    let have = put(&lookup("weighted", &[]), json!({"name": "a", "address": "198.18.0.7", "weight": 5}));
+    let have = put(
+        &lookup("weighted", &[]),
+        json!({"name": "a", "address": "198.18.0.7", "weight": 5}),
+    );
     let l = lookup("weighted", std::slice::from_ref(&have));
     let ops = check(&batch(json!({"set": [{"name": "a", "weight": 9}]})), &l).unwrap();
     let Op::Put(e) = &ops[0] else { panic!("{ops:?}") };
     assert_eq!((e.address, e.port, e.weight), (have.address, 8080, 9));
     let missing = check(&batch(json!({"set": [{"name": "zz", "weight": 9}]})), &l).unwrap_err();
     assert!(
-        missing.to_string().contains("set[0].name = \"zz\": the profile has no endpoint of this name; put adds one"),
+        missing
+            .to_string()
+            .contains("set[0].name = \"zz\": the profile has no endpoint of this name; put adds one"),
         "{missing}"
     );
 }
@@ -97,12 +107,18 @@ fn a_name_changed_twice_in_one_batch_is_refused() {
     let l = lookup("weighted", &[]);
     let b = batch(json!({"put": [{"name": "a", "address": "198.18.0.7"}], "remove": ["a"]}));
     let e = check(&b, &l).unwrap_err().to_string();
-    assert!(e.contains("remove[0] = \"a\": put[0] already changes this endpoint"), "{e}");
+    assert!(
+        e.contains("remove[0] = \"a\": put[0] already changes this endpoint"),
+        "{e}"
+    );
 }
 
 #[test]
 fn priorities_stay_unique_under_priority_routing_against_what_the_profile_keeps() {
-    let a = put(&lookup("priority", &[]), json!({"name": "a", "address": "198.18.0.7", "priority": 1}));
+    let a = put(
+        &lookup("priority", &[]),
+        json!({"name": "a", "address": "198.18.0.7", "priority": 1}),
+    );
     let l = lookup("priority", std::slice::from_ref(&a));
     let clash = check(
         &batch(json!({"put": [{"name": "b", "address": "198.18.0.8", "priority": 1}]})),
@@ -110,7 +126,10 @@ fn priorities_stay_unique_under_priority_routing_against_what_the_profile_keeps(
     )
     .unwrap_err()
     .to_string();
-    assert!(clash.contains("put[0].priority = 1: another endpoint of this profile has this priority"), "{clash}");
+    assert!(
+        clash.contains("put[0].priority = 1: another endpoint of this profile has this priority"),
+        "{clash}"
+    );
     // Replacing "a" itself frees its priority.
     check(
         &batch(json!({"put": [{"name": "a", "address": "198.18.0.9", "priority": 1}]})),
@@ -128,7 +147,7 @@ fn the_journal_replays_puts_in_place_and_removes_as_the_runner_does() {
         generation,
         reset: false,
         put: put.iter().map(|n| item(n)).collect(),
-        remove: remove.iter().map(|n| n.to_string()).collect(),
+        remove: remove.iter().map(ToString::to_string).collect(),
     };
     replay(&mut fleet, entry(1, &["a", "b", "c", "d"], &[]));
     replay(&mut fleet, entry(2, &["b"], &["a"]));
@@ -150,11 +169,14 @@ fn the_journal_survives_a_reopen_and_leaves_out_a_cut_last_line() {
         profile: "web".into(),
         generation: 1,
         reset: false,
-        put: vec![json!({"name": "a", "address": "198.18.0.1"}).as_object().unwrap().clone()],
+        put: vec![json!({"name": "a", "address": "198.18.0.1"})
+            .as_object()
+            .unwrap()
+            .clone()],
         remove: vec![],
     };
     replay(&mut fleet, e.clone());
-    j.append(&e, &fleet).unwrap();
+    j.append(&e).unwrap();
     drop(j);
     // A batch cut short by a crash: never acknowledged.
     let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();

@@ -41,6 +41,12 @@ impl Doc {
         self
     }
 
+    /// The same document without table `path`.
+    fn without(mut self, path: &str) -> Doc {
+        self.tables.retain(|(p, _)| *p != path);
+        self
+    }
+
     fn has(&self, path: &str) -> bool {
         self.tables.iter().any(|(p, _)| *p == path)
     }
@@ -217,6 +223,10 @@ fn contexts() -> Vec<(Doc, Config)> {
             .set("dns.tcp", "max_lifetime", Some("\"3600s\"")),
         dns.set("dns.tcp", "max_clients_per_prefix", Some("1"))
             .set("dns.tcp", "idle_timeout", Some("\"100ms\"")),
+        // A profile whose endpoints the fleet API owns: it lists none.
+        base()
+            .set("profile", "endpoints_from", Some("\"api\""))
+            .without("profile.endpoint"),
         base().with(
             "cluster",
             &[

@@ -154,6 +154,7 @@ impl Consumers {
                 .chain(self.dns.as_ref().map(|_| dns::join()))
                 .collect(),
             close: sinks::gone(&self.sinks, &config.sinks),
+            fleet: Vec::new(),
         }
     }
 
@@ -179,6 +180,24 @@ impl Consumers {
         self.regions = Arc::new(prepared.regions);
         if let Some(dns) = &mut self.dns {
             dns.refollow(&config, &self.regions, &mut after);
+        }
+    }
+
+    /// Whether a DNS zone is served (it is built from the configuration's endpoints).
+    pub(crate) fn serves_dns(&self) -> bool {
+        self.dns.is_some()
+    }
+
+    /// How the DNS zone joins the stream again, if one is served.
+    pub(crate) fn dns_join(&self) -> Option<Join> {
+        self.dns.as_ref().map(|_| dns::join())
+    }
+
+    /// The DNS zone rebuilt from `config` (a fleet batch changed its endpoints) and what it
+    /// joined with.
+    pub(crate) fn refollow_dns(&mut self, config: &Config, mut joined: Vec<Joined>) {
+        if let Some(dns) = &mut self.dns {
+            dns.refollow(config, &self.regions, &mut joined);
         }
     }
 

@@ -1,11 +1,14 @@
 //! The runner's requests, one file per kind; the dispatch is the match below. Status and
 //! selection are pure functions over the live table; the others change it.
 mod admin;
+mod fleet;
 mod join;
 mod metrics;
 mod reload;
 mod select;
 mod status;
+
+pub(crate) use fleet::{Carried, FleetBook, FleetDone, FleetRequest};
 
 use super::{control::Command, runner::Runner};
 
@@ -58,6 +61,18 @@ impl Runner {
                 let _ = reply.send(Ok(self.join(joins)));
             }
             Command::Routes(routes) => self.cluster_routes(routes),
+            Command::FleetLookup(profile, names, reply) => {
+                let _ = reply.send(self.fleet_lookup(&profile, &names));
+            }
+            Command::Fleet(request, reply) => {
+                let _ = reply.send(self.fleet_apply(*request));
+            }
+            Command::FleetCarry(reply) => {
+                let _ = reply.send(Ok(self.fleet_carry()));
+            }
+            Command::FleetView(profile, reply) => {
+                let _ = reply.send(self.fleet_view(&profile));
+            }
         }
     }
 }

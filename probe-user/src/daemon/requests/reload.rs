@@ -19,6 +19,7 @@ impl Runner {
             before,
             after,
             close,
+            fleet,
         } = request;
         let restart_needed = restart_needed(&self.config, &config, self.probe.l4.port.is_some());
         let mut next_owner = self.next_owner;
@@ -51,6 +52,7 @@ impl Runner {
         let before = self.join(before);
         self.next_owner = next_owner;
         self.apply(plan);
+        self.fleet_rebook(&config, &fleet);
         self.table.share_names(&config);
         for follower in &close {
             self.changes.close(follower);
@@ -74,6 +76,7 @@ impl Runner {
             before: Vec::new(),
             after: Vec::new(),
             close: Vec::new(),
+            fleet: Vec::new(),
         };
         self.reload(request).map(|r| r.report)
     }

@@ -5,17 +5,30 @@ use std::{collections::HashMap, sync::Arc};
 
 use super::{Runner, SchedKey};
 use crate::{
-    daemon::table::{Name, OwnerId, Plan},
+    daemon::table::{Name, OwnerId, Plan, Swapped, Table},
     status::ProfileStatus,
 };
+
+/// What `Runner::before_swap` keeps.
+pub(in crate::daemon) struct Before {
+    nested: HashMap<Name, EndpointState>,
+    profiles: Vec<(Arc<str>, ProfileStatus, bool)>,
+}
 
 impl Runner {
     pub(in crate::daemon) fn apply(&mut self, mut plan: Plan) {
         // Profile indices may change even for targets whose checks stay.
         self.probe.epoch += 1;
         self.cluster_share(&mut plan);
-        let now = self.now();
-        let nested_before: HashMap<Name, EndpointState> = self
+        let before = self.before_swap();
+        let swapped = self.table.swap_in(plan);
+        self.after_swap(&swapped, &before, |table, swapped| table.settle_some(&swapped.dirty));
+    }
+
+    /// What consumers saw of the profiles and nested endpoints before a swap, for
+    /// `after_swap` to tell what moved.
+    pub(in crate::daemon) fn before_swap(&self) -> Before {
+        let nested = self
             .table
             .profiles
             .iter()
@@ -26,13 +39,25 @@ impl Runner {
                     .map(move |n| ((p.name.clone(), n.name.clone()), n.state(protocol)))
             })
             .collect();
-        let profiles_before: Vec<(Arc<str>, ProfileStatus, bool)> = self
+        let profiles = self
             .table
             .profiles
             .iter()
             .map(|p| (p.name.clone(), p.status, p.fail_open))
             .collect();
-        let swapped = self.table.swap_in(plan);
+        Before { nested, profiles }
+    }
+
+    /// After targets were swapped in (a reload's plan, a fleet batch): the checks of the gone
+    /// ones end, the built ones' start, `settle` derives statuses, and every change is
+    /// published.
+    pub(in crate::daemon) fn after_swap(
+        &mut self,
+        swapped: &Swapped,
+        before: &Before,
+        settle: impl FnOnce(&mut Table, &Swapped),
+    ) {
+        let now = self.now();
         for (id, _, t) in &swapped.gone {
             // A check that did not move to a successor ends with its target.
             if let Some(check) = t.check() {
@@ -57,14 +82,14 @@ impl Runner {
                 _ => {}
             }
         }
-        self.table.settle_some(&swapped.dirty);
+        settle(&mut self.table, swapped);
         // Each change goes out as it is made: at a start a list of them all was a fleet's
         // worth at once (8 MB at 65k endpoints), made even with no subscriber to take them.
         let stamp = self.stamp(now);
         let bus = &mut self.changes;
         let mut emit = |change| bus.publish_next(change, now);
-        self.table.swap_changes(&swapped, &profiles_before, stamp, &mut emit);
-        self.table.nested_changes(&nested_before, stamp, &mut emit);
+        self.table.swap_changes(swapped, &before.profiles, stamp, &mut emit);
+        self.table.nested_changes(&before.nested, stamp, &mut emit);
         self.cluster_applied();
         self.persist.table_replaced();
     }

@@ -140,18 +140,30 @@ impl Runner {
     /// applied, so that applying it registers only this node's checks and publishes no false
     /// change. (The endpoints that stay keep theirs: a new membership reshards them.)
     pub(super) fn cluster_share(&self, plan: &mut Plan) {
+        if self.cluster.is_none() {
+            return;
+        }
+        for (profile, t) in plan.built_mut() {
+            self.cluster_share_one(profile, t);
+        }
+    }
+
+    /// As `cluster_share`, for one target built for `profile`.
+    pub(in crate::daemon) fn cluster_share_one(
+        &self,
+        profile: &crate::config::Profile,
+        t: &mut crate::daemon::table::Target,
+    ) {
         let Some(link) = &self.cluster else {
             return;
         };
-        for (profile, t) in plan.built_mut() {
-            let owned = link.owns(t.spec().key().question());
-            t.share(owned, None, None);
-            let own = t.should_probe().then(|| verdict_of(t.tracker().state()));
-            let votes = own
-                .into_iter()
-                .chain(link.said(t.verdict_key()).iter().map(|s| s.verdict));
-            t.share(owned, own, profile.aggregate.healthy(votes).map(health_of));
-        }
+        let owned = link.owns(t.spec().key().question());
+        t.share(owned, None, None);
+        let own = t.should_probe().then(|| verdict_of(t.tracker().state()));
+        let votes = own
+            .into_iter()
+            .chain(link.said(t.verdict_key()).iter().map(|s| s.verdict));
+        t.share(owned, own, profile.aggregate.healthy(votes).map(health_of));
     }
 
     /// After a table was applied: the verdicts to gossip and the index by verdict key.

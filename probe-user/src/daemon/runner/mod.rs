@@ -245,6 +245,8 @@ pub(crate) struct Runner {
     pub(super) metrics: RunnerMetrics,
     chores: Chores,
     pub(super) persist: Persist,
+    /// The profiles whose endpoints the fleet API owns: their generations and name indexes.
+    pub(super) fleet: super::requests::FleetBook,
     pub(super) rng: SplitMix64,
     /// The state file's and the pin directory's locks, held for the runner's lifetime.
     _locks: Vec<super::lock::Lock>,
@@ -302,6 +304,7 @@ impl Runner {
             metrics: RunnerMetrics::default(),
             chores: Chores::default(),
             persist: Persist::new(),
+            fleet: super::requests::FleetBook::default(),
             rng: SplitMix64(now),
             _locks: locks,
             ports,

@@ -14,6 +14,7 @@ use crate::{
 };
 
 mod certs;
+mod fleet;
 mod plan;
 mod restatus;
 mod swap;
@@ -214,6 +215,14 @@ impl Table {
             }
             p.recount();
         }
+        self.settle_nested(&mut redo);
+        self.settle_eligibility(&redo);
+    }
+
+    /// Derives the nested endpoints' statuses from their children, in rounds until nothing
+    /// moves (at most one per profile: configurations have no loops); marks in `redo` each
+    /// profile whose nested endpoints moved.
+    fn settle_nested(&mut self, redo: &mut [bool]) {
         for _ in 0..=self.profiles.len() {
             let mut moved = false;
             for (pix, redo) in redo.iter_mut().enumerate() {
@@ -237,7 +246,11 @@ impl Table {
                 break;
             }
         }
-        for (p, _) in self.profiles.iter_mut().zip(&redo).filter(|(_, d)| **d) {
+    }
+
+    /// Redoes the eligibility of every endpoint, plain and nested, of the profiles `redo` marks.
+    fn settle_eligibility(&mut self, redo: &[bool]) {
+        for (p, _) in self.profiles.iter_mut().zip(redo).filter(|(_, d)| **d) {
             for id in &p.owners {
                 let t = self.targets.get_mut(id).expect("owners are targets");
                 t.eligible = status::eligible(t.status, p.fail_open);

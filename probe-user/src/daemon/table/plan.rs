@@ -267,9 +267,9 @@ fn new_entry(config: &Config, profile: &Profile, was: Option<&ProfileEntry>, sav
 
 /// An endpoint's running self, and the running configuration's profile and endpoint it was
 /// built from.
-struct Running<'a> {
-    id: OwnerId,
-    target: &'a Target,
+pub(super) struct Running<'a> {
+    pub(super) id: OwnerId,
+    pub(super) target: &'a Target,
 }
 
 /// What a changed check keeps of its running self (docs/operations/configuration.md, "What a
@@ -305,7 +305,7 @@ impl Running<'_> {
 
 /// One endpoint's target, built anew: carrying over `running` (its running self, by name) when
 /// the check still looks at the same thing (`Running::keeps`).
-fn build_one(
+pub(super) fn build_one(
     specs: &mut Specs<'_>,
     endpoint: &Endpoint,
     entry: &ProfileEntry,

@@ -192,6 +192,7 @@ fn behind_counts(runner: &Runner) -> Vec<u64> {
 }
 
 mod admin;
+mod fleet;
 mod probing;
 mod reload;
 mod state;
