@@ -194,6 +194,15 @@ impl RunningDaemon {
         (r.status, v)
     }
 
+    /// `method path` with `body` as JSON: status code and JSON (or text as a JSON string).
+    pub fn call_with(&self, method: &str, path: &str, body: &Value) -> (u16, Value) {
+        let r = client::Client::new(&self.api)
+            .request_with(method, path, body.to_string().as_bytes())
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}: {:?}", std::error::Error::source(&e)));
+        let v = serde_json::from_str(&r.body).unwrap_or(Value::String(r.body));
+        (r.status, v)
+    }
+
     pub fn get(&self, path: &str) -> Value {
         let (code, v) = self.call("GET", path);
         assert_eq!(code, 200, "GET {path}: {v}");

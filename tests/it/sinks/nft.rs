@@ -346,3 +346,143 @@ fn reloads_of_health_and_sink_keys_move_no_slot() {
     );
     daemon.stop();
 }
+
+/// Issue 45, the fleet API: a profile whose endpoints the API owns (`endpoints_from = "api"`)
+/// starts empty; batches add, re-weight and remove backends while clients connect through the
+/// VIP, each moving only the slots of what it changed. A stale generation and a bad item are
+/// refused whole. A restart and a reload of the file keep what the API made, health included.
+#[test]
+fn fleet_batches_move_only_what_they_change_and_survive_a_restart_and_a_reload() {
+    use serde_json::json;
+    let topo = Topology::new();
+    let client = topo.client();
+    add_backends(&topo, &BACKENDS_V4[1..]);
+    let _servers: Vec<Backend> = BACKENDS_V4.iter().map(|b| Backend::start(&topo.backend, b)).collect();
+    topo.prober.nft(&lb_ruleset_v4());
+    let files = DaemonFiles::new();
+    let text = config(&files, &[], &map_sink_v4()).replace(
+        "routing = \"weighted\"\n",
+        "routing = \"weighted\"\nendpoints_from = \"api\"\n",
+    );
+    let cfg = files.write_config(&text);
+    let daemon = RunningDaemon::start(&topo.prober, cfg, Some(&files.config_path())).expect("start the daemon");
+    let batch = |d: &RunningDaemon, body: serde_json::Value| d.call_with("POST", "/v1/profiles/web/endpoints", &body);
+    let item = |name: &str, addr: &str| json!({"name": name, "address": addr});
+
+    let (code, v) = batch(
+        &daemon,
+        json!({"put": [item("b0", BACKENDS_V4[0]), item("b1", BACKENDS_V4[1])]}),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(
+        (v["added"].as_u64(), v["generation"].as_u64()),
+        (Some(2), Some(1)),
+        "{v}"
+    );
+    for b in ["b0", "b1"] {
+        daemon.wait_status("web", b, S::Online, Duration::from_secs(5));
+    }
+    let map = || slots(&topo.prober, "ip", "lb", "web_slots");
+    let holds = |m: &BTreeMap<u64, String>, b: &str| m.values().filter(|v| *v == b).count();
+    wait_until("b0 and b1 fill the map", Duration::from_secs(3), || {
+        let m = map();
+        m.len() == 64 && holds(&m, BACKENDS_V4[0]) > 0 && holds(&m, BACKENDS_V4[1]) > 0
+    });
+    assert_eq!(connect_many(&client, VIP_V4, 100), 100);
+    let b0_change = daemon.endpoint("web", "b0").last_change.map(|c| c.at_unix_ms);
+
+    // b2 joins: the slots it takes come from the others, and no other slot moves.
+    let before = map();
+    let (code, v) = batch(&daemon, json!({"generation": 1, "put": [item("b2", BACKENDS_V4[2])]}));
+    assert_eq!(code, 200, "{v}");
+    daemon.wait_status("web", "b2", S::Online, Duration::from_secs(5));
+    wait_until("b2 takes its share", Duration::from_secs(3), || {
+        holds(&map(), BACKENDS_V4[2]) > 0
+    });
+    let after = map();
+    for (slot, b) in &after {
+        if b != BACKENDS_V4[2] {
+            assert_eq!(before.get(slot), Some(b), "slot {slot} moved though its backend stayed");
+        }
+    }
+    assert_eq!(connect_many(&client, VIP_V4, 100), 100);
+
+    // A stale generation and a bad item are refused, and change nothing.
+    let (code, v) = batch(&daemon, json!({"generation": 1, "remove": ["b0"]}));
+    assert_eq!(code, 409, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("is at generation 2, not 1"),
+        "{v}"
+    );
+    let (code, v) = batch(
+        &daemon,
+        json!({"remove": ["b0"], "put": [{"name": "b9", "address": "198.18.0.99", "weight": 0}]}),
+    );
+    assert_eq!(code, 400, "{v}");
+    assert_eq!(v["problems"][0]["field"], "put[0].weight", "{v}");
+    assert_eq!(v["problems"][0]["problem"], "expected 1 to 1000", "{v}");
+    assert_eq!(
+        daemon.endpoint("web", "b0").status,
+        S::Online,
+        "nothing of a refused batch applied"
+    );
+    assert_eq!(map(), after);
+
+    // b1 leaves: only its slots move.
+    let (code, v) = batch(&daemon, json!({"remove": ["b1"]}));
+    assert_eq!(code, 200, "{v}");
+    wait_until("b1 leaves the map", Duration::from_secs(3), || {
+        holds(&map(), BACKENDS_V4[1]) == 0
+    });
+    let without = map();
+    for (slot, b) in &after {
+        if b != BACKENDS_V4[1] {
+            assert_eq!(
+                without.get(slot),
+                Some(b),
+                "slot {slot} moved though its backend stayed"
+            );
+        }
+    }
+    assert_eq!(connect_many(&client, VIP_V4, 100), 100);
+    let (code, v) = daemon.call("GET", "/v1/status/web/b1");
+    assert_eq!(code, 404, "b1 is gone: {v}");
+
+    // A restart keeps the API's endpoints, their health (from the state file) and generation.
+    daemon.stop();
+    let cfg = files.write_config(&text);
+    let daemon = RunningDaemon::start(&topo.prober, cfg, Some(&files.config_path())).expect("restart the daemon");
+    let view = daemon.get("/v1/profiles/web/endpoints");
+    assert_eq!(view["generation"], 3, "{view}");
+    let names: Vec<&str> = view["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["b0", "b2"], "{view}");
+    for b in ["b0", "b2"] {
+        let status = daemon.endpoint("web", b).status;
+        assert!(
+            matches!(status, S::Online),
+            "{b} resumed healthy from the state file: {status:?}"
+        );
+    }
+    assert_eq!(
+        daemon.endpoint("web", "b0").last_change.map(|c| c.at_unix_ms),
+        b0_change
+    );
+    // A reload of the file (which lists no endpoint for web) keeps them, untouched.
+    let (code, v) = daemon.call("POST", "/v1/reload");
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["kept"], 2, "{v}");
+    for b in ["b0", "b2"] {
+        assert_eq!(daemon.endpoint("web", b).status, S::Online, "{b} after the reload");
+    }
+    wait_until("the map holds b0 and b2", Duration::from_secs(3), || {
+        let m = map();
+        m.len() == 64 && holds(&m, BACKENDS_V4[0]) > 0 && holds(&m, BACKENDS_V4[2]) > 0
+    });
+    assert_eq!(connect_many(&client, VIP_V4, 100), 100);
+    daemon.stop();
+}
