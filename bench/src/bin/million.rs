@@ -18,6 +18,12 @@
 //! `--reloads N` (N > 1), N - 1 more reloads follow, alternating the two configs, and the RSS
 //! after them is printed beside the RSS after the window: whether memory grows with reloads.
 //!
+//! Then 1,000 endpoint changes made both ways, side by side on the same daemon (issue 45): by
+//! the fleet API (a batch of 1,000 puts to a profile with `endpoints_from = "api"`, then one
+//! moving all of them to another port) and by a reload of the file with 1,000 of its endpoints
+//! moved; for each, the time to answer and the lateness p99 of the probes from its start to one
+//! interval after it, and the ratio.
+//!
 //! `PROBED_BIN` measures another build (before/after a change).
 use std::{
     fmt::Write as _,
@@ -94,9 +100,13 @@ fn target(i: usize) -> (String, usize) {
     (format!("198.19.{}.{}", addr / 256, addr % 256), FIRST_PORT + port_index)
 }
 
-/// The config for `n` targets; `moved` endpoints (every 100th, from the first) point at
-/// another port of their address, as a reload that changes 1% of them.
-fn config(files: &DaemonFiles, n: usize, interval_s: u64, moved: bool) -> String {
+/// The fleet API's changes measured beside a reload's.
+const FLEET_CHANGES: usize = 1000;
+
+/// The config for `n` targets; with `moved`, every `moved`th endpoint (from the first) points
+/// at another port of its address, as a reload that changes that share of them. Last, the
+/// profile "fleet", whose endpoints the API owns (none at the start).
+fn config(files: &DaemonFiles, n: usize, interval_s: u64, moved: Option<usize>) -> String {
     let mut c = files.header(PROBER_IF);
     c.reserve(n * 64);
     for i in 0..n {
@@ -110,7 +120,7 @@ fn config(files: &DaemonFiles, n: usize, interval_s: u64, moved: bool) -> String
             );
         }
         let (addr, mut port) = target(i);
-        if moved && i % 100 == 0 {
+        if moved.is_some_and(|every| i % every == 0) {
             port += 1000;
         }
         let _ = write!(
@@ -118,7 +128,21 @@ fn config(files: &DaemonFiles, n: usize, interval_s: u64, moved: bool) -> String
             "[[profile.endpoint]]\nname = \"e{i}\"\naddress = \"{addr}\"\nport = {port}\n"
         );
     }
+    let _ = write!(
+        c,
+        "\n[[profile]]\nname = \"fleet\"\ndialect = \"lb\"\nrouting = \"weighted\"\nendpoints_from = \"api\"\n\n\
+         [profile.health]\nprotocol = \"tcp\"\ninterval = \"{interval_s}s\"\ntimeout = \"1s\"\n\
+         healthy_threshold = 2\nunhealthy_threshold = 2\n"
+    );
     c
+}
+
+/// A batch of `FLEET_CHANGES` puts to the profile "fleet", on `port`.
+fn fleet_batch(port: u16) -> Vec<u8> {
+    let put: Vec<serde_json::Value> = (0..FLEET_CHANGES)
+        .map(|i| serde_json::json!({"name": format!("f{i}"), "address": format!("198.19.255.{}", i % 250 + 1), "port": port + (i / 250) as u16}))
+        .collect();
+    serde_json::json!({ "put": put }).to_string().into_bytes()
 }
 
 fn call(api: &str, method: &str, path: &str) -> Result<String, String> {
@@ -204,6 +228,19 @@ struct Row {
     reload_kept: bool,
     /// From SIGTERM to exit.
     stop_s: f64,
+    fleet: FleetRow,
+}
+
+/// 1,000 changes by the fleet API and by a reload: (seconds to answer, lateness p99 in ms,
+/// the runner's milliseconds on a batch as it says).
+type Timed = (f64, f64, Option<f64>);
+
+struct FleetRow {
+    api_add: Timed,
+    api_move: Timed,
+    by_reload: Timed,
+    /// The file endpoints the reload moved (about 1,000).
+    reload_changes: usize,
 }
 
 fn measure(n: usize, a: &Args, bin: &Path) -> Row {
@@ -212,7 +249,7 @@ fn measure(n: usize, a: &Args, bin: &Path) -> Row {
     let _reflector = Reflector::attach(&topo.backend, BACKEND_IF);
     let files = DaemonFiles::new();
     let path = files.config_path();
-    std::fs::write(&path, config(&files, n, a.interval_s, false)).unwrap();
+    std::fs::write(&path, config(&files, n, a.interval_s, None)).unwrap();
     let api = files.api();
     let log = files.dir.join("probed.log");
     let mut proc = Proc::spawn(
@@ -262,7 +299,7 @@ fn measure(n: usize, a: &Args, bin: &Path) -> Row {
     let probes = (sent(&m1) - sent(&m0)).max(1.0);
     let maps_bytes = map_memory(proc.pid());
     // A reload with 1% of the endpoints moved: the others must keep their state (online).
-    std::fs::write(&path, config(&files, n, a.interval_s, true)).unwrap();
+    std::fs::write(&path, config(&files, n, a.interval_s, Some(100))).unwrap();
     let m_reload = metrics();
     let t = Instant::now();
     let reloaded = call_within(&api, "POST", "/v1/reload", START_LIMIT);
@@ -275,6 +312,51 @@ fn measure(n: usize, a: &Args, bin: &Path) -> Row {
     let reload_p99_ms = histogram_quantile_between(&m_reload, &metrics(), LATENESS, 0.99) * 1e3;
     let kept = reloaded.is_ok() && call(&api, "GET", "/v1/status/svc0/e1").is_ok_and(|b| b.contains("\"Online\""));
     let hwm_kb = status_kb(proc.pid(), "VmHWM:");
+    // 1,000 changes by the API (added, then all moved), and by a reload moving 1,000 of the
+    // file's endpoints: each timed to its answer, with the lateness p99 from its start to one
+    // interval after.
+    let timed = |what: &str, f: &dyn Fn() -> Result<String, String>| {
+        let before = metrics();
+        let t = Instant::now();
+        let runner_ms = match f() {
+            Ok(body) => serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["runner_us"].as_f64())
+                .map(|us| us / 1e3),
+            Err(e) => {
+                eprintln!("  {what} failed: {e}");
+                None
+            }
+        };
+        let took = t.elapsed().as_secs_f64();
+        std::thread::sleep(Duration::from_secs(a.interval_s));
+        let p99 = histogram_quantile_between(&before, &metrics(), LATENESS, 0.99) * 1e3;
+        (took, p99, runner_ms)
+    };
+    let post = |body: Vec<u8>| {
+        let r = client::Client::new(&api)
+            .with_timeouts(Duration::from_secs(2), START_LIMIT)
+            .request_with("POST", "/v1/profiles/fleet/endpoints", &body)
+            .map_err(|e| e.to_string())?;
+        if r.status == 200 {
+            Ok(r.body)
+        } else {
+            Err(format!("{} {}", r.status, r.body))
+        }
+    };
+    let api_add = timed("the fleet API's adds", &|| post(fleet_batch(200)));
+    let api_move = timed("the fleet API's moves", &|| post(fleet_batch(210)));
+    let every = (n / FLEET_CHANGES).max(1);
+    std::fs::write(&path, config(&files, n, a.interval_s, Some(every))).unwrap();
+    let by_reload = timed("the reload of 1,000", &|| {
+        call_within(&api, "POST", "/v1/reload", START_LIMIT)
+    });
+    let fleet = FleetRow {
+        api_add,
+        api_move,
+        by_reload,
+        reload_changes: n.div_ceil(every),
+    };
     if a.reloads > 1 {
         more_reloads(&files, n, a, &api, &mut proc, rss_kb);
     }
@@ -297,6 +379,7 @@ fn measure(n: usize, a: &Args, bin: &Path) -> Row {
         reload_p99_ms,
         reload_kept: kept,
         stop_s,
+        fleet,
     }
 }
 
@@ -306,7 +389,7 @@ fn more_reloads(files: &DaemonFiles, n: usize, a: &Args, api: &str, proc: &mut P
     let path = files.config_path();
     let mut after_each = Vec::new();
     for r in 2..=a.reloads {
-        std::fs::write(&path, config(files, n, a.interval_s, r % 2 == 1)).unwrap();
+        std::fs::write(&path, config(files, n, a.interval_s, (r % 2 == 1).then_some(100))).unwrap();
         if let Err(e) = call_within(api, "POST", "/v1/reload", START_LIMIT) {
             eprintln!("  reload {r} failed: {e}");
             return;
@@ -367,8 +450,33 @@ fn main() {
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|");
     // Each row as soon as it is measured: a larger fleet that fails does not take the others.
+    let mut fleet = Vec::new();
     for &n in &a.sizes {
         eprintln!("{n} targets ...");
-        print_row(&measure(n, &a, &bin));
+        let row = measure(n, &a, &bin);
+        print_row(&row);
+        fleet.push((n, row.fleet));
+    }
+    println!();
+    println!(
+        "| targets | {FLEET_CHANGES} added by API: answer | runner | lateness p99 | {FLEET_CHANGES} moved by API: answer | runner | \
+         lateness p99 | ~{FLEET_CHANGES} moved by reload: answer | lateness p99 | reload / API (answer) |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let ms = |v: Option<f64>| v.map_or_else(|| "?".to_string(), |ms| format!("{ms:.1} ms"));
+    for (n, f) in fleet {
+        println!(
+            "| {n} | {:.3} s | {} | <= {} ms | {:.3} s | {} | <= {} ms | {:.2} s ({} endpoints) | <= {} ms | {:.0}x |",
+            f.api_add.0,
+            ms(f.api_add.2),
+            f.api_add.1,
+            f.api_move.0,
+            ms(f.api_move.2),
+            f.api_move.1,
+            f.by_reload.0,
+            f.reload_changes,
+            f.by_reload.1,
+            f.by_reload.0 / f.api_move.0.max(1e-6),
+        );
     }
 }

@@ -317,6 +317,10 @@ pub struct Applied {
     pub unchanged: usize,
     /// How many endpoints the profile has now.
     pub endpoints: usize,
+    /// The runner's time on it, in microseconds: what probing waited for (checking the batch
+    /// and writing the journal happen elsewhere).
+    #[serde(default)]
+    pub runner_us: u64,
 }
 
 /// A profile's endpoints as the fleet API shows them (`GET /v1/profiles/NAME/endpoints`).

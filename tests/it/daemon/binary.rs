@@ -434,3 +434,79 @@ fn a_pin_directory_off_bpffs_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// `probed endpoints` as an operator types it against `probed run`: add, set, list, remove,
+/// a batch from standard input, a refused stale generation and a bad key, each answered in
+/// words; the endpoints it adds are probed and come Online.
+#[test]
+fn probed_endpoints_changes_an_api_profile_of_a_running_daemon() {
+    let topo = Topology::new();
+    let _l1 = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8080"));
+    let _l2 = topo.backend.tcp_listen(&format!("{BACKEND_V4}:8081"));
+    let files = DaemonFiles::new();
+    let text = config(&files, &[]).replace(
+        "routing = \"priority\"\n",
+        "routing = \"weighted\"\nendpoints_from = \"api\"\n",
+    );
+    std::fs::write(files.config_path(), text).unwrap();
+    let _daemon = spawn(&topo.prober, &files.config_path());
+    let api = files.api();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while client::request(&api, "GET", "/v1/status").is_err() {
+        assert!(Instant::now() < deadline, "the API never answered");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cli = |args: &[&str], stdin: Option<&str>| {
+        let mut cmd = Command::new(probed_bin());
+        cmd.arg("endpoints").args(args).arg("--api").arg(&api);
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().expect("run probed endpoints");
+        let mut input = child.stdin.take().unwrap();
+        std::io::Write::write_all(&mut input, stdin.unwrap_or("").as_bytes()).unwrap();
+        drop(input);
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let addr = format!("address={BACKEND_V4}");
+    let (ok, out) = cli(&["add", "web", "name=a", &addr, "port=8080"], None);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("web: 1 added, 0 changed, 0 removed, 0 unchanged; 1 endpoints, generation 1"),
+        "{out}"
+    );
+    let (ok, out) = cli(
+        &["batch", "web", "-"],
+        Some(&format!(
+            r#"{{"put": [{{"name": "b", "address": "{BACKEND_V4}", "port": 8081}}]}}"#
+        )),
+    );
+    assert!(ok, "{out}");
+    wait_online(&files, "a");
+    wait_online(&files, "b");
+    let (ok, out) = cli(&["set", "web", "a", "weight=5", "--generation", "2"], None);
+    assert!(ok, "{out}");
+    let (ok, out) = cli(&["list", "web"], None);
+    assert!(ok, "{out}");
+    assert!(out.contains("web: 2 endpoints from api, generation 3"), "{out}");
+    assert!(
+        out.lines().any(|l| l.contains(" a ") && l.contains("weight 5")),
+        "{out}"
+    );
+    let (ok, out) = cli(&["list", "web", "--json"], None);
+    assert!(ok, "{out}");
+    let view: Value = serde_json::from_str(&out).expect("the API's JSON");
+    assert_eq!(view["endpoints"][0]["weight"], 5, "{view}");
+    wait_online(&files, "a");
+    let (ok, out) = cli(&["remove", "web", "b", "--generation", "2"], None);
+    assert!(!ok && out.contains("is at generation 3, not 2"), "{out}");
+    let (ok, out) = cli(&["add", "web", "name=c", &addr, "port=8082", "colour=red"], None);
+    assert!(!ok && out.contains("put[0].colour = \"red\": unknown key"), "{out}");
+    let (ok, out) = cli(&["remove", "web", "b"], None);
+    assert!(ok && out.contains("1 removed"), "{out}");
+    assert!(endpoint(&files, "b").is_none(), "b is gone");
+}

@@ -111,6 +111,7 @@ impl Runner {
     }
 
     pub(in crate::daemon) fn fleet_apply(&mut self, req: FleetRequest) -> Result<FleetDone, RequestError> {
+        let started = std::time::Instant::now();
         let pix = self.api_profile(&req.profile)?;
         let current = self.fleet_entry(pix).generation;
         if let Some(expected) = req.generation.filter(|&g| g != current) {
@@ -177,6 +178,7 @@ impl Runner {
         }
         if puts.is_empty() && removes.is_empty() {
             applied.endpoints = self.config.profiles[pix].endpoints.len();
+            applied.runner_us = started.elapsed().as_micros() as u64;
             return Ok(FleetDone {
                 applied,
                 config: req.want_config.then(|| self.config.clone()),
@@ -217,13 +219,15 @@ impl Runner {
         applied.generation = book.generation;
         applied.endpoints = endpoints.len();
         self.after_swap(&swapped, &before, |table, s| table.settle_fleet(pix, &s.gone, &s.built));
+        applied.runner_us = started.elapsed().as_micros() as u64;
         log::info!(
-            "fleet: profile {}: {} added, {} changed, {} removed (generation {})",
+            "fleet: profile {}: {} added, {} changed, {} removed (generation {}, {} µs of the runner's time)",
             applied.profile,
             applied.added,
             applied.changed,
             applied.removed,
-            applied.generation
+            applied.generation,
+            applied.runner_us
         );
         Ok(FleetDone {
             applied,

@@ -7,73 +7,75 @@
 //! answers with a challenge ACK instead of a SYN+ACK, and the probe times out against a
 //! healthy server. A TCP stack keeps a closed 4-tuple out of use for the same reason
 //! (TIME_WAIT); a flow here rests for [`COOLING`] after its probe ends.
-use std::{
-    collections::VecDeque,
-    time::{Duration, Instant},
-};
+//!
+//! Only a target probed again within that time can meet its own last flow, and then the
+//! flows that matter are few and recent. So the rests are kept in a fixed table indexed by
+//! the flow's hash, each slot the last flow that hashed there: a rest costs a write and a
+//! look a read, with no expiry to run and no memory beyond the table (2 MiB). At a million
+//! targets a slot is taken over within a second or so, which costs nothing (a target probed
+//! every few seconds cannot meet its last flow); a target probed hundreds of times a second
+//! finds its recent flows all there.
+use std::time::{Duration, Instant};
 
 use probe_common::l4::FlowKey;
-
-use crate::hash::FastMap;
 
 /// How long a flow rests after its probe ended: past a target's first retransmission of
 /// what the RST should have ended (a SYN+ACK again after 1 s, a response after 200 ms and
 /// more), whose own reset (the node's stack's, or probe_rx's late reset) then closes it.
 pub const COOLING: Duration = Duration::from_secs(2);
 
-/// The most flows resting at once: two seconds at 65,000 probes a second. Beyond it the
-/// oldest rest is cut short rather than the memory growing.
-pub const MAX_COOLING: usize = 1 << 17;
+/// Slots in the table: a power of two.
+const SLOTS: usize = 1 << 18;
 
-#[derive(Default)]
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    /// The high half of the flow's hash, with the low bit set (0 is an empty slot).
+    tag: u32,
+    /// When its rest ends, in milliseconds since `Cooling::base` (wrapping).
+    until_ms: u32,
+}
+
 pub struct Cooling {
-    /// Each resting flow and when its rest ends.
-    until: FastMap<FlowKey, Instant>,
-    /// The same, in the order they began to rest (their ends in order too).
-    order: VecDeque<(Instant, FlowKey)>,
+    base: Instant,
+    slots: Box<[Slot]>,
+}
+
+impl Default for Cooling {
+    fn default() -> Self {
+        Cooling {
+            base: Instant::now(),
+            slots: vec![Slot::default(); SLOTS].into_boxed_slice(),
+        }
+    }
 }
 
 impl Cooling {
     /// `flow`'s probe ended at `now`.
-    pub fn rest(&mut self, flow: FlowKey, now: Instant) {
-        if self.order.len() >= MAX_COOLING {
-            self.pop_oldest();
-        }
-        let end = now + COOLING;
-        self.until.insert(flow, end);
-        self.order.push_back((end, flow));
+    pub fn rest(&mut self, flow: &FlowKey, now: Instant) {
+        let (at, tag) = place(flow);
+        self.slots[at] = Slot {
+            tag,
+            until_ms: self.ms(now).wrapping_add(COOLING.as_millis() as u32),
+        };
     }
 
-    /// Whether `flow` is still resting at `now`.
+    /// Whether `flow` is still resting at `now` (as far as its slot remembers it).
     pub fn resting(&self, flow: &FlowKey, now: Instant) -> bool {
-        self.until.get(flow).is_some_and(|&end| end > now)
+        let (at, tag) = place(flow);
+        let s = self.slots[at];
+        // Wrapping: right for rests ending within 24 days either way of now.
+        s.tag == tag && (s.until_ms.wrapping_sub(self.ms(now)) as i32) > 0
     }
 
-    /// Forgets the rests that ended by `now`, and gives memory back once few remain.
-    pub fn expire(&mut self, now: Instant) {
-        while self.order.front().is_some_and(|(end, _)| *end <= now) {
-            self.pop_oldest();
-        }
-        if self.until.capacity() > 4096 && self.until.len() < self.until.capacity() / 8 {
-            self.until.shrink_to(self.until.len() * 2);
-            self.order.shrink_to(self.order.len() * 2);
-        }
+    fn ms(&self, now: Instant) -> u32 {
+        now.saturating_duration_since(self.base).as_millis() as u32
     }
+}
 
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.order.len()
-    }
-
-    fn pop_oldest(&mut self) {
-        if let Some((end, flow)) = self.order.pop_front() {
-            // A flow rests once at a time (a resting flow is never picked), but a rest cut
-            // short by the cap may have begun again since: only its own entry goes.
-            if self.until.get(&flow) == Some(&end) {
-                self.until.remove(&flow);
-            }
-        }
-    }
+/// A flow's slot and tag.
+fn place(flow: &FlowKey) -> (usize, u32) {
+    let h = crate::hash::fast_hash(flow);
+    ((h as usize) & (SLOTS - 1), (h >> 32) as u32 | 1)
 }
 
 #[cfg(test)]
@@ -92,39 +94,28 @@ mod tests {
 
     #[test]
     fn a_flow_rests_for_the_cooling_time_and_then_is_free() {
-        let t0 = Instant::now();
         let mut c = Cooling::default();
-        c.rest(flow(61000), t0);
+        let t0 = c.base + Duration::from_secs(5);
+        c.rest(&flow(61000), t0);
         assert!(c.resting(&flow(61000), t0));
         assert!(c.resting(&flow(61000), t0 + COOLING - Duration::from_millis(1)));
         assert!(!c.resting(&flow(61001), t0), "another port is free");
         assert!(!c.resting(&flow(61000), t0 + COOLING), "free once the rest is over");
-        c.expire(t0 + COOLING - Duration::from_millis(1));
-        assert_eq!(c.len(), 1, "not expired early");
-        c.expire(t0 + COOLING);
-        assert_eq!(c.len(), 0);
-        assert!(!c.resting(&flow(61000), t0));
+        assert!(
+            !Cooling::default().resting(&flow(61000), t0),
+            "nothing rests in a new table"
+        );
     }
 
     #[test]
-    fn the_cap_cuts_the_oldest_rest_short() {
-        let t0 = Instant::now();
+    fn recent_flows_of_one_busy_target_all_rest() {
+        // A target probed a thousand times in two seconds: every one of its flows is there.
         let mut c = Cooling::default();
-        let wide = |i: usize| FlowKey::v4([198, 18, 0, 1], [198, 19, (i >> 16) as u8, 2], i as u16, 80, 6);
-        for i in 0..MAX_COOLING {
-            c.rest(wide(i), t0);
+        let t0 = c.base;
+        for sport in 61000..62000 {
+            c.rest(&flow(sport), t0);
         }
-        assert_eq!(c.len(), MAX_COOLING);
-        let later = t0 + Duration::from_millis(5);
-        c.rest(wide(MAX_COOLING), later);
-        assert_eq!(c.len(), MAX_COOLING, "no more than the cap");
-        assert!(!c.resting(&wide(0), t0), "the oldest rest was cut short");
-        assert!(c.resting(&wide(1), t0));
-        // Cut short, the flow is picked again, ends and rests anew: that rest holds.
-        c.rest(wide(0), later);
-        c.expire(t0 + COOLING);
-        assert_eq!(c.len(), 2);
-        assert!(c.resting(&wide(0), t0 + COOLING));
-        assert!(c.resting(&wide(MAX_COOLING), t0 + COOLING));
+        let resting = (61000..62000).filter(|&p| c.resting(&flow(p), t0)).count();
+        assert!(resting >= 995, "{resting} of 1000 recent flows remembered");
     }
 }

@@ -464,7 +464,7 @@ impl EngineState {
             self.templates.release(live.req - 1, Instant::now());
         }
         self.active_flows.remove(&live.key);
-        self.cooling.rest(live.key, self.last_turn);
+        self.cooling.rest(&live.key, self.last_turn);
         self.stats.completed += 1;
         let _ = self.results.send(L4Result {
             token: live.token,

@@ -68,7 +68,6 @@ impl EngineState {
     /// Sends up to `most` probes of the backlog, as far as the in-flight table has room;
     /// says how many left the backlog.
     pub(super) fn pump(&mut self, most: usize) -> usize {
-        self.cooling.expire(self.last_turn);
         let room = self.max_inflight.saturating_sub(self.active_flows.len());
         let n = room.min(self.backlog.len()).min(most);
         if n > 0 {
