@@ -32,6 +32,19 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
+    /// A problem in an item of a fleet API batch: no file, no line.
+    pub fn batch(field: String, value: Option<String>, problem: String) -> ConfigError {
+        ConfigError {
+            file: "batch".into(),
+            line: 0,
+            column: 0,
+            field,
+            profile: None,
+            value,
+            problem,
+        }
+    }
+
     fn render(&self) -> String {
         let mut out = if self.line == 0 {
             format!("{}: ", self.file)

@@ -110,7 +110,7 @@ pub fn routing_claims(routing: Routing) -> bool {
 pub fn check(batch: &Batch, lookup: &Lookup) -> Result<Vec<Op>, ConfigErrors> {
     let mut errors = Vec::new();
     if batch.len() > MAX_ITEMS {
-        errors.push(problem(
+        errors.push(ConfigError::batch(
             String::new(),
             Some(batch.len().to_string()),
             format!("a batch holds at most {MAX_ITEMS} items (put, set and remove together); split it"),
@@ -125,7 +125,7 @@ pub fn check(batch: &Batch, lookup: &Lookup) -> Result<Vec<Op>, ConfigErrors> {
         let mut seen: HashMap<Arc<str>, String> = HashMap::new();
         for (at, e) in &puts {
             if let Some(first) = seen.insert(e.name.clone(), at.clone()) {
-                errors.push(problem(
+                errors.push(ConfigError::batch(
                     format!("{at}.name"),
                     Some(format!("{:?}", &*e.name)),
                     format!("{first} already changes this endpoint; name each endpoint once in a batch"),
@@ -135,7 +135,7 @@ pub fn check(batch: &Batch, lookup: &Lookup) -> Result<Vec<Op>, ConfigErrors> {
         for (i, name) in batch.remove.iter().enumerate() {
             let at = format!("remove[{i}]");
             if let Some(first) = seen.insert(Arc::from(name.as_str()), at.clone()) {
-                errors.push(problem(
+                errors.push(ConfigError::batch(
                     at,
                     Some(format!("{name:?}")),
                     format!("{first} already changes this endpoint; name each endpoint once in a batch"),
@@ -261,7 +261,7 @@ fn merged(
     errors: &mut Vec<ConfigError>,
 ) -> Option<serde_json::Map<String, serde_json::Value>> {
     let Some(name) = item.get("name") else {
-        errors.push(problem(
+        errors.push(ConfigError::batch(
             format!("{at}.name"),
             None,
             "a set names the endpoint it changes".into(),
@@ -269,7 +269,7 @@ fn merged(
         return None;
     };
     let Some(name) = name.as_str() else {
-        errors.push(problem(
+        errors.push(ConfigError::batch(
             format!("{at}.name"),
             Some(name.to_string()),
             "expected a string".into(),
@@ -277,7 +277,7 @@ fn merged(
         return None;
     };
     let Some((_, current)) = lookup.found.get(name) else {
-        errors.push(problem(
+        errors.push(ConfigError::batch(
             format!("{at}.name"),
             Some(format!("{name:?}")),
             "the profile has no endpoint of this name; put adds one".into(),
@@ -289,18 +289,6 @@ fn merged(
         merged.insert(k.clone(), v.clone());
     }
     Some(merged)
-}
-
-fn problem(field: String, value: Option<String>, problem: String) -> ConfigError {
-    ConfigError {
-        file: "batch".into(),
-        line: 0,
-        column: 0,
-        field,
-        profile: None,
-        value,
-        problem,
-    }
 }
 
 /// What a batch did, as the API answers it.

@@ -729,3 +729,53 @@ fn performance_follows_the_measured_round_trip_times() {
     );
     daemon.stop();
 }
+
+/// Issue 45: the zone follows the fleet API. dig answers a profile whose endpoints the API
+/// owns with what the batches made: no address at first, the endpoints a batch adds once
+/// Online, a re-prioritised one in its new place, and not one a batch removed; a reload of the
+/// file keeps them in the answers.
+#[test]
+fn the_zone_answers_what_fleet_batches_make_of_an_api_profile() {
+    use serde_json::json;
+    let bed = Bed::new();
+    let body = dns_section("") + &profile("web", "routing = \"priority\"\nendpoints_from = \"api\"", &[]);
+    let daemon = bed.start(&body);
+    let c = bed.client();
+    let name = "web.tm.example.";
+    assert!(dig4(c, name, "A").addresses().is_empty(), "no endpoint yet");
+    let batch = |b: serde_json::Value| {
+        let (code, v) = daemon.call_with("POST", "/v1/profiles/web/endpoints", &b);
+        assert_eq!(code, 200, "{v}");
+        v
+    };
+    batch(json!({"put": [
+        {"name": "a", "address": V4[0], "priority": 1},
+        {"name": "b", "address": V4[1], "priority": 2},
+    ]}));
+    wait_online(&daemon, "web", &["a", "b"]);
+    assert_eq!(dig4(c, name, "A").addresses(), [V4[0]], "priority: a first");
+    // b moves ahead of a: the answer follows at once (the endpoint's health is kept).
+    batch(json!({"set": [{"name": "a", "priority": 3}, {"name": "b", "priority": 1}]}));
+    assert_eq!(
+        daemon.endpoint("web", "b").status,
+        S::Online,
+        "a priority change keeps health"
+    );
+    wait_until("b answers first", Duration::from_secs(2), || {
+        dig4(c, name, "A").addresses() == [V4[1]]
+    });
+    // b removed: a answers again, b never.
+    batch(json!({"remove": ["b"]}));
+    wait_until("a answers once b is gone", Duration::from_secs(2), || {
+        dig4(c, name, "A").addresses() == [V4[0]]
+    });
+    let (code, v) = daemon.call("POST", "/v1/reload");
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(
+        dig4(c, name, "A").addresses(),
+        [V4[0]],
+        "the reload kept the API's endpoint"
+    );
+    assert_eq!(dig(c, DNS_V4, name, "A", &["+tcp"]).addresses(), [V4[0]]);
+    daemon.stop();
+}

@@ -484,5 +484,18 @@ fn fleet_batches_move_only_what_they_change_and_survive_a_restart_and_a_reload()
         m.len() == 64 && holds(&m, BACKENDS_V4[0]) > 0 && holds(&m, BACKENDS_V4[2]) > 0
     });
     assert_eq!(connect_many(&client, VIP_V4, 100), 100);
+    // A reload whose rules the API's endpoints break (geographic routing wants a region of
+    // each) is refused whole, naming them; the running profile is untouched.
+    let geographic = text.replace("routing = \"weighted\"\n", "routing = \"geographic\"\n");
+    std::fs::write(files.config_path(), &geographic).unwrap();
+    let (code, v) = daemon.call("POST", "/v1/reload");
+    assert_eq!(code, 422, "{v}");
+    let why = v["error"].as_str().unwrap();
+    assert!(
+        why.contains("the endpoints the API gave it break its new rules") && why.contains("endpoints[b0].region"),
+        "{v}"
+    );
+    assert_eq!(daemon.get("/v1/profiles/web/endpoints")["generation"], 3);
+    assert_eq!(daemon.endpoint("web", "b2").status, S::Online);
     daemon.stop();
 }

@@ -468,17 +468,9 @@ fn region(r: &mut Reader<'_>, t: &Table<'_, '_>, routing: Routing, taken: &mut T
 /// The keys an endpoint of the fleet API may not set: a nested profile and the endpoint's own
 /// TLS and gRPC keys are the file's (their files and names are the operator's, not a control
 /// plane's).
-const NOT_BY_API: [&str; 9] = [
-    "profile",
-    "min_child_endpoints",
-    "tls_verify",
-    "ca_file",
-    "server_name",
-    "client_cert",
-    "client_key",
-    "min_version",
-    "service",
-];
+fn file_only(key: &str) -> bool {
+    matches!(key, "profile" | "min_child_endpoints" | "service") || super::http::TLS_KEYS.contains(&key)
+}
 
 impl Taken {
     /// What `endpoints` (a profile's, less those a batch replaces or removes) claim of what is
@@ -513,18 +505,10 @@ pub(crate) fn api_endpoint(
     rules: Rules<'_>,
     taken: &mut Taken,
 ) -> Result<Endpoint, Vec<crate::config::ConfigError>> {
-    let bad = |field: String, value: Option<String>, problem: String| crate::config::ConfigError {
-        file: "batch".into(),
-        line: 0,
-        column: 0,
-        field,
-        profile: None,
-        value,
-        problem,
-    };
+    let bad = crate::config::ConfigError::batch;
     let mut errors = Vec::new();
     for (key, value) in item {
-        if NOT_BY_API.contains(&key.as_str()) {
+        if file_only(key) {
             errors.push(bad(
                 format!("{at}.{key}"),
                 Some(value.to_string()),
