@@ -547,7 +547,13 @@ async fn route(req: Request<Incoming>, control: Control, feed: &events::Feed) ->
                 "enable" => AdminState::Enabled,
                 "disable" => AdminState::Disabled,
                 "always-serve" => AdminState::AlwaysServe,
-                _ => return error(StatusCode::NOT_FOUND, "actions are enable, disable and always-serve"),
+                "drain" => AdminState::Drain,
+                _ => {
+                    return error(
+                        StatusCode::NOT_FOUND,
+                        "actions are enable, disable, always-serve and drain",
+                    )
+                }
             };
             json(control.set_admin(profile, endpoint, state).await)
         }

@@ -1,8 +1,8 @@
-//! `probed enable|disable|always-serve PROFILE [ENDPOINT]`.
+//! `probed enable|disable|always-serve|drain PROFILE [ENDPOINT]`.
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
-/// `probed enable|disable|always-serve PROFILE ENDPOINT`.
+/// `probed enable|disable|always-serve|drain PROFILE ENDPOINT`.
 pub(super) fn admin(a: &AdminArgs, action: &str) -> anyhow::Result<ExitCode> {
     let path = match &a.endpoint {
         Some(endpoint) => format!(
@@ -10,7 +10,9 @@ pub(super) fn admin(a: &AdminArgs, action: &str) -> anyhow::Result<ExitCode> {
             percent_encode(&a.profile),
             percent_encode(endpoint)
         ),
-        None if action == "always-serve" => anyhow::bail!("always-serve applies to one endpoint: name it"),
+        None if matches!(action, "always-serve" | "drain") => {
+            anyhow::bail!("{action} applies to one endpoint: name it")
+        }
         None => format!("/v1/profiles/{}/{action}", percent_encode(&a.profile)),
     };
     let resp = api_get(&a.api, "POST", &path)?;

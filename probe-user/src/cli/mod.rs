@@ -150,6 +150,10 @@ enum Command {
     Disable(AdminArgs),
     /// Serve an endpoint whatever its health (health checks off). Kept across restarts.
     AlwaysServe(AdminArgs),
+    /// Drain an endpoint: still probed, but no new traffic goes to it (HAProxy keeps its
+    /// sessions; nft and BPF slot tables give its slots to the others, whose flows conntrack
+    /// or the load balancer keep). `probed enable` ends it. Kept across restarts.
+    Drain(AdminArgs),
     /// Change the endpoints of a profile the fleet API owns (endpoints_from = "api") in a
     /// running daemon, without a reload: kept across restarts and reloads.
     #[command(subcommand)]
@@ -271,6 +275,7 @@ pub fn main() -> ExitCode {
         Command::Enable(a) => admin(&a, "enable"),
         Command::Disable(a) => admin(&a, "disable"),
         Command::AlwaysServe(a) => admin(&a, "always-serve"),
+        Command::Drain(a) => admin(&a, "drain"),
         Command::Check(args) => check::run(*args),
         Command::Generate { what, dir } => {
             let written = match what {

@@ -216,7 +216,7 @@ impl Control {
         self.ask(|r| Command::Select(profile.into(), query, regions, r)).await
     }
 
-    /// Enables, disables or sets an endpoint to always-serve at runtime.
+    /// Enables, disables, drains or sets an endpoint to always-serve at runtime.
     pub async fn set_admin(
         &self,
         profile: &str,

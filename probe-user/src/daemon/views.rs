@@ -96,7 +96,7 @@ pub struct EndpointView {
     pub address: String,
     pub port: u16,
     pub protocol: Protocol,
-    /// enabled, disabled or always-serve, as in force now.
+    /// enabled, disabled, always-serve or drain, as in force now.
     pub admin: AdminState,
     /// True when `admin` was set through the API rather than the config file.
     pub admin_from_api: bool,

@@ -97,6 +97,7 @@ struct ZoneEndpoint {
     weight: u32,
     subnets: Vec<IpNet>,
     region: Option<String>,
+    /// As selection counts it: Disabled while the endpoint drains.
     status: EndpointStatus,
     rtt: Option<Duration>,
 }
@@ -162,7 +163,8 @@ impl Zone {
         let statuses: FastMap<(&str, &str), EndpointStatus> = snapshot
             .endpoints
             .iter()
-            .map(|(p, e, state)| ((&**p, &**e), state.status))
+            // What selection reads: out of rotation while draining (`status::counted`).
+            .map(|(p, e, state)| ((&**p, &**e), crate::status::counted(state.admin, state.status)))
             .collect();
         let mut zone = Zone {
             origin: dns.zone.clone(),
@@ -360,7 +362,7 @@ impl Zone {
                 let status = if c.removed {
                     EndpointStatus::Inactive
                 } else {
-                    c.state.status
+                    crate::status::counted(c.state.admin, c.state.status)
                 };
                 std::mem::replace(&mut p.endpoints[i].status, status) != status
             }

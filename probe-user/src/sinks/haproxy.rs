@@ -1,6 +1,7 @@
 //! The haproxy sink: one backend of a running HAProxy, driven through its admin socket. Each
 //! followed server is `ready` while its endpoint is eligible and `maint` (or `drain`) while it
-//! is not, at the endpoint's weight; servers no endpoint names are left alone.
+//! is not, at the endpoint's weight; an endpoint the operator drains is `drain` while its
+//! health holds (HAProxy keeps its sessions). Servers no endpoint names are left alone.
 //!
 //! Every sync and read-back starts from `show servers state BACKEND`, so what HAProxy holds
 //! decides what is written: a restarted HAProxy (all servers back to haproxy.cfg's state) is
@@ -26,6 +27,7 @@ use super::{Sink, SinkError, SinkFault, SyncReport};
 use crate::{
     config::{HaproxyDown, HaproxySink as Config},
     sinks::model::ProfileModel,
+    status::{AdminState, EndpointStatus},
 };
 
 /// A request HAProxy has not answered whole in this long, from connect to end of answer, fails
@@ -192,6 +194,10 @@ pub fn plan(cfg: &Config, model: &ProfileModel, held: &BTreeMap<String, Server>)
         let want = Server {
             state: if state.eligible {
                 ServerState::Ready
+            } else if state.admin == AdminState::Drain && state.status != EndpointStatus::Degraded {
+                // Drained by the operator while it serves: HAProxy keeps its sessions and
+                // sends it no new ones.
+                ServerState::Drain
             } else {
                 cfg.down.into()
             },

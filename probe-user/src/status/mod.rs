@@ -16,6 +16,10 @@ wire_enum! {
         Disabled = "disabled",
         /// Health checks off; the endpoint always receives traffic.
         AlwaysServe = "always-serve",
+        /// Probed as when enabled (its status is its health's), but no new traffic goes to
+        /// it, not even through fail-open: flows already on it stay where the data path can
+        /// keep them (HAProxy's drain).
+        Drain = "drain",
     }
 }
 
@@ -100,7 +104,7 @@ pub fn endpoint_view(input: EndpointInput) -> EndpointView {
     EndpointView {
         status,
         probed,
-        eligible: eligible_alone(status),
+        eligible: eligible_alone(status) && input.admin != AdminState::Drain,
     }
 }
 
@@ -213,6 +217,24 @@ pub fn eligible(status: EndpointStatus, fail_open: bool) -> bool {
     eligible_alone(status) || (fail_open && status == EndpointStatus::Degraded)
 }
 
+/// As `eligible`, for an endpoint in admin state `admin`: a draining one never is.
+pub fn eligible_as(admin: AdminState, status: EndpointStatus, fail_open: bool) -> bool {
+    admin != AdminState::Drain && eligible(status, fail_open)
+}
+
+/// What an endpoint of status `status` in admin state `admin` counts as toward its profile's
+/// status and fail-open, its nested parents and the routing methods: its status, but out of
+/// rotation (Disabled) while it drains and is probed, since it takes no new traffic. Draining
+/// the last healthy endpoint so makes the others fail open rather than leave none.
+pub fn counted(admin: AdminState, status: EndpointStatus) -> EndpointStatus {
+    use EndpointStatus as S;
+    if admin == AdminState::Drain && matches!(status, S::CheckingEndpoint | S::Online | S::Degraded) {
+        S::Disabled
+    } else {
+        status
+    }
+}
+
 /// True when fail-open applies to these statuses (see `StatusCounts::fail_open`).
 pub fn fail_open(statuses: &[EndpointStatus]) -> bool {
     StatusCounts::of(statuses).fail_open()
@@ -252,6 +274,12 @@ mod tests {
             (true, AlwaysServe, true, Healthy, S::Stopped, false, false),
             (true, AlwaysServe, false, Unhealthy, S::Unmonitored, false, true),
             (true, AlwaysServe, false, CheckingEndpoint, S::Unmonitored, false, true),
+            // Not in SPEC's table: probed as when enabled, never eligible.
+            (true, Drain, false, Healthy, S::Online, true, false),
+            (true, Drain, false, Unhealthy, S::Degraded, true, false),
+            (true, Drain, false, CheckingEndpoint, S::CheckingEndpoint, true, false),
+            (true, Drain, true, Healthy, S::Stopped, false, false),
+            (false, Drain, false, Healthy, S::Inactive, false, false),
         ];
         for (profile_enabled, admin, stopped, health, status, probed, eligible) in rows {
             let input = EndpointInput {

@@ -499,3 +499,122 @@ fn fleet_batches_move_only_what_they_change_and_survive_a_restart_and_a_reload()
     assert_eq!(daemon.endpoint("web", "b2").status, S::Online);
     daemon.stop();
 }
+
+/// Issue 45, drain: an endpoint drained through the API (`probed drain`) keeps being probed,
+/// its slots go to the others, and a client connection already on it goes on working (the
+/// kernel's conntrack keeps its DNAT), while no new connection reaches it; enabled again, it
+/// takes its slots back at once, its health kept.
+#[test]
+fn a_drained_backend_keeps_its_established_flows_and_gets_no_new_ones() {
+    use std::io::{BufRead, BufReader, Write};
+    let topo = Topology::new();
+    let client = topo.client();
+    add_backends(&topo, &BACKENDS_V4[1..]);
+    // Each backend greets with its address, then echoes lines until the client closes.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let servers: Vec<std::thread::JoinHandle<()>> = BACKENDS_V4
+        .iter()
+        .map(|b| {
+            let listener = topo.backend.tcp_listen(&format!("{b}:80"));
+            listener.set_nonblocking(true).unwrap();
+            let (stop, me) = (stop.clone(), b.to_string());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((s, _)) => {
+                            let me = me.clone();
+                            std::thread::spawn(move || {
+                                s.set_nonblocking(false).unwrap();
+                                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                                let mut w = s.try_clone().unwrap();
+                                let _ = writeln!(w, "{me}");
+                                for line in BufReader::new(s).lines().map_while(Result::ok) {
+                                    if writeln!(w, "{line}").is_err() {
+                                        break;
+                                    }
+                                }
+                            });
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                    }
+                }
+            })
+        })
+        .collect();
+    topo.prober.nft(&lb_ruleset_v4());
+    topo.backend.nft(&count_ruleset(&BACKENDS_V4));
+    let files = DaemonFiles::new();
+    let cfg = files.write_config(&config(&files, &BACKENDS_V4, &map_sink_v4()));
+    let daemon = RunningDaemon::start(&topo.prober, cfg, None).expect("start the daemon");
+    for b in ["b0", "b1", "b2"] {
+        daemon.wait_status("web", b, S::Online, Duration::from_secs(5));
+    }
+    let map = || slots(&topo.prober, "ip", "lb", "web_slots");
+    wait_until("all three in the map", Duration::from_secs(3), || {
+        let m = map();
+        m.len() == 64 && BACKENDS_V4.iter().all(|b| m.values().any(|v| v == b))
+    });
+    // A client connection through the VIP, and the backend it reached.
+    let vip: std::net::SocketAddr = format!("{VIP_V4}:80").parse().unwrap();
+    let stream = client
+        .enter(move || std::net::TcpStream::connect_timeout(&vip, Duration::from_secs(2)).expect("connect to the VIP"));
+    stream.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut lines = BufReader::new(stream.try_clone().unwrap()).lines();
+    let mut out = stream;
+    let served_by = lines.next().expect("a greeting").unwrap();
+    let i = BACKENDS_V4
+        .iter()
+        .position(|b| *b == served_by)
+        .expect("one of the backends");
+    let name = format!("b{i}");
+
+    let (code, v) = daemon.call("POST", &format!("/v1/endpoints/web/{name}/drain"));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(
+        (v["status"].as_str(), v["eligible"].as_bool()),
+        (Some("Online"), Some(false)),
+        "{v}"
+    );
+    wait_until("the drained backend leaves the map", Duration::from_secs(2), || {
+        let m = map();
+        m.len() == 64 && !m.values().any(|b| *b == served_by)
+    });
+    // The established flow goes on, on the same backend.
+    for n in 0..5 {
+        writeln!(out, "ping {n}").unwrap();
+        assert_eq!(
+            lines.next().expect("an echo").unwrap(),
+            format!("ping {n}"),
+            "the drained backend's flow"
+        );
+    }
+    // No new connection reaches it.
+    let before = syns(&topo.backend, &served_by);
+    assert_eq!(connect_many(&client, VIP_V4, 100), 100);
+    assert_eq!(
+        syns(&topo.backend, &served_by),
+        before,
+        "a new connection reached the drained backend"
+    );
+    // Still probed: its status is its health's.
+    assert_eq!(daemon.endpoint("web", &name).status, S::Online);
+    let (code, v) = daemon.call("POST", &format!("/v1/endpoints/web/{name}/enable"));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(
+        (v["status"].as_str(), v["eligible"].as_bool()),
+        (Some("Online"), Some(true)),
+        "health kept: {v}"
+    );
+    wait_until("it takes its slots back", Duration::from_secs(2), || {
+        map().values().any(|b| *b == served_by)
+    });
+    writeln!(out, "still here").unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "still here");
+    drop(out);
+    drop(lines);
+    daemon.stop();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in servers {
+        let _ = s.join();
+    }
+}

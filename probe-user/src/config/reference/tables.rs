@@ -13,6 +13,7 @@ use crate::{
     config::model::{Cluster, Daemon, DnsTcp, EndpointSource, HttpProbes},
     kernel::{AttachMode, Hook},
     rules::limits::{MAX_PACING_MS, MAX_SLOTS, MAX_UDP_PAYLOAD, THRESHOLD_MAX},
+    status::AdminState,
 };
 
 const fn words(text: &'static str) -> Allowed {
@@ -812,10 +813,11 @@ pub const ENDPOINT: Section = Section {
             "state",
             Type::String,
             Value("\"enabled\""),
-            OneOf(&["enabled", "disabled", "always-serve"]),
+            OneOf(AdminState::NAMES),
             Applies,
             "The admin state: disabled takes the endpoint out of rotation; always-serve keeps it \
-             eligible whatever its checks say (refused on a nested endpoint). A change here replaces a \
+             eligible whatever its checks say; drain keeps probing it but sends it no new traffic \
+             (always-serve and drain are refused on a nested endpoint). A change here replaces a \
              state set through the API, which otherwise survives reloads and restarts.",
         ),
         Key::new(

@@ -284,7 +284,7 @@ fn example_config_parses() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/probed.toml");
     let c = Config::load(path).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.profiles.len(), 8);
-    assert_eq!(c.endpoint_count(), 18);
+    assert_eq!(c.endpoint_count(), 19);
     let cart = c.profile("cart").unwrap();
     assert_eq!(cart.health.protocol(), crate::config::Protocol::Grpcs);
     let own = cart.endpoints[1]

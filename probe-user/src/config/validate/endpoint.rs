@@ -128,11 +128,13 @@ fn nested_endpoint(
     let weight = bounded(r, &t, "weight", 1, 1000, 1);
     let priority = priority(r, &t, index, routing, taken);
     let state = match state(r, &t) {
-        Some(AdminState::AlwaysServe) => {
+        Some(state @ (AdminState::AlwaysServe | AdminState::Drain)) => {
             let item = r.string(&t, "state").expect("read just above");
             r.bad(
                 &item,
-                "a nested endpoint cannot be always-serve: its health is its child's (SPEC 8); use enabled or disabled",
+                format!(
+                    "a nested endpoint cannot be {state}: its health and its traffic are its child's (SPEC 8); use enabled or disabled"
+                ),
             );
             None
         }

@@ -1,4 +1,4 @@
-//! `POST /v1/endpoints/{profile}/{endpoint}/{enable|disable|always-serve}` and
+//! `POST /v1/endpoints/{profile}/{endpoint}/{enable|disable|always-serve|drain}` and
 //! `POST /v1/profiles/{profile}/{enable|disable}`: the operator's override of an endpoint's
 //! admin state or of a profile's `enabled`. Each survives reloads that leave the configured
 //! value alone, and restarts (through the state file).

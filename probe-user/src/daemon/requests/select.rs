@@ -68,7 +68,8 @@ fn pick(
         .zip(endpoints)
         .map(|(t, e)| Candidate {
             family: Some(Family::of(t.address().ip())),
-            status: t.status(),
+            // A draining endpoint answers nothing new: out of rotation, as the counts have it.
+            status: t.counts_as(),
             priority: t.brief().priority,
             weight: t.brief().weight,
             subnets: e.subnets(),

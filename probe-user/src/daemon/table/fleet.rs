@@ -9,7 +9,6 @@ use super::{
 use crate::{
     config::Endpoint,
     daemon::{checks::Specs, state::Saved},
-    status,
 };
 
 impl Table {
@@ -78,13 +77,13 @@ impl Table {
     pub(crate) fn settle_fleet(&mut self, pix: usize, gone: &[Gone], built: &[(OwnerId, Option<bool>)]) {
         let p = &mut self.profiles[pix];
         for (_, _, t) in gone {
-            p.counts.remove(t.status);
+            p.counts.remove(t.counts_as());
             p.behind -= u64::from(t.should_probe() && t.behind());
         }
         for (id, _) in built {
             let t = self.targets.get_mut(id).expect("built targets are in the table");
             t.status = t.derive_status();
-            p.counts.add(t.status);
+            p.counts.add(t.counts_as());
             p.behind += u64::from(t.should_probe() && t.behind());
         }
         let (_, was_open) = p.recount();
@@ -93,12 +92,12 @@ impl Table {
         if flipped {
             for id in &p.owners {
                 let t = self.targets.get_mut(id).expect("owners are targets");
-                t.eligible = status::eligible(t.status, open);
+                t.eligible = t.eligible_in(open);
             }
         } else {
             for (id, _) in built {
                 let t = self.targets.get_mut(id).expect("built targets are in the table");
-                t.eligible = status::eligible(t.status, open);
+                t.eligible = t.eligible_in(open);
             }
         }
         // Its parents: their nested endpoints follow its counts.

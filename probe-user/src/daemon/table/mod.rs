@@ -207,7 +207,7 @@ impl Table {
             for id in &p.owners {
                 let t = self.targets.get_mut(id).expect("owners are targets");
                 t.status = t.derive_status();
-                p.counts.add(t.status);
+                p.counts.add(t.counts_as());
                 p.behind += u64::from(t.should_probe() && t.behind());
             }
             for n in &p.nested {
@@ -253,7 +253,7 @@ impl Table {
         for (p, _) in self.profiles.iter_mut().zip(redo).filter(|(_, d)| **d) {
             for id in &p.owners {
                 let t = self.targets.get_mut(id).expect("owners are targets");
-                t.eligible = status::eligible(t.status, p.fail_open);
+                t.eligible = t.eligible_in(p.fail_open);
             }
             for n in &mut p.nested {
                 n.eligible = status::eligible(n.status, p.fail_open);

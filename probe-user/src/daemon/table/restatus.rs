@@ -147,6 +147,15 @@ impl Table {
     /// one). An endpoint probed again starts over in CheckingEndpoint (SPEC 4). Its status
     /// catches up in `restatus`, once the runner has registered or removed its check.
     pub fn set_admin(&mut self, id: OwnerId, state: AdminState) -> Probed {
+        // To or from drain, what it counts as moves with its status unchanged.
+        if let Some(t) = self.targets.get(&id) {
+            let (before, after) = (t.counts_as(), status::counted(state, t.status));
+            if before != after {
+                let p = &mut self.profiles[t.profile_ix as usize];
+                p.counts.remove(before);
+                p.counts.add(after);
+            }
+        }
         self.probing_change(id, true, |t| {
             t.admin_override = (state != t.config_admin).then_some(state);
         })
@@ -237,12 +246,12 @@ impl Table {
         let (old_status, old_state) = (t.status, t.state());
         let new_status = t.derive_status();
         if new_status != old_status {
-            p.counts.remove(old_status);
-            p.counts.add(new_status);
+            p.counts.remove(status::counted(t.admin(), old_status));
             t.status = new_status;
+            p.counts.add(t.counts_as());
         }
         let (old_profile, old_fail_open) = p.recount();
-        t.eligible = status::eligible(new_status, p.fail_open);
+        t.eligible = t.eligible_in(p.fail_open);
         let moved = new_status != old_status;
         if moved {
             t.last_change = Some(LastChange {
@@ -382,7 +391,7 @@ impl Table {
             if t.status != EndpointStatus::Degraded {
                 continue;
             }
-            t.eligible = status::eligible(t.status, fail_open);
+            t.eligible = t.eligible_in(fail_open);
             out.push(Change::Endpoint(t.change(
                 &p.name,
                 ChangeKind::FailOpen,

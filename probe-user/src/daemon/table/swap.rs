@@ -10,7 +10,7 @@ use super::{OwnerId, Stamp, Swapped, Table, Target};
 use crate::{
     changes::{Change, ChangeKind, EndpointState, ProfileChange},
     hash::FastMap,
-    status::{self, ProfileStatus},
+    status::ProfileStatus,
 };
 
 /// A profile's name and an endpoint's.
@@ -149,7 +149,7 @@ impl Table {
             for (pix, open) in flipped {
                 for id in &self.profiles[pix].owners {
                     let t = self.targets.get_mut(id).expect("owners are targets");
-                    let was_eligible = status::eligible(t.status, open);
+                    let was_eligible = t.eligible_in(open);
                     if was_eligible == t.eligible || built_ids.contains(id) {
                         continue;
                     }

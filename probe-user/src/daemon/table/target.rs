@@ -202,7 +202,20 @@ impl Target {
     }
 
     pub fn should_probe(&self) -> bool {
-        self.profile_enabled && self.admin() == AdminState::Enabled && self.owned
+        self.profile_enabled && matches!(self.admin(), AdminState::Enabled | AdminState::Drain) && self.owned
+    }
+
+    /// What it counts as toward its profile's status, fail-open and nested parents
+    /// (`status::counted`): its status, or Disabled while it drains. Its profile's counts hold
+    /// this for every endpoint: an admin change moves them (`Table::set_admin`), and a status
+    /// change (`Table::restatus`).
+    pub fn counts_as(&self) -> EndpointStatus {
+        status::counted(self.admin(), self.status)
+    }
+
+    /// Whether it may take new traffic, with its profile's fail-open `fail_open`.
+    pub fn eligible_in(&self, fail_open: bool) -> bool {
+        status::eligible_as(self.admin(), self.status, fail_open)
     }
 
     /// The endpoint's health: its locations' aggregate in a cluster, else its own verdict.

@@ -137,6 +137,17 @@ fn plans_only_what_differs_leaving_first_and_joining_last() {
     // down = "drain" leaves a drained server alone.
     let c = cfg("/s".into(), HaproxyDown::Drain, &[("c", "b2")]);
     assert!(plan(&c, &model(&[("c", false, 1)]), &held).commands.is_empty());
+    // An endpoint the operator drains: drain while its health holds (b1, ready now, keeps
+    // its sessions), down = maint once it fails (HAProxy would not send it sessions either way).
+    let c = cfg("/s".into(), HaproxyDown::Maint, &[("a", "b1")]);
+    let mut draining = model(&[("a", false, 3)]);
+    let a = draining.endpoints.get_mut("a").expect("a");
+    a.admin = crate::status::AdminState::Drain;
+    a.status = crate::status::EndpointStatus::Online;
+    assert_eq!(plan(&c, &draining, &held).commands, ["set server web/b1 state drain"]);
+    let a = draining.endpoints.get_mut("a").expect("a");
+    a.status = crate::status::EndpointStatus::Degraded;
+    assert_eq!(plan(&c, &draining, &held).commands, ["set server web/b1 state maint"]);
 }
 
 #[test]

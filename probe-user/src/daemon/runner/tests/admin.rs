@@ -87,3 +87,73 @@ fn a_profile_disabled_through_the_api_stops_probing_and_survives_reload_and_rest
         crate::daemon::RequestError::NoProfile("nope".into())
     );
 }
+
+#[test]
+fn a_drained_endpoint_is_probed_takes_no_traffic_and_makes_the_others_fail_open() {
+    let mut h = Harness::new("drain", &[("a", 80), ("b", 81)]);
+    // a serves, b fails.
+    h.run_for(4000, |t| {
+        if t.port() == 80 {
+            L4Outcome::Open
+        } else {
+            L4Outcome::Refused
+        }
+    });
+    assert_eq!(h.status("a"), (S::Online, true));
+    assert_eq!(h.status("b"), (S::Degraded, false));
+    h.changes();
+    let view = h.runner.set_admin("web", "a", AdminState::Drain).unwrap();
+    assert_eq!(
+        (view.status, view.eligible, view.probed, view.admin),
+        (S::Online, false, true, AdminState::Drain),
+        "its status is its health's; no new traffic"
+    );
+    // a takes none, and b is all that is left: the profile fails open to it.
+    assert_eq!(h.status("b"), (S::Degraded, true));
+    assert_eq!(h.profile(), (ProfileStatus::Degraded, true));
+    let published = h.changes();
+    let changes = endpoint_changes(&published);
+    assert!(
+        changes.contains(&("a", ChangeKind::Admin, Some(S::Online), Some(S::Online), false)),
+        "{changes:?}"
+    );
+    assert!(
+        changes.iter().any(|c| c.0 == "b" && c.4),
+        "b's eligibility: {changes:?}"
+    );
+    // Still probed: a failure is seen, and its recovery.
+    let probed_a = std::cell::Cell::new(0);
+    h.run_for(4000, |t| {
+        if t.port() == 80 {
+            probed_a.set(probed_a.get() + 1);
+        }
+        L4Outcome::Refused
+    });
+    assert!(
+        probed_a.get() >= 3,
+        "a drained endpoint is still probed: {}",
+        probed_a.get()
+    );
+    assert_eq!(h.status("a"), (S::Degraded, false));
+    h.run_for(4000, |t| {
+        if t.port() == 80 {
+            L4Outcome::Open
+        } else {
+            L4Outcome::Refused
+        }
+    });
+    assert_eq!(h.status("a"), (S::Online, false));
+    // Enabled again: eligible at once, its health kept (it was probed all along).
+    let view = h.runner.set_admin("web", "a", AdminState::Enabled).unwrap();
+    assert_eq!((view.status, view.eligible), (S::Online, true));
+    assert_eq!(h.status("b"), (S::Degraded, false), "fail-open ends");
+    let p = &h.runner.table.profiles[0];
+    assert_eq!(
+        (
+            p.counts.get(S::Online),
+            p.counts.get(S::Degraded),
+            p.counts.get(S::Disabled)
+        ),
+        (1, 1, 0)
+    );
+}
