@@ -557,7 +557,16 @@ async fn route(req: Request<Incoming>, control: Control, feed: &events::Feed) ->
             };
             json(control.set_admin(profile, endpoint, state).await)
         }
-        (&Method::GET, ["v1", "profiles", profile, "endpoints"]) => json(control.fleet_view(profile).await),
+        (&Method::GET, ["v1", "profiles", profile, "endpoints"]) => {
+            // All of them unless a page is asked for: a control plane reconciles against the
+            // whole set (a page at a time for large fleets, each carrying the generation).
+            let page = number(&query, "offset", 0, usize::MAX)
+                .and_then(|offset| Ok((offset, number(&query, "limit", usize::MAX, usize::MAX)?)));
+            match page {
+                Ok((offset, limit)) => json(control.fleet_view(profile, offset, limit).await),
+                Err(why) => error(StatusCode::BAD_REQUEST, &why.to_string()),
+            }
+        }
         (&Method::POST, ["v1", "profiles", profile, "endpoints"]) => {
             let profile = profile.to_string();
             fleet_batch(req, control, &profile).await

@@ -162,10 +162,7 @@ fn list(profile: &str, api: &ApiArgs, json: bool) -> anyhow::Result<ExitCode> {
     let view: probed::fleet::FleetView = serde_json::from_str(&resp.body)?;
     println!(
         "{}: {} endpoints from {}, generation {}",
-        view.profile,
-        view.endpoints.len(),
-        view.endpoints_from,
-        view.generation
+        view.profile, view.total, view.endpoints_from, view.generation
     );
     for e in &view.endpoints {
         let get = |k: &str| {

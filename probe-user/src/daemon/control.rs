@@ -85,7 +85,8 @@ pub(crate) enum Command {
     Fleet(Box<super::requests::FleetRequest>, Reply<super::requests::FleetDone>),
     /// The running profiles the API owns, for a reload to carry over.
     FleetCarry(Reply<Vec<super::requests::Carried>>),
-    FleetView(String, Reply<crate::fleet::FleetView>),
+    /// A page (offset, limit) of a profile's endpoints for the fleet API's view.
+    FleetPage(String, (usize, usize), Reply<crate::fleet::FleetPage>),
 }
 
 /// A consumer joining the change stream. A typed follower (not a `Feed`) has one
@@ -375,10 +376,21 @@ impl Control {
         Ok(applied)
     }
 
-    /// The endpoints of `profile` as the fleet API reads and takes them, with its generation
-    /// (0 and the file's endpoints for a profile the file owns).
-    pub async fn fleet_view(&self, profile: &str) -> Result<crate::fleet::FleetView, RequestError> {
-        self.ask(|r| Command::FleetView(profile.to_string(), r)).await
+    /// Endpoints `offset..offset + limit` of `profile` as the fleet API reads and takes them,
+    /// with its generation (0 and the file's endpoints for a profile the file owns). The runner
+    /// copies them; they become JSON here.
+    pub async fn fleet_view(
+        &self,
+        profile: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<crate::fleet::FleetView, RequestError> {
+        let page = self
+            .ask(|r| Command::FleetPage(profile.to_string(), (offset, limit), r))
+            .await?;
+        tokio::task::spawn_blocking(move || page.view())
+            .await
+            .map_err(|_| RequestError::Stopped)
     }
 
     /// The endpoints of `config`'s API profiles, which its file does not list: a running API

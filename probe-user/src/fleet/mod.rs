@@ -311,13 +311,41 @@ pub struct Applied {
     pub runner_us: u64,
 }
 
-/// A profile's endpoints as the fleet API shows them (`GET /v1/profiles/NAME/endpoints`).
+/// A profile's endpoints as the fleet API shows them (`GET /v1/profiles/NAME/endpoints`),
+/// all of them or one page.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FleetView {
     pub profile: String,
     /// "api" or "file": whether batches may change them.
     pub endpoints_from: String,
     pub generation: u64,
+    /// How many endpoints the profile has; `endpoints` holds those from `offset` on.
+    pub total: usize,
+    pub offset: usize,
     /// Each as a `put` takes it.
     pub endpoints: Vec<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// What the runner hands over for a `FleetView`: the page's endpoints as they are, turned into
+/// items off its thread.
+pub struct FleetPage {
+    pub profile: String,
+    pub endpoints_from: crate::config::EndpointSource,
+    pub generation: u64,
+    pub total: usize,
+    pub offset: usize,
+    pub endpoints: Vec<Endpoint>,
+}
+
+impl FleetPage {
+    pub fn view(self) -> FleetView {
+        FleetView {
+            profile: self.profile,
+            endpoints_from: self.endpoints_from.name().to_string(),
+            generation: self.generation,
+            total: self.total,
+            offset: self.offset,
+            endpoints: self.endpoints.iter().map(api_item).collect(),
+        }
+    }
 }

@@ -461,6 +461,14 @@ fn fleet_batches_move_only_what_they_change_and_survive_a_restart_and_a_reload()
         .map(|e| e["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["b0", "b2"], "{view}");
+    let page = daemon.get("/v1/profiles/web/endpoints?offset=1&limit=1");
+    assert_eq!(
+        (page["total"].as_u64(), page["offset"].as_u64()),
+        (Some(2), Some(1)),
+        "{page}"
+    );
+    assert_eq!(page["endpoints"][0]["name"], "b2", "{page}");
+    assert_eq!(page["endpoints"].as_array().map(Vec::len), Some(1), "{page}");
     for b in ["b0", "b2"] {
         let status = daemon.endpoint("web", b).status;
         assert!(

@@ -14,7 +14,7 @@ use crate::{
         runner::{first_l4, Runner},
         table::Swapped,
     },
-    fleet::{routing_claims, Applied, FleetView, Lookup, Op},
+    fleet::{routing_claims, Applied, FleetPage, Lookup, Op},
     hash::FastMap,
 };
 
@@ -250,18 +250,29 @@ impl Runner {
             .collect()
     }
 
-    pub(in crate::daemon) fn fleet_view(&self, profile: &str) -> Result<FleetView, RequestError> {
+    /// Endpoints `offset..offset + limit` of `profile`, copied as they are: a million of them
+    /// turned into JSON here would hold probing for seconds.
+    pub(in crate::daemon) fn fleet_page(
+        &self,
+        profile: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<FleetPage, RequestError> {
         let p = self
             .config
             .profiles
             .iter()
             .find(|p| p.name == profile)
             .ok_or_else(|| RequestError::NoProfile(profile.to_string()))?;
-        Ok(FleetView {
+        let from = offset.min(p.endpoints.len());
+        let to = from.saturating_add(limit).min(p.endpoints.len());
+        Ok(FleetPage {
             profile: p.name.clone(),
-            endpoints_from: p.endpoints_from.name().to_string(),
+            endpoints_from: p.endpoints_from,
             generation: self.fleet.get(profile).map_or(0, |f| f.generation),
-            endpoints: p.endpoints.iter().map(crate::config::api_item).collect(),
+            total: p.endpoints.len(),
+            offset: from,
+            endpoints: p.endpoints[from..to].to_vec(),
         })
     }
 

@@ -70,8 +70,8 @@ impl Runner {
             Command::FleetCarry(reply) => {
                 let _ = reply.send(Ok(self.fleet_carry()));
             }
-            Command::FleetView(profile, reply) => {
-                let _ = reply.send(self.fleet_view(&profile));
+            Command::FleetPage(profile, (offset, limit), reply) => {
+                let _ = reply.send(self.fleet_page(&profile, offset, limit));
             }
         }
     }
