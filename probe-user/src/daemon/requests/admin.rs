@@ -32,7 +32,7 @@ impl Runner {
         endpoint: &str,
         state: AdminState,
     ) -> Result<EndpointView, RequestError> {
-        let id = super::status::find(&self.table, profile, endpoint)?;
+        let id = self.locate(profile, endpoint)?;
         let now = self.now();
         let probing = self.table.set_admin(id, state);
         self.reprobe(id, probing, now);

@@ -71,6 +71,33 @@ impl Runner {
         Ok(pix)
     }
 
+    /// Endpoint `endpoint` of `profile`: through the fleet's index in a profile the API owns
+    /// (one lookup), else by the table's walk of the profile's endpoints.
+    pub(in crate::daemon) fn locate(
+        &mut self,
+        profile: &str,
+        endpoint: &str,
+    ) -> Result<crate::daemon::table::OwnerId, RequestError> {
+        let api = self
+            .config
+            .profiles
+            .iter()
+            .position(|p| p.name == profile && p.endpoints_from == EndpointSource::Api);
+        let Some(pix) = api else {
+            return super::status::find(&self.table, profile, endpoint);
+        };
+        let at = self
+            .fleet_entry(pix)
+            .index
+            .as_ref()
+            .and_then(|i| i.get(endpoint).copied());
+        at.and_then(|j| self.table.profiles[pix].owners.get(j as usize).copied())
+            .ok_or_else(|| RequestError::NoEndpoint {
+                profile: profile.into(),
+                endpoint: endpoint.into(),
+            })
+    }
+
     /// Profile `pix`'s book entry, its index made.
     fn fleet_entry(&mut self, pix: usize) -> &mut FleetProfile {
         let profile = &self.config.profiles[pix];

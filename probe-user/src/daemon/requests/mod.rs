@@ -28,7 +28,10 @@ impl Runner {
                 let _ = reply.send(views);
             }
             Command::Endpoint(p, e, reply) => {
-                let mut view = status::endpoint(&self.table, &p, &e, self.unix_now());
+                let now = self.unix_now();
+                let mut view = self
+                    .locate(&p, &e)
+                    .map(|id| status::endpoint_view(&self.table, id, now));
                 self.fill_cluster(view.iter_mut());
                 let _ = reply.send(view);
             }

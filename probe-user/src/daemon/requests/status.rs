@@ -35,6 +35,7 @@ pub(super) fn profiles(
     }
 }
 
+#[cfg(test)]
 pub(super) fn endpoint(
     table: &Table,
     profile: &str,

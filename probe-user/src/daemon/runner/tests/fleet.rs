@@ -143,6 +143,17 @@ fn a_batch_adds_changes_and_removes_without_touching_the_rest() {
     );
     assert!(h.runner.table.find("web", "a").is_some());
     counts_checked(&h);
+    // Single endpoints of an API profile are found through its index, as the table walk would.
+    let view = h.runner.set_admin("web", "e", AdminState::Drain).unwrap();
+    assert_eq!((view.name.as_str(), view.eligible), ("e", false));
+    assert_eq!(
+        h.runner.set_admin("web", "d", AdminState::Drain).unwrap_err(),
+        RequestError::NoEndpoint {
+            profile: "web".into(),
+            endpoint: "d".into()
+        }
+    );
+    counts_checked(&h);
 }
 
 #[test]
