@@ -136,22 +136,21 @@ pub enum DaemonError {
     },
 }
 
-/// Fills the profiles of `config` whose endpoints the API owns from the fleet journal at
-/// `path`, read as it is (the runner's lock on the state file is not held yet, so nothing is
-/// written): their generations.
-fn admit_fleet(config: &mut Config, path: &std::path::Path) -> Result<Vec<(String, u64)>, DaemonError> {
+/// Fills the profiles of `config` whose endpoints the API owns from `fleet`, what the journal
+/// at `path` holds: their generations.
+fn admit_fleet(
+    config: &mut Config,
+    fleet: &crate::fleet::journal::Fleet,
+    path: &std::path::Path,
+) -> Result<Vec<(String, u64)>, DaemonError> {
     use crate::config::EndpointSource;
-    if !config.profiles.iter().any(|p| p.endpoints_from == EndpointSource::Api) {
-        return Ok(Vec::new());
-    }
-    let mut fleet = crate::fleet::journal::read_file(path)?;
     let mut generations = Vec::new();
     for p in config
         .profiles
         .iter_mut()
         .filter(|p| p.endpoints_from == EndpointSource::Api)
     {
-        let Some(held) = fleet.remove(&p.name) else {
+        let Some(held) = fleet.get(&p.name) else {
             continue;
         };
         p.endpoints = crate::fleet::readmit(p, held.items.values()).map_err(|errors| DaemonError::FleetItems {
@@ -200,7 +199,28 @@ impl Daemon {
     /// Starts the runner with the given ports, then the consumers of its stream.
     pub fn start_with(mut config: Config, options: Options, ports: ports::Ports) -> Result<Daemon, DaemonError> {
         let fleet_path = crate::fleet::journal::fleet_path(&config.daemon.state_file);
-        let generations = admit_fleet(&mut config, &fleet_path)?;
+        let has_api = config
+            .profiles
+            .iter()
+            .any(|p| p.endpoints_from == crate::config::EndpointSource::Api);
+        // Read once (the runner's lock on the state file is not held yet, so nothing is
+        // written): its API profiles' endpoints now, the compact rewrite once the lock is held.
+        // A journal that cannot be read matters only to a configuration with API profiles.
+        let fleet = match crate::fleet::journal::read_file(&fleet_path) {
+            Ok(fleet) => Some(fleet),
+            Err(e) if !has_api => {
+                log::warn!(
+                    "{}; the fleet API's batches will not be kept across restarts",
+                    crate::errors::chain(&e)
+                );
+                None
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let generations = match &fleet {
+            Some(f) => admit_fleet(&mut config, f, &fleet_path)?,
+            None => Vec::new(),
+        };
         let (tx, rx) = mpsc::channel(64);
         let config_path = options.config_path.as_deref().map(std::sync::Arc::from);
         let config = std::sync::Arc::new(config);
@@ -268,26 +288,26 @@ impl Daemon {
             },
         }
         // The state file's lock is the runner's now: the journal may be rewritten.
-        let journal = match crate::fleet::journal::Journal::open(&fleet_path) {
-            Ok((journal, _)) => Some(std::sync::Arc::new(std::sync::Mutex::new(journal))),
-            Err(e)
-                if !config
-                    .profiles
-                    .iter()
-                    .any(|p| p.endpoints_from == crate::config::EndpointSource::Api) =>
-            {
+        let journal = match fleet
+            .as_ref()
+            .map(|f| crate::fleet::journal::Journal::start(&fleet_path, f))
+        {
+            None => None,
+            Some(Ok(journal)) => Some(std::sync::Arc::new(std::sync::Mutex::new(journal))),
+            Some(Err(e)) if !has_api => {
                 log::warn!(
                     "{}; the fleet API's batches will not be kept across restarts",
                     crate::errors::chain(&e)
                 );
                 None
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 drop(go_tx);
                 let _ = thread.join();
                 return Err(e.into());
             }
         };
+        drop(fleet);
         let prepared = match consumers::Consumers::prepare_start(&config) {
             Ok(prepared) => prepared,
             Err(e) => {

@@ -100,12 +100,10 @@ impl Journal {
         &self.path
     }
 
-    /// Opens (or creates) the journal at `path`, rewritten compact: what it holds, and the
-    /// journal open for appending.
-    pub fn open(path: &Path) -> Result<(Journal, Fleet), JournalError> {
-        let fleet = read_file(path)?;
-        let journal = rewrite(path, &fleet)?;
-        Ok((journal, fleet))
+    /// The journal at `path` (created when there is none), rewritten compact from `fleet`,
+    /// what `read_file` found in it, and open for appending.
+    pub fn start(path: &Path, fleet: &Fleet) -> Result<Journal, JournalError> {
+        rewrite(path, fleet)
     }
 
     /// Appends `entry` and syncs it to disk; rewrites the file compact (read back and

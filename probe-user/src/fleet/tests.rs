@@ -2,7 +2,7 @@ use serde_json::json;
 
 use super::{
     check,
-    journal::{replay, Entry, Fleet, Journal},
+    journal::{read_file, replay, Entry, Fleet, Journal},
     Batch, Lookup, Op,
 };
 use crate::config::{api_item, Config, Endpoint};
@@ -163,7 +163,8 @@ fn the_journal_survives_a_reopen_and_leaves_out_a_cut_last_line() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("state.fleet");
-    let (mut j, mut fleet) = Journal::open(&path).unwrap();
+    let mut fleet = read_file(&path).unwrap();
+    let mut j = Journal::start(&path, &fleet).unwrap();
     assert!(fleet.is_empty());
     let e = Entry {
         profile: "web".into(),
@@ -182,11 +183,11 @@ fn the_journal_survives_a_reopen_and_leaves_out_a_cut_last_line() {
     let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
     std::io::Write::write_all(&mut f, b"{\"profile\":\"web\",\"generation\":2,\"put\":[{\"na").unwrap();
     drop(f);
-    let (_, again) = Journal::open(&path).unwrap();
+    let again = read_file(&path).unwrap();
     assert_eq!(again, fleet);
     // A line changed by hand in the middle is an error, not a silent loss.
     std::fs::write(&path, "{\"profile\":1}\n{\"profile\":\"web\",\"generation\":1}\n").unwrap();
-    let err = Journal::open(&path).err().expect("a bad line");
+    let err = read_file(&path).expect_err("a bad line");
     assert!(err.to_string().contains("line 1 is not a journal entry"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -78,12 +78,7 @@ impl Runner {
         profile: &str,
         endpoint: &str,
     ) -> Result<crate::daemon::table::OwnerId, RequestError> {
-        let api = self
-            .config
-            .profiles
-            .iter()
-            .position(|p| p.name == profile && p.endpoints_from == EndpointSource::Api);
-        let Some(pix) = api else {
+        let Ok(pix) = self.api_profile(profile) else {
             return super::status::find(&self.table, profile, endpoint);
         };
         let at = self
