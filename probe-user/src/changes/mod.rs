@@ -41,6 +41,8 @@ wire_enum! {
         FailOpen = "fail-open",
         /// Other locations' verdicts changed the endpoint's aggregate health (`[cluster]`).
         Cluster = "cluster",
+        /// A step of the endpoint's slow start: its weight's share (`ramp`) moved alone.
+        SlowStart = "slow-start",
         /// Not a change but a notice (`Change::Notice`): the server's TLS certificate expires
         /// within the profile's `cert_warn_days`; the endpoint's status is as it was.
         CertExpiring = "cert-expiring",
@@ -55,7 +57,7 @@ impl ChangeKind {
             ChangeKind::Cluster => 3,
             ChangeKind::Admin => 2,
             ChangeKind::Config => 1,
-            ChangeKind::FailOpen | ChangeKind::CertExpiring => 0,
+            ChangeKind::FailOpen | ChangeKind::SlowStart | ChangeKind::CertExpiring => 0,
         }
     }
 }
@@ -73,6 +75,13 @@ pub struct EndpointState {
     pub status: EndpointStatus,
     /// May receive new traffic now, fail-open included.
     pub eligible: bool,
+    /// Its slow start: the share of `weight` it takes now, in thousandths
+    /// (`status::ramp`); whole (1000, and left out of the JSON) outside a ramp.
+    #[serde(
+        default = "crate::status::ramp::full",
+        skip_serializing_if = "crate::status::ramp::is_full"
+    )]
+    pub ramp: u16,
     /// A nested endpoint's child profile (SPEC 8): it has no address of its own (`address`
     /// is unspecified, `port` 0), and data-path sinks leave it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -97,8 +106,21 @@ impl EndpointState {
                 EndpointStatus::Degraded
             },
             eligible: passing,
+            ramp: crate::status::ramp::FULL,
             nested: None,
         }
+    }
+
+    /// Its weight as a slot table shares it while some endpoint of the table ramps
+    /// (`status::ramp::fine`): every candidate scaled alike.
+    pub fn fine_weight(&self) -> u32 {
+        crate::status::ramp::fine(self.weight, self.ramp)
+    }
+
+    /// Its weight now, in whole units: the configured weight, or its slow start's share of it
+    /// (`status::ramp::scaled`).
+    pub fn weight_now(&self) -> u32 {
+        crate::status::ramp::scaled(self.weight, self.ramp)
     }
 }
 

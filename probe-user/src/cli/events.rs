@@ -108,6 +108,7 @@ pub fn render(e: &Event, colour: bool) -> String {
         ChangeKind::Config => "by a reload".to_string(),
         ChangeKind::FailOpen => "the profile's fail-open".to_string(),
         ChangeKind::Cluster => "the cluster's verdicts".to_string(),
+        ChangeKind::SlowStart => "a slow start's step".to_string(),
         ChangeKind::CertExpiring => {
             let when = e.cert_not_after_unix.map_or_else(
                 || "soon".to_string(),

@@ -217,6 +217,9 @@ pub struct Profile {
     pub aggregate: crate::cluster::aggregate::Rule,
     /// `endpoints_from`: whether the file lists the endpoints or the API owns them.
     pub endpoints_from: EndpointSource,
+    /// `slow_start`: how long an endpoint that starts to take traffic again takes to reach its
+    /// whole weight in the data-path sinks (`status::ramp`); zero is off.
+    pub slow_start: std::time::Duration,
 }
 
 /// Where a profile's endpoints come from.
@@ -247,6 +250,11 @@ impl Profile {
         self.health.thresholds
     }
 
+    /// `slow_start` in nanoseconds: 0 when off.
+    pub fn slow_start_ns(&self) -> u64 {
+        u64::try_from(self.slow_start.as_nanos()).unwrap_or(u64::MAX)
+    }
+
     /// A copy of everything but its endpoints: a profile's settings, which a reload compares
     /// to tell whether the endpoints that stay the same can stay untouched.
     pub fn settings(&self) -> Profile {
@@ -262,6 +270,7 @@ impl Profile {
             dns_ttl,
             aggregate,
             endpoints_from,
+            slow_start,
         } = self;
         Profile {
             name: name.clone(),
@@ -275,6 +284,7 @@ impl Profile {
             dns_ttl: *dns_ttl,
             aggregate: *aggregate,
             endpoints_from: *endpoints_from,
+            slow_start: *slow_start,
         }
     }
 }

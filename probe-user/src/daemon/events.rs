@@ -284,6 +284,9 @@ fn write_loop(mut sink: EventSink, mut changes: Subscription, swaps: &mpsc::Rece
         // and the writer may take seconds over it.
         for change in batch.changes {
             match &*change {
+                // A slow start's steps move a share, not a status or eligibility: they are for
+                // the sinks, and would be twenty lines per endpoint back in rotation.
+                Change::Endpoint(c) if c.kind == ChangeKind::SlowStart => {}
                 Change::Endpoint(c) => sink.emit(&EventLine::of(c)),
                 Change::Notice(n) => sink.emit(&EventLine::notice(n)),
                 Change::Profile(_) => {}

@@ -123,7 +123,18 @@ impl Default for SchedulerConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CheckId {
     index: u32,
-    generation: u32,
+    generation: Generation,
+}
+
+/// A slot's generation: never 0 (so that an `Option<CheckId>`, one in every endpoint, takes 8
+/// bytes, not 12) and never `u32::MAX`, which `CheckId::from_u64` gives a token no id became.
+type Generation = std::num::NonZeroU32;
+
+const _: () = assert!(std::mem::size_of::<Option<CheckId>>() == 8);
+
+/// The generation after `g`: 1 again after the last one.
+fn next_generation(g: Generation) -> Generation {
+    Generation::new(g.get() % (u32::MAX - 1) + 1).expect("from 1 to u32::MAX - 1")
 }
 
 impl CheckId {
@@ -135,13 +146,14 @@ impl CheckId {
 
     /// Packed into one integer (for tokens), and back.
     pub fn to_u64(self) -> u64 {
-        (u64::from(self.index) << 32) | u64::from(self.generation)
+        (u64::from(self.index) << 32) | u64::from(self.generation.get())
     }
 
+    /// A token no id became (generation 0) names no check: it comes back stale.
     pub fn from_u64(v: u64) -> Self {
         Self {
             index: (v >> 32) as u32,
-            generation: v as u32,
+            generation: Generation::new(v as u32).unwrap_or(Generation::MAX),
         }
     }
 }
@@ -238,7 +250,7 @@ struct Check<K, O> {
 
 #[derive(Debug)]
 struct Entry<K, O> {
-    generation: u32,
+    generation: Generation,
     check: Option<Check<K, O>>,
 }
 
@@ -365,7 +377,7 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
         let entry = &mut self.entries[id.index as usize];
         let check = entry.check.take().expect("checked above");
         // A probe still in flight completes against a stale id and is refused.
-        entry.generation = entry.generation.wrapping_add(1);
+        entry.generation = next_generation(entry.generation);
         if let Ok(found) = self.by_key.find_entry(key_hash(&check.key), |&ix| ix == id.index) {
             found.remove();
         }
@@ -505,7 +517,7 @@ impl<K: Hash + Eq + Clone, O: PartialEq> Scheduler<K, O> {
             .filter(|&i| i != u32::MAX)
             .ok_or(ScheduleError::Full)?;
         self.entries.push(Entry {
-            generation: 0,
+            generation: Generation::MIN,
             check: None,
         });
         Ok(index)

@@ -201,7 +201,8 @@ pub fn plan(cfg: &Config, model: &ProfileModel, held: &BTreeMap<String, Server>)
             } else {
                 cfg.down.into()
             },
-            weight: state.weight,
+            // Its slow start's share, rounded up (HAProxy's weights are whole).
+            weight: state.weight_now(),
         };
         if want.state == ServerState::Ready {
             out.ready += 1;

@@ -181,9 +181,16 @@ pub fn desired_slots<'m, K: std::hash::Hash + Eq + Copy>(
     held: &[Option<K>],
 ) -> Vec<Option<&'m EndpointState>> {
     let chosen: Vec<(&str, &EndpointState)> = model.eligible().filter(|(_, s)| fits(s)).collect();
+    // While one of them is in a slow start, every weight is taken in thousandths so that its
+    // share is exact; outside one, the configured weights as they are (the same shares, and
+    // the same tables as before slow starts existed).
+    let ramping = chosen.iter().any(|(_, s)| s.ramp < crate::status::ramp::FULL);
     let candidates: Vec<slots::Candidate<'_>> = chosen
         .iter()
-        .map(|(name, s)| slots::Candidate { name, weight: s.weight })
+        .map(|(name, s)| slots::Candidate {
+            name,
+            weight: if ramping { s.fine_weight() } else { s.weight },
+        })
         .collect();
     let index: crate::hash::FastMap<K, usize> = chosen.iter().enumerate().map(|(i, (_, s))| (key(s), i)).collect();
     let held: Vec<Option<usize>> = held.iter().map(|k| k.and_then(|k| index.get(&k).copied())).collect();
@@ -450,4 +457,68 @@ fn follow(
         }
     }
     Handover::Nothing
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::ramp::FULL;
+
+    fn model(endpoints: &[(&str, u32, u16)]) -> ProfileModel {
+        ProfileModel {
+            profile: "web".into(),
+            endpoints: endpoints
+                .iter()
+                .enumerate()
+                .map(|(i, (n, weight, ramp))| {
+                    let mut s = EndpointState::tcp(format!("198.18.1.{}", i + 1).parse().unwrap(), 80, true);
+                    (s.weight, s.ramp) = (*weight, *ramp);
+                    (std::sync::Arc::from(*n), s)
+                })
+                .collect(),
+            seq: 1,
+        }
+    }
+
+    /// How many of the slots each endpoint takes, by its address's last byte.
+    fn shares(model: &ProfileModel, slots: u32, held: &[Option<u8>]) -> (Vec<Option<u8>>, [u32; 4]) {
+        let key = |s: &EndpointState| match s.address {
+            std::net::IpAddr::V4(a) => a.octets()[3],
+            std::net::IpAddr::V6(_) => unreachable!(),
+        };
+        let table: Vec<Option<u8>> = desired_slots(model, slots, |_| true, key, held)
+            .into_iter()
+            .map(|s| s.map(key))
+            .collect();
+        let mut counts = [0; 4];
+        for k in table.iter().flatten() {
+            counts[usize::from(*k)] += 1;
+        }
+        (table, counts)
+    }
+
+    #[test]
+    fn a_ramping_endpoint_takes_its_share_of_its_weight_and_the_others_keep_their_slots() {
+        let full = model(&[("a", 2, FULL), ("b", 1, FULL), ("c", 1, FULL)]);
+        let (before, counts) = shares(&full, 1000, &[]);
+        assert_eq!(counts, [0, 500, 250, 250]);
+        // c at 10%: 0.1 of 1 against 2 and 1, so 1000 * 0.1 / 3.1 slots.
+        let ramping = model(&[("a", 2, FULL), ("b", 1, FULL), ("c", 1, 100)]);
+        let (during, counts) = shares(&ramping, 1000, &before);
+        assert_eq!(counts, [0, 645, 323, 32]);
+        // Only slots c gave up moved, and they went to the others.
+        for (was, is) in before.iter().zip(&during) {
+            if was != is {
+                assert_eq!(*was, Some(3), "a slot of a or b moved");
+            }
+        }
+        // Whole again: back to the configured shares, c taking slots from a and b only.
+        let (after, counts) = shares(&full, 1000, &during);
+        assert_eq!(counts, [0, 500, 250, 250]);
+        for (was, is) in during.iter().zip(&after) {
+            if was != is {
+                assert_eq!(*is, Some(3), "only c takes slots back");
+            }
+        }
+    }
 }

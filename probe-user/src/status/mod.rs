@@ -1,5 +1,6 @@
 //! Endpoint and profile monitor status (SPEC section 4): derived from configuration and
 //! health, never set by hand. Pure and clock-free; `select` picks endpoints for a query.
+pub mod ramp;
 pub mod select;
 
 use serde::Serialize;

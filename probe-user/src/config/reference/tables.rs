@@ -433,6 +433,21 @@ pub const PROFILE: Section = Section {
              keeping its health where its name and check stay the same.",
         ),
         Key::new(
+            "slow_start",
+            Duration,
+            Value("\"0s\""),
+            words("\"0s\" (off) or a duration from 1s to 1h"),
+            Applies,
+            "How long an endpoint that starts to take traffic again takes to reach its whole weight \
+             in the data-path sinks: back from Degraded, re-enabled or undrained, or added to the \
+             running profile by a reload or the fleet API. Its share starts at 1% and grows in 20 \
+             steps (5%, 10%, ... 95%, whole). The BPF slot tables share by the ramped weight; \
+             HAProxy gets it rounded up, never below 1; DNS answers and /v1/select keep the \
+             configured weight. An endpoint's first verdict after probed starts, or in a profile \
+             that is new, does not ramp (there is no traffic to protect it from yet), and a \
+             restart ends every ramp.",
+        ),
+        Key::new(
             "dns_name",
             Type::String,
             said("the profile's name, in lower case"),

@@ -1,6 +1,6 @@
 //! `[[profile]]`: its name, dialect and routing; its health check and endpoints are read by
 //! their own files, with the dialect and routing found here.
-use std::collections::HashSet;
+use std::{collections::HashSet, time::Duration};
 
 use toml::de::DeValue;
 
@@ -65,6 +65,7 @@ pub(super) fn profile(
         (Some(h), Some(d)) => health(r, h, &t.child("health"), d),
     };
     let endpoints_from = endpoints_from(r, &t);
+    let slow_start = slow_start(r, &t);
     let written = Reader::get(&t, "endpoint");
     if let (Some(EndpointSource::Api), Some(v)) = (endpoints_from, written) {
         r.error(
@@ -113,6 +114,7 @@ pub(super) fn profile(
             dns_ttl: dns_ttl?,
             aggregate: aggregate?,
             endpoints_from: endpoints_from?,
+            slow_start: slow_start?,
         })
     });
     (profile, shown_name)
@@ -132,6 +134,24 @@ fn endpoints_from(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<EndpointSourc
                 None
             }
         },
+    }
+}
+
+/// The longest `slow_start`: a ramp is 20 steps, each a change every sink writes.
+pub(super) const MAX_SLOW_START: Duration = Duration::from_secs(3_600);
+
+/// `slow_start`: "0s" (off, the default) or a duration from 1s to an hour. Shorter than a
+/// second is no ramp at all: its 20 steps would come faster than a sink applies them.
+fn slow_start(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<Duration> {
+    let Some(item) = r.string(t, "slow_start") else {
+        return Some(Duration::ZERO);
+    };
+    match crate::config::read::parse_duration(&item.v) {
+        Some(d) if d.is_zero() || (Duration::from_secs(1)..=MAX_SLOW_START).contains(&d) => Some(d),
+        _ => {
+            r.bad(&item, "expected \"0s\" (off) or a duration from 1s to 1h, like \"30s\"");
+            None
+        }
     }
 }
 

@@ -83,6 +83,7 @@ impl Runner {
             }
         }
         settle(&mut self.table, swapped);
+        self.table.ramp_swapped(swapped, now);
         // Each change goes out as it is made: at a start a list of them all was a fleet's
         // worth at once (8 MB at 65k endpoints), made even with no subscriber to take them.
         let stamp = self.stamp(now);

@@ -347,10 +347,12 @@ impl Runner {
                 .map(|d| d.max(last_wake + TICK_NS))
                 .map_or(self.probe.next_watchdog_ns, |w| w.min(self.probe.next_watchdog_ns));
             let results_open = now >= results_after_ns;
+            // A slow start's next step wakes the loop too (`end_turn` takes it).
+            let ramp_ns = self.table.ramps.next_due().unwrap_or(u64::MAX);
             let wake_ns = Some(if results_open {
-                fire_ns
+                fire_ns.min(ramp_ns)
             } else {
-                fire_ns.min(results_after_ns)
+                fire_ns.min(results_after_ns).min(ramp_ns)
             });
             let sleep = async {
                 match wake_ns {
@@ -470,9 +472,11 @@ impl Runner {
         Ok(())
     }
 
-    /// What every loop turn ends with: metrics merged, state saved when due.
+    /// What every loop turn ends with: slow starts stepped, metrics merged, state saved when
+    /// due.
     pub(super) fn end_turn(&mut self, force_save: bool) {
         let now = self.now();
+        self.step_ramps(now);
         if force_save || now.saturating_sub(self.chores.metrics_flushed_ns) >= METRICS_FLUSH_NS {
             self.metrics.flush(&self.table.profiles);
             self.chores.metrics_flushed_ns = now;
@@ -482,6 +486,14 @@ impl Runner {
             self.chores.collected_ns = now;
         }
         self.save_if_due(force_save);
+    }
+
+    /// Takes the slow starts' steps due by `now` and publishes them.
+    pub(super) fn step_ramps(&mut self, now: u64) {
+        if self.table.ramps.next_due().is_some_and(|due| due <= now) {
+            let changed = self.table.step_ramps(self.stamp(now));
+            self.publish(changed);
+        }
     }
 
     /// Starts the L4 port the first time a configuration has TCP or UDP checks (it must

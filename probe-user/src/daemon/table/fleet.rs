@@ -27,7 +27,9 @@ impl Table {
         let running = at
             .map(|j| entry.owners[j])
             .and_then(|id| self.targets.get(&id).map(|target| Running { id, target }));
-        let (id, _, t) = build_one(specs, endpoint, entry, pix, running, &Saved::default(), next_id)?;
+        // The profile runs: a new endpoint joins its traffic.
+        let built = build_one(specs, endpoint, entry, pix, running, &Saved::default(), next_id);
+        let (id, _, t) = super::plan::joins(built, true)?;
         Ok((id, t))
     }
 

@@ -16,6 +16,7 @@ use crate::{
 mod certs;
 mod fleet;
 mod plan;
+mod ramp;
 mod restatus;
 mod swap;
 mod target;
@@ -60,6 +61,7 @@ impl NestedTarget {
             },
             status: self.status,
             eligible: self.eligible,
+            ramp: status::ramp::FULL,
             nested: Some(self.cfg.child.clone()),
         }
     }
@@ -140,6 +142,8 @@ pub(crate) struct Table {
     pub targets: FastMap<OwnerId, Box<Target>>,
     /// TLS endpoints' certificates (`certs.rs`).
     pub certs: FastMap<OwnerId, CertSeen>,
+    /// The endpoints in a slow start (`ramp.rs`).
+    pub ramps: ramp::Ramps,
 }
 
 /// Why a configuration cannot be applied: one line per problem.

@@ -83,6 +83,10 @@ struct Start {
     last_change: Option<crate::daemon::views::LastChange>,
     admin_override: Option<crate::status::AdminState>,
     kept: bool,
+    /// Its slow start: carried over from its running self, else none (`Target::ramp`,
+    /// `Target::quiet_start`).
+    ramp: u16,
+    quiet_start: bool,
 }
 
 /// Resolves `config` against the running table `old`, which `running` produced (its profiles
@@ -138,7 +142,13 @@ pub(crate) fn plan(
             });
             let (Some(j), Some(w), Some(r), Some(oix)) = (at, was, was_cfg, oix) else {
                 let target = build_one(&mut specs, endpoint, &entry, plan.profiles.len(), None, saved, next_id);
-                push_built(&mut plan, &mut entry, &mut built, target, &mut errors);
+                push_built(
+                    &mut plan,
+                    &mut entry,
+                    &mut built,
+                    joins(target, was.is_some()),
+                    &mut errors,
+                );
                 continue;
             };
             if untouched && r.endpoints[j] == *endpoint {
@@ -165,7 +175,7 @@ pub(crate) fn plan(
                 saved,
                 next_id,
             );
-            push_built(&mut plan, &mut entry, &mut built, target, &mut errors);
+            push_built(&mut plan, &mut entry, &mut built, joins(target, true), &mut errors);
         }
         let dirty = !built.is_empty() || was.is_none_or(|w| stayed != w.owners.len());
         plan.profiles.push(Planned {
@@ -180,6 +190,21 @@ pub(crate) fn plan(
     }
     plan.removed = old.targets.len() - plan.kept;
     Ok(plan)
+}
+
+/// A built target that is new (not carried over) to a profile that was running joins its
+/// traffic: its first verdict may start a slow start. Every other new one's does not (a
+/// profile new to a reload, or the table probed starts with: nothing of it took traffic yet).
+pub(super) fn joins(
+    target: Result<(OwnerId, bool, Box<Target>), String>,
+    profile_ran: bool,
+) -> Result<(OwnerId, bool, Box<Target>), String> {
+    target.map(|(id, kept, mut t)| {
+        if !kept {
+            t.quiet_start = !profile_ran;
+        }
+        (id, kept, t)
+    })
 }
 
 /// Counts a built target into the plan, or its error into `errors` (each message once).
@@ -345,6 +370,8 @@ pub(super) fn build_one(
         late_us: 0,
         status: EndpointStatus::Inactive,
         eligible: false,
+        ramp: start.ramp,
+        quiet_start: start.quiet_start,
         owned: true,
         verdict_key: verdict_key(&profile.name, &endpoint.name, &question_text),
         cluster_health: None,
@@ -370,6 +397,8 @@ fn carry_over(id: OwnerId, t: &Target, endpoint: &Endpoint, rules: &Arc<Rules>, 
         last_change: t.last_change.clone(),
         admin_override: t.admin_override.filter(|_| t.config_admin == endpoint.state),
         kept: true,
+        ramp: t.ramp,
+        quiet_start: t.quiet_start,
     }
 }
 
@@ -399,6 +428,8 @@ fn resume(
         last_change: saved.and_then(|s| s.last_change.clone()),
         admin_override: saved.and_then(|s| s.admin_override),
         kept: false,
+        ramp: crate::status::ramp::FULL,
+        quiet_start: true,
     }
 }
 

@@ -38,7 +38,7 @@ pub(crate) struct Changed {
 }
 
 impl Changed {
-    fn push(&mut self, change: Change) {
+    pub(super) fn push(&mut self, change: Change) {
         self.changes.push(change);
     }
 
@@ -251,7 +251,9 @@ impl Table {
             p.counts.add(t.counts_as());
         }
         let (old_profile, old_fail_open) = p.recount();
+        let was_eligible = t.eligible;
         t.eligible = t.eligible_in(p.fail_open);
+        self.ramps.follow(id, t, was_eligible, p.cfg.slow_start_ns(), at.ns);
         let moved = new_status != old_status;
         if moved {
             t.last_change = Some(LastChange {

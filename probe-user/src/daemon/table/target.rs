@@ -44,6 +44,13 @@ pub(crate) struct Target {
     /// The status and eligibility last published for it (see `Table::settle_some`).
     pub(super) status: EndpointStatus,
     pub(super) eligible: bool,
+    /// Its slow start's share of its weight, in thousandths (`status::ramp`); `FULL` outside
+    /// a ramp. The table keeps when each ramp started (`Table::ramps`).
+    pub(super) ramp: u16,
+    /// Its first verdict does not start a slow start: it was in the table probed started with,
+    /// or in a profile new to a reload (`plan`). Cleared by its first status past
+    /// CheckingEndpoint.
+    pub(super) quiet_start: bool,
     /// With `[cluster]`: whether this node is one of the check's k probers (always without).
     pub(super) owned: bool,
     /// This endpoint's name for verdicts, on every node that checks it with the same question
@@ -265,6 +272,7 @@ impl Target {
             health: self.health(),
             status: self.status,
             eligible: self.eligible,
+            ramp: self.ramp,
             nested: None,
         }
     }

@@ -471,3 +471,18 @@ fn checks_one_interval(n: u32) {
 }
 
 mod properties;
+
+#[test]
+fn generations_skip_zero_and_the_stale_marker() {
+    let g = |n| Generation::new(n).unwrap();
+    assert_eq!(next_generation(g(1)), g(2));
+    assert_eq!(next_generation(g(u32::MAX - 2)), g(u32::MAX - 1));
+    assert_eq!(next_generation(g(u32::MAX - 1)), g(1));
+    // A token of generation 0 was never issued: it names no check, even at a live index.
+    let mut s = sched();
+    let id = s.add("x", 7, CheckParams::new(ms(1000)), 0).unwrap();
+    assert!(s.key(id).is_some());
+    assert_eq!(CheckId::from_u64(id.to_u64()), id);
+    let forged = CheckId::from_u64(id.to_u64() & !u64::from(u32::MAX));
+    assert!(s.key(forged).is_none());
+}

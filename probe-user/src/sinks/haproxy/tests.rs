@@ -431,3 +431,26 @@ fn a_peer_that_trickles_floods_or_never_accepts_fails_the_request_in_time() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_slow_start_sets_the_ramped_weight_rounded_up() {
+    let held = parse_servers_state(&captured(), "web").unwrap();
+    let c = cfg("/s".into(), HaproxyDown::Maint, &[("a", "b0")]);
+    let ramped = |weight, ramp| {
+        let mut m = model(&[("a", true, weight)]);
+        m.endpoints.get_mut("a").expect("a").ramp = ramp;
+        plan(&c, &m, &held).commands
+    };
+    // b0 is held at weight 1: 1% of 100 is that already.
+    assert_eq!(ramped(100, 10), ["set server web/b0 state ready"]);
+    assert_eq!(
+        ramped(100, 20),
+        ["set server web/b0 weight 2", "set server web/b0 state ready"]
+    );
+    assert_eq!(ramped(100, 550)[0], "set server web/b0 weight 55");
+    assert_eq!(ramped(3, 500)[0], "set server web/b0 weight 2");
+    assert_eq!(
+        ramped(100, crate::status::ramp::FULL)[0],
+        "set server web/b0 weight 100"
+    );
+}

@@ -7,7 +7,7 @@ use crate::{
 };
 
 /// An API profile "web" (weighted routing), otherwise as `config_text`.
-fn api_config(dir: &std::path::Path) -> Config {
+pub(super) fn api_config(dir: &std::path::Path) -> Config {
     let text = config_text(dir, &[]).replace(
         "routing = \"priority\"\n",
         "routing = \"weighted\"\nendpoints_from = \"api\"\n",
@@ -15,7 +15,7 @@ fn api_config(dir: &std::path::Path) -> Config {
     parse(&text)
 }
 
-fn batch(h: &mut Harness, b: serde_json::Value) -> Result<Applied, RequestError> {
+pub(super) fn batch(h: &mut Harness, b: serde_json::Value) -> Result<Applied, RequestError> {
     let b: Batch = serde_json::from_value(b).expect("a batch");
     let lookup = h.runner.fleet_lookup("web", &b.named())?;
     let ops = check(&b, &lookup).map_err(RequestError::BadBatch)?;
@@ -28,7 +28,7 @@ fn batch(h: &mut Harness, b: serde_json::Value) -> Result<Applied, RequestError>
     Ok(done.applied)
 }
 
-fn put(names: &[(&str, u8)]) -> serde_json::Value {
+pub(super) fn put(names: &[(&str, u8)]) -> serde_json::Value {
     let items: Vec<serde_json::Value> = names
         .iter()
         .map(|(n, last)| serde_json::json!({"name": n, "address": format!("198.18.1.{last}"), "port": 80}))

@@ -87,7 +87,19 @@ impl Harness {
     /// 1 ms later with `answer(target)`.
     fn run_for(&mut self, ms: u64, answer: impl Fn(SocketAddr) -> L4Outcome) {
         let until = self.clock.now() + ms * 1_000_000;
-        while let Some(due) = self.runner.probe.sched.next_due().filter(|d| *d <= until) {
+        loop {
+            // A slow start's step before the next probe is taken first, as the loop would.
+            let probe = self.runner.probe.sched.next_due().filter(|d| *d <= until);
+            let ramp = self.runner.table.ramps.next_due().filter(|d| *d <= until);
+            let due = match (probe, ramp) {
+                (_, Some(r)) if probe.is_none_or(|p| r <= p) => {
+                    self.clock.set_ns(r.max(self.clock.now()));
+                    self.runner.step_ramps(self.clock.now());
+                    continue;
+                }
+                (Some(p), _) => p,
+                (None, _) => break,
+            };
             self.clock.set_ns(due.max(self.clock.now()));
             self.runner.fire(self.clock.now());
             self.clock.advance_ms(1);
@@ -195,4 +207,5 @@ mod admin;
 mod fleet;
 mod probing;
 mod reload;
+mod slow_start;
 mod state;
