@@ -107,6 +107,13 @@ pub struct EndpointView {
     pub probed: bool,
     /// Eligible for traffic now, fail-open included.
     pub eligible: bool,
+    /// In a slow start: the share of its weight the data-path sinks give it now, in
+    /// thousandths (`[profile] slow_start`); left out when whole.
+    #[serde(
+        default = "crate::status::ramp::full",
+        skip_serializing_if = "crate::status::ramp::is_full"
+    )]
+    pub ramp: u16,
     /// Consecutive results so far toward a change.
     pub pending: usize,
     pub last_result: Option<LastResult>,

@@ -633,3 +633,78 @@ fn reloads_of_health_and_sink_keys_change_no_server_state() {
     assert_eq!(syns(&topo.backend, BACKENDS[1]), dark_before, "none reaches b1");
     daemon.stop();
 }
+
+/// Issue 45, slow start: with `slow_start = "4s"` and weights of 100, a server back from
+/// maint is set ready at weight 1 (1%) and its weight, as HAProxy itself reports it
+/// (`show servers state`, srv_uweight), climbs in steps to 100; HAProxy's own balancing sends
+/// it few of the first connections and its share at the end.
+#[test]
+fn a_returning_server_climbs_to_its_weight_over_the_slow_start() {
+    let (topo, client) = lb_topology();
+    let _servers: Vec<Backend> = BACKENDS.iter().map(|b| Backend::start(&topo.backend, b)).collect();
+    let haproxy = Haproxy::start(&topo.prober);
+    let files = DaemonFiles::new();
+    let text = config(&files, &haproxy.socket())
+        .replace(
+            "routing = \"weighted\"\n",
+            "routing = \"weighted\"\nslow_start = \"4s\"\n",
+        )
+        .replace("\"\n\n[[profile.endpoint]]", "\"\nweight = 100\n\n[[profile.endpoint]]")
+        .replace("haproxy_server = \"b2\"\n", "haproxy_server = \"b2\"\nweight = 100\n");
+    assert_eq!(text.matches("weight = 100").count(), 3, "{text}");
+    let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start the daemon");
+    for e in ["b0", "b1", "web-3"] {
+        daemon.wait_status("web", e, S::Online, Duration::from_secs(5));
+    }
+    let weight = |server: &str| -> u32 {
+        let dump = haproxy.ask("show servers state web");
+        let line = dump
+            .lines()
+            .find(|l| l.split_whitespace().nth(3) == Some(server))
+            .unwrap_or_else(|| panic!("no server {server} in:\n{dump}"));
+        line.split_whitespace().nth(7).unwrap().parse().unwrap()
+    };
+    // The first verdicts after the start take no ramp: every server at its weight at once.
+    wait_until("every server at weight 100", Duration::from_secs(2), || {
+        ["b0", "b1", "b2"].iter().all(|s| weight(s) == 100)
+    });
+
+    go_dark(&topo.backend, BACKENDS[1]);
+    daemon.wait_status("web", "b1", S::Degraded, Duration::from_secs(3));
+    wait_until("b1 is in maint", Duration::from_secs(1), || {
+        haproxy.state("b1") == "maint"
+    });
+    restore(&topo.backend);
+    daemon.wait_status("web", "b1", S::Online, Duration::from_secs(3));
+    let back = Instant::now();
+    wait_until("b1 is ready", Duration::from_secs(1), || haproxy.state("b1") == "ready");
+    let before = syns(&topo.backend, BACKENDS[1]);
+    assert_eq!(connect_many(&client, 100), 100);
+    let early = syns(&topo.backend, BACKENDS[1]) - before;
+    assert!(
+        early <= 15,
+        "{early} of 100 connections reached b1 at the start of its ramp"
+    );
+    let mut weights = vec![(back.elapsed().as_millis(), weight("b1"))];
+    while weights.last().unwrap().1 < 100 && back.elapsed() < Duration::from_secs(8) {
+        std::thread::sleep(Duration::from_millis(50));
+        weights.push((back.elapsed().as_millis(), weight("b1")));
+    }
+    eprintln!("b1's weight in HAProxy over its ramp (ms since Online, weight): {weights:?}");
+    assert!(weights[0].1 <= 15, "{weights:?}");
+    assert_eq!(weights.last().unwrap().1, 100, "{weights:?}");
+    assert!(weights.windows(2).all(|w| w[0].1 <= w[1].1), "never down: {weights:?}");
+    let mut distinct: Vec<u32> = weights.iter().map(|w| w.1).collect();
+    distinct.dedup();
+    assert!(distinct.len() >= 10, "in steps: {weights:?}");
+    let took = weights.last().unwrap().0;
+    assert!((3_500..=6_000).contains(&took), "took {took} ms for 4 s: {weights:?}");
+    assert_eq!((weight("b0"), weight("b2")), (100, 100), "the others are left alone");
+    let before = syns(&topo.backend, BACKENDS[1]);
+    assert_eq!(connect_many(&client, 300), 300);
+    assert!(
+        syns(&topo.backend, BACKENDS[1]) >= before + 90,
+        "b1 gets its share again"
+    );
+    daemon.stop();
+}

@@ -626,3 +626,105 @@ fn a_drained_backend_keeps_its_established_flows_and_gets_no_new_ones() {
         let _ = s.join();
     }
 }
+
+/// Issue 45, slow start: a backend back from Degraded takes its slots back over the profile's
+/// `slow_start` (10 s here), a few at a time, while the other two keep theirs; clients through
+/// the VIP reach it rarely at first and at its whole share once the ramp is over. The first
+/// verdicts after the start take no ramp.
+#[test]
+fn a_returning_backend_takes_its_slots_back_over_its_slow_start() {
+    let topo = Topology::new();
+    let client = topo.client();
+    add_backends(&topo, &BACKENDS_V4[1..]);
+    let _servers: Vec<Backend> = BACKENDS_V4.iter().map(|b| Backend::start(&topo.backend, b)).collect();
+    topo.prober.nft(&lb_ruleset_v4());
+    topo.backend.nft(&count_ruleset(&BACKENDS_V4));
+    let files = DaemonFiles::new();
+    let text = config(&files, &BACKENDS_V4, &map_sink_v4()).replace(
+        "routing = \"weighted\"\n",
+        "routing = \"weighted\"\nslow_start = \"10s\"\n",
+    );
+    let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start the daemon");
+    for b in ["b0", "b1", "b2"] {
+        daemon.wait_status("web", b, S::Online, Duration::from_secs(5));
+    }
+    let map = || slots(&topo.prober, "ip", "lb", "web_slots");
+    let b1 = BACKENDS_V4[1];
+    let share = |m: &BTreeMap<u64, String>| m.values().filter(|b| *b == b1).count();
+    // No ramp after the start: each takes its whole share as soon as it is Online.
+    wait_until("all three in the map", Duration::from_secs(3), || {
+        let m = map();
+        m.len() == 64 && BACKENDS_V4.iter().all(|b| m.values().any(|v| v == b))
+    });
+    let whole = share(&map());
+    assert!((21..=22).contains(&whole), "b1's share of 64 slots: {whole}");
+
+    go_dark(&topo.backend, b1);
+    daemon.wait_status("web", "b1", S::Degraded, Duration::from_secs(3));
+    wait_until("b1 leaves the map", Duration::from_secs(1), || share(&map()) == 0);
+    restore(&topo.backend);
+    daemon.wait_status("web", "b1", S::Online, Duration::from_secs(3));
+    let back = std::time::Instant::now();
+    // At once: a connection in twenty or fewer, where its whole share is one in three.
+    let before = syns(&topo.backend, b1);
+    assert_eq!(connect_many(&client, VIP_V4, 100), 100);
+    let early = syns(&topo.backend, b1) - before;
+    assert!(
+        early <= 10,
+        "{early} of 100 connections reached b1 at the start of its ramp"
+    );
+
+    // Its slots come back a few at a time; a slot of the others moves only to b1.
+    let mut last = map();
+    let mut counts = vec![(0u128, share(&last))];
+    let mut mid_ramp = None;
+    while share(&last) < whole && back.elapsed() < Duration::from_secs(14) {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = map();
+        assert_eq!(now.len(), 64, "every slot is filled throughout");
+        for (slot, b) in &now {
+            if last[slot] != *b {
+                assert_eq!(
+                    b, b1,
+                    "slot {slot} moved from {} to another healthy backend",
+                    last[slot]
+                );
+            }
+        }
+        if mid_ramp.is_none() && back.elapsed() >= Duration::from_secs(5) {
+            mid_ramp = Some(daemon.get("/v1/status/web/b1")["ramp"].clone());
+        }
+        counts.push((back.elapsed().as_millis(), share(&now)));
+        last = now;
+    }
+    eprintln!("b1's slots over its ramp (ms since Online, slots): {counts:?}");
+    assert_eq!(share(&last), whole, "back to its whole share: {counts:?}");
+    let took = counts.last().unwrap().0;
+    assert!(
+        (9_000..=12_000).contains(&took),
+        "the ramp took {took} ms for a slow_start of 10 s: {counts:?}"
+    );
+    assert!(counts[0].1 <= 2, "{counts:?}");
+    assert!(
+        counts.windows(2).all(|w| w[0].1 <= w[1].1),
+        "never fewer slots: {counts:?}"
+    );
+    let mut distinct: Vec<usize> = counts.iter().map(|c| c.1).collect();
+    distinct.dedup();
+    assert!(distinct.len() >= 10, "in steps, not at once: {counts:?}");
+    let mid = mid_ramp
+        .expect("sampled at 5 s")
+        .as_u64()
+        .expect("a ramp while it ramps");
+    assert!((200..=800).contains(&mid), "ramp at 5 s of 10: {mid}");
+    assert!(
+        daemon.get("/v1/status/web/b1").get("ramp").is_none(),
+        "no ramp once whole"
+    );
+    // Whole: one connection in three.
+    let before = syns(&topo.backend, b1);
+    assert_eq!(connect_many(&client, VIP_V4, 300), 300);
+    let after = syns(&topo.backend, b1) - before;
+    assert!(after > 60, "{after} of 300 connections reached b1 after its ramp");
+    daemon.stop();
+}

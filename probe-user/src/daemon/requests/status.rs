@@ -130,6 +130,7 @@ pub(super) fn endpoint_view(table: &Table, id: OwnerId, now_unix: i64) -> Endpoi
         health: t.health(),
         probed: t.should_probe(),
         eligible: t.eligible(),
+        ramp: t.ramp(),
         pending: t.tracker().pending(),
         last_result: t.last().cloned(),
         last_change: t.last_change().cloned(),

@@ -204,6 +204,11 @@ impl Target {
         self.late_ns() > crate::rules::limits::BEHIND_NS
     }
 
+    /// Its slow start's share of its weight, in thousandths (`status::ramp`).
+    pub fn ramp(&self) -> u16 {
+        self.ramp
+    }
+
     pub fn admin(&self) -> AdminState {
         self.admin_override.unwrap_or(self.config_admin)
     }
