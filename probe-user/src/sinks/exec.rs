@@ -13,6 +13,7 @@
 //! {"type":"clear","profile":"web"}            (on stop, with on_stop = "clear")
 //! ENDPOINT = {"name":"b0","address":"198.18.0.2","port":80,"protocol":"tcp","weight":1,
 //!             "priority":1,"admin":"enabled","health":"Healthy","status":"Online","eligible":true}
+//!            (with "ramp": thousandths of the weight, while the endpoint is in a slow start)
 //! ```
 //!
 //! `full` lists every endpoint of the profile, eligible or not; the eligible set is those with
