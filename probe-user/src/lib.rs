@@ -23,6 +23,7 @@ pub(crate) mod clock;
 pub(crate) mod cluster;
 pub mod config;
 pub mod daemon;
+pub(crate) mod discovery;
 pub mod dns;
 pub mod engine;
 #[cfg(feature = "testing")]

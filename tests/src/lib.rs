@@ -14,6 +14,7 @@ pub mod flood;
 pub mod forge;
 pub mod grpc;
 pub mod http_server;
+pub mod knot;
 pub mod l4;
 pub mod lb;
 pub mod netns;

@@ -45,20 +45,30 @@ impl Netns {
 
     /// Loads an nftables ruleset (`nft -f -` semantics) inside the namespace.
     pub fn nft(&self, ruleset: &str) {
+        if let Err(e) = self.exec_input("nft", &["-f", "-"], ruleset) {
+            panic!("nft rejected:\n{ruleset}\n{e}");
+        }
+    }
+
+    /// Runs a program inside the namespace with `input` on its stdin; its stdout, or its
+    /// stderr when it fails.
+    pub fn exec_input(&self, cmd: &str, args: &[&str], input: &str) -> Result<String, String> {
         use std::io::Write;
         let mut child = std::process::Command::new("ip")
-            .args(["netns", "exec", &self.name, "nft", "-f", "-"])
+            .args(["netns", "exec", &self.name, cmd])
+            .args(args)
             .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
-            .expect("spawn nft");
-        child.stdin.take().unwrap().write_all(ruleset.as_bytes()).unwrap();
+            .unwrap_or_else(|e| panic!("spawn {cmd}: {e}"));
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
         let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "nft rejected:\n{ruleset}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
     }
 
     /// Runs `f` on a fresh thread that has joined this namespace, and returns its result.

@@ -691,7 +691,7 @@ fn request_error(e: RequestError) -> Reply {
         RequestError::NoProfile(_) | RequestError::NoEndpoint { .. } | RequestError::NoCluster => StatusCode::NOT_FOUND,
         RequestError::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
         RequestError::Stopped => StatusCode::SERVICE_UNAVAILABLE,
-        RequestError::NotApi(_) | RequestError::Generation { .. } => StatusCode::CONFLICT,
+        RequestError::NotApi(_) | RequestError::Discovered(_) | RequestError::Generation { .. } => StatusCode::CONFLICT,
         RequestError::BadBatch(_) => StatusCode::BAD_REQUEST,
         RequestError::Unsaved(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
@@ -782,6 +782,7 @@ mod tests {
             config_path: None,
             consumers: Arc::default(),
             journal: None,
+            discovery: Arc::default(),
         };
         let access = Access {
             peer: Arc::new(auth::Peer::Unix(Some(auth::PeerCred {

@@ -220,6 +220,52 @@ pub struct Profile {
     /// `slow_start`: how long an endpoint that starts to take traffic again takes to reach its
     /// whole weight in the data-path sinks (`status::ramp`); zero is off.
     pub slow_start: std::time::Duration,
+    /// `[profile.discovery]`: with `endpoints_from = "dns"` (and only then), the name whose
+    /// records are its endpoints.
+    pub discovery: Option<Discovery>,
+}
+
+/// `[profile.discovery]`: a name whose records are a profile's endpoints, the resolvers that
+/// answer for it, and how often it is asked again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Discovery {
+    /// The name asked: absolute, in lower case, with its final dot.
+    pub name: String,
+    pub records: DiscoveryRecords,
+    /// A and AAAA: the endpoints' port (SRV records carry their own).
+    pub port: Option<u16>,
+    /// Asked in turn until one answers.
+    pub resolvers: Vec<SocketAddr>,
+    /// The records' TTL, bounded by these, says when the name is asked again.
+    pub min_ttl: Duration,
+    pub max_ttl: Duration,
+    /// How long one resolver has to answer.
+    pub timeout: Duration,
+}
+
+/// Which records a discovery asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum DiscoveryRecords {
+    A,
+    Aaaa,
+    /// Both families: an A and an AAAA question.
+    Both,
+    /// SRV records: each target's addresses, with its port, weight and priority.
+    Srv,
+}
+
+impl DiscoveryRecords {
+    pub const NAMES: [&'static str; 4] = ["A", "AAAA", "A+AAAA", "SRV"];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_uppercase().as_str() {
+            "A" => Some(Self::A),
+            "AAAA" => Some(Self::Aaaa),
+            "A+AAAA" => Some(Self::Both),
+            "SRV" => Some(Self::Srv),
+            _ => None,
+        }
+    }
 }
 
 /// Where a profile's endpoints come from.
@@ -232,16 +278,26 @@ pub enum EndpointSource {
     /// The fleet API (`POST /v1/profiles/NAME/endpoints`), kept in the fleet journal beside
     /// the state file; the file lists none.
     Api,
+    /// DNS records (`[profile.discovery]`), applied as fleet batches and kept in the fleet
+    /// journal as the API's are; the file lists none, and the API changes none.
+    Dns,
 }
 
 impl EndpointSource {
-    pub const NAMES: [&'static str; 2] = ["file", "api"];
+    pub const NAMES: [&'static str; 3] = ["file", "api", "dns"];
 
     pub fn name(self) -> &'static str {
         match self {
             EndpointSource::File => "file",
             EndpointSource::Api => "api",
+            EndpointSource::Dns => "dns",
         }
+    }
+
+    /// Its endpoints come at run time, as fleet batches kept in the fleet journal: the API's
+    /// and discovery's, not the file's.
+    pub fn at_run_time(self) -> bool {
+        self != EndpointSource::File
     }
 }
 
@@ -271,6 +327,7 @@ impl Profile {
             aggregate,
             endpoints_from,
             slow_start,
+            discovery,
         } = self;
         Profile {
             name: name.clone(),
@@ -285,6 +342,7 @@ impl Profile {
             aggregate: *aggregate,
             endpoints_from: *endpoints_from,
             slow_start: *slow_start,
+            discovery: discovery.clone(),
         }
     }
 }

@@ -37,6 +37,11 @@ pub enum RequestError {
     )]
     NotApi(String),
     #[error(
+        "profile {0:?} takes its endpoints from DNS (endpoints_from = \"dns\"): change its records, or set \
+         endpoints_from = \"api\""
+    )]
+    Discovered(String),
+    #[error(
         "profile {profile:?} is at generation {current}, not {expected}: another change came first; read the \
          endpoints again (GET /v1/profiles/{profile}/endpoints) and send the batch against that generation"
     )]
@@ -162,6 +167,9 @@ pub struct Control {
     /// The fleet journal (`crate::fleet::journal`), appended after each batch the runner
     /// applied, on a blocking thread.
     pub(crate) journal: Option<Arc<std::sync::Mutex<crate::fleet::journal::Journal>>>,
+    /// The profiles whose endpoints come from DNS (`crate::discovery`): started with the
+    /// first, following each reload, stopped before the runner.
+    pub(crate) discovery: Arc<std::sync::Mutex<Option<crate::discovery::Discoveries>>>,
 }
 
 impl Control {
@@ -294,8 +302,9 @@ impl Control {
             }
         };
         let report = reloaded.report.clone();
-        consumers.refollow(config, prepared, reloaded);
+        consumers.refollow(config.clone(), prepared, reloaded);
         self.forget_fleet(fleet.forgotten).await;
+        self.follow_discovery(&config);
         Ok(report)
     }
 
@@ -309,15 +318,57 @@ impl Control {
     ) -> Result<crate::fleet::Applied, RequestError> {
         let control = self.clone();
         let profile = profile.to_string();
-        tokio::spawn(async move { control.fleet_batch(profile, batch).await })
+        tokio::spawn(async move { control.fleet_batch(profile, batch, false).await })
             .await
             .map_err(|_| RequestError::Stopped)?
+    }
+
+    /// A batch of a profile's discovery (`crate::discovery`): as `fleet`, for a profile whose
+    /// endpoints come from DNS (and only for one).
+    pub(crate) async fn fleet_discovered(
+        &self,
+        profile: &str,
+        batch: crate::fleet::Batch,
+    ) -> Result<crate::fleet::Applied, RequestError> {
+        let control = self.clone();
+        let profile = profile.to_string();
+        tokio::spawn(async move { control.fleet_batch(profile, batch, true).await })
+            .await
+            .map_err(|_| RequestError::Stopped)?
+    }
+
+    /// Starts, changes or stops the discoveries `config` asks for.
+    pub(crate) fn follow_discovery(&self, config: &Config) {
+        let asked = crate::discovery::asked(config);
+        let mut running = self.discovery.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match running.as_ref() {
+            Some(d) => d.follow(asked),
+            None if asked.is_empty() => {}
+            None => match crate::discovery::Discoveries::start(self.clone(), asked) {
+                Ok(d) => *running = Some(d),
+                Err(e) => log::error!("discovery: cannot start its thread: {e}; no profile's endpoints come from DNS"),
+            },
+        }
+    }
+
+    /// Ends the discoveries (before the runner stops): on a thread of the pool, since joining
+    /// theirs blocks.
+    pub(crate) async fn stop_discovery(&self) {
+        let running = self
+            .discovery
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(d) = running {
+            let _ = tokio::task::spawn_blocking(move || d.stop()).await;
+        }
     }
 
     async fn fleet_batch(
         &self,
         profile: String,
         batch: crate::fleet::Batch,
+        by_discovery: bool,
     ) -> Result<crate::fleet::Applied, RequestError> {
         use super::requests::FleetRequest;
         let mut consumers = self.consumers.lock().await;
@@ -341,6 +392,7 @@ impl Control {
             generation,
             ops,
             want_config: consumers.serves_dns(),
+            by_discovery,
         };
         let done = self.ask(|r| Command::Fleet(Box::new(request), r)).await?;
         let applied = done.applied;
@@ -398,9 +450,8 @@ impl Control {
     /// routing), else the journal's; the generations they are at, and the API profiles the
     /// reload takes from the API.
     async fn carry_fleet(&self, mut config: Config) -> Result<(Config, CarriedFleet), RequestError> {
-        use crate::config::EndpointSource;
         let carried = self.ask(Command::FleetCarry).await?;
-        let api = |p: &&crate::config::Profile| p.endpoints_from == EndpointSource::Api;
+        let api = |p: &&crate::config::Profile| p.endpoints_from.at_run_time();
         let forgotten: Vec<String> = carried
             .iter()
             .filter(|c| !config.profiles.iter().filter(api).any(|p| p.name == c.name))
@@ -425,11 +476,7 @@ impl Control {
             let mut generations = Vec::new();
             let mut errors = Vec::new();
             let mut from_journal = None;
-            for p in config
-                .profiles
-                .iter_mut()
-                .filter(|p| p.endpoints_from == EndpointSource::Api)
-            {
+            for p in config.profiles.iter_mut().filter(|p| p.endpoints_from.at_run_time()) {
                 let (endpoints, generation) = match carried.iter().find(|c| c.name == p.name) {
                     Some(c)
                         if (&c.settings.health, c.settings.dialect, c.settings.routing)

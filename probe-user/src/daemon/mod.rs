@@ -143,13 +143,8 @@ fn admit_fleet(
     fleet: &crate::fleet::journal::Fleet,
     path: &std::path::Path,
 ) -> Result<Vec<(String, u64)>, DaemonError> {
-    use crate::config::EndpointSource;
     let mut generations = Vec::new();
-    for p in config
-        .profiles
-        .iter_mut()
-        .filter(|p| p.endpoints_from == EndpointSource::Api)
-    {
+    for p in config.profiles.iter_mut().filter(|p| p.endpoints_from.at_run_time()) {
         let Some(held) = fleet.get(&p.name) else {
             continue;
         };
@@ -199,10 +194,7 @@ impl Daemon {
     /// Starts the runner with the given ports, then the consumers of its stream.
     pub fn start_with(mut config: Config, options: Options, ports: ports::Ports) -> Result<Daemon, DaemonError> {
         let fleet_path = crate::fleet::journal::fleet_path(&config.daemon.state_file);
-        let has_api = config
-            .profiles
-            .iter()
-            .any(|p| p.endpoints_from == crate::config::EndpointSource::Api);
+        let has_api = config.profiles.iter().any(|p| p.endpoints_from.at_run_time());
         // Read once (the runner's lock on the state file is not held yet, so nothing is
         // written): its API profiles' endpoints now, the compact rewrite once the lock is held.
         // A journal that cannot be read matters only to a configuration with API profiles.
@@ -323,6 +315,7 @@ impl Daemon {
                 config_path,
                 consumers: std::sync::Arc::default(),
                 journal,
+                discovery: std::sync::Arc::default(),
             },
             stop: Some(stop),
             done,
@@ -335,6 +328,7 @@ impl Daemon {
         match consumers::Consumers::start(&config, prepared, joined, (rtts, runner)) {
             Ok(started) => {
                 *daemon.control.consumers.try_lock().expect("no one else holds it yet") = started;
+                daemon.control.follow_discovery(&config);
                 Ok(daemon)
             }
             Err(e) => {
@@ -359,6 +353,8 @@ impl Daemon {
     /// Stops probing, saves the last known health, writes the queued events, detaches the
     /// programs and removes the pins; returns once all of that is done.
     pub async fn shutdown(mut self) -> Result<(), DaemonError> {
+        // No batch of a discovery may come after the runner's last save.
+        self.control.stop_discovery().await;
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -406,6 +402,15 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         if self.thread.is_none() {
             return;
+        }
+        let running = self
+            .control
+            .discovery
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(d) = running {
+            d.stop();
         }
         let _ = self.stop_now();
         if let Ok(mut consumers) = self.control.consumers.try_lock() {

@@ -13,7 +13,6 @@ use std::{
     fmt::Write as _,
     io::{Read, Write},
     net::{TcpStream, UdpSocket},
-    path::PathBuf,
     process::Command,
     time::{Duration, Instant},
 };
@@ -22,10 +21,10 @@ use probed::status::EndpointStatus as S;
 use probed_tests::{
     daemon::{DaemonFiles, RunningDaemon},
     dig::{parse, Dig},
+    knot::{Knot, KnotZone},
     lb::add_backends,
-    procs::Proc,
     topo::*,
-    unique_name, Netns,
+    Netns,
 };
 
 const ZONE: &str = "tm.example.";
@@ -35,7 +34,6 @@ const DNS_V6: &str = PROBER_V6;
 /// this test's own, so no clash with any other test).
 const PROBED_PORT: u16 = 5353;
 const KNOT_PORT: u16 = 5300;
-const KNOTD: &str = "/usr/sbin/knotd";
 
 /// Fast checks: Online 200 ms after the start.
 const HEALTH: &str = "[profile.health]\nprotocol = \"tcp\"\nport = 80\ninterval = \"100ms\"\ntimeout = \"100ms\"\n\
@@ -628,77 +626,20 @@ fn ask(client: &Netns, port: u16, question: &str) -> View {
     }
 }
 
-/// Knot in the prober's namespace on `KNOT_PORT`, with everything it writes in a directory
-/// of its own, both removed on drop (the process first).
-struct Knot {
-    proc: Option<Proc>,
-    dir: PathBuf,
-}
-
-impl Knot {
-    fn start(prober: &Netns, client: &Netns, zone: &str, serial: u32) -> Knot {
-        let dir = std::env::temp_dir().join(unique_name("probed-knot-"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let d = dir.display();
-        std::fs::write(dir.join("tm.example.zone"), zone).unwrap();
-        // Adapted from /tmp/dnsref/knot.conf: a plain authoritative server, no NSID, no CHAOS
-        // identity or version, stable record order, no transfers, no modules (no cookies, no
-        // rate limiting), the control socket and every database in `dir`.
-        let conf = format!(
-            "server:\n    rundir: \"{d}\"\n    pidfile: \"{d}/knot.pid\"\n\
-             \x20   listen: [ {DNS_V4}@{KNOT_PORT}, {DNS_V6}@{KNOT_PORT} ]\n\
-             \x20   nsid: \"\"\n    identity: \"\"\n    version: \"\"\n\
-             \x20   udp-max-payload: 1232\n    edns-client-subnet: off\n    answer-rotation: off\n\
-             \x20   automatic-acl: off\n    udp-workers: 1\n    tcp-workers: 1\n    background-workers: 1\n\n\
-             control:\n    listen: \"{d}/knot.sock\"\n\n\
-             log:\n  - target: stdout\n    any: info\n\n\
-             database:\n    storage: \"{d}\"\n    journal-db: \"{d}/journal\"\n    kasp-db: \"{d}/keys\"\n\
-             \x20   timer-db: \"{d}/timers\"\n    catalog-db: \"{d}/catalog\"\n\n\
-             zone:\n  - domain: {ZONE}\n    file: \"{d}/tm.example.zone\"\n    storage: \"{d}\"\n\
-             \x20   zonefile-load: whole\n    zonefile-sync: -1\n    journal-content: none\n\
-             \x20   semantic-checks: on\n    dnssec-signing: off\n"
-        );
-        std::fs::write(dir.join("knot.conf"), conf).unwrap();
-        let conf_path = dir.join("knot.conf");
-        assert!(
-            std::path::Path::new(KNOTD).exists(),
-            "{KNOTD} is missing: install knot (cargo xtask setup does)"
-        );
-        let proc = Proc::spawn(
-            prober,
-            None,
-            &[KNOTD, "-c", conf_path.to_str().unwrap()],
-            &dir.join("knotd.log"),
-            "knotd",
-        );
-        let mut knot = Knot { proc: Some(proc), dir };
-        // Knot binds before it loads the zone: ready is an authoritative SOA of this serial.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let v = dig(client, DNS_V4, KNOT_PORT, &[ZONE, "SOA", "+norec", "+time=1"]);
-            if v.flags.split(' ').any(|f| f == "aa") && v.answer.iter().any(|a| a.contains(&format!(" {serial} "))) {
-                return knot;
-            }
-            let p = knot.proc.as_mut().unwrap();
-            if let Err(e) = p.check_alive("before answering") {
-                panic!("{e}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "knotd did not answer the SOA within 10 s: {}\n{}",
-                v.raw,
-                p.output()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Knot {
-    fn drop(&mut self) {
-        drop(self.proc.take());
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// Knot in the prober's namespace on `KNOT_PORT`, serving `zone`; ready once it answers an
+/// authoritative SOA of `serial`.
+fn start_knot(prober: &Netns, client: &Netns, zone: &str, serial: u32) -> Knot {
+    let spec = KnotZone {
+        name: ZONE,
+        text: zone,
+        listen: &[DNS_V4, DNS_V6],
+        port: KNOT_PORT,
+        updates_from: None,
+    };
+    Knot::start(prober, &spec, || {
+        let v = dig(client, DNS_V4, KNOT_PORT, &[ZONE, "SOA", "+norec", "+time=1"]);
+        v.flags.split(' ').any(|f| f == "aa") && v.answer.iter().any(|a| a.contains(&format!(" {serial} ")))
+    })
 }
 
 /// The zone file from probed's state: its SOA and NS answers (with the glue) verbatim, and
@@ -843,7 +784,7 @@ fn run_phase(
 ) {
     let client = &topo.backend;
     let (zone, serial) = zone_from_probed(client, daemon);
-    let knot = Knot::start(&topo.prober, client, &zone, serial);
+    let knot = start_knot(&topo.prober, client, &zone, serial);
     for q in battery {
         let probed = ask(client, PROBED_PORT, q);
         let reference = ask(client, KNOT_PORT, q);

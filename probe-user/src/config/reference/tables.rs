@@ -25,12 +25,13 @@ const fn said(text: &'static str) -> Unset {
 }
 
 /// Every table but the top level, in the order the page shows them.
-pub const SECTIONS: [&Section; 12] = [
+pub const SECTIONS: [&Section; 13] = [
     &DAEMON,
     &SOURCE,
     &PROFILE,
     &HEALTH,
     &ENDPOINT,
+    &DISCOVERY,
     &SINK,
     &DNS,
     &NAMESERVER,
@@ -420,6 +421,14 @@ pub const PROFILE: Section = Section {
             "The endpoints: see [[profile.endpoint]].",
         ),
         Key::new(
+            "discovery",
+            Table,
+            said("none; required with endpoints_from = \"dns\", refused without"),
+            Allowed::Any,
+            PerKey,
+            "Where its endpoints come from with endpoints_from = \"dns\": see [profile.discovery].",
+        ),
+        Key::new(
             "endpoints_from",
             Type::String,
             Value("\"file\""),
@@ -429,8 +438,10 @@ pub const PROFILE: Section = Section {
              API (POST /v1/profiles/NAME/endpoints, probed endpoints), which adds, updates and removes \
              them at run time without a reload; they are kept in the fleet journal beside the state \
              file (state_file with the extension .fleet), so restarts and reloads keep them, and the \
-             file lists none. A profile moved from api to file takes the file's endpoints, each \
-             keeping its health where its name and check stay the same.",
+             file lists none. dns: the records of the name [profile.discovery] gives, asked again at \
+             their TTL and applied as the API's batches are (kept in the same journal; the API \
+             changes none of them). A profile moved from api or dns to file takes the file's \
+             endpoints, each keeping its health where its name and check stay the same.",
         ),
         Key::new(
             "slow_start",
@@ -963,6 +974,81 @@ const HAPROXY: &str = "kind = \"haproxy\"";
 const ROUTE: &str = "kind = \"route\"";
 /// The alphabet of sink, nftables and pin names.
 const IDENT: &str = "1 to 63 letters, digits, '_' or '-', starting with a letter";
+
+pub const DISCOVERY: Section = Section {
+    path: "profile.discovery",
+    header: "[profile.discovery]",
+    about: "Where a profile with endpoints_from = \"dns\" finds its endpoints: the records of one name, \
+            asked of the resolvers given, again when their TTL runs out (within min_ttl and max_ttl). \
+            Each address found is an endpoint named ADDRESS:PORT; records that go take their endpoints \
+            with them, and one that stays keeps its health. A resolver that fails (no answer in time, \
+            SERVFAIL, REFUSED, a garbled answer) changes nothing: the last good set stays, and the name \
+            is asked again sooner. An answer that the name has no such records (NXDOMAIN, or no \
+            data) is an answer: the profile is then left with no endpoints.",
+    keys: &[
+        Key::new(
+            "name",
+            Type::String,
+            Required,
+            words("a fully qualified DNS name (a final dot is allowed)"),
+            Applies,
+            "The name asked: for A and AAAA its addresses, for SRV its service records \
+             (_service._proto.name).",
+        ),
+        Key::new(
+            "type",
+            Type::String,
+            Value("\"A+AAAA\""),
+            OneOf(&crate::config::model::DiscoveryRecords::NAMES),
+            Applies,
+            "Which records: A, AAAA, both (one question each), or SRV, whose targets' addresses \
+             (from the answer's additional section, else asked for) are the endpoints, each with \
+             the record's port, its weight (1 to 1000: 0 counts as 1, more than 1000 as 1000) and \
+             its priority plus one (at most 1000).",
+        ),
+        Key::new(
+            "port",
+            Integer,
+            said("none: required for A and AAAA, refused for SRV"),
+            Int(1, 65_535),
+            Applies,
+            "The endpoints' port, for A and AAAA records (SRV records carry their own).",
+        ),
+        Key::new(
+            "resolvers",
+            Strings,
+            Required,
+            words("1 to 8 addresses, each with :PORT or not (53); IPv6 with a port in brackets"),
+            Applies,
+            "The resolvers asked, in turn until one answers (over UDP, and over TCP when an answer \
+             comes truncated).",
+        ),
+        Key::new(
+            "min_ttl",
+            Duration,
+            Value("\"1s\""),
+            Millis(1_000, 3_600_000),
+            Applies,
+            "The name is asked again no sooner than this, whatever the records' TTL.",
+        ),
+        Key::new(
+            "max_ttl",
+            Duration,
+            said("\"60s\", or min_ttl when that is longer"),
+            Millis(1_000, 3_600_000),
+            Applies,
+            "And no later than this; also the wait after an answer with no TTL to go by. Not below min_ttl.",
+        ),
+        Key::new(
+            "timeout",
+            Duration,
+            Value("\"1s\""),
+            Millis(100, 10_000),
+            Applies,
+            "How long each resolver has to answer.",
+        ),
+    ],
+};
 
 pub const SINK: Section = Section {
     path: "sink",

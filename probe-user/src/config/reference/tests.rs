@@ -227,6 +227,31 @@ fn contexts() -> Vec<(Doc, Config)> {
         base()
             .set("profile", "endpoints_from", Some("\"api\""))
             .without("profile.endpoint"),
+        // A profile whose endpoints are a name's records: A and AAAA, then SRV.
+        base()
+            .set("profile", "endpoints_from", Some("\"dns\""))
+            .set("profile", "routing", Some("\"weighted\""))
+            .without("profile.endpoint")
+            .with(
+                "profile.discovery",
+                &[
+                    ("name", "\"web.svc.example\""),
+                    ("port", "8080"),
+                    ("resolvers", "[\"192.0.2.53\"]"),
+                ],
+            ),
+        base()
+            .set("profile", "endpoints_from", Some("\"dns\""))
+            .set("profile", "routing", Some("\"weighted\""))
+            .without("profile.endpoint")
+            .with(
+                "profile.discovery",
+                &[
+                    ("name", "\"_http._tcp.web.svc.example.\""),
+                    ("type", "\"SRV\""),
+                    ("resolvers", "[\"192.0.2.53:5353\"]"),
+                ],
+            ),
         base().with(
             "cluster",
             &[

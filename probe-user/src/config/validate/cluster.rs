@@ -179,7 +179,7 @@ fn address(r: &mut Reader<'_>, item: &Item<String>) -> Option<SocketAddr> {
     }
 }
 
-fn bounded_duration(
+pub(super) fn bounded_duration(
     r: &mut Reader<'_>,
     t: &Table<'_, '_>,
     key: &str,

@@ -3,6 +3,7 @@
 //! ones more than one part uses.
 mod cluster;
 mod daemon;
+mod discovery;
 mod dns;
 pub(super) mod endpoint;
 mod health;

@@ -66,13 +66,14 @@ pub(super) fn profile(
     };
     let endpoints_from = endpoints_from(r, &t);
     let slow_start = slow_start(r, &t);
+    let discovery = discovery(r, &t, endpoints_from, routing);
     let written = Reader::get(&t, "endpoint");
-    if let (Some(EndpointSource::Api), Some(v)) = (endpoints_from, written) {
+    if let (Some(from), Some(v)) = (endpoints_from.filter(|f| f.at_run_time()), written) {
         r.error(
             v.span(),
             &t.child("endpoint"),
             Some(crate::config::read::show(v.get_ref())),
-            "a profile with endpoints_from = \"api\" lists no endpoints: they come from POST /v1/profiles/NAME/endpoints",
+            not_listed(from),
         );
     }
     let endpoints = match (health.as_ref(), dialect, routing) {
@@ -82,13 +83,8 @@ pub(super) fn profile(
             if let Some(v) = written {
                 list.array(r, v);
             }
-            if endpoints_from == Some(EndpointSource::Api) && !runs.ranges.is_empty() {
-                r.error(
-                    runs.ranges[0].clone(),
-                    &t.child("endpoint"),
-                    None,
-                    "a profile with endpoints_from = \"api\" lists no endpoints: they come from POST /v1/profiles/NAME/endpoints",
-                );
+            if let Some(from) = endpoints_from.filter(|f| f.at_run_time() && !runs.ranges.is_empty()) {
+                r.error(runs.ranges[0].clone(), &t.child("endpoint"), None, not_listed(from));
             }
             read_runs(r, runs.ranges, Some(&mut list));
             list.finish(r)
@@ -115,6 +111,7 @@ pub(super) fn profile(
             aggregate: aggregate?,
             endpoints_from: endpoints_from?,
             slow_start: slow_start?,
+            discovery: discovery?,
         })
     });
     (profile, shown_name)
@@ -126,14 +123,79 @@ fn endpoints_from(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<EndpointSourc
         Some(item) => match item.v.as_str() {
             "file" => Some(EndpointSource::File),
             "api" => Some(EndpointSource::Api),
+            "dns" => Some(EndpointSource::Dns),
             _ => {
                 r.bad(
                     &item,
-                    "expected \"file\" (the [[profile.endpoint]] tables) or \"api\" (POST /v1/profiles/NAME/endpoints)",
+                    "expected \"file\" (the [[profile.endpoint]] tables), \"api\" (POST /v1/profiles/NAME/endpoints) \
+                     or \"dns\" (the records [profile.discovery] names)",
                 );
                 None
             }
         },
+    }
+}
+
+/// Why a profile whose endpoints come at run time lists none in the file.
+fn not_listed(from: EndpointSource) -> &'static str {
+    if from == EndpointSource::Dns {
+        "a profile with endpoints_from = \"dns\" lists no endpoints: they are the records [profile.discovery] names"
+    } else {
+        "a profile with endpoints_from = \"api\" lists no endpoints: they come from POST /v1/profiles/NAME/endpoints"
+    }
+}
+
+/// `[profile.discovery]`: required with `endpoints_from = "dns"`, refused without; such a
+/// profile routes by weight, by answers or by RTT (its records give no unique priorities, no
+/// subnets, no regions). Some(None) when the profile has none, as it should.
+fn discovery(
+    r: &mut Reader<'_>,
+    t: &Table<'_, '_>,
+    from: Option<EndpointSource>,
+    routing: Option<Routing>,
+) -> Option<Option<Discovery>> {
+    let written = Reader::get(t, "discovery");
+    match (from, written) {
+        (Some(EndpointSource::Dns), None) => {
+            r.missing(
+                t,
+                "discovery",
+                "a profile with endpoints_from = \"dns\" needs a [profile.discovery] table",
+            );
+            None
+        }
+        (Some(EndpointSource::Dns), Some(v)) => {
+            if let Some(routing) =
+                routing.filter(|r| !matches!(r, Routing::Weighted | Routing::Multivalue { .. } | Routing::Performance))
+            {
+                let item = r.string(t, "routing");
+                let problem = format!(
+                    "a profile with endpoints_from = \"dns\" routes weighted, multivalue or performance, not {}: \
+                     its records give no unique priorities, subnets or regions",
+                    match routing {
+                        Routing::Priority => "priority",
+                        Routing::Subnet => "subnet",
+                        _ => "geographic",
+                    }
+                );
+                match item {
+                    Some(item) => r.bad(&item, problem),
+                    None => r.missing(t, "routing", problem),
+                }
+                return None;
+            }
+            super::discovery::discovery(r, v, t.child("discovery")).map(Some)
+        }
+        (_, Some(v)) => {
+            r.error(
+                v.span(),
+                &t.child("discovery"),
+                None,
+                "[profile.discovery] is for a profile with endpoints_from = \"dns\"",
+            );
+            None
+        }
+        (_, None) => Some(None),
     }
 }
 

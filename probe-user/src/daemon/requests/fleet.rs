@@ -38,6 +38,9 @@ pub(crate) struct FleetRequest {
     pub ops: Vec<Op>,
     /// Send the configuration back (the DNS zone is rebuilt from it).
     pub want_config: bool,
+    /// From the profile's discovery (`crate::discovery`), not the API: only a profile whose
+    /// endpoints come from DNS takes it, and only such a batch changes one.
+    pub by_discovery: bool,
 }
 
 /// What a batch did, and the configuration after it when asked.
@@ -65,7 +68,7 @@ impl Runner {
             .enumerate()
             .find(|(_, p)| p.name == name)
             .ok_or_else(|| RequestError::NoProfile(name.to_string()))?;
-        if p.endpoints_from != EndpointSource::Api {
+        if !p.endpoints_from.at_run_time() {
             return Err(RequestError::NotApi(name.to_string()));
         }
         Ok(pix)
@@ -135,6 +138,11 @@ impl Runner {
     pub(in crate::daemon) fn fleet_apply(&mut self, req: FleetRequest) -> Result<FleetDone, RequestError> {
         let started = std::time::Instant::now();
         let pix = self.api_profile(&req.profile)?;
+        match (self.config.profiles[pix].endpoints_from, req.by_discovery) {
+            (EndpointSource::Dns, false) => return Err(RequestError::Discovered(req.profile)),
+            (EndpointSource::Api, true) => return Err(RequestError::NotApi(req.profile)),
+            _ => {}
+        }
         let current = self.fleet_entry(pix).generation;
         if let Some(expected) = req.generation.filter(|&g| g != current) {
             return Err(RequestError::Generation {
@@ -262,7 +270,7 @@ impl Runner {
         self.config
             .profiles
             .iter()
-            .filter(|p| p.endpoints_from == EndpointSource::Api)
+            .filter(|p| p.endpoints_from.at_run_time())
             .map(|p| Carried {
                 name: p.name.clone(),
                 endpoints: p.endpoints.clone(),
@@ -309,11 +317,7 @@ impl Runner {
     /// (those it does not name keep theirs), their indexes made again at their next batch.
     pub(in crate::daemon) fn fleet_rebook(&mut self, config: &Config, generations: &[(String, u64)]) {
         let mut book = FleetBook::default();
-        for p in config
-            .profiles
-            .iter()
-            .filter(|p| p.endpoints_from == EndpointSource::Api)
-        {
+        for p in config.profiles.iter().filter(|p| p.endpoints_from.at_run_time()) {
             let generation = generations
                 .iter()
                 .find(|(n, _)| *n == p.name)

@@ -24,6 +24,7 @@ pub(super) fn batch(h: &mut Harness, b: serde_json::Value) -> Result<Applied, Re
         generation: b.generation,
         ops,
         want_config: false,
+        by_discovery: false,
     })?;
     Ok(done.applied)
 }

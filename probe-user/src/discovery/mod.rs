@@ -1,0 +1,194 @@
+//! Endpoints from DNS (`endpoints_from = "dns"`, `[profile.discovery]`): for each such profile
+//! a task asks its resolvers for the name's records (`resolve`), makes the endpoints they
+//! describe and the fleet batches that take the profile to them (`diff`), and hands those to
+//! the daemon as the fleet API's batches are handed: checked by the profile's rules, applied
+//! whole, kept in the fleet journal, followed by the DNS zone. An endpoint whose records stay
+//! keeps its health; a resolver that fails changes nothing (the last good set stays across
+//! restarts too: it is in the journal), and the name is asked again sooner, then less often.
+//! The tasks run on a thread of their own, started with the first such profile, and follow
+//! each reload: a profile whose discovery changed starts over, one that went stops.
+mod answer;
+mod diff;
+mod resolve;
+
+use std::{collections::HashMap, time::Duration};
+
+use tokio::sync::watch;
+
+use crate::{
+    config::{Config, Discovery},
+    daemon::{Control, RequestError},
+};
+
+/// The discoveries a configuration asks for: profile name and settings.
+type Asked = Vec<(String, Discovery)>;
+
+/// The discovery thread: its tasks follow what `tx` says.
+pub(crate) struct Discoveries {
+    tx: watch::Sender<Asked>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The discoveries `config` asks for.
+pub(crate) fn asked(config: &Config) -> Asked {
+    config
+        .profiles
+        .iter()
+        .filter_map(|p| Some((p.name.clone(), p.discovery.clone()?)))
+        .collect()
+}
+
+impl Discoveries {
+    /// Starts the thread, its tasks applying batches through `control`.
+    pub(crate) fn start(control: Control, asked: Asked) -> std::io::Result<Discoveries> {
+        let (tx, rx) = watch::channel(asked);
+        let thread = std::thread::Builder::new()
+            .name("probed-discovery".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        log::error!("discovery: cannot start its runtime: {e}; no profile's endpoints come from DNS");
+                        return;
+                    }
+                };
+                rt.block_on(follow(control, rx));
+            })?;
+        Ok(Discoveries {
+            tx,
+            thread: Some(thread),
+        })
+    }
+
+    /// The discoveries of a reloaded configuration.
+    pub(crate) fn follow(&self, asked: Asked) {
+        self.tx.send_replace(asked);
+    }
+
+    /// Ends every task and the thread (a lookup or a batch in progress is dropped: the next
+    /// start asks again).
+    pub(crate) fn stop(mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        drop(self);
+        let _ = thread.join();
+    }
+}
+
+impl Drop for Discoveries {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread's loop; `stop` joins it.
+        let (tx, _) = watch::channel(Vec::new());
+        drop(std::mem::replace(&mut self.tx, tx));
+    }
+}
+
+/// Keeps one task per asked discovery until the channel closes.
+async fn follow(control: Control, mut rx: watch::Receiver<Asked>) {
+    let mut running: HashMap<String, (Discovery, tokio::task::JoinHandle<()>)> = HashMap::new();
+    loop {
+        let asked: HashMap<String, Discovery> = rx.borrow_and_update().iter().cloned().collect();
+        running.retain(|name, (d, task)| {
+            let keep = asked.get(name) == Some(d);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for (name, d) in asked {
+            if let std::collections::hash_map::Entry::Vacant(place) = running.entry(name) {
+                let task = tokio::spawn(discover(control.clone(), place.key().clone(), d.clone()));
+                place.insert((d, task));
+            }
+        }
+        if rx.changed().await.is_err() {
+            break;
+        }
+    }
+    for (_, (_, task)) in running {
+        task.abort();
+    }
+}
+
+/// One profile's discovery, until aborted.
+async fn discover(control: Control, profile: String, d: Discovery) {
+    let mut failing: Option<String> = None;
+    let mut retry = d.min_ttl;
+    loop {
+        let wait = match resolve::lookup(&d).await {
+            Ok(found) => {
+                if let Some(why) = failing.take() {
+                    log::info!("discovery {profile}: {} answers again (it failed: {why})", d.name);
+                }
+                retry = d.min_ttl;
+                if let Err(e) = apply(&control, &profile, &found.wanted).await {
+                    log::warn!(
+                        "discovery {profile}: the endpoints of {} could not be applied: {e}",
+                        d.name
+                    );
+                }
+                next_lookup(found.ttl, &d)
+            }
+            Err(why) => {
+                if failing.as_deref() != Some(why.as_str()) {
+                    log::warn!(
+                        "discovery {profile}: {} could not be resolved, its last good endpoints stay: {why}",
+                        d.name
+                    );
+                }
+                failing = Some(why);
+                let wait = retry;
+                retry = (retry * 2).min(d.max_ttl);
+                wait
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// When to ask again after an answer: at its TTL, within the discovery's bounds; at the upper
+/// bound when it gave none.
+fn next_lookup(ttl: Option<u32>, d: &Discovery) -> Duration {
+    ttl.map_or(d.max_ttl, |t| {
+        Duration::from_secs(u64::from(t)).clamp(d.min_ttl, d.max_ttl)
+    })
+}
+
+/// Takes profile `profile` to `wanted`, in batches.
+async fn apply(control: &Control, profile: &str, wanted: &[diff::Wanted]) -> Result<(), RequestError> {
+    let now = control.fleet_view(profile, 0, usize::MAX).await?;
+    for batch in diff::batches(&now.endpoints, wanted, crate::fleet::MAX_ITEMS) {
+        let applied = control.fleet_discovered(profile, batch).await?;
+        log::info!(
+            "discovery {profile}: {} added, {} changed, {} removed",
+            applied.added,
+            applied.changed,
+            applied.removed
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DiscoveryRecords;
+
+    #[test]
+    fn the_next_lookup_is_at_the_ttl_within_bounds() {
+        let d = Discovery {
+            name: "web.example.".into(),
+            records: DiscoveryRecords::A,
+            port: Some(80),
+            resolvers: vec!["192.0.2.53:53".parse().unwrap()],
+            min_ttl: Duration::from_secs(2),
+            max_ttl: Duration::from_secs(30),
+            timeout: Duration::from_secs(1),
+        };
+        assert_eq!(next_lookup(Some(10), &d), Duration::from_secs(10));
+        assert_eq!(next_lookup(Some(0), &d), Duration::from_secs(2));
+        assert_eq!(next_lookup(Some(86_400), &d), Duration::from_secs(30));
+        assert_eq!(next_lookup(None, &d), Duration::from_secs(30));
+    }
+}
