@@ -189,6 +189,7 @@ impl Control {
             .ask(|r| Command::Status(profile.map(str::to_string), page, r))
             .await?;
         self.consumers.lock().await.fill_sinks(&mut views);
+        self.fill_discovery(&mut views);
         Ok(views)
     }
 
@@ -348,6 +349,16 @@ impl Control {
                 Ok(d) => *running = Some(d),
                 Err(e) => log::error!("discovery: cannot start its thread: {e}; no profile's endpoints come from DNS"),
             },
+        }
+    }
+
+    /// Each profile's discovery, as its task last saw it.
+    fn fill_discovery(&self, views: &mut [ProfileView]) {
+        let running = self.discovery.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(d) = running.as_ref() {
+            for view in views {
+                view.discovery = d.view(&view.name);
+            }
         }
     }
 

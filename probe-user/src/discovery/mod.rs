@@ -11,23 +11,31 @@ mod answer;
 mod diff;
 mod resolve;
 
-use std::{collections::HashMap, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
 use tokio::sync::watch;
 
 use crate::{
-    config::{Config, Discovery},
-    daemon::{Control, RequestError},
+    config::{Config, Discovery, DiscoveryRecords},
+    daemon::{views::DiscoveryView, Control, RequestError},
 };
 
 /// The discoveries a configuration asks for: profile name and settings.
 type Asked = Vec<(String, Discovery)>;
 
-/// The discovery thread: its tasks follow what `tx` says.
+/// The discovery thread: its tasks follow what `tx` says, and say how they go in `views`.
 pub(crate) struct Discoveries {
     tx: watch::Sender<Asked>,
     thread: Option<std::thread::JoinHandle<()>>,
+    views: Views,
 }
+
+/// Each running discovery's view, by profile.
+type Views = Arc<Mutex<HashMap<String, DiscoveryView>>>;
 
 /// The discoveries `config` asks for.
 pub(crate) fn asked(config: &Config) -> Asked {
@@ -42,6 +50,8 @@ impl Discoveries {
     /// Starts the thread, its tasks applying batches through `control`.
     pub(crate) fn start(control: Control, asked: Asked) -> std::io::Result<Discoveries> {
         let (tx, rx) = watch::channel(asked);
+        let views = Views::default();
+        let shown = views.clone();
         let thread = std::thread::Builder::new()
             .name("probed-discovery".into())
             .spawn(move || {
@@ -52,12 +62,22 @@ impl Discoveries {
                         return;
                     }
                 };
-                rt.block_on(follow(control, rx));
+                rt.block_on(follow(control, rx, shown));
             })?;
         Ok(Discoveries {
             tx,
             thread: Some(thread),
+            views,
         })
+    }
+
+    /// How profile `profile`'s discovery goes, if it has one.
+    pub(crate) fn view(&self, profile: &str) -> Option<DiscoveryView> {
+        self.views
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(profile)
+            .cloned()
     }
 
     /// The discoveries of a reloaded configuration.
@@ -85,7 +105,7 @@ impl Drop for Discoveries {
 }
 
 /// Keeps one task per asked discovery until the channel closes.
-async fn follow(control: Control, mut rx: watch::Receiver<Asked>) {
+async fn follow(control: Control, mut rx: watch::Receiver<Asked>, views: Views) {
     let mut running: HashMap<String, (Discovery, tokio::task::JoinHandle<()>)> = HashMap::new();
     loop {
         let asked: HashMap<String, Discovery> = rx.borrow_and_update().iter().cloned().collect();
@@ -93,12 +113,18 @@ async fn follow(control: Control, mut rx: watch::Receiver<Asked>) {
             let keep = asked.get(name) == Some(d);
             if !keep {
                 task.abort();
+                views.lock().unwrap_or_else(PoisonError::into_inner).remove(name);
             }
             keep
         });
         for (name, d) in asked {
             if let std::collections::hash_map::Entry::Vacant(place) = running.entry(name) {
-                let task = tokio::spawn(discover(control.clone(), place.key().clone(), d.clone()));
+                let shown = Shown {
+                    views: views.clone(),
+                    profile: place.key().clone(),
+                };
+                shown.set(|v| *v = blank_view(&d));
+                let task = tokio::spawn(discover(control.clone(), place.key().clone(), d.clone(), shown));
                 place.insert((d, task));
             }
         }
@@ -111,8 +137,61 @@ async fn follow(control: Control, mut rx: watch::Receiver<Asked>) {
     }
 }
 
+/// One discovery's place in the views.
+struct Shown {
+    views: Views,
+    profile: String,
+}
+
+impl Shown {
+    fn set(&self, f: impl FnOnce(&mut DiscoveryView)) {
+        let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+        let v = views.entry(self.profile.clone()).or_insert_with(|| DiscoveryView {
+            name: String::new(),
+            records: String::new(),
+            answered_unix_ms: None,
+            endpoints: 0,
+            failing: None,
+            failing_since_unix_ms: None,
+        });
+        f(v);
+    }
+
+    /// The lookup or its batches failed: why, since the first failure.
+    fn failing(&self, why: &str) {
+        self.set(|v| {
+            v.failing_since_unix_ms.get_or_insert_with(unix_ms);
+            v.failing = Some(why.to_string());
+        });
+    }
+}
+
+/// A discovery's view before its first lookup.
+fn blank_view(d: &Discovery) -> DiscoveryView {
+    DiscoveryView {
+        name: d.name.clone(),
+        records: match d.records {
+            DiscoveryRecords::A => "A",
+            DiscoveryRecords::Aaaa => "AAAA",
+            DiscoveryRecords::Both => "A+AAAA",
+            DiscoveryRecords::Srv => "SRV",
+        }
+        .into(),
+        answered_unix_ms: None,
+        endpoints: 0,
+        failing: None,
+        failing_since_unix_ms: None,
+    }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// One profile's discovery, until aborted.
-async fn discover(control: Control, profile: String, d: Discovery) {
+async fn discover(control: Control, profile: String, d: Discovery, shown: Shown) {
     let mut failing: Option<String> = None;
     let mut retry = d.min_ttl;
     loop {
@@ -122,11 +201,16 @@ async fn discover(control: Control, profile: String, d: Discovery) {
                     log::info!("discovery {profile}: {} answers again (it failed: {why})", d.name);
                 }
                 retry = d.min_ttl;
-                if let Err(e) = apply(&control, &profile, &found.wanted).await {
-                    log::warn!(
-                        "discovery {profile}: the endpoints of {} could not be applied: {e}",
-                        d.name
-                    );
+                match apply(&control, &profile, &found.wanted).await {
+                    Ok(()) => shown.set(|v| {
+                        (v.answered_unix_ms, v.endpoints) = (Some(unix_ms()), found.wanted.len());
+                        (v.failing, v.failing_since_unix_ms) = (None, None);
+                    }),
+                    Err(e) => {
+                        let why = format!("the endpoints of {} could not be applied: {e}", d.name);
+                        log::warn!("discovery {profile}: {why}");
+                        shown.failing(&why);
+                    }
                 }
                 next_lookup(found.ttl, &d)
             }
@@ -137,6 +221,7 @@ async fn discover(control: Control, profile: String, d: Discovery) {
                         d.name
                     );
                 }
+                shown.failing(&why);
                 failing = Some(why);
                 let wait = retry;
                 retry = (retry * 2).min(d.max_ttl);

@@ -166,6 +166,20 @@ fn endpoints_follow_the_records_that_nsupdate_adds_and_removes() {
         "{api:?}"
     );
     daemon.wait_status("api", "198.18.0.3:80", S::Online, Duration::from_secs(5));
+    let shown = daemon.get("/v1/status/web")["discovery"].clone();
+    assert_eq!(
+        (&shown["name"], &shown["type"], &shown["endpoints"]),
+        (
+            &serde_json::json!("web.svc.example."),
+            &serde_json::json!("A+AAAA"),
+            &serde_json::json!(2)
+        ),
+        "{shown}"
+    );
+    assert!(
+        shown["answered_unix_ms"].as_u64().is_some() && shown.get("failing").is_none(),
+        "{shown}"
+    );
     let kept = daemon
         .endpoint("web", "198.18.0.2:80")
         .last_change
@@ -240,6 +254,11 @@ fn endpoints_follow_the_records_that_nsupdate_adds_and_removes() {
     let before = names(&daemon, "web");
     std::thread::sleep(Duration::from_secs(5));
     assert_eq!(names(&daemon, "web"), before, "a failing resolver changes nothing");
+    let shown = daemon.get("/v1/status/web")["discovery"].clone();
+    assert!(
+        shown["failing"].as_str().is_some_and(|w| w.contains("198.18.0.1:5300")),
+        "the status says why: {shown}"
+    );
     assert_eq!(names(&daemon, "api").len(), 2);
     // And across a restart: the journal holds them.
     daemon.stop();

@@ -73,8 +73,10 @@ fn profile_view(table: &Table, p: &ProfileEntry, page: Option<(usize, usize)>, n
             limit,
             total: p.owners.len(),
         }),
-        // The sinks are the consumers', added by `Control` (`Consumers::fill_sinks`).
+        // The sinks are the consumers', added by `Control` (`Consumers::fill_sinks`); the
+        // discovery is its thread's (`Control::fill_discovery`).
         sinks: Vec::new(),
+        discovery: None,
         nested: p
             .nested
             .iter()
