@@ -103,6 +103,12 @@ pub fn parse(raw: String) -> Dig {
 /// `dig @server -p port name type [options]` from `ns`, one try of at most 2 s, no cookie
 /// unless `options` asks for one; panics when dig gets no answer.
 pub fn dig(ns: &Netns, server: &str, port: u16, name: &str, qtype: &str, options: &[&str]) -> Dig {
+    try_dig(ns, server, port, name, qtype, options)
+        .unwrap_or_else(|e| panic!("dig @{server} -p {port} {name} {qtype}: {e}"))
+}
+
+/// As `dig`, but no answer (a server not up yet) is an error, not a panic.
+pub fn try_dig(ns: &Netns, server: &str, port: u16, name: &str, qtype: &str, options: &[&str]) -> Result<Dig, String> {
     let at = format!("@{server}");
     let port = port.to_string();
     let mut args = vec![
@@ -116,5 +122,5 @@ pub fn dig(ns: &Netns, server: &str, port: u16, name: &str, qtype: &str, options
         "+nocookie",
     ];
     args.extend_from_slice(options);
-    parse(ns.exec("dig", &args))
+    ns.try_exec("dig", &args).map(parse)
 }

@@ -38,6 +38,26 @@ impl Netns {
         run("ip", &all)
     }
 
+    /// As `exec`, its failure an error (its output) rather than a panic.
+    pub fn try_exec(&self, cmd: &str, args: &[&str]) -> Result<String, String> {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &self.name, cmd])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("spawn {cmd}: {e}"));
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            Ok(stdout)
+        } else {
+            Err(format!(
+                "{} ({}): {stdout}{}",
+                cmd,
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
     /// Sets a sysctl inside the namespace.
     pub fn sysctl(&self, key: &str, value: &str) {
         self.exec("sysctl", &["-qw", &format!("{key}={value}")]);

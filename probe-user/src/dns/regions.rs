@@ -108,10 +108,7 @@ impl Regions {
 /// An IPv4-mapped IPv6 source (a dual-stack socket's view of an IPv4 client) as the IPv4
 /// address it is.
 pub fn canonical(source: IpAddr) -> IpAddr {
-    match source {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(source, IpAddr::V4),
-        v4 @ IpAddr::V4(_) => v4,
-    }
+    source.to_canonical()
 }
 
 #[cfg(test)]

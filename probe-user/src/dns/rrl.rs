@@ -89,6 +89,9 @@ impl RateLimiter {
     /// Whether the answer of class `class` to `source` goes out at `now_ms` (any monotonic
     /// milliseconds).
     pub fn check(&mut self, source: IpAddr, class: AnswerClass, now_ms: u64) -> Verdict {
+        // A dual-stack socket sees an IPv4 client as ::ffff:a.b.c.d: it is that IPv4 client,
+        // for `exempt` as for its bucket.
+        let source = source.to_canonical();
         let s = &self.settings;
         if s.responses_per_second == 0 || s.exempt.iter().any(|net| net.contains(&source)) {
             return Verdict::Send;
@@ -136,9 +139,10 @@ impl RateLimiter {
 }
 
 /// A source's prefix as one integer (IPv4 mapped into IPv6), the key rate limiting and the
-/// TCP caps group sources by.
+/// TCP caps group sources by. An IPv4-mapped source (a dual-stack socket's IPv4 client) takes
+/// the IPv4 length: cut at the IPv6 one, every IPv4 client would be the same prefix.
 pub(super) fn prefix_of(source: IpAddr, v4: u8, v6: u8) -> u128 {
-    let net = match source {
+    let net = match source.to_canonical() {
         IpAddr::V4(a) => IpNet::new(IpAddr::V4(a), v4),
         IpAddr::V6(a) => IpNet::new(IpAddr::V6(a), v6),
     };
@@ -235,6 +239,22 @@ mod tests {
         // Exempt sources and a rate of 0 are never limited.
         assert_eq!(run(&mut l, "198.18.9.9", www, 100, 5_000), [100, 0, 0]);
         assert_eq!(run(&mut limiter(0, 2), "198.18.1.1", www, 100, 0), [100, 0, 0]);
+    }
+
+    #[test]
+    fn an_ipv4_client_on_a_dual_stack_socket_is_that_ipv4_client() {
+        // Review H1: cut at the IPv6 length, every mapped IPv4 source was prefix 0.
+        let mapped = |s: &str| prefix_of(s.parse().unwrap(), 24, 56);
+        assert_ne!(mapped("::ffff:198.51.100.7"), mapped("::ffff:203.0.113.9"));
+        assert_eq!(mapped("::ffff:198.51.100.7"), mapped("198.51.100.200"));
+        let mut l = limiter(10, 2);
+        let www = AnswerClass::of_name("www.tm.example.", 1);
+        assert_eq!(run(&mut l, "::ffff:198.18.1.1", www, 12, 0), [10, 1, 1]);
+        // Another /24 has its own bucket; the plain IPv4 form of the first shares its.
+        assert_eq!(run(&mut l, "::ffff:198.18.2.1", www, 10, 0), [10, 0, 0]);
+        assert_eq!(run(&mut l, "198.18.1.9", www, 2, 0), [0, 1, 1]);
+        // `exempt` holds for the mapped form.
+        assert_eq!(run(&mut l, "::ffff:198.18.9.9", www, 50, 0), [50, 0, 0]);
     }
 
     #[test]

@@ -21,7 +21,8 @@ wire_enum! {
     pub enum Closed {
         /// Refused at `max_clients`, none idle to replace.
         Full = "full",
-        /// Refused at `max_clients_per_prefix`.
+        /// Refused at `max_clients_per_prefix` (or an IPv6 /48's or /32's share), none of that
+        /// prefix idle to replace.
         Prefix = "prefix",
         /// Closed to make room for a new one at `max_clients`.
         Evicted = "evicted",

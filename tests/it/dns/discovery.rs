@@ -13,7 +13,7 @@ use std::{
 use probed::status::EndpointStatus as S;
 use probed_tests::{
     daemon::{DaemonFiles, RunningDaemon},
-    dig::dig,
+    dig::{dig, try_dig},
     knot::{nsupdate, Knot, KnotZone},
     lb::{add_backends, Backend},
     topo::*,
@@ -108,16 +108,10 @@ fn start_knot(ns: &Netns) -> Knot {
         port: KNOT_PORT,
         updates_from: Some("198.18.0.0/24"),
     };
+    // Knot binds before it loads the zone: ready is an authoritative SOA.
     Knot::start(ns, &zone, || {
-        let d = dig(
-            ns,
-            PROBER_V4,
-            KNOT_PORT,
-            ZONE,
-            "SOA",
-            &["+norec", "+time=1", "+tries=1"],
-        );
-        d.status == "NOERROR" && d.flags.iter().any(|f| f == "aa")
+        try_dig(ns, PROBER_V4, KNOT_PORT, ZONE, "SOA", &["+norec", "+time=1"])
+            .is_ok_and(|d| d.status == "NOERROR" && d.flags.iter().any(|f| f == "aa"))
     })
 }
 

@@ -418,3 +418,195 @@ fn ten_thousand_idle_connections_and_trickles_leave_answers_and_checks_working()
     assert_eq!(local_errors, 0.0, "no check lacked a descriptor");
     daemon.stop();
 }
+
+/// Review H1: on a dual-stack listener (`[::]`), IPv4 clients arrive as `::ffff:a.b.c.d`. Each
+/// IPv4 /24 must keep its own rate and its own share of TCP connections, as on an IPv4
+/// listener: two loopback sources in different /24s, each asking one name at 1.5 times the
+/// rate, each get the rate's worth of full answers; one /24 holding its TCP share does not
+/// shut the other out.
+#[test]
+fn ipv4_clients_of_a_dual_stack_listener_keep_their_own_rate_and_tcp_share() {
+    use std::{
+        io::{Read, Write},
+        net::{SocketAddr, TcpStream},
+    };
+    let topo = Topology::new();
+    let _web = topo.backend.tcp_listen(&format!("{BACKEND_V4}:80"));
+    let files = DaemonFiles::new();
+    let text = files.header(PROBER_IF)
+        + &dns_section(&format!(
+            "[dns.rate_limit]\nresponses_per_second = {RATE}\nslip = 2\n[dns.tcp]\nmax_clients_per_prefix = 4\n"
+        ))
+        .replace(
+            &format!("listen = [\"{DNS_V4}:{PORT}\"]"),
+            &format!("listen = [\"[::]:{PORT}\"]"),
+        )
+        + "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\nport = 80\n\
+           interval = \"200ms\"\ntimeout = \"200ms\"\n[[profile.endpoint]]\nname = \"a\"\n"
+        + &format!("address = \"{BACKEND_V4}\"\n");
+    assert!(text.contains("\"[::]:5353\""), "{text}");
+    let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start the daemon");
+    daemon.wait_status("web", "a", S::Online, Duration::from_secs(5));
+    let server: SocketAddr = format!("127.0.0.1:{PORT}").parse().unwrap();
+
+    // UDP: 30 queries from each source at once, then the full answers each one gets back.
+    let full_answers = |source: &'static str| {
+        topo.prober.enter(move || {
+            let sock = UdpSocket::bind(format!("{source}:0")).unwrap();
+            sock.connect(server).unwrap();
+            for id in 0..30u16 {
+                sock.send(&query(id, "web.tm.example.")).unwrap();
+            }
+            sock.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+            let mut full = 0;
+            let mut buf = [0u8; 1500];
+            while let Ok(n) = sock.recv(&mut buf) {
+                full += u32::from(n > 12 && buf[2] & 0x02 == 0 && buf[7] == 1);
+            }
+            full
+        })
+    };
+    let first = full_answers("127.0.0.1");
+    let second = full_answers("127.1.0.1");
+    assert!(
+        (RATE..=RATE + 2).contains(&first) && (RATE..=RATE + 2).contains(&second),
+        "full answers of 30 at {RATE}/s: {first} and {second} (with one bucket for all IPv4 clients the second got 10, slips only)"
+    );
+
+    // TCP: the first source holds its 4 connections; the second is still answered.
+    let connect = |source: &'static str| {
+        topo.prober.enter(move || {
+            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            s.bind(&format!("{source}:0").parse::<SocketAddr>().unwrap().into())
+                .unwrap();
+            s.connect_timeout(&server.into(), Duration::from_secs(1)).unwrap();
+            let s: TcpStream = s.into();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            s
+        })
+    };
+    let held: Vec<TcpStream> = (0..4).map(|_| connect("127.0.0.1")).collect();
+    let mut other = connect("127.1.0.1");
+    let q = query(7, "web.tm.example.");
+    let mut framed = u16::try_from(q.len()).unwrap().to_be_bytes().to_vec();
+    framed.extend_from_slice(&q);
+    other.write_all(&framed).unwrap();
+    let mut len = [0u8; 2];
+    other
+        .read_exact(&mut len)
+        .expect("the other /24 is answered over TCP while the first holds its share");
+    let mut answer = vec![0u8; usize::from(u16::from_be_bytes(len))];
+    other.read_exact(&mut answer).unwrap();
+    assert_eq!((answer[7], answer[2] & 0x02), (1, 0), "a full answer over TCP");
+    // A fifth from the first source takes the place of its own /24's longest idle connection
+    // (review M2): the other /24's is left alone.
+    let mut fifth = connect("127.0.0.1");
+    fifth.write_all(&framed).unwrap();
+    fifth.read_exact(&mut len).expect("the fifth is answered");
+    let closed = held
+        .iter()
+        .filter(|s| {
+            let mut s: &TcpStream = s;
+            s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+            match s.read(&mut [0u8; 1]) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+            }
+        })
+        .count();
+    assert_eq!(closed, 1, "one of the first /24's four made room");
+    other.write_all(&framed).unwrap();
+    other.read_exact(&mut len).expect("the other /24's connection stays");
+    drop(held);
+    daemon.stop();
+}
+
+/// Review M2: clients that pipeline queries and never read their answers hold every TCP place
+/// (`max_clients = 4`); a connection whose answer has waited more than a second for its reader
+/// gives way, so a client of another prefix is answered while the flood goes on (it was reset
+/// until the stuck writes timed out at `idle_timeout`).
+#[test]
+fn clients_that_never_read_their_answers_give_way_to_one_that_does() {
+    use std::{
+        io::{Read, Write},
+        net::{SocketAddr, TcpStream},
+    };
+    let topo = Topology::new();
+    let _web = topo.backend.tcp_listen(&format!("{BACKEND_V4}:80"));
+    let files = DaemonFiles::new();
+    let text = files.header(PROBER_IF)
+        + &dns_section(
+            "[dns.rate_limit]\nresponses_per_second = 0\n[dns.tcp]\nmax_clients = 4\nmax_clients_per_prefix = 4\n\
+             idle_timeout = \"10s\"\n",
+        )
+        .replace(
+            &format!("listen = [\"{DNS_V4}:{PORT}\"]"),
+            &format!("listen = [\"[::]:{PORT}\"]"),
+        )
+        + "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\nport = 80\n\
+           interval = \"200ms\"\ntimeout = \"200ms\"\n[[profile.endpoint]]\nname = \"a\"\n"
+        + &format!("address = \"{BACKEND_V4}\"\n");
+    let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start the daemon");
+    daemon.wait_status("web", "a", S::Online, Duration::from_secs(5));
+    let server: SocketAddr = format!("127.0.0.1:{PORT}").parse().unwrap();
+    let framed = |id: u16| {
+        let q = query(id, "web.tm.example.");
+        let mut f = u16::try_from(q.len()).unwrap().to_be_bytes().to_vec();
+        f.extend_from_slice(&q);
+        f
+    };
+    let connect = |source: &'static str, rcvbuf: Option<usize>| {
+        topo.prober.enter(move || {
+            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            if let Some(n) = rcvbuf {
+                s.set_recv_buffer_size(n).unwrap();
+            }
+            s.bind(&format!("{source}:0").parse::<SocketAddr>().unwrap().into())
+                .unwrap();
+            s.connect_timeout(&server.into(), Duration::from_secs(1)).unwrap();
+            let s: TcpStream = s.into();
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            s.set_write_timeout(Some(Duration::from_secs(4))).unwrap();
+            s
+        })
+    };
+    // Four that write 20,000 queries each and read nothing (a tiny receive window, so the
+    // server's answers back up at once).
+    let block: Vec<u8> = (0..20_000u32).flat_map(|i| framed(i as u16)).collect();
+    let flooders: Vec<TcpStream> = (0..4).map(|_| connect("127.0.0.1", Some(1024))).collect();
+    let writers: Vec<std::thread::JoinHandle<()>> = flooders
+        .iter()
+        .map(|s| {
+            let (mut s, block) = (s.try_clone().unwrap(), block.clone());
+            std::thread::spawn(move || {
+                let _ = s.write_all(&block);
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    let started = Instant::now();
+    let mut other = connect("127.1.0.1", None);
+    other.write_all(&framed(7)).unwrap();
+    let mut len = [0u8; 2];
+    other
+        .read_exact(&mut len)
+        .expect("a client that reads is answered while four that do not hold every place");
+    let mut answer = vec![0u8; usize::from(u16::from_be_bytes(len))];
+    other.read_exact(&mut answer).unwrap();
+    assert_eq!(answer[7], 1, "a full answer");
+    eprintln!("answered in {:?} beside four stuck readers", started.elapsed());
+    let metrics = daemon.get("/metrics");
+    assert!(
+        metric(
+            metrics.as_str().unwrap(),
+            "probed_dns_tcp_closed_total{reason=\"evicted\"}"
+        ) >= 1.0,
+        "a stuck reader was evicted"
+    );
+    drop(flooders);
+    for w in writers {
+        let _ = w.join();
+    }
+    daemon.stop();
+}

@@ -1455,7 +1455,9 @@ pub const DNS_TCP: Section = Section {
             Int(1, DnsTcp::MAX_CLIENTS as i64),
             Applies,
             "Connections open at once, the descriptor budget of DNS. At the cap a new connection takes \
-             the place of the one idle the longest, and is refused when every one is busy.",
+             the place of the one idle the longest (or whose answer has waited over a second for its \
+             reader), and is refused when every one is busy. An IPv6 /48 holds a quarter of them at \
+             most, a /32 half.",
         ),
         Key::new(
             "max_clients_per_prefix",
@@ -1464,7 +1466,8 @@ pub const DNS_TCP: Section = Section {
             Int(1, DnsTcp::MAX_CLIENTS as i64),
             Applies,
             "Connections open at once from one source prefix (those of [dns.rate_limit]); at most \
-             max_clients.",
+             max_clients. At the cap a new one takes the place of that prefix's connection idle the \
+             longest.",
         ),
         Key::new(
             "idle_timeout",
