@@ -1,6 +1,8 @@
 //! What probed says to the service manager that started it, in systemd's protocols (which
-//! other managers implement too): readiness (`notify`), and the file descriptor store, which
-//! keeps a route sink's device, and so its routes, across a restart (`store_fd`, `claim`).
+//! other managers implement too): readiness (`notify`), liveness (`watchdog_every`: the
+//! runner's loop pings, so a stuck runner is killed by the manager), and the file descriptor
+//! store, which keeps a route sink's device, and so its routes, across a restart (`store_fd`,
+//! `claim`).
 //! Nothing happens when no manager asked (no `NOTIFY_SOCKET`, no `LISTEN_FDS`): `probed run`
 //! by hand behaves the same, and a stop or a crash then takes the device with the process.
 use std::{
@@ -41,6 +43,19 @@ pub fn notify(state: &str) {
     if let Some(Err(e)) = manager().map(|s| s.and_then(|s| s.send(state.as_bytes()))) {
         log::warn!("cannot tell the service manager {state:?}: {e}");
     }
+}
+
+/// How often to send `WATCHDOG=1`, when the manager asked for it (`WATCHDOG_USEC`, for this
+/// process if `WATCHDOG_PID` is set): a third of its timeout, so that a ping late by a loop
+/// turn or two still comes in time.
+pub fn watchdog_every() -> Option<std::time::Duration> {
+    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+    if let Ok(pid) = std::env::var("WATCHDOG_PID") {
+        if pid.parse::<u32>().ok() != Some(std::process::id()) {
+            return None;
+        }
+    }
+    (usec > 0).then(|| std::time::Duration::from_micros(usec / 3))
 }
 
 /// Hands a copy of `fd` to the manager's store under `name`; whether a manager took it (it

@@ -17,6 +17,7 @@ pub mod http_server;
 pub mod knot;
 pub mod l4;
 pub mod lb;
+pub mod manager;
 pub mod netns;
 pub mod procs;
 pub mod reflector;

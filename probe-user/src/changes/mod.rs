@@ -394,6 +394,8 @@ struct Queue {
     replaced: bool,
     /// Closed because the runner stopped (the daemon stops), not because its follower left.
     stopped: bool,
+    /// The runner stopped because it was asked to (not by a failure).
+    stop_asked: bool,
 }
 
 /// An emptied queue keeps an index of up to this many slots for the next changes; a larger
@@ -513,6 +515,13 @@ impl Subscription {
         self.shared.lock().stopped
     }
 
+    /// Whether the runner stopped because it was asked to (SIGTERM, a shutdown), rather than
+    /// because the daemon failed: only then may a sink leave what it holds to the service
+    /// manager's store.
+    pub fn stop_asked(&self) -> bool {
+        self.shared.lock().stop_asked
+    }
+
     /// The next batch, waiting at most `timeout`: an empty batch when nothing came; None once
     /// the runner has stopped and everything was taken. For consumers on threads of their own.
     pub fn recv_blocking(&self, timeout: Duration) -> Option<Batch> {
@@ -537,6 +546,9 @@ impl Subscription {
 pub struct Bus {
     subscribers: Vec<Arc<Shared>>,
     seq: u64,
+    /// The runner stops because it was asked to (`stop_asked`): told to each subscription as
+    /// the bus ends.
+    stop_asked: bool,
 }
 
 /// One subscriber's figures for the metrics scrape.
@@ -679,6 +691,11 @@ impl Bus {
 }
 
 impl Bus {
+    /// The runner stops because it was asked to: its subscriptions say so when they end.
+    pub fn stop_asked(&mut self, asked: bool) {
+        self.stop_asked = asked;
+    }
+
     /// Ends `follower`'s subscriptions: each consumer gets what is queued, then None.
     pub fn close(&mut self, follower: &Follower) {
         self.end(follower, false);
@@ -706,6 +723,7 @@ impl Drop for Bus {
             let mut q = s.lock();
             q.closed = true;
             q.stopped = true;
+            q.stop_asked = self.stop_asked;
             drop(q);
             s.ready.notify_all();
             s.notify.notify_one();

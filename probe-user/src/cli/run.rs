@@ -74,13 +74,25 @@ pub(super) fn run(path: &std::path::Path) -> anyhow::Result<ExitCode> {
             config_path: Some(path.to_path_buf()),
         };
         let api_listen = config.daemon.api.clone();
-        let mut daemon = Daemon::start(config, options)
-            .await
-            .context("start the daemon (run as root, or with the capabilities of dist/probed.service)")?;
+        let mut daemon = match Daemon::start(config, options).await {
+            Ok(daemon) => daemon,
+            Err(e) => {
+                // What the service manager kept for this process (a route sink's device) goes:
+                // a node that cannot start cannot check, and must not keep its VIP announced
+                // while the manager restarts it.
+                let released = probed::service::release_unclaimed();
+                if !released.is_empty() {
+                    log::warn!("the start failed: let go of {} and their routes", released.join(", "));
+                }
+                return Err(anyhow::Error::new(e)
+                    .context("start the daemon (run as root, or with the capabilities of dist/probed.service)"));
+            }
+        };
         let api = match probed::api::Server::start(&api_listen, daemon.control()).await {
             Ok(api) => api,
             Err(e) => {
-                let _ = daemon.shutdown().await;
+                let _ = daemon.abort().await;
+                probed::service::release_unclaimed();
                 return Err(anyhow::Error::new(e).context("start the API"));
             }
         };

@@ -167,6 +167,17 @@ pub enum ClusterKeyError {
     Short(#[from] crate::cluster::transport::ShortKey),
 }
 
+/// Why the runner is told to stop. Asked (SIGTERM, `Daemon::shutdown`): route sinks leave
+/// their devices to the service manager's store, for a restart to take over without a
+/// withdrawal. Failed (a start that could not finish, `Daemon::abort`, a daemon dropped): every
+/// sink clears, and a route sink withdraws and takes its device out of the store, so that a
+/// node that cannot check does not keep its VIP announced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    Asked,
+    Failed,
+}
+
 /// Settings that do not come from the config file.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -177,7 +188,7 @@ pub struct Options {
 /// A running daemon core: the runner on its thread.
 pub struct Daemon {
     control: Control,
-    stop: Option<oneshot::Sender<()>>,
+    stop: Option<oneshot::Sender<Stop>>,
     /// The runner's result, once it ends.
     done: oneshot::Receiver<Result<(), DaemonError>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -352,11 +363,22 @@ impl Daemon {
 
     /// Stops probing, saves the last known health, writes the queued events, detaches the
     /// programs and removes the pins; returns once all of that is done.
-    pub async fn shutdown(mut self) -> Result<(), DaemonError> {
+    pub async fn shutdown(self) -> Result<(), DaemonError> {
+        self.end(Stop::Asked).await
+    }
+
+    /// Stops as `shutdown` does, but as a failure: the daemon cannot go on (its API did not
+    /// start, say), so every sink clears and a route sink withdraws rather than leaving its
+    /// device to the service manager.
+    pub async fn abort(self) -> Result<(), DaemonError> {
+        self.end(Stop::Failed).await
+    }
+
+    async fn end(mut self, why: Stop) -> Result<(), DaemonError> {
         // No batch of a discovery may come after the runner's last save.
         self.control.stop_discovery().await;
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            let _ = stop.send(why);
         }
         let result = match tokio::time::timeout(Duration::from_secs(10), &mut self.done).await {
             Ok(Ok(r)) => {
@@ -386,7 +408,7 @@ impl Daemon {
     /// Stops the runner and waits for it, off any runtime (the start's failures, a drop).
     fn stop_now(&mut self) -> Result<(), DaemonError> {
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            let _ = stop.send(Stop::Failed);
         }
         let Some(thread) = self.thread.take() else {
             return Ok(());

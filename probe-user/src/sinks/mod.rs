@@ -443,7 +443,9 @@ fn follow(
         report(&lock(view).name, &[]);
     }
     if stop.on_stop == OnStop::Clear {
-        let cleared = if changes.runner_stopped() {
+        // Only a stop that was asked for leaves anything to the service manager: after a
+        // failure the node cannot check, and what it announced goes.
+        let cleared = if changes.runner_stopped() && changes.stop_asked() {
             sink.clear_at_stop()
         } else {
             sink.clear()

@@ -6,3 +6,4 @@ mod exec;
 mod haproxy;
 mod nft;
 mod route;
+mod route_end;

@@ -19,15 +19,11 @@ use std::{
     collections::BTreeMap,
     io::Read,
     net::{SocketAddr, TcpStream},
-    os::{
-        fd::{AsRawFd, FromRawFd, OwnedFd},
-        unix::{net::UnixDatagram, process::CommandExt},
-    },
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
-use probed_tests::{daemon::DaemonFiles, lb::doc_block, probed_bin, procs::Proc, unique_name, Netns};
+use probed_tests::{daemon::DaemonFiles, lb::doc_block, manager::Manager, probed_bin, procs::Proc, unique_name, Netns};
 
 const VIP: &str = "198.18.250.1";
 const ROUTER_AS: u32 = 65000;
@@ -55,103 +51,6 @@ impl Backends {
                 .map(|p| probed_tests::lb::Backend::on(ns, &format!("{addr}:{p}")))
                 .collect(),
         )
-    }
-}
-
-/// A service manager's file descriptor store, as systemd keeps it for a unit with
-/// FileDescriptorStoreMax=: it takes what the service hands it (FDSTORE=1 with a descriptor,
-/// over NOTIFY_SOCKET), drops what it takes back (FDSTOREREMOVE=1), and passes the rest to the
-/// next process it starts.
-struct Manager {
-    socket: UnixDatagram,
-    path: PathBuf,
-    store: BTreeMap<String, OwnedFd>,
-}
-
-impl Manager {
-    fn new(dir: &Path) -> Manager {
-        let path = dir.join("notify.sock");
-        let socket = UnixDatagram::bind(&path).expect("bind the notify socket");
-        socket.set_nonblocking(true).unwrap();
-        Manager {
-            socket,
-            path,
-            store: BTreeMap::new(),
-        }
-    }
-
-    /// Takes in what the service said so far.
-    fn collect(&mut self) {
-        loop {
-            let mut buf = [0u8; 4096];
-            let mut control = [0u64; 8];
-            let mut iov = libc::iovec {
-                iov_base: buf.as_mut_ptr().cast(),
-                iov_len: buf.len(),
-            };
-            // SAFETY: msghdr is plain data; zeroes are a valid empty value.
-            let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-            hdr.msg_iov = &raw mut iov;
-            hdr.msg_iovlen = 1;
-            hdr.msg_control = control.as_mut_ptr().cast();
-            hdr.msg_controllen = std::mem::size_of_val(&control);
-            // SAFETY: recvmsg writes at most the lengths given into `buf` and `control`, which
-            // outlive the call.
-            let n = unsafe { libc::recvmsg(self.socket.as_raw_fd(), &raw mut hdr, libc::MSG_CMSG_CLOEXEC) };
-            if n < 0 {
-                return;
-            }
-            let mut fd = None;
-            // SAFETY: the CMSG_* walk stays inside `control`, as the kernel filled it in.
-            unsafe {
-                let cmsg = libc::CMSG_FIRSTHDR(&raw const hdr);
-                if !cmsg.is_null() && (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                    let raw = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>());
-                    fd = Some(OwnedFd::from_raw_fd(raw));
-                }
-            }
-            let text = String::from_utf8_lossy(&buf[..n as usize]).into_owned();
-            let name = text.lines().find_map(|l| l.strip_prefix("FDNAME=")).map(str::to_string);
-            match (text.lines().next(), name, fd) {
-                (Some("FDSTORE=1"), Some(name), Some(fd)) => {
-                    self.store.insert(name, fd);
-                }
-                (Some("FDSTOREREMOVE=1"), Some(name), _) => {
-                    self.store.remove(&name);
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// Sets `cmd` up as the manager starts its service.
-    fn prepare(&self, cmd: &mut std::process::Command) {
-        let names: Vec<&str> = self.store.keys().map(String::as_str).collect();
-        cmd.env("NOTIFY_SOCKET", &self.path)
-            .env("LISTEN_FDS", names.len().to_string())
-            .env("LISTEN_FDNAMES", names.join(":"));
-        let fds: Vec<i32> = self.store.values().map(AsRawFd::as_raw_fd).collect();
-        // SAFETY: fcntl and dup2 are async-signal-safe; the descriptors stay open in the
-        // child until exec (they are the store's). Each is first moved above the range it is
-        // placed in, so that placing one never closes another.
-        unsafe {
-            cmd.pre_exec(move || {
-                let mut high = Vec::with_capacity(fds.len());
-                for &fd in &fds {
-                    let h = libc::fcntl(fd, libc::F_DUPFD, 100);
-                    if h < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    high.push(h);
-                }
-                for (i, &h) in high.iter().enumerate() {
-                    if libc::dup2(h, 3 + i as i32) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
     }
 }
 
@@ -211,8 +110,12 @@ impl Node {
         let bin = probed_bin();
         // LISTEN_PID must be the service's own pid: the shell's, which probed takes over.
         let mut cmd = std::process::Command::new("sh");
-        cmd.args(["-c", "LISTEN_PID=$$ exec \"$0\" \"$@\"", bin.to_str().unwrap()])
-            .args(["run", "--config", config.to_str().unwrap()]);
+        cmd.args([
+            "-c",
+            "LISTEN_PID=$$ WATCHDOG_PID=$$ exec \"$0\" \"$@\"",
+            bin.to_str().unwrap(),
+        ])
+        .args(["run", "--config", config.to_str().unwrap()]);
         if let Some(m) = manager {
             m.prepare(&mut cmd);
         }

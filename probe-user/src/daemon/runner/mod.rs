@@ -223,6 +223,12 @@ struct Chores {
     metrics_flushed_ns: u64,
     /// The runner's freed pages were handed back.
     collected_ns: u64,
+    /// The service manager's watchdog (`service::watchdog_every`): how often the loop says
+    /// it is alive, and when it last did. From the loop itself, so that a runner stuck in a
+    /// turn stops the pings even while the process's other threads live, and the manager
+    /// kills it.
+    watchdog_every_ns: Option<u64>,
+    pinged_ns: u64,
 }
 
 /// The runner: the fleet (config, table, owner ids), probing, what it publishes (the change
@@ -302,7 +308,11 @@ impl Runner {
             rtts: watch::Sender::new(Rtts::default()),
             cluster: config.cluster.as_ref().map(cluster::Link::new),
             metrics: RunnerMetrics::default(),
-            chores: Chores::default(),
+            chores: Chores {
+                watchdog_every_ns: crate::service::watchdog_every()
+                    .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+                ..Chores::default()
+            },
             persist: Persist::new(),
             fleet: super::requests::FleetBook::default(),
             rng: SplitMix64(now),
@@ -325,10 +335,12 @@ impl Runner {
     pub(crate) async fn run(
         mut self,
         mut commands: mpsc::Receiver<Command>,
-        mut stop: oneshot::Receiver<()>,
+        mut stop: oneshot::Receiver<super::Stop>,
     ) -> Result<(), DaemonError> {
         let mut last_wake = 0u64;
         let mut failure = None;
+        // Stopped on request (not by a failure, a dropped daemon or a closed channel).
+        let mut asked = false;
         // Results (L4 and task) are taken in batches, at most one per tick, and with each tick's
         // firing: a wake-up per result would cost a thread switch each at thousands of checks a
         // second.
@@ -361,7 +373,10 @@ impl Runner {
                 }
             };
             tokio::select! {
-                _ = &mut stop => break,
+                why = &mut stop => {
+                    asked = why == Ok(super::Stop::Asked);
+                    break;
+                }
                 cmd = commands.recv() => match cmd {
                     Some(cmd) => self.command(cmd),
                     None => break,
@@ -420,7 +435,9 @@ impl Runner {
         }
         self.end_turn(true);
         self.persist.saver.finish();
-        // Every subscription ends: the consumers take what is queued, then see the end.
+        // Every subscription ends: the consumers take what is queued, then see the end, and
+        // whether the stop was asked (sinks may leave what the service manager keeps) or not.
+        self.changes.stop_asked(asked && failure.is_none());
         drop(std::mem::take(&mut self.changes));
         if let Some(mut node) = self.cluster.take().and_then(|l| l.node) {
             node.stop();
@@ -476,6 +493,12 @@ impl Runner {
     /// due.
     pub(super) fn end_turn(&mut self, force_save: bool) {
         let now = self.now();
+        if let Some(every) = self.chores.watchdog_every_ns {
+            if now.saturating_sub(self.chores.pinged_ns) >= every {
+                crate::service::notify("WATCHDOG=1");
+                self.chores.pinged_ns = now;
+            }
+        }
         self.step_ramps(now);
         if force_save || now.saturating_sub(self.chores.metrics_flushed_ns) >= METRICS_FLUSH_NS {
             self.metrics.flush(&self.table.profiles);

@@ -316,6 +316,8 @@ impl Sink for RouteSink {
         if !self.stored {
             return self.clear();
         }
+        // The store's entry is the manager's now: dropping the sink leaves it.
+        self.stored = false;
         // The manager holds the device: a restart hands it to the next probed with its routes;
         // a stop has the manager close it, and the kernel withdraws them. A manager that took
         // the message but keeps no store (FileDescriptorStoreMax=0) holds no copy: the device
@@ -416,5 +418,16 @@ impl Sink for RouteSink {
                 cause: cause.clone(),
             })
             .collect()
+    }
+}
+
+/// A sink dropped while the service manager keeps its device for it (a start that failed
+/// after it took the device over, a daemon dropped without a stop) takes the device out of
+/// the store: the routes go with this process rather than outlive it in the manager.
+impl Drop for RouteSink {
+    fn drop(&mut self) {
+        if self.stored {
+            crate::service::remove_fd(&self.store_name());
+        }
     }
 }
