@@ -401,7 +401,7 @@ impl HealthCheck {
 pub enum Probe {
     Tcp,
     Udp(UdpCheck),
-    Http(HttpCheck),
+    Http(Box<HttpCheck>),
 }
 
 /// UDP probe payloads. Without a response string, silence means healthy (lb semantics).
@@ -431,6 +431,9 @@ pub struct HttpCheck {
     pub client_cert: Option<ClientCertFiles>,
     /// HTTPS: `min_version = "1.3"`: TLS 1.3 only (else 1.2 and 1.3).
     pub tls13_only: bool,
+    /// Over TLS: a full handshake with each target at least this often, in seconds
+    /// (`tls_reverify`); a session is resumed only within it.
+    pub tls_reverify_s: u32,
     /// Over TLS: a notice when the server's certificate expires within this many days (0:
     /// never). Not part of the check: it changes no probe and no verdict.
     pub cert_warn_days: u16,

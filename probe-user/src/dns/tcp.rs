@@ -104,6 +104,11 @@ struct Registry {
     next: u64,
     conns: HashMap<u64, Conn>,
     counts: HashMap<Key, u32>,
+    /// Evicted connections whose tasks have not closed them yet, with the cap each made room
+    /// under (None: the total). Their descriptors are still open: while one is pending, that
+    /// cap makes no more room, so the descriptors stay within a few of `max_clients` however
+    /// fast a flood reconnects.
+    closing: HashMap<u64, Option<Key>>,
 }
 
 impl Registry {
@@ -127,12 +132,19 @@ impl Registry {
         idle.or_else(stalled).map(|(_, id)| id)
     }
 
-    /// Takes connection `id` out of the counts and tells it to close.
-    fn evict(&mut self, id: u64) {
+    /// Takes connection `id` out of the counts and tells it to close; it stays `closing`
+    /// (for the cap `under`) until its task drops it.
+    fn evict(&mut self, id: u64, under: Option<Key>) {
         if let Some(c) = self.conns.remove(&id) {
             self.leave(c.groups);
             c.close.notify_one();
+            self.closing.insert(id, under);
         }
+    }
+
+    /// Whether a connection evicted to make room under `cap` is still closing.
+    fn pending(&self, cap: Option<Key>) -> bool {
+        self.closing.values().any(|k| *k == cap)
     }
 
     fn leave(&mut self, groups: Groups) {
@@ -166,17 +178,19 @@ impl Clients {
         for (key, cap) in groups.keyed(max, per_prefix) {
             if r.counts.get(&key).copied().unwrap_or(0) >= cap {
                 let same = |c: &Conn| c.groups.keyed(max, per_prefix).any(|(k, _)| k == key);
-                let Some(victim) = r.victim(now, same) else {
+                let victim = r.victim(now, same).filter(|_| !r.pending(Some(key)));
+                let Some(victim) = victim else {
                     return Err(Closed::Prefix);
                 };
-                r.evict(victim);
+                r.evict(victim, Some(key));
             }
         }
         if r.conns.len() >= max as usize {
-            let Some(victim) = r.victim(now, |_| true) else {
+            let victim = r.victim(now, |_| true).filter(|_| !r.pending(None));
+            let Some(victim) = victim else {
                 return Err(Closed::Full);
             };
-            r.evict(victim);
+            r.evict(victim, None);
         }
         r.next += 1;
         let id = r.next;
@@ -224,6 +238,8 @@ impl Drop for Admitted {
         let mut r = self.clients.registry();
         if let Some(c) = r.conns.remove(&self.id) {
             r.leave(c.groups);
+        } else {
+            r.closing.remove(&self.id);
         }
     }
 }
@@ -391,6 +407,12 @@ mod tests {
         // At its prefix's cap: that prefix's longest idle (a) makes room (review M2).
         let a2 = clients.admit(v4(1), 3, 2, at(2)).unwrap();
         assert!(told_to_close(&a).await, "a was evicted for its own prefix");
+        // One replacement at a time: until a's task closes it, its descriptor is still open.
+        assert_eq!(
+            clients.admit(v4(1), 3, 2, at(2)).err(),
+            Some(Closed::Prefix),
+            "no second eviction while the first is closing"
+        );
         drop(a);
         // Both of prefix 1 busy: a third is refused.
         b.set_idle(None);

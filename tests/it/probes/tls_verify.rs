@@ -6,7 +6,10 @@
 //! `"ca"` (it must chain to the test CA, be valid for `server_name` and be within its dates),
 //! and under `"ca"` with a client certificate; curl on the same server is the oracle (`-k`,
 //! `--cacert`, `--cert`), and each verdict must be curl's, with a reason that names what failed.
-use std::{path::Path, time::Duration};
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
 
 use probed::status::EndpointStatus as S;
 use probed_tests::certs::{ca, days_from_now, leaf, leaf_until, Ca, Pem};
@@ -265,5 +268,107 @@ fn a_verified_https_check_fails_as_curl_does_and_says_why() {
             cert.days_left
         );
     }
+    daemon.stop();
+}
+
+/// Review M1: nginx keeps one session ticket key (`ssl_session_ticket_key`), as a pool behind
+/// one name does and across its reloads, so a client could resume a session for ever and never
+/// see a certificate again. Two servers share the key and the name: "a" with a good
+/// certificate, "b" with an expired one. With `tls_verify = "ca"` and `tls_reverify = "2s"`:
+/// "b" is never Online (a session made with "a" is never offered to it), and "a" swapped to an
+/// expired certificate fails within the bound, as curl fails a new connection at once.
+#[test]
+fn resumed_sessions_neither_outlive_the_reverify_bound_nor_cross_endpoints() {
+    let topo = Topology::new();
+    let files = DaemonFiles::new();
+    let dir = files.dir.join("tickets");
+    std::fs::create_dir_all(dir.join("www")).unwrap();
+    std::fs::write(dir.join("www/health"), "ok\n").unwrap();
+    let good_ca = ca("probed test CA");
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, good_ca.cert.pem()).unwrap();
+    let write = |name: &str, pem: &Pem| {
+        std::fs::write(dir.join(format!("{name}.crt")), &pem.cert).unwrap();
+        std::fs::write(dir.join(format!("{name}.key")), &pem.key).unwrap();
+    };
+    write("a", &leaf(&good_ca, NAME, 2099));
+    write("b", &leaf(&good_ca, NAME, 2021));
+    // 80 bytes: nginx's AES-256 ticket key; the same for both servers and every reload.
+    std::fs::write(dir.join("ticket.key"), [7u8; 80]).unwrap();
+    let d = dir.display();
+    let (port_a, port_b) = (FIRST_PORT + 20, FIRST_PORT + 21);
+    let server = |name: &str, port: u16| {
+        format!(
+            "server {{ listen {BACKEND_V4}:{port} ssl; ssl_certificate {d}/{name}.crt; \
+             ssl_certificate_key {d}/{name}.key; ssl_protocols TLSv1.2 TLSv1.3; \
+             ssl_session_tickets on; ssl_session_ticket_key {d}/ticket.key; root {d}/www; }}\n"
+        )
+    };
+    let conf = dir.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon off; pid {d}/nginx.pid; error_log {d}/nginx-error.log; events {{}}\n\
+             http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; \
+             uwsgi_temp_path {d}; scgi_temp_path {d};\n{}{}}}\n",
+            server("a", port_a),
+            server("b", port_b)
+        ),
+    )
+    .unwrap();
+    probed_tests::run("chmod", &["-R", "a+rX", &d.to_string()]);
+    let argv = ["/usr/sbin/nginx", "-c", conf.to_str().unwrap(), "-e", "stderr"];
+    let mut nginx = Proc::spawn(&topo.backend, None, &argv, &dir.join("nginx.log"), "nginx");
+    for port in [port_a, port_b] {
+        let addr: std::net::SocketAddr = format!("{BACKEND_V4}:{port}").parse().unwrap();
+        probed_tests::lb::wait_until("nginx listens", Duration::from_secs(10), || {
+            topo.prober
+                .enter(|| std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok())
+        });
+    }
+    let text = files.header(PROBER_IF)
+        + &format!(
+            "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n\n[profile.health]\nprotocol = \"https\"\n\
+             path = \"/health\"\ninterval = \"200ms\"\ntimeout = \"1s\"\nhealthy_threshold = 2\n\
+             unhealthy_threshold = 2\ntls_verify = \"ca\"\nca_file = \"{}\"\nserver_name = \"{NAME}\"\n\
+             tls_reverify = \"2s\"\n\n\
+             [[profile.endpoint]]\nname = \"a\"\naddress = \"{BACKEND_V4}\"\nport = {port_a}\n\n\
+             [[profile.endpoint]]\nname = \"b\"\naddress = \"{BACKEND_V4}\"\nport = {port_b}\n",
+            ca_file.display()
+        );
+    let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start");
+    daemon.wait_status("web", "a", S::Online, Duration::from_secs(5));
+    let oracle = |port| curl_ok(&topo.prober, port, (Some(&ca_file), None, false));
+    assert!(oracle(port_a) && !oracle(port_b), "curl: a passes, b (expired) fails");
+    // "b" for a while, with "a"'s sessions about: never Online, and its own certificate shown.
+    let watch = Instant::now();
+    while watch.elapsed() < Duration::from_secs(3) {
+        let b = daemon.endpoint("web", "b");
+        assert_ne!(
+            b.status,
+            S::Online,
+            "b resumed a session made with a: {}",
+            last_reason(&b)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let b = daemon.endpoint("web", "b");
+    assert!(last_reason(&b).contains("expired"), "{}", last_reason(&b));
+    // "a" swapped to an expired certificate, the ticket key kept (nginx reloads: SIGHUP).
+    write("a", &leaf(&good_ca, NAME, 2021));
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(nginx.pid() as i32, libc::SIGHUP) };
+    probed_tests::lb::wait_until("curl sees the expired certificate", Duration::from_secs(5), || {
+        !oracle(port_a)
+    });
+    let swapped = Instant::now();
+    let a = daemon.wait_status("web", "a", S::Degraded, Duration::from_secs(6));
+    eprintln!(
+        "tls_reverify 2s: the swapped certificate failed the check {:?} after curl saw it ({})",
+        swapped.elapsed(),
+        last_reason(&a)
+    );
+    assert!(last_reason(&a).contains("expired"), "{}", last_reason(&a));
+    let _ = nginx.check_alive("at the end");
     daemon.stop();
 }

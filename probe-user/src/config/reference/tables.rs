@@ -734,6 +734,21 @@ pub const HEALTH: Section = Section {
         )
         .only(OVER_TLS),
         Key::new(
+            "tls_reverify",
+            Duration,
+            Value("\"300s\""),
+            Seconds(1, 86_400),
+            Reask,
+            "With tls_verify = \"ca\": a full, verified handshake with each endpoint at least this \
+             often. A resumed TLS session carries no certificate, so a session is resumed only within \
+             this of the endpoint's own last full handshake, and never once that certificate has \
+             expired; sessions are kept per endpoint (address, port and TLS name), never offered to \
+             another endpoint behind the same name. A certificate that expires or is replaced by a bad \
+             one fails the check within this (plus the failure threshold), as curl fails a new \
+             connection at once.",
+        )
+        .only("protocol = \"https\" or \"grpcs\" with tls_verify = \"ca\""),
+        Key::new(
             "cert_warn_days",
             Integer,
             Value("14"),

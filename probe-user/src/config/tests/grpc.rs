@@ -7,7 +7,7 @@ const GRPCS: &str = "protocol = \"grpcs\"\nport = 50051\n";
 
 fn grpc_of(c: &Config) -> HttpCheck {
     match &c.profiles[0].health.probe {
-        Probe::Http(h) => h.clone(),
+        Probe::Http(h) => (**h).clone(),
         other => panic!("{other:?}"),
     }
 }

@@ -205,7 +205,7 @@ fn not_for(r: &mut Reader<'_>, t: &Table<'_, '_>, keys: &[&str], why: &str) -> b
 }
 
 /// With `http::TLS_KEYS`, what neither TCP nor UDP checks use.
-const HTTP_ONLY: [&str; 8] = [
+const HTTP_ONLY: [&str; 9] = [
     "path",
     "host",
     "method",
@@ -213,6 +213,7 @@ const HTTP_ONLY: [&str; 8] = [
     "status",
     "body_match",
     "cert_warn_days",
+    "tls_reverify",
     "service",
 ];
 const UDP_ONLY: [&str; 2] = ["request", "response"];
@@ -250,7 +251,7 @@ fn probe(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Opti
             let clean = not_for(r, t, &UDP_ONLY, &why_udp);
             let http = http(r, t, d, p);
             clean.then_some(())?;
-            http.map(Probe::Http)
+            http.map(|h| Probe::Http(Box::new(h)))
         }
         Protocol::Grpc | Protocol::Grpcs => {
             let why_grpc = "a gRPC check calls grpc.health.v1.Health/Check and only SERVING is healthy; \
@@ -259,7 +260,7 @@ fn probe(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Opti
             let b = not_for(r, t, &NOT_GRPC, why_grpc);
             let http = http(r, t, d, p);
             (a && b).then_some(())?;
-            http.map(Probe::Http)
+            http.map(|h| Probe::Http(Box::new(h)))
         }
     }
 }

@@ -121,6 +121,7 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protoco
     let (tls_verify, server_name) = tls_settings(r, t, p);
     let client_cert = client_cert(r, t, p);
     let tls13_only = min_version(r, t, p).unwrap_or(false);
+    let tls_reverify_s = tls_reverify(r, t, p, &tls_verify);
     let cert_warn_days = match r.int(t, "cert_warn_days") {
         None => DEFAULT_CERT_WARN_DAYS,
         Some(item) if !tls => {
@@ -147,9 +148,40 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protoco
         server_name,
         client_cert,
         tls13_only,
+        tls_reverify_s,
         cert_warn_days,
         grpc: service,
     })
+}
+
+/// `tls_reverify`: with `tls_verify = "ca"` only (a check that verifies nothing has nothing to
+/// verify again), from 1 s to a day.
+fn tls_reverify(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol, verify: &TlsVerifySetting) -> u32 {
+    use std::time::Duration;
+    let default = crate::probe::http::tls::DEFAULT_REVERIFY_S;
+    let Some(item) = r.string(t, "tls_reverify") else {
+        return default;
+    };
+    if !p.is_tls() {
+        r.bad(&item, tls_only(p));
+        return default;
+    }
+    if !matches!(verify, TlsVerifySetting::Ca { .. }) {
+        r.bad(
+            &item,
+            "only a check with tls_verify = \"ca\" verifies certificates again; set it, or leave tls_reverify out",
+        );
+        return default;
+    }
+    match crate::config::read::parse_duration(&item.v) {
+        Some(d) if d.subsec_nanos() == 0 && (Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(&d) => {
+            u32::try_from(d.as_secs()).unwrap_or(default)
+        }
+        _ => {
+            r.bad(&item, "expected whole seconds from 1s to 86400s, like \"300s\"");
+            default
+        }
+    }
 }
 
 /// An endpoint's own TLS keys and gRPC service, read by the profile's rules; None when it

@@ -91,6 +91,9 @@ pub fn tls_client(h: &HttpSettings) -> Result<TlsVerify, HttpCheckError> {
     if h.tls13_only {
         tls = tls.tls13_only();
     }
+    if h.tls_reverify_s != crate::probe::http::tls::DEFAULT_REVERIFY_S {
+        tls = tls.reverify_every(std::time::Duration::from_secs(u64::from(h.tls_reverify_s)));
+    }
     match &h.client_cert {
         // Read again (the reader checked it): the key is held by the client only.
         Some(files) => tls.with_client_cert_files(&files.cert, &files.key),

@@ -195,6 +195,9 @@ impl<'a> Parts<'a> {
                 if h.tls13_only {
                     field(out, "min_version", "1.3");
                 }
+                if h.tls_reverify_s != crate::probe::http::tls::DEFAULT_REVERIFY_S {
+                    field(out, "tls_reverify_s", &h.tls_reverify_s.to_string());
+                }
                 if let Some(service) = &h.grpc {
                     field(out, "grpc_service", service);
                 }

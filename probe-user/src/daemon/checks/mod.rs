@@ -142,6 +142,7 @@ type TlsClientKey = (
     crate::config::TlsVerifySetting,
     Option<crate::config::ClientCertFiles>,
     bool,
+    u32,
 );
 
 impl<'p> Specs<'p> {
@@ -200,7 +201,12 @@ impl<'p> Specs<'p> {
                             // An endpoint's own verification or client certificate: its own
                             // client (endpoints with the same keys share one).
                             (_, true) => {
-                                let key = (h.tls_verify.clone(), h.client_cert.clone(), h.tls13_only);
+                                let key = (
+                                    h.tls_verify.clone(),
+                                    h.client_cert.clone(),
+                                    h.tls13_only,
+                                    h.tls_reverify_s,
+                                );
                                 match self.own_tls.iter().find(|(k, _)| *k == key) {
                                     Some((_, tls)) => tls.clone(),
                                     None => {

@@ -186,6 +186,10 @@ impl HttpReport {
     }
 }
 
+/// A probe's TLS stream: every read and write is work on its target's connection for the
+/// session store (`tls::Scoped`).
+type TlsStream = tls::Scoped<tokio_rustls::client::TlsStream<TcpStream>>;
+
 /// Runs HTTP(S) checks. One prober serves many targets and checks; it holds the shared
 /// TLS configuration and, in keep-alive mode, a few idle connections per target.
 pub struct HttpProber {
@@ -442,46 +446,57 @@ impl HttpProber {
         check: &HttpCheck,
         deadline: Instant,
         cert: &mut Option<i64>,
-    ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, Failed> {
+    ) -> Result<TlsStream, Failed> {
         let client = match check.tls().own_client() {
             Some(own) => own,
             None => self.presented.get_or_init(tls::presented_client),
         };
         let name = check.server_name(target);
         let h2 = check.grpc_service().is_some();
-        let (config, tls12_only) = client.config_for(&name, h2);
+        let (config, tls12_only) = client.config_for(target, &name, h2);
         let tcp = self.connect_tcp(target, deadline).await?;
-        let first = Self::tls_handshake(config, name.clone(), tcp, deadline).await;
+        let first = Self::tls_handshake(config, name.clone(), target, tcp, deadline).await;
         let stream = match first {
             Err(f) if tls12_only && matches!(f.outcome, HttpOutcome::Tls(_) | HttpOutcome::Reset) => {
-                client.forget_tls12(&name);
-                let (config, _) = client.config_for(&name, h2);
+                client.forget_tls12(target, &name);
+                let (config, _) = client.config_for(target, &name, h2);
                 let tcp = self.connect_tcp(target, deadline).await?;
-                Self::tls_handshake(config, name, tcp, deadline).await
+                Self::tls_handshake(config, name.clone(), target, tcp, deadline).await
             }
             other => other,
         }?;
-        *cert = stream
-            .get_ref()
-            .1
-            .peer_certificates()
-            .and_then(<[_]>::first)
-            .and_then(|leaf| self::cert::not_after(leaf));
+        let conn = stream.inner.get_ref().1;
+        *cert = if conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+            // A resumed handshake carries no certificate (rustls shows the stored chain): the
+            // target's own last full handshake says when its certificate expires.
+            client.not_after(target, &name)
+        } else {
+            let not_after = conn
+                .peer_certificates()
+                .and_then(<[_]>::first)
+                .and_then(|leaf| self::cert::not_after(leaf));
+            client.verified(target, &name, not_after);
+            not_after
+        };
         Ok(stream)
     }
 
+    /// The handshake with `name` at `target`, each step of it (and of the stream after)
+    /// work on `target`'s connection for the session store (`tls::Scoped`).
     async fn tls_handshake(
         config: Arc<rustls::ClientConfig>,
         name: rustls::pki_types::ServerName<'static>,
+        target: SocketAddr,
         tcp: TcpStream,
         deadline: Instant,
-    ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, Failed> {
+    ) -> Result<TlsStream, Failed> {
         let connector = tokio_rustls::TlsConnector::from(config);
-        let shake = connector.connect(name, tcp);
-        match tokio::time::timeout_at(deadline, shake).await {
+        // The hello (and the session it offers) is made here, at once.
+        let shake = tls::for_target(target, || connector.connect(name, tcp));
+        match tokio::time::timeout_at(deadline, tls::Scoped::new(shake, target)).await {
             Err(_) => Err(HttpOutcome::Timeout(Phase::Tls).into()),
             Ok(Err(e)) => Err(classify_tls(&e).into()),
-            Ok(Ok(stream)) => Ok(stream),
+            Ok(Ok(stream)) => Ok(tls::Scoped::new(stream, target)),
         }
     }
 

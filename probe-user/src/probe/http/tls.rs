@@ -1,11 +1,17 @@
 //! TLS for HTTPS probes: by default a certificate must be presented but is not validated
 //! (tm semantics); strict mode validates it against system roots or a given CA file.
 use std::{
-    collections::HashSet,
+    cell::Cell,
+    collections::{HashMap, HashSet},
     fmt,
+    future::Future,
     hash::{BuildHasher, RandomState},
+    net::SocketAddr,
     path::Path,
+    pin::Pin,
     sync::{Arc, Mutex, PoisonError},
+    task::{Context, Poll},
+    time::{Duration, Instant},
 };
 
 use rustls::{
@@ -45,7 +51,15 @@ pub struct OwnClient {
     cert: Option<(Arc<rustls::sign::CertifiedKey>, String)>,
     /// TLS 1.3 only (`min_version = "1.3"`); else 1.2 and 1.3.
     tls13_only: bool,
+    /// A full handshake with each target at least this often (`tls_reverify`).
+    reverify: Duration,
 }
+
+/// A session is resumed only within this of its target's last full handshake, by default
+/// (`tls_reverify`): a resumed handshake carries no certificate, so a certificate that expired
+/// or was replaced since is seen at the next full one.
+pub const DEFAULT_REVERIFY: Duration = Duration::from_secs(DEFAULT_REVERIFY_S as u64);
+pub const DEFAULT_REVERIFY_S: u32 = 300;
 
 impl fmt::Debug for TlsVerify {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -94,7 +108,7 @@ impl TlsVerify {
     }
 
     fn strict(roots: RootCertStore, source: String) -> Self {
-        Self::own(Some((Arc::new(roots), source)), None, false)
+        Self::own(Some((Arc::new(roots), source)), None, (false, DEFAULT_REVERIFY))
     }
 
     /// A client of its own, checking the chain against `roots` (None: only a certificate's
@@ -102,7 +116,7 @@ impl TlsVerify {
     fn own(
         roots: Option<(Arc<RootCertStore>, String)>,
         cert: Option<(Arc<rustls::sign::CertifiedKey>, String)>,
-        tls13_only: bool,
+        (tls13_only, reverify): (bool, Duration),
     ) -> Self {
         let verifier: Arc<dyn ServerCertVerifier> = match &roots {
             Some((store, _)) => rustls::client::WebPkiServerVerifier::builder_with_provider(store.clone(), provider())
@@ -118,12 +132,23 @@ impl TlsVerify {
         };
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Self::Own(OwnClient {
-            client: Arc::new(TlsClient::new(verifier, resolver, tls13_only)),
+            client: Arc::new(TlsClient::new(verifier, resolver, tls13_only, reverify)),
             id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             roots,
             cert,
             tls13_only,
+            reverify,
         })
+    }
+
+    /// The same client, with a full handshake with each target at least every `reverify`
+    /// (`tls_reverify`).
+    #[must_use]
+    pub fn reverify_every(self, reverify: Duration) -> Self {
+        match self {
+            Self::Presented => Self::own(None, None, (false, reverify)),
+            Self::Own(c) => Self::own(c.roots, c.cert, (c.tls13_only, reverify)),
+        }
     }
 
     /// The same client, offering TLS 1.3 alone (`min_version = "1.3"`): a server that speaks
@@ -131,8 +156,8 @@ impl TlsVerify {
     #[must_use]
     pub fn tls13_only(self) -> Self {
         match self {
-            Self::Presented => Self::own(None, None, true),
-            Self::Own(c) => Self::own(c.roots, c.cert, true),
+            Self::Presented => Self::own(None, None, (true, DEFAULT_REVERIFY)),
+            Self::Own(c) => Self::own(c.roots, c.cert, (true, c.reverify)),
         }
     }
 
@@ -145,14 +170,14 @@ impl TlsVerify {
         (key_file, key_pem): (&Path, &[u8]),
     ) -> Result<Self, HttpCheckError> {
         let certified = Arc::new(certified_key(cert_file, (key_file, key_pem))?);
-        let (roots, tls13_only) = match self {
-            Self::Presented => (None, false),
-            Self::Own(c) => (c.roots, c.tls13_only),
+        let (roots, options) = match self {
+            Self::Presented => (None, (false, DEFAULT_REVERIFY)),
+            Self::Own(c) => (c.roots, (c.tls13_only, c.reverify)),
         };
         Ok(Self::own(
             roots,
             Some((certified, cert_file.display().to_string())),
-            tls13_only,
+            options,
         ))
     }
 
@@ -265,7 +290,12 @@ fn provider() -> Arc<CryptoProvider> {
 /// The client of the default mode: a certificate must be presented, its chain is not checked.
 pub(crate) fn presented_client() -> TlsClient {
     let algorithms = ring::default_provider().signature_verification_algorithms;
-    TlsClient::new(Arc::new(PresentedOnly { algorithms }), Arc::new(NoClientCert), false)
+    TlsClient::new(
+        Arc::new(PresentedOnly { algorithms }),
+        Arc::new(NoClientCert),
+        false,
+        DEFAULT_REVERIFY,
+    )
 }
 
 /// Targets whose TLS sessions are kept for resumption (rustls keeps 256 by default). A probe
@@ -297,9 +327,14 @@ impl TlsClient {
     /// resumes a session only under the very objects that made it.
     /// With `tls13_only`, both are the TLS 1.3 configuration (no TLS 1.2 session is ever
     /// made, so the twin is never asked for).
-    fn new(verifier: Arc<dyn ServerCertVerifier>, client_cert: Arc<dyn ResolvesClientCert>, tls13_only: bool) -> Self {
+    fn new(
+        verifier: Arc<dyn ServerCertVerifier>,
+        client_cert: Arc<dyn ResolvesClientCert>,
+        tls13_only: bool,
+        reverify: Duration,
+    ) -> Self {
         let provider = provider();
-        let sessions = Arc::new(Sessions::new(RESUMABLE_TARGETS));
+        let sessions = Arc::new(Sessions::new(RESUMABLE_TARGETS, reverify));
         let build = |versions: &[&'static SupportedProtocolVersion], h2: bool| {
             let mut config = ClientConfig::builder_with_provider(provider.clone())
                 .with_protocol_versions(versions)
@@ -329,20 +364,33 @@ impl TlsClient {
         }
     }
 
-    /// The configuration to greet `name` with (offering h2 by ALPN when `h2`), and whether
-    /// it is the TLS 1.2 twin.
-    pub(crate) fn config_for(&self, name: &ServerName<'_>, h2: bool) -> (Arc<ClientConfig>, bool) {
+    /// The configuration to greet `name` at `target` with (offering h2 by ALPN when `h2`),
+    /// and whether it is the TLS 1.2 twin.
+    pub(crate) fn config_for(&self, target: SocketAddr, name: &ServerName<'_>, h2: bool) -> (Arc<ClientConfig>, bool) {
         let i = usize::from(h2);
-        if self.sessions.last_was_tls12(name) {
+        if self.sessions.last_was_tls12(self.sessions.key(target, name)) {
             (self.tls12[i].clone(), true)
         } else {
             (self.both[i].clone(), false)
         }
     }
 
-    /// The twin's handshake with `name` failed: greet it with both versions from now on.
-    pub(crate) fn forget_tls12(&self, name: &ServerName<'_>) {
-        self.sessions.mark(name, false);
+    /// The twin's handshake with `name` at `target` failed: greet it with both versions
+    /// from now on.
+    pub(crate) fn forget_tls12(&self, target: SocketAddr, name: &ServerName<'_>) {
+        self.sessions.mark(self.sessions.key(target, name), false);
+    }
+
+    /// A full handshake with `name` at `target` verified its certificate (whose leaf expires
+    /// at `not_after`, Unix seconds) now: its sessions may be resumed for `reverify`.
+    pub(crate) fn verified(&self, target: SocketAddr, name: &ServerName<'_>, not_after: Option<i64>) {
+        self.sessions.verified(self.sessions.key(target, name), not_after);
+    }
+
+    /// When the certificate of `name` at `target`'s last full handshake expires: what a
+    /// resumed connection, which carries none, reports.
+    pub(crate) fn not_after(&self, target: SocketAddr, name: &ServerName<'_>) -> Option<i64> {
+        self.sessions.not_after(self.sessions.key(target, name))
     }
 }
 
@@ -374,37 +422,156 @@ impl ResolvesClientCert for NoClientCert {
     }
 }
 
-/// rustls's in-memory session cache, plus which servers' latest session was TLS 1.2 (set
-/// when a TLS 1.2 session is stored, cleared when a TLS 1.3 handshake completes or a ticket
-/// arrives, or when resuming failed). Servers are kept as hashes of their names (8 bytes
-/// each): two names sharing one only send a TLS 1.3 server the twin's hello, which fails over
-/// as above. Bounded like the cache: past `cap` servers, new ones are not marked and simply
-/// get both versions offered.
+thread_local! {
+    /// The target whose TLS connection rustls is working on, while it does (`Scoped`): the
+    /// session store keeps sessions by target as well as by name, and rustls tells it only
+    /// the name.
+    static TARGET: Cell<Option<SocketAddr>> = const { Cell::new(None) };
+}
+
+/// Runs `f` as work on `target`'s connection (see `TARGET`).
+pub(crate) fn for_target<T>(target: SocketAddr, f: impl FnOnce() -> T) -> T {
+    let was = TARGET.replace(Some(target));
+    let out = f();
+    TARGET.set(was);
+    out
+}
+
+/// A TLS handshake or stream whose every poll is work on `target`'s connection: rustls may
+/// store a session (a TLS 1.3 ticket comes after the handshake, read with the response) at
+/// any of them.
+pub(crate) struct Scoped<T> {
+    pub(crate) inner: T,
+    target: SocketAddr,
+}
+
+impl<T> Scoped<T> {
+    pub(crate) fn new(inner: T, target: SocketAddr) -> Self {
+        Self { inner, target }
+    }
+}
+
+impl<T: Future + Unpin> Future for Scoped<T> {
+    type Output = T::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T::Output> {
+        let target = self.target;
+        for_target(target, || Pin::new(&mut self.inner).poll(cx))
+    }
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Scoped<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let target = self.target;
+        for_target(target, || Pin::new(&mut self.inner).poll_read(cx, buf))
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Scoped<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let target = self.target;
+        for_target(target, || Pin::new(&mut self.inner).poll_write(cx, buf))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let target = self.target;
+        for_target(target, || Pin::new(&mut self.inner).poll_flush(cx))
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let target = self.target;
+        for_target(target, || Pin::new(&mut self.inner).poll_shutdown(cx))
+    }
+}
+
+/// When a target's last full handshake verified its certificate, and when that certificate
+/// expires.
+#[derive(Debug, Clone, Copy)]
+struct Verified {
+    at: Instant,
+    not_after: Option<i64>,
+}
+
+/// rustls's in-memory session cache, kept by target and name (review M1: by name alone, one
+/// backend resumed a session another made, and its own certificate was never seen), and
+/// resumed only while the target's last full handshake is younger than `reverify` and its
+/// certificate has not expired. Plus which targets' latest session was TLS 1.2 (set when a
+/// TLS 1.2 session is stored, cleared when a TLS 1.3 ticket arrives or resuming failed). A
+/// (target, name) is a 64-bit hash; the cache is given it as a name of its own
+/// (`t<hash>.invalid`, never sent). Bounded like the cache: past `cap` targets, new ones are
+/// not recorded, and simply make full handshakes.
 #[derive(Debug)]
 struct Sessions {
     cache: ClientSessionMemoryCache,
     tls12: Mutex<HashSet<u64>>,
+    verified: Mutex<HashMap<u64, Verified>>,
     hasher: RandomState,
     cap: usize,
+    reverify: Duration,
 }
 
 impl Sessions {
-    fn new(cap: usize) -> Self {
+    fn new(cap: usize, reverify: Duration) -> Self {
         Self {
             cache: ClientSessionMemoryCache::new(cap),
             tls12: Mutex::new(HashSet::new()),
+            verified: Mutex::new(HashMap::new()),
             hasher: RandomState::new(),
             cap,
+            reverify,
         }
     }
 
-    fn last_was_tls12(&self, name: &ServerName<'_>) -> bool {
-        let key = self.hasher.hash_one(name);
+    fn key(&self, target: SocketAddr, name: &ServerName<'_>) -> u64 {
+        self.hasher.hash_one((target, name))
+    }
+
+    /// The key of the connection rustls works on now (None outside one: nothing is stored
+    /// or resumed then).
+    fn current(&self, name: &ServerName<'_>) -> Option<u64> {
+        TARGET.get().map(|target| self.key(target, name))
+    }
+
+    /// The cache's name for `key`.
+    fn cache_name(key: u64) -> ServerName<'static> {
+        ServerName::try_from(format!("t{key:016x}.invalid")).expect("a valid DNS name")
+    }
+
+    /// Whether `key`'s sessions may be resumed now.
+    fn fresh(&self, key: u64) -> bool {
+        let verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
+        verified.get(&key).is_some_and(|v| {
+            v.at.elapsed() < self.reverify && v.not_after.is_none_or(|t| t > crate::clock::unix_ms() as i64 / 1000)
+        })
+    }
+
+    fn verified(&self, key: u64, not_after: Option<i64>) {
+        let mut verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
+        if verified.len() < self.cap || verified.contains_key(&key) {
+            verified.insert(
+                key,
+                Verified {
+                    at: Instant::now(),
+                    not_after,
+                },
+            );
+        }
+    }
+
+    fn not_after(&self, key: u64) -> Option<i64> {
+        let verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
+        verified.get(&key).and_then(|v| v.not_after)
+    }
+
+    fn last_was_tls12(&self, key: u64) -> bool {
         self.tls12.lock().unwrap_or_else(PoisonError::into_inner).contains(&key)
     }
 
-    fn mark(&self, name: &ServerName<'_>, tls12: bool) {
-        let key = self.hasher.hash_one(name);
+    fn mark(&self, key: u64, tls12: bool) {
         let mut set = self.tls12.lock().unwrap_or_else(PoisonError::into_inner);
         if !tls12 {
             set.remove(&key);
@@ -415,6 +582,7 @@ impl Sessions {
 }
 
 impl ClientSessionStore for Sessions {
+    // The key exchange group a server prefers is no secret of one backend: kept by name.
     fn set_kx_hint(&self, server_name: ServerName<'static>, group: NamedGroup) {
         self.cache.set_kx_hint(server_name, group);
     }
@@ -424,26 +592,34 @@ impl ClientSessionStore for Sessions {
     }
 
     fn set_tls12_session(&self, server_name: ServerName<'static>, value: Tls12ClientSessionValue) {
-        self.mark(&server_name, true);
-        self.cache.set_tls12_session(server_name, value);
+        if let Some(key) = self.current(&server_name) {
+            self.mark(key, true);
+            self.cache.set_tls12_session(Self::cache_name(key), value);
+        }
     }
 
     fn tls12_session(&self, server_name: &ServerName<'_>) -> Option<Tls12ClientSessionValue> {
-        self.cache.tls12_session(server_name)
+        let key = self.current(server_name).filter(|k| self.fresh(*k))?;
+        self.cache.tls12_session(&Self::cache_name(key))
     }
 
     fn remove_tls12_session(&self, server_name: &ServerName<'static>) {
-        self.mark(server_name, false);
-        self.cache.remove_tls12_session(server_name);
+        if let Some(key) = self.current(server_name) {
+            self.mark(key, false);
+            self.cache.remove_tls12_session(&Self::cache_name(key));
+        }
     }
 
     fn insert_tls13_ticket(&self, server_name: ServerName<'static>, value: Tls13ClientSessionValue) {
-        self.mark(&server_name, false);
-        self.cache.insert_tls13_ticket(server_name, value);
+        if let Some(key) = self.current(&server_name) {
+            self.mark(key, false);
+            self.cache.insert_tls13_ticket(Self::cache_name(key), value);
+        }
     }
 
     fn take_tls13_ticket(&self, server_name: &ServerName<'static>) -> Option<Tls13ClientSessionValue> {
-        self.cache.take_tls13_ticket(server_name)
+        let key = self.current(server_name).filter(|k| self.fresh(*k))?;
+        self.cache.take_tls13_ticket(&Self::cache_name(key))
     }
 }
 
