@@ -1,7 +1,8 @@
 //! A real HTTP/1.1 server (hyper) inside a namespace, with per-path status, body and delay,
 //! that records every request; an HTTPS variant with a certificate made by rcgen at test
-//! time, an optional pause before the TLS handshake and TLS versions that can be switched
-//! while it runs. Servers stop when dropped.
+//! time (or any certificate and key), an optional pause before the TLS handshake, TLS versions
+//! and the certificate that can be switched while it runs, and servers that share one ticket
+//! key (a pool behind one name). Servers stop when dropped.
 use std::{
     collections::HashMap,
     net::SocketAddr,
@@ -129,18 +130,29 @@ impl SelfSigned {
         }
     }
 
+    /// Any certificate and its key (PEM, the key PKCS#8, as rcgen writes it), e.g. one a test
+    /// CA signed.
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Self {
+        use rustls_pki_types::pem::PemObject;
+        Self {
+            cert_pem: cert_pem.to_string(),
+            cert_der: CertificateDer::from_pem_slice(cert_pem.as_bytes()).expect("a PEM certificate"),
+            key_der: PrivatePkcs8KeyDer::from_pem_slice(key_pem.as_bytes())
+                .expect("a PKCS#8 PEM key")
+                .secret_pkcs8_der()
+                .to_vec(),
+        }
+    }
+
     /// Writes the certificate as PEM, for `--ca` / strict mode.
     pub fn write_pem(&self, path: &Path) {
         std::fs::write(path, &self.cert_pem).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     }
 
-    /// A server configuration per `TlsVersions`, sharing one ticket key and session cache so
-    /// that a session made under one is resumed under another.
-    fn server_configs(&self) -> [Arc<rustls::ServerConfig>; 3] {
-        // Stateless session tickets, as nginx issues them: resumption is bounded by what the
-        // client keeps, not by a server-side cache.
-        let ticketer = rustls::crypto::ring::Ticketer::new().expect("a ticket key");
-        let storage = rustls::server::ServerSessionMemoryCache::new(4096);
+    /// A server configuration per `TlsVersions`, sharing `tickets` (a ticket key and session
+    /// cache) so that a session made under one is resumed under another.
+    fn server_configs(&self, tickets: &Tickets) -> [Arc<rustls::ServerConfig>; 3] {
+        let (ticketer, storage) = (&tickets.0, &tickets.1);
         let make = |versions: &[&'static rustls::SupportedProtocolVersion]| {
             let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()));
             let mut config =
@@ -162,9 +174,34 @@ impl SelfSigned {
     }
 }
 
+/// A ticket key and a session cache: stateless session tickets, as nginx issues them
+/// (resumption is bounded by what the client keeps, not by a server-side cache). Servers made
+/// with the same one resume each other's sessions, as a pool sharing its ticket key does.
+#[derive(Clone)]
+pub struct Tickets(
+    Arc<dyn rustls::server::ProducesTickets>,
+    Arc<dyn rustls::server::StoresServerSessions>,
+);
+
+impl Tickets {
+    pub fn new() -> Self {
+        Self(
+            rustls::crypto::ring::Ticketer::new().expect("a ticket key"),
+            rustls::server::ServerSessionMemoryCache::new(4096),
+        )
+    }
+}
+
+impl Default for Tickets {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 struct Tls {
     /// By `TlsVersions`, in its order.
-    configs: [Arc<rustls::ServerConfig>; 3],
+    configs: Mutex<[Arc<rustls::ServerConfig>; 3]>,
+    tickets: Tickets,
     versions: Mutex<TlsVersions>,
     handshake_delay: Duration,
 }
@@ -172,7 +209,7 @@ struct Tls {
 impl Tls {
     fn config(&self) -> Arc<rustls::ServerConfig> {
         let versions = *self.versions.lock().unwrap();
-        self.configs[versions as usize].clone()
+        self.configs.lock().unwrap()[versions as usize].clone()
     }
 }
 
@@ -208,9 +245,35 @@ impl HttpServer {
         *tls.versions.lock().unwrap() = versions;
     }
 
+    /// HTTPS: later handshakes present `cert`; the ticket key stays, so sessions made with
+    /// the old certificate may still be resumed (as a reload that keeps the ticket key allows).
+    pub fn set_certificate(&self, cert: &SelfSigned) {
+        let tls = self.tls.as_ref().expect("an HTTPS server");
+        *tls.configs.lock().unwrap() = cert.server_configs(&tls.tickets);
+    }
+
     /// HTTPS: the handshakes that failed so far.
     pub fn tls_failures(&self) -> usize {
         self.state.tls_failures.load(Ordering::Relaxed)
+    }
+}
+
+/// An HTTPS server about to start (`Netns::https_server_with`).
+pub struct HttpsServerBuilder<'n> {
+    ns: &'n Netns,
+    addr: String,
+    tls: Tls,
+}
+
+impl HttpsServerBuilder<'_> {
+    /// Waits `delay` after accepting a connection before the TLS handshake.
+    pub fn delayed_handshake(mut self, delay: Duration) -> HttpServer {
+        self.tls.handshake_delay = delay;
+        self.start()
+    }
+
+    pub fn start(self) -> HttpServer {
+        self.ns.serve(&self.addr, Some(self.tls))
     }
 }
 
@@ -234,12 +297,22 @@ impl Netns {
     /// An HTTPS server presenting `cert`; it waits `handshake_delay` after accepting a
     /// connection before it starts the TLS handshake.
     pub fn https_server(&self, addr: &str, cert: &SelfSigned, handshake_delay: Duration) -> HttpServer {
-        let tls = Tls {
-            configs: cert.server_configs(),
-            versions: Mutex::new(TlsVersions::Both),
-            handshake_delay,
-        };
-        self.serve(addr, Some(tls))
+        self.https_server_with(addr, cert, &Tickets::new())
+            .delayed_handshake(handshake_delay)
+    }
+
+    /// An HTTPS server presenting `cert`, issuing and taking the tickets of `tickets`.
+    pub fn https_server_with(&self, addr: &str, cert: &SelfSigned, tickets: &Tickets) -> HttpsServerBuilder<'_> {
+        HttpsServerBuilder {
+            ns: self,
+            addr: addr.to_string(),
+            tls: Tls {
+                configs: Mutex::new(cert.server_configs(tickets)),
+                tickets: tickets.clone(),
+                versions: Mutex::new(TlsVersions::Both),
+                handshake_delay: Duration::ZERO,
+            },
+        }
     }
 
     fn serve(&self, addr: &str, tls: Option<Tls>) -> HttpServer {
