@@ -317,11 +317,7 @@ impl Control {
         profile: &str,
         batch: crate::fleet::Batch,
     ) -> Result<crate::fleet::Applied, RequestError> {
-        let control = self.clone();
-        let profile = profile.to_string();
-        tokio::spawn(async move { control.fleet_batch(profile, batch, false).await })
-            .await
-            .map_err(|_| RequestError::Stopped)?
+        self.spawn_batch(profile, batch, false).await
     }
 
     /// A batch of a profile's discovery (`crate::discovery`): as `fleet`, for a profile whose
@@ -331,9 +327,20 @@ impl Control {
         profile: &str,
         batch: crate::fleet::Batch,
     ) -> Result<crate::fleet::Applied, RequestError> {
+        self.spawn_batch(profile, batch, true).await
+    }
+
+    /// Runs a batch as a task of its own: once begun it runs to its end, even when the caller
+    /// gives up on it.
+    async fn spawn_batch(
+        &self,
+        profile: &str,
+        batch: crate::fleet::Batch,
+        by_discovery: bool,
+    ) -> Result<crate::fleet::Applied, RequestError> {
         let control = self.clone();
         let profile = profile.to_string();
-        tokio::spawn(async move { control.fleet_batch(profile, batch, true).await })
+        tokio::spawn(async move { control.fleet_batch(profile, batch, by_discovery).await })
             .await
             .map_err(|_| RequestError::Stopped)?
     }

@@ -425,6 +425,26 @@ fn ten_thousand_idle_connections_and_trickles_leave_answers_and_checks_working()
     daemon.stop();
 }
 
+/// A daemon answering DNS on the dual-stack `[::]:PORT` with `extra` in its `[dns]`, one TCP
+/// profile "web" at `BACKEND_V4:80` (its listener), Online.
+fn dual_stack_daemon(extra: &str) -> (Topology, std::net::TcpListener, DaemonFiles, RunningDaemon) {
+    let topo = Topology::new();
+    let web = topo.backend.tcp_listen(&format!("{BACKEND_V4}:80"));
+    let files = DaemonFiles::new();
+    let text = files.header(PROBER_IF)
+        + &dns_section(extra).replace(
+            &format!("listen = [\"{DNS_V4}:{PORT}\"]"),
+            &format!("listen = [\"[::]:{PORT}\"]"),
+        )
+        + "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\nport = 80\n\
+           interval = \"200ms\"\ntimeout = \"200ms\"\n[[profile.endpoint]]\nname = \"a\"\n"
+        + &format!("address = \"{BACKEND_V4}\"\n");
+    assert!(text.contains(&format!("\"[::]:{PORT}\"")), "{text}");
+    let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start the daemon");
+    daemon.wait_status("web", "a", S::Online, Duration::from_secs(5));
+    (topo, web, files, daemon)
+}
+
 /// Review H1: on a dual-stack listener (`[::]`), IPv4 clients arrive as `::ffff:a.b.c.d`. Each
 /// IPv4 /24 must keep its own rate and its own share of TCP connections, as on an IPv4
 /// listener: two loopback sources in different /24s, each asking one name at 1.5 times the
@@ -436,23 +456,9 @@ fn ipv4_clients_of_a_dual_stack_listener_keep_their_own_rate_and_tcp_share() {
         io::{Read, Write},
         net::{SocketAddr, TcpStream},
     };
-    let topo = Topology::new();
-    let _web = topo.backend.tcp_listen(&format!("{BACKEND_V4}:80"));
-    let files = DaemonFiles::new();
-    let text = files.header(PROBER_IF)
-        + &dns_section(&format!(
-            "[dns.rate_limit]\nresponses_per_second = {RATE}\nslip = 2\n[dns.tcp]\nmax_clients_per_prefix = 4\n"
-        ))
-        .replace(
-            &format!("listen = [\"{DNS_V4}:{PORT}\"]"),
-            &format!("listen = [\"[::]:{PORT}\"]"),
-        )
-        + "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\nport = 80\n\
-           interval = \"200ms\"\ntimeout = \"200ms\"\n[[profile.endpoint]]\nname = \"a\"\n"
-        + &format!("address = \"{BACKEND_V4}\"\n");
-    assert!(text.contains("\"[::]:5353\""), "{text}");
-    let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start the daemon");
-    daemon.wait_status("web", "a", S::Online, Duration::from_secs(5));
+    let (topo, _web, _files, daemon) = dual_stack_daemon(&format!(
+        "[dns.rate_limit]\nresponses_per_second = {RATE}\nslip = 2\n[dns.tcp]\nmax_clients_per_prefix = 4\n"
+    ));
     let server: SocketAddr = format!("127.0.0.1:{PORT}").parse().unwrap();
 
     // UDP: 30 queries from each source at once, then the full answers each one gets back.
@@ -538,23 +544,10 @@ fn clients_that_never_read_their_answers_give_way_to_one_that_does() {
         io::{Read, Write},
         net::{SocketAddr, TcpStream},
     };
-    let topo = Topology::new();
-    let _web = topo.backend.tcp_listen(&format!("{BACKEND_V4}:80"));
-    let files = DaemonFiles::new();
-    let text = files.header(PROBER_IF)
-        + &dns_section(
-            "[dns.rate_limit]\nresponses_per_second = 0\n[dns.tcp]\nmax_clients = 4\nmax_clients_per_prefix = 4\n\
-             idle_timeout = \"10s\"\n",
-        )
-        .replace(
-            &format!("listen = [\"{DNS_V4}:{PORT}\"]"),
-            &format!("listen = [\"[::]:{PORT}\"]"),
-        )
-        + "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\nport = 80\n\
-           interval = \"200ms\"\ntimeout = \"200ms\"\n[[profile.endpoint]]\nname = \"a\"\n"
-        + &format!("address = \"{BACKEND_V4}\"\n");
-    let daemon = RunningDaemon::start(&topo.prober, files.write_config(&text), None).expect("start the daemon");
-    daemon.wait_status("web", "a", S::Online, Duration::from_secs(5));
+    let (topo, _web, _files, daemon) = dual_stack_daemon(
+        "[dns.rate_limit]\nresponses_per_second = 0\n[dns.tcp]\nmax_clients = 4\nmax_clients_per_prefix = 4\n\
+         idle_timeout = \"10s\"\n",
+    );
     let server: SocketAddr = format!("127.0.0.1:{PORT}").parse().unwrap();
     let framed = |id: u16| {
         let q = query(id, "web.tm.example.");

@@ -191,6 +191,13 @@ fn contexts() -> Vec<(Doc, Config)> {
             &[("name", "\"eu\""), ("subnets", "[\"198.51.100.0/24\"]")],
         );
     let sink = |lines: &[(&str, &str)]| base().with("sink", &[&[("profile", "\"web\"")], lines].concat());
+    let dns_records = |discovery: &[(&str, &str)]| {
+        base()
+            .set("profile", "endpoints_from", Some("\"dns\""))
+            .set("profile", "routing", Some("\"weighted\""))
+            .without("profile.endpoint")
+            .with("profile.discovery", discovery)
+    };
     let special = [
         base().with("daemon", &[]),
         base().with("daemon", &[("api_listen", "\"127.0.0.1:9180\"")]),
@@ -230,30 +237,16 @@ fn contexts() -> Vec<(Doc, Config)> {
         // An HTTPS check that verifies the chain (against the system's roots).
         profile("lb", "https", "priority").set("profile.health", "tls_verify", Some("\"ca\"")),
         // A profile whose endpoints are a name's records: A and AAAA, then SRV.
-        base()
-            .set("profile", "endpoints_from", Some("\"dns\""))
-            .set("profile", "routing", Some("\"weighted\""))
-            .without("profile.endpoint")
-            .with(
-                "profile.discovery",
-                &[
-                    ("name", "\"web.svc.example\""),
-                    ("port", "8080"),
-                    ("resolvers", "[\"192.0.2.53\"]"),
-                ],
-            ),
-        base()
-            .set("profile", "endpoints_from", Some("\"dns\""))
-            .set("profile", "routing", Some("\"weighted\""))
-            .without("profile.endpoint")
-            .with(
-                "profile.discovery",
-                &[
-                    ("name", "\"_http._tcp.web.svc.example.\""),
-                    ("type", "\"SRV\""),
-                    ("resolvers", "[\"192.0.2.53:5353\"]"),
-                ],
-            ),
+        dns_records(&[
+            ("name", "\"web.svc.example\""),
+            ("port", "8080"),
+            ("resolvers", "[\"192.0.2.53\"]"),
+        ]),
+        dns_records(&[
+            ("name", "\"_http._tcp.web.svc.example.\""),
+            ("type", "\"SRV\""),
+            ("resolvers", "[\"192.0.2.53:5353\"]"),
+        ]),
         base().with(
             "cluster",
             &[
