@@ -57,8 +57,13 @@ pub const MAX_SKEW: Duration = Duration::from_secs(30);
 const REASSEMBLY_WAIT: Duration = Duration::from_secs(2);
 /// Messages being put together at once, from all peers.
 const MAX_PARTIAL: usize = 64;
-/// Message ids remembered to refuse replays: enough for `MAX_SKEW` of a busy cluster's traffic.
-const MAX_SEEN: usize = 200_000;
+/// How long a message id is remembered: a datagram taken is at most `MAX_SKEW` off this node's
+/// clock, so it passes the clock check until up to twice that after it came (review L7: kept
+/// for `MAX_SKEW` alone, a datagram from a node whose clock leads could be replayed once its
+/// id was forgotten).
+const SEEN_FOR: Duration = Duration::from_secs(2 * MAX_SKEW.as_secs());
+/// Message ids remembered to refuse replays: enough for `SEEN_FOR` of a busy cluster's traffic.
+const MAX_SEEN: usize = 400_000;
 /// The shortest key: 32 bytes (256 bits, HMAC-SHA256's strength).
 pub const MIN_KEY_BYTES: usize = 32;
 
@@ -182,10 +187,10 @@ struct Seen {
 }
 
 impl Seen {
-    /// False when `id` was seen within `MAX_SKEW` (a replay).
+    /// False when `id` was seen within `SEEN_FOR` (a replay).
     fn insert(&mut self, id: (u64, u8), now: Instant) -> bool {
         while let Some(&(old, at)) = self.order.front() {
-            if now.duration_since(at) <= MAX_SKEW && self.order.len() < MAX_SEEN {
+            if now.duration_since(at) <= SEEN_FOR && self.order.len() < MAX_SEEN {
                 break;
             }
             self.order.pop_front();
@@ -497,8 +502,11 @@ mod tests {
         assert!(!seen.insert((1, 0), t0 + Duration::from_secs(1)));
         assert!(seen.insert((1, 1), t0), "another part of the message");
         assert!(seen.insert((2, 0), t0));
-        // Forgotten once the clock check alone refuses it.
-        assert!(seen.insert((1, 0), t0 + MAX_SKEW + Duration::from_secs(1)));
+        // Still refused after MAX_SKEW: sent by a node whose clock leads by up to MAX_SKEW,
+        // it would pass the clock check until 2 x MAX_SKEW after it came.
+        assert!(!seen.insert((1, 0), t0 + MAX_SKEW + Duration::from_secs(1)));
+        // Forgotten once the clock check alone refuses it, whatever the sender's skew.
+        assert!(seen.insert((1, 0), t0 + SEEN_FOR + Duration::from_secs(1)));
     }
 
     /// Two real sockets on loopback: a message passes; a forged datagram and a replay of a

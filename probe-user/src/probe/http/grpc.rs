@@ -218,6 +218,9 @@ fn verdict(http_status: u16, headers: &HeaderMap, body: &[u8], trailers: Option<
 }
 
 /// One call on `io` (a connected TCP or TLS stream), by `deadline`.
+/// The HTTP/2 flow-control windows of a gRPC check's connection.
+const GRPC_WINDOW: u32 = 64 * 1024;
+
 pub(super) async fn call<T>(
     io: T,
     check: &HttpCheck,
@@ -229,7 +232,13 @@ pub(super) async fn call<T>(
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let shake = hyper::client::conn::http2::Builder::new(TokioExecutor::new()).handshake(TokioIo::new(io));
+    // A health answer is a few bytes: windows of 64 KiB (hyper's defaults are 2 MiB per stream
+    // and 5 MiB per connection) bound what a broken or hostile backend can make the connection
+    // task take in before the body's 16 KiB limit is seen (review L5).
+    let shake = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(GRPC_WINDOW)
+        .initial_connection_window_size(GRPC_WINDOW)
+        .handshake(TokioIo::new(io));
     let (mut sender, conn) = match tokio::time::timeout_at(deadline, shake).await {
         Err(_) => return Err(HttpOutcome::Timeout(Phase::Response).into()),
         Ok(Err(e)) => return Err(classify_hyper(&e).into()),
