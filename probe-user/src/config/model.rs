@@ -257,14 +257,16 @@ pub enum DiscoveryRecords {
 impl DiscoveryRecords {
     pub const NAMES: [&'static str; 4] = ["A", "AAAA", "A+AAAA", "SRV"];
 
+    const ALL: [Self; 4] = [Self::A, Self::Aaaa, Self::Both, Self::Srv];
+
+    /// As the configuration writes it (`NAMES`).
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// Any case.
     pub fn parse(s: &str) -> Option<Self> {
-        match s.to_ascii_uppercase().as_str() {
-            "A" => Some(Self::A),
-            "AAAA" => Some(Self::Aaaa),
-            "A+AAAA" => Some(Self::Both),
-            "SRV" => Some(Self::Srv),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|r| r.name().eq_ignore_ascii_case(s))
     }
 }
 

@@ -20,7 +20,7 @@ use std::{
 use tokio::sync::watch;
 
 use crate::{
-    config::{Config, Discovery, DiscoveryRecords},
+    config::{Config, Discovery},
     daemon::{views::DiscoveryView, Control, RequestError},
 };
 
@@ -119,11 +119,7 @@ async fn follow(control: Control, mut rx: watch::Receiver<Asked>, views: Views) 
         });
         for (name, d) in asked {
             if let std::collections::hash_map::Entry::Vacant(place) = running.entry(name) {
-                let shown = Shown {
-                    views: views.clone(),
-                    profile: place.key().clone(),
-                };
-                shown.set(|v| *v = blank_view(&d));
+                let shown = Shown::new(views.clone(), place.key().clone(), &d);
                 let task = tokio::spawn(discover(control.clone(), place.key().clone(), d.clone(), shown));
                 place.insert((d, task));
             }
@@ -144,17 +140,21 @@ struct Shown {
 }
 
 impl Shown {
+    /// `profile`'s place, showing discovery `d` before its first lookup.
+    fn new(views: Views, profile: String, d: &Discovery) -> Shown {
+        views
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(profile.clone(), blank_view(d));
+        Shown { views, profile }
+    }
+
+    /// Changes the view (gone once the discovery was stopped: then nothing).
     fn set(&self, f: impl FnOnce(&mut DiscoveryView)) {
         let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
-        let v = views.entry(self.profile.clone()).or_insert_with(|| DiscoveryView {
-            name: String::new(),
-            records: String::new(),
-            answered_unix_ms: None,
-            endpoints: 0,
-            failing: None,
-            failing_since_unix_ms: None,
-        });
-        f(v);
+        if let Some(v) = views.get_mut(&self.profile) {
+            f(v);
+        }
     }
 
     /// The lookup or its batches failed: why, since the first failure.
@@ -170,13 +170,7 @@ impl Shown {
 fn blank_view(d: &Discovery) -> DiscoveryView {
     DiscoveryView {
         name: d.name.clone(),
-        records: match d.records {
-            DiscoveryRecords::A => "A",
-            DiscoveryRecords::Aaaa => "AAAA",
-            DiscoveryRecords::Both => "A+AAAA",
-            DiscoveryRecords::Srv => "SRV",
-        }
-        .into(),
+        records: d.records.name().into(),
         answered_unix_ms: None,
         endpoints: 0,
         failing: None,
