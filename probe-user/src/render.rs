@@ -4,7 +4,7 @@
 use crate::{
     changes::ChangeKind,
     daemon::views::{ClusterView, ProfileView},
-    status::{EndpointStatus, ProfileStatus, Routing},
+    status::{EndpointStatus, ProfileStatus},
 };
 
 /// `probed cluster`: this node's share, the members, what each node gossips.
@@ -128,7 +128,7 @@ pub fn render_table(profiles: &[ProfileView], colour: bool) -> String {
             "{}  [{} {}]  {}",
             p.name,
             p.dialect,
-            routing_name(p.routing),
+            p.routing,
             paint(p.status.into(), status)
         );
         let _ = writeln!(
@@ -299,17 +299,5 @@ fn truncate(s: &str, n: usize) -> String {
         let mut t: String = s.chars().take(n - 1).collect();
         t.push('~');
         t
-    }
-}
-
-/// Routing as the table shows it: `multivalue(2)`.
-fn routing_name(r: Routing) -> String {
-    match r {
-        Routing::Priority => "priority".into(),
-        Routing::Weighted => "weighted".into(),
-        Routing::Multivalue { max_answers } => format!("multivalue({max_answers})"),
-        Routing::Subnet => "subnet".into(),
-        Routing::Geographic => "geographic".into(),
-        Routing::Performance => "performance".into(),
     }
 }

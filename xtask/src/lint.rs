@@ -1,5 +1,5 @@
-//! `cargo xtask lint`: formatting and clippy, warnings as errors, for the workspace and for
-//! probe-ebpf (outside the workspace). The lint set lives in the manifests' `[lints]` tables;
+//! `cargo xtask lint`: no module cycle in probe-user (`cycles.rs`), then formatting and
+//! clippy, warnings as errors, for the workspace and for probe-ebpf (outside the workspace). The lint set lives in the manifests' `[lints]` tables;
 //! each exception in the code is an `#[expect(lint, reason = "...")]`.
 use crate::util::{cargo, root, sh};
 
@@ -8,6 +8,11 @@ use crate::util::{cargo, root, sh};
 const EBPF_CLIPPY_TARGET: &str = "target/clippy-ebpf";
 
 pub fn run() -> anyhow::Result<()> {
+    let cycles = crate::cycles::find(&root().join("probe-user/src"))?;
+    for c in &cycles {
+        eprintln!("lint: module cycle: {}", c.join(" <-> "));
+    }
+    anyhow::ensure!(cycles.is_empty(), "probe-user has module cycles (see above)");
     sh(cargo().args(["fmt", "--all", "--", "--check"]))?;
     sh(cargo()
         .args(["fmt", "--", "--check"])

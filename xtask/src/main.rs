@@ -4,6 +4,7 @@
 //! works on a machine that has none of it yet.
 mod bench;
 mod build;
+mod cycles;
 mod deb;
 mod demo;
 mod fuzz;

@@ -1,5 +1,11 @@
 //! The change stream's queues: coalescing, capacity, independence of subscribers.
+use super::bus::INDEX_KEPT;
 use super::*;
+use crate::{outcome::Outcome, status::EndpointStatus};
+use std::{
+    sync::{atomic::Ordering, Arc},
+    time::Duration,
+};
 
 fn state(status: EndpointStatus) -> EndpointState {
     let mut s = EndpointState::tcp("198.18.0.1".parse().unwrap(), 80, true);

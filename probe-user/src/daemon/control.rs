@@ -2,157 +2,26 @@
 //! and holds the change stream's consumers (`consumers/`), which it starts, re-follows on a
 //! reload and stops beside the runner. The API, the signal handlers and the tests depend on
 //! this file, never on the runner.
-use crate::changes::{Follower, Snapshot, Subscription};
-use std::{net::IpAddr, sync::Arc};
+use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 use super::{
     consumers::Consumers,
+    protocol::{Command, FleetRequest, Reply, RequestError, SelectQuery},
     views::{EndpointView, ProfileView, ReloadReport, SelectView},
 };
 use crate::{
-    config::{Config, ConfigErrors},
-    dns::regions::Regions,
-    engine::L4Engine,
-    status::{AdminState, Family},
+    changes::{Follower, Join, Snapshot, Subscription},
+    config::Config,
+    status::AdminState,
 };
-
-/// Why a request could not be served.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RequestError {
-    #[error("no profile named {0:?}")]
-    NoProfile(String),
-    #[error("profile {profile:?} has no endpoint named {endpoint:?}")]
-    NoEndpoint { profile: String, endpoint: String },
-    #[error("the new configuration was refused; the running one is unchanged:\n{0}")]
-    Refused(String),
-    #[error("the daemon has stopped")]
-    Stopped,
-    #[error("this daemon runs alone: its configuration has no [cluster]")]
-    NoCluster,
-    #[error(
-        "profile {0:?} takes its endpoints from the file (endpoints_from = \"file\"): change them there and \
-         reload, or set endpoints_from = \"api\""
-    )]
-    NotApi(String),
-    #[error(
-        "profile {0:?} takes its endpoints from DNS (endpoints_from = \"dns\"): change its records, or set \
-         endpoints_from = \"api\""
-    )]
-    Discovered(String),
-    #[error(
-        "profile {profile:?} is at generation {current}, not {expected}: another change came first; read the \
-         endpoints again (GET /v1/profiles/{profile}/endpoints) and send the batch against that generation"
-    )]
-    Generation {
-        profile: String,
-        expected: u64,
-        current: u64,
-    },
-    #[error("the batch was refused; nothing of it was applied:\n{0}")]
-    BadBatch(ConfigErrors),
-    #[error("the batch was applied, but not written to the fleet journal ({0}): a restart would lose it")]
-    Unsaved(String),
-}
-
-impl From<ConfigErrors> for RequestError {
-    fn from(e: ConfigErrors) -> Self {
-        RequestError::Refused(e.to_string())
-    }
-}
-
-pub(crate) type Reply<T> = oneshot::Sender<Result<T, RequestError>>;
-
-/// What a metrics scrape gets from the runner: its own text, and the engine whose kernel
-/// counters the caller reads off the runner's thread.
-pub(crate) type MetricsReply = (String, Option<Arc<L4Engine>>);
-
-/// A request to the runner; one handler per variant under `requests/`.
-pub(crate) enum Command {
-    /// Profiles (all, or one), and with (offset, limit) one page of each one's endpoints.
-    Status(Option<String>, Option<(usize, usize)>, Reply<Vec<ProfileView>>),
-    Endpoint(String, String, Reply<EndpointView>),
-    /// The regions are the consumers' (the DNS server's): `/v1/select` places a source as
-    /// the DNS server would.
-    Select(String, SelectQuery, Arc<Regions>, Reply<SelectView>),
-    SetAdmin(String, String, AdminState, Reply<EndpointView>),
-    SetProfileEnabled(String, bool, Reply<ProfileView>),
-    Reload(Box<ReloadRequest>, Reply<Reloaded>),
-    Metrics(Reply<MetricsReply>),
-    Join(Vec<Join>, Reply<Vec<Joined>>),
-    Cluster(Reply<super::views::ClusterView>),
-    /// What the node's route sinks announce now, for the cluster's gossip (from the sinks'
-    /// threads; no reply).
-    Routes(Vec<crate::cluster::routes::Announcement>),
-    /// What a fleet batch for a profile is checked against (the names it changes).
-    FleetLookup(String, Vec<String>, Reply<crate::fleet::Lookup>),
-    Fleet(Box<super::requests::FleetRequest>, Reply<super::requests::FleetDone>),
-    /// The running profiles the API owns, for a reload to carry over.
-    FleetCarry(Reply<Vec<super::requests::Carried>>),
-    /// A page (offset, limit) of a profile's endpoints for the fleet API's view.
-    FleetPage(String, (usize, usize), Reply<crate::fleet::FleetPage>),
-}
-
-/// A consumer joining the change stream. A typed follower (not a `Feed`) has one
-/// subscription: joining again ends the one before at the same point of the stream.
-#[derive(Debug, Clone)]
-pub(crate) struct Join {
-    pub follower: Follower,
-    /// How many distinct endpoints and profiles may wait in its queue.
-    pub capacity: usize,
-    /// Only this profile's changes (and state).
-    pub profile: Option<Arc<str>>,
-    /// A mirror (a sink, the DNS zone) needs the state now to start from; a recorder (the
-    /// events file) only the changes.
-    pub snapshot: bool,
-}
-
-/// A consumer's start on the stream: the state it joined at (empty but for `seq` when it
-/// asked for none) and every change after it.
-pub(crate) struct Joined {
-    pub follower: Follower,
-    pub snapshot: Snapshot,
-    pub changes: Subscription,
-}
-
-/// A reload as the runner applies it: the configuration, and how its consumers follow it.
-pub(crate) struct ReloadRequest {
-    pub config: Arc<Config>,
-    /// Joined just before the new table goes live, so they see the reload's own changes:
-    /// the events file a reload moves.
-    pub before: Vec<Join>,
-    /// Joined from the new table's state: sinks new or changed, the DNS zone.
-    pub after: Vec<Join>,
-    /// Followers the configuration no longer has (sinks removed): their streams end once the
-    /// new table's changes are in them.
-    pub close: Vec<Follower>,
-    /// The generations of the configuration's API profiles.
-    pub fleet: Vec<(String, u64)>,
-}
 
 /// What a reload carries of the API's profiles: their generations, and those it takes from
 /// the API.
 struct CarriedFleet {
     generations: Vec<(String, u64)>,
     forgotten: Vec<String>,
-}
-
-/// What a reload made: its report and the consumers' new starts (as `ReloadRequest` asked).
-pub(crate) struct Reloaded {
-    pub report: ReloadReport,
-    pub before: Vec<Joined>,
-    pub after: Vec<Joined>,
-}
-
-/// What `GET /v1/select` asks: the query a DNS client at `source` would send.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SelectQuery {
-    pub source: IpAddr,
-    /// The source's region; None: the `[[dns.region]]` that holds `source`, if any.
-    pub region: Option<String>,
-    /// Only endpoints of this family (an A or AAAA query); None: every endpoint.
-    pub family: Option<Family>,
 }
 
 /// A cheap, cloneable handle to the running daemon.
@@ -388,7 +257,6 @@ impl Control {
         batch: crate::fleet::Batch,
         by_discovery: bool,
     ) -> Result<crate::fleet::Applied, RequestError> {
-        use super::requests::FleetRequest;
         let mut consumers = self.consumers.lock().await;
         let names = batch.named();
         let lookup = self.ask(|r| Command::FleetLookup(profile.clone(), names, r)).await?;
@@ -626,5 +494,17 @@ impl Control {
         }
         text.push_str(&self.consumers.lock().await.render_metrics());
         Ok(text)
+    }
+}
+
+impl crate::discovery::Fleet for Control {
+    type Error = RequestError;
+
+    async fn endpoints(&self, profile: &str) -> Result<crate::fleet::FleetView, RequestError> {
+        self.fleet_view(profile, 0, usize::MAX).await
+    }
+
+    async fn apply(&self, profile: &str, batch: crate::fleet::Batch) -> Result<crate::fleet::Applied, RequestError> {
+        self.fleet_discovered(profile, batch).await
     }
 }

@@ -41,10 +41,10 @@
 pub mod checks;
 mod consumers;
 pub mod control;
-pub mod events;
 mod lock;
 mod metrics;
 pub mod ports;
+pub mod protocol;
 mod requests;
 mod runner;
 pub mod state;
@@ -55,7 +55,9 @@ use std::{path::PathBuf, time::Duration};
 
 use tokio::sync::{mpsc, oneshot};
 
-pub use control::{Control, RequestError, SelectQuery};
+pub use consumers::events;
+pub use control::Control;
+pub use protocol::{RequestError, SelectQuery};
 pub use views::{EndpointView, ProfileView, ReloadReport, SelectView};
 
 use crate::{config::Config, engine::EngineError};
@@ -230,7 +232,7 @@ impl Daemon {
         let (stop, stop_rx) = oneshot::channel();
         let (done_tx, done) = oneshot::channel();
         let (built_tx, built) = std::sync::mpsc::sync_channel(1);
-        let (go_tx, go) = std::sync::mpsc::sync_channel::<Vec<control::Join>>(1);
+        let (go_tx, go) = std::sync::mpsc::sync_channel::<Vec<crate::changes::Join>>(1);
         let (joined_tx, joined) = std::sync::mpsc::sync_channel(1);
         // Reading the configuration left its transients on this thread, which allocates
         // little once the daemon runs: given back before the runner loads probe_rx and builds
@@ -336,7 +338,12 @@ impl Daemon {
             return Err(daemon.stop_now().err().unwrap_or(DaemonError::Stopped));
         };
         let runner = daemon.control.tx.clone();
-        match consumers::Consumers::start(&config, prepared, joined, (rtts, runner)) {
+        // The route sinks tell the cluster what they announce through the runner; a full
+        // queue is waited for (a route change is rare, and the last one must not be lost).
+        let announce: consumers::Announce = Box::new(move |all| {
+            let _ = runner.blocking_send(protocol::Command::Routes(all));
+        });
+        match consumers::Consumers::start(&config, prepared, joined, (rtts, announce)) {
             Ok(started) => {
                 *daemon.control.consumers.try_lock().expect("no one else holds it yet") = started;
                 daemon.control.follow_discovery(&config);

@@ -3,6 +3,8 @@
 //! names), never a `Debug` string.
 use serde::{Deserialize, Serialize};
 
+pub use crate::discovery::DiscoveryView;
+
 pub use crate::changes::ChangeKind;
 use crate::{
     config::Protocol,
@@ -221,23 +223,6 @@ pub struct ProfileView {
     /// With `endpoints_from = "dns"`: how its discovery goes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discovery: Option<DiscoveryView>,
-}
-
-/// A profile's discovery (`[profile.discovery]`) as the API shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DiscoveryView {
-    /// The name asked and its records' type.
-    pub name: String,
-    #[serde(rename = "type")]
-    pub records: String,
-    /// When the last answer came (Unix ms), and how many endpoints it gave.
-    pub answered_unix_ms: Option<u64>,
-    pub endpoints: usize,
-    /// Why the lookups fail, since when (Unix ms): the endpoints are the last good set.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failing: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failing_since_unix_ms: Option<u64>,
 }
 
 /// Which endpoints of a profile a paged view holds, in configuration order.

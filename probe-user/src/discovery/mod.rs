@@ -13,16 +13,47 @@ mod resolve;
 
 use std::{
     collections::HashMap,
+    future::Future,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
 
 use tokio::sync::watch;
 
+use serde::{Deserialize, Serialize};
+
 use crate::{
     config::{Config, Discovery},
-    daemon::{views::DiscoveryView, Control, RequestError},
+    fleet::{Applied, Batch, FleetView},
 };
+
+/// What the discoveries drive: a profile's endpoints as the fleet holds them, and batches
+/// applied to them by the fleet API's rules. The daemon's `Control` is it; the discoveries
+/// know nothing else of the daemon.
+pub(crate) trait Fleet: Clone + Send + Sync + 'static {
+    type Error: std::fmt::Display + Send;
+    /// Every endpoint of `profile`, with its generation.
+    fn endpoints(&self, profile: &str) -> impl Future<Output = Result<FleetView, Self::Error>> + Send;
+    /// Applies `batch` to `profile` (one whose endpoints come from DNS), whole or not at all.
+    fn apply(&self, profile: &str, batch: Batch) -> impl Future<Output = Result<Applied, Self::Error>> + Send;
+}
+
+/// A profile's discovery (`[profile.discovery]`) as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiscoveryView {
+    /// The name asked and its records' type.
+    pub name: String,
+    #[serde(rename = "type")]
+    pub records: String,
+    /// When the last answer came (Unix ms), and how many endpoints it gave.
+    pub answered_unix_ms: Option<u64>,
+    pub endpoints: usize,
+    /// Why the lookups fail, since when (Unix ms): the endpoints are the last good set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since_unix_ms: Option<u64>,
+}
 
 /// The discoveries a configuration asks for: profile name and settings.
 type Asked = Vec<(String, Discovery)>;
@@ -47,8 +78,8 @@ pub(crate) fn asked(config: &Config) -> Asked {
 }
 
 impl Discoveries {
-    /// Starts the thread, its tasks applying batches through `control`.
-    pub(crate) fn start(control: Control, asked: Asked) -> std::io::Result<Discoveries> {
+    /// Starts the thread, its tasks applying batches to `fleet`.
+    pub(crate) fn start(fleet: impl Fleet, asked: Asked) -> std::io::Result<Discoveries> {
         let (tx, rx) = watch::channel(asked);
         let views = Views::default();
         let shown = views.clone();
@@ -62,7 +93,7 @@ impl Discoveries {
                         return;
                     }
                 };
-                rt.block_on(follow(control, rx, shown));
+                rt.block_on(follow(fleet, rx, shown));
             })?;
         Ok(Discoveries {
             tx,
@@ -105,7 +136,7 @@ impl Drop for Discoveries {
 }
 
 /// Keeps one task per asked discovery until the channel closes.
-async fn follow(control: Control, mut rx: watch::Receiver<Asked>, views: Views) {
+async fn follow(fleet: impl Fleet, mut rx: watch::Receiver<Asked>, views: Views) {
     let mut running: HashMap<String, (Discovery, tokio::task::JoinHandle<()>)> = HashMap::new();
     loop {
         let asked: HashMap<String, Discovery> = rx.borrow_and_update().iter().cloned().collect();
@@ -120,7 +151,7 @@ async fn follow(control: Control, mut rx: watch::Receiver<Asked>, views: Views) 
         for (name, d) in asked {
             if let std::collections::hash_map::Entry::Vacant(place) = running.entry(name) {
                 let shown = Shown::new(views.clone(), place.key().clone(), &d);
-                let task = tokio::spawn(discover(control.clone(), place.key().clone(), d.clone(), shown));
+                let task = tokio::spawn(discover(fleet.clone(), place.key().clone(), d.clone(), shown));
                 place.insert((d, task));
             }
         }
@@ -185,7 +216,7 @@ fn unix_ms() -> u64 {
 }
 
 /// One profile's discovery, until aborted.
-async fn discover(control: Control, profile: String, d: Discovery, shown: Shown) {
+async fn discover(fleet: impl Fleet, profile: String, d: Discovery, shown: Shown) {
     let mut failing: Option<String> = None;
     let mut retry = d.min_ttl;
     loop {
@@ -195,7 +226,7 @@ async fn discover(control: Control, profile: String, d: Discovery, shown: Shown)
                     log::info!("discovery {profile}: {} answers again (it failed: {why})", d.name);
                 }
                 retry = d.min_ttl;
-                match apply(&control, &profile, &found.wanted).await {
+                match apply(&fleet, &profile, &found.wanted).await {
                     Ok(()) => shown.set(|v| {
                         (v.answered_unix_ms, v.endpoints) = (Some(unix_ms()), found.wanted.len());
                         (v.failing, v.failing_since_unix_ms) = (None, None);
@@ -235,10 +266,10 @@ fn next_lookup(ttl: Option<u32>, d: &Discovery) -> Duration {
 }
 
 /// Takes profile `profile` to `wanted`, in batches.
-async fn apply(control: &Control, profile: &str, wanted: &[diff::Wanted]) -> Result<(), RequestError> {
-    let now = control.fleet_view(profile, 0, usize::MAX).await?;
+async fn apply<F: Fleet>(fleet: &F, profile: &str, wanted: &[diff::Wanted]) -> Result<(), F::Error> {
+    let now = fleet.endpoints(profile).await?;
     for batch in diff::batches(&now.endpoints, wanted, crate::fleet::MAX_ITEMS) {
-        let applied = control.fleet_discovered(profile, batch).await?;
+        let applied = fleet.apply(profile, batch).await?;
         log::info!(
             "discovery {profile}: {} added, {} changed, {} removed",
             applied.added,

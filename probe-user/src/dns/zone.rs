@@ -10,7 +10,7 @@ use crate::{
     changes::{Change, Snapshot},
     config::{Config, Dns},
     hash::FastMap,
-    status::{self, Candidate, EndpointStatus, Family, ProfileStatus, Query, RandomSource, Routing},
+    status::{routing, Candidate, EndpointStatus, Family, ProfileStatus, Query, RandomSource, Routing},
 };
 
 /// The SOA's timers (seconds): conventional values; probed has no secondaries to drive.
@@ -116,13 +116,6 @@ struct ZoneProfile {
     /// In configuration order: selection breaks ties by it.
     endpoints: Vec<ZoneEndpoint>,
     by_endpoint: FastMap<Arc<str>, usize>,
-}
-
-impl ZoneProfile {
-    /// Whether its own method depends on where the client is.
-    fn routes_by_location(&self) -> bool {
-        matches!(self.routing, Routing::Subnet | Routing::Geographic)
-    }
 }
 
 /// Everything the server answers from.
@@ -242,8 +235,8 @@ impl Zone {
             zone.by_profile.insert(name.clone(), index);
             zone.profiles.push(ZoneProfile {
                 enabled: enabled.get(p.name.as_str()).copied().unwrap_or(p.enabled),
-                by_location: matches!(p.routing, Routing::Subnet | Routing::Geographic),
-                deterministic: !matches!(p.routing, Routing::Subnet | Routing::Geographic | Routing::Weighted),
+                by_location: p.routing.needs().location,
+                deterministic: !(p.routing.needs().location || p.routing.needs().random),
                 routing: p.routing,
                 ttl: p.dns_ttl.unwrap_or(dns.ttl),
                 by_endpoint: endpoints.iter().enumerate().map(|(i, e)| (e.name.clone(), i)).collect(),
@@ -263,7 +256,7 @@ impl Zone {
                 .profiles
                 .iter()
                 .map(|p| {
-                    p.routes_by_location()
+                    p.routing.needs().location
                         || p.endpoints
                             .iter()
                             .filter_map(|e| e.child)
@@ -386,7 +379,7 @@ impl Zone {
 
     /// Profiles whose answers depend on measured round-trip times.
     pub fn wants_rtts(&self) -> bool {
-        self.profiles.iter().any(|p| p.routing == Routing::Performance)
+        self.profiles.iter().any(|p| p.routing.needs().rtts)
     }
 
     /// Sets an endpoint's last measured round-trip time (performance routing).
@@ -435,7 +428,7 @@ impl Zone {
         let index = self.by_name[q.name];
         let addresses: Vec<IpAddr> = families
             .iter()
-            .flat_map(|&f| self.pick(index, q.client, f, rng, 0))
+            .flat_map(|&f| self.pick(index, q.client, f, rng))
             .collect();
         if addresses.is_empty() {
             Reply::NoData { by_location }
@@ -473,42 +466,46 @@ impl Zone {
 
     /// The addresses of family `family` that profile `ix`'s routing method gives `client` now,
     /// a nested endpoint's being those its child's method gives.
-    fn pick(&self, ix: usize, client: Client, family: Family, rng: &mut dyn RandomSource, depth: usize) -> Vec<IpAddr> {
-        let p = &self.profiles[ix];
-        if depth > status::select::MAX_NESTING {
-            return Vec::new();
-        }
+    fn pick(&self, ix: usize, client: Client, family: Family, rng: &mut dyn RandomSource) -> Vec<IpAddr> {
         let source = canonical(client.address);
-        let candidates: Vec<Candidate<'_>> = p
-            .endpoints
-            .iter()
-            .map(|e| Candidate {
-                family: e.child.is_none().then(|| Family::of(e.address)),
-                status: e.status,
-                priority: e.priority,
-                weight: e.weight,
-                subnets: &e.subnets,
-                region: e.region.as_deref(),
-                rtt: e.rtt,
-            })
-            .collect();
         let query = Query {
             source,
             region: self.regions.region_of(source),
             family: Some(family),
         };
-        let status::Answer::Endpoints(picked) = status::select(p.enabled, p.routing, &candidates, &query, rng) else {
-            return Vec::new();
-        };
         let mut out = Vec::new();
-        for i in picked {
-            let e = &p.endpoints[i];
-            match e.child {
-                Some(child) => out.extend(self.pick(child, client, family, rng, depth + 1)),
-                None => out.push(e.address),
-            }
-        }
+        routing::pick_nested(self, ix, &query, rng, &mut |trail| {
+            let &(p, e) = trail.last().expect("a trail ends at its leaf");
+            out.push(self.profiles[p].endpoints[e].address);
+        });
         out
+    }
+}
+
+impl routing::Profiles for Zone {
+    fn profile(&self, ix: usize) -> routing::Profile<'_> {
+        let p = &self.profiles[ix];
+        routing::Profile {
+            enabled: p.enabled,
+            routing: p.routing,
+            candidates: p
+                .endpoints
+                .iter()
+                .map(|e| Candidate {
+                    family: e.child.is_none().then(|| Family::of(e.address)),
+                    status: e.status,
+                    priority: e.priority,
+                    weight: e.weight,
+                    subnets: &e.subnets,
+                    region: e.region.as_deref(),
+                    rtt: e.rtt,
+                })
+                .collect(),
+        }
+    }
+
+    fn child(&self, ix: usize, i: usize) -> Option<usize> {
+        self.profiles[ix].endpoints[i].child
     }
 }
 

@@ -103,7 +103,7 @@ pub struct Lookup {
 
 /// Whether endpoints of a profile routed so claim keys no other endpoint may have.
 pub fn routing_claims(routing: Routing) -> bool {
-    matches!(routing, Routing::Priority | Routing::Subnet | Routing::Geographic)
+    routing.needs().unique_keys
 }
 
 /// Checks `batch` against the profile `lookup` describes: the operations, or every problem.

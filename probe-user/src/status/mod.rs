@@ -1,13 +1,13 @@
 //! Endpoint and profile monitor status (SPEC section 4): derived from configuration and
-//! health, never set by hand. Pure and clock-free; `select` picks endpoints for a query.
+//! health, never set by hand. Pure and clock-free; `routing` picks endpoints for a query.
 pub mod ramp;
-pub mod select;
+pub mod routing;
 
 use serde::Serialize;
 
 use crate::wire_enum::wire_enum;
 
-pub use select::{select, Answer, Candidate, Family, Query, RandomSource, Routing, SplitMix64};
+pub use routing::{select, Answer, Candidate, Family, Method, Query, RandomSource, Routing, SplitMix64};
 
 wire_enum! {
     /// Administrative state of an endpoint, as the operator configures it.

@@ -13,7 +13,7 @@ use crate::{
     config::model::{Cluster, Daemon, DnsTcp, EndpointSource, HttpProbes},
     kernel::{AttachMode, Hook},
     rules::limits::{MAX_PACING_MS, MAX_SLOTS, MAX_UDP_PAYLOAD, THRESHOLD_MAX},
-    status::AdminState,
+    status::{AdminState, Method},
 };
 
 const fn words(text: &'static str) -> Allowed {
@@ -381,14 +381,7 @@ pub const PROFILE: Section = Section {
             "routing",
             Type::String,
             Value("\"priority\""),
-            OneOf(&[
-                "priority",
-                "weighted",
-                "multivalue",
-                "subnet",
-                "geographic",
-                "performance",
-            ]),
+            OneOf(Method::NAMES),
             Applies,
             "How DNS answers and /v1/select pick among the eligible endpoints: the lowest priority; one \
              at random by weight; up to max_answers by priority; by the subnets that hold the source; \

@@ -127,7 +127,7 @@ fn tm_defaults_and_thresholds() {
     assert_eq!((http.method, http.path.as_str()), (Method::Get, "/"));
     assert!(http.status_ok(200) && !http.status_ok(204) && !http.status_ok(301));
     assert_eq!(p.endpoints[0].port, 80);
-    assert_eq!(p.routing, Routing::Priority);
+    assert_eq!(p.routing, Routing::of(crate::status::Method::Priority));
 
     let fast = ok(&cfg("tm", "", "interval = \"10s\"\ntolerated_failures = 0", ""));
     assert_eq!(fast.profiles[0].health.timeout, Duration::from_secs(9));

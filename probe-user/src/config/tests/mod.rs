@@ -307,7 +307,7 @@ fn example_config_parses() {
         [Header::parse("Host:api-b.example.com").unwrap()]
     );
     let dns = c.profile("dns").unwrap();
-    assert_eq!(dns.routing, Routing::Multivalue { max_answers: 2 });
+    assert_eq!(dns.routing, Routing::multivalue(2));
     assert_eq!(dns.endpoints[2].address, "2001:db8::53".parse::<IpAddr>().unwrap());
     assert_eq!(&*dns.endpoints[2].name, "[2001:db8::53]:53");
     assert_eq!(c.source.ipv6().count(), 1);

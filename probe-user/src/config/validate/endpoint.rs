@@ -20,7 +20,7 @@ use crate::config::{
     read::{Reader, Table},
     reference,
 };
-use crate::status::{select::WORLD_REGION, AdminState, Routing};
+use crate::status::{routing::WORLD_REGION, AdminState, Method, Routing};
 
 /// What a nested endpoint (`profile = "CHILD"`) takes; the rest comes from its child.
 const NESTED_KEYS: [&str; 8] = [
@@ -292,7 +292,7 @@ fn port(r: &mut Reader<'_>, t: &Table<'_, '_>, health: &HealthCheck) -> Option<u
 /// priority routing, where it decides which endpoint answers.
 fn priority(r: &mut Reader<'_>, t: &Table<'_, '_>, index: usize, routing: Routing, taken: &mut Taken) -> Option<u32> {
     let priority = bounded(r, t, "priority", 1, 1000, u32::try_from(index + 1).unwrap_or(u32::MAX));
-    if let (Some(p), Routing::Priority) = (priority, routing) {
+    if let (Some(p), Method::Priority) = (priority, routing.method) {
         if !taken.priorities.insert(p) {
             let item = r.int(t, "priority");
             match item {
@@ -398,7 +398,7 @@ fn subnets(
     taken: &mut Taken,
 ) -> Option<Vec<IpNet>> {
     let list = r.strings(t, "subnets");
-    if routing != Routing::Subnet {
+    if routing.method != Method::Subnet {
         if let Some(list) = list {
             r.bad(&list, "subnets only apply to routing = \"subnet\"");
             return None;
@@ -435,8 +435,8 @@ fn subnets(
 
 fn region(r: &mut Reader<'_>, t: &Table<'_, '_>, routing: Routing, taken: &mut Taken) -> Option<Option<String>> {
     let item = r.string(t, "region");
-    match (item, routing) {
-        (None, Routing::Geographic) => {
+    match (item, routing.method) {
+        (None, Method::Geographic) => {
             r.missing(
                 t,
                 "region",
@@ -445,7 +445,7 @@ fn region(r: &mut Reader<'_>, t: &Table<'_, '_>, routing: Routing, taken: &mut T
             None
         }
         (None, _) => Some(None),
-        (Some(item), Routing::Geographic) => {
+        (Some(item), Method::Geographic) => {
             let ok = valid_name(&item.v) && item.v.bytes().all(|b| !b.is_ascii_uppercase());
             if !ok {
                 r.bad(&item, "expected a lower-case region name like \"eu-west\"");
@@ -480,16 +480,16 @@ impl Taken {
     /// fleet holds them by name already (a put of a name it has replaces that endpoint).
     pub(crate) fn claimed<'e>(endpoints: impl Iterator<Item = (usize, &'e Endpoint)>, routing: Routing) -> Taken {
         let mut taken = Taken::default();
-        if !matches!(routing, Routing::Priority | Routing::Subnet | Routing::Geographic) {
+        if !routing.needs().unique_keys {
             return taken;
         }
         for (i, e) in endpoints {
-            match routing {
-                Routing::Priority => {
+            match routing.method {
+                Method::Priority => {
                     taken.priorities.insert(e.priority);
                 }
-                Routing::Subnet if e.subnets().is_empty() => taken.catch_all = true,
-                Routing::Subnet => taken.subnets.extend(e.subnets().iter().map(|n| (*n, i))),
+                Method::Subnet if e.subnets().is_empty() => taken.catch_all = true,
+                Method::Subnet => taken.subnets.extend(e.subnets().iter().map(|n| (*n, i))),
                 _ => taken.regions.extend(e.region().map(str::to_string)),
             }
         }

@@ -10,7 +10,7 @@ use crate::config::{
     read::{Reader, Table},
     reference,
 };
-use crate::status::Routing;
+use crate::status::{Method, Routing};
 
 pub(super) fn profile(
     r: &mut Reader<'_>,
@@ -165,18 +165,18 @@ fn discovery(
             None
         }
         (Some(EndpointSource::Dns), Some(v)) => {
-            if let Some(routing) =
-                routing.filter(|r| !matches!(r, Routing::Weighted | Routing::Multivalue { .. } | Routing::Performance))
-            {
+            if let Some(routing) = routing.filter(|r| r.needs().unique_keys) {
                 let item = r.string(t, "routing");
+                let allowed: Vec<&str> = Method::ALL
+                    .iter()
+                    .filter(|m| !m.needs().unique_keys)
+                    .map(|m| m.as_str())
+                    .collect();
                 let problem = format!(
-                    "a profile with endpoints_from = \"dns\" routes weighted, multivalue or performance, not {}: \
+                    "a profile with endpoints_from = \"dns\" routes {}, not {}: \
                      its records give no unique priorities, subnets or regions",
-                    match routing {
-                        Routing::Priority => "priority",
-                        Routing::Subnet => "subnet",
-                        _ => "geographic",
-                    }
+                    allowed.join(", "),
+                    routing.method
                 );
                 match item {
                     Some(item) => r.bad(&item, problem),
@@ -223,37 +223,29 @@ const MAX_ANSWERS: u8 = 32;
 
 fn routing(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<Routing> {
     let max = r.int(t, "max_answers");
-    let method = r.string(t, "routing");
-    let routing = match method.as_ref().map(|m| m.v.as_str()) {
-        None | Some("priority") => Routing::Priority,
-        Some("weighted") => Routing::Weighted,
-        Some("subnet") => Routing::Subnet,
-        Some("geographic") => Routing::Geographic,
-        Some("performance") => Routing::Performance,
-        Some("multivalue") => {
-            let max_answers = match &max {
-                None => 2,
-                Some(item) => match u8::try_from(item.v).ok().filter(|n| (1..=MAX_ANSWERS).contains(n)) {
-                    Some(n) => n,
-                    None => {
-                        r.bad(item, format!("multivalue allows 1 to {MAX_ANSWERS} answers"));
-                        return None;
-                    }
-                },
-            };
-            return Some(Routing::Multivalue { max_answers });
-        }
-        Some(_) => {
-            r.bad(
-                method.as_ref().expect("matched Some"),
-                "expected priority, weighted, multivalue, subnet, geographic or performance",
-            );
-            return None;
-        }
+    let method = match r.string(t, "routing") {
+        None => Method::Priority,
+        Some(item) => match item.v.parse::<Method>() {
+            Ok(m) => m,
+            Err(_) => {
+                r.bad(&item, format!("expected {}", Method::NAMES.join(", ")));
+                return None;
+            }
+        },
     };
-    if let Some(item) = &max {
-        r.bad(item, "max_answers only applies to routing = \"multivalue\"");
-        return None;
+    match (method, &max) {
+        (Method::Multivalue, None) => Some(Routing::multivalue(2)),
+        (Method::Multivalue, Some(item)) => match u8::try_from(item.v).ok().filter(|n| (1..=MAX_ANSWERS).contains(n)) {
+            Some(n) => Some(Routing::multivalue(n)),
+            None => {
+                r.bad(item, format!("multivalue allows 1 to {MAX_ANSWERS} answers"));
+                None
+            }
+        },
+        (_, Some(item)) => {
+            r.bad(item, "max_answers only applies to routing = \"multivalue\"");
+            None
+        }
+        (m, None) => Some(Routing::of(m)),
     }
-    Some(routing)
 }

@@ -5,12 +5,9 @@ use tokio::sync::watch;
 
 use super::take_joined;
 use crate::{
-    changes::{Follower, Rtts, Snapshot},
+    changes::{Follower, Join, Joined, Rtts, Snapshot},
     config::{Config, Dns},
-    daemon::{
-        control::{Join, Joined},
-        DaemonError,
-    },
+    daemon::DaemonError,
     dns::{
         regions::{load_db, GeoDbError, Regions},
         server::{set_rtts, Bound},

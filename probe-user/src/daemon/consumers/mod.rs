@@ -2,15 +2,18 @@
 //! and the DNS server (with the regions it and `/v1/select` place sources by). They are not
 //! the runner's. `Daemon::start` prepares them and has them join the runner's first table;
 //! `Control` re-follows them after each reload and stops them after the runner. Each joins as
-//! a typed `Follower` (`control::Join`). What can fail (a sink's structure, a new events file,
+//! a typed `Follower` (`changes::Join`). What can fail (a sink's structure, a new events file,
 //! a GeoIP database, the DNS sockets) is done in `prepare`, before a configuration goes live:
 //! a start or a reload that cannot use them changes nothing.
 //!
 //! A new consumer is a file here: how it is prepared, how it joins, how it starts, follows a
 //! reload and stops.
 mod dns;
+pub mod events;
 mod metrics;
 mod sinks;
+
+pub(super) use sinks::Announce;
 #[cfg(test)]
 mod tests;
 
@@ -18,14 +21,15 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use events::{EventSink, EventWriter, QUEUE_CAPACITY};
+
 use super::{
-    control::{Join, Joined, ReloadRequest, Reloaded},
-    events::{EventSink, EventWriter, QUEUE_CAPACITY},
+    protocol::{ReloadRequest, Reloaded},
     views::ProfileView,
     DaemonError,
 };
 use crate::{
-    changes::{Follower, Rtts},
+    changes::{Follower, Join, Joined, Rtts},
     config::Config,
     dns::{regions::Regions, server::Bound},
     sinks::{Running, SinkView},
@@ -94,14 +98,11 @@ impl Consumers {
         config: &Config,
         prepared: Prepared,
         mut joined: Vec<Joined>,
-        (rtts, runner): (
-            watch::Receiver<Rtts>,
-            tokio::sync::mpsc::Sender<super::control::Command>,
-        ),
+        (rtts, announce): (watch::Receiver<Rtts>, Announce),
     ) -> Result<Consumers, DaemonError> {
         let mut consumers = Consumers {
             regions: Arc::new(prepared.regions),
-            route_report: Some(sinks::RouteBoard::report_to(runner)),
+            route_report: Some(sinks::RouteBoard::report_to(announce)),
             ..Consumers::default()
         };
         if let Some(bound) = prepared.dns {

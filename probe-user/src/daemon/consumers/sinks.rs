@@ -4,12 +4,9 @@ use std::path::Path;
 
 use super::take_joined;
 use crate::{
-    changes::Follower,
+    changes::{Follower, Join, Joined},
     config::{Sink as SinkConfig, SinkKind},
-    daemon::{
-        control::{Join, Joined},
-        DaemonError,
-    },
+    daemon::DaemonError,
     sinks::{self, RouteReport, Running, Sink},
 };
 
@@ -17,15 +14,19 @@ use crate::{
 /// of them changes: the cluster gossips it (`probed cluster`).
 pub(super) struct RouteBoard {
     by_sink: std::sync::Mutex<std::collections::BTreeMap<String, Vec<crate::cluster::routes::Announcement>>>,
-    runner: tokio::sync::mpsc::Sender<crate::daemon::control::Command>,
+    announce: Announce,
 }
 
+/// Where the route board sends every route sink's announcements, whole, each time one of them
+/// changes (called on the sink's thread).
+pub(in crate::daemon) type Announce = Box<dyn Fn(Vec<crate::cluster::routes::Announcement>) + Send + Sync>;
+
 impl RouteBoard {
-    /// A board that tells the runner through `runner`: the report each route sink calls.
-    pub(super) fn report_to(runner: tokio::sync::mpsc::Sender<crate::daemon::control::Command>) -> RouteReport {
+    /// A board that passes what they announce to `announce`: the report each route sink calls.
+    pub(super) fn report_to(announce: Announce) -> RouteReport {
         let board = std::sync::Arc::new(RouteBoard {
             by_sink: std::sync::Mutex::default(),
-            runner,
+            announce,
         });
         std::sync::Arc::new(move |sink: &str, routes: &[sinks::RouteView]| board.report(sink, routes))
     }
@@ -44,9 +45,7 @@ impl RouteBoard {
             by_sink.insert(sink.to_string(), list);
             by_sink.values().flatten().cloned().collect()
         };
-        // The runner takes commands one at a time; a full queue is waited for (a route change
-        // is rare, and losing the last one would leave the cluster a stale view).
-        let _ = self.runner.blocking_send(crate::daemon::control::Command::Routes(all));
+        (self.announce)(all);
     }
 }
 

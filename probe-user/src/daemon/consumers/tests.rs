@@ -21,18 +21,6 @@ fn config(dir: &Path, events: &Path) -> Config {
     Config::parse(&text, "unit.toml").unwrap_or_else(|e| panic!("{e}\n{text}"))
 }
 
-/// What the runner does with `joins`: each subscribes at this point of the stream.
-fn join(bus: &mut Bus, joins: Vec<Join>) -> Vec<Joined> {
-    joins
-        .into_iter()
-        .map(|j| Joined {
-            changes: bus.subscribe_to(j.follower.clone(), j.capacity, j.profile.as_deref()),
-            follower: j.follower,
-            snapshot: Snapshot::default(),
-        })
-        .collect()
-}
-
 fn publish(bus: &mut Bus, endpoint: &str) {
     let state = EndpointState::tcp("198.18.1.1".parse().unwrap(), 80, true);
     bus.publish_next(Change::health(0, "web", endpoint, state, false), 1);
@@ -58,14 +46,14 @@ fn the_events_file_follows_a_reload_exactly_and_a_refused_one_changes_nothing() 
     let (first, second) = (dir.join("first.jsonl"), dir.join("second.jsonl"));
     let mut bus = Bus::default();
     let (_rtts_tx, rtts) = watch::channel(Rtts::default());
-    let (runner, _commands) = tokio::sync::mpsc::channel(8);
+    let announce: Announce = Box::new(|_| {});
 
     let start = config(&dir, &first);
     let prepared = Consumers::prepare_start(&start).expect("prepared");
     let joins = Consumers::start_joins(&prepared);
     assert_eq!(joins.len(), 1, "only the events file: no [dns], no [[sink]]");
-    let joined = join(&mut bus, joins);
-    let mut consumers = Consumers::start(&start, prepared, joined, (rtts, runner)).expect("started");
+    let joined = bus.join(joins, |_| Snapshot::default());
+    let mut consumers = Consumers::start(&start, prepared, joined, (rtts, announce)).expect("started");
     publish(&mut bus, "before-reload");
 
     // A reload whose events file cannot be opened (its directory would be under a regular
@@ -83,7 +71,7 @@ fn the_events_file_follows_a_reload_exactly_and_a_refused_one_changes_nothing() 
     let request = consumers.reload_joins(&next, &prepared);
     assert_eq!(request.before.len(), 1);
     assert!(request.after.is_empty() && request.close.is_empty());
-    let before = join(&mut bus, request.before);
+    let before = bus.join(request.before, |_| Snapshot::default());
     publish(&mut bus, "the-reload");
     let reloaded = Reloaded {
         report: ReloadReport::default(),

@@ -5,7 +5,7 @@
 use crate::changes::ChangeKind;
 use crate::{
     daemon::{
-        control::RequestError,
+        protocol::RequestError,
         runner::Runner,
         table::{OwnerId, Probed},
         views::{EndpointView, ProfileView},

@@ -7,56 +7,15 @@
 use std::sync::Arc;
 
 use crate::{
-    config::{Config, EndpointSource, Profile},
+    config::{Config, EndpointSource},
     daemon::{
         checks::Specs,
-        control::RequestError,
-        runner::{first_l4, Runner},
+        protocol::{Carried, FleetDone, FleetRequest, RequestError},
+        runner::{first_l4, FleetBook, FleetProfile, Runner},
         table::Swapped,
     },
     fleet::{routing_claims, Applied, FleetPage, Lookup, Op},
-    hash::FastMap,
 };
-
-/// What the runner keeps of a profile whose endpoints the API owns.
-#[derive(Default)]
-pub(crate) struct FleetProfile {
-    pub generation: u64,
-    /// Its endpoints' places in the config (and in its owners), by name: made at its first
-    /// batch after a start or a reload, then kept in step.
-    index: Option<FastMap<Arc<str>, u32>>,
-}
-
-/// Every profile the API owns, by name.
-pub(crate) type FleetBook = FastMap<Arc<str>, FleetProfile>;
-
-/// A checked batch for the runner.
-pub(crate) struct FleetRequest {
-    pub profile: String,
-    /// Apply only at this generation.
-    pub generation: Option<u64>,
-    pub ops: Vec<Op>,
-    /// Send the configuration back (the DNS zone is rebuilt from it).
-    pub want_config: bool,
-    /// From the profile's discovery (`crate::discovery`), not the API: only a profile whose
-    /// endpoints come from DNS takes it, and only such a batch changes one.
-    pub by_discovery: bool,
-}
-
-/// What a batch did, and the configuration after it when asked.
-pub(crate) struct FleetDone {
-    pub applied: Applied,
-    pub config: Option<Arc<Config>>,
-}
-
-/// A profile of the running configuration the API owns, as a reload carries it into the new
-/// one: its endpoints, generation and settings.
-pub(crate) struct Carried {
-    pub name: String,
-    pub endpoints: Vec<crate::config::Endpoint>,
-    pub generation: u64,
-    pub settings: Profile,
-}
 
 impl Runner {
     /// The index of profile `name`, which the API must own.

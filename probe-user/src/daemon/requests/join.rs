@@ -1,85 +1,59 @@
 //! A consumer joins the change stream: it gets the state of everything now (if it asks) and,
 //! from the same instant, every later change. Both are taken on the runner's thread between
 //! two changes, so nothing falls between the snapshot and the queue.
-use crate::changes::{Follower, Snapshot, Subscription};
-use crate::daemon::{
-    control::{Join, Joined},
-    runner::Runner,
+use crate::{
+    changes::{Join, Joined, Snapshot},
+    daemon::{
+        runner::Runner,
+        table::{ProfileEntry, Table},
+    },
 };
 
 impl Runner {
     /// Subscribes each of `joins`, in order, at this one point of the stream.
     pub(in crate::daemon) fn join(&mut self, joins: Vec<Join>) -> Vec<Joined> {
-        joins
-            .into_iter()
-            .map(|join| {
-                let profile = join.profile.as_deref();
-                let (snapshot, changes) = if join.snapshot {
-                    self.subscribe_to(join.follower.clone(), join.capacity, profile)
-                } else {
-                    let snapshot = Snapshot {
-                        seq: self.changes.seq(),
-                        ..Snapshot::default()
-                    };
-                    (
-                        snapshot,
-                        self.changes.subscribe_to(join.follower.clone(), join.capacity, profile),
-                    )
-                };
-                Joined {
-                    follower: join.follower,
-                    snapshot,
-                    changes,
-                }
-            })
-            .collect()
+        let table = &self.table;
+        self.changes.join(joins, |profile| state_of(table, profile))
     }
 
     /// Every change from now on, with the state now (the runner's unit tests).
     #[cfg(test)]
     pub(in crate::daemon) fn subscribe(
         &mut self,
-        follower: impl Into<Follower>,
+        follower: impl Into<crate::changes::Follower>,
         capacity: usize,
-    ) -> (Snapshot, Subscription) {
-        self.subscribe_to(follower, capacity, None)
-    }
-
-    /// As `subscribe`, for one profile's changes only (the snapshot then holds that profile).
-    pub(in crate::daemon) fn subscribe_to(
-        &mut self,
-        follower: impl Into<Follower>,
-        capacity: usize,
-        profile: Option<&str>,
-    ) -> (Snapshot, Subscription) {
-        let wanted = |p: &str| profile.is_none_or(|want| want == p);
+    ) -> (Snapshot, crate::changes::Subscription) {
         let snapshot = Snapshot {
             seq: self.changes.seq(),
-            profiles: self
-                .table
-                .profiles
-                .iter()
-                .filter(|p| wanted(&p.name))
-                .map(|p| (p.name.clone(), p.status, p.fail_open))
-                .collect(),
-            endpoints: self
-                .table
-                .profiles
-                .iter()
-                .filter(|p| wanted(&p.name))
-                .flat_map(|p| p.owners.iter().map(move |id| (p, id)))
-                .map(|(p, id)| {
-                    let t = &self.table.targets[id];
-                    (p.name.clone(), t.name().clone(), t.state())
-                })
-                .chain(self.table.profiles.iter().filter(|p| wanted(&p.name)).flat_map(|p| {
-                    let protocol = p.cfg.health.protocol();
-                    p.nested
-                        .iter()
-                        .map(move |n| (p.name.clone(), n.name.clone(), n.state(protocol)))
-                }))
-                .collect(),
+            ..state_of(&self.table, None)
         };
-        (snapshot, self.changes.subscribe_to(follower, capacity, profile))
+        (snapshot, self.changes.subscribe_to(follower, capacity, None))
+    }
+}
+
+/// The state of every profile (or the one named) and its endpoints in `table`, for a snapshot.
+fn state_of(table: &Table, profile: Option<&str>) -> Snapshot {
+    let wanted = |p: &&ProfileEntry| profile.is_none_or(|want| want == &*p.name);
+    let plain = table.profiles.iter().filter(wanted).flat_map(|p| {
+        p.owners.iter().map(move |id| {
+            let t = &table.targets[id];
+            (p.name.clone(), t.name().clone(), t.state())
+        })
+    });
+    let nested = table.profiles.iter().filter(wanted).flat_map(|p| {
+        let protocol = p.cfg.health.protocol();
+        p.nested
+            .iter()
+            .map(move |n| (p.name.clone(), n.name.clone(), n.state(protocol)))
+    });
+    Snapshot {
+        seq: 0,
+        profiles: table
+            .profiles
+            .iter()
+            .filter(wanted)
+            .map(|p| (p.name.clone(), p.status, p.fail_open))
+            .collect(),
+        endpoints: plain.chain(nested).collect(),
     }
 }

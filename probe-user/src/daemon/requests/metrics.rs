@@ -1,6 +1,6 @@
 //! `GET /metrics`: the runner's own metrics now; the caller adds the kernel's counters and
 //! the consumers' (sinks, DNS server).
-use crate::daemon::{control::MetricsReply, runner::Runner};
+use crate::daemon::{protocol::MetricsReply, runner::Runner};
 
 impl Runner {
     pub(in crate::daemon) fn render_metrics(&mut self) -> MetricsReply {

@@ -8,9 +8,7 @@ mod reload;
 mod select;
 mod status;
 
-pub(crate) use fleet::{Carried, FleetBook, FleetDone, FleetRequest};
-
-use super::{control::Command, runner::Runner};
+use super::{protocol::Command, runner::Runner};
 
 impl Runner {
     /// The wall-clock time now, in Unix seconds, by the runner's clock.
@@ -36,7 +34,7 @@ impl Runner {
                 let _ = reply.send(view);
             }
             Command::Cluster(reply) => {
-                let _ = reply.send(self.cluster_view().ok_or(super::control::RequestError::NoCluster));
+                let _ = reply.send(self.cluster_view().ok_or(super::protocol::RequestError::NoCluster));
             }
             Command::Select(p, query, regions, reply) => {
                 let _ = reply.send(select::select(

@@ -4,7 +4,7 @@
 use crate::{
     config::Config,
     daemon::{
-        control::{ReloadRequest, Reloaded, RequestError},
+        protocol::{ReloadRequest, Reloaded, RequestError},
         runner::{first_l4, FirstL4, Runner},
         state::Saved,
         table,

@@ -7,13 +7,13 @@ use std::net::IpAddr;
 use crate::{
     config::Config,
     daemon::{
-        control::{RequestError, SelectQuery},
+        protocol::{RequestError, SelectQuery},
         table::Table,
         views::SelectView,
     },
     dns::regions::Regions,
     rng::SplitMix64,
-    status::{self, Candidate, Family, Query},
+    status::{routing, Candidate, Family, Query},
 };
 
 pub(super) fn select(
@@ -34,7 +34,14 @@ pub(super) fn select(
         region: region.as_deref(),
         family: query.family,
     };
-    let picked = pick(table, config, ix, &ask, rng, 0);
+    let fleet = Fleet { table, config };
+    let mut picked: Vec<(String, IpAddr)> = Vec::new();
+    routing::pick_nested(&fleet, ix, &ask, rng, &mut |trail| {
+        let names: Vec<&str> = trail.iter().map(|&(p, e)| fleet.endpoint_name(p, e)).collect();
+        let &(p, e) = trail.last().expect("a trail ends at its leaf");
+        let target = &table.targets[&table.profiles[p].owners[e]];
+        picked.push((names.join("/"), target.address().ip()));
+    });
     Ok(SelectView {
         profile: profile.into(),
         source: query.source.to_string(),
@@ -45,38 +52,43 @@ pub(super) fn select(
     })
 }
 
-/// What profile `ix` answers `query` with: (endpoint, address) pairs, best first; a nested
-/// endpoint's are its child's answer, named `nested/child-endpoint`.
-fn pick(
-    table: &Table,
-    config: &Config,
-    ix: usize,
-    query: &Query<'_>,
-    rng: &mut SplitMix64,
-    depth: usize,
-) -> Vec<(String, IpAddr)> {
-    let entry = &table.profiles[ix];
-    // The running config made the table: its endpoints line up with the owners.
-    let endpoints = &config.profiles[ix].endpoints;
-    debug_assert_eq!(endpoints.len(), entry.owners.len());
-    if depth > status::select::MAX_NESTING {
-        return Vec::new();
+/// The running table with the config that made it, as selection reads profiles.
+struct Fleet<'a> {
+    table: &'a Table,
+    config: &'a Config,
+}
+
+impl Fleet<'_> {
+    /// Endpoint `i` of profile `ix`'s name: a plain endpoint's, then a nested one's.
+    fn endpoint_name(&self, ix: usize, i: usize) -> &str {
+        let entry = &self.table.profiles[ix];
+        match entry.owners.get(i) {
+            Some(id) => self.table.targets[id].name(),
+            None => &entry.nested[i - entry.owners.len()].name,
+        }
     }
-    let targets: Vec<_> = entry.owners.iter().map(|id| &table.targets[id]).collect();
-    let candidates: Vec<Candidate<'_>> = targets
-        .iter()
-        .zip(endpoints)
-        .map(|(t, e)| Candidate {
-            family: Some(Family::of(t.address().ip())),
-            // A draining endpoint answers nothing new: out of rotation, as the counts have it.
-            status: t.counts_as(),
-            priority: t.brief().priority,
-            weight: t.brief().weight,
-            subnets: e.subnets(),
-            region: e.region(),
-            rtt: t.last_rtt().get(),
-        })
-        .chain(entry.nested.iter().map(|n| Candidate {
+}
+
+impl routing::Profiles for Fleet<'_> {
+    fn profile(&self, ix: usize) -> routing::Profile<'_> {
+        let entry = &self.table.profiles[ix];
+        // The running config made the table: its endpoints line up with the owners.
+        let endpoints = &self.config.profiles[ix].endpoints;
+        debug_assert_eq!(endpoints.len(), entry.owners.len());
+        let plain = entry.owners.iter().zip(endpoints).map(|(id, e)| {
+            let t = &self.table.targets[id];
+            Candidate {
+                family: Some(Family::of(t.address().ip())),
+                // A draining endpoint answers nothing new: out of rotation, as the counts have it.
+                status: t.counts_as(),
+                priority: t.brief().priority,
+                weight: t.brief().weight,
+                subnets: e.subnets(),
+                region: e.region(),
+                rtt: t.last_rtt().get(),
+            }
+        });
+        let nested = entry.nested.iter().map(|n| Candidate {
             family: None,
             status: n.status,
             priority: n.cfg.priority,
@@ -84,23 +96,17 @@ fn pick(
             subnets: &n.cfg.subnets,
             region: n.cfg.region.as_deref(),
             rtt: None,
-        }))
-        .collect();
-    let status::Answer::Endpoints(picked) = status::select(entry.enabled(), entry.cfg.routing, &candidates, query, rng)
-    else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for i in picked {
-        match targets.get(i) {
-            Some(t) => out.push((t.name().to_string(), t.address().ip())),
-            None => {
-                let n = &entry.nested[i - targets.len()];
-                for (name, address) in pick(table, config, n.child, query, rng, depth + 1) {
-                    out.push((format!("{}/{name}", n.name), address));
-                }
-            }
+        });
+        routing::Profile {
+            enabled: entry.enabled(),
+            routing: entry.cfg.routing,
+            candidates: plain.chain(nested).collect(),
         }
     }
-    out
+
+    fn child(&self, ix: usize, i: usize) -> Option<usize> {
+        let entry = &self.table.profiles[ix];
+        let nested = i.checked_sub(entry.owners.len())?;
+        Some(entry.nested[nested].child)
+    }
 }

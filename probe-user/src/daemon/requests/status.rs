@@ -2,7 +2,7 @@
 use crate::{
     clock::ms,
     daemon::{
-        control::RequestError,
+        protocol::RequestError,
         table::{days_left, within_warning},
         table::{OwnerId, ProfileEntry, Table},
         views::{EndpointView, NestedView, Page, ProfileView, TlsCertView, Windows},

@@ -15,6 +15,7 @@ mod persist;
 mod publish;
 mod results;
 mod rtts;
+
 #[cfg(test)]
 mod tests;
 mod watchdog;
@@ -29,9 +30,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{
     checks::{http::HttpProber, CheckSpec, ProbeKind, ProbeReport, Specs},
-    control::Command,
     metrics::RunnerMetrics,
     ports::{L4Port, Ports},
+    protocol::Command,
     state,
     table::{self, OwnerId, Table},
     DaemonError,
@@ -252,11 +253,23 @@ pub(crate) struct Runner {
     chores: Chores,
     pub(super) persist: Persist,
     /// The profiles whose endpoints the fleet API owns: their generations and name indexes.
-    pub(super) fleet: super::requests::FleetBook,
+    pub(super) fleet: FleetBook,
     pub(super) rng: SplitMix64,
     /// The state file's and the pin directory's locks, held for the runner's lifetime.
     _locks: Vec<super::lock::Lock>,
 }
+
+/// What the runner keeps of a profile whose endpoints the API owns.
+#[derive(Default)]
+pub(crate) struct FleetProfile {
+    pub generation: u64,
+    /// Its endpoints' places in the config (and in its owners), by name: made at its first
+    /// batch after a start or a reload, then kept in step.
+    pub(in crate::daemon) index: Option<crate::hash::FastMap<Arc<str>, u32>>,
+}
+
+/// Every profile the API owns, by name.
+pub(crate) type FleetBook = crate::hash::FastMap<Arc<str>, FleetProfile>;
 
 impl Runner {
     /// Resolves `config`, resumes saved health, starts the L4 port if any check needs it and
@@ -314,7 +327,7 @@ impl Runner {
                 ..Chores::default()
             },
             persist: Persist::new(),
-            fleet: super::requests::FleetBook::default(),
+            fleet: FleetBook::default(),
             rng: SplitMix64(now),
             _locks: locks,
             ports,

@@ -2,7 +2,7 @@
 //! beside the change stream (a new time for every probe would flood it): only the latest
 //! matters to the DNS server, which is the one that watches.
 use super::Runner;
-use crate::{changes::Rtts, status::Routing};
+use crate::changes::Rtts;
 
 impl Runner {
     /// Sends every performance-routed endpoint's last round-trip time, when anyone watches.
@@ -15,7 +15,7 @@ impl Runner {
             .table
             .profiles
             .iter()
-            .filter(|p| p.cfg.routing == Routing::Performance)
+            .filter(|p| p.cfg.routing.needs().rtts)
             .flat_map(|p| p.owners.iter().filter_map(|id| targets.get(id)).map(move |t| (p, t)))
             .map(|(p, t)| (p.name.clone(), t.name().clone(), t.last_rtt().get()))
             .collect();

@@ -10,7 +10,7 @@ use crate::{
         read::{Reader, Table},
         reference,
     },
-    status::select::WORLD_REGION,
+    status::routing::WORLD_REGION,
 };
 
 /// The continent codes of MaxMind's databases.

@@ -2,7 +2,7 @@
 //! that the counts they move by the difference equal a recount.
 use super::*;
 use crate::{
-    daemon::{control::RequestError, requests::FleetRequest},
+    daemon::protocol::{FleetRequest, RequestError},
     fleet::{check, Applied, Batch},
 };
 

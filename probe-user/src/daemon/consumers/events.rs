@@ -12,7 +12,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::DaemonError;
+use crate::daemon::DaemonError;
 use crate::{config::EventsOutput, status::EndpointStatus};
 
 /// How many endpoints' changes may wait for the writer before changes are lost. Changes of
@@ -213,7 +213,7 @@ impl EventWriter {
         let thread = std::thread::Builder::new()
             .name("probed-events".into())
             .spawn(move || {
-                super::lower_this_thread();
+                crate::daemon::lower_this_thread();
                 write_loop(sink, changes, &swaps);
             })
             .map_err(|source| DaemonError::Io {
