@@ -148,6 +148,41 @@ pub struct UdpRequest {
     pub source: Option<IpAddr>,
 }
 
+/// A request/response check as the runner's task: the request goes to its own target (the
+/// check's), the reply's content decides.
+impl super::TaskProbe for UdpRequest {
+    fn run<'a>(
+        &'a self,
+        probers: &'a super::Probers,
+        _target: SocketAddr,
+        _budget: Option<Duration>,
+    ) -> super::Probing<'a> {
+        Box::pin(async move {
+            let r = probers.udp.probe(self).await;
+            super::ProbeReport {
+                healthy: r.outcome.healthy(),
+                outcome: (&r.outcome).into(),
+                elapsed: r.elapsed,
+                reason: Arc::from(r.outcome.to_string()),
+                cert_not_after: None,
+            }
+        })
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn datagram(&self) -> bool {
+        true
+    }
+
+    #[cfg(test)]
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
 /// The outcome of one request/response probe.
 #[derive(Clone, Debug)]
 pub struct UdpResult {

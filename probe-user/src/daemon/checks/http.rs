@@ -2,20 +2,23 @@
 //! over as they are, so neither the prober's dialect defaults nor its text parsing apply.
 use std::{sync::Arc, time::Duration};
 
-use super::ProbeReport;
 use crate::{
     config::{Endpoint, HttpCheck as HttpSettings, TlsVerifySetting},
     engine::L4Outcome,
-    probe::http::{
-        request::DEFAULT_BODY_LIMIT, HttpCheck, HttpCheckError, HttpCheckParts, HttpOutcome, Phase, Scheme, StatusSet,
-        TlsVerify,
+    probe::{
+        http::{
+            request::DEFAULT_BODY_LIMIT, HttpCheck, HttpCheckError, HttpCheckParts, HttpOutcome, Phase, Scheme,
+            StatusSet, TlsVerify,
+        },
+        ProbeReport, Probers, Probing, TaskProbe,
     },
 };
 
-/// A ready HTTP(S) check, shared by every probe of one check.
-#[derive(Clone, Debug)]
+/// A ready HTTP(S) or gRPC check, shared by every probe of one check (behind the `Arc` of
+/// its `ProbeKind::Task`).
+#[derive(Debug)]
 pub struct HttpProbe {
-    check: Arc<HttpCheck>,
+    check: HttpCheck,
 }
 
 impl HttpProbe {
@@ -42,22 +45,36 @@ impl HttpProbe {
             server_name: h.server_name.clone(),
             grpc: h.grpc.clone(),
         })?;
-        Ok(HttpProbe { check: Arc::new(check) })
+        Ok(HttpProbe { check })
     }
 
     pub fn check(&self) -> &HttpCheck {
         &self.check
     }
+}
 
-    /// How long one probe of this check may take.
-    pub fn timeout(&self) -> Duration {
+impl TaskProbe for HttpProbe {
+    fn run<'a>(&'a self, probers: &'a Probers, target: std::net::SocketAddr, budget: Option<Duration>) -> Probing<'a> {
+        Box::pin(async move {
+            let budget = budget.map_or(self.check.timeout(), |b| b.min(self.check.timeout()));
+            let r = probers.http.probe_within(target, &self.check, budget).await;
+            ProbeReport {
+                healthy: r.healthy(),
+                outcome: (&r.outcome).into(),
+                elapsed: r.elapsed,
+                reason: Arc::from(r.outcome.to_string()),
+                cert_not_after: r.cert_not_after,
+            }
+        })
+    }
+
+    fn timeout(&self) -> Duration {
         self.check.timeout()
     }
 
-    /// The request probe_rx sends for this check to `target`, when the check can run in
-    /// the kernel: plain HTTP/1.1 (not gRPC), the status alone decides (no body to match),
-    /// and the request fits a template.
-    pub fn kernel_request(&self, target: std::net::SocketAddr) -> Option<Arc<[u8]>> {
+    /// Plain HTTP/1.1 (not gRPC) whose status alone decides (no body to match), when the
+    /// request fits a template.
+    fn kernel_request(&self, target: std::net::SocketAddr) -> Option<Arc<[u8]>> {
         let plain = self.check.scheme() == Scheme::Http && self.check.grpc_service().is_none();
         if !plain || self.check.expect_body().is_some() {
             return None;
@@ -66,8 +83,8 @@ impl HttpProbe {
         (request.len() <= probe_common::http::HTTP_REQ_MAX).then(|| Arc::from(request))
     }
 
-    /// The report of a probe the kernel ran, in the socket prober's words.
-    pub fn kernel_report(&self, outcome: L4Outcome, elapsed: Duration) -> ProbeReport {
+    /// In the socket prober's words.
+    fn kernel_report(&self, outcome: L4Outcome, elapsed: Duration) -> ProbeReport {
         let o = kernel_outcome(outcome, self.check.status());
         ProbeReport {
             healthy: o.healthy(),
@@ -76,6 +93,11 @@ impl HttpProbe {
             reason: Arc::from(o.to_string()),
             cert_not_after: None,
         }
+    }
+
+    #[cfg(test)]
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
@@ -123,34 +145,6 @@ pub(super) fn kernel_outcome(o: L4Outcome, status: &StatusSet) -> HttpOutcome {
         // request; Silent is UDP's); no verdict rather than a made-up one.
         L4Outcome::HttpUnsupported | L4Outcome::HttpUndecided { .. } | L4Outcome::Open | L4Outcome::Silent => {
             HttpOutcome::LocalError(format!("the kernel could not run this HTTP probe ({o})"))
-        }
-    }
-}
-
-/// Runs HTTP(S) probes; cheap to clone into each probe task.
-#[derive(Clone, Default)]
-pub struct HttpProber(Arc<crate::probe::http::HttpProber>);
-
-impl HttpProber {
-    pub fn new() -> Self {
-        Self(Arc::new(crate::probe::http::HttpProber::new()))
-    }
-
-    /// Runs one probe, within `budget` when that is shorter than the check's timeout.
-    pub async fn probe(
-        &self,
-        target: std::net::SocketAddr,
-        probe: &HttpProbe,
-        budget: Option<std::time::Duration>,
-    ) -> ProbeReport {
-        let budget = budget.map_or(probe.check.timeout(), |b| b.min(probe.check.timeout()));
-        let r = self.0.probe_within(target, &probe.check, budget).await;
-        ProbeReport {
-            healthy: r.healthy(),
-            outcome: (&r.outcome).into(),
-            elapsed: r.elapsed,
-            reason: Arc::from(r.outcome.to_string()),
-            cert_not_after: r.cert_not_after,
         }
     }
 }

@@ -1,7 +1,7 @@
-//! What a check sends, per kind: TCP and UDP go to the kernel L4 engine in batches, HTTP(S)
-//! to the HTTP prober as tasks. `CheckSpec::resolve` turns a profile and endpoint of the
-//! resolved config into one, with the key that makes identical checks (same address, port,
-//! kind and parameters) shared.
+//! What a check sends, per kind: TCP and UDP go to the kernel L4 engine in batches, the others
+//! run as tasks of their kind (`probe::TaskProbe`). `CheckSpec::resolve` turns a profile and
+//! endpoint of the resolved config into one, with the key that makes identical checks (same
+//! address, port, kind and parameters) shared.
 pub mod http;
 mod identity;
 #[cfg(test)]
@@ -12,14 +12,15 @@ pub use identity::{CheckKey, Subject};
 use std::{
     net::{IpAddr, SocketAddr},
     sync::Arc,
-    time::Duration,
 };
 
 use crate::{
     config::{Endpoint, Probe, Profile, Protocol},
     engine::L4Proto,
-    probe::http::HttpCheckError,
+    probe::{http::HttpCheckError, TaskProbe},
 };
+
+pub use crate::probe::ProbeReport;
 
 /// A check the resolved config describes but this build cannot run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,15 +35,13 @@ pub enum CheckSpecError {
     },
 }
 
-/// The kind-specific part of a check.
+/// How a check is sent: by the kernel engine, or as a task of its kind.
 #[derive(Clone, Debug)]
 pub enum ProbeKind {
     /// SYN or one UDP datagram through the L4 engine.
     L4(L4Proto),
-    /// A request through the HTTP prober.
-    Http(http::HttpProbe),
-    /// UDP request/response: a datagram whose reply must contain a string (a socket per probe).
-    UdpExchange(Arc<crate::probe::udp::UdpRequest>),
+    /// A probe that runs as a task (HTTP(S), gRPC, UDP request/response, ...).
+    Task(Arc<dyn TaskProbe>),
 }
 
 /// One check, independent of who owns it, and its identity.
@@ -59,18 +58,6 @@ pub struct CheckSpec {
     /// saturates at 71): 4 bytes where a `Duration` took 16.
     timeout_us: u32,
     pub kind: ProbeKind,
-}
-
-/// The verdict of one probe, whatever its kind.
-#[derive(Clone, Debug)]
-pub struct ProbeReport {
-    pub healthy: bool,
-    pub outcome: crate::outcome::Outcome,
-    /// Reply round-trip time, or how long the probe waited.
-    pub elapsed: Duration,
-    pub reason: Arc<str>,
-    /// TLS checks: when the server's certificate expires (Unix seconds), as the probe saw it.
-    pub cert_not_after: Option<i64>,
 }
 
 // One allocation per endpoint, shared with the scheduler: with its reference counts it fits
@@ -129,7 +116,7 @@ pub struct Resolved {
 pub struct Specs<'p> {
     profile: &'p Profile,
     /// The HTTP check of the profile's endpoints that add no headers.
-    http: Option<http::HttpProbe>,
+    http: Option<Arc<dyn TaskProbe>>,
     /// The profile's TLS client, made once (a CA file is read once per profile).
     tls: Option<crate::probe::http::TlsVerify>,
     /// The TLS clients of endpoints with TLS keys of their own, by those keys (few: a linear
@@ -173,7 +160,7 @@ impl<'p> Specs<'p> {
                 let payload: Arc<[u8]> = Arc::from(udp.request.as_bytes());
                 match &udp.response {
                     // Request/response mode: the reply's content decides, so a socket reads it.
-                    Some(expect) => ProbeKind::UdpExchange(Arc::new(crate::probe::udp::UdpRequest {
+                    Some(expect) => ProbeKind::Task(Arc::new(crate::probe::udp::UdpRequest {
                         target,
                         send: payload,
                         expect: Arc::from(expect.as_bytes()),
@@ -222,14 +209,15 @@ impl<'p> Specs<'p> {
                                 tls
                             }
                         };
-                        let probe = http::HttpProbe::prepare(h, health.timeout, endpoint, tls).map_err(failed)?;
+                        let probe: Arc<dyn TaskProbe> =
+                            Arc::new(http::HttpProbe::prepare(h, health.timeout, endpoint, tls).map_err(failed)?);
                         if shared {
                             self.http = Some(probe.clone());
                         }
                         probe
                     }
                 };
-                ProbeKind::Http(probe)
+                ProbeKind::Task(probe)
             }
         };
         let (text, question) = identity::Parts::of(profile, endpoint).texts();

@@ -220,10 +220,7 @@ fn http_checks_get_the_configured_values() {
     let check = |profile: &str, endpoint: &str| {
         let p = c.profile(profile).unwrap();
         let e = p.endpoints.iter().find(|e| &*e.name == endpoint).unwrap();
-        match CheckSpec::resolve(p, e).unwrap().spec.kind {
-            ProbeKind::Http(probe) => probe,
-            other => panic!("{profile}/{endpoint}: {other:?}"),
-        }
+        http_of(CheckSpec::resolve(p, e).unwrap().spec.kind)
     };
     // The endpoint's Host header replaces the profile's; the other profile header stays.
     let secondary = check("api", "secondary");
@@ -255,13 +252,17 @@ fn endpoints_without_headers_share_one_http_check() {
     let c = example();
     let p = c.profile("api").unwrap();
     let mut specs = Specs::new(p);
-    let probes: Vec<http::HttpProbe> = p
+    let probes: Vec<Arc<dyn TaskProbe>> = p
         .endpoints
         .iter()
         .map(|e| match specs.resolve(e).unwrap().spec.kind {
-            ProbeKind::Http(probe) => probe,
+            ProbeKind::Task(probe) => probe,
             other => panic!("{other:?}"),
         })
+        .collect();
+    let probes: Vec<&http::HttpProbe> = probes
+        .iter()
+        .map(|p| p.as_any().downcast_ref().expect("an HTTP check"))
         .collect();
     let [primary, secondary, last] = probes.as_slice() else {
         panic!("three endpoints")
@@ -283,13 +284,38 @@ fn endpoints_without_headers_share_one_http_check() {
     assert!(host(secondary).contains("api-b.example.com"), "{}", host(secondary));
 }
 
-fn http_probe(profile: &str, endpoint: &str) -> http::HttpProbe {
+fn http_probe(profile: &str, endpoint: &str) -> HttpOf {
     let c = example();
     let p = c.profile(profile).unwrap();
     let e = p.endpoints.iter().find(|e| &*e.name == endpoint).unwrap();
-    match CheckSpec::resolve(p, e).unwrap().spec.kind {
-        ProbeKind::Http(probe) => probe,
-        other => panic!("{profile}/{endpoint}: {other:?}"),
+    http_of(CheckSpec::resolve(p, e).unwrap().spec.kind)
+}
+
+/// A task check that must be an HTTP one, looked into.
+struct HttpOf(Arc<dyn TaskProbe>);
+
+impl std::ops::Deref for HttpOf {
+    type Target = http::HttpProbe;
+
+    fn deref(&self) -> &http::HttpProbe {
+        self.0.as_any().downcast_ref().expect("an HTTP check")
+    }
+}
+
+impl HttpOf {
+    fn kernel_request(&self, target: std::net::SocketAddr) -> Option<Arc<[u8]>> {
+        self.0.kernel_request(target)
+    }
+
+    fn kernel_report(&self, o: crate::engine::L4Outcome, elapsed: std::time::Duration) -> ProbeReport {
+        self.0.kernel_report(o, elapsed)
+    }
+}
+
+fn http_of(kind: ProbeKind) -> HttpOf {
+    match kind {
+        ProbeKind::Task(probe) if probe.as_any().is::<http::HttpProbe>() => HttpOf(probe),
+        other => panic!("not an HTTP check: {other:?}"),
     }
 }
 

@@ -1,16 +1,13 @@
-//! Sending what is due: L4 checks in one batch to the L4 port, HTTP(S) and UDP
-//! request/response checks as tasks whose reports come back on the runner's channel.
+//! Sending what is due: L4 checks in one batch to the L4 port, the others as tasks of their
+//! kind (`probe::TaskProbe`) whose reports come back on the runner's channel.
 use std::{net::SocketAddr, sync::Arc};
 
 use super::{CheckSlot, Inflight, Runner, SlotCache, NO_PROFILE};
 use crate::{
     config::HttpProbes,
-    daemon::checks::{
-        http::{HttpProbe, HttpProber},
-        CheckSpec, ProbeKind, ProbeReport,
-    },
+    daemon::checks::{CheckSpec, ProbeKind, ProbeReport},
     engine::{L4Proto, L4Request},
-    probe::udp::{UdpProber, UdpRequest},
+    probe::{Probers, TaskProbe},
     schedule::CheckId,
 };
 
@@ -32,8 +29,8 @@ impl Runner {
             self.probe.slots.reserve_exact(more);
         }
         let mut batch = Vec::with_capacity(due.len());
-        let mut http = Vec::new();
-        let mut udp = Vec::new();
+        let mut connections = Vec::new();
+        let mut datagrams = Vec::new();
         for &(id, due_ns) in &due {
             let fresh = self
                 .probe
@@ -74,20 +71,21 @@ impl Runner {
                     timeout: cache.timeout(),
                 }),
                 None => match self.task_job(&key.spec, token) {
-                    Some(Job::Http(j)) => http.push(j),
-                    Some(Job::Udp(j)) => udp.push(j),
+                    Some(j) if j.probe.datagram() => datagrams.push(j),
+                    Some(j) => connections.push(j),
                     None => {}
                 },
             }
         }
         self.probe.due_buf = due;
-        // One hand-over to the workers per tick, however many probes it holds. HTTP probes
-        // wait for one of the lanes as jobs (a few words each), never as parked tasks.
+        // One hand-over to the workers per tick, however many probes it holds. Probes that hold
+        // a connection wait for one of the lanes as jobs (a few words each), never as parked
+        // tasks; datagram probes start at once, bounded by their prober.
         self.probe
             .tasks
-            .http_lanes
-            .push_all(http, &self.probe.tasks.workers, HttpJob::run);
-        self.probe.tasks.workers.spawn_all(udp, UdpJob::run);
+            .lanes
+            .push_all(connections, &self.probe.tasks.workers, TaskJob::run);
+        self.probe.tasks.workers.spawn_all(datagrams, |job: TaskJob| job.run(0));
         if batch.is_empty() {
             return;
         }
@@ -112,10 +110,10 @@ impl Runner {
             .map(|t| t.profile_ix());
         let l4 = match &spec.kind {
             ProbeKind::L4(proto) => Some(proto.clone()),
-            ProbeKind::Http(probe) if self.kernel_http() => probe
+            ProbeKind::Task(probe) if self.kernel_http() => probe
                 .kernel_request(spec.target())
                 .map(|request| L4Proto::Http { request }),
-            ProbeKind::Http(_) | ProbeKind::UdpExchange(_) => None,
+            ProbeKind::Task(_) => None,
         };
         let first_profile = profiles.next().unwrap_or(NO_PROFILE);
         let more: Vec<u32> = profiles.collect();
@@ -138,33 +136,14 @@ impl Runner {
             && !self.probe.kernel_http_off
     }
 
-    /// The job of a check with `spec` that runs on the L7 workers (HTTP, UDP exchange); its
-    /// report comes back on `tasks.rx` under `token`.
-    fn task_job(&self, spec: &CheckSpec, token: u64) -> Option<Job> {
-        let tx = self.probe.tasks.tx.clone();
-        match &spec.kind {
-            ProbeKind::L4(_) => None,
-            ProbeKind::Http(_) => self.http_job(spec, token).map(Job::Http),
-            ProbeKind::UdpExchange(req) => Some(Job::Udp(UdpJob {
-                prober: self.probe.tasks.udp.clone(),
-                req: req.clone(),
-                token,
-                tx,
-            })),
-        }
-    }
-}
-
-type Reports = tokio::sync::mpsc::UnboundedSender<(u64, ProbeReport, u64)>;
-
-impl Runner {
-    /// The socket job of an HTTP check, with the check's own timeout.
-    pub(super) fn http_job(&self, spec: &CheckSpec, token: u64) -> Option<HttpJob> {
-        let ProbeKind::Http(probe) = &spec.kind else {
+    /// The job of a check with `spec` that runs as a task on the L7 workers, with the check's
+    /// own timeout; its report comes back on `tasks.rx` under `token`.
+    pub(super) fn task_job(&self, spec: &CheckSpec, token: u64) -> Option<TaskJob> {
+        let ProbeKind::Task(probe) = &spec.kind else {
             return None;
         };
-        Some(HttpJob {
-            prober: self.probe.tasks.http.clone(),
+        Some(TaskJob {
+            probers: self.probe.tasks.probers.clone(),
             probe: probe.clone(),
             target: spec.target(),
             token,
@@ -175,15 +154,12 @@ impl Runner {
     }
 }
 
-/// A probe that runs on the L7 workers.
-enum Job {
-    Http(HttpJob),
-    Udp(UdpJob),
-}
+type Reports = tokio::sync::mpsc::UnboundedSender<(u64, ProbeReport, u64)>;
 
-pub(super) struct HttpJob {
-    prober: HttpProber,
-    probe: HttpProbe,
+/// A probe that runs as a task on the L7 workers.
+pub(super) struct TaskJob {
+    probers: Arc<Probers>,
+    probe: Arc<dyn TaskProbe>,
     target: SocketAddr,
     token: u64,
     tx: Reports,
@@ -194,34 +170,13 @@ pub(super) struct HttpJob {
     pub(super) lead_ns: u64,
 }
 
-impl HttpJob {
+impl TaskJob {
     /// Runs the probe; `queued_ns` is how long it waited for a lane (its lateness grows by
     /// as much, and the pace report says so).
     pub(super) async fn run(self, queued_ns: u64) {
-        let report = self.prober.probe(self.target, &self.probe, self.budget).await;
+        let report = self.probe.run(&self.probers, self.target, self.budget).await;
         let _ = self
             .tx
             .send((self.token, report, queued_ns.saturating_add(self.lead_ns)));
-    }
-}
-
-pub(super) struct UdpJob {
-    prober: UdpProber,
-    req: Arc<UdpRequest>,
-    token: u64,
-    tx: Reports,
-}
-
-impl UdpJob {
-    async fn run(self) {
-        let r = self.prober.probe(&self.req).await;
-        let report = ProbeReport {
-            healthy: r.outcome.healthy(),
-            outcome: (&r.outcome).into(),
-            elapsed: r.elapsed,
-            reason: Arc::from(r.outcome.to_string()),
-            cert_not_after: None,
-        };
-        let _ = self.tx.send((self.token, report, 0));
     }
 }

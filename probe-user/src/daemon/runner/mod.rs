@@ -29,7 +29,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{
-    checks::{http::HttpProber, CheckSpec, ProbeKind, ProbeReport, Specs},
+    checks::{CheckSpec, ProbeKind, ProbeReport, Specs},
     metrics::RunnerMetrics,
     ports::{L4Port, Ports},
     protocol::Command,
@@ -46,8 +46,9 @@ use crate::{
 
 /// The wheel's tick: the runner never wakes more often than this.
 const TICK_NS: u64 = 1_000_000;
-/// HTTP probes in flight at once; more wait for a slot (and show up as lateness).
-const HTTP_CONCURRENCY: usize = 256;
+/// Task probes that hold a connection (HTTP(S), gRPC) in flight at once; more wait for a lane
+/// (and show up as lateness).
+const TASK_LANES: usize = 256;
 /// L4 results fed to the threshold machines per batch: enough for their cache misses to
 /// overlap (`Runner::warm`), few enough that the prefetched lines are still there when used.
 const RESULT_BATCH: usize = 128;
@@ -150,14 +151,14 @@ struct CheckSlot {
 // the address and room for a shared check's profiles.
 const _: () = assert!(std::mem::size_of::<CheckSlot>() <= 80);
 
-/// Probes that run as tasks on the L7 workers (HTTP(S), UDP request/response); their reports
-/// come back on `rx` under the check's token.
+/// Probes that run as tasks on the L7 workers (`probe::TaskProbe`); their reports come back on
+/// `rx` under the check's token.
 struct Tasks {
     workers: workers::Workers,
-    http: HttpProber,
-    /// HTTP probes run on at most HTTP_CONCURRENCY lanes; the rest wait as jobs.
-    http_lanes: Arc<workers::Lanes<fire::HttpJob>>,
-    udp: crate::probe::udp::UdpProber,
+    /// What the probes of each kind share.
+    probers: Arc<crate::probe::Probers>,
+    /// Probes that hold a connection run on at most TASK_LANES lanes; the rest wait as jobs.
+    lanes: Arc<workers::Lanes<fire::TaskJob>>,
     /// (token, report, nanoseconds the task waited for an HTTP slot before it could start)
     tx: mpsc::UnboundedSender<(u64, ProbeReport, u64)>,
     rx: mpsc::UnboundedReceiver<(u64, ProbeReport, u64)>,
@@ -304,9 +305,8 @@ impl Runner {
                             .l7_workers
                             .map_or_else(workers::Workers::default_threads, usize::from),
                     )?,
-                    http: HttpProber::new(),
-                    http_lanes: workers::Lanes::new(HTTP_CONCURRENCY),
-                    udp: crate::probe::udp::UdpProber::default(),
+                    probers: Arc::default(),
+                    lanes: workers::Lanes::new(TASK_LANES),
                     tx,
                     rx,
                 },
@@ -605,7 +605,7 @@ pub(super) fn first_l4<S: std::borrow::Borrow<CheckSpec>>(specs: impl Iterator<I
         let spec = spec.borrow();
         match &spec.kind {
             ProbeKind::L4(_) => return FirstL4::Required(spec.target()),
-            ProbeKind::Http(p) if kernel_http && http.is_none() && p.kernel_request(spec.target()).is_some() => {
+            ProbeKind::Task(p) if kernel_http && http.is_none() && p.kernel_request(spec.target()).is_some() => {
                 http = Some(spec.target());
             }
             _ => {}

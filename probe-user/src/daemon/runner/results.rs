@@ -247,7 +247,7 @@ impl Runner {
             K::HttpUnsupported => Some(Settle::Unsupported),
             _ => None,
         };
-        let ProbeKind::Http(probe) = &self.probe.sched.key(CheckId::from_u64(r.token))?.spec.kind else {
+        let ProbeKind::Task(probe) = &self.probe.sched.key(CheckId::from_u64(r.token))?.spec.kind else {
             return None;
         };
         let Some(settle) = settle else {
@@ -285,7 +285,7 @@ impl Runner {
         let Some(key) = self.probe.sched.key(CheckId::from_u64(token)) else {
             return false;
         };
-        let Some(mut job) = self.http_job(&key.spec, token) else {
+        let Some(mut job) = self.task_job(&key.spec, token) else {
             return false;
         };
         job.budget = Some(budget);
@@ -294,8 +294,8 @@ impl Runner {
         self.probe.settling.insert(token, why);
         self.probe
             .tasks
-            .http_lanes
-            .push_all(vec![job], &self.probe.tasks.workers, super::fire::HttpJob::run);
+            .lanes
+            .push_all(vec![job], &self.probe.tasks.workers, super::fire::TaskJob::run);
         true
     }
 
