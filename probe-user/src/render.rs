@@ -183,7 +183,7 @@ pub fn render_table(profiles: &[ProfileView], colour: bool) -> String {
                 "  {:<18} {:<24} {:<5} {} {:<4} {:<22} {:>9}  {}",
                 truncate(&e.name, 18),
                 addr,
-                e.protocol.name(),
+                e.protocol.as_str(),
                 paint(e.status.into(), status),
                 if e.eligible { "yes" } else { "no" },
                 truncate(&last, 22),

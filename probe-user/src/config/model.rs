@@ -9,6 +9,8 @@ use std::{
 use ipnet::IpNet;
 use serde::Serialize;
 
+use crate::wire_enum::wire_enum;
+
 pub use crate::rules::{Dialect, Header, HostName, HttpPath, Method, Protocol, StatusRange, Thresholds};
 pub use crate::status::{AdminState, Routing};
 
@@ -651,6 +653,18 @@ pub enum OnStop {
     Clear,
 }
 
+wire_enum! {
+    /// A sink's `kind`: each kind's name, once.
+    #[derive(Debug, Hash)]
+    pub enum SinkType {
+        Nftables = "nftables",
+        Bpf = "bpf",
+        Haproxy = "haproxy",
+        Exec = "exec",
+        Route = "route",
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SinkKind {
@@ -659,6 +673,19 @@ pub enum SinkKind {
     Haproxy(HaproxySink),
     Exec(ExecSink),
     Route(RouteSink),
+}
+
+impl SinkKind {
+    /// Its `kind`.
+    pub fn kind(&self) -> SinkType {
+        match self {
+            SinkKind::Nftables(_) => SinkType::Nftables,
+            SinkKind::Bpf(_) => SinkType::Bpf,
+            SinkKind::Haproxy(_) => SinkType::Haproxy,
+            SinkKind::Exec(_) => SinkType::Exec,
+            SinkKind::Route(_) => SinkType::Route,
+        }
+    }
 }
 
 /// An nftables map (slot table) or set (eligible addresses) in the operator's ruleset; probed

@@ -114,7 +114,7 @@ impl RunnerMetrics {
         for ((proto, ix), n) in pending.sent.drain() {
             registry.inc(
                 &catalog::PROBES_SENT,
-                vec![("kind", proto.name().into()), ("profile", profile(ix))],
+                vec![("kind", proto.as_str().into()), ("profile", profile(ix))],
                 n,
             );
         }
@@ -122,7 +122,7 @@ impl RunnerMetrics {
             registry.inc(
                 &catalog::PROBE_RESULTS,
                 vec![
-                    ("kind", proto.name().into()),
+                    ("kind", proto.as_str().into()),
                     ("profile", profile(ix)),
                     ("outcome", outcome.as_str().into()),
                 ],
@@ -132,7 +132,7 @@ impl RunnerMetrics {
         for ((proto, ix), h) in pending.rtt.drain() {
             registry.merge(
                 &catalog::PROBE_RTT,
-                vec![("kind", proto.name().into()), ("profile", profile(ix))],
+                vec![("kind", proto.as_str().into()), ("profile", profile(ix))],
                 &h,
             );
         }

@@ -3,7 +3,9 @@
 //! thresholds.rs.
 use std::{fmt, str::FromStr, time::Duration};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+use crate::wire_enum::wire_enum;
 
 use super::{
     error::{Rule, RuleError},
@@ -22,48 +24,37 @@ pub enum Dialect {
     Ga,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    Tcp,
-    Udp,
-    Http,
-    Https,
-    /// gRPC health checking over HTTP/2 cleartext (prior knowledge).
-    Grpc,
-    /// gRPC health checking over TLS.
-    Grpcs,
+wire_enum! {
+    /// What a health check speaks: each kind's name, once.
+    #[derive(Debug, Hash)]
+    pub enum Protocol {
+        Tcp = "tcp",
+        Udp = "udp",
+        Http = "http",
+        Https = "https",
+        /// gRPC health checking over HTTP/2 cleartext (prior knowledge).
+        Grpc = "grpc",
+        /// gRPC health checking over TLS.
+        Grpcs = "grpcs",
+    }
 }
 
 impl Protocol {
-    pub const ALL: [Protocol; 6] = [
-        Protocol::Tcp,
-        Protocol::Udp,
-        Protocol::Http,
-        Protocol::Https,
-        Protocol::Grpc,
-        Protocol::Grpcs,
-    ];
-
-    pub fn name(self) -> &'static str {
+    /// Whether the check speaks HTTP (gRPC too: HTTP/2). Every protocol says, so a new one
+    /// cannot pass for HTTP (or not) by default.
+    pub const fn is_http(self) -> bool {
         match self {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-            Protocol::Http => "http",
-            Protocol::Https => "https",
-            Protocol::Grpc => "grpc",
-            Protocol::Grpcs => "grpcs",
+            Protocol::Http | Protocol::Https | Protocol::Grpc | Protocol::Grpcs => true,
+            Protocol::Tcp | Protocol::Udp => false,
         }
     }
 
-    /// Whether the check speaks HTTP (gRPC too: HTTP/2), so that endpoints may add headers.
-    pub fn is_http(self) -> bool {
-        !matches!(self, Protocol::Tcp | Protocol::Udp)
-    }
-
-    /// Whether the check runs over TLS.
-    pub fn is_tls(self) -> bool {
-        matches!(self, Protocol::Https | Protocol::Grpcs)
+    /// Whether the check runs over TLS; every protocol says, as for `is_http`.
+    pub const fn is_tls(self) -> bool {
+        match self {
+            Protocol::Https | Protocol::Grpcs => true,
+            Protocol::Tcp | Protocol::Udp | Protocol::Http | Protocol::Grpc => false,
+        }
     }
 }
 
@@ -98,7 +89,7 @@ impl Dialect {
 
     pub fn protocols(self) -> &'static [Protocol] {
         match self {
-            Dialect::Lb => &Protocol::ALL,
+            Dialect::Lb => Protocol::ALL,
             // gRPC is in every dialect: none of the seeds has it, and it is a service's own
             // health, which any of them may need.
             Dialect::Tm | Dialect::Ga => &[

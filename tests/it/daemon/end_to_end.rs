@@ -506,7 +506,7 @@ fn http_target_comes_back_after_70ms_scaled() {
     // A probe may be waiting in the 503 responder when the route changes: one probe + interval.
     check_clock(&event, before, after, seen_at, 20 + 50);
     let view = daemon.endpoint("scaled", "web");
-    assert_eq!((view.status, view.protocol.name()), (S::Online, "http"));
+    assert_eq!((view.status, view.protocol.as_str()), (S::Online, "http"));
 }
 
 #[test]

@@ -10,6 +10,8 @@ mod tests;
 
 use roff::{bold, italic, line_break, roman, Roff};
 
+use crate::config::{Protocol, SinkType};
+
 pub use tables::*;
 
 /// One table of the file: where it is, what it is for, and the keys it accepts, in the order the
@@ -46,9 +48,8 @@ pub struct Key {
     pub ty: Type,
     pub default: Unset,
     pub allowed: Allowed,
-    /// When the key applies only to some of its table's uses (a protocol, a dialect, a sink
-    /// kind), which; empty when it applies to all of them.
-    pub only: &'static str,
+    /// Where the key applies when not wherever its table does.
+    pub only: Only,
     pub reload: Reload,
     pub about: &'static str,
 }
@@ -68,15 +69,89 @@ impl Key {
             ty,
             default,
             allowed,
-            only: "",
+            only: Only::All,
             reload,
             about,
         }
     }
 
-    /// The same key, applying only where `only` says.
+    /// The same key, applying only where `only` says (in words: its reader checks it).
     pub(crate) const fn only(self, only: &'static str) -> Key {
-        Key { only, ..self }
+        Key {
+            only: Only::Text(only),
+            ..self
+        }
+    }
+
+    /// The same key, for checks of `protocols` only (`and`: what else it needs, in words).
+    pub(crate) const fn protocols(self, protocols: &'static [Protocol], and: &'static str) -> Key {
+        Key {
+            only: Only::Protocols(protocols, and),
+            ..self
+        }
+    }
+
+    /// The same key, for sinks of `kinds` only (`and` as for `protocols`).
+    pub(crate) const fn sinks(self, kinds: &'static [SinkType], and: &'static str) -> Key {
+        Key {
+            only: Only::Sinks(kinds, and),
+            ..self
+        }
+    }
+}
+
+/// Where a key applies when not wherever its table does. Which protocols and which sink kinds
+/// take a key is data here, and the readers refuse the key on any other (`refuse_foreign` in
+/// the validator), so the page and the reader cannot tell two stories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Only {
+    All,
+    /// Health checks of these protocols; the words say what else it needs ("" if nothing).
+    Protocols(&'static [Protocol], &'static str),
+    /// Sinks of these kinds; the words as above.
+    Sinks(&'static [SinkType], &'static str),
+    /// Said in words only; the key's reader checks it.
+    Text(&'static str),
+}
+
+impl Only {
+    /// As the page says it; None when the key applies wherever its table does.
+    pub fn text(self) -> Option<String> {
+        let either = |field: &str, names: Vec<&str>, and: &str| {
+            let quoted: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+            let list = match quoted.split_last() {
+                Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+                _ => quoted.concat(),
+            };
+            let mut text = format!("{field} = {list}");
+            if !and.is_empty() {
+                text.push(' ');
+                text.push_str(and);
+            }
+            text
+        };
+        match self {
+            Only::All => None,
+            Only::Protocols(list, and) => Some(either("protocol", list.iter().map(|p| p.as_str()).collect(), and)),
+            Only::Sinks(list, and) => Some(either("kind", list.iter().map(|k| k.as_str()).collect(), and)),
+            Only::Text(text) => Some(text.to_string()),
+        }
+    }
+
+    /// Whether a key so marked may be set on a check of protocol `p`.
+    pub fn admits_protocol(self, p: Protocol) -> bool {
+        match self {
+            Only::Protocols(list, _) => list.contains(&p),
+            Only::All | Only::Sinks(..) | Only::Text(_) => true,
+        }
+    }
+
+    /// Whether a key so marked may be set on a sink of kind `kind`.
+    pub fn admits_sink(self, kind: SinkType) -> bool {
+        match self {
+            Only::Sinks(list, _) => list.contains(&kind),
+            Only::All | Only::Protocols(..) | Only::Text(_) => true,
+        }
     }
 }
 
@@ -294,8 +369,8 @@ fn render_key(page: &mut Roff, key: &Key) {
     if let Some(allowed) = key.allowed.text() {
         facts.push(("Allowed:", allowed));
     }
-    if !key.only.is_empty() {
-        facts.push(("Applies to:", key.only.to_string()));
+    if let Some(only) = key.only.text() {
+        facts.push(("Applies to:", only));
     }
     facts.push(("Reload:", key.reload.text().to_string()));
     for (label, text) in facts {

@@ -10,7 +10,7 @@ use super::{
     Unset::{self, Dialect, Required, Value},
 };
 use crate::{
-    config::model::{Cluster, Daemon, DnsTcp, EndpointSource, HttpProbes},
+    config::model::{Cluster, Daemon, DnsTcp, EndpointSource, HttpProbes, Protocol, SinkType},
     kernel::{AttachMode, Hook},
     rules::limits::{MAX_PACING_MS, MAX_SLOTS, MAX_UDP_PAYLOAD, THRESHOLD_MAX},
     status::{AdminState, Method},
@@ -480,8 +480,12 @@ pub const PROFILE: Section = Section {
     ],
 };
 
-const HTTP: &str = "protocol = \"http\" or \"https\"";
-const OVER_TLS: &str = "protocol = \"https\" or \"grpcs\"";
+const HTTP: &[Protocol] = &[Protocol::Http, Protocol::Https];
+const HTTP_AND_GRPC: &[Protocol] = &[Protocol::Http, Protocol::Https, Protocol::Grpc, Protocol::Grpcs];
+const GRPC: &[Protocol] = &[Protocol::Grpc, Protocol::Grpcs];
+const OVER_TLS: &[Protocol] = &[Protocol::Https, Protocol::Grpcs];
+/// Why the request's keys are not gRPC's.
+const GRPC_CALL: &str = "(a gRPC check's call is grpc.health.v1.Health/Check, and SERVING is healthy)";
 
 pub const HEALTH: Section = Section {
     path: "profile.health",
@@ -494,7 +498,7 @@ pub const HEALTH: Section = Section {
             "protocol",
             Type::String,
             Required,
-            OneOf(&["tcp", "udp", "http", "https", "grpc", "grpcs"]),
+            OneOf(Protocol::NAMES),
             Recheck,
             "What a probe is: a TCP handshake, a UDP datagram, an HTTP or HTTPS request (HTTPS needs \
              a certificate presented, and by default does not verify it), or a gRPC health check \
@@ -520,7 +524,7 @@ pub const HEALTH: Section = Section {
             Reask,
             "The path requested.",
         )
-        .only(HTTP),
+        .protocols(HTTP, GRPC_CALL),
         Key::new(
             "host",
             Type::String,
@@ -530,7 +534,7 @@ pub const HEALTH: Section = Section {
             "The Host header (a gRPC call's :authority), and the name sent in TLS. tm sets Host \
              through headers instead, except for gRPC.",
         )
-        .only("protocol = \"http\" or \"https\" (lb and ga); grpc or grpcs (every dialect)"),
+        .protocols(HTTP_AND_GRPC, "(http and https: in lb and ga)"),
         Key::new(
             "method",
             Type::String,
@@ -539,7 +543,7 @@ pub const HEALTH: Section = Section {
             Reask,
             "The request method, in any case; tm and ga take GET only.",
         )
-        .only(HTTP),
+        .protocols(HTTP, GRPC_CALL),
         Key::new(
             "headers",
             Strings,
@@ -552,7 +556,7 @@ pub const HEALTH: Section = Section {
             "Request headers of every probe; tm sets Host this way: \"Host:www.example.com\". For \
              gRPC, the call's metadata (every dialect): not Host, Content-Type, TE or grpc-*.",
         )
-        .only("protocol = \"http\" or \"https\" (tm); grpc or grpcs (every dialect)"),
+        .protocols(HTTP_AND_GRPC, "(http and https: in tm)"),
         Key::new(
             "status",
             Strings,
@@ -564,7 +568,7 @@ pub const HEALTH: Section = Section {
             Reask,
             "The status codes that make a response healthy.",
         )
-        .only(HTTP),
+        .protocols(HTTP, GRPC_CALL),
         Key::new(
             "interval",
             Duration,
@@ -631,7 +635,7 @@ pub const HEALTH: Section = Section {
              error unhealthy; a backend that rate-limits its ICMP errors can then look healthy on a \
              closed port.",
         )
-        .only("protocol = \"udp\""),
+        .protocols(&[Protocol::Udp], ""),
         Key::new(
             "response",
             Type::String,
@@ -641,7 +645,7 @@ pub const HEALTH: Section = Section {
             "A string the reply must contain. With it only such a reply within the timeout is healthy, \
              and silence fails.",
         )
-        .only("protocol = \"udp\""),
+        .protocols(&[Protocol::Udp], ""),
         Key::new(
             "body_match",
             Type::String,
@@ -651,7 +655,7 @@ pub const HEALTH: Section = Section {
             "A string the response body must contain, within its first 64 KiB; not with method HEAD. \
              A check with it runs through a socket, never in the kernel.",
         )
-        .only(HTTP),
+        .protocols(HTTP, GRPC_CALL),
         Key::new(
             "service",
             Type::String,
@@ -664,7 +668,7 @@ pub const HEALTH: Section = Section {
              service the server does not know; UNAVAILABLE; DEADLINE_EXCEEDED). The timeout is sent \
              as the call's deadline.",
         )
-        .only("protocol = \"grpc\" or \"grpcs\""),
+        .protocols(GRPC, ""),
         Key::new(
             "tls_verify",
             Type::String,
@@ -676,7 +680,7 @@ pub const HEALTH: Section = Section {
              server_name and be within its dates; a failure is the check's failure, its reason naming it \
              (expired, unknown issuer, not valid for the name).",
         )
-        .only(OVER_TLS),
+        .protocols(OVER_TLS, ""),
         Key::new(
             "ca_file",
             Type::String,
@@ -685,7 +689,7 @@ pub const HEALTH: Section = Section {
             Reask,
             "The roots a certificate must chain to with tls_verify = \"ca\".",
         )
-        .only("protocol = \"https\" or \"grpcs\" with tls_verify = \"ca\""),
+        .protocols(OVER_TLS, "with tls_verify = \"ca\""),
         Key::new(
             "server_name",
             Type::String,
@@ -695,7 +699,7 @@ pub const HEALTH: Section = Section {
             "The name sent as SNI and, with tls_verify = \"ca\", the name the certificate must be \
              valid for.",
         )
-        .only(OVER_TLS),
+        .protocols(OVER_TLS, ""),
         Key::new(
             "client_cert",
             Type::String,
@@ -706,7 +710,7 @@ pub const HEALTH: Section = Section {
              Read when the configuration is loaded; a renewed file at the same path is taken at the \
              next restart, or by a reload that changes the path.",
         )
-        .only(OVER_TLS),
+        .protocols(OVER_TLS, ""),
         Key::new(
             "client_key",
             Type::String,
@@ -715,7 +719,7 @@ pub const HEALTH: Section = Section {
             Reask,
             "The client certificate's key.",
         )
-        .only("protocol = \"https\" or \"grpcs\" with client_cert"),
+        .protocols(OVER_TLS, "with client_cert"),
         Key::new(
             "min_version",
             Type::String,
@@ -725,7 +729,7 @@ pub const HEALTH: Section = Section {
             "The lowest TLS version the check accepts: 1.2 offers TLS 1.2 and 1.3; 1.3 offers TLS 1.3 \
              alone, and a server that speaks only TLS 1.2 fails the check.",
         )
-        .only(OVER_TLS),
+        .protocols(OVER_TLS, ""),
         Key::new(
             "tls_reverify",
             Duration,
@@ -740,7 +744,7 @@ pub const HEALTH: Section = Section {
              one fails the check within this (plus the failure threshold), as curl fails a new \
              connection at once.",
         )
-        .only("protocol = \"https\" or \"grpcs\" with tls_verify = \"ca\""),
+        .protocols(OVER_TLS, "with tls_verify = \"ca\""),
         Key::new(
             "cert_warn_days",
             Integer,
@@ -752,7 +756,7 @@ pub const HEALTH: Section = Section {
              the certificate's expiry, shown in the status view (tls_cert) and the metric \
              probed_tls_cert_expiry_seconds.",
         )
-        .only(OVER_TLS),
+        .protocols(OVER_TLS, ""),
         Key::new(
             "fast_interval",
             Duration,
@@ -862,7 +866,7 @@ pub const ENDPOINT: Section = Section {
             Reask,
             "Request headers of this endpoint's probes, sent with the profile's.",
         )
-        .only("plain endpoints of a tm profile whose protocol is http or https; of any profile whose protocol is grpc or grpcs (metadata)"),
+        .protocols(HTTP_AND_GRPC, "(plain endpoints; http and https: of a tm profile; grpc and grpcs: sent as metadata)"),
         Key::new(
             "subnets",
             Strings,
@@ -900,7 +904,7 @@ pub const ENDPOINT: Section = Section {
             Reask,
             "The profile's tls_verify, for this endpoint alone (with its own ca_file when \"ca\"; a ca_file here needs tls_verify here).",
         )
-        .only(OVER_TLS),
+        .protocols(OVER_TLS, ""),
         Key::new(
             "ca_file",
             Type::String,
@@ -909,7 +913,7 @@ pub const ENDPOINT: Section = Section {
             Reask,
             "The roots this endpoint's certificate must chain to, with tls_verify = \"ca\" on the endpoint.",
         )
-        .only("protocol = \"https\" or \"grpcs\" with tls_verify = \"ca\" on the endpoint"),
+        .protocols(OVER_TLS, "with tls_verify = \"ca\" on the endpoint"),
         Key::new(
             "server_name",
             Type::String,
@@ -918,7 +922,7 @@ pub const ENDPOINT: Section = Section {
             Reask,
             "The name this endpoint is greeted with (SNI) and verified against.",
         )
-        .only(OVER_TLS),
+        .protocols(OVER_TLS, ""),
         Key::new(
             "client_cert",
             Type::String,
@@ -927,7 +931,7 @@ pub const ENDPOINT: Section = Section {
             Reask,
             "The client certificate this endpoint is shown, with client_key.",
         )
-        .only(OVER_TLS),
+        .protocols(OVER_TLS, ""),
         Key::new(
             "client_key",
             Type::String,
@@ -936,7 +940,7 @@ pub const ENDPOINT: Section = Section {
             Reask,
             "The key of the endpoint's client_cert.",
         )
-        .only("protocol = \"https\" or \"grpcs\" with client_cert on the endpoint"),
+        .protocols(OVER_TLS, "with client_cert on the endpoint"),
         Key::new(
             "min_version",
             Type::String,
@@ -945,7 +949,7 @@ pub const ENDPOINT: Section = Section {
             Reask,
             "The lowest TLS version this endpoint is accepted with.",
         )
-        .only(OVER_TLS),
+        .protocols(OVER_TLS, ""),
         Key::new(
             "service",
             Type::String,
@@ -954,7 +958,7 @@ pub const ENDPOINT: Section = Section {
             Reask,
             "The gRPC service whose health this endpoint is asked about.",
         )
-        .only("protocol = \"grpc\" or \"grpcs\""),
+        .protocols(GRPC, ""),
         Key::new(
             "profile",
             Type::String,
@@ -977,9 +981,8 @@ pub const ENDPOINT: Section = Section {
     ],
 };
 
-const NFT: &str = "kind = \"nftables\"";
-const HAPROXY: &str = "kind = \"haproxy\"";
-const ROUTE: &str = "kind = \"route\"";
+/// The sinks that keep a slot table.
+const MAPS: &[SinkType] = &[SinkType::Nftables, SinkType::Bpf];
 /// The alphabet of sink, nftables and pin names.
 const IDENT: &str = "1 to 63 letters, digits, '_' or '-', starting with a letter";
 
@@ -1092,7 +1095,7 @@ pub const SINK: Section = Section {
             "kind",
             Type::String,
             Required,
-            OneOf(&["nftables", "bpf", "haproxy", "exec", "route"]),
+            OneOf(SinkType::NAMES),
             Applies,
             "What the sink drives.",
         ),
@@ -1114,7 +1117,7 @@ pub const SINK: Section = Section {
             Applies,
             "The family of the nftables table.",
         )
-        .only(NFT),
+        .sinks(&[SinkType::Nftables], ""),
         Key::new(
             "table",
             Type::String,
@@ -1123,7 +1126,7 @@ pub const SINK: Section = Section {
             Applies,
             "The nftables table that holds the map or set.",
         )
-        .only(NFT),
+        .sinks(&[SinkType::Nftables], ""),
         Key::new(
             "map",
             Type::String,
@@ -1134,7 +1137,7 @@ pub const SINK: Section = Section {
              set the port too). bpf: the pin's name under pin_dir/sinks/; probed creates NAME and \
              NAME_ctl and leaves them when it stops.",
         )
-        .only("kind = \"nftables\" or \"bpf\""),
+        .sinks(MAPS, ""),
         Key::new(
             "set",
             Type::String,
@@ -1144,7 +1147,7 @@ pub const SINK: Section = Section {
             "An nftables set that holds the eligible addresses (and ports, with . inet_service in its \
              type); instead of map.",
         )
-        .only(NFT),
+        .sinks(&[SinkType::Nftables], ""),
         Key::new(
             "slots",
             Integer,
@@ -1154,7 +1157,7 @@ pub const SINK: Section = Section {
             "The slots of the slot table; each names one eligible endpoint, in proportion to weight, and \
              only the slots of an endpoint that leaves or returns move.",
         )
-        .only("a map (kind = \"nftables\" or \"bpf\")"),
+        .sinks(MAPS, "with map"),
         Key::new(
             "socket",
             Type::String,
@@ -1163,7 +1166,7 @@ pub const SINK: Section = Section {
             Applies,
             "HAProxy's admin socket (stats socket PATH level admin in haproxy.cfg).",
         )
-        .only(HAPROXY),
+        .sinks(&[SinkType::Haproxy], ""),
         Key::new(
             "backend",
             Type::String,
@@ -1173,7 +1176,7 @@ pub const SINK: Section = Section {
             "The HAProxy backend whose servers probed sets: each endpoint's server (its name, or its \
              haproxy_server) gets its state and weight.",
         )
-        .only(HAPROXY),
+        .sinks(&[SinkType::Haproxy], ""),
         Key::new(
             "down",
             Type::String,
@@ -1183,7 +1186,7 @@ pub const SINK: Section = Section {
             "The state of a server whose endpoint is not eligible: maint (no traffic) or drain (no new \
              sessions but persistent ones).",
         )
-        .only(HAPROXY),
+        .sinks(&[SinkType::Haproxy], ""),
         Key::new(
             "command",
             Strings,
@@ -1192,7 +1195,7 @@ pub const SINK: Section = Section {
             Applies,
             "The program started and fed one JSON line per change on its standard input.",
         )
-        .only("kind = \"exec\""),
+        .sinks(&[SinkType::Exec], ""),
         Key::new(
             "prefixes",
             Strings,
@@ -1202,7 +1205,7 @@ pub const SINK: Section = Section {
             "What the node announces while the profile can serve: a route to each prefix in kernel_table, \
              which the routing daemon (BIRD, FRR) learns and announces by BGP.",
         )
-        .only(ROUTE),
+        .sinks(&[SinkType::Route], ""),
         Key::new(
             "device",
             Type::String,
@@ -1213,7 +1216,7 @@ pub const SINK: Section = Section {
              however it ends (stop, SIGKILL, OOM, panic): the kernel removes its routes, and the routing \
              daemon withdraws them.",
         )
-        .only(ROUTE),
+        .sinks(&[SinkType::Route], ""),
         Key::new(
             "kernel_table",
             Integer,
@@ -1223,7 +1226,7 @@ pub const SINK: Section = Section {
             "The kernel routing table the routes are written to (BIRD: kernel table; FRR: ip \
              import-table). Not the main table: nothing on the node forwards by it.",
         )
-        .only(ROUTE),
+        .sinks(&[SinkType::Route], ""),
         Key::new(
             "route_protocol",
             Integer,
@@ -1233,7 +1236,7 @@ pub const SINK: Section = Section {
             "The routes' protocol number (ip route ... proto N), by which the routing daemon picks \
              probed's routes (BIRD: krt_source = N).",
         )
-        .only(ROUTE),
+        .sinks(&[SinkType::Route], ""),
         Key::new(
             "metric",
             Integer,
@@ -1242,7 +1245,7 @@ pub const SINK: Section = Section {
             Applies,
             "The metric of an announced route (BIRD: krt_metric).",
         )
-        .only(ROUTE),
+        .sinks(&[SinkType::Route], ""),
         Key::new(
             "demote_metric",
             Integer,
@@ -1254,7 +1257,7 @@ pub const SINK: Section = Section {
              (a community, AS-path prepending), so traffic still lands here when no node announces \
              better. A disabled profile and a stop still withdraw.",
         )
-        .only(ROUTE),
+        .sinks(&[SinkType::Route], ""),
         Key::new(
             "min_eligible",
             Integer,
@@ -1265,7 +1268,7 @@ pub const SINK: Section = Section {
              Degraded endpoints made eligible by fail-open and endpoints still being checked do not \
              count.",
         )
-        .only(ROUTE),
+        .sinks(&[SinkType::Route], ""),
         Key::new(
             "hold_down",
             Duration,
@@ -1276,7 +1279,7 @@ pub const SINK: Section = Section {
              demoted to announced) must hold this long without a break first; a worse one is applied \
              as soon as the rate allows. A start resumes the saved health at once.",
         )
-        .only(ROUTE),
+        .sinks(&[SinkType::Route], ""),
     ],
 };
 

@@ -495,3 +495,53 @@ fn the_page_is_a_section_5_page_with_every_table() {
         );
     }
 }
+
+/// A key the reference gives to some protocols is refused, naming where it applies, on a check
+/// of every other protocol, and never so on its own: the reader asks the reference.
+#[test]
+fn protocol_keys_are_refused_by_the_reference_on_every_other_protocol() {
+    use crate::config::Protocol;
+    let mut tried = 0;
+    for (path, section) in [("profile.health", &HEALTH), ("profile.endpoint", &ENDPOINT)] {
+        for key in section.keys {
+            let Only::Protocols(list, _) = key.only else {
+                continue;
+            };
+            for &p in Protocol::ALL {
+                let doc = profile("lb", p.as_str(), "priority").set(path, key.name, Some("\"x\""));
+                let said = doc.parse().err().map(|e| e.to_string()).unwrap_or_default();
+                let refused = said.contains(&format!("{} applies to protocol = ", key.name));
+                assert_eq!(refused, !list.contains(&p), "{path}.{} on {p}:\n{said}", key.name);
+                tried += 1;
+            }
+        }
+    }
+    assert!(tried > 100, "{tried}");
+}
+
+/// The same for the keys of sink kinds.
+#[test]
+fn sink_keys_are_refused_by_the_reference_on_every_other_kind() {
+    use crate::config::SinkType;
+    let mut tried = 0;
+    for key in SINK.keys {
+        let Only::Sinks(list, _) = key.only else {
+            continue;
+        };
+        for &kind in SinkType::ALL {
+            let doc = profile("lb", "tcp", "priority").with(
+                "sink",
+                &[
+                    ("profile", "\"web\""),
+                    ("kind", &quoted(kind.as_str())),
+                    (key.name, "\"x\""),
+                ],
+            );
+            let said = doc.parse().err().map(|e| e.to_string()).unwrap_or_default();
+            let refused = said.contains(&format!("{} applies to kind = ", key.name));
+            assert_eq!(refused, !list.contains(&kind), "sink.{} on {kind}:\n{said}", key.name);
+            tried += 1;
+        }
+    }
+    assert!(tried > 50, "{tried}");
+}

@@ -112,7 +112,7 @@ fn grpcs_takes_the_tls_keys_and_says_why_grpc_does_not() {
     let errs = refused(&cfg("lb", "", &format!("{GRPC}server_name = \"a.example\""), ""));
     assert!(
         errs.to_string()
-            .contains("only checks over TLS (https, grpcs) use this; the protocol is grpc"),
+            .contains("server_name applies to protocol = \"https\" or \"grpcs\"; the protocol is grpc"),
         "{errs}"
     );
     let errs = refused(&cfg("lb", "", &format!("{GRPC}path = \"/x\""), ""));

@@ -204,6 +204,15 @@ fn endpoint(
     super::refuse_keys(r, &t, ["min_child_endpoints"], |key| {
         format!("{key} applies to a nested endpoint (one with profile = \"CHILD\")")
     });
+    // Every key of another protocol's, as the reference has it.
+    let p = health.protocol();
+    super::refuse_foreign(
+        r,
+        &t,
+        &reference::ENDPOINT,
+        |only| only.admits_protocol(p),
+        &format!("the profile's protocol is {p}"),
+    );
     // The order is the order errors at the same place are reported in.
     let address = address(r, &t);
     let port = port(r, &t, health);
@@ -281,7 +290,7 @@ fn port(r: &mut Reader<'_>, t: &Table<'_, '_>, health: &HealthCheck) -> Option<u
             "port",
             format!(
                 "a {} check needs a port: set health.port or the endpoint's port",
-                protocol.name()
+                protocol.as_str()
             ),
         );
     }
@@ -325,16 +334,8 @@ fn state(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<AdminState> {
 fn own_headers(r: &mut Reader<'_>, t: &Table<'_, '_>, protocol: Protocol, dialect: Dialect) -> Vec<Header> {
     match r.strings(t, "headers") {
         None => Vec::new(),
-        Some(list) if !protocol.is_http() => {
-            r.bad(
-                &list,
-                format!(
-                    "only HTTP and gRPC checks send headers; the protocol is {}",
-                    protocol.name()
-                ),
-            );
-            Vec::new()
-        }
+        // Refused with the endpoint's other keys of another protocol's (`refuse_foreign`).
+        Some(_) if !protocol.is_http() => Vec::new(),
         // gRPC metadata, in every dialect, by the profile's rules.
         Some(list) if matches!(protocol, Protocol::Grpc | Protocol::Grpcs) => super::http::metadata(r, &list),
         Some(list) if dialect != Dialect::Tm => {

@@ -5,11 +5,7 @@ use std::time::Duration;
 
 use toml::de::DeValue;
 
-use super::{
-    broke,
-    http::{http, TLS_KEYS},
-    names, port_value,
-};
+use super::{broke, http::http, names, port_value};
 use crate::config::{
     model::*,
     read::{parse_duration, Item, Reader, Table},
@@ -33,17 +29,17 @@ pub(super) fn health(
             r.missing(&t, "protocol", "a health check needs a protocol");
             None
         }
-        Some(item) => match Protocol::ALL.into_iter().find(|p| p.name() == item.v) {
+        Some(item) => match item.v.parse::<Protocol>().ok() {
             Some(p) if d.protocols().contains(&p) => Some(p),
             Some(_) => {
                 r.bad(
                     &item,
-                    format!("{} allows {}", d.name(), names(d.protocols(), Protocol::name)),
+                    format!("{} allows {}", d.name(), names(d.protocols(), Protocol::as_str)),
                 );
                 None
             }
             None => {
-                r.bad(&item, "expected tcp, udp, http, https, grpc or grpcs");
+                r.bad(&item, format!("expected {}", Protocol::NAMES.join(", ")));
                 None
             }
         },
@@ -187,51 +183,18 @@ fn thresholds(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect) -> Option<Thres
     }
 }
 
-/// Reports every key in `keys` that is set although `protocol` does not use it.
-fn not_for(r: &mut Reader<'_>, t: &Table<'_, '_>, keys: &[&str], why: &str) -> bool {
-    let mut clean = true;
-    for key in keys {
-        if let Some(v) = Reader::get(t, key) {
-            r.error(
-                v.span(),
-                &t.child(key),
-                Some(crate::config::read::show(v.get_ref())),
-                why.to_string(),
-            );
-            clean = false;
-        }
-    }
-    clean
-}
-
-/// With `http::TLS_KEYS`, what neither TCP nor UDP checks use.
-const HTTP_ONLY: [&str; 9] = [
-    "path",
-    "host",
-    "method",
-    "headers",
-    "status",
-    "body_match",
-    "cert_warn_days",
-    "tls_reverify",
-    "service",
-];
-const UDP_ONLY: [&str; 2] = ["request", "response"];
-/// What a gRPC check does not use: its call and its healthy answer are fixed.
-const NOT_GRPC: [&str; 4] = ["path", "method", "status", "body_match"];
-
 fn probe(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Option<Probe> {
-    let why_http = format!("only HTTP and gRPC checks use this; the protocol is {}", p.name());
-    let why_udp = format!("only UDP checks use this; the protocol is {}", p.name());
+    // Every key of another protocol's, as the reference has it.
+    let clean = super::refuse_foreign(
+        r,
+        t,
+        &reference::HEALTH,
+        |only| only.admits_protocol(p),
+        &format!("the protocol is {p}"),
+    );
     match p {
-        Protocol::Tcp => {
-            let a = not_for(r, t, &HTTP_ONLY, &why_http);
-            let b = not_for(r, t, &TLS_KEYS, &why_http);
-            let c = not_for(r, t, &UDP_ONLY, &why_udp);
-            (a && b && c).then_some(Probe::Tcp)
-        }
+        Protocol::Tcp => clean.then_some(Probe::Tcp),
         Protocol::Udp => {
-            let clean = not_for(r, t, &HTTP_ONLY, &why_http) & not_for(r, t, &TLS_KEYS, &why_http);
             let mut payload = |key: &str| {
                 let item = r.string(t, key)?;
                 if item.v.len() > MAX_UDP_PAYLOAD {
@@ -247,19 +210,9 @@ fn probe(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Opti
                 response,
             }))
         }
-        Protocol::Http | Protocol::Https => {
-            let clean = not_for(r, t, &UDP_ONLY, &why_udp);
+        Protocol::Http | Protocol::Https | Protocol::Grpc | Protocol::Grpcs => {
             let http = http(r, t, d, p);
             clean.then_some(())?;
-            http.map(|h| Probe::Http(Box::new(h)))
-        }
-        Protocol::Grpc | Protocol::Grpcs => {
-            let why_grpc = "a gRPC check calls grpc.health.v1.Health/Check and only SERVING is healthy; \
-                            set service to choose what is asked about";
-            let a = not_for(r, t, &UDP_ONLY, &why_udp);
-            let b = not_for(r, t, &NOT_GRPC, why_grpc);
-            let http = http(r, t, d, p);
-            (a && b).then_some(())?;
             http.map(|h| Probe::Http(Box::new(h)))
         }
     }

@@ -43,14 +43,6 @@ pub(super) const TLS_KEYS: [&str; 6] = [
     "min_version",
 ];
 
-/// Why a TLS key is refused on a protocol without TLS.
-fn tls_only(p: Protocol) -> String {
-    format!(
-        "only checks over TLS (https, grpcs) use this; the protocol is {}",
-        p.name()
-    )
-}
-
 pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Option<HttpCheck> {
     let before = r.errors.len();
     let tls = p.is_tls();
@@ -124,10 +116,8 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protoco
     let tls_reverify_s = tls_reverify(r, t, p, &tls_verify);
     let cert_warn_days = match r.int(t, "cert_warn_days") {
         None => DEFAULT_CERT_WARN_DAYS,
-        Some(item) if !tls => {
-            r.bad(&item, tls_only(p));
-            DEFAULT_CERT_WARN_DAYS
-        }
+        // Refused with the table's other TLS keys (`refuse_foreign`).
+        Some(_) if !tls => DEFAULT_CERT_WARN_DAYS,
         Some(item) => match u16::try_from(item.v).ok().filter(|d| *d <= MAX_CERT_WARN_DAYS) {
             Some(d) => d,
             None => {
@@ -163,7 +153,6 @@ fn tls_reverify(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol, verify: &Tls
         return default;
     };
     if !p.is_tls() {
-        r.bad(&item, tls_only(p));
         return default;
     }
     if !matches!(verify, TlsVerifySetting::Ca { .. }) {
@@ -209,7 +198,6 @@ pub(super) fn check_override(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol)
 fn min_version(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> Option<bool> {
     let item = r.string(t, "min_version")?;
     if !p.is_tls() {
-        r.bad(&item, tls_only(p));
         return None;
     }
     match item.v.as_str() {
@@ -226,10 +214,6 @@ fn min_version(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> Option<boo
 fn service(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> Option<String> {
     let item = r.string(t, "service")?;
     if !matches!(p, Protocol::Grpc | Protocol::Grpcs) {
-        r.bad(
-            &item,
-            format!("only gRPC checks (grpc, grpcs) use this; the protocol is {}", p.name()),
-        );
         return None;
     }
     if item.v.len() > MAX_SERVICE || item.v.chars().any(char::is_control) {
@@ -265,9 +249,6 @@ fn client_cert(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> Option<Cli
     let cert = r.string(t, "client_cert");
     let key = r.string(t, "client_key");
     if !p.is_tls() {
-        for item in [&cert, &key].into_iter().flatten() {
-            r.bad(item, tls_only(p));
-        }
         return None;
     }
     let (cert, key) = match (cert, key) {
@@ -322,9 +303,6 @@ fn tls_settings(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> (TlsVerif
     let ca_file = r.string(t, "ca_file");
     let server_name = r.string(t, "server_name");
     if !p.is_tls() {
-        for item in [&verify, &ca_file, &server_name].into_iter().flatten() {
-            r.bad(item, tls_only(p));
-        }
         return (TlsVerifySetting::Presence, None);
     }
     let server_name = server_name.and_then(|item| {

@@ -314,6 +314,34 @@ fn refuse_keys<'k>(
     }
 }
 
+/// Refuses every key of `section` set in `t` that applies elsewhere than here (`admits` says
+/// from the key's `Only`), naming where it applies and `here` ("the protocol is tcp"); true
+/// when there was none. The reference decides which protocols and sink kinds take a key: no
+/// reader keeps a list of its own.
+fn refuse_foreign(
+    r: &mut Reader<'_>,
+    t: &Table<'_, '_>,
+    section: &reference::Section,
+    admits: impl Fn(reference::Only) -> bool,
+    here: &str,
+) -> bool {
+    let mut clean = true;
+    for key in section.keys.iter().filter(|k| !admits(k.only)) {
+        if let Some(v) = Reader::get(t, key.name) {
+            let shown = crate::config::read::show(v.get_ref());
+            let only = key.only.text().unwrap_or_default();
+            r.error(
+                v.span(),
+                &t.child(key.name),
+                Some(shown),
+                format!("{} applies to {only}; {here}", key.name),
+            );
+            clean = false;
+        }
+    }
+    clean
+}
+
 /// What `valid_name` takes, for the errors that refuse a name (':' and brackets because an
 /// endpoint's default name is its address and port, `[2001:db8::1]:80`).
 const NAME_RULE: &str = "expected 1-63 letters, digits, '-', '_', '.', ':', '[' or ']'";

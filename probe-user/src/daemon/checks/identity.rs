@@ -61,7 +61,7 @@ impl Subject {
     /// As the state file stores it (`s1`, written like the key text).
     pub fn fingerprint(self) -> String {
         let mut out = String::from("s1;");
-        field(&mut out, "protocol", self.protocol.name());
+        field(&mut out, "protocol", self.protocol.as_str());
         field(&mut out, "target", &self.target.to_string());
         crate::hash::fingerprint(&out)
     }
@@ -117,7 +117,7 @@ impl<'a> Parts<'a> {
             Probe::Http(h) => Detail::Http { settings: h, endpoint },
         };
         Parts {
-            protocol: health.protocol().name(),
+            protocol: health.protocol().as_str(),
             target: endpoint.socket_addr(),
             interval: health.interval,
             timeout: health.timeout,

@@ -126,7 +126,7 @@ impl std::fmt::Display for Target<'_> {
                 f,
                 "{}/{}",
                 std::net::SocketAddr::new(s.address, s.port),
-                s.protocol.name()
+                s.protocol.as_str()
             ),
         }
     }

@@ -118,3 +118,6 @@ fn restart_needed(old: &Config, new: &Config, engine_running: bool) -> Vec<Strin
     }
     out
 }
+
+#[cfg(test)]
+mod tests;

@@ -55,7 +55,7 @@ impl Runner {
             let waited = Duration::from_nanos(now.saturating_sub(i.started_ns));
             log::warn!(
                 "a {} probe got no result in {:.1} s: counted as lost, not as a failure",
-                i.protocol.name(),
+                i.protocol.as_str(),
                 waited.as_secs_f64()
             );
             let report = ProbeReport {

@@ -5,7 +5,7 @@ mod userspace;
 
 use std::collections::HashSet;
 
-use route::{route, Claims, ROUTE_KEYS};
+use route::{route, Claims};
 use userspace::{exec, haproxy};
 
 use toml::de::DeValue;
@@ -17,11 +17,6 @@ use crate::{
     },
     rules::limits::{DEFAULT_SLOTS, MAX_SLOTS},
 };
-
-const KINDS: &str = "nftables, bpf, haproxy, exec or route";
-/// The keys of the haproxy and exec kinds, refused on any other kind.
-const HAPROXY_KEYS: [&str; 3] = ["socket", "backend", "down"];
-const EXEC_KEYS: [&str; 1] = ["command"];
 
 /// Every `[[sink]]`, checked against the profiles that exist.
 pub(super) fn sinks(
@@ -85,33 +80,40 @@ fn sink(
         // A wrong-typed kind is already reported; it is not also missing.
         None if Reader::get(&t, "kind").is_some() => (None, None),
         None => {
-            r.missing(&t, "kind", format!("every sink needs a kind: {KINDS}"));
+            r.missing(
+                &t,
+                "kind",
+                format!("every sink needs a kind: {}", SinkType::NAMES.join(", ")),
+            );
             (None, None)
         }
-        Some(item) => match item.v.as_str() {
-            "nftables" => nftables(r, &t),
-            "bpf" => bpf(r, &t),
-            "haproxy" => {
-                // The endpoints of the profile, once it read well, name the servers.
-                let endpoints = profile_item
-                    .as_ref()
-                    .and_then(|p| resolved.iter().flatten().find(|r| r.name == p.v).map(|r| (p, r)));
-                haproxy(r, &t, endpoints)
+        Some(item) => match item.v.parse::<SinkType>() {
+            Ok(kind) => {
+                // Reported beside what the kind's own reader finds.
+                refuse_foreign(r, &t, kind);
+                match kind {
+                    SinkType::Nftables => nftables(r, &t),
+                    SinkType::Bpf => bpf(r, &t),
+                    SinkType::Haproxy => {
+                        // The endpoints of the profile, once it read well, name the servers.
+                        let endpoints = profile_item
+                            .as_ref()
+                            .and_then(|p| resolved.iter().flatten().find(|r| r.name == p.v).map(|r| (p, r)));
+                        haproxy(r, &t, endpoints)
+                    }
+                    SinkType::Exec => exec(r, &t),
+                    SinkType::Route => {
+                        let name = Reader::get(&t, "name").and_then(|v| v.get_ref().as_str().map(str::to_string));
+                        route(r, &t, (index, name.as_deref()), claims)
+                    }
+                }
             }
-            "exec" => exec(r, &t),
-            "route" => {
-                let name = Reader::get(&t, "name").and_then(|v| v.get_ref().as_str().map(str::to_string));
-                route(r, &t, (index, name.as_deref()), claims)
-            }
-            _ => {
-                r.bad(&item, format!("expected {KINDS}"));
+            Err(_) => {
+                r.bad(&item, format!("expected {}", SinkType::NAMES.join(", ")));
                 (None, None)
             }
         },
     };
-    if let Some(item) = &kind_item {
-        foreign_keys(r, &t, &item.v);
-    }
     let name = match r.string(&t, "name") {
         Some(item) if !ident(&item.v) => {
             r.bad(&item, IDENT_RULE);
@@ -237,11 +239,6 @@ fn nftables(r: &mut Reader<'_>, t: &Table<'_, '_>) -> (Option<SinkKind>, Option<
 
 /// `kind = "bpf"`, and its default name (the pin's).
 fn bpf(r: &mut Reader<'_>, t: &Table<'_, '_>) -> (Option<SinkKind>, Option<String>) {
-    for key in ["family", "table", "set"] {
-        if let Some(item) = r.string(t, key) {
-            r.bad(&item, format!("{key} applies to nftables sinks"));
-        }
-    }
     let map = required_ident(
         r,
         t,
@@ -269,27 +266,15 @@ fn slots(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<u32> {
     }
 }
 
-/// The keys only haproxy, exec or route sinks take, on a sink of another kind.
-fn foreign_keys(r: &mut Reader<'_>, t: &Table<'_, '_>, kind: &str) {
-    for (owner, keys) in [
-        ("haproxy", &HAPROXY_KEYS[..]),
-        ("exec", &EXEC_KEYS[..]),
-        ("route", &ROUTE_KEYS[..]),
-    ] {
-        if kind == owner {
-            continue;
-        }
-        super::refuse_keys(r, t, keys.iter().copied(), |key| {
-            format!("{key} applies to {owner} sinks")
-        });
-    }
-}
-
-/// The nftables and bpf keys, on a haproxy or exec sink.
-fn refuse_nft_keys(r: &mut Reader<'_>, t: &Table<'_, '_>, kind: &str) {
-    super::refuse_keys(r, t, ["family", "table", "map", "set", "slots"], |key| {
-        format!("{key} applies to nftables and bpf sinks, not {kind}")
-    });
+/// Every key of another kind's, as the reference has it.
+fn refuse_foreign(r: &mut Reader<'_>, t: &Table<'_, '_>, kind: SinkType) {
+    super::refuse_foreign(
+        r,
+        t,
+        &crate::config::reference::SINK,
+        |only| only.admits_sink(kind),
+        &format!("this sink's kind is {kind}"),
+    );
 }
 
 const IDENT_RULE: &str = "expected 1-63 letters, digits, '_' or '-', starting with a letter";

@@ -5,23 +5,11 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use super::refuse_nft_keys;
 use crate::config::{
     model::*,
     read::{parse_duration, Reader, Table},
 };
 
-/// The keys only route sinks take.
-pub(super) const ROUTE_KEYS: [&str; 8] = [
-    "prefixes",
-    "device",
-    "kernel_table",
-    "route_protocol",
-    "metric",
-    "demote_metric",
-    "min_eligible",
-    "hold_down",
-];
 const MAX_PREFIXES: usize = 64;
 const MAX_HOLD_DOWN: Duration = Duration::from_secs(3600);
 const DEFAULT_HOLD_DOWN: Duration = Duration::from_secs(5);
@@ -38,7 +26,6 @@ pub(super) fn route(
     (index, name): (usize, Option<&str>),
     claims: &mut Claims,
 ) -> (Option<SinkKind>, Option<String>) {
-    refuse_nft_keys(r, t, "route");
     let prefixes = prefixes(r, t, index, claims);
     let device = device(r, t, name.unwrap_or("route"), index, claims);
     let kernel_table = int_in(r, t, "kernel_table", 1, u32::MAX - 1, DEFAULT_TABLE);

@@ -2,7 +2,7 @@
 //! program. Their names go into admin commands and argv, so they are held to safe alphabets.
 use toml::de::DeValue;
 
-use super::{haproxy_name, ident, refuse_nft_keys, HAPROXY_NAME_RULE};
+use super::{haproxy_name, ident, HAPROXY_NAME_RULE};
 use crate::config::{
     model::*,
     read::{Item, Reader, Table},
@@ -18,7 +18,6 @@ pub(super) fn haproxy(
     t: &Table<'_, '_>,
     endpoints: Option<(&Item<String>, &Profile)>,
 ) -> (Option<SinkKind>, Option<String>) {
-    refuse_nft_keys(r, t, "haproxy");
     let socket = match r.string(t, "socket") {
         None => {
             r.missing(
@@ -130,7 +129,6 @@ fn haproxy_servers(
 
 /// `kind = "exec"`, and its default name (the program's file name, when it is a valid one).
 pub(super) fn exec(r: &mut Reader<'_>, t: &Table<'_, '_>) -> (Option<SinkKind>, Option<String>) {
-    refuse_nft_keys(r, t, "exec");
     let Some(list) = r.strings(t, "command") else {
         if Reader::get(t, "command").is_none() {
             r.missing(
