@@ -92,6 +92,7 @@ impl Client {
     }
 
     #[must_use]
+    #[cfg(any(test, feature = "testing"))]
     pub fn with_timeouts(mut self, connect: Duration, whole: Duration) -> Self {
         self.connect_timeout = connect;
         self.timeout = whole;

@@ -6,7 +6,7 @@ use hyper::{body::Incoming, header, Method, Request, Response, StatusCode};
 
 use crate::{
     daemon::{Control, RequestError, SelectQuery},
-    status::{AdminState, Family},
+    status::{AdminAction, Family},
 };
 
 use super::{events, limits, query::*, reply::*, stream};
@@ -146,15 +146,12 @@ pub(super) async fn route(req: Request<Incoming>, control: Control, feed: &event
             json(control.select(profile, select).await)
         }
         (&Method::POST, ["v1", "endpoints", profile, endpoint, action]) => {
-            let state = match *action {
-                "enable" => AdminState::Enabled,
-                "disable" => AdminState::Disabled,
-                "always-serve" => AdminState::AlwaysServe,
-                "drain" => AdminState::Drain,
-                _ => {
+            let state = match action.parse::<AdminAction>() {
+                Ok(action) => action.state(),
+                Err(_) => {
                     return error(
                         StatusCode::NOT_FOUND,
-                        "actions are enable, disable, always-serve and drain",
+                        &format!("actions are {}", AdminAction::NAMES.join(", ")),
                     )
                 }
             };

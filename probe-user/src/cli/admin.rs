@@ -3,14 +3,14 @@
 use super::*;
 
 /// `probed enable|disable|always-serve|drain PROFILE ENDPOINT`.
-pub(super) fn admin(a: &AdminArgs, action: &str) -> anyhow::Result<ExitCode> {
+pub(super) fn admin(a: &AdminArgs, action: AdminAction) -> anyhow::Result<ExitCode> {
     let path = match &a.endpoint {
         Some(endpoint) => format!(
             "/v1/endpoints/{}/{}/{action}",
             percent_encode(&a.profile),
             percent_encode(endpoint)
         ),
-        None if matches!(action, "always-serve" | "drain") => {
+        None if !action.for_profiles() => {
             anyhow::bail!("{action} applies to one endpoint: name it")
         }
         None => format!("/v1/profiles/{}/{action}", percent_encode(&a.profile)),

@@ -7,6 +7,7 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use probed::kernel::{pin::PinDir, rx::RxProgram, AttachMode};
+use probed::status::AdminAction;
 
 mod admin;
 mod api;
@@ -272,10 +273,10 @@ pub fn main() -> ExitCode {
             };
             api_client(&api).and_then(|c| events::run(&c, &options).map_err(|e| api_failure(e, &api.api)))
         }
-        Command::Enable(a) => admin(&a, "enable"),
-        Command::Disable(a) => admin(&a, "disable"),
-        Command::AlwaysServe(a) => admin(&a, "always-serve"),
-        Command::Drain(a) => admin(&a, "drain"),
+        Command::Enable(a) => admin(&a, AdminAction::Enable),
+        Command::Disable(a) => admin(&a, AdminAction::Disable),
+        Command::AlwaysServe(a) => admin(&a, AdminAction::AlwaysServe),
+        Command::Drain(a) => admin(&a, AdminAction::Drain),
         Command::Check(args) => check::run(*args),
         Command::Generate { what, dir } => {
             let written = match what {

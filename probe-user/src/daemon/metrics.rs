@@ -244,9 +244,5 @@ impl RunnerMetrics {
 }
 
 fn health_label(h: HealthState) -> &'static str {
-    match h {
-        HealthState::CheckingEndpoint => "CheckingEndpoint",
-        HealthState::Healthy => "Healthy",
-        HealthState::Unhealthy => "Unhealthy",
-    }
+    h.as_str()
 }

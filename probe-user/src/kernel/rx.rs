@@ -74,6 +74,7 @@ impl RxProgram {
 
 impl RxProgram {
     /// The kernel's id of the loaded program (what `bpftool prog show id N` takes).
+    #[cfg(any(test, feature = "testing"))]
     pub fn program_id(&self) -> Result<u32, KernelError> {
         let prog: &Xdp = self
             .ebpf

@@ -232,6 +232,7 @@ impl UdpProber {
     }
 
     /// Runs every request concurrently (bounded by the permits); results in request order.
+    #[cfg(any(test, feature = "testing"))]
     pub async fn probe_all(&self, reqs: Vec<UdpRequest>) -> Vec<UdpResult> {
         let mut set = tokio::task::JoinSet::new();
         for (i, req) in reqs.into_iter().enumerate() {

@@ -60,7 +60,7 @@ impl NftablesSink {
 
     /// `ip lb web_slots`, as nft commands name the map or set.
     fn object(&self) -> String {
-        format!("{} {} {}", self.cfg.family.name(), self.cfg.table, self.name())
+        format!("{} {} {}", self.cfg.family.as_str(), self.cfg.table, self.name())
     }
 
     fn name(&self) -> &str {
@@ -84,7 +84,7 @@ impl NftablesSink {
                 SinkFault::Missing,
                 format!(
                     "{} {} {}: {e}; declare it in the ruleset (see docs/operations/sinks.md)",
-                    self.cfg.family.name(),
+                    self.cfg.family.as_str(),
                     self.cfg.table,
                     self.name()
                 ),

@@ -25,6 +25,35 @@ wire_enum! {
 }
 
 wire_enum! {
+    /// What the API and the command line ask of an endpoint (`POST /v1/endpoints/P/E/ACTION`,
+    /// `probed ACTION P E`); enable and disable also apply to a whole profile.
+    #[derive(Debug)]
+    pub enum AdminAction {
+        Enable = "enable",
+        Disable = "disable",
+        AlwaysServe = "always-serve",
+        Drain = "drain",
+    }
+}
+
+impl AdminAction {
+    /// The admin state it sets.
+    pub const fn state(self) -> AdminState {
+        match self {
+            AdminAction::Enable => AdminState::Enabled,
+            AdminAction::Disable => AdminState::Disabled,
+            AdminAction::AlwaysServe => AdminState::AlwaysServe,
+            AdminAction::Drain => AdminState::Drain,
+        }
+    }
+
+    /// Whether a whole profile takes it too (enable and disable do; the others name an endpoint).
+    pub const fn for_profiles(self) -> bool {
+        matches!(self, AdminAction::Enable | AdminAction::Disable)
+    }
+}
+
+wire_enum! {
     /// What the health checks say about an endpoint: the state of its threshold machine
     /// (`health::Tracker`). A new or re-enabled endpoint starts in `CheckingEndpoint`.
     #[derive(Debug, Hash)]

@@ -17,12 +17,14 @@ pub struct Sink {
     pub kind: SinkKind,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnStop {
-    /// Fail-static: the data path keeps the last eligible set.
-    Keep,
-    Clear,
+wire_enum! {
+    /// What stopping probed does to a sink's data path.
+    #[derive(Debug)]
+    pub enum OnStop {
+        /// Fail-static: the data path keeps the last eligible set.
+        Keep = "keep",
+        Clear = "clear",
+    }
 }
 
 wire_enum! {
@@ -69,21 +71,13 @@ pub struct NftSink {
     pub target: NftTarget,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum NftFamily {
-    Ip,
-    Ip6,
-    Inet,
-}
-
-impl NftFamily {
-    pub fn name(self) -> &'static str {
-        match self {
-            NftFamily::Ip => "ip",
-            NftFamily::Ip6 => "ip6",
-            NftFamily::Inet => "inet",
-        }
+wire_enum! {
+    /// The family of an nftables sink's table.
+    #[derive(Debug)]
+    pub enum NftFamily {
+        Ip = "ip",
+        Ip6 = "ip6",
+        Inet = "inet",
     }
 }
 
@@ -120,22 +114,14 @@ pub struct HaproxySink {
     pub servers: std::collections::BTreeMap<String, String>,
 }
 
-/// The state HAProxy holds a server in while its endpoint is not eligible.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum HaproxyDown {
-    /// No traffic at all, established sessions included once they end (`state maint`).
-    Maint,
-    /// No new sessions, except persistent ones (`state drain`).
-    Drain,
-}
-
-impl HaproxyDown {
-    pub fn name(self) -> &'static str {
-        match self {
-            HaproxyDown::Maint => "maint",
-            HaproxyDown::Drain => "drain",
-        }
+wire_enum! {
+    /// The state HAProxy holds a server in while its endpoint is not eligible.
+    #[derive(Debug)]
+    pub enum HaproxyDown {
+        /// No traffic at all, established sessions included once they end (`state maint`).
+        Maint = "maint",
+        /// No new sessions, except persistent ones (`state drain`).
+        Drain = "drain",
     }
 }
 

@@ -202,10 +202,6 @@ impl TlsVerify {
         }
     }
 
-    pub fn is_strict(&self) -> bool {
-        matches!(self, Self::Own(OwnClient { roots: Some(_), .. }))
-    }
-
     /// Which client a probe uses (0: the prober's shared one): connections are pooled, and
     /// sessions resumed, only under the client that made them.
     pub(crate) fn client_id(&self) -> u64 {

@@ -66,10 +66,9 @@ fn sink(
     let on_stop_item = r.string(&t, "on_stop");
     let on_stop = match &on_stop_item {
         None => Some(OnStop::Keep),
-        Some(item) => match item.v.as_str() {
-            "keep" => Some(OnStop::Keep),
-            "clear" => Some(OnStop::Clear),
-            _ => {
+        Some(item) => match item.v.parse::<OnStop>() {
+            Ok(on_stop) => Some(on_stop),
+            Err(_) => {
                 r.bad(item, "expected keep (leave the data path as it is) or clear");
                 None
             }
@@ -175,11 +174,9 @@ fn nftables(r: &mut Reader<'_>, t: &Table<'_, '_>) -> (Option<SinkKind>, Option<
             );
             None
         }
-        Some(item) => match item.v.as_str() {
-            "ip" => Some(NftFamily::Ip),
-            "ip6" => Some(NftFamily::Ip6),
-            "inet" => Some(NftFamily::Inet),
-            _ => {
+        Some(item) => match item.v.parse::<NftFamily>() {
+            Ok(family) => Some(family),
+            Err(_) => {
                 r.bad(&item, "expected ip, ip6 or inet");
                 None
             }

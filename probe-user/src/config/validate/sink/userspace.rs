@@ -50,10 +50,9 @@ pub(super) fn haproxy(
     };
     let down = match r.string(t, "down") {
         None => Some(HaproxyDown::Maint),
-        Some(item) => match item.v.as_str() {
-            "maint" => Some(HaproxyDown::Maint),
-            "drain" => Some(HaproxyDown::Drain),
-            _ => {
+        Some(item) => match item.v.parse::<HaproxyDown>() {
+            Ok(down) => Some(down),
+            Err(_) => {
                 r.bad(
                     &item,
                     "expected maint (no traffic) or drain (no new sessions but persistent ones)",
