@@ -2,28 +2,32 @@
 //! `POST /v1/profiles/{profile}/{enable|disable}`: the operator's override of an endpoint's
 //! admin state or of a profile's `enabled`. Each survives reloads that leave the configured
 //! value alone, and restarts (through the state file).
-use crate::changes::ChangeKind;
 use crate::{
     daemon::{
         protocol::RequestError,
         runner::Runner,
-        table::{OwnerId, Probed},
+        table::{Probed, Unsettled},
         views::{EndpointView, ProfileView},
     },
     status::AdminState,
 };
 
 impl Runner {
-    /// After an admin change of endpoint `id`: its check is registered or removed to match
-    /// (a re-enabled endpoint starts over in CheckingEndpoint: `Table::set_admin`).
-    fn reprobe(&mut self, id: OwnerId, Probed { was, is }: Probed, now: u64) {
-        if was && !is {
-            self.unregister(id);
-        } else if !was && is {
-            self.register(id, now);
+    /// After an admin change: each endpoint's check is registered or removed to match (a
+    /// re-enabled endpoint starts over in CheckingEndpoint: `Table::set_admin`), then the
+    /// table settles the statuses and what moved is published.
+    fn reprobe(&mut self, unsettled: Unsettled, now: u64) {
+        for &(id, Probed { was, is }) in &unsettled.probing {
+            if was && !is {
+                self.unregister(id);
+            } else if !was && is {
+                self.register(id, now);
+            }
+            // In a cluster: this node's vote follows (withdrawn while it does not probe).
+            self.cluster_sync(id);
         }
-        // In a cluster: this node's vote follows (withdrawn while it does not probe).
-        self.cluster_sync(id);
+        let changed = self.table.settle(unsettled, self.stamp(now));
+        self.publish(changed);
     }
 
     pub(in crate::daemon) fn set_admin(
@@ -34,9 +38,8 @@ impl Runner {
     ) -> Result<EndpointView, RequestError> {
         let id = self.locate(profile, endpoint)?;
         let now = self.now();
-        let probing = self.table.set_admin(id, state);
-        self.reprobe(id, probing, now);
-        self.restatus(id, ChangeKind::Admin, now, None);
+        let unsettled = self.table.set_admin(id, state);
+        self.reprobe(unsettled, now);
         self.persist.dirty = true;
         Ok(super::status::endpoint_view(&self.table, id, self.unix_now()))
     }
@@ -56,23 +59,8 @@ impl Runner {
             .profile(profile)
             .ok_or_else(|| RequestError::NoProfile(profile.into()))?;
         let now = self.now();
-        let entry = &self.table.profiles[ix];
-        let before = (entry.status, entry.fail_open);
-        let owners = self.table.set_profile_enabled(ix, enabled);
-        let no_owners = owners.is_empty();
-        for (id, probing) in owners {
-            self.reprobe(id, probing, now);
-            self.restatus(id, ChangeKind::Admin, now, None);
-        }
-        for nix in 0..self.table.profiles[ix].nested.len() {
-            self.renest(ix, nix, now);
-        }
-        // A profile without endpoints has no endpoint change to carry its own.
-        if no_owners && self.table.profiles[ix].nested.is_empty() {
-            self.publish_profile(ix, before, now);
-        }
-        // Its status stands for it in the profiles it is nested in.
-        self.cascade(ix, now);
+        let unsettled = self.table.set_profile_enabled(ix, enabled);
+        self.reprobe(unsettled, now);
         self.persist.dirty = true;
         super::status::profiles(&self.table, Some(profile), None, self.unix_now())?
             .pop()

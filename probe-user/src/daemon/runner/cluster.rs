@@ -225,18 +225,22 @@ impl Runner {
         let (mut taken, mut handed) = (0usize, 0usize);
         for (id, owned) in moved {
             // One taken over starts from the cluster's verdict (`Table::set_owned`).
-            let crate::daemon::table::Probed { was, is } = self.table.set_owned(id, owned);
+            let unsettled = self.table.set_owned(id, owned);
             if owned {
                 taken += 1;
             } else {
                 handed += 1;
             }
-            if was && !is {
-                self.unregister(id);
-            } else if !was && is {
-                self.register(id, now);
+            for &(id, crate::daemon::table::Probed { was, is }) in &unsettled.probing {
+                if was && !is {
+                    self.unregister(id);
+                } else if !was && is {
+                    self.register(id, now);
+                }
             }
-            self.cluster_refresh(id, now);
+            self.cluster_sync(id);
+            let changed = self.table.settle(unsettled, self.stamp(now));
+            self.publish(changed);
         }
         if taken + handed > 0 {
             log::info!(

@@ -8,7 +8,6 @@ use super::Runner;
 use crate::{
     changes::{ChangeKind, TransitionDetail},
     daemon::table::{Changed, OwnerId, Stamp},
-    status::ProfileStatus,
 };
 
 impl Runner {
@@ -45,27 +44,5 @@ impl Runner {
     ) {
         let changed = self.table.restatus(id, kind, self.stamp(at_ns), detail);
         self.publish(changed);
-    }
-
-    /// Profile `child`'s endpoints changed: the nested endpoints that stand for it catch up.
-    pub(in crate::daemon) fn cascade(&mut self, child: usize, at_ns: u64) {
-        let changed = self.table.cascade(child, self.stamp(at_ns));
-        self.publish(changed);
-    }
-
-    /// Brings nested endpoint `nix` of profile `pix` up to date and publishes what changed.
-    pub(in crate::daemon) fn renest(&mut self, pix: usize, nix: usize, at_ns: u64) {
-        let changed = self.table.renest(pix, nix, self.stamp(at_ns));
-        self.publish(changed);
-    }
-
-    /// Publishes profile `pix`'s status and fail-open if they differ from `before`.
-    pub(in crate::daemon) fn publish_profile(&mut self, pix: usize, before: (ProfileStatus, bool), at_ns: u64) {
-        if let Some(change) = self.table.profile_change(pix, before, self.stamp(at_ns)) {
-            self.publish(Changed {
-                changes: vec![change],
-                moved: false,
-            });
-        }
     }
 }

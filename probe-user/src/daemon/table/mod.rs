@@ -25,7 +25,7 @@ mod tests;
 
 pub(crate) use certs::{days_left, within_warning, CertSeen};
 pub(crate) use plan::{plan, Plan, Swapped};
-pub(crate) use restatus::{Changed, Probed, Stamp};
+pub(crate) use restatus::{Changed, Probed, Stamp, Unsettled};
 pub(crate) use swap::Name;
 pub(crate) use target::{Brief, Rtt, Target};
 

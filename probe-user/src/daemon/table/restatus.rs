@@ -56,6 +56,20 @@ pub(crate) struct Probed {
     pub is: bool,
 }
 
+/// An admin or share change the table has made whose statuses have not caught up: the runner
+/// registers or removes each endpoint's check as `probing` says, then hands it back to
+/// `Table::settle`, which brings every status, count, nested endpoint and parent up to date
+/// and says what to publish. The door has two steps because a status depends on the check
+/// being registered; it cannot be left half-open, since this must be used.
+#[must_use = "statuses catch up only in Table::settle, once the checks follow `probing`"]
+pub(crate) struct Unsettled {
+    /// Each endpoint whose probing may have changed, and how, in `owners` order.
+    pub probing: Vec<(OwnerId, Probed)>,
+    kind: ChangeKind,
+    /// A whole profile's change: its index, and its status and fail-open before.
+    profile: Option<(usize, (ProfileStatus, bool))>,
+}
+
 /// What one probe result brought to one owner of its check.
 pub(crate) struct Recorded {
     pub profile_ix: u32,
@@ -145,8 +159,8 @@ impl Table {
 
     /// Sets the API's admin override of endpoint `id` (none when `state` is the configured
     /// one). An endpoint probed again starts over in CheckingEndpoint (SPEC 4). Its status
-    /// catches up in `restatus`, once the runner has registered or removed its check.
-    pub fn set_admin(&mut self, id: OwnerId, state: AdminState) -> Probed {
+    /// catches up in `settle`, once the runner has registered or removed its check.
+    pub fn set_admin(&mut self, id: OwnerId, state: AdminState) -> Unsettled {
         // To or from drain, what it counts as moves with its status unchanged.
         if let Some(t) = self.targets.get(&id) {
             let (before, after) = (t.counts_as(), status::counted(state, t.status));
@@ -156,25 +170,59 @@ impl Table {
                 p.counts.add(after);
             }
         }
-        self.probing_change(id, true, |t| {
+        let probed = self.probing_change(id, true, |t| {
             t.admin_override = (state != t.config_admin).then_some(state);
-        })
+        });
+        Unsettled {
+            probing: vec![(id, probed)],
+            kind: ChangeKind::Admin,
+            profile: None,
+        }
     }
 
-    /// Sets the API's override of profile `ix`'s `enabled` and passes it to its endpoints;
-    /// returns each endpoint's change of probing, in `owners` order.
-    pub fn set_profile_enabled(&mut self, ix: usize, enabled: bool) -> Vec<(OwnerId, Probed)> {
+    /// Sets the API's override of profile `ix`'s `enabled` and passes it to its endpoints,
+    /// whose statuses, nested endpoints and parents catch up in `settle`.
+    pub fn set_profile_enabled(&mut self, ix: usize, enabled: bool) -> Unsettled {
         let entry = &mut self.profiles[ix];
+        let before = (entry.status, entry.fail_open);
         entry.set_enabled(enabled);
         // Without endpoints no restatus follows to recount it.
         if entry.owners.is_empty() && entry.nested.is_empty() {
             entry.recount();
         }
         let owners = entry.owners.clone();
-        owners
+        let probing = owners
             .into_iter()
             .map(|id| (id, self.probing_change(id, true, |t| t.profile_enabled = enabled)))
-            .collect()
+            .collect();
+        Unsettled {
+            probing,
+            kind: ChangeKind::Admin,
+            profile: Some((ix, before)),
+        }
+    }
+
+    /// Brings everything `unsettled` moved up to date (at `at`): each endpoint's status, its
+    /// profile's counts and fail-open and the profile, then for a whole profile's change its
+    /// nested endpoints, its own change when no endpoint carried it, and the profiles it is
+    /// nested in.
+    pub fn settle(&mut self, unsettled: Unsettled, at: Stamp) -> Changed {
+        let mut out = Changed::default();
+        for &(id, _) in &unsettled.probing {
+            out.extend(self.restatus(id, unsettled.kind, at, None));
+        }
+        if let Some((ix, before)) = unsettled.profile {
+            for nix in 0..self.profiles[ix].nested.len() {
+                out.extend(self.renest(ix, nix, at));
+            }
+            // A profile without endpoints has no endpoint change to carry its own.
+            if unsettled.probing.is_empty() && self.profiles[ix].nested.is_empty() {
+                out.changes.extend(self.profile_change(ix, before, at));
+            }
+            // Its status stands for it in the profiles it is nested in.
+            out.extend(self.cascade(ix, at));
+        }
+        out
     }
 
     /// Starts endpoint `id` over in CheckingEndpoint (SPEC 4: re-enabled, or known but not
@@ -188,19 +236,25 @@ impl Table {
     /// Whether this node is one of endpoint `id`'s probers now (`[cluster]`). One it takes
     /// over starts from the cluster's verdict, not from CheckingEndpoint: a check that only
     /// changed hands does not flap.
-    pub fn set_owned(&mut self, id: OwnerId, owned: bool) -> Probed {
-        self.probing_change(id, false, |t| {
+    pub fn set_owned(&mut self, id: OwnerId, owned: bool) -> Unsettled {
+        let probed = self.probing_change(id, false, |t| {
             if owned && !t.owned {
                 let start = t.cluster_health.unwrap_or(Health::CheckingEndpoint);
                 let rules = t.tracker.rules().clone();
                 t.tracker = Tracker::resume(&rules, start);
             }
             t.owned = owned;
-        })
+        });
+        Unsettled {
+            probing: vec![(id, probed)],
+            kind: ChangeKind::Cluster,
+            profile: None,
+        }
     }
 
     /// Sets the verdict this node gossips for endpoint `id` and the cluster's aggregate that
     /// stands for its health; true when the aggregate moved (`restatus` then follows).
+    #[must_use = "a moved aggregate needs the endpoint's restatus"]
     pub fn set_cluster_health(&mut self, id: OwnerId, sent: Option<Verdict>, health: Option<Health>) -> bool {
         let Some(t) = self.targets.get_mut(&id) else {
             return false;

@@ -2,7 +2,7 @@
 //! its methods, and status, eligibility, counts and the changes to publish come out.
 use std::{sync::Arc, time::Duration};
 
-use super::{plan, OwnerId, Probed, Stamp, Table};
+use super::{plan, Changed, OwnerId, Probed, Stamp, Table, Unsettled};
 use crate::{
     changes::{Change, ChangeKind},
     config::Config,
@@ -149,16 +149,26 @@ fn the_last_degraded_endpoint_turns_fail_open_on_and_the_others_hear_of_it() {
     assert!(t.targets[&a].eligible() && t.targets[&b].eligible());
 }
 
+/// The one endpoint's change of probing an admin or share change made, and what settling it
+/// publishes.
+fn settled(t: &mut Table, unsettled: Unsettled, s: u64) -> (Probed, Changed) {
+    let [(_, probed)] = unsettled.probing[..] else {
+        panic!("one endpoint's change")
+    };
+    (probed, t.settle(unsettled, at(s)))
+}
+
 #[test]
 fn an_admin_change_says_what_probing_does_and_re_enabling_starts_over() {
     let mut t = table(&["a"]);
     let a = id(&t, "a");
     result(&mut t, a, true, 1);
     result(&mut t, a, true, 2);
-    assert_eq!(t.set_admin(a, AdminState::Disabled), Probed { was: true, is: false });
-    // The status waits for restatus: the runner removes the check first.
+    let unsettled = t.set_admin(a, AdminState::Disabled);
+    // The status waits for settle: the runner removes the check first.
     assert_eq!(t.targets[&a].status(), S::Online);
-    let changed = t.restatus(a, ChangeKind::Admin, at(3), None);
+    let (probed, changed) = settled(&mut t, unsettled, 3);
+    assert_eq!(probed, Probed { was: true, is: false });
     assert!(changed.moved);
     assert_eq!(
         summary(&changed.changes)[0],
@@ -166,30 +176,37 @@ fn an_admin_change_says_what_probing_does_and_re_enabling_starts_over() {
     );
     assert_eq!(t.targets[&a].admin_override(), Some(AdminState::Disabled));
     // The configured state again: no override kept, and the tracker starts over.
-    assert_eq!(t.set_admin(a, AdminState::Enabled), Probed { was: false, is: true });
+    let unsettled = t.set_admin(a, AdminState::Enabled);
     assert_eq!(t.targets[&a].admin_override(), None);
     assert_eq!(t.targets[&a].tracker().state(), Health::CheckingEndpoint);
-    let changed = t.restatus(a, ChangeKind::Admin, at(4), None);
+    let (probed, changed) = settled(&mut t, unsettled, 4);
+    assert_eq!(probed, Probed { was: false, is: true });
     assert_eq!(
         summary(&changed.changes)[0],
         "a Admin Some(Disabled)->CheckingEndpoint eligible=true"
     );
     counts_match(&t);
     // The same state twice is no change at all.
-    assert_eq!(t.set_admin(a, AdminState::Enabled), Probed { was: true, is: true });
-    assert!(t.restatus(a, ChangeKind::Admin, at(5), None).changes.is_empty());
+    let unsettled = t.set_admin(a, AdminState::Enabled);
+    let (probed, changed) = settled(&mut t, unsettled, 5);
+    assert_eq!(probed, Probed { was: true, is: true });
+    assert!(changed.changes.is_empty());
 }
 
 #[test]
 fn a_disabled_profile_passes_its_state_to_every_endpoint() {
     let mut t = table(&["a", "b"]);
-    let probing = t.set_profile_enabled(0, false);
-    assert_eq!(probing.len(), 2);
-    assert!(probing.iter().all(|(_, p)| *p == Probed { was: true, is: false }));
-    for (id, _) in probing {
-        let _ = t.restatus(id, ChangeKind::Admin, at(1), None);
-    }
+    let unsettled = t.set_profile_enabled(0, false);
+    assert_eq!(unsettled.probing.len(), 2);
+    assert!(unsettled
+        .probing
+        .iter()
+        .all(|(_, p)| *p == Probed { was: true, is: false }));
+    let changed = t.settle(unsettled, at(1));
     assert!(t.targets.values().all(|x| x.status() == S::Inactive));
+    // Each endpoint's change, then the profile's, once.
+    let summary = summary(&changed.changes);
+    assert_eq!(summary.len(), 3, "{summary:?}");
     assert_eq!(t.profiles[0].enabled_override, Some(false));
     counts_match(&t);
 }
@@ -226,10 +243,14 @@ fn a_cluster_aggregate_stands_for_the_endpoints_health() {
         "a Cluster Some(CheckingEndpoint)->Online eligible=true"
     );
     // Handed over to another node: no longer probed here, its health still the cluster's.
-    assert_eq!(t.set_owned(a, false), Probed { was: true, is: false });
-    assert!(t.restatus(a, ChangeKind::Cluster, at(2), None).changes.is_empty());
+    let unsettled = t.set_owned(a, false);
+    let (probed, changed) = settled(&mut t, unsettled, 2);
+    assert_eq!(probed, Probed { was: true, is: false });
+    assert!(changed.changes.is_empty());
     // Taken back: the tracker resumes from the aggregate, not from CheckingEndpoint.
-    assert_eq!(t.set_owned(a, true), Probed { was: false, is: true });
+    let unsettled = t.set_owned(a, true);
+    let (probed, _) = settled(&mut t, unsettled, 3);
+    assert_eq!(probed, Probed { was: false, is: true });
     assert_eq!(
         t.targets[&a].tracker().state(),
         Health::Healthy,
