@@ -45,6 +45,7 @@ pub mod rules;
 pub mod schedule;
 #[cfg(not(feature = "testing"))]
 pub(crate) mod schedule;
+pub mod schema;
 pub(crate) mod secret;
 pub mod service;
 pub mod sinks;

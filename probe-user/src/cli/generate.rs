@@ -103,7 +103,7 @@ mod tests {
         // Roff escapes '-' as "\-" (none of the names has one today).
         let roff = |s: &str| s.replace('-', "\\-");
         let mut keys = 0;
-        for key in ROOT.keys {
+        for key in ROOT.keys() {
             let section = SECTIONS
                 .iter()
                 .find(|s| s.path == key.name)
@@ -123,7 +123,7 @@ mod tests {
             let at = page.find(&format!("\n.SS {}\n", section.header)).unwrap();
             let rest = &page[at + 1..];
             let body = &rest[..rest[1..].find("\n.S").map_or(rest.len(), |i| i + 1)];
-            for key in section.keys {
+            for key in section.keys() {
                 let tag = format!("\n.TP\n\\fB{}\\fR (\\fI{}\\fR)\n", roff(key.name), key.ty.name());
                 assert!(
                     body.contains(&tag),

@@ -63,6 +63,13 @@ pub trait TaskProbe: Send + Sync + fmt::Debug {
     fn as_any(&self) -> &dyn std::any::Any;
 }
 
+/// One field of a check's identity text (`daemon::checks::identity`): `name=LEN:VALUE;`, so
+/// that no value can run into the next. A kind writes what it sends and expects with it.
+pub fn key_field(out: &mut String, name: &str, value: &str) {
+    use std::fmt::Write;
+    let _ = write!(out, "{name}={}:{value};", value.len());
+}
+
 /// What the probes of each task kind share, one per runner.
 #[derive(Default)]
 pub struct Probers {

@@ -7,10 +7,12 @@
 mod dialect;
 mod error;
 mod http;
+mod kinds;
 pub mod limits;
 mod thresholds;
 
 pub use dialect::{Dialect, Protocol};
 pub use error::{Rule, RuleError};
 pub use http::{check_header_level, is_dns_name, Header, HostName, HttpPath, Method, StatusRange};
+pub use kinds::SinkType;
 pub use thresholds::{ThresholdError, ThresholdKey, Thresholds};

@@ -3,6 +3,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use crate::probe::udp::UdpCheck;
+
 use super::*;
 
 /// The health check of a profile.
@@ -60,13 +62,6 @@ pub enum Probe {
     Tcp,
     Udp(UdpCheck),
     Http(Box<HttpCheck>),
-}
-
-/// UDP probe payloads. Without a response string, silence means healthy (lb semantics).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct UdpCheck {
-    pub request: String,
-    pub response: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -6,6 +6,8 @@ use serde::Serialize;
 
 use crate::wire_enum::wire_enum;
 
+pub use crate::rules::SinkType;
+
 /// `[[sink]]`: one forwarding structure kept in step with one profile's eligible set.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Sink {
@@ -24,18 +26,6 @@ wire_enum! {
         /// Fail-static: the data path keeps the last eligible set.
         Keep = "keep",
         Clear = "clear",
-    }
-}
-
-wire_enum! {
-    /// A sink's `kind`: each kind's name, once.
-    #[derive(Debug, Hash)]
-    pub enum SinkType {
-        Nftables = "nftables",
-        Bpf = "bpf",
-        Haproxy = "haproxy",
-        Exec = "exec",
-        Route = "route",
     }
 }
 

@@ -294,7 +294,7 @@ fn tables_and_their_keys_line_up() {
     for s in all() {
         assert!(paths.insert(s.path), "{} twice", s.header);
         let mut names = std::collections::HashSet::new();
-        for key in s.keys {
+        for key in s.keys() {
             assert!(names.insert(key.name), "{} lists {} twice", s.header, key.name);
             assert!(!key.about.is_empty(), "{}.{} has no description", s.path, key.name);
             let child = if s.path.is_empty() {
@@ -343,7 +343,7 @@ fn reads(doc: &Doc, s: &Section, key: &Key) -> bool {
 fn every_key_is_read() {
     let contexts = contexts();
     for s in all() {
-        for key in s.keys {
+        for key in s.keys() {
             let field = field(s.path, key.name);
             let read = having(&contexts, s.path).any(|(doc, _)| reads(doc, s, key));
             assert!(read, "{field}: the reader never looks at it");
@@ -358,7 +358,7 @@ fn defaults_written_out_change_nothing() {
     let contexts = contexts();
     let mut checked = 0;
     for s in all() {
-        for key in s.keys {
+        for key in s.keys() {
             let mut compared = 0;
             for (doc, _) in having(&contexts, s.path) {
                 let value = match key.default {
@@ -442,7 +442,7 @@ fn documented_bounds_are_the_readers() {
     let contexts = contexts();
     let mut checked = 0;
     for s in all() {
-        for key in s.keys {
+        for key in s.keys() {
             let field = field(s.path, key.name);
             for (inside, outside) in bounds(key.allowed) {
                 let mut taken = false;
@@ -503,7 +503,7 @@ fn protocol_keys_are_refused_by_the_reference_on_every_other_protocol() {
     use crate::config::Protocol;
     let mut tried = 0;
     for (path, section) in [("profile.health", &HEALTH), ("profile.endpoint", &ENDPOINT)] {
-        for key in section.keys {
+        for key in section.keys() {
             let Only::Protocols(list, _) = key.only else {
                 continue;
             };
@@ -524,7 +524,7 @@ fn protocol_keys_are_refused_by_the_reference_on_every_other_protocol() {
 fn sink_keys_are_refused_by_the_reference_on_every_other_kind() {
     use crate::config::SinkType;
     let mut tried = 0;
-    for key in SINK.keys {
+    for key in SINK.keys() {
         let Only::Sinks(list, _) = key.only else {
             continue;
         };

@@ -11,10 +11,7 @@ use crate::config::{
     read::{parse_duration, Item, Reader, Table},
     reference,
 };
-use crate::rules::{
-    limits::{MAX_PACING_MS, MAX_UDP_PAYLOAD},
-    ThresholdError,
-};
+use crate::rules::{limits::MAX_PACING_MS, ThresholdError};
 
 pub(super) fn health(
     r: &mut Reader<'_>,
@@ -195,20 +192,8 @@ fn probe(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Opti
     match p {
         Protocol::Tcp => clean.then_some(Probe::Tcp),
         Protocol::Udp => {
-            let mut payload = |key: &str| {
-                let item = r.string(t, key)?;
-                if item.v.len() > MAX_UDP_PAYLOAD {
-                    r.bad(&item, format!("at most {MAX_UDP_PAYLOAD} bytes"));
-                    return Some(Err(()));
-                }
-                Some(Ok(item.v))
-            };
-            let request = payload("request").transpose().ok()?;
-            let response = payload("response").transpose().ok()?;
-            clean.then_some(Probe::Udp(UdpCheck {
-                request: request.unwrap_or_default(),
-                response,
-            }))
+            let udp = crate::probe::udp::read(r, t);
+            clean.then_some(Probe::Udp(udp?))
         }
         Protocol::Http | Protocol::Https | Protocol::Grpc | Protocol::Grpcs => {
             let http = http(r, t, d, p);

@@ -326,7 +326,7 @@ fn refuse_foreign(
     here: &str,
 ) -> bool {
     let mut clean = true;
-    for key in section.keys.iter().filter(|k| !admits(k.only)) {
+    for key in section.keys().filter(|k| !admits(k.only)) {
         if let Some(v) = Reader::get(t, key.name) {
             let shown = crate::config::read::show(v.get_ref());
             let only = key.only.text().unwrap_or_default();

@@ -7,9 +7,9 @@
 //!
 //! Before `k2` the text was partly `Debug` output (`legacy`): a state file written then is
 //! still read, its fingerprints matched against the legacy text of each check once, at load.
-use std::{fmt::Write, net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, time::Duration};
 
-use crate::config::{Endpoint, HostName, HttpCheck as HttpSettings, Pacing, Probe, Profile};
+use crate::config::{Endpoint, HostName, HttpCheck as HttpSettings, Pacing, Probe, Profile, UdpCheck};
 
 /// A check's identity: the stable 64-bit hash of its key text, which spells out everything a
 /// probe depends on, and that of its question text (the key text less its timing, `texts`).
@@ -70,10 +70,7 @@ impl Subject {
 /// What a probe sends and expects beyond where and when.
 pub(super) enum Detail<'a> {
     Tcp,
-    Udp {
-        request: &'a str,
-        response: Option<&'a str>,
-    },
+    Udp(&'a UdpCheck),
     Http {
         settings: &'a HttpSettings,
         endpoint: &'a Endpoint,
@@ -90,10 +87,7 @@ pub(super) struct Parts<'a> {
     pub detail: Detail<'a>,
 }
 
-/// `name=LEN:VALUE;`: no value can run into the next field.
-fn field(out: &mut String, name: &str, value: &str) {
-    let _ = write!(out, "{name}={}:{value};", value.len());
-}
+use crate::probe::key_field as field;
 
 fn nanos(d: Duration) -> String {
     d.as_nanos().to_string()
@@ -110,10 +104,7 @@ impl<'a> Parts<'a> {
         let health = &profile.health;
         let detail = match &health.probe {
             Probe::Tcp => Detail::Tcp,
-            Probe::Udp(udp) => Detail::Udp {
-                request: &udp.request,
-                response: udp.response.as_deref(),
-            },
+            Probe::Udp(udp) => Detail::Udp(udp),
             Probe::Http(h) => Detail::Http { settings: h, endpoint },
         };
         Parts {
@@ -155,12 +146,7 @@ impl<'a> Parts<'a> {
     fn question_fields(&self, out: &mut String) {
         match &self.detail {
             Detail::Tcp => {}
-            Detail::Udp { request, response } => {
-                field(out, "request", request);
-                if let Some(r) = response {
-                    field(out, "response", r);
-                }
-            }
+            Detail::Udp(udp) => udp.identity(out),
             Detail::Http { settings, endpoint } => {
                 // The endpoint's own TLS keys and service stand in for the profile's.
                 let merged = endpoint.check_override().map(|own| settings.with_override(own));
@@ -210,14 +196,14 @@ impl<'a> Parts<'a> {
     pub fn legacy(&self) -> String {
         let detail = match &self.detail {
             Detail::Tcp => String::new(),
-            Detail::Udp {
+            Detail::Udp(UdpCheck {
                 request,
                 response: Some(r),
-            } => format!(" req={request:?} resp={r:?}"),
-            Detail::Udp {
+            }) => format!(" req={request:?} resp={r:?}"),
+            Detail::Udp(UdpCheck {
                 request,
                 response: None,
-            } => format!(" req={request:?}"),
+            }) => format!(" req={request:?}"),
             Detail::Http { settings: h, endpoint } => {
                 let headers: Vec<String> = h
                     .headers

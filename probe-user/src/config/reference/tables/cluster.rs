@@ -7,7 +7,8 @@ pub const CLUSTER: Section = Section {
     about: "Shares verdicts with other probed nodes over authenticated gossip (UDP) and splits the \
             probing among them. Any change here needs a restart: the running node keeps its name, \
             address, key and share.",
-    keys: &[
+    kinds: &[],
+    own: &[
         Key::new(
             "node",
             Type::String,

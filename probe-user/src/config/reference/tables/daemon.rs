@@ -6,7 +6,8 @@ pub const DAEMON: Section = Section {
     header: "[daemon]",
     about: "The daemon's own settings. The api_* keys decide where the API listens and who may change \
             state through it; the API keeps all of them until a restart, never a mix of old and new.",
-    keys: &[
+    kinds: &[],
+    own: &[
         Key::new(
             "api_listen",
             Type::String,

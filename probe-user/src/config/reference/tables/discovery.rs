@@ -11,7 +11,8 @@ pub const DISCOVERY: Section = Section {
             SERVFAIL, REFUSED, a garbled answer) changes nothing: the last good set stays, and the name \
             is asked again sooner. An answer that the name has no such records (NXDOMAIN, or no \
             data) is an answer: the profile is then left with no endpoints.",
-    keys: &[
+    kinds: &[],
+    own: &[
         Key::new(
             "name",
             Type::String,

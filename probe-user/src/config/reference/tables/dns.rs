@@ -7,7 +7,8 @@ pub const DNS: Section = Section {
     about: "Makes probed the authoritative DNS server of one zone: each profile answers to one name in it, \
             with the endpoints its routing method picks among the eligible ones at the moment of the \
             query.",
-    keys: &[
+    kinds: &[],
+    own: &[
         Key::new(
             "listen",
             Strings,
@@ -99,7 +100,8 @@ pub const NAMESERVER: Section = Section {
     header: "[[dns.nameserver]]",
     about: "One NS record of the zone's apex, in the order written; the first is the SOA's primary name \
             server.",
-    keys: &[
+    kinds: &[],
+    own: &[
         Key::new(
             "name",
             Type::String,
@@ -127,7 +129,8 @@ pub const RATE_LIMIT: Section = Section {
             answer that holds a second's worth of them; over the limit an answer is dropped, except every \
             slip-th, which goes out truncated so that a real client retries over TCP, which is not \
             limited.",
-    keys: &[
+    kinds: &[],
+    own: &[
         Key::new(
             "responses_per_second",
             Integer,
@@ -176,7 +179,8 @@ pub const DNS_TCP: Section = Section {
     path: "dns.tcp",
     header: "[dns.tcp]",
     about: "What DNS clients may hold over TCP. A reload applies it to new connections.",
-    keys: &[
+    kinds: &[],
+    own: &[
         Key::new(
             "max_clients",
             Integer,
@@ -225,7 +229,8 @@ pub const REGION: Section = Section {
             whose subnets hold it (the most specific wins), else, with geoip_db, to the region that lists \
             its country, else its continent. A source in no region gets the endpoint whose region is \
             world.",
-    keys: &[
+    kinds: &[],
+    own: &[
         Key::new(
             "name",
             Type::String,

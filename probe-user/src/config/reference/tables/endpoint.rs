@@ -10,7 +10,8 @@ pub const ENDPOINT: Section = Section {
             \"CHILD\" is a nested profile instead: it is not probed, its status follows the child's \
             endpoints, and it takes only name, profile, weight, priority, state, subnets, region and \
             min_child_endpoints.",
-    keys: &[
+    kinds: &[],
+    own: &[
         Key::new(
             "name",
             Type::String,

@@ -11,7 +11,8 @@ pub const HEALTH: Section = Section {
     about: "The profile's health check, by its dialect's rules. The keys of one protocol are refused on \
             another. Every key here but the thresholds is part of the check: changing it makes each \
             endpoint's check a new one.",
-    keys: &[
+    kinds: &[crate::probe::udp::KEYS],
+    own: &[
         Key::new(
             "protocol",
             Type::String,
@@ -143,27 +144,6 @@ pub const HEALTH: Section = Section {
             "Consecutive results, successes or failures, that change an endpoint's health.",
         )
         .only("dialect = \"ga\""),
-        Key::new(
-            "request",
-            Type::String,
-            Value("\"\""),
-            Bytes(0, MAX_UDP_PAYLOAD),
-            Reask,
-            "The datagram sent. Without response, silence within the timeout is healthy and an ICMP \
-             error unhealthy; a backend that rate-limits its ICMP errors can then look healthy on a \
-             closed port.",
-        )
-        .protocols(&[Protocol::Udp], ""),
-        Key::new(
-            "response",
-            Type::String,
-            said("none"),
-            Bytes(0, MAX_UDP_PAYLOAD),
-            Reask,
-            "A string the reply must contain. With it only such a reply within the timeout is healthy, \
-             and silence fails.",
-        )
-        .protocols(&[Protocol::Udp], ""),
         Key::new(
             "body_match",
             Type::String,

@@ -12,7 +12,7 @@ use super::{
 use crate::{
     config::model::{Cluster, Daemon, DnsTcp, EndpointSource, HttpProbes, Protocol, SinkType},
     kernel::{AttachMode, Hook},
-    rules::limits::{MAX_PACING_MS, MAX_SLOTS, MAX_UDP_PAYLOAD, THRESHOLD_MAX},
+    rules::limits::{MAX_PACING_MS, MAX_SLOTS, THRESHOLD_MAX},
     status::{AdminState, Method},
 };
 

@@ -6,7 +6,8 @@ pub const PROFILE: Section = Section {
     header: "[[profile]]",
     about: "A named group of endpoints, probed with one health check ([profile.health]) and answered \
             for with one routing method. A reload applies every key here.",
-    keys: &[
+    kinds: &[],
+    own: &[
         Key::new(
             "name",
             Type::String,

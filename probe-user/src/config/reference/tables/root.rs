@@ -6,7 +6,8 @@ pub const ROOT: Section = Section {
     path: "",
     header: "",
     about: "The top level of the file holds these tables and nothing else; each is optional.",
-    keys: &[
+    kinds: &[],
+    own: &[
         Key::new(
             "daemon",
             Table,

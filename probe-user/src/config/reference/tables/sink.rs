@@ -14,7 +14,8 @@ pub const SINK: Section = Section {
             JSON line per change; route: routes to a VIP in a kernel table, announced by the node's \
             routing daemon while the profile can serve. A reload restarts the sinks whose settings changed, and is refused \
             when a new or changed sink's structure is missing.",
-    keys: &[
+    kinds: &[],
+    own: &[
         Key::new(
             "name",
             Type::String,

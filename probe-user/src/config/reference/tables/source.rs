@@ -7,7 +7,8 @@ pub const SOURCE: Section = Section {
     about: "Where probes leave from and how the reply matcher, probe_rx, attaches. Once the L4 engine \
             runs, a change here needs a restart (the reload names source); until the engine first \
             starts, it starts with the values of the latest reload.",
-    keys: &[
+    kinds: &[],
+    own: &[
         Key::new(
             "interfaces",
             Strings,

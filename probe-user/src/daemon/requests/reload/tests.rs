@@ -107,7 +107,7 @@ fn restart_keys() -> Vec<String> {
     std::iter::once(&ROOT)
         .chain(SECTIONS)
         .flat_map(|s| {
-            s.keys.iter().filter(|k| k.reload == Reload::Restart).map(|k| {
+            s.keys().filter(|k| k.reload == Reload::Restart).map(|k| {
                 if s.path.is_empty() {
                     k.name.to_string()
                 } else {

@@ -7,7 +7,7 @@ use toml::{
     Spanned,
 };
 
-use super::{reference::Section, ConfigError};
+use super::{error::ConfigError, keys::Section};
 
 /// A value read from the file, with where it was and how it was written.
 #[derive(Debug, Clone)]

@@ -27,6 +27,11 @@ use std::{
 
 use tokio::{io::Interest, net::UdpSocket, sync::Semaphore};
 
+mod config;
+
+pub(crate) use config::read;
+pub use config::{UdpCheck, KEYS};
+
 use crate::engine::L4Outcome;
 
 /// ICMP destination unreachable / port unreachable.
