@@ -244,6 +244,21 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     Some(Duration::from_millis(n.checked_mul(scale)?))
 }
 
+pub(crate) fn names<T: Copy>(items: &[T], name: impl Fn(T) -> &'static str) -> String {
+    let all: Vec<&str> = items.iter().map(|i| name(*i)).collect();
+    match all.as_slice() {
+        [one] => one.to_string(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+        [] => "nothing".to_string(),
+    }
+}
+
+/// A shared rule broken by `item`: the config error already names the field and the value,
+/// so only what is allowed is added.
+pub(crate) fn broke<T>(r: &mut Reader<'_>, item: &Item<T>, e: crate::rules::RuleError) {
+    r.bad(item, e.rule.to_string());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,49 +39,6 @@ pub struct EndpointExtra {
     pub check: Option<Box<CheckOverride>>,
 }
 
-/// What an endpoint may set of its profile's TLS and gRPC check: each key left out is the
-/// profile's. (A backend with its own CA, name or client certificate, or its own service.)
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct CheckOverride {
-    pub tls_verify: Option<TlsVerifySetting>,
-    pub server_name: Option<HostName>,
-    pub client_cert: Option<ClientCertFiles>,
-    pub tls13_only: Option<bool>,
-    pub service: Option<String>,
-}
-
-impl CheckOverride {
-    /// Whether it changes the TLS client (verification, client certificate, versions): the
-    /// endpoint then needs a client of its own.
-    pub fn changes_client(&self) -> bool {
-        self.tls_verify.is_some() || self.client_cert.is_some() || self.tls13_only.is_some()
-    }
-}
-
-impl HttpCheck {
-    /// The profile's check with `o`'s keys in place of its own.
-    #[must_use]
-    pub fn with_override(&self, o: &CheckOverride) -> HttpCheck {
-        let mut h = self.clone();
-        if let Some(v) = &o.tls_verify {
-            h.tls_verify = v.clone();
-        }
-        if let Some(n) = &o.server_name {
-            h.server_name = Some(n.clone());
-        }
-        if let Some(c) = &o.client_cert {
-            h.client_cert = Some(c.clone());
-        }
-        if let Some(t) = o.tls13_only {
-            h.tls13_only = t;
-        }
-        if let Some(s) = &o.service {
-            h.grpc = Some(s.clone());
-        }
-        h
-    }
-}
-
 impl Extra {
     /// The box, or none when everything in it is left out.
     pub fn of(extra: EndpointExtra) -> Self {

@@ -3,7 +3,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-pub use crate::probe::udp::UdpCheck;
+pub use crate::probe::{
+    http::config::{CheckOverride, ClientCertFiles, HttpSettings, TlsVerifySetting},
+    udp::UdpCheck,
+};
 
 use super::*;
 
@@ -48,7 +51,7 @@ impl HealthCheck {
         }
     }
 
-    pub fn http(&self) -> Option<&HttpCheck> {
+    pub fn http(&self) -> Option<&HttpSettings> {
         match &self.probe {
             Probe::Http(h) => Some(h),
             _ => None,
@@ -61,64 +64,5 @@ impl HealthCheck {
 pub enum Probe {
     Tcp,
     Udp(UdpCheck),
-    Http(Box<HttpCheck>),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct HttpCheck {
-    pub tls: bool,
-    pub method: Method,
-    pub path: HttpPath,
-    /// Host header from `host`; None means the endpoint's address, unless a Host header is set.
-    pub host: Option<HostName>,
-    pub headers: Vec<Header>,
-    pub healthy_status: Vec<StatusRange>,
-    pub body_match: Option<String>,
-    /// HTTPS: how the server's certificate is checked.
-    pub tls_verify: TlsVerifySetting,
-    /// HTTPS: the name sent as SNI and, with `tls_verify = "ca"`, verified; None: the Host
-    /// (`host`, or a Host header), else no SNI and the address.
-    pub server_name: Option<HostName>,
-    /// HTTPS: the client certificate (chain) and key files presented to servers that ask
-    /// (mTLS backends).
-    pub client_cert: Option<ClientCertFiles>,
-    /// HTTPS: `min_version = "1.3"`: TLS 1.3 only (else 1.2 and 1.3).
-    pub tls13_only: bool,
-    /// Over TLS: a full handshake with each target at least this often, in seconds
-    /// (`tls_reverify`); a session is resumed only within it.
-    pub tls_reverify_s: u32,
-    /// Over TLS: a notice when the server's certificate expires within this many days (0:
-    /// never). Not part of the check: it changes no probe and no verdict.
-    pub cert_warn_days: u16,
-    /// `protocol = "grpc"` or `"grpcs"`: the service whose health is asked (`""`: the
-    /// server's own). The call is fixed (`grpc.health.v1.Health/Check`, SERVING is healthy),
-    /// so method, path, healthy_status and body_match keep their defaults and are not used;
-    /// headers are sent as metadata.
-    pub grpc: Option<String>,
-}
-
-/// `client_cert` and `client_key`: PEM files, read when the configuration is loaded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ClientCertFiles {
-    pub cert: std::path::PathBuf,
-    pub key: std::path::PathBuf,
-}
-
-/// `tls_verify`: what an HTTPS check requires of the server's certificate.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
-pub enum TlsVerifySetting {
-    /// One must be presented; chain, name and dates are not checked (SPEC 1, the tm's rule).
-    #[default]
-    Presence,
-    /// It must chain to a root of `ca_file` (None: the system's roots), match the server name
-    /// and be within its dates.
-    Ca { ca_file: Option<std::path::PathBuf> },
-}
-
-impl HttpCheck {
-    /// Whether `code` is in the healthy set (the config tests' shorthand).
-    #[cfg(test)]
-    pub fn status_ok(&self, code: u16) -> bool {
-        self.healthy_status.iter().any(|r| r.contains(code))
-    }
+    Http(Box<HttpSettings>),
 }

@@ -5,7 +5,7 @@ use super::*;
 const GRPC: &str = "protocol = \"grpc\"\nport = 50051\n";
 const GRPCS: &str = "protocol = \"grpcs\"\nport = 50051\n";
 
-fn grpc_of(c: &Config) -> HttpCheck {
+fn grpc_of(c: &Config) -> HttpSettings {
     match &c.profiles[0].health.probe {
         Probe::Http(h) => (**h).clone(),
         other => panic!("{other:?}"),

@@ -10,7 +10,6 @@ use ipnet::IpNet;
 use toml::de::DeValue;
 
 use super::{
-    http::headers,
     port_value,
     sink::{haproxy_name, HAPROXY_NAME_RULE},
     valid_name,
@@ -224,7 +223,7 @@ fn endpoint(
     let region = region(r, &t, routing, taken);
     let name = name(r, &t, address, port, taken);
     let haproxy_server = haproxy_server(r, &t);
-    let check = super::http::check_override(r, &t, health.protocol());
+    let check = crate::probe::http::config::check_override(r, &t, health.protocol());
     (r.errors.len() == before).then_some(())?;
     Some(Endpoint {
         name: name?.into(),
@@ -337,12 +336,14 @@ fn own_headers(r: &mut Reader<'_>, t: &Table<'_, '_>, protocol: Protocol, dialec
         // Refused with the endpoint's other keys of another protocol's (`refuse_foreign`).
         Some(_) if !protocol.is_http() => Vec::new(),
         // gRPC metadata, in every dialect, by the profile's rules.
-        Some(list) if matches!(protocol, Protocol::Grpc | Protocol::Grpcs) => super::http::metadata(r, &list),
+        Some(list) if matches!(protocol, Protocol::Grpc | Protocol::Grpcs) => {
+            crate::probe::http::config::metadata(r, &list)
+        }
         Some(list) if dialect != Dialect::Tm => {
             r.bad(&list, format!("{} has no custom headers", dialect.name()));
             Vec::new()
         }
-        Some(list) => headers(r, &list),
+        Some(list) => crate::probe::http::config::headers(r, &list),
     }
 }
 
@@ -472,7 +473,7 @@ fn region(r: &mut Reader<'_>, t: &Table<'_, '_>, routing: Routing, taken: &mut T
 /// TLS and gRPC keys are the file's (their files and names are the operator's, not a control
 /// plane's).
 fn file_only(key: &str) -> bool {
-    matches!(key, "profile" | "min_child_endpoints" | "service") || super::http::TLS_KEYS.contains(&key)
+    matches!(key, "profile" | "min_child_endpoints" | "service") || crate::probe::http::config::TLS_KEYS.contains(&key)
 }
 
 impl Taken {

@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use toml::de::DeValue;
 
-use super::{broke, http::http, names, port_value};
+use super::{broke, names, port_value};
 use crate::config::{
     model::*,
     read::{parse_duration, Item, Reader, Table},
     reference,
 };
+use crate::probe::http::config as http;
 use crate::rules::{limits::MAX_PACING_MS, ThresholdError};
 
 pub(super) fn health(
@@ -196,7 +197,7 @@ fn probe(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Opti
             clean.then_some(Probe::Udp(udp?))
         }
         Protocol::Http | Protocol::Https | Protocol::Grpc | Protocol::Grpcs => {
-            let http = http(r, t, d, p);
+            let http = http::read(r, t, d, p);
             clean.then_some(())?;
             http.map(|h| Probe::Http(Box::new(h)))
         }

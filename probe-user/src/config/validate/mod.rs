@@ -7,7 +7,6 @@ mod discovery;
 mod dns;
 pub(super) mod endpoint;
 mod health;
-mod http;
 mod profile;
 mod sections;
 mod sink;
@@ -23,7 +22,7 @@ use super::{
     reference::{self, Section},
     ConfigError, ConfigErrors,
 };
-use crate::rules::RuleError;
+use crate::schema::read::{broke, names};
 use daemon::daemon;
 use profile::profile;
 use source::source;
@@ -352,15 +351,6 @@ fn valid_name(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'[' | b']'))
 }
 
-fn names<T: Copy>(items: &[T], name: impl Fn(T) -> &'static str) -> String {
-    let all: Vec<&str> = items.iter().map(|i| name(*i)).collect();
-    match all.as_slice() {
-        [one] => one.to_string(),
-        [init @ .., last] => format!("{} or {last}", init.join(", ")),
-        [] => "nothing".to_string(),
-    }
-}
-
 fn port_value(r: &mut Reader<'_>, item: &Item<i64>) -> Option<u16> {
     match u16::try_from(item.v).ok().filter(|p| *p >= 1) {
         Some(p) => Some(p),
@@ -369,10 +359,4 @@ fn port_value(r: &mut Reader<'_>, item: &Item<i64>) -> Option<u16> {
             None
         }
     }
-}
-
-/// A shared rule broken by `item`: the config error already names the field and the value,
-/// so only what is allowed is added.
-fn broke<T>(r: &mut Reader<'_>, item: &Item<T>, e: RuleError) {
-    r.bad(item, e.rule.to_string());
 }

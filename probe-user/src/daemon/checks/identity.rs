@@ -9,7 +9,7 @@
 //! still read, its fingerprints matched against the legacy text of each check once, at load.
 use std::{net::SocketAddr, time::Duration};
 
-use crate::config::{Endpoint, HostName, HttpCheck as HttpSettings, Pacing, Probe, Profile, UdpCheck};
+use crate::config::{Endpoint, HostName, HttpSettings, Pacing, Probe, Profile, UdpCheck};
 
 /// A check's identity: the stable 64-bit hash of its key text, which spells out everything a
 /// probe depends on, and that of its question text (the key text less its timing, `texts`).
@@ -148,45 +148,7 @@ impl<'a> Parts<'a> {
             Detail::Tcp => {}
             Detail::Udp(udp) => udp.identity(out),
             Detail::Http { settings, endpoint } => {
-                // The endpoint's own TLS keys and service stand in for the profile's.
-                let merged = endpoint.check_override().map(|own| settings.with_override(own));
-                let h = merged.as_ref().unwrap_or(settings);
-                field(out, "method", h.method.name());
-                field(out, "path", &h.path.to_string());
-                if let Some(host) = &h.host {
-                    field(out, "host", host.as_str());
-                }
-                for header in h.headers.iter().chain(endpoint.headers()) {
-                    field(out, "header", &header.to_string());
-                }
-                for r in &h.healthy_status {
-                    field(out, "status", &format!("{}-{}", r.first(), r.last()));
-                }
-                if let Some(body) = &h.body_match {
-                    field(out, "body", body);
-                }
-                // Only when set, so that keys of checks without them stay as they were.
-                if let crate::config::TlsVerifySetting::Ca { ca_file } = &h.tls_verify {
-                    let roots = ca_file
-                        .as_ref()
-                        .map_or_else(|| "system".into(), |p| p.display().to_string());
-                    field(out, "tls_verify_ca", &roots);
-                }
-                if let Some(name) = &h.server_name {
-                    field(out, "server_name", name.as_str());
-                }
-                if let Some(files) = &h.client_cert {
-                    field(out, "client_cert", &files.cert.display().to_string());
-                }
-                if h.tls13_only {
-                    field(out, "min_version", "1.3");
-                }
-                if h.tls_reverify_s != crate::probe::http::tls::DEFAULT_REVERIFY_S {
-                    field(out, "tls_reverify_s", &h.tls_reverify_s.to_string());
-                }
-                if let Some(service) = &h.grpc {
-                    field(out, "grpc_service", service);
-                }
+                settings.identity(endpoint.check_override(), endpoint.headers(), out);
             }
         }
     }

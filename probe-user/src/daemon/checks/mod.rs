@@ -2,12 +2,13 @@
 //! run as tasks of their kind (`probe::TaskProbe`). `CheckSpec::resolve` turns a profile and
 //! endpoint of the resolved config into one, with the key that makes identical checks (same
 //! address, port, kind and parameters) shared.
-pub mod http;
 mod identity;
 #[cfg(test)]
 mod tests;
 
 pub use identity::{CheckKey, Subject};
+
+use crate::probe::http::task as http;
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -209,8 +210,9 @@ impl<'p> Specs<'p> {
                                 tls
                             }
                         };
-                        let probe: Arc<dyn TaskProbe> =
-                            Arc::new(http::HttpProbe::prepare(h, health.timeout, endpoint, tls).map_err(failed)?);
+                        let probe: Arc<dyn TaskProbe> = Arc::new(
+                            http::HttpProbe::prepare(h, health.timeout, endpoint.headers(), tls).map_err(failed)?,
+                        );
                         if shared {
                             self.http = Some(probe.clone());
                         }

@@ -142,7 +142,7 @@ fn every_parameter_changes_the_key() {
     let udp_key = |c: &Config| key_of(c, "dns", "10.0.1.1:53");
     let same = example();
     assert_eq!(key(&same), key(&base), "identical checks share a key");
-    fn http(c: &mut Config) -> &mut crate::config::HttpCheck {
+    fn http(c: &mut Config) -> &mut crate::config::HttpSettings {
         match &mut c.profiles[0].health.probe {
             Probe::Http(h) => h,
             _ => unreachable!("web is an HTTP profile"),

@@ -9,11 +9,13 @@
 //!
 //! `HttpCheck` (request.rs) says what to send and expect; `HttpProber` runs it.
 pub mod cert;
+pub mod config;
 pub mod error;
 mod exchange;
 pub mod grpc;
 pub mod request;
 pub mod status;
+pub mod task;
 pub mod tls;
 
 use std::{

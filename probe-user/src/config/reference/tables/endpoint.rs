@@ -10,7 +10,7 @@ pub const ENDPOINT: Section = Section {
             \"CHILD\" is a nested profile instead: it is not probed, its status follows the child's \
             endpoints, and it takes only name, profile, weight, priority, state, subnets, region and \
             min_child_endpoints.",
-    kinds: &[],
+    kinds: &[crate::probe::http::config::ENDPOINT_KEYS],
     own: &[
         Key::new(
             "name",
@@ -68,15 +68,6 @@ pub const ENDPOINT: Section = Section {
              state set through the API, which otherwise survives reloads and restarts.",
         ),
         Key::new(
-            "headers",
-            Strings,
-            Value("[]"),
-            words("as headers in [profile.health]"),
-            Reask,
-            "Request headers of this endpoint's probes, sent with the profile's.",
-        )
-        .protocols(HTTP_AND_GRPC, "(plain endpoints; http and https: of a tm profile; grpc and grpcs: sent as metadata)"),
-        Key::new(
             "subnets",
             Strings,
             Value("[]"),
@@ -105,69 +96,6 @@ pub const ENDPOINT: Section = Section {
             "The HAProxy server a haproxy sink sets for this endpoint.",
         )
         .only(PLAIN),
-        Key::new(
-            "tls_verify",
-            Type::String,
-            said("the profile's"),
-            OneOf(&["presence", "ca"]),
-            Reask,
-            "The profile's tls_verify, for this endpoint alone (with its own ca_file when \"ca\"; a ca_file here needs tls_verify here).",
-        )
-        .protocols(OVER_TLS, ""),
-        Key::new(
-            "ca_file",
-            Type::String,
-            said("the profile's roots"),
-            words("an absolute path to a PEM file of CA certificates, read at start and reload"),
-            Reask,
-            "The roots this endpoint's certificate must chain to, with tls_verify = \"ca\" on the endpoint.",
-        )
-        .protocols(OVER_TLS, "with tls_verify = \"ca\" on the endpoint"),
-        Key::new(
-            "server_name",
-            Type::String,
-            said("the profile's"),
-            words("a host name"),
-            Reask,
-            "The name this endpoint is greeted with (SNI) and verified against.",
-        )
-        .protocols(OVER_TLS, ""),
-        Key::new(
-            "client_cert",
-            Type::String,
-            said("the profile's"),
-            words("an absolute path to a PEM file: the certificate, then its chain"),
-            Reask,
-            "The client certificate this endpoint is shown, with client_key.",
-        )
-        .protocols(OVER_TLS, ""),
-        Key::new(
-            "client_key",
-            Type::String,
-            said("the profile's"),
-            words("an absolute path to a PEM private key that only its owner may read"),
-            Reask,
-            "The key of the endpoint's client_cert.",
-        )
-        .protocols(OVER_TLS, "with client_cert on the endpoint"),
-        Key::new(
-            "min_version",
-            Type::String,
-            said("the profile's"),
-            OneOf(&["1.2", "1.3"]),
-            Reask,
-            "The lowest TLS version this endpoint is accepted with.",
-        )
-        .protocols(OVER_TLS, ""),
-        Key::new(
-            "service",
-            Type::String,
-            said("the profile's"),
-            words("a gRPC service name of at most 256 bytes; no control characters"),
-            Reask,
-            "The gRPC service whose health this endpoint is asked about.",
-        )
-        .protocols(GRPC, ""),
         Key::new(
             "profile",
             Type::String,

@@ -2,9 +2,9 @@
 //! reader lists them in its "unknown key" error; the page shows them in the same order.
 //! `Type::String` is written in full: `String` alone is the standard type.
 use super::{
-    Allowed::{self, Bytes, Int, Millis, Octal, OneOf, Seconds},
+    Allowed::{self, Int, Millis, Octal, OneOf, Seconds},
     Key,
-    Reload::{Applies, PerKey, Reask, Recheck, Restart, Retime},
+    Reload::{Applies, PerKey, Recheck, Restart, Retime},
     Section, Type,
     Type::{Boolean, Duration, Integer, Strings, Table, Tables},
     Unset::{self, Dialect, Required, Value},
@@ -42,11 +42,6 @@ pub use source::*;
 pub(super) const NAME: &str = "1 to 63 letters, digits, '-', '_', '.', ':', '[' or ']'";
 /// The alphabet of sink, nftables and pin names.
 pub(super) const IDENT: &str = "1 to 63 letters, digits, '_' or '-', starting with a letter";
-
-/// The protocols that take the keys of an HTTP request, of gRPC and of TLS.
-pub(super) const HTTP_AND_GRPC: &[Protocol] = &[Protocol::Http, Protocol::Https, Protocol::Grpc, Protocol::Grpcs];
-pub(super) const GRPC: &[Protocol] = &[Protocol::Grpc, Protocol::Grpcs];
-pub(super) const OVER_TLS: &[Protocol] = &[Protocol::Https, Protocol::Grpcs];
 
 pub(super) const fn words(text: &'static str) -> Allowed {
     Allowed::Text(text)

@@ -1,15 +1,14 @@
 //! The HTTP(S) and gRPC keys of `[profile.health]`: path, method, host, headers, status codes
 //! and body match, by the dialect's rules; a gRPC check's service and metadata; the TLS keys
 //! of checks over TLS. Endpoint headers go through `headers` too.
-use super::{broke, names};
-use crate::config::{
-    model::*,
-    read::{Item, Reader, Table},
-};
-use crate::rules::{
-    check_header_level,
-    limits::{MAX_HEADERS, MAX_STATUS_RANGES},
-    Rule,
+use super::model::*;
+use crate::{
+    rules::{
+        check_header_level,
+        limits::{MAX_HEADERS, MAX_STATUS_RANGES},
+        Dialect, Header, HostName, HttpPath, Method, Protocol, Rule, StatusRange,
+    },
+    schema::read::{broke, names, Item, Reader, Table},
 };
 
 const MAX_BODY_MATCH: usize = 1024;
@@ -34,7 +33,7 @@ const DEFAULT_CERT_WARN_DAYS: u16 = 14;
 const MAX_CERT_WARN_DAYS: u16 = 3650;
 
 /// The keys of a TLS client, on a profile and on an endpoint alike.
-pub(super) const TLS_KEYS: [&str; 6] = [
+pub(crate) const TLS_KEYS: [&str; 6] = [
     "tls_verify",
     "ca_file",
     "server_name",
@@ -43,7 +42,7 @@ pub(super) const TLS_KEYS: [&str; 6] = [
     "min_version",
 ];
 
-pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Option<HttpCheck> {
+pub(crate) fn read(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Option<HttpSettings> {
     let before = r.errors.len();
     let tls = p.is_tls();
     let grpc = matches!(p, Protocol::Grpc | Protocol::Grpcs);
@@ -126,7 +125,7 @@ pub(super) fn http(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protoco
             }
         },
     };
-    (r.errors.len() == before).then_some(HttpCheck {
+    (r.errors.len() == before).then_some(HttpSettings {
         tls,
         method,
         path,
@@ -162,7 +161,7 @@ fn tls_reverify(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol, verify: &Tls
         );
         return default;
     }
-    match crate::config::read::parse_duration(&item.v) {
+    match crate::schema::read::parse_duration(&item.v) {
         Some(d) if d.subsec_nanos() == 0 && (Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(&d) => {
             u32::try_from(d.as_secs()).unwrap_or(default)
         }
@@ -175,7 +174,7 @@ fn tls_reverify(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol, verify: &Tls
 
 /// An endpoint's own TLS keys and gRPC service, read by the profile's rules; None when it
 /// sets none of them. A key that its protocol does not use is refused as on the profile.
-pub(super) fn check_override(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> Option<Box<CheckOverride>> {
+pub(crate) fn check_override(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> Option<Box<CheckOverride>> {
     let set = |key: &str| Reader::get(t, key).is_some();
     if !TLS_KEYS.iter().chain(&["service"]).any(|k| set(k)) {
         return None;
@@ -228,7 +227,7 @@ fn service(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> Option<String>
 
 /// A gRPC check's `headers`: sent as metadata, so neither what the call sets itself nor what
 /// HTTP/2 forbids.
-pub(super) fn metadata(r: &mut Reader<'_>, list: &Item<Vec<Item<String>>>) -> Vec<Header> {
+pub(crate) fn metadata(r: &mut Reader<'_>, list: &Item<Vec<Item<String>>>) -> Vec<Header> {
     let out = headers(r, list);
     for (item, h) in list.v.iter().zip(&out) {
         let name = h.name().to_ascii_lowercase();
@@ -352,7 +351,7 @@ fn tls_settings(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> (TlsVerif
 }
 
 /// One level of `name:value` headers, by the rules the prober follows too.
-pub(super) fn headers(r: &mut Reader<'_>, list: &Item<Vec<Item<String>>>) -> Vec<Header> {
+pub(crate) fn headers(r: &mut Reader<'_>, list: &Item<Vec<Item<String>>>) -> Vec<Header> {
     let mut out = Vec::new();
     for item in &list.v {
         match Header::parse(&item.v) {

@@ -1,17 +1,17 @@
-//! HTTP(S) checks through `crate::probe::http`: the resolved config's typed values are handed
-//! over as they are, so neither the prober's dialect defaults nor its text parsing apply.
+//! The HTTP(S) and gRPC check as the daemon runs it: its settings (`config`) made into a
+//! prepared check once, handed over as typed values (neither the prober's dialect defaults nor
+//! its text parsing apply), and run as a task (`TaskProbe`) or, plain, by the kernel.
 use std::{sync::Arc, time::Duration};
 
+use super::{
+    config::{HttpSettings, TlsVerifySetting},
+    request::DEFAULT_BODY_LIMIT,
+    HttpCheck, HttpCheckError, HttpCheckParts, HttpOutcome, Phase, Scheme, StatusSet, TlsVerify,
+};
 use crate::{
-    config::{Endpoint, HttpCheck as HttpSettings, TlsVerifySetting},
     engine::L4Outcome,
-    probe::{
-        http::{
-            request::DEFAULT_BODY_LIMIT, HttpCheck, HttpCheckError, HttpCheckParts, HttpOutcome, Phase, Scheme,
-            StatusSet, TlsVerify,
-        },
-        ProbeReport, Probers, Probing, TaskProbe,
-    },
+    probe::{ProbeReport, Probers, Probing, TaskProbe},
+    rules::Header,
 };
 
 /// A ready HTTP(S) or gRPC check, shared by every probe of one check (behind the `Arc` of
@@ -22,12 +22,13 @@ pub struct HttpProbe {
 }
 
 impl HttpProbe {
-    /// The check the profile's HTTP settings describe for `endpoint`, with the profile's TLS
+    /// The check the profile's HTTP settings describe for an endpoint that adds
+    /// `endpoint_headers`, with the profile's TLS
     /// client (`tls_client`, made once per profile).
     pub fn prepare(
         h: &HttpSettings,
         timeout: Duration,
-        endpoint: &Endpoint,
+        endpoint_headers: &[Header],
         tls: TlsVerify,
     ) -> Result<HttpProbe, HttpCheckError> {
         let check = HttpCheck::from_parts(HttpCheckParts {
@@ -36,7 +37,7 @@ impl HttpProbe {
             path: h.path.clone(),
             host: h.host.clone(),
             profile_headers: h.headers.clone(),
-            endpoint_headers: endpoint.headers().to_vec(),
+            endpoint_headers: endpoint_headers.to_vec(),
             status: h.healthy_status.clone(),
             body_match: h.body_match.clone(),
             body_limit: DEFAULT_BODY_LIMIT,
@@ -124,7 +125,7 @@ pub fn tls_client(h: &HttpSettings) -> Result<TlsVerify, HttpCheckError> {
 }
 
 /// What a kernel HTTP probe's outcome means for a check whose healthy statuses are `status`.
-pub(super) fn kernel_outcome(o: L4Outcome, status: &StatusSet) -> HttpOutcome {
+pub(crate) fn kernel_outcome(o: L4Outcome, status: &StatusSet) -> HttpOutcome {
     match o {
         L4Outcome::HttpStatus { status: s } if status.contains(s) => HttpOutcome::Passed(s),
         L4Outcome::HttpStatus { status: s } => HttpOutcome::BadStatus(s),
