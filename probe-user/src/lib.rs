@@ -3,9 +3,11 @@
 //!
 //! - The kernel side: `kernel` is the thin, documented layer over the eBPF programs, netlink,
 //!   nftables and the few libc calls; `engine` drives L4 probes through it.
-//! - The pure cores: `probe` (HTTP/HTTPS and UDP request/response), `health` (thresholds and
-//!   windows), `schedule` (the timer wheel), `status` (monitor status and selection),
-//!   `rules` (dialects, thresholds and limits that `config` and the probers share), `config`.
+//! - The pure cores: `probe` (a folder per kind that runs as a task: its prober, settings,
+//!   keys, reader and identity), `health` (thresholds and windows), `schedule` (the timer
+//!   wheel), `status` (monitor status and the routing methods), `rules` (dialects,
+//!   thresholds and limits that `config` and the probers share), `schema` (how the file's
+//!   tables and keys are described and read, below `config` and the kinds), `config`.
 //! - The daemon: `daemon` (the runner, its table, requests, events, persistence) and the
 //!   change stream it publishes (`changes`).
 //! - What follows the stream: `sinks` (nftables, BPF slot tables, HAProxy, exec), `dns` (the

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use crate::wire_enum::wire_enum;
 
 use crate::{
-    config::Protocol,
     outcome::Outcome,
+    rules::Protocol,
     status::{AdminState, EndpointStatus, Health, ProfileStatus},
 };
 

@@ -284,3 +284,13 @@ fn millis(ms: u64) -> String {
         format!("\"{ms}ms\"")
     }
 }
+
+/// Allowed values described in words.
+pub const fn words(text: &'static str) -> Allowed {
+    Allowed::Text(text)
+}
+
+/// What leaving a key out means, in words.
+pub const fn said(text: &'static str) -> Unset {
+    Unset::Text(text)
+}

@@ -11,6 +11,10 @@
 //!   fresh read of the data path; probing and other sinks never wait for it. Every few
 //!   seconds it also reads the data path back, so that someone else's edit is undone.
 //! - Stop: the structure is left as it is (fail-static), or emptied with `on_stop = "clear"`.
+pub mod config;
+pub(crate) mod names;
+
+use config::{OnStop, Sink as SinkConfig, SinkKind};
 pub mod bpf;
 pub mod exec;
 pub mod haproxy;
@@ -26,10 +30,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    changes::{EndpointState, Snapshot, Subscription},
-    config::{OnStop, Sink as SinkConfig, SinkKind},
-};
+use crate::changes::{EndpointState, Snapshot, Subscription};
 use model::ProfileModel;
 
 /// A sink reads its structure back this often, and after every failed sync.
@@ -146,10 +147,10 @@ pub enum Handover {
 }
 
 /// An nft sink's structure within its table: a map or a set, and its name.
-fn nft_target(t: &crate::config::NftTarget) -> (&'static str, &str) {
+fn nft_target(t: &nftables::config::NftTarget) -> (&'static str, &str) {
     match t {
-        crate::config::NftTarget::Map { name, .. } => ("map", name),
-        crate::config::NftTarget::Set { name } => ("set", name),
+        nftables::config::NftTarget::Map { name, .. } => ("map", name),
+        nftables::config::NftTarget::Set { name } => ("set", name),
     }
 }
 

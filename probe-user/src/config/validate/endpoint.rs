@@ -9,16 +9,13 @@ use std::{
 use ipnet::IpNet;
 use toml::de::DeValue;
 
-use super::{
-    port_value,
-    sink::{haproxy_name, HAPROXY_NAME_RULE},
-    valid_name,
-};
+use super::{port_value, valid_name};
 use crate::config::{
     model::*,
     read::{Reader, Table},
     reference,
 };
+use crate::sinks::haproxy::config::{haproxy_name, HAPROXY_NAME_RULE};
 use crate::status::{routing::WORLD_REGION, AdminState, Method, Routing};
 
 /// What a nested endpoint (`profile = "CHILD"`) takes; the rest comes from its child.

@@ -16,19 +16,20 @@
 //!   (`SyncReport::again_at`).
 //! - Changing a route's metric adds the new route before it deletes the old one: the prefix
 //!   is never without a route in between.
+pub mod config;
+
+pub use config::KEYS;
 pub mod decide;
 
 use std::{collections::BTreeSet, time::Instant};
 
 use serde::{Deserialize, Serialize};
 
+use self::config::RouteSink as RouteConfig;
 use super::{model::ProfileModel, Sink, SinkError, SinkFault, SyncReport};
-use crate::{
-    config::RouteSink as RouteConfig,
-    kernel::{
-        route::{Route, RouteSocket},
-        tun::Tun,
-    },
+use crate::kernel::{
+    route::{Route, RouteSocket},
+    tun::Tun,
 };
 use decide::{wanted, Announce, Count, Damper, Step};
 

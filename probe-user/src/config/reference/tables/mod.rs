@@ -7,7 +7,7 @@ use super::{
     Reload::{Applies, PerKey, Recheck, Restart, Retime},
     Section, Type,
     Type::{Boolean, Duration, Integer, Strings, Table, Tables},
-    Unset::{self, Dialect, Required, Value},
+    Unset::{Dialect, Required, Value},
 };
 use crate::{
     config::model::{Cluster, Daemon, DnsTcp, EndpointSource, HttpProbes, Protocol, SinkType},
@@ -40,16 +40,9 @@ pub use source::*;
 
 /// The name alphabet of profiles, endpoints and cluster nodes.
 pub(super) const NAME: &str = "1 to 63 letters, digits, '-', '_', '.', ':', '[' or ']'";
-/// The alphabet of sink, nftables and pin names.
-pub(super) const IDENT: &str = "1 to 63 letters, digits, '_' or '-', starting with a letter";
+pub(super) use crate::sinks::names::IDENT;
 
-pub(super) const fn words(text: &'static str) -> Allowed {
-    Allowed::Text(text)
-}
-
-pub(super) const fn said(text: &'static str) -> Unset {
-    Unset::Text(text)
-}
+pub(super) use crate::schema::keys::{said, words};
 
 /// Every table but the top level, in the order the page shows them.
 pub const SECTIONS: [&Section; 13] = [

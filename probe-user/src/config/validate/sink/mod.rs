@@ -1,21 +1,20 @@
 //! `[[sink]]`: which forwarding structure follows which profile. The names given here end up
 //! in nft scripts and pin paths, so they are held to a strict alphabet.
-mod route;
-mod userspace;
-
 use std::collections::HashSet;
-
-use route::{route, Claims};
-use userspace::{exec, haproxy};
 
 use toml::de::DeValue;
 
 use crate::{
     config::{
         model::*,
-        read::{Item, Reader, Table},
+        read::{Reader, Table},
     },
-    rules::limits::{DEFAULT_SLOTS, MAX_SLOTS},
+    sinks::{
+        self,
+        haproxy::config::Server,
+        names::{ident, IDENT_RULE},
+        route::config::Claims,
+    },
 };
 
 /// Every `[[sink]]`, checked against the profiles that exist.
@@ -91,19 +90,34 @@ fn sink(
                 // Reported beside what the kind's own reader finds.
                 refuse_foreign(r, &t, kind);
                 match kind {
-                    SinkType::Nftables => nftables(r, &t),
-                    SinkType::Bpf => bpf(r, &t),
+                    SinkType::Nftables => wrap(sinks::nftables::config::read(r, &t), SinkKind::Nftables),
+                    SinkType::Bpf => wrap(sinks::bpf::config::read(r, &t), SinkKind::Bpf),
                     SinkType::Haproxy => {
                         // The endpoints of the profile, once it read well, name the servers.
-                        let endpoints = profile_item
+                        let followed = profile_item
                             .as_ref()
                             .and_then(|p| resolved.iter().flatten().find(|r| r.name == p.v).map(|r| (p, r)));
-                        haproxy(r, &t, endpoints)
+                        let servers: Option<Vec<Server<'_>>> = followed.map(|(_, profile)| {
+                            profile
+                                .endpoints
+                                .iter()
+                                .map(|e| Server {
+                                    name: &e.name,
+                                    server: e.haproxy_server(),
+                                    weight: e.weight,
+                                })
+                                .collect()
+                        });
+                        let endpoints = followed.zip(servers.as_deref()).map(|((item, _), s)| (item, s));
+                        wrap(sinks::haproxy::config::read(r, &t, endpoints), SinkKind::Haproxy)
                     }
-                    SinkType::Exec => exec(r, &t),
+                    SinkType::Exec => wrap(sinks::exec::config::read(r, &t), SinkKind::Exec),
                     SinkType::Route => {
                         let name = Reader::get(&t, "name").and_then(|v| v.get_ref().as_str().map(str::to_string));
-                        route(r, &t, (index, name.as_deref()), claims)
+                        wrap(
+                            sinks::route::config::read(r, &t, (index, name.as_deref()), claims),
+                            SinkKind::Route,
+                        )
                     }
                 }
             }
@@ -163,104 +177,12 @@ fn sink(
     })
 }
 
-/// `kind = "nftables"`, and its default name (the map's or set's).
-fn nftables(r: &mut Reader<'_>, t: &Table<'_, '_>) -> (Option<SinkKind>, Option<String>) {
-    let family = match r.string(t, "family") {
-        None => {
-            r.missing(
-                t,
-                "family",
-                "an nftables sink needs the table's family: ip, ip6 or inet",
-            );
-            None
-        }
-        Some(item) => match item.v.parse::<NftFamily>() {
-            Ok(family) => Some(family),
-            Err(_) => {
-                r.bad(&item, "expected ip, ip6 or inet");
-                None
-            }
-        },
-    };
-    let table = required_ident(
-        r,
-        t,
-        "table",
-        "an nftables sink needs the table that holds its map or set",
-    );
-    let map = r.string(t, "map");
-    let set = r.string(t, "set");
-    let target = match (map, set) {
-        (Some(map), None) => {
-            let slots = slots(r, t);
-            named(r, &map)
-                .zip(slots)
-                .map(|(name, slots)| NftTarget::Map { name, slots })
-        }
-        (None, Some(set)) => {
-            if let Some(item) = r.int(t, "slots") {
-                r.bad(
-                    &item,
-                    "slots applies to a map; a set holds the eligible addresses themselves",
-                );
-                None
-            } else {
-                named(r, &set).map(|name| NftTarget::Set { name })
-            }
-        }
-        (Some(_), Some(set)) => {
-            r.bad(
-                &set,
-                "set one of map (a slot table) or set (the eligible addresses), not both",
-            );
-            None
-        }
-        (None, None) => {
-            r.missing(
-                t,
-                "map",
-                "an nftables sink needs map = \"NAME\" (with slots) or set = \"NAME\"",
-            );
-            None
-        }
-    };
-    let name = target.as_ref().map(|t| match t {
-        NftTarget::Map { name, .. } | NftTarget::Set { name } => name.clone(),
-    });
-    let kind = family
-        .zip(table)
-        .zip(target)
-        .map(|((family, table), target)| SinkKind::Nftables(NftSink { family, table, target }));
-    (kind, name)
-}
-
-/// `kind = "bpf"`, and its default name (the pin's).
-fn bpf(r: &mut Reader<'_>, t: &Table<'_, '_>) -> (Option<SinkKind>, Option<String>) {
-    let map = required_ident(
-        r,
-        t,
-        "map",
-        "a bpf sink needs map = \"NAME\", the pin's name under pin_dir/sinks/",
-    );
-    let slots = slots(r, t);
-    let name = map.clone();
-    (
-        map.zip(slots).map(|(map, slots)| SinkKind::Bpf(BpfSink { map, slots })),
-        name,
-    )
-}
-
-fn slots(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<u32> {
-    match r.int(t, "slots") {
-        None => Some(DEFAULT_SLOTS),
-        Some(item) => match u32::try_from(item.v).ok().filter(|n| (1..=MAX_SLOTS).contains(n)) {
-            Some(n) => Some(n),
-            None => {
-                r.bad(&item, format!("expected 1 to {MAX_SLOTS} slots"));
-                None
-            }
-        },
-    }
+/// A kind's reading as a `SinkKind`.
+fn wrap<T>(
+    (settings, name): (Option<T>, Option<String>),
+    kind: fn(T) -> SinkKind,
+) -> (Option<SinkKind>, Option<String>) {
+    (settings.map(kind), name)
 }
 
 /// Every key of another kind's, as the reference has it.
@@ -272,44 +194,6 @@ fn refuse_foreign(r: &mut Reader<'_>, t: &Table<'_, '_>, kind: SinkType) {
         |only| only.admits_sink(kind),
         &format!("this sink's kind is {kind}"),
     );
-}
-
-const IDENT_RULE: &str = "expected 1-63 letters, digits, '_' or '-', starting with a letter";
-
-/// nftables and pin names: no quoting, no path separators, nothing a script could misread.
-fn ident(s: &str) -> bool {
-    (1..=63).contains(&s.len())
-        && s.starts_with(|c: char| c.is_ascii_alphabetic())
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
-/// What HAProxy takes in a backend or server name (its identifier alphabet), kept to what
-/// cannot break an admin socket command line: no spaces, ';', '/' or quotes.
-pub(super) const HAPROXY_NAME_RULE: &str = "expected 1-63 letters, digits, '-', '_', '.' or ':'";
-
-pub(super) fn haproxy_name(s: &str) -> bool {
-    (1..=63).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
-}
-
-fn named(r: &mut Reader<'_>, item: &Item<String>) -> Option<String> {
-    if ident(&item.v) {
-        Some(item.v.clone())
-    } else {
-        r.bad(item, IDENT_RULE);
-        None
-    }
-}
-
-fn required_ident(r: &mut Reader<'_>, t: &Table<'_, '_>, key: &str, why: &str) -> Option<String> {
-    match r.string(t, key) {
-        None => {
-            r.missing(t, key, why);
-            None
-        }
-        Some(item) => named(r, &item),
-    }
 }
 
 fn list(names: &[&str]) -> String {

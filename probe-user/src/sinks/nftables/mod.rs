@@ -3,16 +3,16 @@
 //! ruleset. The operator declares the table, the map or set and the rule that uses it; probed
 //! owns the elements only. Each sync is one transaction holding only the elements that
 //! differ from what the data path holds.
+pub mod config;
+
+pub use config::KEYS;
 use std::{collections::BTreeSet, fmt::Write, net::IpAddr};
 
 use serde_json::Value;
 
+use self::config::{NftFamily, NftSink, NftTarget};
 use super::{desired_slots, Sink, SinkError, SinkFault, SyncReport};
-use crate::{
-    config::{NftFamily, NftSink, NftTarget},
-    kernel::nft::Nft,
-    sinks::model::ProfileModel,
-};
+use crate::{kernel::nft::Nft, sinks::model::ProfileModel};
 
 /// What the data path's element type is, as read from the ruleset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,6 +15,9 @@
 //! Whatever listens on the socket, a request ends within `IO_TIMEOUT` and reads at most
 //! `MAX_ANSWER` bytes: a peer that trickles, floods or never accepts fails the request like any
 //! other error (the sink retries with backoff), and the sink's thread goes on.
+pub mod config;
+
+pub use config::KEYS;
 use std::{
     collections::BTreeMap,
     fmt,
@@ -23,9 +26,9 @@ use std::{
     time::{Duration, Instant},
 };
 
+use self::config::{HaproxyDown, HaproxySink as Config};
 use super::{Sink, SinkError, SinkFault, SyncReport};
 use crate::{
-    config::{HaproxyDown, HaproxySink as Config},
     sinks::model::ProfileModel,
     status::{AdminState, EndpointStatus},
 };

@@ -23,6 +23,9 @@
 //! The program runs with no capability (`confine`): probed's own (ambient in the systemd unit)
 //! would make it root in all but name. It must be a file only root or probed's user can change,
 //! checked at open and before every start.
+pub mod config;
+
+pub use config::KEYS;
 mod confine;
 
 use std::{
@@ -40,8 +43,9 @@ use std::{
 
 use serde::Serialize;
 
+use self::config::ExecSink as Config;
 use super::{Sink, SinkError, SinkFault, SyncReport};
-use crate::{changes::EndpointState, config::ExecSink as Config, sinks::model::ProfileModel};
+use crate::{changes::EndpointState, sinks::model::ProfileModel};
 
 /// Longest a sync waits for the program to take its lines.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);

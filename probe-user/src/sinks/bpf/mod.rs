@@ -3,6 +3,7 @@
 //! names the live one). probed creates the two arrays under `<pin_dir>/sinks/` the first time
 //! and leaves them there: a restart reopens them, and stopping leaves them holding the last
 //! eligible set (fail-static) so the load balancer keeps forwarding.
+pub mod config;
 use std::{
     net::{IpAddr, SocketAddr},
     path::{Path, PathBuf},
@@ -12,8 +13,9 @@ use std::{
 use aya::maps::{Array, Map, MapData};
 use probe_common::slots::{SlotBackend, SlotControl, SLOT_ABI_VERSION, SLOT_MIN_FLIP_NS};
 
+use self::config::BpfSink as BpfConfig;
 use super::{desired_slots, Sink, SinkError, SinkFault, SyncReport};
-use crate::{config::BpfSink as BpfConfig, sinks::model::ProfileModel};
+use crate::sinks::model::ProfileModel;
 
 pub struct BpfSink {
     cfg: BpfConfig,

@@ -5,10 +5,131 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use crate::config::{
-    model::*,
-    read::{parse_duration, Reader, Table},
+use serde::Serialize;
+
+use crate::{
+    rules::SinkType,
+    schema::{
+        keys::{
+            said, words,
+            Allowed::{Int, Millis},
+            Key,
+            Reload::Applies,
+            Type::{self, Integer, Strings},
+            Unset::{Required, Value},
+        },
+        read::{parse_duration, Reader, Table},
+    },
 };
+
+/// Routes to a VIP's prefixes in a kernel routing table, which the node's routing daemon
+/// (BIRD, FRR) learns and announces by BGP, while the profile can serve (`sinks::route`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RouteSink {
+    /// What is announced, usually one /32 or /128 per VIP; host bits clear.
+    pub prefixes: Vec<IpNet>,
+    /// The TUN device the routes go through, which probed makes and which goes with it.
+    pub device: String,
+    pub kernel_table: u32,
+    /// The route protocol number the routing daemon selects probed's routes by.
+    pub route_protocol: u8,
+    pub metric: u32,
+    /// Below `min_eligible`, announce with this metric instead of withdrawing (None:
+    /// withdraw).
+    pub demote_metric: Option<u32>,
+    /// Serving endpoints (`sinks::route::decide`) needed to announce.
+    pub min_eligible: u32,
+    /// The announcement changes at most once per this; a better state must hold this long.
+    pub hold_down: Duration,
+}
+
+/// Its keys.
+pub const KEYS: &[Key] = &[
+        Key::new(
+            "prefixes",
+            Strings,
+            Required,
+            words("1 to 64 IPv4 or IPv6 prefixes (a VIP: /32 or /128) with their host bits clear, each in one route sink only"),
+            Applies,
+            "What the node announces while the profile can serve: a route to each prefix in kernel_table, \
+             which the routing daemon (BIRD, FRR) learns and announces by BGP.",
+        )
+        .sinks(&[SinkType::Route], ""),
+        Key::new(
+            "device",
+            Type::String,
+            said("\"probed-\" and the sink's name"),
+            words("1 to 15 letters, digits, '_' or '-'; unique among route sinks"),
+            Applies,
+            "The TUN device the routes go through. probed makes it, and it goes when probed ends, \
+             however it ends (stop, SIGKILL, OOM, panic): the kernel removes its routes, and the routing \
+             daemon withdraws them.",
+        )
+        .sinks(&[SinkType::Route], ""),
+        Key::new(
+            "kernel_table",
+            Integer,
+            Value("201"),
+            Int(1, 4_294_967_294),
+            Applies,
+            "The kernel routing table the routes are written to (BIRD: kernel table; FRR: ip \
+             import-table). Not the main table: nothing on the node forwards by it.",
+        )
+        .sinks(&[SinkType::Route], ""),
+        Key::new(
+            "route_protocol",
+            Integer,
+            Value("201"),
+            Int(5, 254),
+            Applies,
+            "The routes' protocol number (ip route ... proto N), by which the routing daemon picks \
+             probed's routes (BIRD: krt_source = N).",
+        )
+        .sinks(&[SinkType::Route], ""),
+        Key::new(
+            "metric",
+            Integer,
+            Value("100"),
+            Int(0, 4_294_967_295),
+            Applies,
+            "The metric of an announced route (BIRD: krt_metric).",
+        )
+        .sinks(&[SinkType::Route], ""),
+        Key::new(
+            "demote_metric",
+            Integer,
+            said("none: below min_eligible the routes are withdrawn"),
+            words("0 to 4294967295, not metric"),
+            Applies,
+            "Below min_eligible serving endpoints (but some enabled), keep the routes with this metric \
+             instead of withdrawing them; the routing daemon's export filter maps it to worse attributes \
+             (a community, AS-path prepending), so traffic still lands here when no node announces \
+             better. A disabled profile and a stop still withdraw.",
+        )
+        .sinks(&[SinkType::Route], ""),
+        Key::new(
+            "min_eligible",
+            Integer,
+            Value("1"),
+            Int(1, 100_000),
+            Applies,
+            "Serving endpoints needed to announce: eligible and Online, or Unmonitored (always-serve). \
+             Degraded endpoints made eligible by fail-open and endpoints still being checked do not \
+             count.",
+        )
+        .sinks(&[SinkType::Route], ""),
+        Key::new(
+            "hold_down",
+            Type::Duration,
+            Value("\"5s\""),
+            Millis(0, 3_600_000),
+            Applies,
+            "The announcement changes at most once per hold_down, and a better state (withdrawn to \
+             demoted to announced) must hold this long without a break first; a worse one is applied \
+             as soon as the rate allows. A start resumes the saved health at once.",
+        )
+        .sinks(&[SinkType::Route], ""),
+];
 
 const MAX_PREFIXES: usize = 64;
 const MAX_HOLD_DOWN: Duration = Duration::from_secs(3600);
@@ -20,12 +141,12 @@ const DEVICE_RULE: &str = "expected 1 to 15 letters, digits, '_' or '-' (an inte
 
 /// `kind = "route"` of sink `index`; its default name is "route". `name` is the sink's own,
 /// when given, for the device's default name.
-pub(super) fn route(
+pub(crate) fn read(
     r: &mut Reader<'_>,
     t: &Table<'_, '_>,
     (index, name): (usize, Option<&str>),
     claims: &mut Claims,
-) -> (Option<SinkKind>, Option<String>) {
+) -> (Option<RouteSink>, Option<String>) {
     let prefixes = prefixes(r, t, index, claims);
     let device = device(r, t, name.unwrap_or("route"), index, claims);
     let kernel_table = int_in(r, t, "kernel_table", 1, u32::MAX - 1, DEFAULT_TABLE);
@@ -61,7 +182,7 @@ pub(super) fn route(
         },
     };
     let kind = (|| {
-        Some(SinkKind::Route(RouteSink {
+        Some(RouteSink {
             prefixes: prefixes?,
             device: device?,
             kernel_table: kernel_table?,
@@ -70,7 +191,7 @@ pub(super) fn route(
             demote_metric: demote_metric?,
             min_eligible: min_eligible?,
             hold_down: hold_down?,
-        }))
+        })
     })();
     (kind, Some("route".into()))
 }
@@ -199,7 +320,7 @@ fn device(r: &mut Reader<'_>, t: &Table<'_, '_>, name: &str, index: usize, claim
 /// What earlier route sinks took: a prefix in two would have each undo the other's routes,
 /// and a device can be made by one only.
 #[derive(Default)]
-pub(super) struct Claims {
+pub(crate) struct Claims {
     prefixes: Vec<(IpNet, usize)>,
     devices: Vec<(String, usize)>,
 }
