@@ -33,6 +33,18 @@ impl Proc {
     /// steps, which run before the namespace is joined).
     pub fn spawn_command(ns: &Netns, cpu: Option<usize>, mut cmd: Command, log: &Path, what: &'static str) -> Self {
         let netns = std::fs::File::open(ns.path()).expect("open the namespace");
+        // Far above the descriptors a caller's own pre-exec steps place (the emulated service
+        // manager's, from 3 up): one of them landing on this one would join the wrong file.
+        // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor the OwnedFd then owns alone.
+        let netns = unsafe {
+            let fd = libc::fcntl(netns.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 512);
+            assert!(
+                fd >= 0,
+                "dup the namespace's descriptor: {}",
+                std::io::Error::last_os_error()
+            );
+            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
+        };
         let out = std::fs::File::create(log).expect("create the log");
         cmd.stdout(out.try_clone().unwrap()).stderr(out).stdin(Stdio::null());
         // Its own process group: a Ctrl-C at the terminal reaches the bench only, whose guards
