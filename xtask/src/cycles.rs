@@ -66,15 +66,103 @@ fn modules(src: &Path) -> anyhow::Result<BTreeMap<Module, String>> {
     Ok(out)
 }
 
-/// `text` without comments and without an inline `#[cfg(test)] mod tests { .. }` (which ends
-/// a file by this crate's style).
+/// `text` as code alone: comments, string and character literals blanked (a `use` or a
+/// `crate::` inside them is not one), and without an inline `#[cfg(test)] mod tests { .. }`
+/// (which ends a file by this crate's style).
 fn strip(text: &str) -> String {
-    let code: Vec<&str> = text.lines().map(|l| l.find("//").map_or(l, |i| &l[..i])).collect();
-    let code = code.join("\n");
+    let code = blank(text);
     match code.find("#[cfg(test)]\nmod tests {") {
         Some(i) => code[..i].to_string(),
         None => code,
     }
+}
+
+/// `text` with every comment and literal replaced by spaces (newlines kept).
+fn blank(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let hide = |out: &mut String, c: char| out.push(if c == '\n' { '\n' } else { ' ' });
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    hide(&mut out, chars[i]);
+                    i += 1;
+                }
+            }
+        } else if c == 'r' && (next == Some('"') || next == Some('#')) && !ident_before(&chars, i) {
+            // A raw string: r"..." or r#"..."#, closed by a quote and as many hashes.
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while chars.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if chars.get(j) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            j += 1;
+            while j < chars.len() {
+                if chars[j] == '"' && (0..hashes).all(|k| chars.get(j + 1 + k) == Some(&'#')) {
+                    j += 1 + hashes;
+                    break;
+                }
+                hide(&mut out, chars[j]);
+                j += 1;
+            }
+            i = j;
+        } else if c == '"' {
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                if chars[i] == '\\' {
+                    i += 1;
+                }
+                if let Some(&h) = chars.get(i) {
+                    hide(&mut out, h);
+                }
+                i += 1;
+            }
+            i += 1;
+        } else if c == '\'' && (next == Some('\\') || chars.get(i + 2) == Some(&'\'')) {
+            // A character literal (a lifetime has no closing quote two characters on).
+            i += 1;
+            while i < chars.len() && chars[i] != '\'' {
+                if chars[i] == '\\' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            i += 1;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Whether the character before `i` continues an identifier (so `r` there is not a prefix).
+fn ident_before(chars: &[char], i: usize) -> bool {
+    i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_')
 }
 
 /// The paths a module's text names: each `use` tree expanded, and every `crate::`, `super::`
@@ -117,7 +205,8 @@ fn expand(tree: &str, out: &mut Vec<String>) {
         out.push(tree.split(" as ").next().unwrap_or(tree).to_string());
         return;
     };
-    let (prefix, inner) = (&tree[..open], &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())]);
+    let close = tree.rfind('}').filter(|&c| c > open).unwrap_or(tree.len());
+    let (prefix, inner) = (&tree[..open], &tree[open + 1..close]);
     let mut depth = 0;
     let mut start = 0;
     for (i, c) in inner.char_indices().chain([(inner.len(), ',')]) {
@@ -230,7 +319,11 @@ mod tests {
         std::fs::write(dir.join("lib.rs"), "mod a; mod d;").unwrap();
         std::fs::write(dir.join("a.rs"), "use crate::d::x::Thing;").unwrap();
         std::fs::write(dir.join("d/mod.rs"), "mod x; mod y; use self::x::T;").unwrap();
-        std::fs::write(dir.join("d/x.rs"), "use super::y::U; // crate::a::Nope").unwrap();
+        std::fs::write(
+            dir.join("d/x.rs"),
+            "use super::y::U; // crate::a::Nope\nconst S: &str = \"use crate::a::{x\"; /* crate::a */",
+        )
+        .unwrap();
         std::fs::write(dir.join("d/y.rs"), "fn f() { super::x::g(); let _ = super::Z; }").unwrap();
         let found = find(&dir).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
