@@ -4,12 +4,13 @@
 use crate::{
     rules::Protocol,
     schema::keys::{
-        Allowed::{self, Bytes, Int, OneOf, Seconds},
+        said, words,
+        Allowed::{Bytes, Int, OneOf, Seconds},
         Key,
         Reload::{Applies, Reask},
         Type,
         Type::{Duration, Integer, Strings},
-        Unset::{self, Dialect, Value},
+        Unset::{Dialect, Value},
     },
 };
 
@@ -19,14 +20,6 @@ const GRPC: &[Protocol] = &[Protocol::Grpc, Protocol::Grpcs];
 const OVER_TLS: &[Protocol] = &[Protocol::Https, Protocol::Grpcs];
 /// Why the request's keys are not gRPC's.
 const GRPC_CALL: &str = "(a gRPC check's call is grpc.health.v1.Health/Check, and SERVING is healthy)";
-
-const fn words(text: &'static str) -> Allowed {
-    Allowed::Text(text)
-}
-
-const fn said(text: &'static str) -> Unset {
-    Unset::Text(text)
-}
 
 /// Its keys in `[profile.health]`.
 pub const HEALTH_KEYS: &[Key] = &[
