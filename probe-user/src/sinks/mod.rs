@@ -11,6 +11,9 @@
 //!   fresh read of the data path; probing and other sinks never wait for it. Every few
 //!   seconds it also reads the data path back, so that someone else's edit is undone.
 //! - Stop: the structure is left as it is (fail-static), or emptied with `on_stop = "clear"`.
+//!
+//! Each kind is a folder: `<kind>/mod.rs` is its runtime (`impl Sink`), `<kind>/config.rs` its
+//! settings, keys and reader; `config.rs` here is the one list of kinds (`SinkKind`).
 pub mod config;
 pub(crate) mod names;
 

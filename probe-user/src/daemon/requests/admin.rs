@@ -6,30 +6,12 @@ use crate::{
     daemon::{
         protocol::RequestError,
         runner::Runner,
-        table::{Probed, Unsettled},
         views::{EndpointView, ProfileView},
     },
     status::AdminState,
 };
 
 impl Runner {
-    /// After an admin change: each endpoint's check is registered or removed to match (a
-    /// re-enabled endpoint starts over in CheckingEndpoint: `Table::set_admin`), then the
-    /// table settles the statuses and what moved is published.
-    fn reprobe(&mut self, unsettled: Unsettled, now: u64) {
-        for &(id, Probed { was, is }) in &unsettled.probing {
-            if was && !is {
-                self.unregister(id);
-            } else if !was && is {
-                self.register(id, now);
-            }
-            // In a cluster: this node's vote follows (withdrawn while it does not probe).
-            self.cluster_sync(id);
-        }
-        let changed = self.table.settle(unsettled, self.stamp(now));
-        self.publish(changed);
-    }
-
     pub(in crate::daemon) fn set_admin(
         &mut self,
         profile: &str,
@@ -39,7 +21,7 @@ impl Runner {
         let id = self.locate(profile, endpoint)?;
         let now = self.now();
         let unsettled = self.table.set_admin(id, state);
-        self.reprobe(unsettled, now);
+        self.follow_table(unsettled, now);
         self.persist.dirty = true;
         Ok(super::status::endpoint_view(&self.table, id, self.unix_now()))
     }
@@ -60,7 +42,7 @@ impl Runner {
             .ok_or_else(|| RequestError::NoProfile(profile.into()))?;
         let now = self.now();
         let unsettled = self.table.set_profile_enabled(ix, enabled);
-        self.reprobe(unsettled, now);
+        self.follow_table(unsettled, now);
         self.persist.dirty = true;
         super::status::profiles(&self.table, Some(profile), None, self.unix_now())?
             .pop()

@@ -231,16 +231,7 @@ impl Runner {
             } else {
                 handed += 1;
             }
-            for &(id, crate::daemon::table::Probed { was, is }) in &unsettled.probing {
-                if was && !is {
-                    self.unregister(id);
-                } else if !was && is {
-                    self.register(id, now);
-                }
-            }
-            self.cluster_sync(id);
-            let changed = self.table.settle(unsettled, self.stamp(now));
-            self.publish(changed);
+            self.follow_table(unsettled, now);
         }
         if taken + handed > 0 {
             log::info!(

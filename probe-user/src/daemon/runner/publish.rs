@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::Runner;
 use crate::{
     changes::{ChangeKind, TransitionDetail},
-    daemon::table::{Changed, OwnerId, Stamp},
+    daemon::table::{Changed, OwnerId, Probed, Stamp, Unsettled},
 };
 
 impl Runner {
@@ -31,6 +31,23 @@ impl Runner {
         for change in changed.changes {
             self.changes.publish_next(change, now);
         }
+    }
+
+    /// Finishes an admin, profile or share change the table made: each endpoint's check is
+    /// registered or removed to match (one probed again starts over, or from the cluster's
+    /// verdict when it was taken over), this node's vote follows (withdrawn while it does not
+    /// probe), then the table settles the statuses and what moved is published.
+    pub(in crate::daemon) fn follow_table(&mut self, unsettled: Unsettled, now: u64) {
+        for &(id, Probed { was, is }) in &unsettled.probing {
+            if was && !is {
+                self.unregister(id);
+            } else if !was && is {
+                self.register(id, now);
+            }
+            self.cluster_sync(id);
+        }
+        let changed = self.table.settle(unsettled, self.stamp(now));
+        self.publish(changed);
     }
 
     /// Brings endpoint `id` up to date after its health, admin state or share changed (at
