@@ -171,6 +171,12 @@ pub fn render_table(profiles: &[ProfileView], colour: bool) -> String {
                 Some(c) if c.expiring => format!("{change}  certificate expires in {} days", c.days_left),
                 _ => change,
             };
+            // An agent's last word, at the end too (what it holds shows in the status and
+            // eligibility).
+            let change = match &e.agent {
+                Some(a) => format!("{change}  agent: {}", a.said.as_deref().unwrap_or("not asked yet")),
+                None => change,
+            };
             // In transition: results toward a change so far (down toward Degraded, up toward
             // Online).
             let status = match (e.pending, e.status) {

@@ -25,6 +25,8 @@ wire_enum! {
         FailOpen = "fail-open",
         /// Other locations' verdicts changed the endpoint's aggregate health (`[cluster]`).
         Cluster = "cluster",
+        /// Its agent (`agent_port`) set its health, admin state or weight.
+        Agent = "agent",
         /// A step of the endpoint's slow start: its weight's share (`ramp`) moved alone.
         SlowStart = "slow-start",
         /// Not a change but a notice (`Change::Notice`): the server's TLS certificate expires
@@ -39,7 +41,7 @@ impl ChangeKind {
         match self {
             ChangeKind::Health => 4,
             ChangeKind::Cluster => 3,
-            ChangeKind::Admin => 2,
+            ChangeKind::Admin | ChangeKind::Agent => 2,
             ChangeKind::Config => 1,
             ChangeKind::FailOpen | ChangeKind::SlowStart | ChangeKind::CertExpiring => 0,
         }

@@ -105,6 +105,7 @@ pub fn render(e: &Event, colour: bool) -> String {
     let cause = match e.kind {
         ChangeKind::Health => health_cause(e),
         ChangeKind::Admin => "set by an operator".to_string(),
+        ChangeKind::Agent => "its agent's answer".to_string(),
         ChangeKind::Config => "by a reload".to_string(),
         ChangeKind::FailOpen => "the profile's fail-open".to_string(),
         ChangeKind::Cluster => "the cluster's verdicts".to_string(),

@@ -57,6 +57,19 @@ impl RunnerMetrics {
             .inc(&catalog::KERNEL_HTTP_SETTLED, vec![("reason", reason.into())], 1);
     }
 
+    /// An agent was asked (few: counted at once).
+    pub fn agent_answer(&mut self, answer: &crate::probe::agent::AgentAnswer) {
+        use crate::probe::agent::{AgentAnswer, Missed};
+        let word = match answer {
+            AgentAnswer::Reply(_) => "line",
+            AgentAnswer::Missed(Missed::Connect(_)) => "not-reached",
+            AgentAnswer::Missed(Missed::Timeout) => "timeout",
+            AgentAnswer::Missed(Missed::Io(_) | Missed::NoLine) => "no-line",
+        };
+        self.registry
+            .inc(&catalog::AGENT_ANSWERS, vec![("answer", word.into())], 1);
+    }
+
     /// Whether plain HTTP checks run in the kernel now.
     pub fn kernel_http_enabled(&mut self, on: bool) {
         self.registry

@@ -128,6 +128,32 @@ pub struct EndpointView {
     /// saw it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_cert: Option<TlsCertView>,
+    /// Its weight now, before any slow start: the configured one, as its agent scales it.
+    #[serde(default)]
+    pub weight: u32,
+    /// With an agent check (`agent_port`): what its agent holds and last said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentView>,
+}
+
+/// An endpoint's agent (`probe::agent`): what it holds, and its last answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentView {
+    /// It holds the endpoint down (it said down, fail or stopped, and not up since).
+    pub down: bool,
+    /// The admin state it holds: "drain" or "maint"; none after ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin: Option<String>,
+    /// The weight it set, in percent of the configured weight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_percent: Option<u16>,
+    /// Its last answer as words, or why there was none; none before the first ask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub said: Option<String>,
+    /// Whether the last ask got a line.
+    pub answered: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_unix_ms: Option<u64>,
 }
 
 /// When an endpoint's certificate expires, and whether that is within its profile's

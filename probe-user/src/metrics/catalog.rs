@@ -231,6 +231,11 @@ pub const KERNEL_HTTP_SETTLED: Metric = Metric::counter(
     "Plain HTTP probes the kernel path could not decide with certainty, settled through a socket, by why",
     &["reason"],
 );
+pub const AGENT_ANSWERS: Metric = Metric::counter(
+    "probed_agent_answers_total",
+    "Asks of endpoints' agents (agent_port), by what came back: a line, or none (not reached, timed out, no complete line)",
+    &["answer"],
+);
 pub const KERNEL_HTTP_ENABLED: Metric = Metric::gauge(
     "probed_kernel_http_enabled",
     "1 while plain HTTP checks run in probe_rx, 0 once they all go through sockets",
@@ -338,6 +343,7 @@ pub const ALL: &[&Metric] = &[
     &KERNEL_TX,
     &ENGINE_STACK_FALLBACKS,
     &KERNEL_HTTP_SETTLED,
+    &AGENT_ANSWERS,
     &KERNEL_HTTP_ENABLED,
     &ENGINE_INFLIGHT,
     &ENGINE_BACKLOG,

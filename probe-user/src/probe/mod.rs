@@ -5,6 +5,7 @@
 //! target and a budget and takes its `ProbeReport`, whatever its kind. The state the probes
 //! of a kind share (a connection pool, a TLS session cache, a bound on sockets) is one field
 //! of `Probers`, made once per runner.
+pub mod agent;
 pub mod http;
 pub mod udp;
 

@@ -12,7 +12,7 @@ use probed::engine::{source::probe_iface, EngineConfig, L4Engine, L4Proto, L4Req
 use super::{render::Line, CheckArgs};
 
 /// Resolves `host` (an IP literal, or a name the resolver knows) with `port`.
-fn resolve(host: &str, port: u16) -> anyhow::Result<SocketAddr> {
+pub(super) fn resolve(host: &str, port: u16) -> anyhow::Result<SocketAddr> {
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(SocketAddr::new(ip, port));
     }

@@ -9,6 +9,7 @@ use probed::{
     rules::limits::{MAX_PACING_MS, MAX_UDP_PAYLOAD, TIMEOUT_MS},
 };
 
+mod agent;
 mod http;
 mod l4;
 mod render;
@@ -16,8 +17,9 @@ mod render;
 #[derive(clap::Args)]
 pub struct CheckArgs {
     /// What to probe: tcp://HOST:PORT, udp://HOST:PORT, http://HOST[:PORT][/PATH],
-    /// https://..., grpc://HOST:PORT[/SERVICE] (gRPC health over HTTP/2 cleartext) or
-    /// grpcs://... (over TLS); IPv6 hosts in brackets.
+    /// https://..., grpc://HOST:PORT[/SERVICE] (gRPC health over HTTP/2 cleartext),
+    /// grpcs://... (over TLS) or agent://HOST:PORT (HAProxy's agent-check: the line the
+    /// backend's agent answers); IPv6 hosts in brackets.
     pub url: String,
     /// HEAD or GET (default: the dialect's, HEAD for lb, GET for tm).
     #[arg(long)]
@@ -81,7 +83,8 @@ pub struct CheckArgs {
     /// TCP/UDP: how probes are sent: auto (XDP when the device can), xdp or raw.
     #[arg(long, default_value = "auto")]
     pub tx: String,
-    /// UDP: the request payload (may be empty), at most 500 bytes.
+    /// UDP: the request payload (may be empty); agent: what is written to the agent before
+    /// its answer is read (agent_send). At most 500 bytes.
     #[arg(long, default_value = "", value_parser = udp_payload)]
     pub send: String,
     /// UDP: a reply must contain this string (request/response mode), at most 500 bytes;
@@ -118,6 +121,8 @@ pub enum Target {
     Tcp { host: String, port: u16 },
     /// A UDP probe: through the kernel engine, or a socket in request/response mode.
     Udp { host: String, port: u16 },
+    /// An agent check (HAProxy's agent-check protocol).
+    Agent { host: String, port: u16 },
     /// A gRPC health check of `service` ("" for the server's own health).
     Grpc {
         tls: bool,
@@ -165,6 +170,14 @@ pub fn parse_target(url: &str) -> anyhow::Result<Target> {
                 service: service.to_string(),
             })
         }
+        "agent" => {
+            let (host, port) =
+                split_authority(authority, 0).with_context(|| format!("read the host and port of {url:?}"))?;
+            if port == 0 {
+                bail!("{url:?} needs a port: agent://HOST:PORT");
+            }
+            Ok(Target::Agent { host, port })
+        }
         s @ ("tcp" | "udp") => {
             let (host, port) =
                 split_authority(authority, 0).with_context(|| format!("read the host and port of {url:?}"))?;
@@ -177,12 +190,12 @@ pub fn parse_target(url: &str) -> anyhow::Result<Target> {
                 Target::Udp { host, port }
             })
         }
-        other => bail!("unsupported scheme {other:?} in {url:?}; supported: tcp, udp, http, https, grpc, grpcs"),
+        other => bail!("unsupported scheme {other:?} in {url:?}; supported: tcp, udp, http, https, grpc, grpcs, agent"),
     }
 }
 
 /// `host`, `host:port`, `[v6]` or `[v6]:port`.
-fn split_authority(authority: &str, default_port: u16) -> anyhow::Result<(String, u16)> {
+pub(super) fn split_authority(authority: &str, default_port: u16) -> anyhow::Result<(String, u16)> {
     let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
         let (host, after) = rest.split_once(']').context("an IPv6 address lacks its closing ']'")?;
         match after {
@@ -228,6 +241,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         }
         Target::Tcp { host, port } => l4::check_tcp(&args, &host, port),
         Target::Udp { host, port } => l4::check_udp(&args, &host, port),
+        Target::Agent { host, port } => agent::check_agent(&args, &host, port),
     }
 }
 

@@ -53,6 +53,20 @@ impl<'a> Line<'a> {
         }
     }
 
+    /// An agent's answer: healthy when it answered a line that does not hold the backend
+    /// down (no line tells nothing, and fails here).
+    pub fn agent(url: &'a str, addr: SocketAddr, asked: &probed::probe::agent::Asked) -> Self {
+        use probed::probe::agent::{AgentAnswer, AgentHealth};
+        Self {
+            url,
+            addr,
+            healthy: matches!(&asked.answer, AgentAnswer::Reply(r) if !matches!(r.health, Some(AgentHealth::Down(_)))),
+            outcome: asked.answer.to_string(),
+            elapsed: asked.elapsed,
+            http_status: None,
+        }
+    }
+
     pub fn render(&self, json: bool) -> String {
         let verdict = if self.healthy { "healthy" } else { "unhealthy" };
         let ms = self.elapsed.as_secs_f64() * 1000.0;

@@ -22,6 +22,8 @@ pub struct HealthCheck {
     /// Optional pacing beyond the plain interval (HAProxy fastinter/downinter, jitter).
     /// When all of it is unset, the SPEC windows hold exactly.
     pub pacing: Pacing,
+    /// The agent check beside it (`probe::agent`), not part of the check's identity.
+    pub agent: Option<crate::probe::agent::AgentSettings>,
 }
 
 /// Intervals and jitter that change when probes go out, all off by default.

@@ -234,6 +234,8 @@ fn contexts() -> Vec<(Doc, Config)> {
         base()
             .set("profile", "endpoints_from", Some("\"api\""))
             .without("profile.endpoint"),
+        // An agent check beside the health check.
+        base().set("profile.health", "agent_port", Some("9999")),
         // An HTTPS check that verifies the chain (against the system's roots).
         profile("lb", "https", "priority").set("profile.health", "tls_verify", Some("\"ca\"")),
         // A profile whose endpoints are a name's records: A and AAAA, then SRV.

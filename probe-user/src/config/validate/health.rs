@@ -47,6 +47,10 @@ pub(super) fn health(
     let thresholds = thresholds(r, &t, d);
     let pacing = pacing(r, &t);
     let probe = protocol.and_then(|p| probe(r, &t, d, p));
+    let agent = match (interval, timeout) {
+        (Some(i), Some(to)) => crate::probe::agent::read(r, &t, i, to).ok()?,
+        _ => None,
+    };
     (r.errors.len() == errors_before).then_some(())?;
     Some(HealthCheck {
         probe: probe?,
@@ -55,6 +59,7 @@ pub(super) fn health(
         timeout: timeout?,
         thresholds: thresholds?,
         pacing,
+        agent,
     })
 }
 

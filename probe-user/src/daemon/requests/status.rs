@@ -153,5 +153,23 @@ pub(super) fn endpoint_view(table: &Table, id: OwnerId, now_unix: i64) -> Endpoi
         // Filled by the runner, which holds the cluster's view (runner/cluster.rs).
         cluster: None,
         tls_cert,
+        weight: t.weight(),
+        agent: agent_view(table, id),
     }
+}
+
+/// What endpoint `id`'s agent holds and last said; None when its profile has no agent check.
+fn agent_view(table: &Table, id: OwnerId) -> Option<crate::daemon::views::AgentView> {
+    let t = &table.targets[&id];
+    table.profiles[t.profile_ix() as usize].cfg.health.agent.as_ref()?;
+    let held = t.agent();
+    let seen = table.agent_seen(id);
+    Some(crate::daemon::views::AgentView {
+        down: held.down(),
+        admin: held.admin().map(|a| a.word().to_string()),
+        weight_percent: held.percent(),
+        said: seen.map(|s| s.said.to_string()),
+        answered: seen.is_some_and(|s| s.answered),
+        at_unix_ms: seen.map(|s| s.at_unix_ms),
+    })
 }

@@ -92,6 +92,7 @@ impl Runner {
         self.table.swap_changes(swapped, &before.profiles, stamp, &mut emit);
         self.table.nested_changes(&before.nested, stamp, &mut emit);
         self.cluster_applied();
+        self.sync_agents(now);
         self.persist.table_replaced();
     }
 

@@ -7,6 +7,7 @@
 //! a second `rtts.rs` sends the round-trip times performance routing needs; applying a table
 //! is `apply.rs`. What follows the stream (events file, sinks, DNS server, API feeds) is not
 //! the runner's: it joins through `Control` (`../consumers/`).
+mod agents;
 mod apply;
 mod cluster;
 mod fire;
@@ -216,6 +217,8 @@ pub(super) struct Probing {
     worst_late_ns: u64,
     /// When the once-a-second work (pace, DNS RTTs) is next due; the loop wakes for it.
     next_watchdog_ns: u64,
+    /// The endpoints' agents (`agents.rs`).
+    agents: agents::Agents,
 }
 
 /// When the loop's periodic chores were last done (`Runner::end_turn`).
@@ -316,6 +319,7 @@ impl Runner {
                 pace: pace::Pace::default(),
                 worst_late_ns: 0,
                 next_watchdog_ns: now + watchdog::EVERY_NS,
+                agents: agents::Agents::default(),
             },
             changes: Bus::default(),
             rtts: watch::Sender::new(Rtts::default()),
@@ -372,8 +376,14 @@ impl Runner {
                 .map(|d| d.max(last_wake + TICK_NS))
                 .map_or(self.probe.next_watchdog_ns, |w| w.min(self.probe.next_watchdog_ns));
             let results_open = now >= results_after_ns;
-            // A slow start's next step wakes the loop too (`end_turn` takes it).
-            let ramp_ns = self.table.ramps.next_due().unwrap_or(u64::MAX);
+            // A slow start's next step and an agent's next ask wake the loop too (`end_turn`
+            // takes them).
+            let ramp_ns = self
+                .table
+                .ramps
+                .next_due()
+                .unwrap_or(u64::MAX)
+                .min(self.probe.agents.next_due().unwrap_or(u64::MAX));
             let wake_ns = Some(if results_open {
                 fire_ns.min(ramp_ns)
             } else {
@@ -412,6 +422,7 @@ impl Runner {
                     }
                 },
                 Some(update) = cluster::recv(&mut self.cluster) => self.on_cluster(update),
+                Some((id, asked)) = self.probe.agents.rx.recv() => self.on_agent(id, asked),
                 Some((token, report, queued_ns)) = self.probe.tasks.rx.recv(), if results_open => {
                     self.on_task(token, report, queued_ns);
                     if self.drain_results().is_err() {
@@ -513,6 +524,7 @@ impl Runner {
             }
         }
         self.step_ramps(now);
+        self.ask_agents(now);
         if force_save || now.saturating_sub(self.chores.metrics_flushed_ns) >= METRICS_FLUSH_NS {
             self.metrics.flush(&self.table.profiles);
             self.chores.metrics_flushed_ns = now;

@@ -13,6 +13,7 @@ use crate::{
     status::{self, EndpointStatus, Health, ProfileStatus, StatusCounts},
 };
 
+mod agents;
 mod certs;
 mod fleet;
 mod plan;
@@ -23,6 +24,7 @@ mod target;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use agents::AgentSeen;
 pub(crate) use certs::{days_left, within_warning, CertSeen};
 pub(crate) use plan::{plan, Plan, Swapped};
 pub(crate) use restatus::{Changed, Probed, Stamp, Unsettled};
@@ -144,6 +146,8 @@ pub(crate) struct Table {
     pub certs: FastMap<OwnerId, CertSeen>,
     /// The endpoints in a slow start (`ramp.rs`).
     pub ramps: ramp::Ramps,
+    /// What the agents of endpoints with an agent check last said (`agents.rs`).
+    pub agents_seen: FastMap<OwnerId, AgentSeen>,
 }
 
 /// Why a configuration cannot be applied: one line per problem.

@@ -87,6 +87,8 @@ struct Start {
     /// `Target::quiet_start`).
     ramp: u16,
     quiet_start: bool,
+    /// What its agent held, carried over from its running self (`Target::agent`).
+    agent: crate::probe::agent::AgentState,
 }
 
 /// Resolves `config` against the running table `old`, which `running` produced (its profiles
@@ -201,7 +203,7 @@ pub(super) fn joins(
 ) -> Result<(OwnerId, bool, Box<Target>), String> {
     target.map(|(id, kept, mut t)| {
         if !kept {
-            t.quiet_start = !profile_ran;
+            t.flags.set(super::target::Flags::QUIET_START, !profile_ran);
         }
         (id, kept, t)
     })
@@ -358,7 +360,7 @@ pub(super) fn build_one(
         // config's goes with it instead of staying behind in the target.
         name: endpoint.name.clone(),
         endpoint: Brief::of(endpoint),
-        profile_enabled: entry.enabled(),
+        flags: super::target::Flags::of(entry.enabled(), start.quiet_start, true),
         config_admin: endpoint.state,
         admin_override: start.admin_override,
         spec: Arc::new(spec),
@@ -371,11 +373,15 @@ pub(super) fn build_one(
         status: EndpointStatus::Inactive,
         eligible: false,
         ramp: start.ramp,
-        quiet_start: start.quiet_start,
-        owned: true,
         verdict_key: verdict_key(&profile.name, &endpoint.name, &question_text),
         cluster_health: None,
         cluster_sent: None,
+        // What an agent held goes when the profile no longer asks one.
+        agent: if profile.health.agent.is_some() {
+            start.agent
+        } else {
+            crate::probe::agent::AgentState::NONE
+        },
     });
     Ok((start.id, start.kept, target))
 }
@@ -398,7 +404,8 @@ fn carry_over(id: OwnerId, t: &Target, endpoint: &Endpoint, rules: &Arc<Rules>, 
         admin_override: t.admin_override.filter(|_| t.config_admin == endpoint.state),
         kept: true,
         ramp: t.ramp,
-        quiet_start: t.quiet_start,
+        quiet_start: t.quiet_start(),
+        agent: t.agent,
     }
 }
 
@@ -430,6 +437,7 @@ fn resume(
         kept: false,
         ramp: crate::status::ramp::FULL,
         quiet_start: true,
+        agent: crate::probe::agent::AgentState::NONE,
     }
 }
 
@@ -492,6 +500,7 @@ impl Table {
             }
         }
         self.prune_certs();
+        self.prune_agents();
         Swapped { gone, built, dirty }
     }
 }

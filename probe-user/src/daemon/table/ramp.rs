@@ -38,7 +38,8 @@ impl Ramps {
                 t.ramp = ramp::FULL;
                 self.started.remove(&id);
             }
-        } else if !was_eligible && period_ns > 0 && !t.quiet_start && status::eligible_as(t.admin(), t.status, false) {
+        } else if !was_eligible && period_ns > 0 && !t.quiet_start() && status::eligible_as(t.admin(), t.status, false)
+        {
             t.ramp = ramp::permille(0, period_ns);
             self.started.insert(id, at_ns);
             if let Some(next) = ramp::next_step_ns(0, period_ns) {
@@ -46,7 +47,7 @@ impl Ramps {
             }
         }
         if t.status != EndpointStatus::CheckingEndpoint {
-            t.quiet_start = false;
+            t.flags.set(super::target::Flags::QUIET_START, false);
         }
     }
 }

@@ -6,7 +6,7 @@
 //! does the rest (scheduling, gossip); nothing outside this folder writes a target's fields.
 use std::sync::Arc;
 
-use super::{OwnerId, ProfileEntry, Table, Target};
+use super::{target::Flags, OwnerId, ProfileEntry, Table, Target};
 use crate::{
     changes::{micros_as_ms, Change, ChangeKind, EndpointChange, ProfileChange, TransitionDetail},
     cluster::aggregate::Verdict,
@@ -68,6 +68,21 @@ pub(crate) struct Unsettled {
     kind: ChangeKind,
     /// A whole profile's change: its index, and its status and fail-open before.
     profile: Option<(usize, (ProfileStatus, bool))>,
+    /// Each endpoint's change is published even when its status, admin state and
+    /// eligibility stayed (an agent's weight alone moved).
+    always: bool,
+}
+
+impl Unsettled {
+    /// One endpoint's change of `kind`, published whatever moved.
+    pub(super) fn one(id: OwnerId, probed: Probed, kind: ChangeKind) -> Unsettled {
+        Unsettled {
+            probing: vec![(id, probed)],
+            kind,
+            profile: None,
+            always: true,
+        }
+    }
 }
 
 /// What one probe result brought to one owner of its check.
@@ -163,7 +178,7 @@ impl Table {
     pub fn set_admin(&mut self, id: OwnerId, state: AdminState) -> Unsettled {
         // To or from drain, what it counts as moves with its status unchanged.
         if let Some(t) = self.targets.get(&id) {
-            let (before, after) = (t.counts_as(), status::counted(state, t.status));
+            let (before, after) = (t.counts_as(), status::counted(t.agent.admin_over(state), t.status));
             if before != after {
                 let p = &mut self.profiles[t.profile_ix as usize];
                 p.counts.remove(before);
@@ -177,6 +192,7 @@ impl Table {
             probing: vec![(id, probed)],
             kind: ChangeKind::Admin,
             profile: None,
+            always: false,
         }
     }
 
@@ -193,12 +209,18 @@ impl Table {
         let owners = entry.owners.clone();
         let probing = owners
             .into_iter()
-            .map(|id| (id, self.probing_change(id, true, |t| t.profile_enabled = enabled)))
+            .map(|id| {
+                (
+                    id,
+                    self.probing_change(id, true, |t| t.flags.set(Flags::PROFILE_ENABLED, enabled)),
+                )
+            })
             .collect();
         Unsettled {
             probing,
             kind: ChangeKind::Admin,
             profile: Some((ix, before)),
+            always: false,
         }
     }
 
@@ -209,7 +231,7 @@ impl Table {
     pub fn settle(&mut self, unsettled: Unsettled, at: Stamp) -> Changed {
         let mut out = Changed::default();
         for &(id, _) in &unsettled.probing {
-            out.extend(self.restatus(id, unsettled.kind, at, None));
+            out.extend(self.restatus_as(id, unsettled.kind, at, None, unsettled.always));
         }
         if let Some((ix, before)) = unsettled.profile {
             for nix in 0..self.profiles[ix].nested.len() {
@@ -238,17 +260,18 @@ impl Table {
     /// changed hands does not flap.
     pub fn set_owned(&mut self, id: OwnerId, owned: bool) -> Unsettled {
         let probed = self.probing_change(id, false, |t| {
-            if owned && !t.owned {
+            if owned && !t.owned() {
                 let start = t.cluster_health.unwrap_or(Health::CheckingEndpoint);
                 let rules = t.tracker.rules().clone();
                 t.tracker = Tracker::resume(&rules, start);
             }
-            t.owned = owned;
+            t.flags.set(Flags::OWNED, owned);
         });
         Unsettled {
             probing: vec![(id, probed)],
             kind: ChangeKind::Cluster,
             profile: None,
+            always: false,
         }
     }
 
@@ -265,7 +288,7 @@ impl Table {
 
     /// Applies `f` to endpoint `id` and says how its probing changed; one probed again
     /// starts over in CheckingEndpoint when `start_over`.
-    fn probing_change(&mut self, id: OwnerId, start_over: bool, f: impl FnOnce(&mut Target)) -> Probed {
+    pub(super) fn probing_change(&mut self, id: OwnerId, start_over: bool, f: impl FnOnce(&mut Target)) -> Probed {
         let Some(t) = self.targets.get_mut(&id) else {
             return Probed { was: false, is: false };
         };
@@ -289,6 +312,19 @@ impl Table {
         kind: ChangeKind,
         at: Stamp,
         detail: Option<Arc<TransitionDetail>>,
+    ) -> Changed {
+        self.restatus_as(id, kind, at, detail, false)
+    }
+
+    /// `restatus`, publishing the endpoint's change even when nothing consumers see moved
+    /// past it when `always`.
+    fn restatus_as(
+        &mut self,
+        id: OwnerId,
+        kind: ChangeKind,
+        at: Stamp,
+        detail: Option<Arc<TransitionDetail>>,
+        always: bool,
     ) -> Changed {
         let mut out = Changed::default();
         let Some(t) = self.targets.get_mut(&id) else {
@@ -324,7 +360,7 @@ impl Table {
         }
         // An admin change that leaves the status alone (under a disabled profile, say) is
         // still a change of what consumers see.
-        if detail.is_none() && t.state() == old_state {
+        if detail.is_none() && !always && t.state() == old_state {
             return out;
         }
         out.push(Change::Endpoint(EndpointChange {

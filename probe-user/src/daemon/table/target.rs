@@ -14,6 +14,7 @@ use crate::{
         views::{LastChange, LastResult},
     },
     health::Tracker,
+    probe::agent::AgentState,
     schedule::CheckId,
     status::{self, AdminState, EndpointInput, EndpointStatus, Health},
 };
@@ -25,7 +26,9 @@ pub(crate) struct Target {
     pub(super) profile_ix: u32,
     pub(super) name: Arc<str>,
     pub(super) endpoint: Brief,
-    pub(super) profile_enabled: bool,
+    /// Whether its profile is enabled, whether its first verdict starts no slow start
+    /// (`quiet_start`), and whether this node probes it (`owned`): a bit each.
+    pub(super) flags: Flags,
     /// The configured admin state, and the API's override of it.
     pub(super) config_admin: AdminState,
     pub(super) admin_override: Option<AdminState>,
@@ -47,12 +50,6 @@ pub(crate) struct Target {
     /// Its slow start's share of its weight, in thousandths (`status::ramp`); `FULL` outside
     /// a ramp. The table keeps when each ramp started (`Table::ramps`).
     pub(super) ramp: u16,
-    /// Its first verdict does not start a slow start: it was in the table probed started with,
-    /// or in a profile new to a reload (`plan`). Cleared by its first status past
-    /// CheckingEndpoint.
-    pub(super) quiet_start: bool,
-    /// With `[cluster]`: whether this node is one of the check's k probers (always without).
-    pub(super) owned: bool,
     /// This endpoint's name for verdicts, on every node that checks it with the same question
     /// (its profile, its name and what its check asks; not the check's timing, so that nodes
     /// with other timing agree). The check's name for sharding is `spec.key().question()`.
@@ -62,6 +59,8 @@ pub(crate) struct Target {
     pub(super) cluster_health: Option<Health>,
     /// The verdict this node last gossiped for it (None: none, it does not probe it).
     pub(super) cluster_sent: Option<Verdict>,
+    /// What its agent set (`probe::agent`): none without an agent check.
+    pub(super) agent: AgentState,
 }
 
 // A million targets are a million boxes of this, in mimalloc's size classes of 160, 192, 224,
@@ -69,6 +68,42 @@ pub(crate) struct Target {
 // with its check's key (now in the spec), its lateness in nanoseconds and its tracker's run
 // as a vector.
 const _: () = assert!(std::mem::size_of::<Target>() <= 160);
+
+/// A target's yes-or-no facts, a bit each (a byte each left no room for its agent's state
+/// under 160 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Flags(u8);
+
+impl Flags {
+    /// Its profile is enabled (the file's `enabled`, or the API's override).
+    pub const PROFILE_ENABLED: u8 = 1;
+    /// Its first verdict does not start a slow start: it was in the table probed started
+    /// with, or in a profile new to a reload (`plan`). Cleared by its first status past
+    /// CheckingEndpoint.
+    pub const QUIET_START: u8 = 2;
+    /// With `[cluster]`: this node is one of the check's k probers (always without).
+    pub const OWNED: u8 = 4;
+
+    pub fn of(profile_enabled: bool, quiet_start: bool, owned: bool) -> Flags {
+        Flags(
+            u8::from(profile_enabled) * Self::PROFILE_ENABLED
+                | u8::from(quiet_start) * Self::QUIET_START
+                | u8::from(owned) * Self::OWNED,
+        )
+    }
+
+    pub fn has(self, bit: u8) -> bool {
+        self.0 & bit != 0
+    }
+
+    pub fn set(&mut self, bit: u8, on: bool) {
+        if on {
+            self.0 |= bit;
+        } else {
+            self.0 &= !bit;
+        }
+    }
+}
 
 /// A round-trip time in whole microseconds (saturating at 71 minutes; one under a
 /// microsecond counts as one), 0 for none: 4 bytes where an `Option<Duration>` took 16.
@@ -159,7 +194,15 @@ impl Target {
     }
 
     pub fn owned(&self) -> bool {
-        self.owned
+        self.flags.has(Flags::OWNED)
+    }
+
+    pub(super) fn profile_enabled(&self) -> bool {
+        self.flags.has(Flags::PROFILE_ENABLED)
+    }
+
+    pub(super) fn quiet_start(&self) -> bool {
+        self.flags.has(Flags::QUIET_START)
     }
 
     pub fn verdict_key(&self) -> u64 {
@@ -175,7 +218,7 @@ impl Target {
     /// aggregate that stands for its health. A target in the table changes these through
     /// `Table::set_owned` and `Table::set_cluster_health`, which keep its status in step.
     pub fn share(&mut self, owned: bool, sent: Option<Verdict>, health: Option<Health>) {
-        self.owned = owned;
+        self.flags.set(Flags::OWNED, owned);
         self.cluster_sent = sent;
         self.cluster_health = health;
     }
@@ -209,12 +252,29 @@ impl Target {
         self.ramp
     }
 
+    /// The admin state that applies: the operator's (the file's, or the API's override), or
+    /// its agent's when that is stricter.
     pub fn admin(&self) -> AdminState {
+        self.agent.admin_over(self.operator_admin())
+    }
+
+    /// The operator's admin state: the file's, or the API's override.
+    pub fn operator_admin(&self) -> AdminState {
         self.admin_override.unwrap_or(self.config_admin)
     }
 
+    /// What its agent set.
+    pub fn agent(&self) -> AgentState {
+        self.agent
+    }
+
+    /// Its weight now, before any slow start: the configured one, as its agent scales it.
+    pub fn weight(&self) -> u32 {
+        self.agent.weight(self.endpoint.weight)
+    }
+
     pub fn should_probe(&self) -> bool {
-        self.profile_enabled && matches!(self.admin(), AdminState::Enabled | AdminState::Drain) && self.owned
+        self.profile_enabled() && matches!(self.admin(), AdminState::Enabled | AdminState::Drain) && self.owned()
     }
 
     /// What it counts as toward its profile's status, fail-open and nested parents
@@ -232,13 +292,14 @@ impl Target {
 
     /// The endpoint's health: its locations' aggregate in a cluster, else its own verdict.
     pub fn health(&self) -> Health {
-        self.cluster_health.unwrap_or_else(|| self.tracker.state())
+        self.agent
+            .health(self.cluster_health.unwrap_or_else(|| self.tracker.state()))
     }
 
     /// The status its inputs give now (SPEC section 4), which `status` catches up with.
     pub fn derive_status(&self) -> EndpointStatus {
         status::endpoint_view(EndpointInput {
-            profile_enabled: self.profile_enabled,
+            profile_enabled: self.profile_enabled(),
             admin: self.admin(),
             stopped: false,
             health: self.health(),
@@ -271,7 +332,7 @@ impl Target {
             address: address.ip(),
             port: address.port(),
             protocol: self.spec.protocol,
-            weight: self.endpoint.weight,
+            weight: self.weight(),
             priority: self.endpoint.priority,
             admin: self.admin(),
             health: self.health(),
