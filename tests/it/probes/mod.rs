@@ -1,5 +1,6 @@
 //! The probes in user space and their verdicts: HTTP(S) over sockets against real servers and a
 //! zoo of odd ones, `probed check` as an operator runs it, and a node out of descriptors.
+mod agent;
 mod cli_check;
 mod grpc;
 mod http;
