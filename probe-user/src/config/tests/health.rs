@@ -194,3 +194,52 @@ fn pacing_is_off_by_default_and_read_when_set() {
     assert_eq!(p.initial_jitter, Duration::from_millis(500));
     assert_eq!(p.jitter_percent, 10);
 }
+
+rule!(agent_port_zero, cfg("lb", "", "agent_port = 0", ""), "profile[0].health.agent_port");
+rule!(
+    agent_interval_too_short,
+    cfg("lb", "", "agent_port = 9999\nagent_interval = \"50ms\"", ""),
+    "profile[0].health.agent_interval"
+);
+rule!(
+    agent_timeout_too_long,
+    cfg("lb", "", "agent_port = 9999\nagent_timeout = \"61s\"", ""),
+    "profile[0].health.agent_timeout"
+);
+rule!(
+    agent_send_without_port,
+    cfg("lb", "", "agent_send = \"hello\\n\"", ""),
+    "profile[0].health.agent_send"
+);
+rule!(
+    agent_send_too_long,
+    cfg("lb", "", &format!("agent_port = 9999\nagent_send = \"{}\"", "x".repeat(501)), ""),
+    "profile[0].health.agent_send"
+);
+
+#[test]
+fn an_agent_takes_the_checks_timing_unless_told_and_is_no_part_of_the_check() {
+    let plain = ok(&cfg("lb", "", "agent_port = 9999", ""));
+    let h = &plain.profiles[0].health;
+    let agent = h.agent.as_ref().expect("an agent");
+    assert_eq!((agent.port, agent.interval, agent.timeout), (9999, h.interval, h.timeout));
+    assert_eq!(agent.send, "");
+    let told = ok(&cfg(
+        "lb",
+        "",
+        "agent_port = 9999\nagent_interval = \"500ms\"\nagent_timeout = \"300ms\"\nagent_send = \"ping\\n\"",
+        "",
+    ));
+    let agent = told.profiles[0].health.agent.as_ref().unwrap();
+    assert_eq!((agent.interval, agent.timeout), (Duration::from_millis(500), Duration::from_millis(300)));
+    assert_eq!(agent.send, "ping\n");
+    // The check's identity leaves the agent out: a reload that adds or edits one keeps every
+    // endpoint's check (and health).
+    let (p0, p1) = (&plain.profiles[0], &told.profiles[0]);
+    let none = ok(&cfg("lb", "", "", ""));
+    for other in [p1, &none.profiles[0]] {
+        let a = crate::daemon::checks::CheckSpec::resolve(p0, &p0.endpoints[0]).unwrap();
+        let b = crate::daemon::checks::CheckSpec::resolve(other, &other.endpoints[0]).unwrap();
+        assert_eq!(a.spec.key(), b.spec.key());
+    }
+}

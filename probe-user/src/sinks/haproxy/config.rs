@@ -99,7 +99,7 @@ pub(crate) fn haproxy_name(s: &str) -> bool {
 }
 
 /// HAProxy weights go from 0 to 256; probed's from 1 to 1000.
-const HAPROXY_MAX_WEIGHT: u32 = 256;
+pub(super) const HAPROXY_MAX_WEIGHT: u32 = 256;
 
 /// `kind = "haproxy"`, and its default name (the backend's, when it is a valid sink name).
 /// `endpoints` is the followed profile (with the item naming it), when it read well.

@@ -204,8 +204,10 @@ pub fn plan(cfg: &Config, model: &ProfileModel, held: &BTreeMap<String, Server>)
             } else {
                 cfg.down.into()
             },
-            // Its slow start's share, rounded up (HAProxy's weights are whole).
-            weight: state.weight_now(),
+            // Its slow start's share, rounded up (HAProxy's weights are whole), at most
+            // HAProxy's largest (an agent's percentage can go past the configured weight; HAProxy
+            // caps its own agents' weights there too).
+            weight: state.weight_now().min(config::HAPROXY_MAX_WEIGHT),
         };
         if want.state == ServerState::Ready {
             out.ready += 1;
