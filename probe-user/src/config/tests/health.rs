@@ -195,7 +195,11 @@ fn pacing_is_off_by_default_and_read_when_set() {
     assert_eq!(p.jitter_percent, 10);
 }
 
-rule!(agent_port_zero, cfg("lb", "", "agent_port = 0", ""), "profile[0].health.agent_port");
+rule!(
+    agent_port_zero,
+    cfg("lb", "", "agent_port = 0", ""),
+    "profile[0].health.agent_port"
+);
 rule!(
     agent_interval_too_short,
     cfg("lb", "", "agent_port = 9999\nagent_interval = \"50ms\"", ""),
@@ -213,7 +217,12 @@ rule!(
 );
 rule!(
     agent_send_too_long,
-    cfg("lb", "", &format!("agent_port = 9999\nagent_send = \"{}\"", "x".repeat(501)), ""),
+    cfg(
+        "lb",
+        "",
+        &format!("agent_port = 9999\nagent_send = \"{}\"", "x".repeat(501)),
+        ""
+    ),
     "profile[0].health.agent_send"
 );
 
@@ -222,7 +231,10 @@ fn an_agent_takes_the_checks_timing_unless_told_and_is_no_part_of_the_check() {
     let plain = ok(&cfg("lb", "", "agent_port = 9999", ""));
     let h = &plain.profiles[0].health;
     let agent = h.agent.as_ref().expect("an agent");
-    assert_eq!((agent.port, agent.interval, agent.timeout), (9999, h.interval, h.timeout));
+    assert_eq!(
+        (agent.port, agent.interval, agent.timeout),
+        (9999, h.interval, h.timeout)
+    );
     assert_eq!(agent.send, "");
     let told = ok(&cfg(
         "lb",
@@ -231,7 +243,10 @@ fn an_agent_takes_the_checks_timing_unless_told_and_is_no_part_of_the_check() {
         "",
     ));
     let agent = told.profiles[0].health.agent.as_ref().unwrap();
-    assert_eq!((agent.interval, agent.timeout), (Duration::from_millis(500), Duration::from_millis(300)));
+    assert_eq!(
+        (agent.interval, agent.timeout),
+        (Duration::from_millis(500), Duration::from_millis(300))
+    );
     assert_eq!(agent.send, "ping\n");
     // The check's identity leaves the agent out: a reload that adds or edits one keeps every
     // endpoint's check (and health).

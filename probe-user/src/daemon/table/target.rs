@@ -86,9 +86,9 @@ impl Flags {
 
     pub fn of(profile_enabled: bool, quiet_start: bool, owned: bool) -> Flags {
         Flags(
-            u8::from(profile_enabled) * Self::PROFILE_ENABLED
-                | u8::from(quiet_start) * Self::QUIET_START
-                | u8::from(owned) * Self::OWNED,
+            (u8::from(profile_enabled) * Self::PROFILE_ENABLED)
+                | (u8::from(quiet_start) * Self::QUIET_START)
+                | (u8::from(owned) * Self::OWNED),
         )
     }
 

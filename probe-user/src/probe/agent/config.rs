@@ -129,12 +129,9 @@ pub(crate) fn read(
             Err(())
         };
     };
-    let port = match u16::try_from(port.v).ok().filter(|p| *p > 0) {
-        Some(p) => p,
-        None => {
-            r.bad(&port, "agent_port allows 1 to 65535");
-            return Err(());
-        }
+    let Some(port) = u16::try_from(port.v).ok().filter(|p| *p > 0) else {
+        r.bad(&port, "agent_port allows 1 to 65535");
+        return Err(());
     };
     if r.errors.len() != errors_before {
         return Err(());
