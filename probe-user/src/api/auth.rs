@@ -126,6 +126,18 @@ pub(super) fn is_operator(peer: &Peer, policy: &Policy) -> bool {
     matches!(peer, Peer::Unix(cred) if unix_peer(cred.as_ref(), policy).is_ok())
 }
 
+/// Whether a request from `peer` could carry the bearer token that makes it an operator's (a
+/// TCP peer, with a token configured).
+pub(super) fn may_hold_token(peer: &Peer, policy: &Policy) -> bool {
+    matches!(peer, Peer::Tcp) && policy.token.is_some()
+}
+
+/// Whether a request from `peer` with `headers` carries the right bearer token (TCP only: a
+/// unix peer's credentials decide, not a token).
+pub(super) fn holds_token(headers: &HeaderMap, peer: &Peer, policy: &Policy) -> bool {
+    may_hold_token(peer, policy) && bearer(headers, policy.token.as_ref()).is_ok()
+}
+
 fn unix_peer(cred: Option<&PeerCred>, policy: &Policy) -> Result<(), Refusal> {
     let who = match policy.group {
         Some(g) => format!(

@@ -25,6 +25,9 @@ use crate::daemon::{events::EventLine, Control};
 pub(super) const RECENT: usize = 1000;
 /// Followers at once: each holds an API connection for as long as it reads.
 pub(super) const MAX_FOLLOWERS: usize = 32;
+/// Of `MAX_FOLLOWERS`, the places only an operator's follow may take (a unix operator, or a
+/// request with the bearer token).
+pub(super) const OPERATOR_FOLLOWERS: usize = 2;
 /// Lines waiting for one follower before it loses lines.
 const FOLLOWER_QUEUE: usize = 4096;
 /// Distinct endpoints whose changes may wait for the feed task (changes of one endpoint fold).
@@ -82,6 +85,8 @@ struct Follower {
     tx: mpsc::Sender<Line>,
     lost: Arc<AtomicU64>,
     profile: Option<String>,
+    /// An operator's follow (it holds one of the places kept for operators, or any other).
+    operator: bool,
 }
 
 #[derive(Default)]
@@ -103,6 +108,8 @@ pub(super) struct Ask<'a> {
     pub lines: usize,
     pub follow: bool,
     pub profile: Option<&'a str>,
+    /// An operator's: it may take the places kept for operators.
+    pub operator: bool,
 }
 
 /// Why a follower was turned away.
@@ -213,7 +220,13 @@ impl Feed {
         backlog.make_contiguous().reverse();
         let follow = if ask.follow && !s.ended {
             s.followers.retain(|f| !f.tx.is_closed());
-            if s.followers.len() >= MAX_FOLLOWERS {
+            // Operators may take any place; the others all but the operators' own.
+            let full = if ask.operator {
+                s.followers.len() >= MAX_FOLLOWERS
+            } else {
+                s.followers.iter().filter(|f| !f.operator).count() >= MAX_FOLLOWERS - OPERATOR_FOLLOWERS
+            };
+            if full {
                 return Err(TooMany);
             }
             let (tx, rx) = mpsc::channel(FOLLOWER_QUEUE);
@@ -222,6 +235,7 @@ impl Feed {
                 tx,
                 lost: lost.clone(),
                 profile: ask.profile.map(str::to_string),
+                operator: ask.operator,
             });
             Some((rx, lost))
         } else {
@@ -335,6 +349,7 @@ mod tests {
             lines: 10,
             follow: false,
             profile: None,
+            operator: false,
         };
         let body = feed.open(&ask).unwrap().collect().await.unwrap().to_bytes();
         let text = std::str::from_utf8(&body).unwrap();
@@ -352,6 +367,7 @@ mod tests {
             lines,
             follow: false,
             profile,
+            operator: false,
         };
         assert_eq!(read_all(feed.open(&ask(2, None)).unwrap()).await, ["web/c", "dns/x"]);
         assert_eq!(
@@ -375,6 +391,7 @@ mod tests {
                 lines: usize::MAX,
                 follow: false,
                 profile: None,
+                operator: false,
             })
             .unwrap(),
         )
@@ -392,6 +409,7 @@ mod tests {
                 lines: 5,
                 follow: true,
                 profile: Some("web"),
+                operator: false,
             })
             .unwrap();
         feed.take(batch("dns", &["x"], 0));
@@ -404,6 +422,7 @@ mod tests {
                 lines: 1,
                 follow: true,
                 profile: None,
+                operator: false,
             })
             .unwrap();
         assert!(after.follow.is_none());
@@ -417,6 +436,7 @@ mod tests {
                 lines: 0,
                 follow: true,
                 profile: None,
+                operator: false,
             })
             .unwrap();
         let names: Vec<String> = (0..FOLLOWER_QUEUE + 3).map(|i| format!("e{i}")).collect();
@@ -436,9 +456,19 @@ mod tests {
             lines: 0,
             follow: true,
             profile: None,
+            operator: false,
         };
-        let mut held: Vec<EventsBody> = (0..MAX_FOLLOWERS).map(|_| feed.open(&ask).unwrap()).collect();
+        let mut held: Vec<EventsBody> = (0..MAX_FOLLOWERS - OPERATOR_FOLLOWERS)
+            .map(|_| feed.open(&ask).unwrap())
+            .collect();
         assert_eq!(feed.open(&ask).err(), Some(TooMany));
+        // The places kept for operators are theirs alone.
+        let operator = Ask { operator: true, ..ask };
+        let mut ops: Vec<EventsBody> = (0..OPERATOR_FOLLOWERS).map(|_| feed.open(&operator).unwrap()).collect();
+        assert_eq!(feed.open(&operator).err(), Some(TooMany));
+        ops.pop();
+        assert_eq!(feed.open(&ask).err(), Some(TooMany), "an operator's place stays one");
+        assert!(feed.open(&operator).is_ok());
         held.pop();
         assert!(feed.open(&ask).is_ok());
     }

@@ -1,13 +1,15 @@
 //! What bounds the API's use of descriptors, memory and time: a connection cap with eviction of
-//! idle connections, a cap per peer, a place kept for an operator, header/idle timeouts, a
-//! progress timeout for answers the client does not read, request size caps, and accept-error
-//! backoff.
+//! idle connections, a cap per peer (a uid on the unix socket and over loopback TCP, an
+//! address otherwise), a place kept for an operator, room made for a token holder over TCP
+//! (`admit_provisional`, `promote`), a cap per peer on long-lived streams, header/idle
+//! timeouts, a progress timeout for answers the client does not read, request size caps, and
+//! accept-error backoff.
 use std::{
     collections::VecDeque,
     io,
     pin::Pin,
     sync::{
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering},
         Arc, Mutex,
     },
     task::{Context, Poll},
@@ -32,6 +34,14 @@ pub(super) const MAX_PER_PEER: usize = 32;
 /// daemon's uid, the socket's group) may take, so that clients holding every other place with
 /// requests in flight cannot lock operators out.
 pub(super) const OPERATOR_PLACES: usize = 1;
+/// Connections admitted past a full table until their request head shows whether they carry
+/// the bearer token (TCP only: a unix operator is known at accept). One with the token takes a
+/// place from the oldest stream of a client without one; one without is refused.
+pub(super) const PROVISIONAL_PLACES: usize = 4;
+/// Long-lived streams (`GET /v1/status?stream=1`, `GET /v1/events?follow=1`) one peer may hold
+/// at once, unless it is an operator: a slow reader holds its stream for as long as it reads a
+/// little, so a peer could otherwise hold every place with them.
+pub(super) const MAX_STREAMS_PER_PEER: usize = 4;
 /// A response the client has not taken a byte of for this long (its socket full: it does not
 /// read) ends the connection, request in flight or not.
 pub(super) const WRITE_STALL: Duration = Duration::from_secs(10);
@@ -71,6 +81,9 @@ impl Timeouts {
 pub(super) enum PeerKey {
     Uid(u32),
     Address(std::net::IpAddr),
+    /// A loopback TCP client whose socket's owner the kernel did not tell: all such peers
+    /// share one cap (an address over loopback names no one).
+    Loopback,
     /// Credentials that could not be read: all such peers share one cap.
     Unknown,
 }
@@ -98,13 +111,63 @@ pub(super) struct Slot {
     blocked_ms: AtomicU64,
     born: Instant,
     peer: PeerKey,
+    /// Flags: `OPERATOR`, `PROVISIONAL`, `STREAMING`, `HARD`.
+    flags: AtomicU8,
     /// Wakes the connection's task when it is chosen for eviction.
     pub(super) evict: Notify,
 }
 
+/// A peer that may change state (a unix operator, or a request with the bearer token):
+/// never evicted to make room for another operator.
+const OPERATOR: u8 = 1;
+/// Admitted past a full table (`Table::admit_provisional`): its first request must carry the
+/// token.
+const PROVISIONAL: u8 = 2;
+/// Serving a long-lived stream now.
+const STREAMING: u8 = 4;
+/// Evicted with a request in flight (a stream, for an operator): it closes at once rather
+/// than after its answer.
+const HARD: u8 = 8;
+
 impl Slot {
     pub(super) fn busy(&self) -> bool {
         self.in_flight.load(Ordering::Acquire) > 0
+    }
+
+    fn has(&self, flag: u8) -> bool {
+        self.flags.load(Ordering::Acquire) & flag != 0
+    }
+
+    fn set(&self, flag: u8, on: bool) {
+        if on {
+            self.flags.fetch_or(flag, Ordering::AcqRel);
+        } else {
+            self.flags.fetch_and(!flag, Ordering::AcqRel);
+        }
+    }
+
+    pub(super) fn peer(&self) -> &PeerKey {
+        &self.peer
+    }
+
+    /// Whether it was admitted past a full table and has not shown the token yet.
+    pub(super) fn provisional(&self) -> bool {
+        self.has(PROVISIONAL)
+    }
+
+    /// Marks it as an operator's (it is then never evicted for another operator).
+    pub(super) fn set_operator(&self) {
+        self.set(OPERATOR, true);
+    }
+
+    /// Marks it as serving a long-lived stream, until its request ends.
+    pub(super) fn set_streaming(&self) {
+        self.set(STREAMING, true);
+    }
+
+    /// Whether it was evicted to close at once, request in flight or not.
+    pub(super) fn hard_evicted(&self) -> bool {
+        self.has(HARD)
     }
 
     fn now_ms(&self) -> u64 {
@@ -140,6 +203,7 @@ pub(super) struct RequestGuard(Arc<Slot>);
 impl Drop for RequestGuard {
     fn drop(&mut self) {
         self.0.touch();
+        self.0.set(STREAMING, false);
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -156,18 +220,58 @@ struct TableInner {
     slots: VecDeque<Arc<Slot>>,
 }
 
+/// Why a slot may be taken out to make room.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Take {
+    /// Only one with no request in flight; it closes once idle.
+    Idle,
+    /// Also a stream of a peer that is no operator; it closes at once.
+    IdleOrStream,
+}
+
 impl TableInner {
     /// Tells the oldest idle connection `pick` accepts to close, and takes it out of the
     /// count now (its descriptor goes a moment later); false if every such one is busy.
     fn evict(&mut self, pick: impl Fn(&Slot) -> bool) -> bool {
-        let Some(i) = self.slots.iter().position(|s| !s.busy() && pick(s)) else {
+        self.evict_as(Take::Idle, pick)
+    }
+
+    /// `evict`, or with `Take::IdleOrStream` the oldest stream of a non-operator when no
+    /// connection is idle.
+    fn evict_as(&mut self, take: Take, pick: impl Fn(&Slot) -> bool) -> bool {
+        let idle = self.slots.iter().position(|s| !s.busy() && pick(s));
+        let stream = || {
+            self.slots
+                .iter()
+                .position(|s| s.has(STREAMING) && !s.has(OPERATOR) && pick(s))
+        };
+        let Some(i) = idle.or_else(|| (take == Take::IdleOrStream).then(stream).flatten()) else {
             return false;
         };
         if let Some(s) = self.slots.remove(i) {
+            if s.busy() {
+                s.set(HARD, true);
+            }
             // notify_one keeps a permit if the task is not waiting yet.
             s.evict.notify_one();
         }
         true
+    }
+
+    fn slot(&mut self, peer: PeerKey, flags: u8) -> Arc<Slot> {
+        self.next_id += 1;
+        let slot = Arc::new(Slot {
+            id: self.next_id,
+            in_flight: AtomicUsize::new(0),
+            last_io_ms: AtomicU64::new(0),
+            blocked_ms: AtomicU64::new(0),
+            born: Instant::now(),
+            peer,
+            flags: AtomicU8::new(flags),
+            evict: Notify::new(),
+        });
+        self.slots.push_back(slot.clone());
+        slot
     }
 }
 
@@ -187,24 +291,51 @@ impl Table {
         } else {
             MAX_CONNECTIONS - OPERATOR_PLACES
         };
-        if !replaces && t.slots.len() >= places && !t.evict(|_| true) {
+        let settled = t.slots.iter().filter(|s| !s.has(PROVISIONAL)).count();
+        if !replaces && settled >= places && !t.evict(|s| !s.has(PROVISIONAL)) {
             return Err(Refused::Full);
         }
-        t.next_id += 1;
-        let slot = Arc::new(Slot {
-            id: t.next_id,
-            in_flight: AtomicUsize::new(0),
-            last_io_ms: AtomicU64::new(0),
-            blocked_ms: AtomicU64::new(0),
-            born: Instant::now(),
-            peer,
-            evict: Notify::new(),
-        });
-        t.slots.push_back(slot.clone());
+        let slot = t.slot(peer, if operator { OPERATOR } else { 0 });
         Ok(Entry {
             table: self.clone(),
             slot,
         })
+    }
+
+    /// Admits a TCP connection the table had no place for (`Refused::Full`) until its first
+    /// request shows whether it carries the token (`promote`); at most `PROVISIONAL_PLACES` at
+    /// once.
+    pub(super) fn admit_provisional(self: &Arc<Self>, peer: PeerKey) -> Result<Entry, Refused> {
+        let mut t = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if t.slots.iter().filter(|s| s.has(PROVISIONAL)).count() >= PROVISIONAL_PLACES {
+            return Err(Refused::Full);
+        }
+        let slot = t.slot(peer, PROVISIONAL);
+        Ok(Entry {
+            table: self.clone(),
+            slot,
+        })
+    }
+
+    /// A provisional connection showed the token: it becomes an operator's, and the table
+    /// makes room for it by closing the oldest idle connection or, with none, the oldest
+    /// stream of a peer that is no operator (a stream is read-only; the token holder's change
+    /// or scrape is what the place is kept for). False when nothing could be taken (every
+    /// place is an operator's or busy with a short request): it is served anyway, one over the
+    /// cap until something ends, within `PROVISIONAL_PLACES`.
+    pub(super) fn promote(&self, slot: &Slot) -> bool {
+        let mut t = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        slot.set(PROVISIONAL, false);
+        slot.set(OPERATOR, true);
+        let id = slot.id;
+        let settled = t.slots.iter().filter(|s| !s.has(PROVISIONAL)).count();
+        settled <= MAX_CONNECTIONS || t.evict_as(Take::IdleOrStream, |s| s.id != id && !s.has(PROVISIONAL))
+    }
+
+    /// The long-lived streams `peer` holds now.
+    pub(super) fn streams_of(&self, peer: &PeerKey) -> usize {
+        let t = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        t.slots.iter().filter(|s| s.peer == *peer && s.has(STREAMING)).count()
     }
 
     #[cfg(test)]
@@ -318,5 +449,69 @@ mod tests {
         tokio::time::timeout(Duration::from_millis(100), second.slot.evict.notified())
             .await
             .expect("an idle connection makes room");
+    }
+
+    /// Fills every place but the operator's with streams from peers that are no operator (a
+    /// busy stream each, the way slow readers hold them).
+    fn full_of_streams(table: &Arc<Table>) -> Vec<(Entry, RequestGuard)> {
+        (0..(MAX_CONNECTIONS - OPERATOR_PLACES))
+            .map(|i| {
+                let peer = PeerKey::Address(std::net::IpAddr::from([198, 18, 1, u8::try_from(i / 4).unwrap()]));
+                let e = table.admit(peer, false).unwrap();
+                let g = e.slot.request();
+                e.slot.set_streaming();
+                (e, g)
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_token_holder_past_a_full_table_takes_the_oldest_stream_and_others_are_refused() {
+        let table = Arc::new(Table::default());
+        let held = full_of_streams(&table);
+        let op = table.admit(PeerKey::Uid(0), true).unwrap();
+        let _busy = op.slot.request();
+        let peer = PeerKey::Address("198.18.3.1".parse().unwrap());
+        assert_eq!(table.admit(peer.clone(), false).err(), Some(Refused::Full));
+        // Admitted for its head, at most PROVISIONAL_PLACES at once.
+        let provisional: Vec<Entry> = (0..PROVISIONAL_PLACES)
+            .map(|_| table.admit_provisional(peer.clone()).unwrap())
+            .collect();
+        assert!(table.admit_provisional(peer.clone()).is_err());
+        assert!(provisional.iter().all(|e| e.slot.provisional()));
+        // One shows the token: the oldest stream is told to close at once, and is out of the
+        // count.
+        assert!(table.promote(&provisional[0].slot));
+        let (oldest, _g) = &held[0];
+        tokio::time::timeout(Duration::from_millis(100), oldest.slot.evict.notified())
+            .await
+            .expect("the oldest stream is told to close");
+        assert!(oldest.slot.hard_evicted(), "closed with its stream in flight");
+        assert!(!provisional[0].slot.provisional());
+        assert_eq!(table.len(), MAX_CONNECTIONS - 1 + PROVISIONAL_PLACES);
+        // Only the oldest went.
+        assert!(!held[1].0.slot.hard_evicted());
+        // The others, shown no token, are refused by the router; the table lets them go.
+        drop(provisional);
+        assert_eq!(table.len(), MAX_CONNECTIONS - 1);
+    }
+
+    #[tokio::test]
+    async fn streams_are_counted_per_peer_and_end_with_their_request() {
+        let table = Arc::new(Table::default());
+        let peer = PeerKey::Uid(1000);
+        let entries: Vec<Entry> = (0..3).map(|_| table.admit(peer.clone(), false).unwrap()).collect();
+        let guards: Vec<RequestGuard> = entries
+            .iter()
+            .map(|e| {
+                let g = e.slot.request();
+                e.slot.set_streaming();
+                g
+            })
+            .collect();
+        assert_eq!(table.streams_of(&peer), 3);
+        assert_eq!(table.streams_of(&PeerKey::Uid(1001)), 0);
+        drop(guards);
+        assert_eq!(table.streams_of(&peer), 0, "a stream ends with its request");
     }
 }

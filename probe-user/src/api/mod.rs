@@ -5,6 +5,7 @@ mod auth;
 pub mod client;
 mod events;
 mod limits;
+mod owner;
 mod query;
 mod reply;
 mod routes;
@@ -186,10 +187,22 @@ impl Listener for tokio::net::TcpListener {
         auth::Peer::Tcp
     }
 
+    /// A remote peer by its address; a loopback one by the uid that owns its socket (any
+    /// local user can connect from any address of 127.0.0.0/8).
     fn peer_key(stream: &Self::Stream, _: &auth::Peer) -> limits::PeerKey {
-        stream
-            .peer_addr()
-            .map_or(limits::PeerKey::Unknown, |a| limits::PeerKey::Address(a.ip()))
+        let Ok(peer) = stream.peer_addr() else {
+            return limits::PeerKey::Unknown;
+        };
+        if !owner::is_loopback(peer.ip()) {
+            return limits::PeerKey::Address(peer.ip());
+        }
+        match stream.local_addr().and_then(|local| owner::uid_of(peer, local)) {
+            Ok(uid) => limits::PeerKey::Uid(uid),
+            Err(e) => {
+                log::debug!("API connection from {peer}: its owner is unknown ({e}); counted with such peers");
+                limits::PeerKey::Loopback
+            }
+        }
     }
 }
 
@@ -223,6 +236,10 @@ struct Access {
     peer: Arc<auth::Peer>,
     policy: Arc<auth::Policy>,
     feed: Arc<events::Feed>,
+    /// The connection's place, and the table it is in (for the caps on streams and the room
+    /// a token holder is made).
+    slot: Arc<limits::Slot>,
+    table: Arc<limits::Table>,
 }
 
 /// Serves every connection `listener` accepts until `stop` fires. An accept error never ends
@@ -259,7 +276,15 @@ fn accept_loop<L: Listener>(
             let key = L::peer_key(&stream, &peer);
             // At a cap the oldest idle connection makes room (the peer's own first); with
             // none idle, this one is refused (closed at once).
-            let entry = match table.admit(key.clone(), auth::is_operator(&peer, &policy)) {
+            let admitted = match table.admit(key.clone(), auth::is_operator(&peer, &policy)) {
+                // Over TCP only the request shows a token holder: it gets a place for its
+                // head, and room if it has the token (`route_limited`).
+                Err(limits::Refused::Full) if auth::may_hold_token(&peer, &policy) => {
+                    table.admit_provisional(key.clone())
+                }
+                other => other,
+            };
+            let entry = match admitted {
                 Ok(e) => e,
                 Err(why) => {
                     log::debug!("API: a connection from {key:?} refused: {why:?}");
@@ -270,6 +295,8 @@ fn accept_loop<L: Listener>(
                 peer: Arc::new(peer),
                 policy: policy.clone(),
                 feed: feed.clone(),
+                slot: entry.slot.clone(),
+                table: table.clone(),
             };
             serve(stream, control.clone(), access, entry);
         }
@@ -345,7 +372,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         tokio::select! {
             r = conn.as_mut() => break r,
             () = slot.evict.notified() => {
-                if !slot.busy() {
+                if !slot.busy() || slot.hard_evicted() {
                     return;
                 }
                 // A request arrived after the choice: let it finish, then close.
@@ -398,6 +425,11 @@ async fn route_limited(req: Request<Incoming>, control: Control, access: &Access
             .insert(header::CONNECTION, header::HeaderValue::from_static("close"));
         return r;
     }
+    let operator = auth::is_operator(&access.peer, &access.policy)
+        || auth::holds_token(req.headers(), &access.peer, &access.policy);
+    if let Some(refused) = admission(&req, access, operator) {
+        return refused;
+    }
     if let Err(refusal) = auth::authorize(req.method(), req.headers(), &access.peer, &access.policy) {
         // Debug only: anyone who can connect could otherwise fill the journal.
         log::debug!(
@@ -409,5 +441,59 @@ async fn route_limited(req: Request<Incoming>, control: Control, access: &Access
         );
         return error(refusal.status, &refusal.message);
     }
-    route(req, control, &access.feed).await
+    route(req, control, &access.feed, operator).await
+}
+
+/// What the caps say of a request before it is routed: a provisional connection (admitted past
+/// a full table) is served only with the token, and makes room; a long-lived stream counts
+/// against its peer's share unless the peer is an operator. Some refusal, or None to go on.
+fn admission(req: &Request<Incoming>, access: &Access, operator: bool) -> Option<Reply> {
+    if access.slot.provisional() {
+        if !operator {
+            let mut r = error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(
+                    "the API serves {} connections, all in use; a request with the bearer token is given a place",
+                    limits::MAX_CONNECTIONS
+                ),
+            );
+            r.headers_mut()
+                .insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+            return Some(r);
+        }
+        if !access.table.promote(&access.slot) {
+            log::debug!("API: a token holder is served one over the connection cap (every place is busy)");
+        }
+    }
+    if operator {
+        access.slot.set_operator();
+    }
+    if is_stream(req) {
+        if !operator && access.table.streams_of(access.slot.peer()) >= limits::MAX_STREAMS_PER_PEER {
+            return Some(error(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!(
+                    "this client holds {} streams (status?stream=1, events?follow=1) already; close one first",
+                    limits::MAX_STREAMS_PER_PEER
+                ),
+            ));
+        }
+        access.slot.set_streaming();
+    }
+    None
+}
+
+/// Whether `req` asks for a long-lived stream: `GET /v1/status?stream=1` or
+/// `GET /v1/events?follow=1`.
+fn is_stream(req: &Request<Incoming>) -> bool {
+    if req.method() != hyper::Method::GET {
+        return false;
+    }
+    let query = req.uri().query().unwrap_or("");
+    let on = |name: &str| matches!(query::param(query, name).as_deref(), Some("1" | "true"));
+    match req.uri().path().trim_end_matches('/') {
+        "/v1/status" => on("stream"),
+        "/v1/events" => on("follow"),
+        _ => false,
+    }
 }

@@ -72,7 +72,9 @@ pub(super) async fn fleet_batch(req: Request<Incoming>, control: Control, profil
 /// The most endpoints one paged status request may ask for.
 pub(super) const MAX_PAGE: usize = 10_000;
 
-pub(super) async fn route(req: Request<Incoming>, control: Control, feed: &events::Feed) -> Reply {
+/// `operator`: the request is an operator's (a unix operator, or it carries the token), who
+/// may take the follower places kept for operators.
+pub(super) async fn route(req: Request<Incoming>, control: Control, feed: &events::Feed, operator: bool) -> Reply {
     let method = req.method().clone();
     let segments: Vec<String> = req
         .uri()
@@ -189,7 +191,7 @@ pub(super) async fn route(req: Request<Incoming>, control: Control, feed: &event
                     return request_error(e);
                 }
             }
-            events_reply(feed, &query)
+            events_reply(feed, &query, operator)
         }
         (&Method::GET, ["metrics"]) => match control.metrics().await {
             Ok(text) => Response::builder()
@@ -215,7 +217,7 @@ pub(super) fn document(control: Control, profiles: Vec<crate::daemon::views::Pro
 }
 
 /// `GET /v1/events[?lines=N][&follow=1][&profile=P]`: newline-delimited JSON.
-pub(super) fn events_reply(feed: &events::Feed, query: &str) -> Reply {
+pub(super) fn events_reply(feed: &events::Feed, query: &str, operator: bool) -> Reply {
     let follow = match param(query, "follow").as_deref() {
         None | Some("0" | "false") => false,
         Some("1" | "true") => true,
@@ -253,6 +255,7 @@ pub(super) fn events_reply(feed: &events::Feed, query: &str) -> Reply {
         lines,
         follow,
         profile: profile.as_deref(),
+        operator,
     };
     match feed.open(&ask) {
         Ok(body) => Response::builder()
@@ -262,8 +265,9 @@ pub(super) fn events_reply(feed: &events::Feed, query: &str) -> Reply {
         Err(events::TooMany) => error(
             StatusCode::SERVICE_UNAVAILABLE,
             &format!(
-                "{} clients already follow the events; try again later",
-                events::MAX_FOLLOWERS
+                "{} clients already follow the events ({} places are kept for operators); try again later",
+                events::MAX_FOLLOWERS,
+                events::OPERATOR_FOLLOWERS
             ),
         ),
     }

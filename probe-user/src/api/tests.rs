@@ -34,6 +34,8 @@ fn connect(timeouts: limits::Timeouts) -> tokio::io::DuplexStream {
             token: None,
         }),
         feed: Arc::default(),
+        slot: entry.slot.clone(),
+        table,
     };
     tokio::spawn(async move { serve_connection(server, control, access, &entry, timeouts).await });
     client

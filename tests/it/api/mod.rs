@@ -5,3 +5,4 @@ mod events_follow;
 mod limits;
 mod status_pages;
 mod status_watch;
+mod tcp_peers;
