@@ -13,9 +13,14 @@ use crate::changes::{Change, ChangeKind, Notice};
 pub(crate) struct CertSeen {
     /// Its `notAfter`, Unix seconds.
     pub not_after: i64,
-    /// The notice for this expiry went out.
-    pub warned: bool,
+    /// The expiries a notice went out for, newest first (`i64::MIN`: an empty place). An
+    /// endpoint whose certificate flips between two (two servers behind one address, a staged
+    /// renewal) is warned once for each, not at every flip (issue 46, L3).
+    warned_for: [i64; WARNED_KEPT],
 }
+
+/// Expiries remembered per endpoint as warned for.
+const WARNED_KEPT: usize = 4;
 
 const DAY: i64 = 86_400;
 
@@ -40,18 +45,14 @@ impl Table {
         let now = i64::try_from(at.unix_ms / 1000).unwrap_or(i64::MAX);
         let seen = self.certs.entry(id).or_insert(CertSeen {
             not_after,
-            warned: false,
+            warned_for: [i64::MIN; WARNED_KEPT],
         });
-        if seen.not_after != not_after {
-            *seen = CertSeen {
-                not_after,
-                warned: false,
-            };
-        }
-        if seen.warned || !within_warning(not_after, now, warn_days) {
+        seen.not_after = not_after;
+        if seen.warned_for.contains(&not_after) || !within_warning(not_after, now, warn_days) {
             return None;
         }
-        seen.warned = true;
+        seen.warned_for.rotate_right(1);
+        seen.warned_for[0] = not_after;
         Some(Change::Notice(Notice {
             seq: 0,
             at_unix_ms: at.unix_ms,

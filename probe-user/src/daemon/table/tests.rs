@@ -257,3 +257,32 @@ fn a_cluster_aggregate_stands_for_the_endpoints_health() {
         "no flap for a check that changed hands"
     );
 }
+
+/// Review L3: a certificate that flips between two expiries (one inside `cert_warn_days`, one
+/// outside) gives one notice, not one per flip; a third expiry inside the window gives its own.
+#[test]
+fn a_flipping_certificate_warns_once_for_each_expiry() {
+    let text = "[[profile]]\nname = \"web\"\ndialect = \"lb\"\n\n[profile.health]\nprotocol = \"https\"\n\
+                cert_warn_days = 14\n\n[[profile.endpoint]]\nname = \"a\"\naddress = \"198.18.1.1\"\n";
+    let config = Config::parse(text, "table.toml").unwrap_or_else(|e| panic!("{e}"));
+    let mut next = 1;
+    let plan = plan(&config, None, &Table::default(), &Saved::default(), &mut next).expect("plans");
+    let mut table = Table::default();
+    let swapped = table.swap_in(plan);
+    table.settle_some(&swapped.dirty);
+    let a = id(&table, "a");
+    let now = i64::try_from(at(0).unix_ms / 1000).unwrap();
+    let (near, far, nearer) = (now + 5 * 86_400, now + 60 * 86_400, now + 3 * 86_400);
+    let mut notices = 0;
+    for s in 0..20 {
+        let seen = if s % 2 == 0 { near } else { far };
+        notices += usize::from(table.record_cert(a, seen, at(s)).is_some());
+    }
+    assert_eq!(notices, 1, "twenty flips, one notice");
+    assert!(
+        table.record_cert(a, nearer, at(21)).is_some(),
+        "another expiry in the window"
+    );
+    assert!(table.record_cert(a, near, at(22)).is_none());
+    assert_eq!(table.cert_of(a).map(|c| c.not_after), Some(near));
+}

@@ -14,6 +14,7 @@ pub mod error;
 mod exchange;
 pub mod grpc;
 pub mod request;
+mod sessions;
 pub mod status;
 pub mod task;
 pub mod tls;
@@ -195,8 +196,8 @@ type TlsStream = tls::Scoped<tokio_rustls::client::TlsStream<TcpStream>>;
 /// Runs HTTP(S) checks. One prober serves many targets and checks; it holds the shared
 /// TLS configuration and, in keep-alive mode, a few idle connections per target.
 pub struct HttpProber {
-    /// Built by the first HTTPS probe: its session cache reserves room for RESUMABLE_TARGETS
-    /// sessions (several MiB), which a node without HTTPS checks has no use for.
+    /// Built by the first HTTPS probe (a node without HTTPS checks has no use for it); its
+    /// session store grows with the targets, up to `tls::RESUMABLE_TARGETS`.
     presented: std::sync::OnceLock<tls::TlsClient>,
     keep_alive: bool,
     idle: Mutex<HashMap<PoolKey, Vec<SendRequest<Empty<Bytes>>>>>,

@@ -2,30 +2,27 @@
 //! (tm semantics); strict mode validates it against system roots or a given CA file.
 use std::{
     cell::Cell,
-    collections::{HashMap, HashSet},
     fmt,
     future::Future,
-    hash::{BuildHasher, RandomState},
     net::SocketAddr,
     path::Path,
     pin::Pin,
-    sync::{Arc, Mutex, PoisonError},
+    sync::Arc,
     task::{Context, Poll},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use rustls::{
     client::{
         danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
-        ClientSessionMemoryCache, ClientSessionStore, ResolvesClientCert, Tls12ClientSessionValue,
-        Tls13ClientSessionValue,
+        ResolvesClientCert,
     },
     crypto::{ring, verify_tls12_signature, verify_tls13_signature, CryptoProvider, WebPkiSupportedAlgorithms},
     pki_types::{pem::PemObject, CertificateDer, ServerName, UnixTime},
-    ClientConfig, DigitallySignedStruct, NamedGroup, RootCertStore, SignatureScheme, SupportedProtocolVersion,
+    ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme, SupportedProtocolVersion,
 };
 
-use super::error::HttpCheckError;
+use super::{error::HttpCheckError, sessions::Sessions};
 
 /// How an HTTPS probe treats the server's certificate, and whether it presents one of its own.
 #[derive(Clone, Default)]
@@ -294,7 +291,8 @@ pub(crate) fn presented_client() -> TlsClient {
     )
 }
 
-/// Targets whose TLS sessions are kept for resumption (rustls keeps 256 by default). A probe
+/// Targets whose TLS sessions are kept for resumption (`sessions::SessionMap`; rustls's own
+/// cache keeps 256 servers by default). A probe
 /// that resumes skips the certificate and its signature on both ends: the backend's CPU is
 /// what HTTPS checks cost most, and a fleet is probed round after round. The certificate was
 /// checked, in the configured mode, by the full handshake that made the session.
@@ -422,7 +420,7 @@ thread_local! {
     /// The target whose TLS connection rustls is working on, while it does (`Scoped`): the
     /// session store keeps sessions by target as well as by name, and rustls tells it only
     /// the name.
-    static TARGET: Cell<Option<SocketAddr>> = const { Cell::new(None) };
+    pub(super) static TARGET: Cell<Option<SocketAddr>> = const { Cell::new(None) };
 }
 
 /// Runs `f` as work on `target`'s connection (see `TARGET`).
@@ -481,141 +479,6 @@ impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Scoped<T> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let target = self.target;
         for_target(target, || Pin::new(&mut self.inner).poll_shutdown(cx))
-    }
-}
-
-/// When a target's last full handshake verified its certificate, and when that certificate
-/// expires.
-#[derive(Debug, Clone, Copy)]
-struct Verified {
-    at: Instant,
-    not_after: Option<i64>,
-}
-
-/// rustls's in-memory session cache, kept by target and name (review M1: by name alone, one
-/// backend resumed a session another made, and its own certificate was never seen), and
-/// resumed only while the target's last full handshake is younger than `reverify` and its
-/// certificate has not expired. Plus which targets' latest session was TLS 1.2 (set when a
-/// TLS 1.2 session is stored, cleared when a TLS 1.3 ticket arrives or resuming failed). A
-/// (target, name) is a 64-bit hash; the cache is given it as a name of its own
-/// (`t<hash>.invalid`, never sent). Bounded like the cache: past `cap` targets, new ones are
-/// not recorded, and simply make full handshakes.
-#[derive(Debug)]
-struct Sessions {
-    cache: ClientSessionMemoryCache,
-    tls12: Mutex<HashSet<u64>>,
-    verified: Mutex<HashMap<u64, Verified>>,
-    hasher: RandomState,
-    cap: usize,
-    reverify: Duration,
-}
-
-impl Sessions {
-    fn new(cap: usize, reverify: Duration) -> Self {
-        Self {
-            cache: ClientSessionMemoryCache::new(cap),
-            tls12: Mutex::new(HashSet::new()),
-            verified: Mutex::new(HashMap::new()),
-            hasher: RandomState::new(),
-            cap,
-            reverify,
-        }
-    }
-
-    fn key(&self, target: SocketAddr, name: &ServerName<'_>) -> u64 {
-        self.hasher.hash_one((target, name))
-    }
-
-    /// The key of the connection rustls works on now (None outside one: nothing is stored
-    /// or resumed then).
-    fn current(&self, name: &ServerName<'_>) -> Option<u64> {
-        TARGET.get().map(|target| self.key(target, name))
-    }
-
-    /// The cache's name for `key`.
-    fn cache_name(key: u64) -> ServerName<'static> {
-        ServerName::try_from(format!("t{key:016x}.invalid")).expect("a valid DNS name")
-    }
-
-    /// Whether `key`'s sessions may be resumed now.
-    fn fresh(&self, key: u64) -> bool {
-        let verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
-        verified.get(&key).is_some_and(|v| {
-            v.at.elapsed() < self.reverify && v.not_after.is_none_or(|t| t > crate::clock::unix_ms() as i64 / 1000)
-        })
-    }
-
-    fn verified(&self, key: u64, not_after: Option<i64>) {
-        let mut verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
-        if verified.len() < self.cap || verified.contains_key(&key) {
-            verified.insert(
-                key,
-                Verified {
-                    at: Instant::now(),
-                    not_after,
-                },
-            );
-        }
-    }
-
-    fn not_after(&self, key: u64) -> Option<i64> {
-        let verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
-        verified.get(&key).and_then(|v| v.not_after)
-    }
-
-    fn last_was_tls12(&self, key: u64) -> bool {
-        self.tls12.lock().unwrap_or_else(PoisonError::into_inner).contains(&key)
-    }
-
-    fn mark(&self, key: u64, tls12: bool) {
-        let mut set = self.tls12.lock().unwrap_or_else(PoisonError::into_inner);
-        if !tls12 {
-            set.remove(&key);
-        } else if set.len() < self.cap {
-            set.insert(key);
-        }
-    }
-}
-
-impl ClientSessionStore for Sessions {
-    // The key exchange group a server prefers is no secret of one backend: kept by name.
-    fn set_kx_hint(&self, server_name: ServerName<'static>, group: NamedGroup) {
-        self.cache.set_kx_hint(server_name, group);
-    }
-
-    fn kx_hint(&self, server_name: &ServerName<'_>) -> Option<NamedGroup> {
-        self.cache.kx_hint(server_name)
-    }
-
-    fn set_tls12_session(&self, server_name: ServerName<'static>, value: Tls12ClientSessionValue) {
-        if let Some(key) = self.current(&server_name) {
-            self.mark(key, true);
-            self.cache.set_tls12_session(Self::cache_name(key), value);
-        }
-    }
-
-    fn tls12_session(&self, server_name: &ServerName<'_>) -> Option<Tls12ClientSessionValue> {
-        let key = self.current(server_name).filter(|k| self.fresh(*k))?;
-        self.cache.tls12_session(&Self::cache_name(key))
-    }
-
-    fn remove_tls12_session(&self, server_name: &ServerName<'static>) {
-        if let Some(key) = self.current(server_name) {
-            self.mark(key, false);
-            self.cache.remove_tls12_session(&Self::cache_name(key));
-        }
-    }
-
-    fn insert_tls13_ticket(&self, server_name: ServerName<'static>, value: Tls13ClientSessionValue) {
-        if let Some(key) = self.current(&server_name) {
-            self.mark(key, false);
-            self.cache.insert_tls13_ticket(Self::cache_name(key), value);
-        }
-    }
-
-    fn take_tls13_ticket(&self, server_name: &ServerName<'static>) -> Option<Tls13ClientSessionValue> {
-        let key = self.current(server_name).filter(|k| self.fresh(*k))?;
-        self.cache.take_tls13_ticket(&Self::cache_name(key))
     }
 }
 
