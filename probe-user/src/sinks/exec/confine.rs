@@ -27,6 +27,8 @@ pub struct Unsafe {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Part {
     Program,
+    /// A script's `#!` interpreter (or that one's, when it is a script too).
+    Interpreter,
     Directory,
     Link,
 }
@@ -46,6 +48,7 @@ impl fmt::Display for Unsafe {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let what = match self.what {
             Part::Program => "the program",
+            Part::Interpreter => "the interpreter",
             Part::Directory => "the directory",
             Part::Link => "the symbolic link",
         };
@@ -68,11 +71,68 @@ impl fmt::Display for Unsafe {
 
 impl std::error::Error for Unsafe {}
 
+/// Scripts run by scripts that the kernel follows before it gives up.
+const MAX_INTERPRETERS: usize = 4;
+
+/// `check_path` for the program and, for a script, for its `#!` interpreter, and that one's
+/// when it is a script too: whoever can change the interpreter chooses what the script does
+/// (issue 46, L6).
+pub fn check_program(program: &Path, daemon_uid: u32) -> Result<(), Unsafe> {
+    check_path(program, daemon_uid, Part::Program)?;
+    let mut script = program.to_path_buf();
+    for _ in 0..MAX_INTERPRETERS {
+        let interpreter = match interpreter_of(&script) {
+            Ok(None) => return Ok(()),
+            Ok(Some(i)) => i,
+            Err(e) => {
+                return Err(Unsafe {
+                    path: script,
+                    what: Part::Program,
+                    problem: Problem::Unreadable(e),
+                    owner: 0,
+                    mode: 0,
+                    daemon_uid,
+                })
+            }
+        };
+        check_path(&interpreter, daemon_uid, Part::Interpreter)?;
+        script = interpreter;
+    }
+    Err(Unsafe {
+        path: script,
+        what: Part::Interpreter,
+        problem: Problem::Unreadable(format!("scripts nested more than {MAX_INTERPRETERS} deep")),
+        owner: 0,
+        mode: 0,
+        daemon_uid,
+    })
+}
+
+/// The interpreter a script's `#!` line names; None for a file that is no script.
+fn interpreter_of(path: &Path) -> Result<Option<PathBuf>, String> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let mut file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let n = file.read(&mut head).map_err(|e| e.to_string())?;
+    let Some(line) = head[..n].strip_prefix(b"#!") else {
+        return Ok(None);
+    };
+    let line = line.split(|b| *b == b'\n').next().unwrap_or_default();
+    let name = line
+        .split(|b| *b == b' ' || *b == b'\t')
+        .find(|w| !w.is_empty())
+        .ok_or_else(|| "its #! line names no interpreter".to_string())?;
+    Ok(Some(PathBuf::from(
+        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name),
+    )))
+}
+
 /// Follows `program` from the root, as the kernel will when it runs it, and checks every part
-/// on the way: each directory, link and the file itself must be owned by root or `daemon_uid`,
-/// and no directory (unless sticky) nor the file may be writable by group or others. Otherwise
-/// someone else could choose what runs as probed's user.
-pub fn check_path(program: &Path, daemon_uid: u32) -> Result<(), Unsafe> {
+/// on the way: each directory, link and the file itself (`last`: the program or an
+/// interpreter) must be owned by root or `daemon_uid`, and no directory (unless sticky) nor
+/// the file may be writable by group or others. Otherwise someone else could choose what runs
+/// as probed's user.
+pub fn check_path(program: &Path, daemon_uid: u32, last: Part) -> Result<(), Unsafe> {
     let refuse = |path: &Path, what, problem, meta: Option<&std::fs::Metadata>| Unsafe {
         path: path.to_path_buf(),
         what,
@@ -86,7 +146,7 @@ pub fn check_path(program: &Path, daemon_uid: u32) -> Result<(), Unsafe> {
     };
     if !program.is_absolute() {
         let problem = Problem::Unreadable("not an absolute path".into());
-        return Err(refuse(program, Part::Program, problem, None));
+        return Err(refuse(program, last, problem, None));
     }
     // The names still to walk, next on top; `at` is where the walk is, already checked.
     let mut pending = names(program);
@@ -100,11 +160,7 @@ pub fn check_path(program: &Path, daemon_uid: u32) -> Result<(), Unsafe> {
             continue;
         }
         let next = at.join(&name);
-        let what = if pending.is_empty() {
-            Part::Program
-        } else {
-            Part::Directory
-        };
+        let what = if pending.is_empty() { last } else { Part::Directory };
         let meta = look(&next, what)?;
         if meta.file_type().is_symlink() {
             check_one(&meta, Part::Link, daemon_uid).map_err(|p| refuse(&next, Part::Link, p, Some(&meta)))?;

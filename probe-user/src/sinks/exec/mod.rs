@@ -305,7 +305,7 @@ impl Sink for ExecSink {
             ));
         }
         let me = crate::kernel::process::euid();
-        confine::check_path(program, me).map_err(|e| {
+        confine::check_program(program, me).map_err(|e| {
             SinkError::new(
                 SinkFault::Setup,
                 format!("exec sink: refusing to run {}", program.display()),

@@ -269,6 +269,53 @@ fn check_refuses_a_program_others_could_change() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Review L6: a script's `#!` interpreter is checked as the program is, since whoever can
+/// change it chooses what the script does; and that interpreter's own, when it is a script.
+#[test]
+fn check_refuses_a_script_whose_interpreter_others_could_change() {
+    let open = |p: &Path| {
+        ExecSink::open(&Config {
+            command: vec![p.to_str().unwrap().into()],
+        })
+        .err()
+        .map(|e| crate::errors::chain(&e))
+    };
+    let chmod = |p: &Path, mode: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    let dir = temp_dir("interp");
+    chmod(&dir, 0o755);
+    let tool = dir.join("tool");
+    std::fs::create_dir(&tool).unwrap();
+    chmod(&tool, 0o777);
+    let python = tool.join("python3");
+    std::fs::write(&python, "#!/bin/sh\nexec cat >/dev/null\n").unwrap();
+    chmod(&python, 0o755);
+    let prog = dir.join("feed");
+    std::fs::write(&prog, format!("#!{} -u\nprint('x')\n", python.display())).unwrap();
+    chmod(&prog, 0o755);
+    let e = open(&prog).unwrap();
+    assert!(
+        e.contains(&format!("the directory {} is writable", tool.display())),
+        "{e}"
+    );
+    chmod(&tool, 0o755);
+    assert_eq!(open(&prog), None, "interpreter and its own (/bin/sh) are safe");
+    // The interpreter's interpreter is looked at too.
+    let shell = tool.join("sh");
+    std::fs::write(&shell, "not a program").unwrap();
+    chmod(&shell, 0o777);
+    std::fs::write(&python, format!("#!{}\n", shell.display())).unwrap();
+    let e = open(&prog).unwrap();
+    assert!(
+        e.contains(&format!("the interpreter {} is writable", shell.display())),
+        "{e}"
+    );
+    // A relative interpreter depends on the working directory: refused.
+    std::fs::write(&prog, "#!python3\n").unwrap();
+    let e = open(&prog).unwrap();
+    assert!(e.contains("not an absolute path"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// CAP_NET_ADMIN, CAP_NET_RAW, CAP_PERFMON, CAP_BPF: the systemd unit's four.
 const UNIT_CAPS: [u32; 4] = [12, 13, 38, 39];
 
