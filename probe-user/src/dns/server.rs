@@ -271,6 +271,33 @@ fn serve(
             return;
         }
     };
+    // The zone follows the verdicts on a thread of its own: on the connections' runtime, a
+    // pipelining client's task answers up to its budget per poll before the follower runs, and
+    // verdicts would reach the answers later under TCP load (issue 46, L8).
+    let (follow_stop, follow_stopped) = oneshot::channel::<()>();
+    let follower = {
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("probed-dns-zone".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        log::error!("dns: cannot start the zone follower's runtime: {e}; answers stay as they are");
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    tokio::select! {
+                        () = follow(shared, changes, updates, rtts) => {}
+                        _ = follow_stopped => {}
+                    }
+                });
+            })
+    };
+    if let Err(e) = &follower {
+        log::error!("dns: cannot start the zone follower's thread: {e}; answers stay as they are");
+    }
     rt.block_on(async move {
         let clients = Arc::new(Clients::default());
         for l in tcp {
@@ -281,11 +308,14 @@ fn serve(
                 Err(e) => log::error!("dns: a TCP listener cannot be served: {e}"),
             }
         }
-        tokio::spawn(follow(shared, changes, updates, rtts));
         let _ = stop.await;
     });
     // Dropping the runtime ends every task: the listeners and connections close.
     drop(rt);
+    let _ = follow_stop.send(());
+    if let Ok(t) = follower {
+        let _ = t.join();
+    }
 }
 
 /// Gives the zone's endpoints their round-trip times.
