@@ -343,6 +343,7 @@ impl L4Engine {
             uid: crate::kernel::process::euid(),
         };
         let notrack = NotrackTable::install_or_warn(&cfg.pin_dir, &guard);
+        crate::kernel::notrack::warn_bound_in_range(&guard);
         let state = run::EngineState::new(&cfg, results_tx, wake.clone())?;
         let path = state.path();
         let rx_mode = state.rx_mode();

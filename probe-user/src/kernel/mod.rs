@@ -17,6 +17,7 @@ pub mod ports;
 pub mod process;
 pub mod route;
 pub mod rx;
+pub mod sockdiag;
 pub mod sys;
 pub mod term;
 pub mod tun;

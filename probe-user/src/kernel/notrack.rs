@@ -12,6 +12,13 @@
 //! client flows through the node keep conntrack (and their NAT) whatever their ports. Replies
 //! to probes need no exemption: probe_rx consumes them before netfilter.
 //!
+//! For TCP only connection attempts (SYN without ACK) are matched: a TCP probe is a SYN and
+//! nothing more leaves by this path, while a local server that listens inside the range
+//! answers with SYN+ACK and ACKs, which pass untouched and keep their conntrack (issue 46,
+//! L2). UDP has no such tell: a local UDP service bound inside the range loses its replies
+//! over the probe interfaces (or, root's, their tracking), so the engine warns at start about
+//! every socket bound there (`warn_bound_in_range`). Only the families probed have rules.
+//!
 //! Why a rule and not holding the ports: holding 4,096 ports for each of TCP and UDP and each
 //! family is 16k descriptors taken from the daemon's budget, and a socket that binds with
 //! SO_REUSEADDR beside a held, unconnected TCP port still gets it.
@@ -42,7 +49,8 @@ pub struct Guard<'a> {
 }
 
 impl Guard<'_> {
-    /// The packet selectors of the rules, one per family.
+    /// The packet selectors of the rules: per family probed (both when no source is given),
+    /// TCP connection attempts and UDP datagrams from the probe ports.
     fn selectors(&self) -> Vec<String> {
         let ifaces: Vec<String> = self.ifaces.iter().map(|i| format!("\"{i}\"")).collect();
         let ports = format!("{}-{}", self.sport_min, self.sport_max);
@@ -54,17 +62,58 @@ impl Guard<'_> {
                 .filter(|a| a.is_ipv6() == v6)
                 .map(ToString::to_string)
                 .collect();
-            let from = if addrs.is_empty() {
+            let from = if !addrs.is_empty() {
+                format!("{keyword} saddr {{ {} }}", addrs.join(", "))
+            } else if self.sources.is_empty() {
                 format!("meta nfproto {family}")
             } else {
-                format!("{keyword} saddr {{ {} }}", addrs.join(", "))
+                // Sources of the other family only: nothing of this one is probed.
+                continue;
             };
-            out.push(format!(
-                "oifname {{ {} }} {from} meta l4proto {{ tcp, udp }} th sport {ports}",
-                ifaces.join(", ")
-            ));
+            let on = format!("oifname {{ {} }} {from}", ifaces.join(", "));
+            out.push(format!("{on} tcp sport {ports} tcp flags & (syn | ack) == syn"));
+            out.push(format!("{on} udp sport {ports}"));
         }
         out
+    }
+}
+
+/// Warns about every local socket bound inside the probe ports (TCP listening, any UDP) of the
+/// families probed: the guard drops what another user's UDP socket there sends over the probe
+/// interfaces and leaves root's untracked, and a TCP listener there shares its ports with the
+/// probes' SYNs. Nothing is refused: such a service may never talk over those interfaces.
+pub fn warn_bound_in_range(guard: &Guard) {
+    use crate::kernel::sockdiag::{bound, Transport};
+    let families: Vec<bool> = [false, true]
+        .into_iter()
+        .filter(|v6| guard.sources.is_empty() || guard.sources.iter().any(|a| a.is_ipv6() == *v6))
+        .collect();
+    let range = guard.sport_min..=guard.sport_max;
+    for transport in [Transport::Tcp, Transport::Udp] {
+        for &v6 in &families {
+            let Ok(sockets) = bound(transport, v6) else {
+                continue;
+            };
+            for s in sockets.iter().filter(|s| range.contains(&s.port)) {
+                log::warn!(
+                    "a local {} socket of uid {} is bound to {} port {} inside the probe ports {}-{}: \
+                     {}; move the service or the probe ports ([source] port_range)",
+                    if transport == Transport::Tcp { "TCP" } else { "UDP" },
+                    s.uid,
+                    s.addr,
+                    s.port,
+                    guard.sport_min,
+                    guard.sport_max,
+                    if transport == Transport::Tcp {
+                        "its connections share 4-tuples with the probes"
+                    } else if s.uid == 0 || s.uid == guard.uid {
+                        "its datagrams over the probe interfaces go untracked"
+                    } else {
+                        "its datagrams over the probe interfaces are dropped"
+                    },
+                );
+            }
+        }
     }
 }
 
@@ -176,9 +225,11 @@ mod tests {
             uid: 110,
         };
         let r = ruleset("t", &guard);
-        let v4 = r#"oifname { "pr0", "pr1" } ip saddr { 198.18.0.1 } meta l4proto { tcp, udp } th sport 61000-65000"#;
-        let v6 = r#"oifname { "pr0", "pr1" } meta nfproto ipv6 meta l4proto { tcp, udp } th sport 61000-65000"#;
-        for sel in [v4, v6] {
+        let on = r#"oifname { "pr0", "pr1" } ip saddr { 198.18.0.1 }"#;
+        let tcp = format!("{on} tcp sport 61000-65000 tcp flags & (syn | ack) == syn");
+        let udp = format!("{on} udp sport 61000-65000");
+        assert!(!r.contains("ip6") && !r.contains("ipv6"), "only the family probed: {r}");
+        for sel in [tcp.as_str(), udp.as_str()] {
             assert!(
                 r.contains(&format!("{sel} meta skuid != {{ 0, 110 }} counter drop")),
                 "{r}"
@@ -195,6 +246,11 @@ mod tests {
             sources: &[],
             ..guard
         };
-        assert!(ruleset("t", &root).contains("meta skuid != { 0 } counter drop"));
+        let r = ruleset("t", &root);
+        assert!(r.contains("meta skuid != { 0 } counter drop"));
+        assert!(
+            r.contains("meta nfproto ipv4 tcp") && r.contains("meta nfproto ipv6 udp"),
+            "no source given: both families: {r}"
+        );
     }
 }

@@ -388,6 +388,70 @@ except Exception as e:
     });
 }
 
+/// A local service of an ordinary user that listens inside the probe range (ActiveMQ's 61616)
+/// keeps answering its clients over the probe interface while the engine's guard is in place
+/// (issue 46, L2): the guard matches TCP connection attempts only, and a server's answers are
+/// none. Before, its SYN+ACK passed (no full socket yet) and every byte it sent was dropped.
+#[test]
+fn a_local_server_inside_the_probe_range_keeps_answering() {
+    const SERVER: &str = r#"
+import socket, sys
+s = socket.socket()
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(4)
+s.settimeout(20)
+c, _ = s.accept()
+c.settimeout(5)
+c.sendall(b"pong:" + c.recv(16))
+"#;
+    const CLIENT: &str = r#"
+import socket, sys
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
+c.sendall(b"ping")
+try:
+    print(c.recv(16).decode())
+except Exception as e:
+    print(type(e).__name__)
+"#;
+    let topo = Topology::new();
+    let pins = TestPins::new();
+    topo.prober.enter(|| {
+        let (_engine, _rx) = start_engine(&pins, TxChoice::Auto);
+        let server = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &topo.prober.name,
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+            ])
+            .args(["--clear-groups", "/usr/bin/python3", "-c", SERVER, PROBER_V4, "61616"])
+            .spawn()
+            .expect("run the server");
+        struct Killed(std::process::Child);
+        impl Drop for Killed {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let _server = Killed(server);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let got = loop {
+            let got = topo
+                .backend
+                .try_exec("/usr/bin/python3", &["-c", CLIENT, PROBER_V4, "61616"])
+                .unwrap_or_default();
+            if got.trim() == "pong:ping" || std::time::Instant::now() > deadline {
+                break got;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert_eq!(got.trim(), "pong:ping", "the server's answer came back");
+    });
+}
+
 /// On a plain veth (no GRO at the peer) native XDP cannot send frames back out: a RST that
 /// probe_rx wrote over the SYN+ACK would be dropped, the backend would keep the half-open
 /// connection, and the next probe from the same source port would meet it and time out. There
