@@ -117,6 +117,17 @@ pub fn claim(name: &str) -> Option<OwnedFd> {
     lock().as_mut()?.remove(name)
 }
 
+/// The first descriptor the manager passed under a name `accepts` takes, with that name,
+/// taken (the route sink finds its device under the name of its table and protocol then).
+pub fn claim_matching(accepts: impl Fn(&str) -> bool) -> Option<(String, OwnedFd)> {
+    let mut guard = lock();
+    let map = guard.as_mut()?;
+    let mut names: Vec<&String> = map.keys().filter(|n| accepts(n)).collect();
+    names.sort();
+    let name = names.first().map(|n| (*n).clone())?;
+    map.remove(&name).map(|fd| (name, fd))
+}
+
 /// Closes what no sink claimed, and takes it out of the manager's store: a device kept for a
 /// route sink that the configuration no longer has goes, with its routes. Their names.
 pub fn release_unclaimed() -> Vec<String> {

@@ -25,8 +25,9 @@ pub struct Tun {
 
 impl Tun {
     /// Makes the device `name` (not persistent: it goes with this handle) and brings it up.
-    /// Fails with `AlreadyExists` when another process holds a device of that name, or a
-    /// device of another kind has it.
+    /// Fails with `AlreadyExists` when a device of that name exists: another process's, a
+    /// persistent TUN left by someone (`IFF_TUN_EXCL`: attaching to it would make routes that
+    /// outlive probed), or a device of another kind.
     pub fn create(name: &str) -> io::Result<Tun> {
         let file = OpenOptions::new()
             .read(true)
@@ -35,8 +36,8 @@ impl Tun {
             .open("/dev/net/tun")?;
         let mut req = ifreq(name)?;
         // IFF_TUN: layer-3 frames; IFF_NO_PI: no packet header. Nothing is ever read from or
-        // written to the device: it exists to carry routes.
-        req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+        // written to the device: it exists to carry routes. IFF_TUN_EXCL: a new device only.
+        req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_TUN_EXCL) as libc::c_short;
         // SAFETY: TUNSETIFF reads and writes the ifreq it is given, which outlives the call.
         if unsafe { libc::ioctl(file.as_raw_fd(), libc::TUNSETIFF, &mut req) } < 0 {
             let e = io::Error::last_os_error();
@@ -52,7 +53,8 @@ impl Tun {
 
     /// The device `name` that `fd` holds: a descriptor this process inherited from the
     /// service manager's store, which kept the device (and its routes) across a restart.
-    /// Fails when `fd` is not a TUN descriptor attached to a device of that name.
+    /// Fails when `fd` is not a TUN descriptor attached to a device of that name, or the
+    /// device is persistent (it would outlive the descriptor, and its routes with it).
     pub fn adopt(fd: OwnedFd, name: &str) -> io::Result<Tun> {
         let file = File::from(fd);
         let mut req = ifreq(name)?;
@@ -61,6 +63,14 @@ impl Tun {
         // which outlives the call.
         if unsafe { libc::ioctl(file.as_raw_fd(), libc::TUNGETIFF, &mut req) } < 0 {
             return Err(io::Error::last_os_error());
+        }
+        // SAFETY: TUNGETIFF filled the flags member of the union.
+        let flags = i32::from(unsafe { req.ifr_ifru.ifru_flags });
+        if flags & libc::IFF_PERSIST != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name} is a persistent device: its routes would outlive probed"),
+            ));
         }
         let held: Vec<u8> = req.ifr_name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
         if held != name.as_bytes() {

@@ -656,7 +656,7 @@ fn a_vip_route_follows_health_through_bird_and_a_dead_probed_withdraws_it() {
     rig.wait_paths("started by the manager, announced", Duration::from_secs(10), both);
     manager.collect();
     assert!(
-        manager.store.contains_key("route-probed-vip"),
+        manager.store.contains_key("route-probed-vip.201.201"),
         "probed handed its device to the store: {:?}",
         manager.store.keys().collect::<Vec<_>>()
     );

@@ -22,7 +22,8 @@ use probed_tests::{
 };
 
 const VIP: &str = "198.18.250.1";
-const STORED: &str = "route-probed-vip";
+/// The device's name in the store: its name, table and route protocol (the documented defaults).
+const STORED: &str = "route-probed-vip.201.201";
 
 struct Rig {
     topo: Topology,
@@ -99,10 +100,14 @@ impl Rig {
     }
 
     fn announced(&self) -> bool {
+        self.announced_in(201)
+    }
+
+    fn announced_in(&self, table: u32) -> bool {
         // A table with no route left is no table: ip says so, and that is "withdrawn".
         self.topo
             .prober
-            .try_exec("ip", &["route", "show", "table", "201"])
+            .try_exec("ip", &["route", "show", "table", &table.to_string()])
             .is_ok_and(|routes| routes.lines().any(|l| l.starts_with(VIP)))
     }
 
@@ -221,4 +226,45 @@ fn a_stuck_probed_misses_its_watchdog_and_its_successor_withdraws() {
     );
     rig.restore_backends();
     wait_until("announced again", Duration::from_secs(5), || rig.announced());
+}
+
+/// Review L1: a restart that changes `kernel_table` takes over the kept device and its route,
+/// announces in the new table and leaves nothing in the old one (before, the old table's route
+/// stayed as long as the device did); the store then holds the device under its new name.
+#[test]
+fn a_restart_into_another_table_leaves_no_route_in_the_old_one() {
+    let mut rig = Rig::new(None);
+    rig.start("", false);
+    wait_until("announced", Duration::from_secs(5), || rig.announced());
+    rig.signal(libc::SIGTERM);
+    let (status, log) = rig.ended(Duration::from_secs(10));
+    assert!(status.success(), "{log}");
+    assert!(rig.manager.store.contains_key(STORED), "kept for the restart:\n{log}");
+    rig.start("kernel_table = 202\n", false);
+    wait_until("announced in table 202", Duration::from_secs(5), || {
+        rig.announced_in(202)
+    });
+    wait_until("gone from table 201", Duration::from_secs(5), || !rig.announced_in(201));
+    rig.manager.collect();
+    assert!(
+        rig.manager.store.contains_key("route-probed-vip.202.201") && !rig.manager.store.contains_key(STORED),
+        "stored under its new table: {:?}",
+        rig.manager.store.keys().collect::<Vec<_>>()
+    );
+}
+
+/// Review L1: a persistent TUN device of the sink's name, made by someone before probed, is
+/// not attached to (its routes would outlive probed): the sink says so and announces nothing
+/// until the device is gone, then makes its own.
+#[test]
+fn a_persistent_device_of_the_same_name_is_not_taken() {
+    let mut rig = Rig::new(None);
+    rig.topo.prober.ip(&["tuntap", "add", "probed-vip", "mode", "tun"]);
+    rig.start("", false);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!rig.announced(), "no route through a device that outlives probed");
+    rig.topo.prober.ip(&["link", "del", "probed-vip"]);
+    wait_until("announced through its own device", Duration::from_secs(15), || {
+        rig.announced()
+    });
 }

@@ -89,10 +89,26 @@ pub struct RouteSink {
     stored: bool,
 }
 
+/// The device's name in the service manager's store: the device, the table and the route
+/// protocol, so that a restart that changes either knows where the kept routes are.
+fn store_name(cfg: &RouteConfig) -> String {
+    format!("route-{}.{}.{}", cfg.device, cfg.kernel_table, cfg.route_protocol)
+}
+
+/// The table and protocol a stored name says (None for the name releases before 2026-12-07
+/// stored, `route-DEVICE`, which says neither), if it is `device`'s.
+fn stored_as(name: &str, device: &str) -> Option<Option<(u32, u8)>> {
+    let rest = name.strip_prefix("route-")?.strip_prefix(device)?;
+    if rest.is_empty() {
+        return Some(None);
+    }
+    let (table, protocol) = rest.strip_prefix('.')?.split_once('.')?;
+    Some(Some((table.parse().ok()?, protocol.parse().ok()?)))
+}
+
 impl RouteSink {
-    /// The device's name in the service manager's store.
     fn store_name(&self) -> String {
-        format!("route-{}", self.cfg.device)
+        store_name(&self.cfg)
     }
 
     /// Checks that the sink can work here: TUN devices can be made (/dev/net/tun, and
@@ -117,25 +133,55 @@ impl RouteSink {
             changes: 0,
             last_change_unix_ms: 0,
         };
-        // A restart under a service manager: the device, with its routes, was kept for us.
-        if let Some(fd) = crate::service::claim(&sink.store_name()) {
-            match Tun::adopt(fd, &cfg.device) {
-                Ok(tun) => {
-                    log::info!(
-                        "route sink: took over {} from the service manager, with its routes",
-                        cfg.device
-                    );
-                    sink.tun = Some(tun);
-                    sink.stored = true;
-                }
-                Err(e) => log::warn!(
-                    "route sink: the kept {} cannot be used ({e}); making it anew",
-                    cfg.device
-                ),
-            }
+        // A restart under a service manager: the device, with its routes, was kept for us
+        // (under the name of the table and protocol it had, which this start may change).
+        if let Some((name, fd)) = crate::service::claim_matching(|n| stored_as(n, &cfg.device).is_some()) {
+            sink.adopt(&name, fd);
         }
         sink.check()?;
         Ok(sink)
+    }
+
+    /// Takes over the device a predecessor left in the store under `name`: its routes stay;
+    /// those of another table or protocol than this start's go after the first write. A
+    /// descriptor that cannot be used leaves the store too (closed here, its device and routes
+    /// go with it).
+    fn adopt(&mut self, name: &str, fd: std::os::fd::OwnedFd) {
+        let device = self.cfg.device.clone();
+        match Tun::adopt(fd, &device) {
+            Ok(tun) => {
+                log::info!("route sink: took over {device} from the service manager, with its routes");
+                let oif = tun.index();
+                let before = stored_as(name, &device).flatten();
+                if let Some((table, protocol)) =
+                    before.filter(|b| *b != (self.cfg.kernel_table, self.cfg.route_protocol))
+                {
+                    let retired = Retired { table, protocol, oif };
+                    if table == self.cfg.kernel_table {
+                        // The same table: the old protocol's route holds the place its
+                        // successor takes, so it goes first, as on a reload.
+                        if let Err(e) = self.let_go(&retired) {
+                            log::warn!("route sink {device}: {}", crate::errors::chain(&e));
+                        }
+                    } else {
+                        // Added in the new table first, then deleted from the old one.
+                        self.retired = Some(retired);
+                    }
+                }
+                if name != self.store_name() {
+                    crate::service::store_fd(&self.store_name(), tun.fd());
+                    crate::service::remove_fd(name);
+                }
+                self.tun = Some(tun);
+                self.stored = true;
+            }
+            Err(e) => {
+                log::warn!(
+                    "route sink: the kept {device} cannot be used ({e}); it leaves the store, and a new one is made"
+                );
+                crate::service::remove_fd(name);
+            }
+        }
     }
 
     /// The device's index, made first if it is not there (at the first sync, or after
@@ -299,12 +345,12 @@ impl Sink for RouteSink {
     fn clear(&mut self) -> Result<(), SinkError> {
         // The device takes its routes when it goes; deleting them first makes a stop's
         // withdrawal not wait for the handle to be dropped.
-        let Some(oif) = self.tun.as_ref().filter(|t| t.alive()).map(Tun::index) else {
-            return Ok(());
-        };
-        for r in self.held(oif)? {
-            self.sock.delete(&r).map_err(|e| write_error("delete", &r, e))?;
+        if let Some(oif) = self.tun.as_ref().filter(|t| t.alive()).map(Tun::index) {
+            for r in self.held(oif)? {
+                self.sock.delete(&r).map_err(|e| write_error("delete", &r, e))?;
+            }
         }
+        // The store's copy goes even when the device is gone (someone deleted it).
         if self.stored {
             crate::service::remove_fd(&self.store_name());
             self.stored = false;
@@ -365,12 +411,21 @@ impl Sink for RouteSink {
             // route per prefix, table and metric, so the new device's could not be added
             // beside them); the first sync makes the new one.
             if stored {
-                crate::service::remove_fd(&format!("route-{}", was.device));
+                crate::service::remove_fd(&store_name(&was));
             }
             drop(tun);
             return;
         }
         let oif = tun.as_ref().map_or(0, Tun::index);
+        // Stored under the table and protocol it has now.
+        let stored = match (&tun, stored) {
+            (Some(t), true) if store_name(&was) != self.store_name() => {
+                let kept = crate::service::store_fd(&self.store_name(), t.fd());
+                crate::service::remove_fd(&store_name(&was));
+                kept
+            }
+            (_, stored) => stored,
+        };
         (self.tun, self.stored) = (tun, stored);
         if was.kernel_table != self.cfg.kernel_table {
             // Added in the new table first, then deleted from the old one.
@@ -429,6 +484,29 @@ impl Drop for RouteSink {
     fn drop(&mut self) {
         if self.stored {
             crate::service::remove_fd(&self.store_name());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stored_as;
+
+    #[test]
+    fn a_stored_name_says_its_device_table_and_protocol() {
+        assert_eq!(
+            stored_as("route-probed-vip.201.44", "probed-vip"),
+            Some(Some((201, 44)))
+        );
+        // The name releases before 2026-12-07 stored: the device's, table and protocol unsaid.
+        assert_eq!(stored_as("route-probed-vip", "probed-vip"), Some(None));
+        for other in [
+            "route-probed-vip2.201.44",
+            "route-probed",
+            "route-probed-vip.x.44",
+            "nft-probed-vip",
+        ] {
+            assert_eq!(stored_as(other, "probed-vip"), None, "{other}");
         }
     }
 }
