@@ -151,12 +151,12 @@ impl RunnerMetrics {
         }
     }
 
-    /// The endpoints behind schedule per profile (indexed as `table.profiles`) and the worst
+    /// The endpoints behind schedule per profile (indexed as `table.profiles()`) and the worst
     /// lateness, from the runner's scan (`runner/pace.rs`).
     pub fn pace(&mut self, table: &Table, behind: &[u64], worst_ns: u64) {
         let r = &mut self.registry;
         r.clear(&catalog::SCHEDULE_BEHIND);
-        for (p, n) in table.profiles.iter().zip(behind) {
+        for (p, n) in table.profiles().iter().zip(behind) {
             r.set(
                 &catalog::SCHEDULE_BEHIND,
                 vec![("profile", p.name.to_string())],
@@ -196,7 +196,7 @@ impl RunnerMetrics {
             std::time::Duration::from_nanos(now_ns.saturating_sub(last_result_ns)).as_secs_f64(),
         );
         r.clear(&catalog::ENDPOINTS);
-        for p in &table.profiles {
+        for p in table.profiles() {
             for &status in crate::status::EndpointStatus::ALL {
                 let n = p.counts.get(status);
                 if n > 0 {
@@ -209,7 +209,7 @@ impl RunnerMetrics {
             }
         }
         r.clear(&catalog::NESTED_ENDPOINTS);
-        for p in &table.profiles {
+        for p in table.profiles() {
             let counts = crate::status::StatusCounts::of(&p.nested.iter().map(|n| n.status).collect::<Vec<_>>());
             for &status in crate::status::EndpointStatus::ALL {
                 let n = counts.get(status);
@@ -224,8 +224,8 @@ impl RunnerMetrics {
         }
         r.clear(&catalog::TLS_CERT_EXPIRY);
         let now_unix = i64::try_from(crate::clock::unix_ms() / 1000).unwrap_or(i64::MAX);
-        for (id, cert) in &table.certs {
-            if let Some(t) = table.targets.get(id) {
+        for (id, cert) in table.certs() {
+            if let Some(t) = table.targets().get(id) {
                 let labels = vec![
                     ("profile", table.profile_of(t).to_string()),
                     ("endpoint", t.name().to_string()),

@@ -48,7 +48,7 @@ impl Runner {
             .index
             .as_ref()
             .and_then(|i| i.get(endpoint).copied());
-        at.and_then(|j| self.table.profiles[pix].owners.get(j as usize).copied())
+        at.and_then(|j| self.table.profiles()[pix].owners.get(j as usize).copied())
             .ok_or_else(|| RequestError::NoEndpoint {
                 profile: profile.into(),
                 endpoint: endpoint.into(),
@@ -58,7 +58,7 @@ impl Runner {
     /// Profile `pix`'s book entry, its index made.
     fn fleet_entry(&mut self, pix: usize) -> &mut FleetProfile {
         let profile = &self.config.profiles[pix];
-        let entry = self.fleet.entry(self.table.profiles[pix].name.clone()).or_default();
+        let entry = self.fleet.entry(self.table.profiles()[pix].name.clone()).or_default();
         entry.index.get_or_insert_with(|| {
             profile
                 .endpoints
@@ -73,7 +73,7 @@ impl Runner {
     pub(in crate::daemon) fn fleet_lookup(&mut self, profile: &str, names: &[String]) -> Result<Lookup, RequestError> {
         let pix = self.api_profile(profile)?;
         let generation = self.fleet_entry(pix).generation;
-        let index = self.fleet[&*self.table.profiles[pix].name]
+        let index = self.fleet[&*self.table.profiles()[pix].name]
             .index
             .as_ref()
             .expect("made just above");
@@ -110,7 +110,7 @@ impl Runner {
                 current,
             });
         }
-        let name = self.table.profiles[pix].name.clone();
+        let name = self.table.profiles()[pix].name.clone();
         let mut applied = Applied {
             profile: req.profile.clone(),
             generation: current,

@@ -34,13 +34,13 @@ impl Runner {
 /// The state of every profile (or the one named) and its endpoints in `table`, for a snapshot.
 fn state_of(table: &Table, profile: Option<&str>) -> Snapshot {
     let wanted = |p: &&ProfileEntry| profile.is_none_or(|want| want == &*p.name);
-    let plain = table.profiles.iter().filter(wanted).flat_map(|p| {
+    let plain = table.profiles().iter().filter(wanted).flat_map(|p| {
         p.owners.iter().map(move |id| {
-            let t = &table.targets[id];
+            let t = &table.targets()[id];
             (p.name.clone(), t.name().clone(), t.state())
         })
     });
-    let nested = table.profiles.iter().filter(wanted).flat_map(|p| {
+    let nested = table.profiles().iter().filter(wanted).flat_map(|p| {
         let protocol = p.cfg.health.protocol();
         p.nested
             .iter()
@@ -49,7 +49,7 @@ fn state_of(table: &Table, profile: Option<&str>) -> Snapshot {
     Snapshot {
         seq: 0,
         profiles: table
-            .profiles
+            .profiles()
             .iter()
             .filter(wanted)
             .map(|p| (p.name.clone(), p.status, p.fail_open))

@@ -42,7 +42,7 @@ impl Runner {
             Some(_) => FirstL4::None,
             None => first_l4(
                 plan.built()
-                    .chain(self.table.targets.values().map(|t| &**t))
+                    .chain(self.table.targets().values().map(|t| &**t))
                     .map(|t| &**t.spec()),
                 &config,
             ),

@@ -39,7 +39,7 @@ pub(super) fn select(
     routing::pick_nested(&fleet, ix, &ask, rng, &mut |trail| {
         let names: Vec<&str> = trail.iter().map(|&(p, e)| fleet.endpoint_name(p, e)).collect();
         let &(p, e) = trail.last().expect("a trail ends at its leaf");
-        let target = &table.targets[&table.profiles[p].owners[e]];
+        let target = &table.targets()[&table.profiles()[p].owners[e]];
         picked.push((names.join("/"), target.address().ip()));
     });
     Ok(SelectView {
@@ -61,9 +61,9 @@ struct Fleet<'a> {
 impl Fleet<'_> {
     /// Endpoint `i` of profile `ix`'s name: a plain endpoint's, then a nested one's.
     fn endpoint_name(&self, ix: usize, i: usize) -> &str {
-        let entry = &self.table.profiles[ix];
+        let entry = &self.table.profiles()[ix];
         match entry.owners.get(i) {
-            Some(id) => self.table.targets[id].name(),
+            Some(id) => self.table.targets()[id].name(),
             None => &entry.nested[i - entry.owners.len()].name,
         }
     }
@@ -71,12 +71,12 @@ impl Fleet<'_> {
 
 impl routing::Profiles for Fleet<'_> {
     fn profile(&self, ix: usize) -> routing::Profile<'_> {
-        let entry = &self.table.profiles[ix];
+        let entry = &self.table.profiles()[ix];
         // The running config made the table: its endpoints line up with the owners.
         let endpoints = &self.config.profiles[ix].endpoints;
         debug_assert_eq!(endpoints.len(), entry.owners.len());
         let plain = entry.owners.iter().zip(endpoints).map(|(id, e)| {
-            let t = &self.table.targets[id];
+            let t = &self.table.targets()[id];
             Candidate {
                 family: Some(Family::of(t.address().ip())),
                 // A draining endpoint answers nothing new: out of rotation, as the counts have it.
@@ -105,7 +105,7 @@ impl routing::Profiles for Fleet<'_> {
     }
 
     fn child(&self, ix: usize, i: usize) -> Option<usize> {
-        let entry = &self.table.profiles[ix];
+        let entry = &self.table.profiles()[ix];
         let nested = i.checked_sub(entry.owners.len())?;
         Some(entry.nested[nested].child)
     }

@@ -22,7 +22,7 @@ pub(super) fn profiles(
 ) -> Result<Vec<ProfileView>, RequestError> {
     match profile {
         None => Ok(table
-            .profiles
+            .profiles()
             .iter()
             .map(|p| profile_view(table, p, page, now_unix))
             .collect()),
@@ -81,7 +81,7 @@ fn profile_view(table: &Table, p: &ProfileEntry, page: Option<(usize, usize)>, n
             .nested
             .iter()
             .map(|n| {
-                let counts = &table.profiles[n.child].counts;
+                let counts = &table.profiles()[n.child].counts;
                 NestedView {
                     name: n.name.to_string(),
                     profile: n.cfg.child.clone(),
@@ -107,8 +107,8 @@ fn profile_view(table: &Table, p: &ProfileEntry, page: Option<(usize, usize)>, n
 }
 
 pub(super) fn endpoint_view(table: &Table, id: OwnerId, now_unix: i64) -> EndpointView {
-    let t = &table.targets[&id];
-    let warn_days = table.profiles[t.profile_ix() as usize]
+    let t = &table.targets()[&id];
+    let warn_days = table.profiles()[t.profile_ix() as usize]
         .cfg
         .health
         .http()
@@ -160,8 +160,8 @@ pub(super) fn endpoint_view(table: &Table, id: OwnerId, now_unix: i64) -> Endpoi
 
 /// What endpoint `id`'s agent holds and last said; None when its profile has no agent check.
 fn agent_view(table: &Table, id: OwnerId) -> Option<crate::daemon::views::AgentView> {
-    let t = &table.targets[&id];
-    table.profiles[t.profile_ix() as usize].cfg.health.agent.as_ref()?;
+    let t = &table.targets()[&id];
+    table.profiles()[t.profile_ix() as usize].cfg.health.agent.as_ref()?;
     let held = t.agent();
     let seen = table.agent_seen(id);
     Some(crate::daemon::views::AgentView {

@@ -66,13 +66,13 @@ impl Runner {
     /// the next ask. Costs the endpoints with agents, not the fleet.
     pub(super) fn sync_agents(&mut self, now: u64) {
         let mut wanted: FastMap<OwnerId, (Arc<AgentProbe>, SocketAddr)> = FastMap::default();
-        for p in &self.table.profiles {
+        for p in self.table.profiles() {
             let Some(settings) = &p.cfg.health.agent else {
                 continue;
             };
             let probe = Arc::new(AgentProbe::of(settings));
             for id in &p.owners {
-                let t = &self.table.targets[id];
+                let t = &self.table.targets()[id];
                 wanted.insert(*id, (probe.clone(), SocketAddr::new(t.address().ip(), settings.port)));
             }
         }

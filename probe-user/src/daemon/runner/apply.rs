@@ -30,7 +30,7 @@ impl Runner {
     pub(in crate::daemon) fn before_swap(&self) -> Before {
         let nested = self
             .table
-            .profiles
+            .profiles()
             .iter()
             .flat_map(|p| {
                 let protocol = p.cfg.health.protocol();
@@ -41,7 +41,7 @@ impl Runner {
             .collect();
         let profiles = self
             .table
-            .profiles
+            .profiles()
             .iter()
             .map(|p| (p.name.clone(), p.status, p.fail_open))
             .collect();
@@ -67,7 +67,7 @@ impl Runner {
         // After the gone checks have freed their places, which the new ones take first.
         self.probe.sched.reserve(swapped.built.len());
         for &(id, was_probed) in &swapped.built {
-            let t = &self.table.targets[&id];
+            let t = &self.table.targets()[&id];
             match (t.check(), t.should_probe()) {
                 (Some(_), false) => self.unregister(id),
                 (None, true) => {
@@ -98,9 +98,9 @@ impl Runner {
 
     pub(in crate::daemon) fn register(&mut self, owner: OwnerId, now: u64) {
         self.probe.epoch += 1;
-        let t = &self.table.targets[&owner];
+        let t = &self.table.targets()[&owner];
         let key = SchedKey { spec: t.spec().clone() };
-        let profile = &self.table.profiles[t.profile_ix() as usize];
+        let profile = &self.table.profiles()[t.profile_ix() as usize];
         let params = crate::daemon::table::check_params(&profile.cfg.health);
         match self.probe.sched.add(owner, key, params, now) {
             Ok(id) => {

@@ -173,7 +173,7 @@ impl Runner {
         };
         link.by_verdict = self
             .table
-            .targets
+            .targets()
             .iter()
             .map(|(id, t)| (t.verdict_key(), *id))
             .collect();
@@ -215,7 +215,7 @@ impl Runner {
         };
         let moved: Vec<(OwnerId, bool)> = self
             .table
-            .targets
+            .targets()
             .iter()
             .filter_map(|(id, t)| {
                 let owned = link.owns(t.spec().key().question());
@@ -247,7 +247,7 @@ impl Runner {
         let Some(link) = &self.cluster else {
             return false;
         };
-        let Some(t) = self.table.targets.get(&id) else {
+        let Some(t) = self.table.targets().get(&id) else {
             return false;
         };
         let own = t.should_probe().then(|| verdict_of(t.tracker().state()));
@@ -259,7 +259,7 @@ impl Runner {
                 }
             }
         }
-        let rule = self.table.profiles[t.profile_ix() as usize].cfg.aggregate;
+        let rule = self.table.profiles()[t.profile_ix() as usize].cfg.aggregate;
         let votes = own
             .into_iter()
             .chain(link.said(t.verdict_key()).iter().map(|s| s.verdict));
@@ -303,7 +303,7 @@ impl Runner {
         let Some(t) = self
             .table
             .find(&view.profile, &view.name)
-            .and_then(|id| self.table.targets.get(&id))
+            .and_then(|id| self.table.targets().get(&id))
         else {
             return;
         };
@@ -319,7 +319,7 @@ impl Runner {
         });
         view.cluster = Some(EndpointCluster {
             probed_here: t.should_probe(),
-            aggregate: self.table.profiles[t.profile_ix() as usize].cfg.aggregate.to_string(),
+            aggregate: self.table.profiles()[t.profile_ix() as usize].cfg.aggregate.to_string(),
             locations: own.into_iter().chain(others).collect(),
         });
     }
@@ -360,8 +360,8 @@ impl Runner {
             members: link.members().iter().map(|m| m.name.clone()).collect(),
             nodes: snap.nodes,
             routes: link.routes.clone(),
-            probed_here: self.table.targets.values().filter(|t| t.should_probe()).count(),
-            endpoints: self.table.targets.len(),
+            probed_here: self.table.targets().values().filter(|t| t.should_probe()).count(),
+            endpoints: self.table.targets().len(),
             datagrams,
         })
     }
@@ -370,7 +370,7 @@ impl Runner {
 /// This node's votes: every endpoint it probes, with its tracker's state.
 fn own_verdicts(table: &Table) -> Vec<(u64, Verdict)> {
     table
-        .targets
+        .targets()
         .values()
         .filter(|t| t.should_probe())
         .map(|t| (t.verdict_key(), verdict_of(t.tracker().state())))

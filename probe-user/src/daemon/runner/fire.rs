@@ -106,7 +106,7 @@ impl Runner {
             .sched
             .owners(id)
             .iter()
-            .filter_map(|o| self.table.targets.get(o))
+            .filter_map(|o| self.table.targets().get(o))
             .map(|t| t.profile_ix());
         let l4 = match &spec.kind {
             ProbeKind::L4(proto) => Some(proto.clone()),

@@ -380,7 +380,7 @@ impl Runner {
             // takes them).
             let ramp_ns = self
                 .table
-                .ramps
+                .ramps()
                 .next_due()
                 .unwrap_or(u64::MAX)
                 .min(self.probe.agents.next_due().unwrap_or(u64::MAX));
@@ -526,7 +526,7 @@ impl Runner {
         self.step_ramps(now);
         self.ask_agents(now);
         if force_save || now.saturating_sub(self.chores.metrics_flushed_ns) >= METRICS_FLUSH_NS {
-            self.metrics.flush(&self.table.profiles);
+            self.metrics.flush(&self.table.profiles());
             self.chores.metrics_flushed_ns = now;
         }
         if now.saturating_sub(self.chores.collected_ns) >= COLLECT_NS {
@@ -538,7 +538,7 @@ impl Runner {
 
     /// Takes the slow starts' steps due by `now` and publishes them.
     pub(super) fn step_ramps(&mut self, now: u64) {
-        if self.table.ramps.next_due().is_some_and(|due| due <= now) {
+        if self.table.ramps().next_due().is_some_and(|due| due <= now) {
             let changed = self.table.step_ramps(self.stamp(now));
             self.publish(changed);
         }

@@ -68,7 +68,7 @@ impl Runner {
     /// Exports the endpoints behind schedule per profile and the worst lateness since the
     /// last call, and logs when falling behind starts or ends.
     pub(super) fn assess_pace(&mut self, now_ns: u64) {
-        let per_profile: Vec<u64> = self.table.profiles.iter().map(|p| p.behind).collect();
+        let per_profile: Vec<u64> = self.table.profiles().iter().map(|p| p.behind).collect();
         let scan = Scan {
             behind: per_profile.iter().sum(),
             worst_ns: std::mem::take(&mut self.probe.worst_late_ns),

@@ -81,14 +81,14 @@ impl Snapshot {
     /// is in.
     pub(super) fn take(&mut self, table: &Table, most: usize, into: &mut Vec<SavedTarget>) -> bool {
         let mut n = 0;
-        while let Some(p) = table.profiles.get(self.profile) {
+        while let Some(p) = table.profiles().get(self.profile) {
             while let Some(id) = p.owners.get(self.pos) {
                 if n == most {
                     return false;
                 }
                 n += 1;
                 self.pos += 1;
-                if let Some(t) = table.targets.get(id) {
+                if let Some(t) = table.targets().get(id) {
                     into.push(saved(&p.name, t));
                 }
             }
@@ -123,7 +123,7 @@ impl Runner {
             p.dirty = true;
         }
         if p.taking.is_none() {
-            let gap = save_gap_ns(self.table.targets.len());
+            let gap = save_gap_ns(self.table.targets().len());
             if !p.dirty || (!force && now.saturating_sub(p.last_save_ns) < gap) {
                 return;
             }
@@ -138,13 +138,13 @@ impl Runner {
             Some(part) => part,
             None => {
                 let most = if force { usize::MAX } else { SNAPSHOT_SLICE };
-                let mut targets = Vec::with_capacity(most.min(self.table.targets.len()));
+                let mut targets = Vec::with_capacity(most.min(self.table.targets().len()));
                 let done = snapshot.take(&self.table, most, &mut targets);
                 let open = std::mem::take(&mut snapshot.first)
                     .then(|| (self.config.daemon.state_file.clone(), self.ports.clock.unix_ms()));
                 let close = done.then(|| {
                     self.table
-                        .profiles
+                        .profiles()
                         .iter()
                         .filter_map(|p| {
                             p.enabled_override.map(|enabled| state::SavedProfile {

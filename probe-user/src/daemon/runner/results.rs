@@ -64,7 +64,7 @@ impl Runner {
         }
         for r in batch {
             for owner in self.probe.sched.owners(CheckId::from_u64(r.token)) {
-                if let Some(t) = self.table.targets.get(owner) {
+                if let Some(t) = self.table.targets().get(owner) {
                     t.prefetch();
                 }
             }
@@ -183,7 +183,7 @@ impl Runner {
 
     /// A threshold was reached: the endpoint's status changes, and the stream hears of it.
     fn on_verdict(&mut self, owner: u64, tr: Transition) {
-        if let Some(t) = self.table.targets.get(&owner) {
+        if let Some(t) = self.table.targets().get(&owner) {
             self.metrics.transition(self.table.profile_of(t), tr.to);
         }
         let detail = TransitionDetail {

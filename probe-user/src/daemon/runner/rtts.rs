@@ -10,10 +10,10 @@ impl Runner {
         if self.rtts.receiver_count() == 0 {
             return;
         }
-        let targets = &self.table.targets;
+        let targets = &self.table.targets();
         let rtts: Vec<_> = self
             .table
-            .profiles
+            .profiles()
             .iter()
             .filter(|p| p.cfg.routing.needs().rtts)
             .flat_map(|p| p.owners.iter().filter_map(|id| targets.get(id)).map(move |t| (p, t)))

@@ -93,7 +93,9 @@ impl NestedTarget {
 }
 
 /// One profile: its config, its endpoints in config order, and the aggregate of their
-/// statuses (nested endpoints included), kept in step one change at a time.
+/// statuses (nested endpoints included), kept in step one change at a time. Outside this
+/// module it is only ever seen through `Table::profiles`, a shared reference: its fields are
+/// read there and changed by the table alone.
 pub(crate) struct ProfileEntry {
     /// Its settings: its configuration without the endpoints (`endpoints` is empty; the
     /// running config has them, lined up with `owners`).
@@ -134,20 +136,23 @@ impl ProfileEntry {
 }
 
 /// A resolved configuration, before it is applied.
+///
+/// Its fields are this module's alone: everything outside reads them through the accessors
+/// below and changes them only through the table's methods (`restatus.rs` is the door).
 #[derive(Default)]
 pub(crate) struct Table {
-    pub profiles: Vec<ProfileEntry>,
+    profiles: Vec<ProfileEntry>,
     /// Child profile index -> its (parent index, nested index) places.
-    pub parents: FastMap<usize, Vec<(usize, usize)>>,
+    parents: FastMap<usize, Vec<(usize, usize)>>,
     /// Boxed: a hash map's slots (up to twice the entries, and three times while it grows)
     /// would each hold a whole target.
-    pub targets: FastMap<OwnerId, Box<Target>>,
+    targets: FastMap<OwnerId, Box<Target>>,
     /// TLS endpoints' certificates (`certs.rs`).
-    pub certs: FastMap<OwnerId, CertSeen>,
+    certs: FastMap<OwnerId, CertSeen>,
     /// The endpoints in a slow start (`ramp.rs`).
-    pub ramps: ramp::Ramps,
+    ramps: ramp::Ramps,
     /// What the agents of endpoints with an agent check last said (`agents.rs`).
-    pub agents_seen: FastMap<OwnerId, AgentSeen>,
+    agents_seen: FastMap<OwnerId, AgentSeen>,
 }
 
 /// Why a configuration cannot be applied: one line per problem.
@@ -180,6 +185,26 @@ pub(crate) fn verdict_key(profile: &str, endpoint: &str, question: &str) -> u64 
 }
 
 impl Table {
+    /// The profiles, in configuration order.
+    pub fn profiles(&self) -> &[ProfileEntry] {
+        &self.profiles
+    }
+
+    /// The probed endpoints, by owner id.
+    pub fn targets(&self) -> &FastMap<OwnerId, Box<Target>> {
+        &self.targets
+    }
+
+    /// The TLS endpoints' certificates as last seen.
+    pub fn certs(&self) -> &FastMap<OwnerId, CertSeen> {
+        &self.certs
+    }
+
+    /// The endpoints in a slow start.
+    pub fn ramps(&self) -> &ramp::Ramps {
+        &self.ramps
+    }
+
     /// Points every target's name at `config`'s copy of the same string. A target that stayed
     /// through a reload (its endpoint and profile unchanged) kept the replaced config's copy,
     /// which then stayed alive beside the new config's: 6 MiB at 250k endpoints. `config` is

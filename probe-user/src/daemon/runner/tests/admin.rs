@@ -147,7 +147,7 @@ fn a_drained_endpoint_is_probed_takes_no_traffic_and_makes_the_others_fail_open(
     let view = h.runner.set_admin("web", "a", AdminState::Enabled).unwrap();
     assert_eq!((view.status, view.eligible), (S::Online, true));
     assert_eq!(h.status("b"), (S::Degraded, false), "fail-open ends");
-    let p = &h.runner.table.profiles[0];
+    let p = &h.runner.table.profiles()[0];
     assert_eq!(
         (
             p.counts.get(S::Online),

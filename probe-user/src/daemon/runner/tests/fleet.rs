@@ -39,10 +39,10 @@ pub(super) fn put(names: &[(&str, u8)]) -> serde_json::Value {
 
 /// The profile's counts as the runner kept them, after checking them against a recount.
 fn counts_checked(h: &Harness) -> crate::status::StatusCounts {
-    let p = &h.runner.table.profiles[0];
+    let p = &h.runner.table.profiles()[0];
     let mut counted = crate::status::StatusCounts::default();
     for id in &p.owners {
-        counted.add(h.runner.table.targets[id].counts_as());
+        counted.add(h.runner.table.targets()[id].counts_as());
     }
     assert_eq!(p.counts, counted, "counts kept by the difference vs a recount");
     assert_eq!(
@@ -51,7 +51,7 @@ fn counts_checked(h: &Harness) -> crate::status::StatusCounts {
         "owners and endpoints in step"
     );
     for (id, e) in p.owners.iter().zip(&h.runner.config.profiles[0].endpoints) {
-        assert_eq!(h.runner.table.targets[id].name(), &e.name, "the same place in both");
+        assert_eq!(h.runner.table.targets()[id].name(), &e.name, "the same place in both");
     }
     behind_counts(&h.runner);
     p.counts
@@ -64,7 +64,7 @@ fn a_batch_adds_changes_and_removes_without_touching_the_rest() {
     std::fs::create_dir_all(&dir).unwrap();
     let mut h = Harness::start_with(dir.clone(), api_config(&dir));
     assert!(
-        h.runner.table.profiles[0].owners.is_empty(),
+        h.runner.table.profiles()[0].owners.is_empty(),
         "an API profile starts empty"
     );
     let a = batch(&mut h, put(&[("a", 1), ("b", 2), ("c", 3), ("d", 4)])).unwrap();
@@ -210,6 +210,6 @@ fn a_file_profile_refuses_batches_and_a_bad_item_changes_nothing() {
             .contains("put[1].port = 0: expected a port from 1 to 65535"),
         "{bad}"
     );
-    assert!(h.runner.table.profiles[0].owners.is_empty(), "nothing of it applied");
+    assert!(h.runner.table.profiles()[0].owners.is_empty(), "nothing of it applied");
     assert_eq!(h.runner.fleet_lookup("web", &[]).unwrap().generation, 0);
 }

@@ -90,7 +90,7 @@ impl Harness {
         loop {
             // A slow start's step before the next probe is taken first, as the loop would.
             let probe = self.runner.probe.sched.next_due().filter(|d| *d <= until);
-            let ramp = self.runner.table.ramps.next_due().filter(|d| *d <= until);
+            let ramp = self.runner.table.ramps().next_due().filter(|d| *d <= until);
             let due = match (probe, ramp) {
                 (_, Some(r)) if probe.is_none_or(|p| r <= p) => {
                     self.clock.set_ns(r.max(self.clock.now()));
@@ -119,12 +119,12 @@ impl Harness {
 
     fn status(&self, endpoint: &str) -> (S, bool) {
         let id = self.runner.table.find("web", endpoint).expect("endpoint exists");
-        let t = &self.runner.table.targets[&id];
+        let t = &self.runner.table.targets()[&id];
         (t.status(), t.eligible())
     }
 
     fn profile(&self) -> (ProfileStatus, bool) {
-        let p = &self.runner.table.profiles[0];
+        let p = &self.runner.table.profiles()[0];
         (p.status, p.fail_open)
     }
 
@@ -192,9 +192,9 @@ const ONLY_PORT_80_FAILS: fn(SocketAddr) -> L4Outcome = |t| {
 /// Each profile's count of endpoints behind schedule, as the runner keeps it, after checking
 /// it against a count of the probed endpoints' lateness.
 fn behind_counts(runner: &Runner) -> Vec<u64> {
-    let kept: Vec<u64> = runner.table.profiles.iter().map(|p| p.behind).collect();
+    let kept: Vec<u64> = runner.table.profiles().iter().map(|p| p.behind).collect();
     let mut counted = vec![0u64; kept.len()];
-    for t in runner.table.targets.values() {
+    for t in runner.table.targets().values() {
         if t.should_probe() && t.behind() {
             counted[t.profile_ix() as usize] += 1;
         }

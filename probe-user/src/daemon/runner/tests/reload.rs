@@ -20,7 +20,7 @@ fn a_nested_endpoint_follows_its_child_profile() {
         "{added:#?}"
     );
     let nested = |h: &Harness| {
-        let n = &h.runner.table.profiles[0].nested[0];
+        let n = &h.runner.table.profiles()[0].nested[0];
         (n.status, n.eligible)
     };
     assert_eq!(nested(&h), (S::CheckingEndpoint, true), "its child has no verdict yet");
@@ -118,13 +118,13 @@ fn reload_carries_state_over_and_publishes_what_changed() {
 /// Where a target lives: a reload that leaves an endpoint untouched keeps this.
 fn target_at(h: &Harness, endpoint: &str) -> (u64, *const crate::daemon::table::Target) {
     let id = h.runner.table.find("web", endpoint).expect("endpoint exists");
-    (id, &raw const *h.runner.table.targets[&id])
+    (id, &raw const *h.runner.table.targets()[&id])
 }
 
 /// Every profile's counts are those of its endpoints' statuses, nested ones included.
 fn assert_counts(runner: &Runner) {
-    for p in &runner.table.profiles {
-        let statuses: Vec<S> = (p.owners.iter().map(|id| runner.table.targets[id].status()))
+    for p in runner.table.profiles() {
+        let statuses: Vec<S> = (p.owners.iter().map(|id| runner.table.targets()[id].status()))
             .chain(p.nested.iter().map(|n| n.status))
             .collect();
         assert_eq!(p.counts, crate::status::StatusCounts::of(&statuses), "{}", p.name);
@@ -133,23 +133,23 @@ fn assert_counts(runner: &Runner) {
 
 /// Every target's profile index names the profile that owns it.
 fn assert_profile_indices(runner: &Runner) {
-    for (pix, p) in runner.table.profiles.iter().enumerate() {
+    for (pix, p) in runner.table.profiles().iter().enumerate() {
         for id in &p.owners {
-            assert_eq!(runner.table.targets[id].profile_ix() as usize, pix, "{}", p.name);
+            assert_eq!(runner.table.targets()[id].profile_ix() as usize, pix, "{}", p.name);
         }
     }
     assert_eq!(
-        runner.table.targets.len(),
-        runner.table.profiles.iter().map(|p| p.owners.len()).sum::<usize>()
+        runner.table.targets().len(),
+        runner.table.profiles().iter().map(|p| p.owners.len()).sum::<usize>()
     );
 }
 
 /// Every tracker points to its profile's one copy of the thresholds and timing.
 pub(super) fn assert_shared_rules(runner: &Runner) {
-    for p in &runner.table.profiles {
+    for p in runner.table.profiles() {
         for id in &p.owners {
             assert!(
-                Arc::ptr_eq(runner.table.targets[id].tracker().rules(), &p.rules),
+                Arc::ptr_eq(runner.table.targets()[id].tracker().rules(), &p.rules),
                 "{}",
                 p.name
             );
@@ -160,11 +160,11 @@ pub(super) fn assert_shared_rules(runner: &Runner) {
 /// Every target's name is the running config's copy, not one of its own or of a replaced
 /// config.
 fn assert_shared_names(runner: &Runner) {
-    for (entry, profile) in runner.table.profiles.iter().zip(&runner.config.profiles) {
+    for (entry, profile) in runner.table.profiles().iter().zip(&runner.config.profiles) {
         assert_eq!(entry.owners.len(), profile.endpoints.len(), "{}", profile.name);
         for (id, endpoint) in entry.owners.iter().zip(&profile.endpoints) {
             assert!(
-                Arc::ptr_eq(runner.table.targets[id].name(), &endpoint.name),
+                Arc::ptr_eq(runner.table.targets()[id].name(), &endpoint.name),
                 "{}/{}",
                 profile.name,
                 endpoint.name
@@ -224,7 +224,7 @@ fn a_reload_leaves_the_endpoints_it_does_not_change_untouched() {
     let text = text.replace("healthy_threshold = 2", "healthy_threshold = 3");
     h.runner.reload_only(parse(&text)).expect("applied");
     assert_shared_rules(&h.runner);
-    assert_eq!(h.runner.table.profiles[0].rules.thresholds.healthy(), 3);
+    assert_eq!(h.runner.table.profiles()[0].rules.thresholds.healthy(), 3);
     assert_eq!(h.status("a"), (S::Online, true));
 }
 
@@ -319,8 +319,8 @@ fn profiles_and_endpoints_that_move_in_the_file_stay_untouched() {
     let report = h.runner.reload_only(parse(&h_text(&h.dir, true))).expect("applied");
     assert_eq!((report.kept, report.added, report.removed), (4, 0, 0));
     assert_eq!((target_at(&h, "a"), target_at(&h, "b")), (a, b));
-    assert_eq!(h.runner.table.profiles[0].name.as_ref(), "api");
-    let web = &h.runner.table.profiles[1];
+    assert_eq!(h.runner.table.profiles()[0].name.as_ref(), "api");
+    let web = &h.runner.table.profiles()[1];
     assert_eq!(web.owners, [b.0, a.0], "owners follow the file's order");
     assert_profile_indices(&h.runner);
     assert!(endpoint_changes(&h.changes()).is_empty());
@@ -362,7 +362,7 @@ fn the_engines_first_target_is_found_in_the_config_as_the_built_table_would_give
 
 /// The check every endpoint of the harness's profile is scheduled with now.
 fn scheduled_timeouts(h: &Harness) -> Vec<u32> {
-    let mut out: Vec<u32> = (h.runner.table.targets.values())
+    let mut out: Vec<u32> = (h.runner.table.targets().values())
         .map(|t| {
             assert!(t.check().is_some(), "every endpoint is scheduled");
             t.spec().timeout_us()
@@ -384,7 +384,7 @@ fn a_reload_of_timing_and_thresholds_keeps_health_and_pending_results() {
     // One failure of a toward the threshold of two.
     let a = h.runner.table.find("web", "a").unwrap();
     h.run_for(1000, ONLY_PORT_80_FAILS);
-    assert_eq!(h.runner.table.targets[&a].tracker().pending(), 1);
+    assert_eq!(h.runner.table.targets()[&a].tracker().pending(), 1);
     h.changes();
     let before_ids = (target_at(&h, "a").0, target_at(&h, "b").0);
     let text = config_text(&h.dir, &[("a", 80), ("b", 81)])
@@ -396,7 +396,7 @@ fn a_reload_of_timing_and_thresholds_keeps_health_and_pending_results() {
     assert_eq!((target_at(&h, "a").0, target_at(&h, "b").0), before_ids, "the same ids");
     assert_eq!((h.status("a"), h.status("b")), ((S::Online, true), (S::Online, true)));
     assert_eq!(
-        h.runner.table.targets[&a].tracker().pending(),
+        h.runner.table.targets()[&a].tracker().pending(),
         1,
         "a's failure still counts"
     );

@@ -23,7 +23,7 @@ fn slow_harness(name: &str, endpoints: &[(&str, u16)]) -> Harness {
 impl Harness {
     fn ramp(&self, endpoint: &str) -> u16 {
         let id = self.runner.table.find("web", endpoint).expect("endpoint exists");
-        self.runner.table.targets[&id].state().ramp
+        self.runner.table.targets()[&id].state().ramp
     }
 }
 
@@ -88,7 +88,7 @@ fn a_backend_back_from_degraded_ramps_in_twenty_steps_and_the_first_verdicts_do_
     let expected: Vec<u64> = (1..=20).map(|k| k * 1_000_000_000).collect();
     assert_eq!(after, expected, "each step on time, from the return");
     assert_eq!(h.ramp("a"), FULL);
-    assert_eq!(h.runner.table.ramps.next_due(), None, "no ramp left");
+    assert_eq!(h.runner.table.ramps().next_due(), None, "no ramp left");
 }
 
 #[test]
@@ -118,7 +118,7 @@ fn undrained_and_re_enabled_endpoints_ramp_and_leaving_rotation_ends_a_ramp() {
     assert_eq!(h.ramp("b"), FIRST);
     h.run_for(20_000, OPEN);
     assert_eq!((h.ramp("a"), h.ramp("b"), h.ramp("c")), (FULL, FULL, FULL));
-    assert_eq!(h.runner.table.ramps.next_due(), None);
+    assert_eq!(h.runner.table.ramps().next_due(), None);
 }
 
 #[test]
@@ -128,7 +128,7 @@ fn fail_open_is_no_return_and_takes_no_ramp() {
     // Its only endpoint Degraded: the profile fails open and serves it anyway.
     assert_eq!(h.status("a"), (S::Degraded, true));
     assert_eq!(h.ramp("a"), FULL);
-    assert_eq!(h.runner.table.ramps.next_due(), None);
+    assert_eq!(h.runner.table.ramps().next_due(), None);
     // Back by its own health: still in rotation, so no ramp either (its share never left).
     h.run_for(4000, OPEN);
     assert_eq!(h.status("a"), (S::Online, true));
@@ -164,7 +164,7 @@ fn an_endpoint_a_reload_adds_ramps_and_a_reload_that_ends_slow_start_ends_every_
     h.run_for(1, OPEN);
     assert_eq!(h.ramp("b"), FULL);
     assert_eq!(ramps_of(&h.changes(), "b").last(), Some(&(ChangeKind::SlowStart, FULL)));
-    assert_eq!(h.runner.table.ramps.next_due(), None);
+    assert_eq!(h.runner.table.ramps().next_due(), None);
     // And with it off, a return takes its whole weight at once.
     h.run_for(4000, ONLY_PORT_80_FAILS);
     h.run_for(4000, OPEN);
