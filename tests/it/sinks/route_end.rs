@@ -117,6 +117,17 @@ impl Rig {
         unsafe { libc::kill(p.pid() as i32, sig) };
     }
 
+    /// Starts probed, waits for the announcement, then stops it as asked (SIGTERM): the
+    /// device, with the route, stays in the manager's store for a restart.
+    fn announce_then_stop_kept(&mut self) {
+        self.start("", false);
+        wait_until("announced", Duration::from_secs(5), || self.announced());
+        self.signal(libc::SIGTERM);
+        let (status, log) = self.ended(Duration::from_secs(10));
+        assert!(status.success(), "{log}");
+        assert!(self.manager.store.contains_key(STORED), "kept for the restart:\n{log}");
+    }
+
     /// Waits for probed to end; its exit status and what it logged.
     fn ended(&mut self, within: Duration) -> (std::process::ExitStatus, String) {
         let mut p = self.probed.take().expect("probed runs");
@@ -163,13 +174,8 @@ fn an_error_exit_takes_the_device_out_of_the_store_and_the_route_goes() {
 #[test]
 fn a_start_that_fails_lets_go_of_the_kept_device_and_the_route_goes() {
     let mut rig = Rig::new(None);
-    rig.start("", false);
-    wait_until("announced", Duration::from_secs(5), || rig.announced());
     // A stop that was asked for: the device (and the route) stay with the manager.
-    rig.signal(libc::SIGTERM);
-    let (status, log) = rig.ended(Duration::from_secs(10));
-    assert!(status.success(), "{log}");
-    assert!(rig.manager.store.contains_key(STORED), "kept for the restart:\n{log}");
+    rig.announce_then_stop_kept();
     assert!(rig.announced(), "kept while the manager holds the device");
     // The restart cannot finish (its HAProxy is not there): it lets go of the device.
     let haproxy = "\n[[sink]]\nname = \"lb\"\nprofile = \"web\"\nkind = \"haproxy\"\n\
@@ -234,12 +240,7 @@ fn a_stuck_probed_misses_its_watchdog_and_its_successor_withdraws() {
 #[test]
 fn a_restart_into_another_table_leaves_no_route_in_the_old_one() {
     let mut rig = Rig::new(None);
-    rig.start("", false);
-    wait_until("announced", Duration::from_secs(5), || rig.announced());
-    rig.signal(libc::SIGTERM);
-    let (status, log) = rig.ended(Duration::from_secs(10));
-    assert!(status.success(), "{log}");
-    assert!(rig.manager.store.contains_key(STORED), "kept for the restart:\n{log}");
+    rig.announce_then_stop_kept();
     rig.start("kernel_table = 202\n", false);
     wait_until("announced in table 202", Duration::from_secs(5), || {
         rig.announced_in(202)

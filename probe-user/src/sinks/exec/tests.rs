@@ -181,17 +181,22 @@ fn check_wants_an_executable_file() {
     assert_eq!(open("/bin/cat"), None);
 }
 
+/// Why an exec sink of `program` does not open, if it does not.
+fn open(program: &Path) -> Option<String> {
+    ExecSink::open(&Config {
+        command: vec![program.to_str().unwrap().into()],
+    })
+    .err()
+    .map(|e| crate::errors::chain(&e))
+}
+
+fn chmod(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
 #[test]
 fn check_refuses_a_program_others_could_change() {
     use std::os::unix::fs::{chown, lchown, symlink};
-    let open = |p: &Path| {
-        ExecSink::open(&Config {
-            command: vec![p.to_str().unwrap().into()],
-        })
-        .err()
-        .map(|e| crate::errors::chain(&e))
-    };
-    let chmod = |p: &Path, mode: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
     // SAFETY: geteuid only reads the process's credentials.
     let me = unsafe { libc::geteuid() };
     let dir = temp_dir("owner");
@@ -273,14 +278,6 @@ fn check_refuses_a_program_others_could_change() {
 /// change it chooses what the script does; and that interpreter's own, when it is a script.
 #[test]
 fn check_refuses_a_script_whose_interpreter_others_could_change() {
-    let open = |p: &Path| {
-        ExecSink::open(&Config {
-            command: vec![p.to_str().unwrap().into()],
-        })
-        .err()
-        .map(|e| crate::errors::chain(&e))
-    };
-    let chmod = |p: &Path, mode: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
     let dir = temp_dir("interp");
     chmod(&dir, 0o755);
     let tool = dir.join("tool");
