@@ -5,7 +5,7 @@ use crate::daemon::{protocol::MetricsReply, runner::Runner};
 impl Runner {
     pub(in crate::daemon) fn render_metrics(&mut self) -> MetricsReply {
         let now = self.now();
-        self.metrics.flush(&self.table.profiles());
+        self.metrics.flush(self.table.profiles());
         if let Some(view) = self.cluster_view() {
             self.metrics.cluster(&view);
         }

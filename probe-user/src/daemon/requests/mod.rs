@@ -18,7 +18,7 @@ impl Runner {
 
     pub(crate) fn command(&mut self, cmd: Command) {
         // Scrapes and reloads see every result so far, under the profile indices they had.
-        self.metrics.flush(&self.table.profiles());
+        self.metrics.flush(self.table.profiles());
         match cmd {
             Command::Status(profile, page, reply) => {
                 let mut views = status::profiles(&self.table, profile.as_deref(), page, self.unix_now());

@@ -526,7 +526,7 @@ impl Runner {
         self.step_ramps(now);
         self.ask_agents(now);
         if force_save || now.saturating_sub(self.chores.metrics_flushed_ns) >= METRICS_FLUSH_NS {
-            self.metrics.flush(&self.table.profiles());
+            self.metrics.flush(self.table.profiles());
             self.chores.metrics_flushed_ns = now;
         }
         if now.saturating_sub(self.chores.collected_ns) >= COLLECT_NS {

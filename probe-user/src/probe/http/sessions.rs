@@ -1,6 +1,7 @@
 //! Where HTTPS and gRPC-over-TLS probes keep their TLS sessions for resumption
 //! (`Sessions`), and the bounded map under it (`SessionMap`).
 use std::{
+    cell::Cell,
     collections::{HashMap, HashSet, VecDeque},
     hash::{BuildHasher, RandomState},
     net::SocketAddr,
@@ -14,7 +15,20 @@ use rustls::{
     NamedGroup,
 };
 
-use super::tls::TARGET;
+thread_local! {
+    /// The target whose TLS connection rustls is working on, while it does (`Scoped`): the
+    /// session store keeps sessions by target as well as by name, and rustls tells it only
+    /// the name.
+    static TARGET: Cell<Option<SocketAddr>> = const { Cell::new(None) };
+}
+
+/// Runs `f` as work on `target`'s connection (see `TARGET`).
+pub(crate) fn for_target<T>(target: SocketAddr, f: impl FnOnce() -> T) -> T {
+    let was = TARGET.replace(Some(target));
+    let out = f();
+    TARGET.set(was);
+    out
+}
 
 /// TLS 1.3 tickets kept per target: a probe takes one per connection and the handshake brings
 /// new ones (OpenSSL sends two), so two are always enough; rustls's own cache keeps eight.

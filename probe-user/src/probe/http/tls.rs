@@ -1,7 +1,6 @@
 //! TLS for HTTPS probes: by default a certificate must be presented but is not validated
 //! (tm semantics); strict mode validates it against system roots or a given CA file.
 use std::{
-    cell::Cell,
     fmt,
     future::Future,
     net::SocketAddr,
@@ -22,6 +21,7 @@ use rustls::{
     ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme, SupportedProtocolVersion,
 };
 
+pub(crate) use super::sessions::for_target;
 use super::{error::HttpCheckError, sessions::Sessions};
 
 /// How an HTTPS probe treats the server's certificate, and whether it presents one of its own.
@@ -414,21 +414,6 @@ impl ResolvesClientCert for NoClientCert {
     fn has_certs(&self) -> bool {
         false
     }
-}
-
-thread_local! {
-    /// The target whose TLS connection rustls is working on, while it does (`Scoped`): the
-    /// session store keeps sessions by target as well as by name, and rustls tells it only
-    /// the name.
-    pub(super) static TARGET: Cell<Option<SocketAddr>> = const { Cell::new(None) };
-}
-
-/// Runs `f` as work on `target`'s connection (see `TARGET`).
-pub(crate) fn for_target<T>(target: SocketAddr, f: impl FnOnce() -> T) -> T {
-    let was = TARGET.replace(Some(target));
-    let out = f();
-    TARGET.set(was);
-    out
 }
 
 /// A TLS handshake or stream whose every poll is work on `target`'s connection: rustls may
