@@ -7,11 +7,99 @@
 //! of `Probers`, made once per runner.
 pub mod agent;
 pub mod http;
+pub mod kinds;
+pub mod tcp;
 pub mod udp;
 
 use std::{fmt, future::Future, net::SocketAddr, pin::Pin, sync::Arc, time::Duration};
 
-use crate::engine::L4Outcome;
+use serde::Serialize;
+
+use crate::{
+    engine::{L4Outcome, L4Proto},
+    rules::{Dialect, Header, Protocol},
+    schema::{
+        keys::Key,
+        read::{Reader, Table},
+    },
+};
+
+pub use kinds::{KindId, Probe};
+
+/// How a check is sent: by the kernel engine, or as a task of its kind.
+#[derive(Clone, Debug)]
+pub enum ProbeKind {
+    /// SYN or one UDP datagram through the L4 engine.
+    L4(L4Proto),
+    /// A probe that runs as a task (HTTP(S), gRPC, UDP request/response, ...).
+    Task(Arc<dyn TaskProbe>),
+}
+
+/// What an endpoint brings to its profile's check besides where it is.
+#[derive(Clone, Copy, Debug)]
+pub struct EndpointCheck<'a> {
+    pub target: SocketAddr,
+    /// Headers of its own (tm's HTTP checks; gRPC metadata).
+    pub headers: &'a [Header],
+    /// Check keys of its own (the HTTP kind's TLS keys and gRPC service).
+    pub own: Option<&'a http::config::CheckOverride>,
+}
+
+/// A probe kind: what `[profile.health]` says for its protocols, read, named in the check's
+/// identity and prepared for an endpoint. Each kind's folder implements it for a type of its
+/// own; `kinds.rs` lists the kinds, one line each, and makes `Probe`, `KindId` and every
+/// dispatch from that list, so nothing else matches on kinds.
+pub(crate) trait CheckKind {
+    /// Its settings, as `Probe` holds them.
+    type Settings: fmt::Debug + Clone + PartialEq + Serialize;
+    /// What the endpoints of one profile share while their checks are prepared (one
+    /// prepared check for the endpoints with nothing of their own, a TLS client).
+    type Shared: Default;
+    /// Why a check the reader took cannot be prepared (a prober-only limit).
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Its keys in `[profile.health]`, each limited to its protocols (`Key::protocols`): the
+    /// reader refuses them on every other protocol from that alone.
+    const KEYS: &'static [Key];
+
+    /// Its keys in `[[profile.endpoint]]` (an endpoint's own part of the check), limited the
+    /// same way.
+    const ENDPOINT_KEYS: &'static [Key] = &[];
+
+    /// Whether dialect `d` offers protocol `p` (one of the kind's).
+    fn offered(_d: Dialect, _p: Protocol) -> bool {
+        true
+    }
+
+    /// The port probed when neither the endpoint nor the profile names one.
+    fn default_port(_p: Protocol) -> Option<u16> {
+        None
+    }
+
+    /// Its settings from the health table `t` for protocol `p`; None after a problem
+    /// (reported on `r`).
+    fn read(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Option<Self::Settings>;
+
+    /// The protocol these settings speak.
+    fn protocol(s: &Self::Settings) -> Protocol;
+
+    /// What a probe sends and expects, field by field (`key_field`), for the check's
+    /// identity. Timing and the target are written by the caller.
+    fn identity(s: &Self::Settings, endpoint: &EndpointCheck<'_>, out: &mut String);
+
+    /// The same, as releases before the `k2` identity wrote it; a kind added since has none.
+    fn legacy(_s: &Self::Settings, _endpoint: &EndpointCheck<'_>) -> String {
+        String::new()
+    }
+
+    /// The check `endpoint` runs, with `timeout`.
+    fn prepare(
+        s: &Self::Settings,
+        endpoint: &EndpointCheck<'_>,
+        timeout: Duration,
+        shared: &mut Self::Shared,
+    ) -> Result<ProbeKind, Self::Error>;
+}
 
 /// The verdict of one probe, whatever its kind.
 #[derive(Clone, Debug)]

@@ -39,25 +39,6 @@ wire_enum! {
     }
 }
 
-impl Protocol {
-    /// Whether the check speaks HTTP (gRPC too: HTTP/2). Every protocol says, so a new one
-    /// cannot pass for HTTP (or not) by default.
-    pub const fn is_http(self) -> bool {
-        match self {
-            Protocol::Http | Protocol::Https | Protocol::Grpc | Protocol::Grpcs => true,
-            Protocol::Tcp | Protocol::Udp => false,
-        }
-    }
-
-    /// Whether the check runs over TLS; every protocol says, as for `is_http`.
-    pub const fn is_tls(self) -> bool {
-        match self {
-            Protocol::Https | Protocol::Grpcs => true,
-            Protocol::Tcp | Protocol::Udp | Protocol::Http | Protocol::Grpc => false,
-        }
-    }
-}
-
 const fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
@@ -84,21 +65,6 @@ impl Dialect {
             Dialect::Lb => "lb",
             Dialect::Tm => "tm",
             Dialect::Ga => "ga",
-        }
-    }
-
-    pub fn protocols(self) -> &'static [Protocol] {
-        match self {
-            Dialect::Lb => Protocol::ALL,
-            // gRPC is in every dialect: none of the seeds has it, and it is a service's own
-            // health, which any of them may need.
-            Dialect::Tm | Dialect::Ga => &[
-                Protocol::Tcp,
-                Protocol::Http,
-                Protocol::Https,
-                Protocol::Grpc,
-                Protocol::Grpcs,
-            ],
         }
     }
 

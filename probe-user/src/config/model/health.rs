@@ -5,7 +5,9 @@ use serde::Serialize;
 
 pub use crate::probe::{
     http::config::{CheckOverride, ClientCertFiles, HttpSettings, TlsVerifySetting},
+    tcp::TcpCheck,
     udp::UdpCheck,
+    Probe,
 };
 
 use super::*;
@@ -41,16 +43,7 @@ pub struct Pacing {
 
 impl HealthCheck {
     pub fn protocol(&self) -> Protocol {
-        match &self.probe {
-            Probe::Tcp => Protocol::Tcp,
-            Probe::Udp(_) => Protocol::Udp,
-            Probe::Http(h) => match (h.grpc.is_some(), h.tls) {
-                (false, false) => Protocol::Http,
-                (false, true) => Protocol::Https,
-                (true, false) => Protocol::Grpc,
-                (true, true) => Protocol::Grpcs,
-            },
-        }
+        self.probe.protocol()
     }
 
     pub fn http(&self) -> Option<&HttpSettings> {
@@ -59,12 +52,4 @@ impl HealthCheck {
             _ => None,
         }
     }
-}
-
-/// What a probe sends and what counts as success.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub enum Probe {
-    Tcp,
-    Udp(UdpCheck),
-    Http(Box<HttpSettings>),
 }

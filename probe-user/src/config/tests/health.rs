@@ -258,3 +258,18 @@ fn an_agent_takes_the_checks_timing_unless_told_and_is_no_part_of_the_check() {
         assert_eq!(a.spec.key(), b.spec.key());
     }
 }
+
+#[test]
+fn every_protocol_reads_into_its_kind_and_says_itself_back() {
+    // The registry (probe::kinds) maps a protocol to a kind; the settings that kind reads must
+    // speak that very protocol, and the port is the kind's default where it has one.
+    for p in Protocol::ALL {
+        let default = crate::probe::kinds::default_port(*p);
+        let port = if default.is_some() { "" } else { "port = 7\n" };
+        let c = ok(&cfg("lb", "", &format!("protocol = \"{p}\"\n{port}"), ""));
+        let profile = c.profile("web").unwrap();
+        assert_eq!(profile.health.protocol(), *p);
+        assert_eq!(profile.health.probe.kind(), crate::probe::kinds::kind_of(*p), "{p}");
+        assert_eq!(profile.endpoints[0].port, default.unwrap_or(7), "{p}");
+    }
+}

@@ -274,12 +274,9 @@ fn port(r: &mut Reader<'_>, t: &Table<'_, '_>, health: &HealthCheck) -> Option<u
     let given = Reader::get(t, "port").is_some();
     let own_port = r.int(t, "port").and_then(|item| port_value(r, &item));
     let protocol = health.protocol();
-    let port = own_port.or(health.port).or(match protocol {
-        Protocol::Http => Some(80),
-        Protocol::Https => Some(443),
-        // gRPC has no well-known port.
-        Protocol::Tcp | Protocol::Udp | Protocol::Grpc | Protocol::Grpcs => None,
-    });
+    let port = own_port
+        .or(health.port)
+        .or_else(|| crate::probe::kinds::default_port(protocol));
     if port.is_none() && !given {
         r.missing(
             t,
@@ -331,7 +328,7 @@ fn own_headers(r: &mut Reader<'_>, t: &Table<'_, '_>, protocol: Protocol, dialec
     match r.strings(t, "headers") {
         None => Vec::new(),
         // Refused with the endpoint's other keys of another protocol's (`refuse_foreign`).
-        Some(_) if !protocol.is_http() => Vec::new(),
+        Some(_) if crate::probe::kinds::kind_of(protocol) != crate::probe::KindId::Http => Vec::new(),
         // gRPC metadata, in every dialect, by the profile's rules.
         Some(list) if matches!(protocol, Protocol::Grpc | Protocol::Grpcs) => {
             crate::probe::http::config::metadata(r, &list)

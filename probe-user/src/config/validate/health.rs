@@ -11,7 +11,6 @@ use crate::config::{
     read::{parse_duration, Item, Reader, Table},
     reference,
 };
-use crate::probe::http::config as http;
 use crate::rules::{limits::MAX_PACING_MS, ThresholdError};
 
 pub(super) fn health(
@@ -28,11 +27,11 @@ pub(super) fn health(
             None
         }
         Some(item) => match item.v.parse::<Protocol>().ok() {
-            Some(p) if d.protocols().contains(&p) => Some(p),
+            Some(p) if crate::probe::kinds::offered(d, p) => Some(p),
             Some(_) => {
                 r.bad(
                     &item,
-                    format!("{} allows {}", d.name(), names(d.protocols(), Protocol::as_str)),
+                    format!("{} allows {}", d.name(), names(&Probe::protocols(d), Protocol::as_str)),
                 );
                 None
             }
@@ -195,16 +194,7 @@ fn probe(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Opti
         |only| only.admits_protocol(p),
         &format!("the protocol is {p}"),
     );
-    match p {
-        Protocol::Tcp => clean.then_some(Probe::Tcp),
-        Protocol::Udp => {
-            let udp = crate::probe::udp::read(r, t);
-            clean.then_some(Probe::Udp(udp?))
-        }
-        Protocol::Http | Protocol::Https | Protocol::Grpc | Protocol::Grpcs => {
-            let http = http::read(r, t, d, p);
-            clean.then_some(())?;
-            http.map(|h| Probe::Http(Box::new(h)))
-        }
-    }
+    let probe = Probe::read(r, t, d, p);
+    clean.then_some(())?;
+    probe
 }

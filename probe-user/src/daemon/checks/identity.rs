@@ -9,7 +9,10 @@
 //! still read, its fingerprints matched against the legacy text of each check once, at load.
 use std::{net::SocketAddr, time::Duration};
 
-use crate::config::{Endpoint, HostName, HttpSettings, Pacing, Probe, Profile, UdpCheck};
+use crate::{
+    config::{Endpoint, Pacing, Probe, Profile},
+    probe::EndpointCheck,
+};
 
 /// A check's identity: the stable 64-bit hash of its key text, which spells out everything a
 /// probe depends on, and that of its question text (the key text less its timing, `texts`).
@@ -67,16 +70,6 @@ impl Subject {
     }
 }
 
-/// What a probe sends and expects beyond where and when.
-pub(super) enum Detail<'a> {
-    Tcp,
-    Udp(&'a UdpCheck),
-    Http {
-        settings: &'a HttpSettings,
-        endpoint: &'a Endpoint,
-    },
-}
-
 /// Everything a check's identity is made of.
 pub(super) struct Parts<'a> {
     pub protocol: &'a str,
@@ -84,7 +77,10 @@ pub(super) struct Parts<'a> {
     pub interval: Duration,
     pub timeout: Duration,
     pub pacing: &'a Pacing,
-    pub detail: Detail<'a>,
+    /// What a probe sends and expects beyond where and when: the kind's settings, and what
+    /// the endpoint adds to them.
+    pub probe: &'a Probe,
+    pub endpoint: EndpointCheck<'a>,
 }
 
 use crate::probe::key_field as field;
@@ -102,18 +98,14 @@ impl<'a> Parts<'a> {
     /// share a probe only if they would send it at the same moments.
     pub fn of(profile: &'a Profile, endpoint: &'a Endpoint) -> Self {
         let health = &profile.health;
-        let detail = match &health.probe {
-            Probe::Tcp => Detail::Tcp,
-            Probe::Udp(udp) => Detail::Udp(udp),
-            Probe::Http(h) => Detail::Http { settings: h, endpoint },
-        };
         Parts {
             protocol: health.protocol().as_str(),
             target: endpoint.socket_addr(),
             interval: health.interval,
             timeout: health.timeout,
             pacing: &health.pacing,
-            detail,
+            probe: &health.probe,
+            endpoint: super::check_of(endpoint),
         }
     }
 
@@ -144,51 +136,13 @@ impl<'a> Parts<'a> {
 
     /// What a probe sends and expects, field by field, as `text` and `question` write it.
     fn question_fields(&self, out: &mut String) {
-        match &self.detail {
-            Detail::Tcp => {}
-            Detail::Udp(udp) => udp.identity(out),
-            Detail::Http { settings, endpoint } => {
-                settings.identity(endpoint.check_override(), endpoint.headers(), out);
-            }
-        }
+        self.probe.identity(&self.endpoint, out);
     }
 
     /// The key text as releases before `k2` wrote it (partly `Debug` output), whose
     /// fingerprints older state files hold.
     pub fn legacy(&self) -> String {
-        let detail = match &self.detail {
-            Detail::Tcp => String::new(),
-            Detail::Udp(UdpCheck {
-                request,
-                response: Some(r),
-            }) => format!(" req={request:?} resp={r:?}"),
-            Detail::Udp(UdpCheck {
-                request,
-                response: None,
-            }) => format!(" req={request:?}"),
-            Detail::Http { settings: h, endpoint } => {
-                let headers: Vec<String> = h
-                    .headers
-                    .iter()
-                    .chain(endpoint.headers())
-                    .map(ToString::to_string)
-                    .collect();
-                let status: Vec<String> = h
-                    .healthy_status
-                    .iter()
-                    .map(|r| format!("{}-{}", r.first(), r.last()))
-                    .collect();
-                format!(
-                    " {} {} host={:?} headers={:?} status={:?} body={:?}",
-                    h.method.name(),
-                    h.path,
-                    h.host.as_ref().map(HostName::as_str),
-                    headers,
-                    Some(status.join(",")),
-                    h.body_match
-                )
-            }
-        };
+        let detail = self.probe.legacy(&self.endpoint);
         format!(
             "{} {} interval={}ms timeout={}ms pacing={:?}{}",
             self.protocol,

@@ -8,41 +8,27 @@ mod tests;
 
 pub use identity::{CheckKey, Subject};
 
-use crate::probe::http::task as http;
-
-use std::{
-    net::{IpAddr, SocketAddr},
-    sync::Arc,
-};
+use std::net::{IpAddr, SocketAddr};
 
 use crate::{
-    config::{Endpoint, Probe, Profile, Protocol},
-    engine::L4Proto,
-    probe::{http::HttpCheckError, TaskProbe},
+    config::{Endpoint, Profile, Protocol},
+    probe::{kinds::Shared, EndpointCheck},
 };
 
-pub use crate::probe::ProbeReport;
+pub use crate::probe::{ProbeKind, ProbeReport};
 
 /// A check the resolved config describes but this build cannot run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CheckSpecError {
-    /// The HTTP prober refused values the config reader accepted; both follow `crate::rules`,
-    /// so this means a prober-only limit (body, timeout) was crossed.
-    #[error("profile {profile:?} endpoint {endpoint:?}: {source}")]
-    Http {
+    /// A kind's prober refused values the config reader accepted; both follow
+    /// `crate::rules`, so this means a prober-only limit (body, timeout) was crossed, or a
+    /// file the check needs (a CA, a client certificate) could not be read.
+    #[error("profile {profile:?} endpoint {endpoint:?}: {why}")]
+    Kind {
         profile: String,
         endpoint: String,
-        source: HttpCheckError,
+        why: String,
     },
-}
-
-/// How a check is sent: by the kernel engine, or as a task of its kind.
-#[derive(Clone, Debug)]
-pub enum ProbeKind {
-    /// SYN or one UDP datagram through the L4 engine.
-    L4(L4Proto),
-    /// A probe that runs as a task (HTTP(S), gRPC, UDP request/response, ...).
-    Task(Arc<dyn TaskProbe>),
 }
 
 /// One check, independent of who owns it, and its identity.
@@ -112,34 +98,18 @@ pub struct Resolved {
 }
 
 /// Resolves one profile's checks, endpoint after endpoint, sharing what endpoints without
-/// settings of their own have in common: one prepared HTTP check for all of them instead of
-/// one each (~320 bytes per endpoint: its path, URI, status set and headers).
+/// settings of their own have in common (`probe::kinds::Shared`: one prepared HTTP check and
+/// one TLS client for all of them instead of one each).
 pub struct Specs<'p> {
     profile: &'p Profile,
-    /// The HTTP check of the profile's endpoints that add no headers.
-    http: Option<Arc<dyn TaskProbe>>,
-    /// The profile's TLS client, made once (a CA file is read once per profile).
-    tls: Option<crate::probe::http::TlsVerify>,
-    /// The TLS clients of endpoints with TLS keys of their own, by those keys (few: a linear
-    /// search).
-    own_tls: Vec<(TlsClientKey, crate::probe::http::TlsVerify)>,
+    shared: Shared,
 }
-
-/// What makes a TLS client: verification, client certificate, TLS 1.3 alone.
-type TlsClientKey = (
-    crate::config::TlsVerifySetting,
-    Option<crate::config::ClientCertFiles>,
-    bool,
-    u32,
-);
 
 impl<'p> Specs<'p> {
     pub fn new(profile: &'p Profile) -> Self {
         Specs {
             profile,
-            http: None,
-            tls: None,
-            own_tls: Vec::new(),
+            shared: Shared::default(),
         }
     }
 
@@ -155,73 +125,14 @@ impl<'p> Specs<'p> {
         let profile = self.profile;
         let health = &profile.health;
         let target = endpoint.socket_addr();
-        let kind = match &health.probe {
-            Probe::Tcp => ProbeKind::L4(L4Proto::Tcp),
-            Probe::Udp(udp) => {
-                let payload: Arc<[u8]> = Arc::from(udp.request.as_bytes());
-                match &udp.response {
-                    // Request/response mode: the reply's content decides, so a socket reads it.
-                    Some(expect) => ProbeKind::Task(Arc::new(crate::probe::udp::UdpRequest {
-                        target,
-                        send: payload,
-                        expect: Arc::from(expect.as_bytes()),
-                        timeout: health.timeout,
-                        source: None,
-                    })),
-                    None => ProbeKind::L4(L4Proto::Udp { payload }),
-                }
-            }
-            Probe::Http(profile_http) => {
-                let own = endpoint.check_override();
-                let shared = endpoint.headers().is_empty() && own.is_none();
-                let probe = match &self.http {
-                    Some(probe) if shared => probe.clone(),
-                    _ => {
-                        let failed = |source| CheckSpecError::Http {
-                            profile: profile.name.clone(),
-                            endpoint: endpoint.name.to_string(),
-                            source,
-                        };
-                        let merged = own.map(|o| profile_http.with_override(o));
-                        let h = merged.as_ref().unwrap_or(profile_http);
-                        let tls = match (&self.tls, own.is_some_and(crate::config::CheckOverride::changes_client)) {
-                            (Some(tls), false) => tls.clone(),
-                            // An endpoint's own verification or client certificate: its own
-                            // client (endpoints with the same keys share one).
-                            (_, true) => {
-                                let key = (
-                                    h.tls_verify.clone(),
-                                    h.client_cert.clone(),
-                                    h.tls13_only,
-                                    h.tls_reverify_s,
-                                );
-                                match self.own_tls.iter().find(|(k, _)| *k == key) {
-                                    Some((_, tls)) => tls.clone(),
-                                    None => {
-                                        let tls = http::tls_client(h).map_err(failed)?;
-                                        self.own_tls.push((key, tls.clone()));
-                                        tls
-                                    }
-                                }
-                            }
-                            (None, false) => {
-                                let tls = http::tls_client(h).map_err(failed)?;
-                                self.tls = Some(tls.clone());
-                                tls
-                            }
-                        };
-                        let probe: Arc<dyn TaskProbe> = Arc::new(
-                            http::HttpProbe::prepare(h, health.timeout, endpoint.headers(), tls).map_err(failed)?,
-                        );
-                        if shared {
-                            self.http = Some(probe.clone());
-                        }
-                        probe
-                    }
-                };
-                ProbeKind::Task(probe)
-            }
-        };
+        let kind = health
+            .probe
+            .prepare(&check_of(endpoint), health.timeout, &mut self.shared)
+            .map_err(|why| CheckSpecError::Kind {
+                profile: profile.name.clone(),
+                endpoint: endpoint.name.to_string(),
+                why: why.to_string(),
+            })?;
         let (text, question) = identity::Parts::of(profile, endpoint).texts();
         let spec = CheckSpec {
             key: CheckKey::of(&text, &question),
@@ -232,5 +143,14 @@ impl<'p> Specs<'p> {
             kind,
         };
         Ok(Resolved { text, question, spec })
+    }
+}
+
+/// What `endpoint` brings to its profile's check.
+pub(super) fn check_of(endpoint: &Endpoint) -> EndpointCheck<'_> {
+    EndpointCheck {
+        target: endpoint.socket_addr(),
+        headers: endpoint.headers(),
+        own: endpoint.check_override(),
     }
 }

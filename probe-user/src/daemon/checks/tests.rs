@@ -2,6 +2,8 @@
 //! reports.
 use super::*;
 use crate::config::Config;
+use crate::probe::{http::task as http, TaskProbe};
+use std::sync::Arc;
 
 fn example() -> Config {
     Config::load(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/probed.toml")).unwrap_or_else(|e| panic!("{e}"))

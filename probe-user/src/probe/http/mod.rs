@@ -13,6 +13,7 @@ pub mod config;
 pub mod error;
 mod exchange;
 pub mod grpc;
+mod kind;
 pub mod request;
 mod sessions;
 pub mod status;
@@ -35,6 +36,7 @@ use tokio::{net::TcpStream, task::JoinHandle, time::Instant};
 
 pub use error::HttpCheckError;
 pub use exchange::render_request;
+pub use kind::Http;
 pub use request::{HttpCheck, HttpCheckParts, HttpCheckSpec, Scheme};
 pub use status::StatusSet;
 pub use tls::TlsVerify;

@@ -1,11 +1,14 @@
 //! The UDP check's settings, in its own words: its keys (their entries in the reference), how
 //! they are read, and what they add to a check's identity. Plain mode (no `response`) runs on
 //! the kernel engine; request/response mode is `UdpRequest`, a task.
+use std::{sync::Arc, time::Duration};
+
 use serde::Serialize;
 
 use crate::{
-    probe::key_field,
-    rules::{limits::MAX_UDP_PAYLOAD, Protocol},
+    engine::L4Proto,
+    probe::{key_field, CheckKind, EndpointCheck, ProbeKind},
+    rules::{limits::MAX_UDP_PAYLOAD, Dialect, Protocol},
     schema::{
         keys::{
             Allowed::Bytes,
@@ -49,6 +52,61 @@ pub const KEYS: &[Key] = &[
     )
     .protocols(&[Protocol::Udp], ""),
 ];
+
+/// The UDP kind (`probe::kinds`).
+pub struct Udp;
+
+impl CheckKind for Udp {
+    type Settings = UdpCheck;
+    type Shared = ();
+    type Error = std::convert::Infallible;
+
+    const KEYS: &'static [Key] = KEYS;
+
+    /// Only lb's seeds probe UDP.
+    fn offered(d: Dialect, _p: Protocol) -> bool {
+        d == Dialect::Lb
+    }
+
+    fn read(r: &mut Reader<'_>, t: &Table<'_, '_>, _d: Dialect, _p: Protocol) -> Option<UdpCheck> {
+        read(r, t)
+    }
+
+    fn protocol(_s: &UdpCheck) -> Protocol {
+        Protocol::Udp
+    }
+
+    fn identity(s: &UdpCheck, _endpoint: &EndpointCheck<'_>, out: &mut String) {
+        s.identity(out);
+    }
+
+    fn legacy(s: &UdpCheck, _endpoint: &EndpointCheck<'_>) -> String {
+        match &s.response {
+            Some(r) => format!(" req={:?} resp={r:?}", s.request),
+            None => format!(" req={:?}", s.request),
+        }
+    }
+
+    fn prepare(
+        s: &UdpCheck,
+        endpoint: &EndpointCheck<'_>,
+        timeout: Duration,
+        _shared: &mut (),
+    ) -> Result<ProbeKind, Self::Error> {
+        let payload: Arc<[u8]> = Arc::from(s.request.as_bytes());
+        Ok(match &s.response {
+            // Request/response mode: the reply's content decides, so a socket reads it.
+            Some(expect) => ProbeKind::Task(Arc::new(super::UdpRequest {
+                target: endpoint.target,
+                send: payload,
+                expect: Arc::from(expect.as_bytes()),
+                timeout,
+                source: None,
+            })),
+            None => ProbeKind::L4(L4Proto::Udp { payload }),
+        })
+    }
+}
 
 /// Reads its keys from the health table `t`; None after a problem (reported).
 pub(crate) fn read(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<UdpCheck> {

@@ -29,8 +29,7 @@ use tokio::{io::Interest, net::UdpSocket, sync::Semaphore};
 
 mod config;
 
-pub(crate) use config::read;
-pub use config::{UdpCheck, KEYS};
+pub use config::{Udp, UdpCheck, KEYS};
 
 use crate::engine::L4Outcome;
 

@@ -10,7 +10,7 @@ pub const ENDPOINT: Section = Section {
             \"CHILD\" is a nested profile instead: it is not probed, its status follows the child's \
             endpoints, and it takes only name, profile, weight, priority, state, subnets, region and \
             min_child_endpoints.",
-    kinds: &[crate::probe::http::config::ENDPOINT_KEYS],
+    kinds: crate::probe::kinds::ENDPOINT_KEYS,
     own: &[
         Key::new(
             "name",

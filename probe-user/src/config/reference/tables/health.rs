@@ -7,11 +7,7 @@ pub const HEALTH: Section = Section {
     about: "The profile's health check, by its dialect's rules. The keys of one protocol are refused on \
             another. Every key here but the thresholds is part of the check: changing it makes each \
             endpoint's check a new one.",
-    kinds: &[
-        crate::probe::udp::KEYS,
-        crate::probe::http::config::HEALTH_KEYS,
-        crate::probe::agent::KEYS,
-    ],
+    kinds: crate::probe::kinds::HEALTH_KEYS,
     own: &[
         Key::new(
             "protocol",

@@ -42,9 +42,14 @@ pub(crate) const TLS_KEYS: [&str; 6] = [
     "min_version",
 ];
 
+/// Whether protocol `p` of this kind runs over TLS.
+pub(crate) const fn speaks_tls(p: Protocol) -> bool {
+    matches!(p, Protocol::Https | Protocol::Grpcs)
+}
+
 pub(crate) fn read(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protocol) -> Option<HttpSettings> {
     let before = r.errors.len();
-    let tls = p.is_tls();
+    let tls = speaks_tls(p);
     let grpc = matches!(p, Protocol::Grpc | Protocol::Grpcs);
     // gRPC's path, method, status and body match are refused by the caller, with the reason.
     let path = match r.string(t, "path") {
@@ -151,7 +156,7 @@ fn tls_reverify(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol, verify: &Tls
     let Some(item) = r.string(t, "tls_reverify") else {
         return default;
     };
-    if !p.is_tls() {
+    if !speaks_tls(p) {
         return default;
     }
     if !matches!(verify, TlsVerifySetting::Ca { .. }) {
@@ -196,7 +201,7 @@ pub(crate) fn check_override(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol)
 /// `min_version`, over TLS only: Some(true) for TLS 1.3 alone; None when left out.
 fn min_version(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> Option<bool> {
     let item = r.string(t, "min_version")?;
-    if !p.is_tls() {
+    if !speaks_tls(p) {
         return None;
     }
     match item.v.as_str() {
@@ -247,7 +252,7 @@ pub(crate) fn metadata(r: &mut Reader<'_>, list: &Item<Vec<Item<String>>>) -> Ve
 fn client_cert(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> Option<ClientCertFiles> {
     let cert = r.string(t, "client_cert");
     let key = r.string(t, "client_key");
-    if !p.is_tls() {
+    if !speaks_tls(p) {
         return None;
     }
     let (cert, key) = match (cert, key) {
@@ -301,7 +306,7 @@ fn tls_settings(r: &mut Reader<'_>, t: &Table<'_, '_>, p: Protocol) -> (TlsVerif
     let verify = r.string(t, "tls_verify");
     let ca_file = r.string(t, "ca_file");
     let server_name = r.string(t, "server_name");
-    if !p.is_tls() {
+    if !speaks_tls(p) {
         return (TlsVerifySetting::Presence, None);
     }
     let server_name = server_name.and_then(|item| {
