@@ -73,6 +73,9 @@ enum Checker {
     Probed,
     /// probed with `http_probes = "sockets"`: each HTTP check through a socket of its own.
     ProbedSockets,
+    /// probed with `keep_alive = true`: each target's connection kept between checks (only
+    /// when asked for: nginx then keeps connections open for every checker of the run).
+    ProbedKeepAlive,
 }
 
 impl Checker {
@@ -81,6 +84,7 @@ impl Checker {
             Checker::Haproxy => "haproxy",
             Checker::Probed => "probed",
             Checker::ProbedSockets => "probed (sockets)",
+            Checker::ProbedKeepAlive => "probed (keep-alive)",
         }
     }
 
@@ -88,8 +92,13 @@ impl Checker {
     /// kernel path's before and after).
     fn all_for(kind: Kind) -> &'static [Checker] {
         match kind {
-            Kind::Http => &[Checker::Haproxy, Checker::Probed, Checker::ProbedSockets],
-            _ => &[Checker::Haproxy, Checker::Probed],
+            Kind::Http | Kind::Https => &[
+                Checker::Haproxy,
+                Checker::Probed,
+                Checker::ProbedSockets,
+                Checker::ProbedKeepAlive,
+            ],
+            Kind::Tcp => &[Checker::Haproxy, Checker::Probed],
         }
     }
 }
@@ -146,6 +155,7 @@ fn args() -> Args {
                     ("haproxy", Checker::Haproxy),
                     ("probed", Checker::Probed),
                     ("sockets", Checker::ProbedSockets),
+                    ("keepalive", Checker::ProbedKeepAlive),
                 ];
                 a.checkers = one_of_each("--checkers", &value, &names);
             }
@@ -196,7 +206,8 @@ impl Fleet {
             "table inet bench {\n chain input {\n  type filter hook input priority -10; policy accept;\n  \
              tcp dport 80 tcp flags & (syn | ack) == syn counter\n  \
              tcp dport 443 tcp flags & (syn | ack) == syn counter\n  \
-             tcp dport {80, 443} counter comment \"all\"\n }\n \
+             tcp dport {80, 443} counter comment \"all\"\n  \
+             tcp dport {80, 443} tcp flags & psh == psh counter comment \"requests\"\n }\n \
              chain output {\n  type filter hook output priority -10; policy accept;\n  \
              tcp sport {80, 443} counter comment \"back\"\n }\n}\n",
         );
@@ -215,13 +226,18 @@ impl Fleet {
     }
 
     /// nginx with `workers` processes, on `cpus` when given.
-    fn nginx(&self, workers: usize, cpus: Option<usize>) -> Proc {
+    fn nginx(&self, workers: usize, cpus: Option<usize>, keep_alive: bool) -> Proc {
         let d = self.dir.display();
+        let keep = if keep_alive {
+            "keepalive_timeout 60s;\n keepalive_requests 1000000;"
+        } else {
+            "keepalive_timeout 0;"
+        };
         let conf = format!(
             "worker_processes {workers};\ndaemon off;\nmaster_process on;\npid {d}/nginx.pid;\n\
              error_log {d}/nginx-error.log warn;\nworker_rlimit_nofile 20000;\n\
              events {{ worker_connections 16000; multi_accept on; }}\n\
-             http {{\n access_log off;\n keepalive_timeout 0;\n client_body_temp_path {d}/body;\n\
+             http {{\n access_log off;\n {keep}\n client_body_temp_path {d}/body;\n\
              proxy_temp_path {d}/proxy;\n fastcgi_temp_path {d}/fastcgi;\n uwsgi_temp_path {d}/uwsgi;\n\
              scgi_temp_path {d}/scgi;\n ssl_certificate {d}/cert.pem;\n ssl_certificate_key {d}/key.pem;\n\
              ssl_session_cache shared:bench:10m;\n\
@@ -267,10 +283,18 @@ impl Fleet {
 
     /// (SYNs, all packets) the checkers sent to the fleet so far, and the packets it answered with.
     fn counts(&self) -> ((u64, u64), u64) {
+        let ((syns, all, _), back) = self.counts_with_requests();
+        ((syns, all), back)
+    }
+
+    /// (SYNs, all packets, requests: packets with PSH) sent to the fleet, and the packets back.
+    /// A kept connection sends no SYN for a check, so its checks are counted by requests.
+    fn counts_with_requests(&self) -> ((u64, u64, u64), u64) {
         let listing = self.topo.backend.exec("nft", &["list", "table", "inet", "bench"]);
         let all = counted_packets(&listing, "\"all\"");
+        let requests = counted_packets(&listing, "\"requests\"");
         (
-            (counted_packets(&listing, "dport ") - all, all),
+            (counted_packets(&listing, "dport ") - all - requests, all, requests),
             counted_packets(&listing, "\"back\""),
         )
     }
@@ -309,7 +333,8 @@ fn haproxy_config(dir: &Path, kind: Kind, n: usize, threads: usize) -> PathBuf {
     path
 }
 
-fn probed_config(files: &DaemonFiles, kind: Kind, n: usize, sockets: bool) -> PathBuf {
+fn probed_config(files: &DaemonFiles, kind: Kind, n: usize, checker: Checker) -> PathBuf {
+    let sockets = checker == Checker::ProbedSockets;
     let mut c = files.header(PROBER_IF);
     if sockets {
         c = c.replacen("[daemon]\n", "[daemon]\nhttp_probes = \"sockets\"\n", 1);
@@ -318,6 +343,10 @@ fn probed_config(files: &DaemonFiles, kind: Kind, n: usize, sockets: bool) -> Pa
         Kind::Tcp => "protocol = \"tcp\"\n".to_string(),
         Kind::Http => format!("protocol = \"http\"\nport = {HTTP_PORT}\nmethod = \"GET\"\npath = \"/health\"\n"),
         Kind::Https => format!("protocol = \"https\"\nport = {HTTPS_PORT}\nmethod = \"GET\"\npath = \"/health\"\n"),
+    } + if checker == Checker::ProbedKeepAlive {
+        "keep_alive = true\n"
+    } else {
+        ""
     };
     c += &format!(
         "[[profile]]\nname = \"fleet\"\ndialect = \"lb\"\nrouting = \"weighted\"\n\n[profile.health]\n{check}\
@@ -370,8 +399,8 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
                 "haproxy",
             )
         }
-        Checker::Probed | Checker::ProbedSockets => {
-            let cfg = probed_config(&files, kind, n, checker == Checker::ProbedSockets);
+        Checker::Probed | Checker::ProbedSockets | Checker::ProbedKeepAlive => {
+            let cfg = probed_config(&files, kind, n, checker);
             // PROBED_BIN: another build of probed to measure (before/after a change).
             let bin = std::env::var_os("PROBED_BIN").map_or_else(probed_bin, PathBuf::from);
             Proc::spawn(
@@ -412,16 +441,21 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
         checker.name(),
         std::fs::read_to_string(&log).unwrap_or_default()
     );
-    let (((s0, a0), b0), p0, m0, n0) = (fleet.counts(), proc_cpu(proc.pid()), machine_cpu(), nice_cpu());
+    let (((s0, a0, r0), b0), p0, m0, n0) = (
+        fleet.counts_with_requests(),
+        proc_cpu(proc.pid()),
+        machine_cpu(),
+        nice_cpu(),
+    );
     let t0 = Instant::now();
     let perf = a.perf.as_ref().filter(|_| checker != Checker::Haproxy).map(|dir| {
         std::fs::create_dir_all(dir).unwrap();
         let out = dir.join(format!(
             "{}-{}-{n}-{}.data",
-            if checker == Checker::Probed {
-                "probed"
-            } else {
-                "probed-sockets"
+            match checker {
+                Checker::ProbedSockets => "probed-sockets",
+                Checker::ProbedKeepAlive => "probed-keepalive",
+                _ => "probed",
             },
             kind.name(),
             if pinned { "pinned" } else { "unpinned" }
@@ -438,7 +472,12 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
     if let Some(mut p) = perf {
         let _ = p.wait();
     }
-    let (((s1, a1), b1), p1, m1, n1) = (fleet.counts(), proc_cpu(proc.pid()), machine_cpu(), nice_cpu());
+    let (((s1, a1, r1), b1), p1, m1, n1) = (
+        fleet.counts_with_requests(),
+        proc_cpu(proc.pid()),
+        machine_cpu(),
+        nice_cpu(),
+    );
     let wall = t0.elapsed().as_secs_f64();
     let rss_kb = probed_tests::procs::status_kb(proc.pid(), "VmHWM:");
     assert!(proc.alive(), "{} exited while measured", checker.name());
@@ -447,7 +486,7 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
     // of a passing check. HAProxy logs each; probed writes an event for each.
     let (said, mark) = match checker {
         Checker::Haproxy => (std::fs::read_to_string(&log).unwrap_or_default(), "is DOWN"),
-        Checker::Probed | Checker::ProbedSockets => (
+        Checker::Probed | Checker::ProbedSockets | Checker::ProbedKeepAlive => (
             std::fs::read_to_string(files.events()).unwrap_or_default(),
             "\"to\":\"Degraded\"",
         ),
@@ -456,7 +495,12 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
     if let Some(first) = said.lines().find(|l| l.contains(mark)) {
         eprintln!("  {}: {down} targets declared down, e.g. {first}", checker.name());
     }
-    let checks = (s1 - s0).max(1) as f64;
+    // A kept connection sends a request, not a SYN, per check.
+    let checks = if checker == Checker::ProbedKeepAlive {
+        (r1 - r0).max(1) as f64
+    } else {
+        (s1 - s0).max(1) as f64
+    };
     Row {
         kind,
         n,
@@ -476,13 +520,14 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
 fn main() {
     let a = args();
     let fleet = Fleet::new();
+    let keep_alive = a.checkers.contains(&Checker::ProbedKeepAlive);
     let mut rows = Vec::new();
     for &pinned in &a.pinned {
         // Pinned: the checker on CPU 0 and the fleet on CPU 1; unpinned: all on both.
         let nginx = if pinned {
-            fleet.nginx(1, Some(1))
+            fleet.nginx(1, Some(1), keep_alive)
         } else {
-            fleet.nginx(2, None)
+            fleet.nginx(2, None, keep_alive)
         };
         for &kind in &a.kinds {
             for &n in &a.sizes {

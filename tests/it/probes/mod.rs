@@ -5,5 +5,6 @@ mod cli_check;
 mod grpc;
 mod http;
 mod http_conformance;
+mod keep_alive;
 mod local_errors;
 mod tls_verify;

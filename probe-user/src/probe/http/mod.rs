@@ -14,19 +14,14 @@ pub mod error;
 mod exchange;
 pub mod grpc;
 mod kind;
+mod pool;
 pub mod request;
 mod sessions;
 pub mod status;
 pub mod task;
 pub mod tls;
 
-use std::{
-    collections::HashMap,
-    fmt, io,
-    net::SocketAddr,
-    sync::{Arc, Mutex, PoisonError},
-    time::Duration,
-};
+use std::{fmt, io, net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
@@ -43,9 +38,6 @@ pub use tls::TlsVerify;
 
 pub use crate::rules::{Dialect, Method};
 
-/// Idle connections kept per target in keep-alive mode; probes to one target are
-/// sequential, so more than two would only hold sockets open on the backend.
-const IDLE_PER_TARGET: usize = 2;
 const USER_AGENT: &str = concat!("probed/", env!("CARGO_PKG_VERSION"));
 
 /// The step a probe was in when its deadline passed.
@@ -202,17 +194,7 @@ pub struct HttpProber {
     /// session store grows with the targets, up to `tls::RESUMABLE_TARGETS`.
     presented: std::sync::OnceLock<tls::TlsClient>,
     keep_alive: bool,
-    idle: Mutex<HashMap<PoolKey, Vec<SendRequest<Empty<Bytes>>>>>,
-}
-
-/// Connections are reusable only for the same target, scheme, TLS name and TLS policy.
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct PoolKey {
-    target: SocketAddr,
-    scheme: Scheme,
-    server_name: String,
-    /// The TLS client (`TlsVerify::client_id`): a connection is reused only under its own.
-    client: u64,
+    idle: pool::Pool,
 }
 
 impl Default for HttpProber {
@@ -239,7 +221,7 @@ impl HttpProber {
         Self {
             presented: std::sync::OnceLock::new(),
             keep_alive: false,
-            idle: Mutex::new(HashMap::new()),
+            idle: pool::Pool::new(),
         }
     }
 
@@ -284,16 +266,16 @@ impl HttpProber {
     ) -> Result<HttpReport, Failed> {
         // gRPC calls always take a connection of their own (resumed TLS sessions still save
         // the full handshake).
-        if !self.keep_alive || check.grpc_service().is_some() {
+        if !self.keeps(check) {
             return self.run_once(target, check, start, deadline, cert).await;
         }
-        let key = PoolKey {
+        let key = pool::PoolKey {
             target,
             scheme: check.scheme(),
             server_name: check.server_name(target).to_str().into_owned(),
             client: check.tls().client_id(),
         };
-        let mut pooled = self.checkout(&key);
+        let mut pooled = self.idle.checkout(&key);
         let (mut sender, mut conn_task, response) = loop {
             let reused = pooled.is_some();
             let (mut sender, task) = match pooled.take() {
@@ -321,7 +303,7 @@ impl HttpProber {
         let mut elapsed = start.elapsed();
         let code = response.status().as_u16();
         let healthy_status = check.status().contains(code);
-        let mut reusable = self.keep_alive;
+        let mut reusable = true;
         let outcome = match check.expect_body().filter(|_| healthy_status) {
             Some(needle) => {
                 let read =
@@ -366,7 +348,7 @@ impl HttpProber {
         // An idle connection is ready at once; one that is not within the deadline is not kept.
         let ready = reusable && matches!(tokio::time::timeout_at(deadline, sender.ready()).await, Ok(Ok(())));
         if ready {
-            self.checkin(key, sender);
+            self.idle.checkin(key, sender);
         } else {
             abort(conn_task.take());
         }
@@ -391,7 +373,7 @@ impl HttpProber {
         if let Some(service) = check.grpc_service() {
             return match check.scheme() {
                 Scheme::Http => {
-                    let tcp = self.connect_tcp(target, deadline).await?;
+                    let tcp = self.connect_tcp(target, deadline, false).await?;
                     grpc::call(tcp, check, service, target, start, deadline).await
                 }
                 Scheme::Https => {
@@ -403,7 +385,7 @@ impl HttpProber {
         let request = exchange::render_request(check, target);
         match check.scheme() {
             Scheme::Http => {
-                let mut tcp = self.connect_tcp(target, deadline).await?;
+                let mut tcp = self.connect_tcp(target, deadline, false).await?;
                 exchange::exchange(&mut tcp, &request, check, start, deadline).await
             }
             Scheme::Https => {
@@ -413,8 +395,15 @@ impl HttpProber {
         }
     }
 
-    /// A TCP connection to `target` by `deadline`, Nagle off; reset on close unless kept alive.
-    async fn connect_tcp(&self, target: SocketAddr, deadline: Instant) -> Result<TcpStream, Failed> {
+    /// Whether probes of `check` keep their connection: the prober's keep-alive mode or the
+    /// check's own, never for gRPC (a call takes a connection of its own).
+    fn keeps(&self, check: &HttpCheck) -> bool {
+        (self.keep_alive || check.keeps_alive()) && check.grpc_service().is_none()
+    }
+
+    /// A TCP connection to `target` by `deadline`, Nagle off; reset on close unless `kept`
+    /// for later probes.
+    async fn connect_tcp(&self, target: SocketAddr, deadline: Instant, kept: bool) -> Result<TcpStream, Failed> {
         let socket = match target {
             SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
             SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
@@ -422,7 +411,7 @@ impl HttpProber {
         .map_err(|e| Failed::from(classify_connect(&e)))?;
         // The request is one small write; Nagle would only delay it.
         let _ = socket.set_nodelay(true);
-        if !self.keep_alive {
+        if !kept {
             let sock = socket2::SockRef::from(&socket);
             // A probe's connection ends with a reset once its answer is in, as HAProxy's checks
             // do: no FIN exchange, and no TIME_WAIT left on either end (at thousands of checks
@@ -459,13 +448,14 @@ impl HttpProber {
         let name = check.server_name(target);
         let h2 = check.grpc_service().is_some();
         let (config, tls12_only) = client.config_for(target, &name, h2);
-        let tcp = self.connect_tcp(target, deadline).await?;
+        let kept = self.keeps(check);
+        let tcp = self.connect_tcp(target, deadline, kept).await?;
         let first = Self::tls_handshake(config, name.clone(), target, tcp, deadline).await;
         let stream = match first {
             Err(f) if tls12_only && matches!(f.outcome, HttpOutcome::Tls(_) | HttpOutcome::Reset) => {
                 client.forget_tls12(target, &name);
                 let (config, _) = client.config_for(target, &name, h2);
-                let tcp = self.connect_tcp(target, deadline).await?;
+                let tcp = self.connect_tcp(target, deadline, kept).await?;
                 Self::tls_handshake(config, name.clone(), target, tcp, deadline).await
             }
             other => other,
@@ -535,28 +525,8 @@ impl HttpProber {
         cert: &mut Option<i64>,
     ) -> Result<(SendRequest<Empty<Bytes>>, JoinHandle<()>), Failed> {
         match check.scheme() {
-            Scheme::Http => handshake(self.connect_tcp(target, deadline).await?).await,
+            Scheme::Http => handshake(self.connect_tcp(target, deadline, true).await?).await,
             Scheme::Https => handshake(self.tls_connect(target, check, deadline, cert).await?).await,
-        }
-    }
-
-    fn checkout(&self, key: &PoolKey) -> Option<SendRequest<Empty<Bytes>>> {
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let list = idle.get_mut(key)?;
-        while let Some(s) = list.pop() {
-            if !s.is_closed() && s.is_ready() {
-                return Some(s);
-            }
-        }
-        None
-    }
-
-    fn checkin(&self, key: PoolKey, sender: SendRequest<Empty<Bytes>>) {
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let list = idle.entry(key).or_default();
-        list.retain(|s| !s.is_closed());
-        if list.len() < IDLE_PER_TARGET {
-            list.push(sender);
         }
     }
 }

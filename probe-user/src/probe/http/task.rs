@@ -45,7 +45,8 @@ impl HttpProbe {
             tls,
             server_name: h.server_name.clone(),
             grpc: h.grpc.clone(),
-        })?;
+        })?
+        .kept_alive(h.keep_alive);
         Ok(HttpProbe { check })
     }
 
@@ -77,7 +78,8 @@ impl TaskProbe for HttpProbe {
     /// request fits a template.
     fn kernel_request(&self, target: std::net::SocketAddr) -> Option<Arc<[u8]>> {
         let plain = self.check.scheme() == Scheme::Http && self.check.grpc_service().is_none();
-        if !plain || self.check.expect_body().is_some() {
+        // A kept connection lives in a socket; the kernel's checks open one each.
+        if !plain || self.check.expect_body().is_some() || self.check.keeps_alive() {
             return None;
         }
         let request = crate::probe::http::render_request(&self.check, target);

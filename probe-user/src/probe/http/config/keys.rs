@@ -5,11 +5,11 @@ use crate::{
     rules::Protocol,
     schema::keys::{
         said, words,
-        Allowed::{Bytes, Int, OneOf, Seconds},
+        Allowed::{Any, Bytes, Int, OneOf, Seconds},
         Key,
         Reload::{Applies, Reask},
         Type,
-        Type::{Duration, Integer, Strings},
+        Type::{Boolean, Duration, Integer, Strings},
         Unset::{Dialect, Value},
     },
 };
@@ -190,6 +190,21 @@ pub const HEALTH_KEYS: &[Key] = &[
              probed_tls_cert_expiry_seconds.",
     )
     .protocols(OVER_TLS, ""),
+    Key::new(
+        "keep_alive",
+        Boolean,
+        Value("false"),
+        Any,
+        Reask,
+        "Keeps each endpoint's connection open between checks (HTTP/1.1 keep-alive) and sends the \
+             next check's request on it: no connect, handshake or close per check, about a third of \
+             the CPU of a connection per check. A kept connection does not go through the backend's \
+             accept queue again, so a backend that still answers on open connections but accepts no \
+             new ones stays healthy until its server closes them; checks run through sockets (not in \
+             the kernel), one descriptor per endpoint stays open, and a server that closes the \
+             connection costs a new one at the next check.",
+    )
+    .protocols(HTTP, GRPC_CALL),
 ];
 
 /// What an endpoint may set of its check, in `[[profile.endpoint]]`.

@@ -34,6 +34,8 @@ pub struct HttpSettings {
     /// Over TLS: a notice when the server's certificate expires within this many days (0:
     /// never). Not part of the check: it changes no probe and no verdict.
     pub cert_warn_days: u16,
+    /// `keep_alive`: the connection is kept between checks (sockets only; not for gRPC).
+    pub keep_alive: bool,
     /// `protocol = "grpc"` or `"grpcs"`: the service whose health is asked (`""`: the
     /// server's own). The call is fixed (`grpc.health.v1.Health/Check`, SERVING is healthy),
     /// so method, path, healthy_status and body_match keep their defaults and are not used;
@@ -132,6 +134,10 @@ impl HttpSettings {
             key_field(out, "body", body);
         }
         // Only when set, so that keys of checks without them stay as they were.
+        // Only when set, as below.
+        if h.keep_alive {
+            key_field(out, "keep_alive", "1");
+        }
         if let TlsVerifySetting::Ca { ca_file } = &h.tls_verify {
             let roots = ca_file
                 .as_ref()

@@ -130,6 +130,8 @@ pub(crate) fn read(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protoco
             }
         },
     };
+    // Refused for gRPC with the table's other foreign keys (`refuse_foreign`).
+    let keep_alive = !grpc && r.boolean(t, "keep_alive").is_some_and(|item| item.v);
     (r.errors.len() == before).then_some(HttpSettings {
         tls,
         method,
@@ -144,6 +146,7 @@ pub(crate) fn read(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protoco
         tls13_only,
         tls_reverify_s,
         cert_warn_days,
+        keep_alive,
         grpc: service,
     })
 }

@@ -186,9 +186,24 @@ pub struct HttpCheck {
     tls: TlsVerify,
     server_name: Option<HostName>,
     grpc: Option<String>,
+    /// The connection is kept for the next probe of the target (`kept_alive`).
+    keep_alive: bool,
 }
 
 impl HttpCheck {
+    /// The same check, keeping its connection between probes of a target (HTTP/1.1
+    /// keep-alive; not for gRPC, whose calls take a connection each).
+    #[must_use]
+    pub fn kept_alive(mut self, on: bool) -> Self {
+        self.keep_alive = on && self.grpc.is_none();
+        self
+    }
+
+    /// Whether probes of it keep their connection (`kept_alive`).
+    pub fn keeps_alive(&self) -> bool {
+        self.keep_alive
+    }
+
     /// The command line's way in: parses `spec`, then builds as `from_parts` does.
     pub fn new(spec: &HttpCheckSpec) -> Result<Self, HttpCheckError> {
         Self::from_parts(spec.parts()?)
@@ -274,6 +289,7 @@ impl HttpCheck {
             tls: p.tls,
             server_name: p.server_name,
             grpc: p.grpc,
+            keep_alive: false,
         })
     }
 
