@@ -15,7 +15,13 @@
 //!   and of the whole machine (/proc/stat, nginx and softirqs included, which is the same
 //!   work for both), and the checker's peak RSS (VmHWM).
 //!
-//! `cargo xtask bench peers [--sizes 10000,30000,65000] [--kinds tcp,http,https] [--seconds 10] [--only pinned|unpinned]`
+//! - `--checkers ...,keepalive` adds probed with `keep_alive = true` (nginx then keeps
+//!   connections for every checker of the run; that row counts checks by requests, packets
+//!   with PSH, since a kept connection sends no SYN). `--interval MS` shortens every checker's
+//!   interval: at a fleet the open-file limit allows, the rate at which each stops keeping up
+//!   is its ceiling.
+//!
+//! `cargo xtask bench peers [--sizes 10000,30000,65000] [--kinds tcp,http,https] [--seconds 10] [--only pinned|unpinned] [--checkers haproxy,probed,sockets,keepalive] [--interval 1000]`
 use std::{
     fmt::Write as _,
     io::Write,
@@ -88,16 +94,18 @@ impl Checker {
         }
     }
 
-    /// Who checks `kind`: HAProxy, probed, and for HTTP probed with sockets as well (the
-    /// kernel path's before and after).
+    /// Who may check `kind` (`--checkers` picks among them): HAProxy, probed, for HTTP probed
+    /// with sockets as well (the kernel path's before and after), and keep-alive for HTTP(S).
     fn all_for(kind: Kind) -> &'static [Checker] {
         match kind {
-            Kind::Http | Kind::Https => &[
+            Kind::Http => &[
                 Checker::Haproxy,
                 Checker::Probed,
                 Checker::ProbedSockets,
                 Checker::ProbedKeepAlive,
             ],
+            // An HTTPS check always runs through a socket.
+            Kind::Https => &[Checker::Haproxy, Checker::Probed, Checker::ProbedKeepAlive],
             Kind::Tcp => &[Checker::Haproxy, Checker::Probed],
         }
     }
@@ -119,6 +127,10 @@ struct Args {
     /// Which checkers run (all by default); a memory or profile run of probed alone skips
     /// HAProxy's minutes.
     checkers: Vec<Checker>,
+    /// Every checker's interval, in milliseconds (1000 by default). Shorter intervals at a
+    /// fixed fleet raise the rate asked of each checker without more descriptors: the way to
+    /// find each one's ceiling on this machine, whose open-file limit caps the fleet.
+    interval_ms: u64,
 }
 
 fn args() -> Args {
@@ -129,6 +141,7 @@ fn args() -> Args {
         pinned: vec![true, false],
         perf: None,
         checkers: vec![Checker::Haproxy, Checker::Probed, Checker::ProbedSockets],
+        interval_ms: 1000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -150,6 +163,10 @@ fn args() -> Args {
             }
             "--seconds" => a.seconds = value.parse().expect("--seconds: a number"),
             "--perf" => a.perf = Some(PathBuf::from(value)),
+            "--interval" => {
+                a.interval_ms = value.parse().expect("--interval: milliseconds");
+                assert!((100..=1000).contains(&a.interval_ms), "--interval: 100 to 1000 ms");
+            }
             "--checkers" => {
                 let names = [
                     ("haproxy", Checker::Haproxy),
@@ -166,7 +183,9 @@ fn args() -> Args {
                     other => panic!("--only: {other:?} is not pinned or unpinned"),
                 }
             }
-            other => panic!("unknown flag {other}: --sizes, --kinds, --seconds, --only, --perf, --checkers"),
+            other => {
+                panic!("unknown flag {other}: --sizes, --kinds, --seconds, --only, --perf, --checkers, --interval")
+            }
         }
     }
     a
@@ -306,16 +325,19 @@ impl Drop for Fleet {
     }
 }
 
-fn haproxy_config(dir: &Path, kind: Kind, n: usize, threads: usize) -> PathBuf {
+fn haproxy_config(dir: &Path, kind: Kind, n: usize, threads: usize, interval_ms: u64) -> PathBuf {
     let mut c = String::new();
     c += &format!(
         "global\n  nbthread {threads}\n  maxconn 9000\n  ulimit-n 20000\n  no strict-limits\n  log stderr format raw local0 err\n\
          defaults\n  timeout connect 1s\n  timeout check 1s\n  timeout client 1s\n  timeout server 1s\n"
     );
     let (mode, check) = match kind {
-        Kind::Tcp => ("tcp", "check inter 1s fall 3 rise 3"),
-        Kind::Http => ("http", "check inter 1s fall 3 rise 3"),
-        Kind::Https => ("http", "check inter 1s fall 3 rise 3 check-ssl verify none"),
+        Kind::Tcp => ("tcp", format!("check inter {interval_ms}ms fall 3 rise 3")),
+        Kind::Http => ("http", format!("check inter {interval_ms}ms fall 3 rise 3")),
+        Kind::Https => (
+            "http",
+            format!("check inter {interval_ms}ms fall 3 rise 3 check-ssl verify none"),
+        ),
     };
     // HAProxy runs only with a listener: one on the namespace's loopback, never used.
     c += &format!("frontend unused\n  mode {mode}\n  bind 127.0.0.1:18080\n  default_backend fleet\n");
@@ -333,7 +355,7 @@ fn haproxy_config(dir: &Path, kind: Kind, n: usize, threads: usize) -> PathBuf {
     path
 }
 
-fn probed_config(files: &DaemonFiles, kind: Kind, n: usize, checker: Checker) -> PathBuf {
+fn probed_config(files: &DaemonFiles, kind: Kind, n: usize, checker: Checker, interval_ms: u64) -> PathBuf {
     let sockets = checker == Checker::ProbedSockets;
     let mut c = files.header(PROBER_IF);
     if sockets {
@@ -350,7 +372,7 @@ fn probed_config(files: &DaemonFiles, kind: Kind, n: usize, checker: Checker) ->
     };
     c += &format!(
         "[[profile]]\nname = \"fleet\"\ndialect = \"lb\"\nrouting = \"weighted\"\n\n[profile.health]\n{check}\
-         interval = \"1s\"\ntimeout = \"1s\"\nhealthy_threshold = 3\nunhealthy_threshold = 3\n"
+         interval = \"{interval_ms}ms\"\ntimeout = \"1s\"\nhealthy_threshold = 3\nunhealthy_threshold = 3\n"
     );
     let port = kind.port();
     for i in 0..n {
@@ -390,7 +412,7 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
     let log = fleet.dir.join(format!("{}-{}-{n}.log", checker.name(), kind.name()));
     let mut proc = match checker {
         Checker::Haproxy => {
-            let cfg = haproxy_config(&fleet.dir, kind, n, if pinned { 1 } else { 2 });
+            let cfg = haproxy_config(&fleet.dir, kind, n, if pinned { 1 } else { 2 }, a.interval_ms);
             Proc::spawn(
                 &fleet.topo.prober,
                 cpus,
@@ -400,7 +422,7 @@ fn measure(fleet: &Fleet, checker: Checker, kind: Kind, n: usize, pinned: bool, 
             )
         }
         Checker::Probed | Checker::ProbedSockets | Checker::ProbedKeepAlive => {
-            let cfg = probed_config(&files, kind, n, checker);
+            let cfg = probed_config(&files, kind, n, checker, a.interval_ms);
             // PROBED_BIN: another build of probed to measure (before/after a change).
             let bin = std::env::var_os("PROBED_BIN").map_or_else(probed_bin, PathBuf::from);
             Proc::spawn(

@@ -194,9 +194,8 @@ pub(super) struct Probing {
     kernel_http_off: bool,
     /// Kernel HTTP probes being settled through a socket (`results.rs`), by token.
     settling: crate::hash::FastMap<u64, results::Settle>,
-    /// Kernel response timeouts in a row that a socket then contradicted: the run-time guard
-    /// of the kernel HTTP path (`results.rs`).
-    kernel_http_contradicted: u32,
+    /// The run-time guard of the kernel HTTP path (`results.rs`).
+    kernel_http_guard: results::KernelHttpGuard,
     /// What each L4 outcome (UDP's or not) says, made once (`results.rs`).
     l4_words: crate::hash::FastMap<(bool, crate::engine::L4Outcome), results::Words>,
     /// L4 results taken off the channel and not yet fed (`drain_results`), kept for its buffer.
@@ -296,7 +295,7 @@ impl Runner {
                 epoch: 0,
                 kernel_http_off: false,
                 settling: crate::hash::FastMap::default(),
-                kernel_http_contradicted: 0,
+                kernel_http_guard: results::KernelHttpGuard::default(),
                 l4_words: crate::hash::FastMap::default(),
                 l4_batch: Vec::with_capacity(RESULT_BATCH),
                 due_buf: Vec::new(),

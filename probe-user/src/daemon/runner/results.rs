@@ -21,9 +21,67 @@ pub(super) type Words = (crate::outcome::Outcome, Arc<str>);
 /// Distinct L4 outcomes whose words are kept.
 const WORDS_KEPT: usize = 4096;
 
-/// Kernel HTTP response timeouts in a row that sockets contradict before the kernel path is
-/// given up (`Runner::guard_kernel_http`).
+/// Kernel HTTP response timeouts in a row that sockets contradict, with no response in the
+/// kernel path between them, before the kernel path is given up (`KernelHttpGuard`).
 const KERNEL_HTTP_CONTRADICTIONS: u32 = 3;
+
+/// The least time a run of contradictions must span before the kernel path is given up.
+const KERNEL_HTTP_GUARD_NS: u64 = 1_000_000_000;
+
+/// The run-time guard of the kernel HTTP path: counts kernel response timeouts that a socket
+/// then contradicted (it got an answer in time), and says when they mean the kernel's requests
+/// are not getting out: at least `KERNEL_HTTP_CONTRADICTIONS` of them over at least a second,
+/// with fewer kernel probes answered since the first of them than contradicted. A path that
+/// answers other probes meanwhile works, and its few timeouts are a busy server's (the socket
+/// asked later, once it had caught up). The guard used to count the settlements alone, in a
+/// row, and under load a node whose backends were slow at times turned its fast path off for
+/// good; every HTTP check then fell to sockets it could not keep up with (65k targets here:
+/// 5-8k checks a second of 65k).
+#[derive(Debug, Default)]
+pub(super) struct KernelHttpGuard {
+    /// Contradictions since the run began (0: no run).
+    in_row: u32,
+    /// When the run's first contradiction came.
+    since_ns: u64,
+    /// Kernel probes answered since then.
+    answered: u32,
+}
+
+impl KernelHttpGuard {
+    /// A kernel HTTP probe got its response.
+    pub fn answered(&mut self) {
+        if self.in_row > 0 {
+            self.answered = self.answered.saturating_add(1);
+            // Plenty answered since the run began: the path works; start over.
+            if self.answered >= 64 * self.in_row {
+                *self = Self::default();
+            }
+        }
+    }
+
+    /// A kernel response timeout was settled at `now_ns` by a socket with `socket`'s outcome;
+    /// true when the kernel path should be given up.
+    pub fn settled(&mut self, socket: crate::outcome::Outcome, now_ns: u64) -> bool {
+        use crate::outcome::Outcome;
+        if socket == Outcome::Timeout || socket == Outcome::LocalError {
+            // The socket did no better: the server is slow or gone, not the path.
+            *self = Self::default();
+            return false;
+        }
+        if self.in_row == 0 {
+            self.since_ns = now_ns;
+            self.answered = 0;
+        }
+        self.in_row += 1;
+        self.in_row >= KERNEL_HTTP_CONTRADICTIONS
+            && now_ns.saturating_sub(self.since_ns) >= KERNEL_HTTP_GUARD_NS
+            && self.answered < self.in_row
+    }
+
+    pub fn in_row(&self) -> u32 {
+        self.in_row
+    }
+}
 
 /// Why a kernel HTTP probe is settled through a socket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -251,6 +309,9 @@ impl Runner {
             return None;
         };
         let Some(settle) = settle else {
+            if matches!(r.outcome, K::HttpStatus { .. }) {
+                self.probe.kernel_http_guard.answered();
+            }
             return Some(Some(probe.kernel_report(r.outcome, r.elapsed)));
         };
         let timeout = probe.timeout();
@@ -318,17 +379,13 @@ impl Runner {
         if why != Settle::ResponseTimeout {
             return;
         }
-        if socket.outcome == crate::outcome::Outcome::Timeout || socket.outcome == crate::outcome::Outcome::LocalError {
-            self.probe.kernel_http_contradicted = 0;
-            return;
-        }
-        self.probe.kernel_http_contradicted += 1;
-        if self.probe.kernel_http_contradicted >= KERNEL_HTTP_CONTRADICTIONS && !self.probe.kernel_http_off {
+        let now = self.now();
+        if self.probe.kernel_http_guard.settled(socket.outcome, now) && !self.probe.kernel_http_off {
             log::warn!(
                 "{} plain HTTP probes in a row got no response in the kernel path while a socket then got \
                  one ({}): requests sent by probe_rx are not arriving; every HTTP check goes through \
                  sockets from now on",
-                self.probe.kernel_http_contradicted,
+                self.probe.kernel_http_guard.in_row(),
                 socket.reason
             );
             self.kernel_http_stop();
@@ -349,5 +406,41 @@ impl Runner {
             .get(check.index())
             .and_then(|s| s.inflight.as_ref())
             .filter(|i| i.check == check)
+    }
+}
+
+#[cfg(test)]
+mod guard_tests {
+    use super::KernelHttpGuard;
+    use crate::outcome::Outcome;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn contradictions_give_the_path_up_only_when_the_kernel_answers_none_meanwhile() {
+        // Requests that stop arriving: contradictions, no kernel answer, over a second.
+        let mut g = KernelHttpGuard::default();
+        assert!(!g.settled(Outcome::Status, 0));
+        assert!(!g.settled(Outcome::Status, S / 3));
+        assert!(!g.settled(Outcome::Status, 2 * S / 3), "three, but within a second");
+        assert!(g.settled(Outcome::Status, S));
+        // A busy server: contradictions now and then, the kernel answering others between
+        // them, in bursts processed back to back. The path stays.
+        let mut g = KernelHttpGuard::default();
+        for i in 0..100 {
+            let t = i * S / 10;
+            assert!(!g.settled(Outcome::Status, t));
+            assert!(!g.settled(Outcome::Status, t + 1));
+            for _ in 0..20 {
+                g.answered();
+            }
+        }
+        // A socket that times out too says nothing about the path, and starts the count over.
+        let mut g = KernelHttpGuard::default();
+        assert!(!g.settled(Outcome::Status, 0));
+        assert!(!g.settled(Outcome::Timeout, S));
+        assert!(!g.settled(Outcome::BadStatus, 2 * S));
+        assert!(!g.settled(Outcome::LocalError, 3 * S));
+        assert_eq!(g.in_row(), 0);
     }
 }
