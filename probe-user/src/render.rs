@@ -199,7 +199,7 @@ pub fn render_table(profiles: &[ProfileView], colour: bool) -> String {
         }
         for n in &p.nested {
             let status = format!("{:<17}", n.status);
-            let last = format!("{} of {} up", n.available_child_endpoints, n.min_child_endpoints);
+            let last = nested_count(n.available_child_endpoints, n.min_child_endpoints);
             let change = n.last_change.as_ref().map_or_else(
                 || "-".to_string(),
                 |c| format!("{} -> {}", c.from.map_or("new", EndpointStatus::as_str), c.to),
@@ -305,5 +305,22 @@ fn truncate(s: &str, n: usize) -> String {
         let mut t: String = s.chars().take(n - 1).collect();
         t.push('~');
         t
+    }
+}
+
+/// A nested endpoint's children as the table says them: how many are up and how many its
+/// profile needs ("2 up, 1 needed"), never "2 of 1 up", which reads as a share.
+fn nested_count(up: impl std::fmt::Display, needed: impl std::fmt::Display) -> String {
+    format!("{up} up, {needed} needed")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_nested_endpoint_says_how_many_are_up_and_how_many_are_needed() {
+        assert_eq!(super::nested_count(2, 1), "2 up, 1 needed");
+        assert_eq!(super::nested_count(0, 3), "0 up, 3 needed");
+        // The widest a profile of 65,536 endpoints gives still fits its 22-column cell.
+        assert!(super::nested_count(65_536, 65_536).len() <= 22);
     }
 }
