@@ -147,6 +147,9 @@ impl Harness {
 
 impl Drop for Harness {
     fn drop(&mut self) {
+        // The saver's thread may still be writing a snapshot: let it end first, or it puts a
+        // state file back into the directory being removed.
+        self.runner.persist.saver.finish();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
