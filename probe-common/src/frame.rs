@@ -4,8 +4,8 @@ use crate::{
     csum::{add_bytes, finish, pseudo_v4, pseudo_v6},
     http::REQUEST_WINDOW,
     packet::{
-        EthHdr, Ipv4Hdr, Ipv6Hdr, TcpHdr, UdpHdr, ETH_P_IP, ETH_P_IPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_PSH,
-        TCP_RST, TCP_SYN,
+        EthHdr, Ipv4Hdr, Ipv6Hdr, TcpHdr, UdpHdr, ETH_P_IP, ETH_P_IPV6, IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP,
+        IPPROTO_UDP, TCP_ACK, TCP_PSH, TCP_RST, TCP_SYN,
     },
 };
 
@@ -54,6 +54,10 @@ frame!(/// A TCP SYN over IPv4 with options.
     SynV4 { eth: EthHdr, ip: Ipv4Hdr, tcp: TcpHdr, opts: [u8; SYN_OPTS_LEN] } = 66);
 frame!(/// A TCP SYN over IPv6 with options.
     SynV6 { eth: EthHdr, ip: Ipv6Hdr, tcp: TcpHdr, opts: [u8; SYN_OPTS_LEN] } = 86);
+frame!(/// A TCP SYN over IPv4 to a service address, inside an IPv4 header to the backend (IPIP).
+    SynIpipV4 { eth: EthHdr, outer: Ipv4Hdr, ip: Ipv4Hdr, tcp: TcpHdr, opts: [u8; SYN_OPTS_LEN] } = 86);
+frame!(/// A TCP SYN over IPv6 to a service address, inside an IPv6 header to the backend (ip6ip6).
+    SynIpipV6 { eth: EthHdr, outer: Ipv6Hdr, ip: Ipv6Hdr, tcp: TcpHdr, opts: [u8; SYN_OPTS_LEN] } = 126);
 frame!(/// A bare TCP RST over IPv4.
     RstV4 { eth: EthHdr, ip: Ipv4Hdr, tcp: TcpHdr } = 54);
 frame!(/// A bare TCP RST over IPv6.
@@ -170,6 +174,32 @@ pub fn write_syn_v6(f: &mut SynV6, e: &Ends<[u8; 16]>, isn: u32) {
     f.tcp.csum_be = finish(add_bytes(sum, &f.opts)).to_be_bytes();
 }
 
+/// Writes the SYN of a tunnelled TCP probe: `e` is the inner flow (our address to the
+/// service's), `backend` the outer destination; the outer source is the inner one. The MSS
+/// is a full-size segment less the outer header, what a client's tunnel device would offer.
+#[inline(always)]
+pub fn write_syn_ipip_v4(f: &mut SynIpipV4, e: &Ends<[u8; 4]>, backend: [u8; 4], isn: u32) {
+    f.eth = eth(e, ETH_P_IP);
+    f.outer = ipv4(e.saddr, backend, IPPROTO_IPIP, (Ipv4Hdr::LEN + SYN_TCP_LEN) as u16, 0);
+    f.ip = ipv4(e.saddr, e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u16, 0);
+    f.opts = syn_opts(MSS_V4 - Ipv4Hdr::LEN as u16);
+    f.tcp = tcp(e.sport, e.dport, isn, 0, SYN_TCP_LEN, TCP_SYN, SYN_WINDOW);
+    let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u16) + tcp_sum(&f.tcp);
+    f.tcp.csum_be = finish(add_bytes(sum, &f.opts)).to_be_bytes();
+}
+
+/// As `write_syn_ipip_v4`, IPv6 in IPv6.
+#[inline(always)]
+pub fn write_syn_ipip_v6(f: &mut SynIpipV6, e: &Ends<[u8; 16]>, backend: [u8; 16], isn: u32) {
+    f.eth = eth(e, ETH_P_IPV6);
+    f.outer = ipv6(e.saddr, backend, IPPROTO_IPV6, (Ipv6Hdr::LEN + SYN_TCP_LEN) as u16, 0);
+    f.ip = ipv6(e.saddr, e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u16, 0);
+    f.opts = syn_opts(MSS_V6 - Ipv6Hdr::LEN as u16);
+    f.tcp = tcp(e.sport, e.dport, isn, 0, SYN_TCP_LEN, TCP_SYN, SYN_WINDOW);
+    let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_TCP, SYN_TCP_LEN as u32) + tcp_sum(&f.tcp);
+    f.tcp.csum_be = finish(add_bytes(sum, &f.opts)).to_be_bytes();
+}
+
 /// Writes the RST that closes a half-open probe: `seq` is the SYN+ACK's ack.
 #[inline(always)]
 pub fn write_rst_v4(f: &mut RstV4, e: &Ends<[u8; 4]>, seq: u32) {
@@ -249,6 +279,18 @@ pub fn syn_v4(e: &Ends<[u8; 4]>, isn: u32) -> SynV4 {
 pub fn syn_v6(e: &Ends<[u8; 16]>, isn: u32) -> SynV6 {
     let mut f = SynV6::default();
     write_syn_v6(&mut f, e, isn);
+    f
+}
+
+pub fn syn_ipip_v4(e: &Ends<[u8; 4]>, backend: [u8; 4], isn: u32) -> SynIpipV4 {
+    let mut f = SynIpipV4::default();
+    write_syn_ipip_v4(&mut f, e, backend, isn);
+    f
+}
+
+pub fn syn_ipip_v6(e: &Ends<[u8; 16]>, backend: [u8; 16], isn: u32) -> SynIpipV6 {
+    let mut f = SynIpipV6::default();
+    write_syn_ipip_v6(&mut f, e, backend, isn);
     f
 }
 
@@ -398,6 +440,60 @@ mod tests {
         assert_eq!(u16::from_be_bytes([b[18], b[19]]), 32, "payload length");
         verify_v6(e.saddr, e.daddr, IPPROTO_TCP, &b[54..]);
         assert_eq!(&f.opts[..4], &[2, 4, 0x05, 0xa0], "MSS 1440");
+    }
+
+    #[test]
+    fn tunnelled_syns_carry_the_plain_probe_to_the_service_inside_a_header_to_the_backend() {
+        let e = ends4();
+        let backend = [198, 18, 30, 11];
+        let f = syn_ipip_v4(&e, backend, 0xdead_beef);
+        let b = f.bytes();
+        assert_eq!(b.len(), 86);
+        assert_eq!(&b[12..14], &[0x08, 0x00]);
+        assert_eq!(finish(payload_sum(&b[14..34])), 0, "outer header checksum");
+        assert_eq!(
+            (f.outer.proto, f.outer.saddr, f.outer.daddr),
+            (IPPROTO_IPIP, e.saddr, backend)
+        );
+        assert_eq!(u16::from_be_bytes(f.outer.tot_len_be), 72, "outer total length");
+        assert_eq!(finish(payload_sum(&b[34..54])), 0, "inner header checksum");
+        assert_eq!(
+            (f.ip.saddr, f.ip.daddr, u16::from_be_bytes(f.ip.tot_len_be)),
+            (e.saddr, e.daddr, 52)
+        );
+        verify_v4(e.saddr, e.daddr, IPPROTO_TCP, &b[54..]);
+        assert_eq!((f.tcp.seq(), f.tcp.flags), (0xdead_beef, TCP_SYN));
+        assert_eq!(
+            &f.opts[..4],
+            &[2, 4, 0x05, 0xa0],
+            "MSS 1440: the outer header's 20 bytes off"
+        );
+        // The inner packet is the plain probe but for its MSS.
+        let plain = syn_v4(&e, 0xdead_beef);
+        assert_eq!(plain.ip, f.ip);
+        assert_eq!(f.tcp.seq_be, plain.tcp.seq_be);
+
+        let e = ends6();
+        let mut backend = e.daddr;
+        backend[15] = 0x30;
+        let f = syn_ipip_v6(&e, backend, 7);
+        let b = f.bytes();
+        assert_eq!(b.len(), 126);
+        assert_eq!(
+            (f.outer.next_hdr, f.outer.saddr, f.outer.daddr),
+            (IPPROTO_IPV6, e.saddr, backend)
+        );
+        assert_eq!(u16::from_be_bytes(f.outer.payload_len_be), 72, "outer payload length");
+        assert_eq!(
+            (f.ip.next_hdr, f.ip.daddr, u16::from_be_bytes(f.ip.payload_len_be)),
+            (IPPROTO_TCP, e.daddr, 32)
+        );
+        verify_v6(e.saddr, e.daddr, IPPROTO_TCP, &b[94..]);
+        assert_eq!(
+            &f.opts[..4],
+            &[2, 4, 0x05, 0x78],
+            "MSS 1400: the outer header's 40 bytes off"
+        );
     }
 
     #[test]

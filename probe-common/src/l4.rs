@@ -104,9 +104,34 @@ pub struct ProbeJob {
     pub gen: u32,
     /// HTTP probes: the request template's id plus one; 0 for a plain SYN or UDP probe.
     pub req: u32,
-    pub _pad: u32,
+    /// `TUNNEL_NONE`, or how the probe is wrapped on its way to `outer`.
+    pub tunnel: u8,
+    pub _pad: [u8; 3],
+    /// A tunnelled probe's backend: the outer header's destination (IPv4 in the first four
+    /// bytes), while `flow` is the inner packet, addressed to the service (the VIP) the
+    /// backend decapsulates it for. Zero for a plain probe.
+    pub outer: [u8; 16],
 }
-const _: () = assert!(core::mem::size_of::<ProbeJob>() == 56);
+const _: () = assert!(core::mem::size_of::<ProbeJob>() == 72);
+
+/// `ProbeJob::tunnel`: a plain probe, sent to `flow`'s destination.
+pub const TUNNEL_NONE: u8 = 0;
+/// The probe inside an outer header of its own family to the backend: IPv4 in IPv4 (IPIP,
+/// protocol 4) or IPv6 in IPv6 (next header 41), as katran and IPVS's tunnel mode forward.
+pub const TUNNEL_IPIP: u8 = 1;
+
+impl ProbeJob {
+    /// A plain probe of `flow`.
+    pub fn plain(flow: FlowKey, slot: u32, gen: u32, req: u32) -> Self {
+        Self {
+            flow,
+            slot,
+            gen,
+            req,
+            ..Default::default()
+        }
+    }
+}
 
 /// What the kernel reports for a probe.
 #[repr(u8)]
@@ -283,8 +308,8 @@ pub struct CookieKey {
 const _: () = assert!(core::mem::size_of::<CookieKey>() == 16);
 
 /// Most jobs one generator run takes (PROBE_JOBS entries). The engine hands the generator a
-/// slice of at most this many at a time; the array is mapped into the daemon whole, 56 bytes
-/// an entry (224 KiB).
+/// slice of at most this many at a time; the array is mapped into the daemon whole, 72 bytes
+/// an entry (288 KiB).
 pub const MAX_JOBS: u32 = 4096;
 
 /// The most interfaces probe_rx is attached to at once.

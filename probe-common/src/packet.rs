@@ -10,6 +10,10 @@ pub const IPPROTO_TCP: u8 = 6;
 pub const IPPROTO_UDP: u8 = 17;
 pub const IPPROTO_ICMP: u8 = 1;
 pub const IPPROTO_ICMPV6: u8 = 58;
+/// IPv4 inside IPv4 (IPIP).
+pub const IPPROTO_IPIP: u8 = 4;
+/// IPv6 inside an IP header (ip6ip6 when the outer one is IPv6).
+pub const IPPROTO_IPV6: u8 = 41;
 
 pub const TCP_FIN: u8 = 0x01;
 pub const TCP_SYN: u8 = 0x02;

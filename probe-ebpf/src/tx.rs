@@ -16,12 +16,12 @@ use aya_ebpf::{
 };
 use probe_common::{
     cookie::probe_cookie,
-    frame::{write_syn_v4, write_syn_v6, write_udp_v4, write_udp_v6, Ends},
+    frame::{write_syn_ipip_v4, write_syn_ipip_v6, write_syn_v4, write_syn_v6, write_udp_v4, write_udp_v6, Ends},
     l4::{
         EventKind, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, FAMILY_V4, FIB_NOT_A_PROBE_IFACE,
-        GENERATOR_MARK_LEN, STAGE_SYN_SENT,
+        GENERATOR_MARK_LEN, STAGE_SYN_SENT, TUNNEL_NONE,
     },
-    packet::IPPROTO_TCP,
+    packet::{IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP},
 };
 
 use crate::{
@@ -119,7 +119,7 @@ fn try_generate(ctx: &mut XdpContext) -> Option<u32> {
     }
     let ifindex = ctx.ingress_ifindex() as u32;
     let mut hop = Hop::default();
-    let rc = route(ctx, &mut job.flow, ifindex, &mut hop);
+    let rc = route_job(ctx, job, ifindex, &mut hop);
     if rc != 0 {
         let kind = if rc == i64::from(BPF_FIB_LKUP_RET_NO_NEIGH) {
             counters.no_neigh += 1;
@@ -134,9 +134,9 @@ fn try_generate(ctx: &mut XdpContext) -> Option<u32> {
     let flow = &job.flow;
     let cookie = cookie_of(key, flow, job.gen);
     let built = if flow.family == FAMILY_V4 {
-        build_v4(ctx, flow, &hop, cookie, ctl)
+        build_v4(ctx, job, &hop, cookie, ctl)
     } else {
-        build_v6(ctx, flow, &hop, cookie, ctl)
+        build_v6(ctx, job, &hop, cookie, ctl)
     };
     if !built {
         return Some(xdp_action::XDP_DROP);
@@ -219,13 +219,41 @@ fn route(ctx: &XdpContext, flow: &mut FlowKey, ifindex: u32, hop: &mut Hop) -> i
     rc
 }
 
+/// Routes a job: a plain probe by its flow, a tunnelled one by its outer destination (the
+/// backend), whose source, when the lookup picks it, is the inner packet's too. The inner
+/// flow keeps its service address: the reply comes from there.
+#[inline(never)]
+fn route_job(ctx: &XdpContext, job: &mut ProbeJob, ifindex: u32, hop: &mut Hop) -> i64 {
+    if job.tunnel == TUNNEL_NONE {
+        return route(ctx, &mut job.flow, ifindex, hop);
+    }
+    let proto = if job.flow.family == FAMILY_V4 {
+        IPPROTO_IPIP
+    } else {
+        IPPROTO_IPV6
+    };
+    let mut outer = FlowKey {
+        daddr: job.outer,
+        sport: 0,
+        dport: 0,
+        proto,
+        ..job.flow
+    };
+    let rc = route(ctx, &mut outer, ifindex, hop);
+    if rc == 0 {
+        job.flow.saddr = outer.saddr;
+    }
+    rc
+}
+
 #[inline(never)]
 fn cookie_of(key: &[u64; 2], flow: &FlowKey, gen: u32) -> u32 {
     probe_cookie(key, flow, gen)
 }
 
 #[inline(never)]
-fn build_v4(ctx: &mut XdpContext, flow: &FlowKey, hop: &Hop, cookie: u32, ctl: &TxCtl) -> bool {
+fn build_v4(ctx: &mut XdpContext, job: &ProbeJob, hop: &Hop, cookie: u32, ctl: &TxCtl) -> bool {
+    let flow = &job.flow;
     let e = Ends {
         smac: hop.smac,
         dmac: hop.dmac,
@@ -234,7 +262,12 @@ fn build_v4(ctx: &mut XdpContext, flow: &FlowKey, hop: &Hop, cookie: u32, ctl: &
         sport: flow.sport,
         dport: flow.dport,
     };
-    if flow.proto == IPPROTO_TCP {
+    if job.tunnel != TUNNEL_NONE {
+        // Userspace sends only TCP probes through a tunnel.
+        let Some(f) = frame_mut(ctx) else { return false };
+        let o = &job.outer;
+        write_syn_ipip_v4(f, &e, [o[0], o[1], o[2], o[3]], cookie);
+    } else if flow.proto == IPPROTO_TCP {
         let Some(f) = frame_mut(ctx) else { return false };
         write_syn_v4(f, &e, cookie);
     } else {
@@ -245,7 +278,8 @@ fn build_v4(ctx: &mut XdpContext, flow: &FlowKey, hop: &Hop, cookie: u32, ctl: &
 }
 
 #[inline(never)]
-fn build_v6(ctx: &mut XdpContext, flow: &FlowKey, hop: &Hop, cookie: u32, ctl: &TxCtl) -> bool {
+fn build_v6(ctx: &mut XdpContext, job: &ProbeJob, hop: &Hop, cookie: u32, ctl: &TxCtl) -> bool {
+    let flow = &job.flow;
     let e = Ends {
         smac: hop.smac,
         dmac: hop.dmac,
@@ -254,7 +288,10 @@ fn build_v6(ctx: &mut XdpContext, flow: &FlowKey, hop: &Hop, cookie: u32, ctl: &
         sport: flow.sport,
         dport: flow.dport,
     };
-    if flow.proto == IPPROTO_TCP {
+    if job.tunnel != TUNNEL_NONE {
+        let Some(f) = frame_mut(ctx) else { return false };
+        write_syn_ipip_v6(f, &e, job.outer, cookie);
+    } else if flow.proto == IPPROTO_TCP {
         let Some(f) = frame_mut(ctx) else { return false };
         write_syn_v6(f, &e, cookie);
     } else {

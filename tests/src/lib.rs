@@ -25,6 +25,7 @@ pub mod serial;
 pub mod servers;
 pub mod star;
 pub mod topo;
+pub mod tunnel;
 
 pub use netns::Netns;
 pub use topo::Topology;

@@ -4,11 +4,12 @@ use crate::util::{cargo, require_root, sh};
 
 /// The kernel layer's suites that the generic-XDP and tcx passes run again (module paths in
 /// tests/it, as test-name filters).
-const KERNEL_SUITES: [&str; 4] = [
+const KERNEL_SUITES: [&str; 5] = [
     "kernel::l4_engine::",
     "kernel::udp::",
     "kernel::http::",
     "kernel::node_trust::",
+    "kernel::tunnel::",
 ];
 /// Suites that follow PROBED_XDP_MODE but not PROBED_HOOK: in the generic-XDP pass only.
 const XDP_MODE_SUITES: [&str; 2] = ["kernel::rx_counters::", "kernel::harness_cleanup::"];

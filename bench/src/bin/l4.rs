@@ -133,6 +133,7 @@ fn engine_run(fleet: usize, rounds: u32, pins: &TestPins, tx: TxChoice, name: &'
                         target: target(i),
                         proto: L4Proto::Tcp,
                         timeout: TIMEOUT,
+                        tunnel: None,
                     }
                 })
                 .collect();

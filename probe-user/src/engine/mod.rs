@@ -116,9 +116,38 @@ pub enum L4Proto {
 pub struct L4Request {
     /// The caller's handle for the result.
     pub token: u64,
+    /// Where the probe is addressed: with a tunnel, the service (the VIP) the backend
+    /// answers for.
     pub target: SocketAddr,
     pub proto: L4Proto,
     pub timeout: Duration,
+    /// A TCP probe wrapped in an outer header to a backend, for the backend to unwrap and
+    /// answer from `target` (direct return); None for a plain probe.
+    pub tunnel: Option<Tunnel>,
+}
+
+/// How a probe travels through the data path's own tunnel: IPv4 in IPv4 or IPv6 in IPv6 to
+/// `backend`, which decapsulates it as it does the client flows the load balancer forwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tunnel {
+    pub backend: IpAddr,
+}
+
+impl Tunnel {
+    /// Why `target` cannot be probed through this tunnel, if it cannot: both headers are of
+    /// one family (there is no IPv4-in-IPv6 or the reverse here).
+    pub fn check(&self, target: &SocketAddr) -> Result<(), String> {
+        if is_v4(&self.backend) == is_v4(&target.ip()) {
+            Ok(())
+        } else {
+            Err(format!(
+                "the backend {} and the service address {} are of different families; \
+                 ipip carries IPv4 in IPv4 and IPv6 in IPv6 only",
+                self.backend,
+                target.ip()
+            ))
+        }
+    }
 }
 
 /// What a probe found.

@@ -3,10 +3,12 @@
 //! probe whose next hop has no resolved neighbour yet (the stack resolves it).
 use probe_common::{
     csum::payload_sum,
-    frame::{syn_v4, syn_v6, udp_v4, udp_v6, Ends},
+    frame::{syn_ipip_v4, syn_ipip_v6, syn_v4, syn_v6, udp_v4, udp_v6, Ends},
     l4::{FlowKey, FAMILY_V4},
     packet::{EthHdr, IPPROTO_TCP},
 };
+
+use std::net::IpAddr;
 
 use super::EngineError;
 use crate::kernel::sys::RawIpSocket;
@@ -27,8 +29,15 @@ impl RawSender {
         Ok(Self { v4, v6 })
     }
 
-    /// Sends the probe of `flow` carrying `cookie` (and `payload` for UDP).
-    pub(crate) fn send(&self, flow: &FlowKey, cookie: u32, payload: Option<&[u8]>) -> std::io::Result<()> {
+    /// Sends the probe of `flow` carrying `cookie` (and `payload` for UDP); a TCP probe with
+    /// a `backend` goes inside an outer header to it (the same family as `flow`'s).
+    pub(crate) fn send(
+        &self,
+        flow: &FlowKey,
+        backend: Option<IpAddr>,
+        cookie: u32,
+        payload: Option<&[u8]>,
+    ) -> std::io::Result<()> {
         let mut pkt = Vec::with_capacity(96);
         let tcp = flow.proto == IPPROTO_TCP;
         let (plen, psum) = payload.map_or((0, 0), |p| (p.len() as u16, payload_sum(p)));
@@ -41,7 +50,9 @@ impl RawSender {
                 sport: flow.sport,
                 dport: flow.dport,
             };
-            if tcp {
+            if let Some(IpAddr::V4(b)) = backend {
+                pkt.extend_from_slice(&syn_ipip_v4(&e, b.octets(), cookie).bytes()[EthHdr::LEN..]);
+            } else if tcp {
                 pkt.extend_from_slice(&syn_v4(&e, cookie).bytes()[EthHdr::LEN..]);
             } else {
                 pkt.extend_from_slice(&udp_v4(&e, cookie as u16, plen, psum).bytes()[EthHdr::LEN..]);
@@ -55,7 +66,9 @@ impl RawSender {
                 sport: flow.sport,
                 dport: flow.dport,
             };
-            if tcp {
+            if let Some(IpAddr::V6(b)) = backend {
+                pkt.extend_from_slice(&syn_ipip_v6(&e, b.octets(), cookie).bytes()[EthHdr::LEN..]);
+            } else if tcp {
                 pkt.extend_from_slice(&syn_v6(&e, cookie).bytes()[EthHdr::LEN..]);
             } else {
                 pkt.extend_from_slice(&udp_v6(&e, cookie, plen, psum).bytes()[EthHdr::LEN..]);
@@ -65,7 +78,11 @@ impl RawSender {
             pkt.extend_from_slice(payload.unwrap_or(&[]));
         }
         if flow.family == FAMILY_V4 {
-            self.v4.send_to(&pkt, flow.daddr_v4().into())
+            let to = match backend {
+                Some(IpAddr::V4(b)) => b,
+                _ => flow.daddr_v4().into(),
+            };
+            self.v4.send_to(&pkt, IpAddr::V4(to))
         } else {
             let Some(sock) = &self.v6 else {
                 return Err(std::io::Error::new(
@@ -73,7 +90,11 @@ impl RawSender {
                     "no IPv6 raw socket",
                 ));
             };
-            sock.send_to(&pkt, flow.daddr.into())
+            let to = match backend {
+                Some(IpAddr::V6(b)) => b,
+                _ => flow.daddr.into(),
+            };
+            sock.send_to(&pkt, IpAddr::V6(to))
         }
     }
 }

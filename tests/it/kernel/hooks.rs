@@ -97,6 +97,7 @@ fn tcp(token: u64, target: String) -> L4Request {
         target: target.parse().unwrap(),
         proto: L4Proto::Tcp,
         timeout: Duration::from_millis(500),
+        tunnel: None,
     }
 }
 
@@ -108,6 +109,7 @@ fn udp(token: u64, target: String) -> L4Request {
             payload: Arc::from(&b"probed hooks test"[..]),
         },
         timeout: Duration::from_millis(500),
+        tunnel: None,
     }
 }
 

@@ -37,6 +37,7 @@ fn get(token: u64, target: &str, path: &str, timeout_ms: u64) -> L4Request {
             request: Arc::from(request.as_bytes()),
         },
         timeout: Duration::from_millis(timeout_ms),
+        tunnel: None,
     }
 }
 

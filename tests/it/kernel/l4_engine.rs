@@ -23,6 +23,7 @@ fn tcp(token: u64, target: &str, timeout_ms: u64) -> L4Request {
         target: target.parse().unwrap(),
         proto: L4Proto::Tcp,
         timeout: Duration::from_millis(timeout_ms),
+        tunnel: None,
     }
 }
 
@@ -308,6 +309,7 @@ fn anyip_port80(n: u32) -> Vec<L4Request> {
                 target: SocketAddr::new(ip.into(), 80),
                 proto: L4Proto::Tcp,
                 timeout: Duration::from_secs(2),
+                tunnel: None,
             }
         })
         .collect()

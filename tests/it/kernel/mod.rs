@@ -11,5 +11,6 @@ mod l4_engine;
 mod node_trust;
 mod notrack;
 mod rx_counters;
+mod tunnel;
 mod udp;
 mod vlan;

@@ -180,6 +180,7 @@ fn probe_at_rate(pins: &TestPins, stop: &AtomicBool) -> Vec<probed::engine::L4Re
                     target: format!("{ip}:{ECHO}").parse().unwrap(),
                     proto: L4Proto::Tcp,
                     timeout: Duration::from_millis(500),
+                    tunnel: None,
                 });
                 token += 1;
                 let host = ip.trim_matches(['[', ']']);
@@ -192,6 +193,7 @@ fn probe_at_rate(pins: &TestPins, stop: &AtomicBool) -> Vec<probed::engine::L4Re
                         ),
                     },
                     timeout: Duration::from_millis(500),
+                    tunnel: None,
                 });
             }
         }
@@ -310,6 +312,7 @@ fn echo_probes(tokens: std::ops::Range<u64>) -> Vec<L4Request> {
             .unwrap(),
             proto: L4Proto::Tcp,
             timeout: Duration::from_millis(500),
+            tunnel: None,
         })
         .collect()
 }

@@ -34,6 +34,7 @@ fn burst() -> Vec<L4Request> {
                 target: SocketAddr::new(ip.into(), port),
                 proto,
                 timeout: Duration::from_millis(1000),
+                tunnel: None,
             }
         })
         .collect()

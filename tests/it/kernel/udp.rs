@@ -41,6 +41,7 @@ fn udp_req(token: u64, target: &str, timeout_ms: u64) -> L4Request {
             payload: Arc::from(PAYLOAD),
         },
         timeout: Duration::from_millis(timeout_ms),
+        tunnel: None,
     }
 }
 

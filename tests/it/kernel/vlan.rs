@@ -253,6 +253,7 @@ fn probe(token: u64, target: String, udp: bool) -> L4Request {
             L4Proto::Tcp
         },
         timeout: Duration::from_millis(2000),
+        tunnel: None,
     }
 }
 

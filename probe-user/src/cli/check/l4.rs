@@ -69,6 +69,7 @@ pub(super) fn check_tcp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Resu
             target,
             proto: L4Proto::Tcp,
             timeout,
+            tunnel: None,
         }])?;
         let result = results.blocking_recv().context("the engine stopped")?;
         all_healthy &= result.outcome.healthy();
@@ -122,6 +123,7 @@ pub(super) fn check_udp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Resu
                 target,
                 proto,
                 timeout,
+                tunnel: None,
             }])?;
             let r = results.blocking_recv().context("the engine stopped")?;
             let outcome = UdpOutcome::try_from(r.outcome)

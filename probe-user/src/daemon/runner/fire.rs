@@ -69,6 +69,7 @@ impl Runner {
                     target: key.spec.target(),
                     proto: proto.clone(),
                     timeout: cache.timeout(),
+                    tunnel: None,
                 }),
                 None => match self.task_job(&key.spec, token) {
                     Some(j) if j.probe.datagram() => datagrams.push(j),

@@ -58,6 +58,7 @@ struct Live {
     payload: Option<Arc<[u8]>>,
     /// HTTP probes: the request template's id plus one (0 for others).
     req: u32,
+    tunnel: Option<super::Tunnel>,
 }
 
 pub(crate) struct EngineState {

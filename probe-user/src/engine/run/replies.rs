@@ -2,7 +2,7 @@
 //! passed claimed back from the kernel, racing the reply that may still come.
 use std::time::{Duration, Instant};
 
-use probe_common::l4::{EventKind, ProbeJob, STAGE_REQUEST_SENT};
+use probe_common::l4::{EventKind, STAGE_REQUEST_SENT};
 
 use super::EngineState;
 use crate::engine::L4Outcome;
@@ -37,13 +37,7 @@ impl EngineState {
                     // family. Any other lookup failure means there is no route.
                     if kind == EventKind::NoNeighbour || ev.icmp_code == FIB_FWD_DISABLED {
                         self.stats.stack_fallbacks += 1;
-                        let job = ProbeJob {
-                            flow: live.flow,
-                            slot: ev.slot,
-                            gen: ev.gen,
-                            req: live.req,
-                            _pad: 0,
-                        };
+                        let job = super::send::job_of(live.flow, ev.slot, ev.gen, live.req, live.tunnel);
                         self.send_raw(&job);
                         continue;
                     }

@@ -9,8 +9,8 @@ use std::{
 use probe_common::{
     cookie::{probe_cookie, sport_offset},
     csum::payload_sum,
-    frame::{SynV4, SynV6, UdpV4, UdpV6},
-    l4::{FlowKey, Inflight, ProbeJob},
+    frame::{SynIpipV4, SynIpipV6, SynV4, SynV6, UdpV4, UdpV6},
+    l4::{FlowKey, Inflight, ProbeJob, TUNNEL_IPIP, TUNNEL_NONE},
     packet::{IPPROTO_TCP, IPPROTO_UDP},
 };
 
@@ -19,7 +19,7 @@ use crate::engine::{
     is_v4,
     source::{source_by, SourceBy},
     templates::Acquired,
-    L4Outcome, L4Proto, L4Request, TxPath,
+    L4Outcome, L4Proto, L4Request, Tunnel, TxPath,
 };
 
 /// Probes sent between two reads of the ring buffer when a large backlog goes out: enough
@@ -35,8 +35,9 @@ const PICK_ATTEMPTS: u16 = 16;
 /// Shortest gap between two warnings about failed generator runs.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
-/// Probes that share one template frame: IPv4 or not, and the UDP payload (None for TCP).
-type FrameShape = (bool, Option<Arc<[u8]>>);
+/// Probes that share one template frame: IPv4 or not, the UDP payload (None for TCP), and
+/// whether they go through a tunnel.
+type FrameShape = (bool, Option<Arc<[u8]>>, bool);
 
 impl EngineState {
     /// A source port for this flow that no live probe uses, chosen with the cookie key from
@@ -92,7 +93,15 @@ impl EngineState {
         for (submitted, req) in reqs {
             // On the XDP path the generator's route lookup picks any source not configured,
             // where the kernel lets it (source_by).
-            let ip = req.target.ip();
+            // A tunnelled probe is routed, and takes its source, by its backend.
+            let ip = req.tunnel.map_or(req.target.ip(), |t| t.backend);
+            if req.tunnel.is_some_and(|t| t.check(&req.target).is_err())
+                || req.tunnel.is_some() && req.proto != L4Proto::Tcp
+            {
+                // The daemon and `probed check` refuse such checks before they get here.
+                self.reject(&req, L4Outcome::LocalError { errno: libc::EINVAL });
+                continue;
+            }
             let configured = self.sources.configured(ip);
             let src = match source_by(self.path, configured.is_some(), self.fib_src) {
                 SourceBy::Config => configured,
@@ -140,11 +149,12 @@ impl EngineState {
                 claimed: false,
                 payload: payload.clone(),
                 req: req_id,
+                tunnel: req.tunnel,
             };
             let slot = self.alloc_slot(live);
             self.active_flows.insert(flow, slot);
             self.deadlines.push(now, req.timeout, slot, gen);
-            let shape = (is_v4(&req.target.ip()), payload);
+            let shape = (is_v4(&req.target.ip()), payload, req.tunnel.is_some());
             let group = match groups.iter().position(|(s, _)| *s == shape) {
                 Some(i) => i,
                 None => {
@@ -152,17 +162,11 @@ impl EngineState {
                     groups.len() - 1
                 }
             };
-            groups[group].1.push(ProbeJob {
-                flow,
-                slot,
-                gen,
-                req: req_id,
-                _pad: 0,
-            });
+            groups[group].1.push(job_of(flow, slot, gen, req_id, req.tunnel));
         }
-        for ((v4, payload), mut jobs) in groups {
+        for ((v4, payload, tunnel), mut jobs) in groups {
             match self.path {
-                TxPath::Xdp => self.send_xdp(v4, payload.as_deref(), &mut jobs),
+                TxPath::Xdp => self.send_xdp((v4, tunnel), payload.as_deref(), &mut jobs),
                 TxPath::Raw => {
                     for job in &jobs {
                         self.send_raw(job);
@@ -190,12 +194,14 @@ impl EngineState {
         }
     }
 
-    fn send_xdp(&mut self, v4: bool, payload: Option<&[u8]>, jobs: &mut [ProbeJob]) {
-        let head = match (v4, payload.is_some()) {
-            (true, false) => SynV4::LEN,
-            (false, false) => SynV6::LEN,
-            (true, true) => UdpV4::LEN,
-            (false, true) => UdpV6::LEN,
+    fn send_xdp(&mut self, (v4, tunnel): (bool, bool), payload: Option<&[u8]>, jobs: &mut [ProbeJob]) {
+        let head = match (v4, payload.is_some(), tunnel) {
+            (true, _, true) => SynIpipV4::LEN,
+            (false, _, true) => SynIpipV6::LEN,
+            (true, false, false) => SynV4::LEN,
+            (false, false, false) => SynV6::LEN,
+            (true, true, false) => UdpV4::LEN,
+            (false, true, false) => UdpV6::LEN,
         };
         let mut template = vec![0u8; head];
         let (psum, plen) = match payload {
@@ -244,7 +250,12 @@ impl EngineState {
         let mut job = *job;
         if job.flow.source_unset() {
             // The generator could not route it: ask the routing table for a source here.
-            let Some(src) = self.sources.source_for(ip_of(&job.flow), Instant::now()) else {
+            let toward = if job.tunnel == TUNNEL_NONE {
+                ip_of(&job.flow)
+            } else {
+                outer_of(&job)
+            };
+            let Some(src) = self.sources.source_for(toward, Instant::now()) else {
                 self.fail_now(job.slot, L4Outcome::NoRoute);
                 return;
             };
@@ -276,7 +287,8 @@ impl EngineState {
             .get(job.slot as usize)
             .and_then(|l| l.as_ref())
             .and_then(|l| l.payload.clone());
-        if let Err(e) = self.raw.send(&job.flow, cookie, payload.as_deref()) {
+        let backend = (job.tunnel != TUNNEL_NONE).then(|| outer_of(&job));
+        if let Err(e) = self.raw.send(&job.flow, backend, cookie, payload.as_deref()) {
             log::debug!("raw send to slot {} failed: {e}", job.slot);
             if self.kernel.claim(&job.flow) {
                 self.fail_now(job.slot, send_failure(&e));
@@ -300,5 +312,27 @@ fn ip_of(flow: &FlowKey) -> IpAddr {
         IpAddr::from(flow.daddr_v4())
     } else {
         IpAddr::from(flow.daddr)
+    }
+}
+
+/// The generator's job for a probe of `flow`, wrapped toward the backend if tunnelled.
+pub(super) fn job_of(flow: FlowKey, slot: u32, gen: u32, req: u32, tunnel: Option<Tunnel>) -> ProbeJob {
+    let mut job = ProbeJob::plain(flow, slot, gen, req);
+    if let Some(t) = tunnel {
+        job.tunnel = TUNNEL_IPIP;
+        match t.backend {
+            IpAddr::V4(a) => job.outer[..4].copy_from_slice(&a.octets()),
+            IpAddr::V6(a) => job.outer = a.octets(),
+        }
+    }
+    job
+}
+
+/// A tunnelled job's backend.
+fn outer_of(job: &ProbeJob) -> IpAddr {
+    if job.flow.family == probe_common::l4::FAMILY_V4 {
+        IpAddr::from([job.outer[0], job.outer[1], job.outer[2], job.outer[3]])
+    } else {
+        IpAddr::from(job.outer)
     }
 }
