@@ -24,7 +24,10 @@ use std::{
 use probed::kernel::tun::Tun;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::Netns;
+use crate::{
+    topo::{BACKEND_IF, PROBER_IF, PROBER_V4, PROBER_V6},
+    Netns, Topology,
+};
 
 /// Protocol numbers of the inner packet in the outer header.
 const IPPROTO_IPIP: i32 = 4;
@@ -145,4 +148,189 @@ fn readable(f: &File) -> bool {
     // SAFETY: one valid pollfd, for the length given.
     let rc = unsafe { libc::poll(&raw mut p, 1, TICK.as_millis() as i32) };
     rc > 0 && p.revents & libc::POLLIN != 0
+}
+
+pub const VIP4: &str = "198.18.40.1";
+pub const VIP6: &str = "2001:2:40::1";
+pub const PORT: u16 = 8080;
+pub const TIMEOUT: Duration = Duration::from_millis(600);
+
+/// How a direct-return backend is set up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The VIP on lo, the service listening on it, the tunnel device up.
+    Healthy,
+    /// Nothing listens on the VIP (the service only on the backend's own address).
+    ServiceOnOwnAddressOnly,
+    /// The VIP is not on lo: the unwrapped packet is for nobody here.
+    VipMissing,
+    /// Strict reverse-path filtering on the tunnel device: the prober is reached by the
+    /// link, not by the tunnel, so IPv4 drops the unwrapped packet (IPv6 has no rp_filter).
+    RpFilterStrict,
+    /// The tunnel device is down.
+    TunnelDown,
+}
+
+pub const BACKENDS: [Backend; 5] = [
+    Backend::Healthy,
+    Backend::ServiceOnOwnAddressOnly,
+    Backend::VipMissing,
+    Backend::RpFilterStrict,
+    Backend::TunnelDown,
+];
+
+pub fn backend_v4(k: usize) -> IpAddr {
+    format!("198.18.0.{}", 10 + k).parse().unwrap()
+}
+
+pub fn backend_v6(k: usize) -> IpAddr {
+    format!("2001:2::{}", 10 + k).parse().unwrap()
+}
+
+/// Backends behind one VIP on the prober's link, one namespace per `BACKENDS` case, and the
+/// reference client's way to each.
+pub struct DsrRig {
+    pub topo: Topology,
+    pub backends: Vec<Netns>,
+    _ends: Vec<TunnelEnd>,
+    _listeners: Vec<std::net::TcpListener>,
+}
+
+/// The prober's link becomes a switch (a bridge in the old backend namespace) with one backend
+/// namespace per case on it; each backend unwraps IP-in-IP into its device `tun0`. The prober
+/// gets an encapsulating device `rt<k>` per backend and a routing table per mark k+1 that
+/// sends the VIPs into it.
+pub fn dsr_rig() -> DsrRig {
+    let topo = Topology::new();
+    let switch = &topo.backend;
+    switch.ip(&["link", "add", "br0", "type", "bridge"]);
+    switch.ip(&["link", "set", BACKEND_IF, "master", "br0"]);
+    switch.ip(&["link", "set", "br0", "up"]);
+    for key in ["all", "default", PROBER_IF] {
+        topo.prober.sysctl(&format!("net.ipv4.conf.{key}.rp_filter"), "0");
+    }
+    let mut backends = Vec::new();
+    let mut ends = Vec::new();
+    let mut listeners = Vec::new();
+    for (k, case) in BACKENDS.into_iter().enumerate() {
+        let b = Netns::new("pdt");
+        let port = format!("sw{k}");
+        crate::run(
+            "ip",
+            &[
+                "link",
+                "add",
+                &port,
+                "netns",
+                &switch.name,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                &b.name,
+            ],
+        );
+        switch.ip(&["link", "set", &port, "master", "br0"]);
+        switch.ip(&["link", "set", &port, "up"]);
+        b.ip(&["addr", "add", &format!("{}/24", backend_v4(k)), "dev", "eth0"]);
+        b.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{}/64", backend_v6(k)),
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
+        b.ip(&["link", "set", "eth0", "up"]);
+        ends.push(decap(&b, "tun0"));
+        let strict = if case == Backend::RpFilterStrict { "1" } else { "0" };
+        for key in ["all", "tun0"] {
+            b.sysctl(&format!("net.ipv4.conf.{key}.rp_filter"), strict);
+        }
+        if case == Backend::TunnelDown {
+            b.ip(&["link", "set", "tun0", "down"]);
+        }
+        if case != Backend::VipMissing {
+            b.ip(&["addr", "add", &format!("{VIP4}/32"), "dev", "lo"]);
+            b.ip(&["-6", "addr", "add", &format!("{VIP6}/128"), "dev", "lo", "nodad"]);
+        }
+        if case == Backend::ServiceOnOwnAddressOnly {
+            listeners.push(b.tcp_listen(&format!("{}:{PORT}", backend_v4(k))));
+            listeners.push(b.tcp_listen(&format!("[{}]:{PORT}", backend_v6(k))));
+        } else {
+            // Both families, any local address.
+            listeners.push(b.tcp_listen(&format!("[::]:{PORT}")));
+        }
+        // The reference client's way to this backend.
+        let dev = format!("rt{k}");
+        ends.push(encap(&topo.prober, &dev, backend_v4(k), backend_v6(k)));
+        let (mark, table) = ((k + 1).to_string(), (100 + k).to_string());
+        for fam in ["-4", "-6"] {
+            topo.prober.ip(&[fam, "rule", "add", "fwmark", &mark, "table", &table]);
+        }
+        topo.prober.ip(&[
+            "route",
+            "add",
+            &format!("{VIP4}/32"),
+            "dev",
+            &dev,
+            "src",
+            PROBER_V4,
+            "table",
+            &table,
+        ]);
+        topo.prober.ip(&[
+            "-6",
+            "route",
+            "add",
+            &format!("{VIP6}/128"),
+            "dev",
+            &dev,
+            "src",
+            PROBER_V6,
+            "table",
+            &table,
+        ]);
+        // Neighbours both ways before the first probe (the generator would hand a probe to an
+        // unresolved neighbour to the stack).
+        topo.prober.exec("ping", &["-c1", "-W1", &backend_v4(k).to_string()]);
+        topo.prober
+            .exec("ping", &["-6", "-c1", "-W1", &backend_v6(k).to_string()]);
+        backends.push(b);
+    }
+    DsrRig {
+        topo,
+        backends,
+        _ends: ends,
+        _listeners: listeners,
+    }
+}
+
+/// The reference client's verdict: a TCP connect to the VIP through backend k's tunnel, as
+/// "open", "refused", "timeout" or "unreachable" (its errno).
+pub fn reference(rig: &DsrRig, k: usize, vip: IpAddr) -> &'static str {
+    rig.topo.prober.enter(|| {
+        let target = SocketAddr::new(vip, PORT);
+        let s = socket2::Socket::new(socket2::Domain::for_address(target), socket2::Type::STREAM, None).unwrap();
+        s.set_mark(k as u32 + 1).unwrap();
+        match s.connect_timeout(&target.into(), TIMEOUT) {
+            Ok(()) => "open",
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => "refused",
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut || e.kind() == std::io::ErrorKind::WouldBlock => {
+                "timeout"
+            }
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENETUNREACH | libc::EHOSTUNREACH | libc::EACCES)
+                ) =>
+            {
+                "unreachable"
+            }
+            Err(e) => panic!("reference connect to {target} through rt{k}: {e}"),
+        }
+    })
 }

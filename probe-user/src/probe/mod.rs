@@ -31,6 +31,9 @@ pub use kinds::{KindId, Probe};
 pub enum ProbeKind {
     /// SYN or one UDP datagram through the L4 engine.
     L4(L4Proto),
+    /// A TCP SYN through the data path's tunnel to the service address (`tcp::TunnelTo`), the
+    /// endpoint's address the outer destination; through the L4 engine.
+    L4Tunnel(Arc<tcp::TunnelTo>),
     /// A probe that runs as a task (HTTP(S), gRPC, UDP request/response, ...).
     Task(Arc<dyn TaskProbe>),
 }

@@ -8,3 +8,4 @@ mod http_conformance;
 mod keep_alive;
 mod local_errors;
 mod tls_verify;
+mod tunnel;

@@ -236,6 +236,12 @@ fn contexts() -> Vec<(Doc, Config)> {
             .without("profile.endpoint"),
         // An agent check beside the health check.
         base().set("profile.health", "agent_port", Some("9999")),
+        // A TCP check through the data path's tunnel to a VIP.
+        base().set("profile.health", "tunnel", Some("\"ipip\"")).set(
+            "profile.health",
+            "tunnel_vip",
+            Some("\"198.51.100.10\""),
+        ),
         // An HTTPS check that verifies the chain (against the system's roots).
         profile("lb", "https", "priority").set("profile.health", "tls_verify", Some("\"ca\"")),
         // A profile whose endpoints are a name's records: A and AAAA, then SRV.

@@ -273,3 +273,54 @@ fn every_protocol_reads_into_its_kind_and_says_itself_back() {
         assert_eq!(profile.endpoints[0].port, default.unwrap_or(7), "{p}");
     }
 }
+
+fn tcp_tunnel(health: &str, address: &str) -> String {
+    format!(
+        "[[profile]]\nname = \"dsr\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\nport = 80\n{health}\n\
+         [[profile.endpoint]]\naddress = \"{address}\"\n"
+    )
+}
+
+rule!(
+    tunnel_without_vip,
+    tcp_tunnel("tunnel = \"ipip\"", "192.0.2.1"),
+    "profile[0].health.tunnel_vip"
+);
+rule!(
+    tunnel_vip_without_tunnel,
+    tcp_tunnel("tunnel_vip = \"198.51.100.10\"", "192.0.2.1"),
+    "profile[0].health.tunnel_vip"
+);
+rule!(
+    tunnel_of_an_unknown_kind,
+    tcp_tunnel("tunnel = \"vxlan\"\ntunnel_vip = \"198.51.100.10\"", "192.0.2.1"),
+    "profile[0].health.tunnel"
+);
+rule!(
+    tunnel_vip_not_an_address,
+    tcp_tunnel("tunnel = \"ipip\"\ntunnel_vip = \"vip.example\"", "192.0.2.1"),
+    "profile[0].health.tunnel_vip"
+);
+rule!(
+    tunnel_on_an_http_check,
+    cfg("lb", "", "tunnel = \"ipip\"", ""),
+    "profile[0].health.tunnel"
+);
+rule!(
+    tunnel_endpoint_of_the_other_family,
+    tcp_tunnel("tunnel = \"ipip\"\ntunnel_vip = \"198.51.100.10\"", "2001:db8::1"),
+    "profile[0].endpoint[0].address"
+);
+
+#[test]
+fn a_tunnelled_check_reads_its_vip() {
+    let c = Config::parse(
+        &tcp_tunnel("tunnel = \"ipip\"\ntunnel_vip = \"2001:db8::10\"", "2001:db8::1"),
+        "t.toml",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.profiles[0].health.probe.tunnel_vip(),
+        Some("2001:db8::10".parse().unwrap())
+    );
+}

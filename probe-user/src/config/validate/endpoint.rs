@@ -210,7 +210,7 @@ fn endpoint(
         &format!("the profile's protocol is {p}"),
     );
     // The order is the order errors at the same place are reported in.
-    let address = address(r, &t);
+    let address = address(r, &t, health);
     let port = port(r, &t, health);
     let weight = bounded(r, &t, "weight", 1, 1000, 1);
     let priority = priority(r, &t, index, routing, taken);
@@ -252,14 +252,26 @@ fn haproxy_server(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<String> {
     }
 }
 
-fn address(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<IpAddr> {
+fn address(r: &mut Reader<'_>, t: &Table<'_, '_>, health: &HealthCheck) -> Option<IpAddr> {
     match r.string(t, "address") {
         None => {
             r.missing(t, "address", "every endpoint needs an address");
             None
         }
         Some(item) => match item.v.parse::<IpAddr>() {
-            Ok(ip) if !ip.is_unspecified() && !ip.is_multicast() => Some(ip),
+            Ok(ip) if !ip.is_unspecified() && !ip.is_multicast() => match health.probe.tunnel_vip() {
+                Some(vip) if vip.is_ipv4() != ip.is_ipv4() => {
+                    r.bad(
+                        &item,
+                        format!(
+                            "the tunnel's outer header goes to this address and its inner one to tunnel_vip \
+                             {vip}: ipip carries IPv4 in IPv4 and IPv6 in IPv6, so both must be of one family"
+                        ),
+                    );
+                    None
+                }
+                _ => Some(ip),
+            },
             _ => {
                 r.bad(&item, "expected a unicast IPv4 or IPv6 address");
                 None

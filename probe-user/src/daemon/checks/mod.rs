@@ -58,6 +58,18 @@ impl CheckSpec {
         SocketAddr::new(self.ip, self.port)
     }
 
+    /// Where the L4 engine sends its probe: the target, or through a tunnel to the endpoint
+    /// the service address at the same port.
+    pub fn l4_road(&self) -> (SocketAddr, Option<crate::engine::Tunnel>) {
+        match &self.kind {
+            ProbeKind::L4Tunnel(t) => (
+                SocketAddr::new(t.vip, self.port),
+                Some(crate::engine::Tunnel { backend: self.ip }),
+            ),
+            _ => (self.target(), None),
+        }
+    }
+
     /// What it looks at: a change of this starts the endpoint over.
     pub fn subject(&self) -> Subject {
         Subject {

@@ -64,13 +64,16 @@ impl Runner {
                 protocol: cache.protocol,
             });
             match &cache.l4 {
-                Some(proto) => batch.push(L4Request {
-                    token,
-                    target: key.spec.target(),
-                    proto: proto.clone(),
-                    timeout: cache.timeout(),
-                    tunnel: None,
-                }),
+                Some(proto) => {
+                    let (target, tunnel) = key.spec.l4_road();
+                    batch.push(L4Request {
+                        token,
+                        target,
+                        proto: proto.clone(),
+                        timeout: cache.timeout(),
+                        tunnel,
+                    });
+                }
                 None => match self.task_job(&key.spec, token) {
                     Some(j) if j.probe.datagram() => datagrams.push(j),
                     Some(j) => connections.push(j),
@@ -111,6 +114,7 @@ impl Runner {
             .map(|t| t.profile_ix());
         let l4 = match &spec.kind {
             ProbeKind::L4(proto) => Some(proto.clone()),
+            ProbeKind::L4Tunnel(_) => Some(L4Proto::Tcp),
             ProbeKind::Task(probe) if self.kernel_http() => probe
                 .kernel_request(spec.target())
                 .map(|request| L4Proto::Http { request }),

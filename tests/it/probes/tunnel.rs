@@ -1,0 +1,108 @@
+//! `tunnel = "ipip"` in the daemon (issue 49): a DSR fleet checked the way its client flows
+//! reach it. Five backends behind one VIP (healthy, service not on the VIP, VIP missing,
+//! strict rp_filter, tunnel down), IPv4 and IPv6 profiles through the tunnel beside a plain
+//! profile of the same backends: each endpoint's status is what a client routed through that
+//! backend's tunnel meets, while the plain check calls every backend up. Then the healthy
+//! backend loses its VIP (a typo in a deploy, a reboot that did not restore it): the tunnelled
+//! profiles take it out, the plain one does not, and it comes back when the VIP does.
+use std::time::Duration;
+
+use probed::status::EndpointStatus;
+use probed_tests::{
+    daemon::{last_reason, DaemonFiles, RunningDaemon},
+    topo::PROBER_IF,
+    tunnel::{backend_v4, backend_v6, dsr_rig, reference, DsrRig, BACKENDS, PORT, VIP4, VIP6},
+};
+
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// The profiles: (name, VIP inside the tunnel or none, IPv6).
+const PROFILES: [(&str, Option<&str>, bool); 3] = [
+    ("dsr4", Some(VIP4), false),
+    ("dsr6", Some(VIP6), true),
+    ("own4", None, false),
+];
+
+fn config(files: &DaemonFiles) -> String {
+    let mut text = files.header(PROBER_IF);
+    for (name, vip, v6) in PROFILES {
+        text += &format!(
+            "[[profile]]\nname = \"{name}\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\nport = {PORT}\n\
+             interval = \"200ms\"\ntimeout = \"300ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n"
+        );
+        if let Some(vip) = vip {
+            text += &format!("tunnel = \"ipip\"\ntunnel_vip = \"{vip}\"\n");
+        }
+        for k in 0..BACKENDS.len() {
+            let address = if v6 { backend_v6(k) } else { backend_v4(k) };
+            text += &format!("[[profile.endpoint]]\nname = \"b{k}\"\naddress = \"{address}\"\n");
+        }
+    }
+    text
+}
+
+/// Waits until endpoint `b<k>` of `profile` is Online (`up`) or Degraded, and returns its
+/// last result's reason.
+fn settle(d: &RunningDaemon, profile: &str, k: usize, up: bool) -> String {
+    let want = if up {
+        EndpointStatus::Online
+    } else {
+        EndpointStatus::Degraded
+    };
+    let v = d.wait_status(profile, &format!("b{k}"), want, SETTLE);
+    last_reason(&v)
+}
+
+/// What the reference client meets through backend k's tunnel to the profile's VIP; a plain
+/// profile's reference is the backend's own address, where every backend listens.
+fn client_gets_through(rig: &DsrRig, k: usize, vip: Option<&str>) -> bool {
+    vip.is_none_or(|vip| reference(rig, k, vip.parse().unwrap()) == "open")
+}
+
+#[test]
+fn a_dsr_fleet_is_checked_through_its_tunnel_and_a_backend_that_loses_its_vip_leaves() {
+    let rig = dsr_rig();
+    let files = DaemonFiles::new();
+    let config = files.write_config(&config(&files));
+    let d = RunningDaemon::start(&rig.topo.prober, config, Some(&files.config_path())).expect("daemon starts");
+
+    let mut table = String::new();
+    for (profile, vip, _) in PROFILES {
+        for (k, case) in BACKENDS.into_iter().enumerate() {
+            let up = client_gets_through(&rig, k, vip);
+            let reason = settle(&d, profile, k, up);
+            table.push_str(&format!(
+                "  {profile:<5} b{k} {:<24} client {:<5} probed {} ({reason})\n",
+                format!("{case:?}"),
+                if up { "up" } else { "down" },
+                if up { "Online" } else { "Degraded" }
+            ));
+        }
+    }
+    eprintln!("{table}");
+
+    // The healthy backend (b0) loses its VIP: through the tunnel it is down, plainly it is not.
+    let b0 = &rig.backends[0];
+    b0.ip(&["addr", "del", &format!("{VIP4}/32"), "dev", "lo"]);
+    b0.ip(&["-6", "addr", "del", &format!("{VIP6}/128"), "dev", "lo"]);
+    for (profile, vip, _) in PROFILES {
+        let up = client_gets_through(&rig, 0, vip);
+        assert_eq!(up, vip.is_none(), "{profile}: the reference client without the VIP");
+        settle(&d, profile, 0, up);
+    }
+    // The plain profile never noticed.
+    let own = d.endpoint("own4", "b0");
+    assert_eq!(own.status, EndpointStatus::Online);
+
+    // The VIP is back: so is the backend.
+    b0.ip(&["addr", "add", &format!("{VIP4}/32"), "dev", "lo"]);
+    b0.ip(&["-6", "addr", "add", &format!("{VIP6}/128"), "dev", "lo", "nodad"]);
+    for (profile, vip, _) in PROFILES {
+        assert!(
+            client_gets_through(&rig, 0, vip),
+            "{profile}: the reference client with the VIP"
+        );
+        settle(&d, profile, 0, true);
+    }
+    d.stop();
+}
