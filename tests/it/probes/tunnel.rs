@@ -106,3 +106,59 @@ fn a_dsr_fleet_is_checked_through_its_tunnel_and_a_backend_that_loses_its_vip_le
     }
     d.stop();
 }
+
+/// `probed check tcp://BACKEND:PORT --tunnel ipip --tunnel-vip VIP` gives the reference
+/// client's verdict per backend; the same URL without the tunnel says the backend is up.
+#[test]
+fn probed_check_takes_the_tunnel_too() {
+    let rig = dsr_rig();
+    let run = |args: &[&str]| {
+        let out = probed_tests::probed_check(&rig.topo.prober, args);
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    for (k, case) in BACKENDS.into_iter().enumerate() {
+        for (vip, backend) in [(VIP4, backend_v4(k)), (VIP6, backend_v6(k))] {
+            let url = match backend {
+                std::net::IpAddr::V4(a) => format!("tcp://{a}:{PORT}"),
+                std::net::IpAddr::V6(a) => format!("tcp://[{a}]:{PORT}"),
+            };
+            let (code, out) = run(&[
+                &url,
+                "--tunnel",
+                "ipip",
+                "--tunnel-vip",
+                vip,
+                "--timeout",
+                "300",
+                "--json",
+            ]);
+            let up = reference(&rig, k, vip.parse().unwrap()) == "open";
+            assert_eq!(code == 0, up, "{case:?} {url} through the tunnel: {out}");
+            let line: serde_json::Value =
+                serde_json::from_str(out.lines().next().unwrap_or("{}")).expect("a JSON line");
+            assert_eq!(line["verdict"], if up { "healthy" } else { "unhealthy" }, "{out}");
+            let (code, out) = run(&[&url, "--timeout", "300"]);
+            assert_eq!(code, 0, "{case:?} {url} plainly: {out}");
+        }
+    }
+    // The tunnel's VIP must be of the backend's family; other schemes take no tunnel.
+    let (code, _) = run(&[
+        &format!("tcp://{}:{PORT}", backend_v4(0)),
+        "--tunnel",
+        "ipip",
+        "--tunnel-vip",
+        VIP6,
+    ]);
+    assert_eq!(code, 1);
+    let (code, _) = run(&[
+        &format!("http://{}:{PORT}/", backend_v4(0)),
+        "--tunnel",
+        "ipip",
+        "--tunnel-vip",
+        VIP4,
+    ]);
+    assert_eq!(code, 1);
+}

@@ -7,7 +7,9 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use probed::engine::{source::probe_iface, EngineConfig, L4Engine, L4Proto, L4Request, L4Result, TxChoice, TxPath};
+use probed::engine::{
+    source::probe_iface, EngineConfig, L4Engine, L4Proto, L4Request, L4Result, Tunnel, TxChoice, TxPath,
+};
 
 use super::{render::Line, CheckArgs};
 
@@ -56,8 +58,18 @@ fn start_for(
 }
 
 pub(super) fn check_tcp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Result<ExitCode> {
-    let target = resolve(host, port)?;
-    let (engine, mut results) = start_for(args, target)?;
+    let backend = resolve(host, port)?;
+    // Through a tunnel the SYN is addressed to the VIP and its outer header to the host.
+    let (target, tunnel) = match args.tunnel_vip {
+        Some(vip) => {
+            let via = Tunnel { backend: backend.ip() };
+            let inner = SocketAddr::new(vip, port);
+            via.check(&inner).map_err(anyhow::Error::msg).context("--tunnel-vip")?;
+            (inner, Some(via))
+        }
+        None => (backend, None),
+    };
+    let (engine, mut results) = start_for(args, backend)?;
     let timeout = Duration::from_millis(args.timeout);
     let mut all_healthy = true;
     for i in 0..args.count {
@@ -69,7 +81,7 @@ pub(super) fn check_tcp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Resu
             target,
             proto: L4Proto::Tcp,
             timeout,
-            tunnel: None,
+            tunnel,
         }])?;
         let result = results.blocking_recv().context("the engine stopped")?;
         all_healthy &= result.outcome.healthy();

@@ -91,6 +91,14 @@ pub struct CheckArgs {
     /// without it, silence is success and only an ICMP error fails (plain mode).
     #[arg(long, value_parser = udp_payload)]
     pub expect: Option<String>,
+    /// TCP: send the SYN through the data path's tunnel, as `tunnel` in the config: "ipip"
+    /// (IPv4 in IPv4, IPv6 in IPv6) to the URL's host, with --tunnel-vip inside.
+    #[arg(long, value_name = "KIND", requires = "tunnel_vip", value_parser = ["ipip"])]
+    pub tunnel: Option<String>,
+    /// TCP with --tunnel: the service address inside the tunnel (the VIP the backend at the
+    /// URL's host answers for, at the URL's port).
+    #[arg(long, value_name = "ADDRESS", requires = "tunnel")]
+    pub tunnel_vip: Option<std::net::IpAddr>,
 }
 
 /// The most probes one `probed check` sends.
@@ -223,7 +231,13 @@ pub(super) fn split_authority(authority: &str, default_port: u16) -> anyhow::Res
 }
 
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    match parse_target(&args.url)? {
+    let target = parse_target(&args.url)?;
+    if args.tunnel.is_some() && !matches!(target, Target::Tcp { .. }) {
+        bail!(
+            "--tunnel: only tcp:// checks go through a tunnel (the URL's host is the backend, the port the service's)"
+        );
+    }
+    match target {
         Target::Http {
             scheme,
             host,
