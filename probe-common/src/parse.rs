@@ -7,6 +7,7 @@
 //! and no fragment header; an ICMP error's quote gets the same checks.
 use crate::packet::{
     EthHdr, IcmpHdr, Ipv4Hdr, Ipv6Hdr, QuotedL4, TcpHdr, UdpHdr, ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6,
+    IPPROTO_IPIP, IPPROTO_IPV6,
 };
 
 /// 802.1Q customer tag (and the TPID of a single tag).
@@ -210,9 +211,16 @@ pub struct Quote {
 
 /// Parses the datagram an ICMP or ICMPv6 error at `icmp_off` quotes, with the same rules as
 /// the outer header (the same family as the outer one), and its first eight transport bytes.
+/// An error about a tunnelled probe's outer packet (IPv4 in IPv4, IPv6 in IPv6: a backend that
+/// cannot unwrap it) quotes the probe behind the outer header: that is the quote returned, read
+/// with the same rules. Only a probe's own flow and cookie make either match anything.
 #[inline(always)]
 pub fn parse_quote<P: Packet + ?Sized>(p: &P, icmp_off: usize, ipv6: bool) -> Option<Quote> {
-    let l3 = parse_l3(p, icmp_off + IcmpHdr::LEN, ipv6)?;
+    let mut l3 = parse_l3(p, icmp_off + IcmpHdr::LEN, ipv6)?;
+    let wrapped = if ipv6 { IPPROTO_IPV6 } else { IPPROTO_IPIP };
+    if l3.proto == wrapped {
+        l3 = parse_l3(p, l3.l4_off, ipv6)?;
+    }
     let l4 = p.read::<QuotedL4>(l3.l4_off)?;
     Some(Quote { l3, l4 })
 }

@@ -169,14 +169,18 @@ pub enum Backend {
     RpFilterStrict,
     /// The tunnel device is down.
     TunnelDown,
+    /// No decapsulation at all: the kernel answers the outer packet "protocol unreachable"
+    /// (IPv4) or "unknown next header" (IPv6), quoting it.
+    NoTunnel,
 }
 
-pub const BACKENDS: [Backend; 5] = [
+pub const BACKENDS: [Backend; 6] = [
     Backend::Healthy,
     Backend::ServiceOnOwnAddressOnly,
     Backend::VipMissing,
     Backend::RpFilterStrict,
     Backend::TunnelDown,
+    Backend::NoTunnel,
 ];
 
 pub fn backend_v4(k: usize) -> IpAddr {
@@ -245,10 +249,12 @@ pub fn dsr_rig() -> DsrRig {
             "nodad",
         ]);
         b.ip(&["link", "set", "eth0", "up"]);
-        ends.push(decap(&b, "tun0"));
-        let strict = if case == Backend::RpFilterStrict { "1" } else { "0" };
-        for key in ["all", "tun0"] {
-            b.sysctl(&format!("net.ipv4.conf.{key}.rp_filter"), strict);
+        if case != Backend::NoTunnel {
+            ends.push(decap(&b, "tun0"));
+            let strict = if case == Backend::RpFilterStrict { "1" } else { "0" };
+            for key in ["all", "tun0"] {
+                b.sysctl(&format!("net.ipv4.conf.{key}.rp_filter"), strict);
+            }
         }
         if case == Backend::TunnelDown {
             b.ip(&["link", "set", "tun0", "down"]);

@@ -330,6 +330,45 @@ fn icmp_quote_of_a_udp_probe() {
 }
 
 #[test]
+fn an_error_about_a_tunnelled_probes_outer_packet_quotes_the_probe_behind_it() {
+    let e = crate::frame::Ends {
+        smac: MAC_A,
+        dmac: MAC_B,
+        saddr: V4_US,
+        daddr: [198, 18, 40, 1],
+        sport: 61001,
+        dport: 443,
+    };
+    let backend = [198, 18, 0, 10];
+    let syn = crate::frame::syn_ipip_v4(&e, backend, 0x1234_5678);
+    // Protocol unreachable from the backend, quoting the outer header and what follows.
+    let q = quote_of(&icmp4(3, 2, &syn.bytes()[EthHdr::LEN..])).expect("the probe behind the outer header");
+    assert_eq!((&q.l3.saddr[..4], &q.l3.daddr[..4]), (&V4_US[..], &e.daddr[..]));
+    assert_eq!(
+        (q.l3.proto, q.l4.sport(), q.l4.dport(), q.l4.seq()),
+        (IPPROTO_TCP, 61001, 443, 0x1234_5678)
+    );
+    // An inner header that breaks a rule is refused like an outer one.
+    let mut cut = syn.bytes()[EthHdr::LEN..].to_vec();
+    cut[Ipv4Hdr::LEN] = 0x44;
+    assert_eq!(quote_of(&icmp4(3, 2, &cut)), None, "inner IHL 4");
+
+    let mut d6 = V6_THEM;
+    d6[15] = 0x40;
+    let e6 = crate::frame::Ends {
+        smac: MAC_A,
+        dmac: MAC_B,
+        saddr: V6_US,
+        daddr: d6,
+        sport: 61002,
+        dport: 443,
+    };
+    let syn6 = crate::frame::syn_ipip_v6(&e6, V6_THEM, 7);
+    let q = quote_of(&icmp6(1, 4, &syn6.bytes()[EthHdr::LEN..])).expect("the IPv6 probe behind the outer header");
+    assert_eq!((q.l3.daddr, q.l4.sport(), q.l4.seq()), (d6, 61002, 7));
+}
+
+#[test]
 fn icmp_quotes_get_the_same_checks() {
     let udp = udp8(61000, 53);
     for (quoted, what) in [

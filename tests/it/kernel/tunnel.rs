@@ -29,7 +29,13 @@ fn expected(b: Backend, v6: bool) -> (&'static str, &'static str) {
         // IPv4 drops a packet for another host when it does not forward; IPv6 answers "no
         // route" (ICMPv6 1/0).
         Backend::VipMissing if v6 => ("timeout", "unreachable"),
-        Backend::VipMissing | Backend::RpFilterStrict | Backend::TunnelDown => ("timeout", "timeout"),
+        // Protocol unreachable (3/2) about the outer packet, read through it to the probe; a
+        // client's socket is not told (its tunnel device is). IPv6's "unknown next header" is
+        // a parameter problem, which ends no probe.
+        Backend::NoTunnel if !v6 => ("unreachable", "timeout"),
+        Backend::VipMissing | Backend::RpFilterStrict | Backend::TunnelDown | Backend::NoTunnel => {
+            ("timeout", "timeout")
+        }
     }
 }
 
