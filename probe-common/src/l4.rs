@@ -106,7 +106,9 @@ pub struct ProbeJob {
     pub req: u32,
     /// `TUNNEL_NONE`, or how the probe is wrapped on its way to `outer`.
     pub tunnel: u8,
-    pub _pad: [u8; 3],
+    pub _pad: u8,
+    /// `TUNNEL_GUE`: the outer UDP header's destination port.
+    pub tunnel_port: u16,
     /// A tunnelled probe's backend: the outer header's destination (IPv4 in the first four
     /// bytes), while `flow` is the inner packet, addressed to the service (the VIP) the
     /// backend decapsulates it for. Zero for a plain probe.
@@ -119,6 +121,9 @@ pub const TUNNEL_NONE: u8 = 0;
 /// The probe inside an outer header of its own family to the backend: IPv4 in IPv4 (IPIP,
 /// protocol 4) or IPv6 in IPv6 (next header 41), as katran and IPVS's tunnel mode forward.
 pub const TUNNEL_IPIP: u8 = 1;
+/// The probe inside UDP to the backend's `tunnel_port` (GUE variant 1, as katran sends: the
+/// inner packet right after the UDP header), over the probe's own family.
+pub const TUNNEL_GUE: u8 = 2;
 
 impl ProbeJob {
     /// A plain probe of `flow`.

@@ -62,18 +62,27 @@ fn raw_socket(v6: bool) -> Socket {
     s
 }
 
-/// The backend's end: IPv4-in-IPv4 and IPv6-in-IPv6 packets addressed to `ns` come out of its
-/// device `dev` (made here, up) as their inner packets. While a socket of the protocol is open
-/// the kernel answers no such packet with "protocol unreachable"; it drops those it cannot
-/// hand to `dev` (the device down) as an ipip device's receive path does.
+/// The backend's end: IPv4-in-IPv4 and IPv6-in-IPv6 packets addressed to `ns`, and UDP
+/// datagrams to its port `GUE_PORT` (GUE variant 1: the inner packet right after the UDP
+/// header), come out of its device `dev` (made here, up) as their inner packets. While a socket
+/// of the protocol is open the kernel answers no such packet with "protocol unreachable"; it
+/// drops those it cannot hand to `dev` (the device down) as a tunnel device's receive path does.
 pub fn decap(ns: &Netns, dev: &str) -> TunnelEnd {
     let (tun, socks) = ns.enter(|| {
         let tun = Tun::create(dev).unwrap_or_else(|e| panic!("create {dev}: {e}"));
-        (tun, [raw_socket(false), raw_socket(true)])
+        let gue = Socket::new(Domain::IPV6, Type::DGRAM, None).expect("UDP socket");
+        gue.set_only_v6(false).expect("dual-stack");
+        gue.bind(&SockAddr::from(SocketAddr::new(
+            std::net::Ipv6Addr::UNSPECIFIED.into(),
+            GUE_PORT,
+        )))
+        .expect("bind the GUE port");
+        gue.set_read_timeout(Some(TICK)).expect("read timeout");
+        (tun, [raw_socket(false), raw_socket(true), gue])
     });
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
-    for (v6, sock) in socks.into_iter().enumerate().map(|(i, s)| (i == 1, s)) {
+    for (i, sock) in socks.into_iter().enumerate() {
         let mut out = device_file(&tun);
         let stop = stop.clone();
         threads.push(std::thread::spawn(move || {
@@ -81,8 +90,9 @@ pub fn decap(ns: &Netns, dev: &str) -> TunnelEnd {
             let mut buf = vec![0u8; 65536];
             while !stop.load(Ordering::Relaxed) {
                 let Ok(n) = sock.read(&mut buf) else { continue };
-                // An IPv4 raw socket reads the outer header too; an IPv6 one only what follows it.
-                let start = if v6 { 0 } else { usize::from(buf[0] & 0x0f) * 4 };
+                // An IPv4 raw socket reads the outer header too; an IPv6 one, and a UDP one,
+                // only what follows it.
+                let start = if i == 0 { usize::from(buf[0] & 0x0f) * 4 } else { 0 };
                 if n > start {
                     // A device that is down refuses the write: the packet is lost, as it is to a
                     // tunnel device that is down.
@@ -98,21 +108,41 @@ pub fn decap(ns: &Netns, dev: &str) -> TunnelEnd {
     }
 }
 
-/// The client's end: what `ns` routes into its device `dev` (made here, up) leaves inside an
-/// outer header of the packet's own family to `backend_v4` or `backend_v6`.
-pub fn encap(ns: &Netns, dev: &str, backend_v4: IpAddr, backend_v6: IpAddr) -> TunnelEnd {
+/// The UDP port the backends' GUE decapsulation listens on (katran's).
+pub const GUE_PORT: u16 = 6080;
+
+/// How a client's tunnel wraps its packets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wrap {
+    /// IPv4 in IPv4, IPv6 in IPv6.
+    Ipip,
+    /// In UDP to the backend's `GUE_PORT`.
+    Gue,
+}
+
+/// The client's end: what `ns` routes into its device `dev` (made here, up) leaves wrapped
+/// (`wrap`) toward `backend_v4` or `backend_v6`, by the packet's own family.
+pub fn encap(ns: &Netns, dev: &str, (backend_v4, backend_v6): (IpAddr, IpAddr), wrap: Wrap) -> TunnelEnd {
     let (tun, v4, v6) = ns.enter(|| {
         let tun = Tun::create(dev).unwrap_or_else(|e| panic!("create {dev}: {e}"));
-        (tun, raw_socket(false), raw_socket(true))
+        let socks = match wrap {
+            Wrap::Ipip => (raw_socket(false), raw_socket(true)),
+            Wrap::Gue => (
+                Socket::new(Domain::IPV4, Type::DGRAM, None).expect("UDP socket"),
+                Socket::new(Domain::IPV6, Type::DGRAM, None).expect("UDP socket"),
+            ),
+        };
+        (tun, socks.0, socks.1)
     });
+    let port = if wrap == Wrap::Gue { GUE_PORT } else { 0 };
     let stop = Arc::new(AtomicBool::new(false));
     let mut input = device_file(&tun);
     let stop2 = stop.clone();
     let thread = std::thread::spawn(move || {
         let mut buf = vec![0u8; 65536];
         let (to4, to6) = (
-            SockAddr::from(SocketAddr::new(backend_v4, 0)),
-            SockAddr::from(SocketAddr::new(backend_v6, 0)),
+            SockAddr::from(SocketAddr::new(backend_v4, port)),
+            SockAddr::from(SocketAddr::new(backend_v6, port)),
         );
         while !stop2.load(Ordering::Relaxed) {
             if !readable(&input) {
@@ -201,9 +231,9 @@ pub struct DsrRig {
 }
 
 /// The prober's link becomes a switch (a bridge in the old backend namespace) with one backend
-/// namespace per case on it; each backend unwraps IP-in-IP into its device `tun0`. The prober
-/// gets an encapsulating device `rt<k>` per backend and a routing table per mark k+1 that
-/// sends the VIPs into it.
+/// namespace per case on it; each backend unwraps IP-in-IP and GUE into its device `tun0`. The
+/// prober gets two encapsulating devices per backend, `rt<k>` (IP-in-IP) and `rg<k>` (GUE),
+/// and a routing table per mark that sends the VIPs into each.
 pub fn dsr_rig() -> DsrRig {
     let topo = Topology::new();
     let switch = &topo.backend;
@@ -270,36 +300,19 @@ pub fn dsr_rig() -> DsrRig {
             // Both families, any local address.
             listeners.push(b.tcp_listen(&format!("[::]:{PORT}")));
         }
-        // The reference client's way to this backend.
-        let dev = format!("rt{k}");
-        ends.push(encap(&topo.prober, &dev, backend_v4(k), backend_v6(k)));
-        let (mark, table) = ((k + 1).to_string(), (100 + k).to_string());
-        for fam in ["-4", "-6"] {
-            topo.prober.ip(&[fam, "rule", "add", "fwmark", &mark, "table", &table]);
+        // The reference client's ways to this backend: a device per wrapping, chosen by mark.
+        for wrap in [Wrap::Ipip, Wrap::Gue] {
+            let (dev, mark) = (device(k, wrap), mark(k, wrap));
+            ends.push(encap(&topo.prober, &dev, (backend_v4(k), backend_v6(k)), wrap));
+            let (mark, table) = (mark.to_string(), (100 + mark).to_string());
+            for fam in ["-4", "-6"] {
+                topo.prober.ip(&[fam, "rule", "add", "fwmark", &mark, "table", &table]);
+            }
+            let v4 = [&format!("{VIP4}/32"), "dev", &dev, "src", PROBER_V4, "table", &table];
+            topo.prober.ip(&[&["route", "add"][..], &v4[..]].concat());
+            let v6 = [&format!("{VIP6}/128"), "dev", &dev, "src", PROBER_V6, "table", &table];
+            topo.prober.ip(&[&["-6", "route", "add"][..], &v6[..]].concat());
         }
-        topo.prober.ip(&[
-            "route",
-            "add",
-            &format!("{VIP4}/32"),
-            "dev",
-            &dev,
-            "src",
-            PROBER_V4,
-            "table",
-            &table,
-        ]);
-        topo.prober.ip(&[
-            "-6",
-            "route",
-            "add",
-            &format!("{VIP6}/128"),
-            "dev",
-            &dev,
-            "src",
-            PROBER_V6,
-            "table",
-            &table,
-        ]);
         // Neighbours both ways before the first probe (the generator would hand a probe to an
         // unresolved neighbour to the stack).
         topo.prober.exec("ping", &["-c1", "-W1", &backend_v4(k).to_string()]);
@@ -315,13 +328,25 @@ pub fn dsr_rig() -> DsrRig {
     }
 }
 
+/// The reference client's device toward backend k, and the mark that routes into it.
+fn device(k: usize, wrap: Wrap) -> String {
+    match wrap {
+        Wrap::Ipip => format!("rt{k}"),
+        Wrap::Gue => format!("rg{k}"),
+    }
+}
+
+fn mark(k: usize, wrap: Wrap) -> u32 {
+    k as u32 + if wrap == Wrap::Ipip { 1 } else { 51 }
+}
+
 /// The reference client's verdict: a TCP connect to the VIP through backend k's tunnel, as
 /// "open", "refused", "timeout" or "unreachable" (its errno).
-pub fn reference(rig: &DsrRig, k: usize, vip: IpAddr) -> &'static str {
+pub fn reference(rig: &DsrRig, k: usize, vip: IpAddr, wrap: Wrap) -> &'static str {
     rig.topo.prober.enter(|| {
         let target = SocketAddr::new(vip, PORT);
         let s = socket2::Socket::new(socket2::Domain::for_address(target), socket2::Type::STREAM, None).unwrap();
-        s.set_mark(k as u32 + 1).unwrap();
+        s.set_mark(mark(k, wrap)).unwrap();
         match s.connect_timeout(&target.into(), TIMEOUT) {
             Ok(()) => "open",
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => "refused",
@@ -336,7 +361,7 @@ pub fn reference(rig: &DsrRig, k: usize, vip: IpAddr) -> &'static str {
             {
                 "unreachable"
             }
-            Err(e) => panic!("reference connect to {target} through rt{k}: {e}"),
+            Err(e) => panic!("reference connect to {target} through {}: {e}", device(k, wrap)),
         }
     })
 }

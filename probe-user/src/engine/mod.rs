@@ -131,6 +131,17 @@ pub struct L4Request {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Tunnel {
     pub backend: IpAddr,
+    pub encap: Encap,
+}
+
+/// The outer headers of a tunnelled probe, of the probe's own family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Encap {
+    /// IPv4 in IPv4, IPv6 in IPv6.
+    Ipip,
+    /// The probe in UDP to this port (GUE variant 1: no GUE header, as katran sends).
+    Gue { port: u16 },
 }
 
 impl Tunnel {
@@ -142,7 +153,7 @@ impl Tunnel {
         } else {
             Err(format!(
                 "the backend {} and the service address {} are of different families; \
-                 ipip carries IPv4 in IPv4 and IPv6 in IPv6 only",
+                 a tunnel carries IPv4 in IPv4 and IPv6 in IPv6 only",
                 self.backend,
                 target.ip()
             ))

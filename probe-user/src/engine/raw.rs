@@ -3,14 +3,14 @@
 //! probe whose next hop has no resolved neighbour yet (the stack resolves it).
 use probe_common::{
     csum::payload_sum,
-    frame::{syn_ipip_v4, syn_ipip_v6, syn_v4, syn_v6, udp_v4, udp_v6, Ends},
+    frame::{syn_gue_v4, syn_gue_v6, syn_ipip_v4, syn_ipip_v6, syn_v4, syn_v6, udp_v4, udp_v6, Ends},
     l4::{FlowKey, FAMILY_V4},
     packet::{EthHdr, IPPROTO_TCP},
 };
 
 use std::net::IpAddr;
 
-use super::EngineError;
+use super::{Encap, EngineError, Tunnel};
 use crate::kernel::sys::RawIpSocket;
 
 pub(crate) struct RawSender {
@@ -30,11 +30,11 @@ impl RawSender {
     }
 
     /// Sends the probe of `flow` carrying `cookie` (and `payload` for UDP); a TCP probe with
-    /// a `backend` goes inside an outer header to it (the same family as `flow`'s).
+    /// a `tunnel` goes inside outer headers to its backend (the same family as `flow`'s).
     pub(crate) fn send(
         &self,
         flow: &FlowKey,
-        backend: Option<IpAddr>,
+        tunnel: Option<Tunnel>,
         cookie: u32,
         payload: Option<&[u8]>,
     ) -> std::io::Result<()> {
@@ -50,8 +50,17 @@ impl RawSender {
                 sport: flow.sport,
                 dport: flow.dport,
             };
-            if let Some(IpAddr::V4(b)) = backend {
-                pkt.extend_from_slice(&syn_ipip_v4(&e, b.octets(), cookie).bytes()[EthHdr::LEN..]);
+            if let Some(Tunnel {
+                backend: IpAddr::V4(b),
+                encap,
+            }) = tunnel
+            {
+                match encap {
+                    Encap::Ipip => pkt.extend_from_slice(&syn_ipip_v4(&e, b.octets(), cookie).bytes()[EthHdr::LEN..]),
+                    Encap::Gue { port } => {
+                        pkt.extend_from_slice(&syn_gue_v4(&e, (b.octets(), port), cookie).bytes()[EthHdr::LEN..]);
+                    }
+                }
             } else if tcp {
                 pkt.extend_from_slice(&syn_v4(&e, cookie).bytes()[EthHdr::LEN..]);
             } else {
@@ -66,8 +75,17 @@ impl RawSender {
                 sport: flow.sport,
                 dport: flow.dport,
             };
-            if let Some(IpAddr::V6(b)) = backend {
-                pkt.extend_from_slice(&syn_ipip_v6(&e, b.octets(), cookie).bytes()[EthHdr::LEN..]);
+            if let Some(Tunnel {
+                backend: IpAddr::V6(b),
+                encap,
+            }) = tunnel
+            {
+                match encap {
+                    Encap::Ipip => pkt.extend_from_slice(&syn_ipip_v6(&e, b.octets(), cookie).bytes()[EthHdr::LEN..]),
+                    Encap::Gue { port } => {
+                        pkt.extend_from_slice(&syn_gue_v6(&e, (b.octets(), port), cookie).bytes()[EthHdr::LEN..]);
+                    }
+                }
             } else if tcp {
                 pkt.extend_from_slice(&syn_v6(&e, cookie).bytes()[EthHdr::LEN..]);
             } else {
@@ -78,7 +96,7 @@ impl RawSender {
             pkt.extend_from_slice(payload.unwrap_or(&[]));
         }
         if flow.family == FAMILY_V4 {
-            let to = match backend {
+            let to = match tunnel.map(|t| t.backend) {
                 Some(IpAddr::V4(b)) => b,
                 _ => flow.daddr_v4().into(),
             };
@@ -90,7 +108,7 @@ impl RawSender {
                     "no IPv6 raw socket",
                 ));
             };
-            let to = match backend {
+            let to = match tunnel.map(|t| t.backend) {
                 Some(IpAddr::V6(b)) => b,
                 _ => flow.daddr.into(),
             };

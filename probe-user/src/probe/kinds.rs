@@ -135,6 +135,16 @@ impl Probe {
     }
 }
 
+impl Probe {
+    /// The service address a tunnelled TCP check sends to inside its tunnel (`tcp::TunnelTo`).
+    pub fn tunnel_vip(&self) -> Option<std::net::IpAddr> {
+        match self {
+            Self::Tcp(super::tcp::TcpCheck { tunnel: Some(t) }) => Some(t.vip),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

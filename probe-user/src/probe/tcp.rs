@@ -8,15 +8,15 @@ use serde::Serialize;
 
 use super::{key_field, CheckKind, EndpointCheck, ProbeKind};
 use crate::{
-    engine::{L4Proto, Tunnel},
+    engine::{Encap, L4Proto, Tunnel},
     rules::{Dialect, Protocol},
     schema::{
         keys::{
-            Allowed::{OneOf, Text as Described},
+            Allowed::{Int, OneOf, Text as Described},
             Key,
             Reload::Reask,
             Type,
-            Unset::Text,
+            Unset::{Text, Value},
         },
         read::{Reader, Table},
     },
@@ -33,29 +33,33 @@ pub struct TcpCheck {
 }
 
 /// A check that takes the data path's road: the SYN to `vip` (at the endpoint's port), inside
-/// an outer header to the endpoint's address (IPv4 in IPv4, IPv6 in IPv6), answered by the
-/// endpoint from `vip` straight back to this node (direct server return).
+/// outer headers to the endpoint's address (`encap`), answered by the endpoint from `vip`
+/// straight back to this node (direct server return).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct TunnelTo {
     pub vip: IpAddr,
+    pub encap: Encap,
 }
 
-/// The one encapsulation so far.
 const IPIP: &str = "ipip";
+const GUE: &str = "gue";
+/// katran's GUE port, which backends decapsulating its flows already listen on.
+const GUE_PORT: u16 = 6080;
 
 const KEYS: &[Key] = &[
     Key::new(
         "tunnel",
         Type::String,
         Text("none: the SYN goes to the endpoint's address"),
-        OneOf(&[IPIP]),
+        OneOf(&[IPIP, GUE]),
         Reask,
         "Probe through the data path's tunnel, as the load balancer forwards client flows to a \
          direct-return (DSR) backend: the SYN is addressed to tunnel_vip at the endpoint's port and \
-         sent inside an outer header to the endpoint's address (ipip: IPv4 in IPv4 for IPv4 endpoints, \
-         IPv6 in IPv6 for IPv6 ones); the endpoint unwraps it and answers from the VIP. A backend \
-         that answers on its own address but drops what the tunnel brings (the VIP not on its \
-         loopback, its tunnel device down, rp_filter, no service on the VIP) fails this check.",
+         sent inside outer headers to the endpoint's address, of the endpoint's family: ipip (IPv4 in \
+         IPv4, IPv6 in IPv6) or gue (in UDP to tunnel_port, with no GUE header, as katran sends); \
+         the endpoint unwraps it and answers from the VIP. A backend that answers on its own address \
+         but drops what the tunnel brings (the VIP not on its loopback, its tunnel device down, \
+         rp_filter, no service on the VIP) fails this check.",
     )
     .protocols(&[Protocol::Tcp], "and tunnel_vip"),
     Key::new(
@@ -68,6 +72,16 @@ const KEYS: &[Key] = &[
          tunnel.",
     )
     .protocols(&[Protocol::Tcp], "and tunnel"),
+    Key::new(
+        "tunnel_port",
+        Type::Integer,
+        Value("6080"),
+        Int(1, 65_535),
+        Reask,
+        "With tunnel = \"gue\": the UDP port the endpoints decapsulate on (the outer header's \
+         destination; 6080 is katran's). The source port is the probe's own.",
+    )
+    .protocols(&[Protocol::Tcp], "and tunnel = \"gue\""),
 ];
 
 /// Why a tunnelled check cannot be made for an endpoint.
@@ -85,40 +99,61 @@ impl CheckKind for Tcp {
     fn read(r: &mut Reader<'_>, t: &Table<'_, '_>, _d: Dialect, _p: Protocol) -> Option<TcpCheck> {
         let kind = r.string(t, "tunnel");
         let vip = r.string(t, "tunnel_vip");
-        let tunnel = match (kind, vip) {
-            (None, None) => None,
-            (Some(kind), _) if kind.v != IPIP => {
-                r.bad(&kind, format!("expected \"{IPIP}\" (IPv4 in IPv4, IPv6 in IPv6)"));
+        let port = r.int(t, "tunnel_port");
+        let Some(kind) = kind else {
+            if let Some(vip) = vip {
+                r.bad(&vip, "tunnel_vip is the address inside a tunnel: set tunnel too");
                 return None;
             }
-            (Some(_), None) => {
-                r.missing(
-                    t,
-                    "tunnel_vip",
-                    "tunnel needs the service address inside it (tunnel_vip)",
-                );
+            if let Some(port) = port {
+                r.bad(&port, "tunnel_port is the UDP port of tunnel = \"gue\"");
                 return None;
             }
-            (None, Some(vip)) => {
-                r.bad(
-                    &vip,
-                    "tunnel_vip is the address inside a tunnel: set tunnel = \"ipip\" too",
-                );
+            return Some(TcpCheck { tunnel: None });
+        };
+        let encap = match (kind.v.as_str(), port) {
+            (IPIP, None) => Encap::Ipip,
+            (IPIP, Some(port)) => {
+                r.bad(&port, "tunnel_port is the UDP port of tunnel = \"gue\"; ipip has none");
                 return None;
             }
-            (Some(_), Some(vip)) => match vip.v.parse::<IpAddr>() {
-                Ok(ip) if ip.is_unspecified() || ip.is_multicast() => {
-                    r.bad(&vip, "expected a unicast address");
-                    return None;
-                }
-                Ok(ip) => Some(TunnelTo { vip: ip }),
-                Err(_) => {
-                    r.bad(&vip, "expected an IPv4 or IPv6 address");
+            (GUE, None) => Encap::Gue { port: GUE_PORT },
+            (GUE, Some(p)) => match u16::try_from(p.v) {
+                Ok(port) if port > 0 => Encap::Gue { port },
+                _ => {
+                    r.bad(&p, "expected a port from 1 to 65535");
                     return None;
                 }
             },
+            _ => {
+                r.bad(
+                    &kind,
+                    format!("expected \"{IPIP}\" (IPv4 in IPv4, IPv6 in IPv6) or \"{GUE}\" (in UDP)"),
+                );
+                return None;
+            }
         };
-        Some(TcpCheck { tunnel })
+        let Some(vip) = vip else {
+            r.missing(
+                t,
+                "tunnel_vip",
+                "tunnel needs the service address inside it (tunnel_vip)",
+            );
+            return None;
+        };
+        match vip.v.parse::<IpAddr>() {
+            Ok(ip) if !ip.is_unspecified() && !ip.is_multicast() => Some(TcpCheck {
+                tunnel: Some(TunnelTo { vip: ip, encap }),
+            }),
+            Ok(_) => {
+                r.bad(&vip, "expected a unicast address");
+                None
+            }
+            Err(_) => {
+                r.bad(&vip, "expected an IPv4 or IPv6 address");
+                None
+            }
+        }
     }
 
     fn protocol(_s: &TcpCheck) -> Protocol {
@@ -127,7 +162,13 @@ impl CheckKind for Tcp {
 
     fn identity(s: &TcpCheck, _endpoint: &EndpointCheck<'_>, out: &mut String) {
         if let Some(t) = &s.tunnel {
-            key_field(out, "tunnel", IPIP);
+            match t.encap {
+                Encap::Ipip => key_field(out, "tunnel", IPIP),
+                Encap::Gue { port } => {
+                    key_field(out, "tunnel", GUE);
+                    key_field(out, "tunnel_port", &port.to_string());
+                }
+            }
             key_field(out, "tunnel_vip", &t.vip.to_string());
         }
     }
@@ -143,21 +184,12 @@ impl CheckKind for Tcp {
             Some(t) => {
                 let via = Tunnel {
                     backend: endpoint.target.ip(),
+                    encap: t.encap,
                 };
                 let inner = std::net::SocketAddr::new(t.vip, endpoint.target.port());
                 via.check(&inner).map_err(TunnelError)?;
                 ProbeKind::L4Tunnel(Arc::new(*t))
             }
         })
-    }
-}
-
-impl super::kinds::Probe {
-    /// The service address a tunnelled TCP check sends to inside its tunnel.
-    pub fn tunnel_vip(&self) -> Option<IpAddr> {
-        match self {
-            Self::Tcp(TcpCheck { tunnel: Some(t) }) => Some(t.vip),
-            _ => None,
-        }
     }
 }

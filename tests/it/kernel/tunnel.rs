@@ -9,10 +9,12 @@
 //! device toward that backend (policy routing by mark), on the same prober namespace.
 use std::{net::IpAddr, net::SocketAddr, time::Duration};
 
-use probed::engine::{L4Outcome, L4Proto, L4Request, Tunnel, TxChoice, TxPath};
+use probed::engine::{Encap, L4Outcome, L4Proto, L4Request, Tunnel, TxChoice, TxPath};
 use probed_tests::{
     l4::{collect, start_engine, xdp_or_refused},
-    tunnel::{backend_v4, backend_v6, dsr_rig, reference, Backend, BACKENDS, PORT, TIMEOUT, VIP4, VIP6},
+    tunnel::{
+        backend_v4, backend_v6, dsr_rig, reference, Backend, Wrap, BACKENDS, GUE_PORT, PORT, TIMEOUT, VIP4, VIP6,
+    },
     TestPins,
 };
 
@@ -21,7 +23,7 @@ use probed_tests::{
 /// unreachable. The verdicts are always equal; the one difference in kind is SPEC's: ICMPv6
 /// "no route" (1/0) fails a socket at once, while a probe ends only on the codes that say the
 /// target refuses (1/1, 1/4-6) and otherwise waits for its timeout.
-fn expected(b: Backend, v6: bool) -> (&'static str, &'static str) {
+fn expected(b: Backend, v6: bool, wrap: Wrap) -> (&'static str, &'static str) {
     match b {
         Backend::Healthy => ("open", "open"),
         Backend::ServiceOnOwnAddressOnly => ("refused", "refused"),
@@ -32,7 +34,9 @@ fn expected(b: Backend, v6: bool) -> (&'static str, &'static str) {
         // Protocol unreachable (3/2) about the outer packet, read through it to the probe; a
         // client's socket is not told (its tunnel device is). IPv6's "unknown next header" is
         // a parameter problem, which ends no probe.
-        Backend::NoTunnel if !v6 => ("unreachable", "timeout"),
+        // With GUE the backend says "port unreachable" about the outer UDP datagram, which
+        // probe_rx does not read through (it would have to know every GUE port).
+        Backend::NoTunnel if !v6 && wrap == Wrap::Ipip => ("unreachable", "timeout"),
         Backend::VipMissing | Backend::RpFilterStrict | Backend::TunnelDown | Backend::NoTunnel => {
             ("timeout", "timeout")
         }
@@ -61,32 +65,52 @@ fn the_raw_socket_path_wraps_tunnelled_probes_the_same() {
     verdicts(TxChoice::Force(TxPath::Raw));
 }
 
-/// Probes every backend through the tunnel and plainly, on transmit path `tx`, and compares
-/// each verdict with the reference client's.
+/// The encapsulation of a reference client's wrapping.
+fn encap(wrap: Wrap) -> Encap {
+    match wrap {
+        Wrap::Ipip => Encap::Ipip,
+        Wrap::Gue => Encap::Gue { port: GUE_PORT },
+    }
+}
+
+const WRAPS: [Wrap; 2] = [Wrap::Ipip, Wrap::Gue];
+
+/// The token of backend k's probe: wrapping w, family f (0 IPv4), tunnelled or plain.
+fn token(k: usize, w: usize, f: usize, plain: bool) -> u64 {
+    (((k * 2 + w) * 2 + f) * 2 + usize::from(plain)) as u64
+}
+
+/// Probes every backend through each tunnel and plainly, on transmit path `tx`, and compares
+/// each verdict with the reference client's through the same tunnel.
 fn verdicts(tx: TxChoice) {
     let rig = dsr_rig();
     let pins = TestPins::new();
     let vips: [IpAddr; 2] = [VIP4.parse().unwrap(), VIP6.parse().unwrap()];
     let mut reqs = Vec::new();
     for k in 0..BACKENDS.len() {
-        for (f, vip) in vips.iter().enumerate() {
-            let backend = if f == 0 { backend_v4(k) } else { backend_v6(k) };
-            // Through the tunnel to the VIP, and, beside it, the plain check of the backend's own
-            // address that today's checkers make.
-            reqs.push(L4Request {
-                token: (k * 4 + f) as u64,
-                target: SocketAddr::new(*vip, PORT),
-                proto: L4Proto::Tcp,
-                timeout: TIMEOUT,
-                tunnel: Some(Tunnel { backend }),
-            });
-            reqs.push(L4Request {
-                token: (k * 4 + 2 + f) as u64,
-                target: SocketAddr::new(backend, PORT),
-                proto: L4Proto::Tcp,
-                timeout: TIMEOUT,
-                tunnel: None,
-            });
+        for (w, wrap) in WRAPS.into_iter().enumerate() {
+            for (f, vip) in vips.iter().enumerate() {
+                let backend = if f == 0 { backend_v4(k) } else { backend_v6(k) };
+                // Through the tunnel to the VIP, and, beside it, the plain check of the
+                // backend's own address that today's checkers make.
+                reqs.push(L4Request {
+                    token: token(k, w, f, false),
+                    target: SocketAddr::new(*vip, PORT),
+                    proto: L4Proto::Tcp,
+                    timeout: TIMEOUT,
+                    tunnel: Some(Tunnel {
+                        backend,
+                        encap: encap(wrap),
+                    }),
+                });
+                reqs.push(L4Request {
+                    token: token(k, w, f, true),
+                    target: SocketAddr::new(backend, PORT),
+                    proto: L4Proto::Tcp,
+                    timeout: TIMEOUT,
+                    tunnel: None,
+                });
+            }
         }
     }
     let (results, snap) = rig.topo.prober.enter(|| {
@@ -103,31 +127,41 @@ fn verdicts(tx: TxChoice) {
         (results, snap)
     });
     assert_eq!(results.len(), reqs.len(), "one result per probe: {results:?}");
-    assert_eq!((snap.rx.forged, snap.rx.stale), (0, 0), "{:?}", snap.rx);
+    assert_eq!(snap.rx.forged, 0, "{:?}", snap.rx);
     assert_eq!(snap.inflight, 0, "nothing left in flight");
     let mut table = String::new();
     let mut wrong = Vec::new();
     for (k, case) in BACKENDS.into_iter().enumerate() {
-        for (f, vip) in vips.iter().enumerate() {
-            let got = |token: usize| results.iter().find(|r| r.token == token as u64).unwrap().outcome;
-            let (tunnelled, plain) = (got(k * 4 + f), got(k * 4 + 2 + f));
-            let oracle = reference(&rig, k, *vip);
-            let want = expected(case, f == 1);
-            table.push_str(&format!(
-                "  {:<24} {:<13} tunnel {:<9} reference {:<12} plain check {plain}\n",
-                format!("{case:?}"),
-                if f == 0 { backend_v4(k) } else { backend_v6(k) }.to_string(),
-                tunnelled.to_string(),
-                oracle,
-            ));
-            if (class(tunnelled), oracle) != want || tunnelled.healthy() != (oracle == "open") {
-                wrong.push(format!(
-                    "{case:?} family {f}: tunnel {tunnelled}, reference {oracle}, expected {want:?}"
+        for (w, wrap) in WRAPS.into_iter().enumerate() {
+            for (f, vip) in vips.iter().enumerate() {
+                let got = |plain| {
+                    results
+                        .iter()
+                        .find(|r| r.token == token(k, w, f, plain))
+                        .unwrap()
+                        .outcome
+                };
+                let (tunnelled, plain) = (got(false), got(true));
+                let oracle = reference(&rig, k, *vip, wrap);
+                let want = expected(case, f == 1, wrap);
+                table.push_str(&format!(
+                    "  {:<24} {:<5} {:<13} tunnel {:<16} reference {:<12} plain check {plain}\n",
+                    format!("{case:?}"),
+                    format!("{wrap:?}"),
+                    if f == 0 { backend_v4(k) } else { backend_v6(k) }.to_string(),
+                    tunnelled.to_string(),
+                    oracle,
                 ));
-            }
-            // The plain check sees none of it: the service answers on the backend's own address.
-            if plain != L4Outcome::Open {
-                wrong.push(format!("{case:?} family {f}: the plain check said {plain}"));
+                if (class(tunnelled), oracle) != want || tunnelled.healthy() != (oracle == "open") {
+                    wrong.push(format!(
+                        "{case:?} {wrap:?} family {f}: tunnel {tunnelled}, reference {oracle}, expected {want:?}"
+                    ));
+                }
+                // The plain check sees none of it: the service answers on the backend's own
+                // address.
+                if plain != L4Outcome::Open {
+                    wrong.push(format!("{case:?} family {f}: the plain check said {plain}"));
+                }
             }
         }
     }

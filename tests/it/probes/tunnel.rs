@@ -11,15 +11,20 @@ use probed::status::EndpointStatus;
 use probed_tests::{
     daemon::{last_reason, DaemonFiles, RunningDaemon},
     topo::PROBER_IF,
-    tunnel::{backend_v4, backend_v6, dsr_rig, reference, DsrRig, BACKENDS, PORT, VIP4, VIP6},
+    tunnel::{backend_v4, backend_v6, dsr_rig, reference, DsrRig, Wrap, BACKENDS, PORT, VIP4, VIP6},
 };
 
 const SETTLE: Duration = Duration::from_secs(5);
 
-/// The profiles: (name, VIP inside the tunnel or none, IPv6).
-const PROFILES: [(&str, Option<&str>, bool); 3] = [
-    ("dsr4", Some(VIP4), false),
-    ("dsr6", Some(VIP6), true),
+/// A profile's tunnel and the VIP inside it, or none.
+type Via = Option<(Wrap, &'static str)>;
+
+/// The profiles: (name, its tunnel, IPv6).
+const PROFILES: [(&str, Via, bool); 5] = [
+    ("dsr4", Some((Wrap::Ipip, VIP4)), false),
+    ("dsr6", Some((Wrap::Ipip, VIP6)), true),
+    ("gue4", Some((Wrap::Gue, VIP4)), false),
+    ("gue6", Some((Wrap::Gue, VIP6)), true),
     ("own4", None, false),
 ];
 
@@ -30,8 +35,9 @@ fn config(files: &DaemonFiles) -> String {
             "[[profile]]\nname = \"{name}\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\nport = {PORT}\n\
              interval = \"200ms\"\ntimeout = \"300ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n"
         );
-        if let Some(vip) = vip {
-            text += &format!("tunnel = \"ipip\"\ntunnel_vip = \"{vip}\"\n");
+        if let Some((wrap, vip)) = vip {
+            let kind = if wrap == Wrap::Gue { "gue" } else { "ipip" };
+            text += &format!("tunnel = \"{kind}\"\ntunnel_vip = \"{vip}\"\n");
         }
         for k in 0..BACKENDS.len() {
             let address = if v6 { backend_v6(k) } else { backend_v4(k) };
@@ -55,8 +61,8 @@ fn settle(d: &RunningDaemon, profile: &str, k: usize, up: bool) -> String {
 
 /// What the reference client meets through backend k's tunnel to the profile's VIP; a plain
 /// profile's reference is the backend's own address, where every backend listens.
-fn client_gets_through(rig: &DsrRig, k: usize, vip: Option<&str>) -> bool {
-    vip.is_none_or(|vip| reference(rig, k, vip.parse().unwrap()) == "open")
+fn client_gets_through(rig: &DsrRig, k: usize, vip: Via) -> bool {
+    vip.is_none_or(|(wrap, vip)| reference(rig, k, vip.parse().unwrap(), wrap) == "open")
 }
 
 #[test]
@@ -120,22 +126,27 @@ fn probed_check_takes_the_tunnel_too() {
         )
     };
     for (k, case) in BACKENDS.into_iter().enumerate() {
-        for (vip, backend) in [(VIP4, backend_v4(k)), (VIP6, backend_v6(k))] {
+        for (vip, backend, wrap) in [
+            (VIP4, backend_v4(k), Wrap::Ipip),
+            (VIP6, backend_v6(k), Wrap::Ipip),
+            (VIP4, backend_v4(k), Wrap::Gue),
+        ] {
             let url = match backend {
                 std::net::IpAddr::V4(a) => format!("tcp://{a}:{PORT}"),
                 std::net::IpAddr::V6(a) => format!("tcp://[{a}]:{PORT}"),
             };
+            let kind = if wrap == Wrap::Gue { "gue" } else { "ipip" };
             let (code, out) = run(&[
                 &url,
                 "--tunnel",
-                "ipip",
+                kind,
                 "--tunnel-vip",
                 vip,
                 "--timeout",
                 "300",
                 "--json",
             ]);
-            let up = reference(&rig, k, vip.parse().unwrap()) == "open";
+            let up = reference(&rig, k, vip.parse().unwrap(), wrap) == "open";
             assert_eq!(code == 0, up, "{case:?} {url} through the tunnel: {out}");
             let line: serde_json::Value =
                 serde_json::from_str(out.lines().next().unwrap_or("{}")).expect("a JSON line");

@@ -8,7 +8,7 @@ use std::{
 
 use anyhow::{bail, Context};
 use probed::engine::{
-    source::probe_iface, EngineConfig, L4Engine, L4Proto, L4Request, L4Result, Tunnel, TxChoice, TxPath,
+    source::probe_iface, Encap, EngineConfig, L4Engine, L4Proto, L4Request, L4Result, Tunnel, TxChoice, TxPath,
 };
 
 use super::{render::Line, CheckArgs};
@@ -62,7 +62,14 @@ pub(super) fn check_tcp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Resu
     // Through a tunnel the SYN is addressed to the VIP and its outer header to the host.
     let (target, tunnel) = match args.tunnel_vip {
         Some(vip) => {
-            let via = Tunnel { backend: backend.ip() };
+            let encap = match args.tunnel.as_deref() {
+                Some("gue") => Encap::Gue { port: args.tunnel_port },
+                _ => Encap::Ipip,
+            };
+            let via = Tunnel {
+                backend: backend.ip(),
+                encap,
+            };
             let inner = SocketAddr::new(vip, port);
             via.check(&inner).map_err(anyhow::Error::msg).context("--tunnel-vip")?;
             (inner, Some(via))

@@ -92,9 +92,14 @@ pub struct CheckArgs {
     #[arg(long, value_parser = udp_payload)]
     pub expect: Option<String>,
     /// TCP: send the SYN through the data path's tunnel, as `tunnel` in the config: "ipip"
-    /// (IPv4 in IPv4, IPv6 in IPv6) to the URL's host, with --tunnel-vip inside.
-    #[arg(long, value_name = "KIND", requires = "tunnel_vip", value_parser = ["ipip"])]
+    /// (IPv4 in IPv4, IPv6 in IPv6) or "gue" (in UDP) to the URL's host, with --tunnel-vip
+    /// inside.
+    #[arg(long, value_name = "KIND", requires = "tunnel_vip", value_parser = ["ipip", "gue"])]
     pub tunnel: Option<String>,
+    /// TCP with --tunnel gue: the UDP port the backend decapsulates on.
+    #[arg(long, value_name = "PORT", default_value_t = 6080,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub tunnel_port: u16,
     /// TCP with --tunnel: the service address inside the tunnel (the VIP the backend at the
     /// URL's host answers for, at the URL's port).
     #[arg(long, value_name = "ADDRESS", requires = "tunnel")]

@@ -242,6 +242,12 @@ fn contexts() -> Vec<(Doc, Config)> {
             "tunnel_vip",
             Some("\"198.51.100.10\""),
         ),
+        // The same in UDP (GUE), on its default port.
+        base().set("profile.health", "tunnel", Some("\"gue\"")).set(
+            "profile.health",
+            "tunnel_vip",
+            Some("\"198.51.100.10\""),
+        ),
         // An HTTPS check that verifies the chain (against the system's roots).
         profile("lb", "https", "priority").set("profile.health", "tls_verify", Some("\"ca\"")),
         // A profile whose endpoints are a name's records: A and AAAA, then SRV.

@@ -324,3 +324,36 @@ fn a_tunnelled_check_reads_its_vip() {
         Some("2001:db8::10".parse().unwrap())
     );
 }
+rule!(
+    tunnel_port_on_ipip,
+    tcp_tunnel(
+        "tunnel = \"ipip\"\ntunnel_vip = \"198.51.100.10\"\ntunnel_port = 6080",
+        "192.0.2.1"
+    ),
+    "profile[0].health.tunnel_port"
+);
+rule!(
+    tunnel_port_zero,
+    tcp_tunnel(
+        "tunnel = \"gue\"\ntunnel_vip = \"198.51.100.10\"\ntunnel_port = 0",
+        "192.0.2.1"
+    ),
+    "profile[0].health.tunnel_port"
+);
+
+#[test]
+fn a_gue_tunnel_takes_katrans_port_unless_told() {
+    let read = |extra: &str| {
+        let text = tcp_tunnel(
+            &format!("tunnel = \"gue\"\ntunnel_vip = \"198.51.100.10\"\n{extra}"),
+            "192.0.2.1",
+        );
+        let c = Config::parse(&text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        match &c.profiles[0].health.probe {
+            crate::probe::kinds::Probe::Tcp(t) => t.tunnel.unwrap().encap,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(read(""), crate::engine::Encap::Gue { port: 6080 });
+    assert_eq!(read("tunnel_port = 9886"), crate::engine::Encap::Gue { port: 9886 });
+}

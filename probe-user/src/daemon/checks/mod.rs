@@ -64,7 +64,10 @@ impl CheckSpec {
         match &self.kind {
             ProbeKind::L4Tunnel(t) => (
                 SocketAddr::new(t.vip, self.port),
-                Some(crate::engine::Tunnel { backend: self.ip }),
+                Some(crate::engine::Tunnel {
+                    backend: self.ip,
+                    encap: t.encap,
+                }),
             ),
             _ => (self.target(), None),
         }

@@ -9,8 +9,8 @@ use std::{
 use probe_common::{
     cookie::{probe_cookie, sport_offset},
     csum::payload_sum,
-    frame::{SynIpipV4, SynIpipV6, SynV4, SynV6, UdpV4, UdpV6},
-    l4::{FlowKey, Inflight, ProbeJob, TUNNEL_IPIP, TUNNEL_NONE},
+    frame::{SynGueV4, SynGueV6, SynIpipV4, SynIpipV6, SynV4, SynV6, UdpV4, UdpV6},
+    l4::{FlowKey, Inflight, ProbeJob, TUNNEL_GUE, TUNNEL_IPIP, TUNNEL_NONE},
     packet::{IPPROTO_TCP, IPPROTO_UDP},
 };
 
@@ -19,7 +19,7 @@ use crate::engine::{
     is_v4,
     source::{source_by, SourceBy},
     templates::Acquired,
-    L4Outcome, L4Proto, L4Request, Tunnel, TxPath,
+    Encap, L4Outcome, L4Proto, L4Request, Tunnel, TxPath,
 };
 
 /// Probes sent between two reads of the ring buffer when a large backlog goes out: enough
@@ -36,8 +36,8 @@ const PICK_ATTEMPTS: u16 = 16;
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// Probes that share one template frame: IPv4 or not, the UDP payload (None for TCP), and
-/// whether they go through a tunnel.
-type FrameShape = (bool, Option<Arc<[u8]>>, bool);
+/// the tunnel's kind (`TUNNEL_*`).
+type FrameShape = (bool, Option<Arc<[u8]>>, u8);
 
 impl EngineState {
     /// A source port for this flow that no live probe uses, chosen with the cookie key from
@@ -154,7 +154,7 @@ impl EngineState {
             let slot = self.alloc_slot(live);
             self.active_flows.insert(flow, slot);
             self.deadlines.push(now, req.timeout, slot, gen);
-            let shape = (is_v4(&req.target.ip()), payload, req.tunnel.is_some());
+            let shape = (is_v4(&req.target.ip()), payload, tunnel_kind(req.tunnel));
             let group = match groups.iter().position(|(s, _)| *s == shape) {
                 Some(i) => i,
                 None => {
@@ -194,14 +194,16 @@ impl EngineState {
         }
     }
 
-    fn send_xdp(&mut self, (v4, tunnel): (bool, bool), payload: Option<&[u8]>, jobs: &mut [ProbeJob]) {
+    fn send_xdp(&mut self, (v4, tunnel): (bool, u8), payload: Option<&[u8]>, jobs: &mut [ProbeJob]) {
         let head = match (v4, payload.is_some(), tunnel) {
-            (true, _, true) => SynIpipV4::LEN,
-            (false, _, true) => SynIpipV6::LEN,
-            (true, false, false) => SynV4::LEN,
-            (false, false, false) => SynV6::LEN,
-            (true, true, false) => UdpV4::LEN,
-            (false, true, false) => UdpV6::LEN,
+            (true, _, TUNNEL_GUE) => SynGueV4::LEN,
+            (false, _, TUNNEL_GUE) => SynGueV6::LEN,
+            (true, _, TUNNEL_IPIP) => SynIpipV4::LEN,
+            (false, _, TUNNEL_IPIP) => SynIpipV6::LEN,
+            (true, false, _) => SynV4::LEN,
+            (false, false, _) => SynV6::LEN,
+            (true, true, _) => UdpV4::LEN,
+            (false, true, _) => UdpV6::LEN,
         };
         let mut template = vec![0u8; head];
         let (psum, plen) = match payload {
@@ -287,8 +289,8 @@ impl EngineState {
             .get(job.slot as usize)
             .and_then(|l| l.as_ref())
             .and_then(|l| l.payload.clone());
-        let backend = (job.tunnel != TUNNEL_NONE).then(|| outer_of(&job));
-        if let Err(e) = self.raw.send(&job.flow, backend, cookie, payload.as_deref()) {
+        let tunnel = tunnel_of(&job);
+        if let Err(e) = self.raw.send(&job.flow, tunnel, cookie, payload.as_deref()) {
             log::debug!("raw send to slot {} failed: {e}", job.slot);
             if self.kernel.claim(&job.flow) {
                 self.fail_now(job.slot, send_failure(&e));
@@ -319,13 +321,38 @@ fn ip_of(flow: &FlowKey) -> IpAddr {
 pub(super) fn job_of(flow: FlowKey, slot: u32, gen: u32, req: u32, tunnel: Option<Tunnel>) -> ProbeJob {
     let mut job = ProbeJob::plain(flow, slot, gen, req);
     if let Some(t) = tunnel {
-        job.tunnel = TUNNEL_IPIP;
+        job.tunnel = tunnel_kind(tunnel);
+        if let Encap::Gue { port } = t.encap {
+            job.tunnel_port = port;
+        }
         match t.backend {
             IpAddr::V4(a) => job.outer[..4].copy_from_slice(&a.octets()),
             IpAddr::V6(a) => job.outer = a.octets(),
         }
     }
     job
+}
+
+/// The `ProbeJob::tunnel` of a probe.
+fn tunnel_kind(tunnel: Option<Tunnel>) -> u8 {
+    match tunnel.map(|t| t.encap) {
+        None => TUNNEL_NONE,
+        Some(Encap::Ipip) => TUNNEL_IPIP,
+        Some(Encap::Gue { .. }) => TUNNEL_GUE,
+    }
+}
+
+/// A job's tunnel, as the raw path sends it.
+fn tunnel_of(job: &ProbeJob) -> Option<Tunnel> {
+    let encap = match job.tunnel {
+        TUNNEL_IPIP => Encap::Ipip,
+        TUNNEL_GUE => Encap::Gue { port: job.tunnel_port },
+        _ => return None,
+    };
+    Some(Tunnel {
+        backend: outer_of(job),
+        encap,
+    })
 }
 
 /// A tunnelled job's backend.
