@@ -168,3 +168,104 @@ fn verdicts(tx: TxChoice) {
     eprintln!("verdicts through the tunnel:\n{table}");
     assert!(wrong.is_empty(), "{wrong:#?}\n{table}");
 }
+
+/// The node forwards client flows into the same tunnel while it probes (the load balancer's
+/// own job, done here by the reference client's encapsulating device): clients on the probe
+/// source-port range, IPv4 and IPv6, connect to the VIP through backend 0, and the backend's
+/// answers come back through the node. Every connection gets through with the engine probing
+/// the fleet through its tunnels as it does without the engine, and the engine's verdicts stay
+/// right: probe_rx leaves every packet that is not its probes' to the node.
+#[test]
+fn client_flows_the_node_forwards_into_the_tunnel_are_untouched_while_it_probes() {
+    let rig = dsr_rig();
+    let client = rig.topo.client();
+    client.sysctl("net.ipv4.ip_local_port_range", "61000 65095");
+    let b0 = &rig.backends[0];
+    b0.ip(&["route", "add", "198.18.200.0/24", "via", "198.18.0.1"]);
+    b0.ip(&["-6", "route", "add", "2001:2:200::/64", "via", "2001:2::1"]);
+    // The node sends client flows for the VIPs into backend 0's IP-in-IP tunnel.
+    rig.topo
+        .prober
+        .ip(&["route", "add", &format!("{VIP4}/32"), "dev", "rt0"]);
+    rig.topo
+        .prober
+        .ip(&["-6", "route", "add", &format!("{VIP6}/128"), "dev", "rt0"]);
+    let connects = |n: usize| {
+        client.enter(|| {
+            (0..n)
+                .filter(|i| {
+                    // Spread over a few probe rounds.
+                    std::thread::sleep(Duration::from_millis(25));
+                    let vip: IpAddr = if i % 2 == 0 {
+                        VIP4.parse().unwrap()
+                    } else {
+                        VIP6.parse().unwrap()
+                    };
+                    std::net::TcpStream::connect_timeout(&SocketAddr::new(vip, PORT), Duration::from_secs(1)).is_ok()
+                })
+                .count()
+        })
+    };
+    // Nothing accepts on the backends: both runs' connections stay in one accept queue, whose
+    // default length (128) bounds them.
+    const N: usize = 60;
+    let without = connects(N);
+    assert_eq!(
+        without, N,
+        "the clients' way through the tunnel works without the engine"
+    );
+
+    let pins = TestPins::new();
+    let probes: Vec<L4Request> = (0..BACKENDS.len())
+        .flat_map(|k| {
+            [(VIP4, backend_v4(k)), (VIP6, backend_v6(k))].map(|(vip, backend)| L4Request {
+                token: k as u64 * 2 + u64::from(backend.is_ipv6()),
+                target: SocketAddr::new(vip.parse().unwrap(), PORT),
+                proto: L4Proto::Tcp,
+                timeout: TIMEOUT,
+                tunnel: Some(Tunnel {
+                    backend,
+                    encap: Encap::Ipip,
+                }),
+            })
+        })
+        .collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (with, rounds, snap) = std::thread::scope(|s| {
+        let prober = s.spawn(|| {
+            rig.topo.prober.enter(|| {
+                let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
+                let mut rounds = Vec::new();
+                // Bounded: the clients take a few seconds at most.
+                for _ in 0..40 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) && !rounds.is_empty() {
+                        break;
+                    }
+                    engine.submit(probes.clone()).unwrap();
+                    rounds.push(collect(&mut rx, probes.len(), Duration::from_secs(3)));
+                }
+                (rounds, engine.snapshot().unwrap())
+            })
+        });
+        let with = connects(N);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (rounds, snap) = prober.join().unwrap();
+        (with, rounds, snap)
+    });
+    assert_eq!(with, without, "client connections with the engine probing");
+    assert!(!rounds.is_empty());
+    for round in &rounds {
+        assert_eq!(round.len(), probes.len(), "{round:?}");
+        for r in round {
+            let k = (r.token / 2) as usize;
+            let want = expected(BACKENDS[k], r.token % 2 == 1, Wrap::Ipip).0;
+            assert_eq!(class(r.outcome), want, "{:?} {}: {}", BACKENDS[k], r.target, r.outcome);
+        }
+    }
+    assert_eq!(snap.rx.forged, 0, "{:?}", snap.rx);
+    eprintln!(
+        "{} probe rounds while {with} client connections went through; rx {:?}",
+        rounds.len(),
+        snap.rx
+    );
+}
