@@ -5,7 +5,10 @@
 //! Each fleet is served twice: by the backend namespace's own TCP stack (which runs on this
 //! machine's CPUs, inside the prober's system calls and softirqs, and so inflates every
 //! prober's figures alike), and by `test_reflector`, an XDP responder that answers SYNs at
-//! almost no cost, standing in for a remote fleet so the prober's own cost shows.
+//! almost no cost, standing in for a remote fleet so the prober's own cost shows. Against the
+//! reflector the engine also probes through tunnels (ipip and gue, to 256 VIPs with the
+//! targets as backends), which the reflector unwraps and answers from the VIP: the tunnel
+//! rows' "CPU vs plain XDP" is what the outer headers cost.
 //!
 //! Reported per prober and fleet: probes/s (results received over the time from the first send to the
 //! last result), process CPU (user+system) per probe,
@@ -19,7 +22,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use probed::engine::{L4Outcome, L4Proto, L4Request, TxChoice, TxPath};
+use probed::engine::{Encap, L4Outcome, L4Proto, L4Request, Tunnel, TxChoice, TxPath};
 use probed_tests::{reflector::Reflector, topo::BACKEND_IF, TestPins, Topology};
 
 const INTERVAL: Duration = Duration::from_secs(1);
@@ -46,6 +49,22 @@ struct Row {
 fn target(i: usize) -> SocketAddr {
     let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 19, 0, 0)) + (i % 65536) as u32);
     SocketAddr::new(ip.into(), PORTS[i / 65536])
+}
+
+/// Target i probed through a tunnel: the SYN to one of 256 service addresses (VIPs, at the
+/// target's port) inside an outer header to the target's address; the reflector answers from
+/// the VIP. Spread over VIPs so that no VIP and port has more probes in flight than the source
+/// port range (4,096) allows.
+fn tunnelled(i: usize, encap: Encap) -> (SocketAddr, Tunnel) {
+    let t = target(i);
+    let vip = Ipv4Addr::new(198, 18, 128, (i % 256) as u8);
+    (
+        SocketAddr::new(vip.into(), t.port()),
+        Tunnel {
+            backend: t.ip(),
+            encap,
+        },
+    )
 }
 
 fn rss_kb() -> i64 {
@@ -105,7 +124,13 @@ impl Meter {
     }
 }
 
-fn engine_run(fleet: usize, rounds: u32, pins: &TestPins, tx: TxChoice, name: &'static str) -> Row {
+fn engine_run(
+    fleet: usize,
+    rounds: u32,
+    pins: &TestPins,
+    (tx, encap): (TxChoice, Option<Encap>),
+    name: &'static str,
+) -> Row {
     let (engine, mut rx) = probed_tests::l4::start_engine_with(pins, tx, |c| {
         if std::env::var_os("BENCH_SOURCE").is_some() {
             c.source_v4 = Some(std::net::Ipv4Addr::new(198, 18, 0, 1));
@@ -128,12 +153,19 @@ fn engine_run(fleet: usize, rounds: u32, pins: &TestPins, tx: TxChoice, name: &'
             let reqs: Vec<_> = (lo..hi)
                 .map(|i| {
                     token += 1;
+                    let (target, tunnel) = match encap {
+                        Some(e) => {
+                            let (vip, t) = tunnelled(i, e);
+                            (vip, Some(t))
+                        }
+                        None => (target(i), None),
+                    };
                     L4Request {
                         token,
-                        target: target(i),
+                        target,
                         proto: L4Proto::Tcp,
                         timeout: TIMEOUT,
-                        tunnel: None,
+                        tunnel,
                     }
                 })
                 .collect();
@@ -279,13 +311,23 @@ fn main() {
                     r.backend = backend;
                     rows.push(r);
                 };
-                run(engine_run(fleet, rounds, &pins, TxChoice::Auto, "probed XDP engine"));
+                run(engine_run(fleet, rounds, &pins, (TxChoice::Auto, None), "probed XDP engine"));
+                // Only the reflector unwraps tunnelled probes (the backend's stack here has
+                // no tunnel device: this kernel has none).
+                if backend == "XDP reflector" {
+                    for (encap, name) in [
+                        (Encap::Ipip, "probed XDP engine, ipip tunnel"),
+                        (Encap::Gue { port: 6080 }, "probed XDP engine, gue tunnel"),
+                    ] {
+                        run(engine_run(fleet, rounds, &pins, (TxChoice::Auto, Some(encap)), name));
+                    }
+                }
                 if std::env::var_os("BENCH_ONLY_XDP").is_none() {
                     run(engine_run(
                         fleet,
                         rounds,
                         &pins,
-                        TxChoice::Force(TxPath::Raw),
+                        (TxChoice::Force(TxPath::Raw), None),
                         "probed raw-socket path",
                     ));
                     // On veth a native XDP_TX (the reflector's) is only taken by a peer that
@@ -305,21 +347,19 @@ fn main() {
             });
         }
     }
-    println!("| targets | backend | prober | probes/s | CPU us/probe | softirq us/probe | late | not open | RSS growth MiB | CPU vs connect |");
-    println!("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|");
-    let per_backend = if std::env::var_os("BENCH_ONLY_XDP").is_some() {
-        1
-    } else {
-        3
-    };
-    for chunk in rows.chunks(per_backend) {
-        let base = chunk.last().unwrap();
-        let connect_cpu = base.cpu.as_secs_f64() / base.probes.max(1) as f64;
+    println!(
+        "| targets | backend | prober | probes/s | CPU us/probe | softirq us/probe | late | not open | RSS growth MiB | CPU vs connect | CPU vs plain XDP |"
+    );
+    println!("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let cpu_of = |r: &Row| r.cpu.as_secs_f64() / r.probes.max(1) as f64;
+    for chunk in rows.chunk_by(|a, b| (a.fleet, a.backend) == (b.fleet, b.backend)) {
+        let base = |name: &str| chunk.iter().find(|r| r.prober == name).map_or(f64::NAN, cpu_of);
+        let (connect_cpu, xdp_cpu) = (base("tokio connect()"), base("probed XDP engine"));
         for r in chunk {
             let per = |d: Duration| d.as_secs_f64() * 1e6 / r.probes.max(1) as f64;
-            let cpu = r.cpu.as_secs_f64() / r.probes.max(1) as f64;
+            let cpu = cpu_of(r);
             println!(
-                "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {} | {} | {:.1} | {:.2}x |",
+                "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {} | {} | {:.1} | {:.2}x | {:.2}x |",
                 r.fleet,
                 r.backend,
                 r.prober,
@@ -329,7 +369,8 @@ fn main() {
                 r.lost,
                 r.unhealthy,
                 r.rss_growth_kb as f64 / 1024.0,
-                cpu / connect_cpu
+                cpu / connect_cpu,
+                cpu / xdp_cpu
             );
         }
     }
