@@ -58,13 +58,7 @@ fn target(i: usize) -> SocketAddr {
 fn tunnelled(i: usize, encap: Encap) -> (SocketAddr, Tunnel) {
     let t = target(i);
     let vip = Ipv4Addr::new(198, 18, 128, (i % 256) as u8);
-    (
-        SocketAddr::new(vip.into(), t.port()),
-        Tunnel {
-            backend: t.ip(),
-            encap,
-        },
-    )
+    (SocketAddr::new(vip.into(), t.port()), Tunnel { backend: t.ip(), encap })
 }
 
 fn rss_kb() -> i64 {
@@ -311,7 +305,13 @@ fn main() {
                     r.backend = backend;
                     rows.push(r);
                 };
-                run(engine_run(fleet, rounds, &pins, (TxChoice::Auto, None), "probed XDP engine"));
+                run(engine_run(
+                    fleet,
+                    rounds,
+                    &pins,
+                    (TxChoice::Auto, None),
+                    "probed XDP engine",
+                ));
                 // Only the reflector unwraps tunnelled probes (the backend's stack here has
                 // no tunnel device: this kernel has none).
                 if backend == "XDP reflector" {
