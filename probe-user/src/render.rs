@@ -177,6 +177,11 @@ pub fn render_table(profiles: &[ProfileView], colour: bool) -> String {
                 Some(a) => format!("{change}  agent: {}", a.said.as_deref().unwrap_or("not asked yet")),
                 None => change,
             };
+            // A check through a tunnel: the road, at the end (the address is the backend's).
+            let change = match &e.tunnel {
+                Some(t) => format!("{change}  {}", tunnel_words(t)),
+                None => change,
+            };
             // In transition: results toward a change so far (down toward Degraded, up toward
             // Online).
             let status = match (e.pending, e.status) {
@@ -314,6 +319,14 @@ fn nested_count(up: impl std::fmt::Display, needed: impl std::fmt::Display) -> S
     format!("{up} up, {needed} needed")
 }
 
+/// How the status table names a tunnelled check's road.
+fn tunnel_words(t: &crate::probe::tcp::TunnelTo) -> String {
+    match t.encap {
+        crate::engine::Encap::Ipip => format!("via ipip to {}", t.vip),
+        crate::engine::Encap::Gue { port } => format!("via gue:{port} to {}", t.vip),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -322,5 +335,20 @@ mod tests {
         assert_eq!(super::nested_count(0, 3), "0 up, 3 needed");
         // The widest a profile of 65,536 endpoints gives still fits its 22-column cell.
         assert!(super::nested_count(65_536, 65_536).len() <= 22);
+    }
+
+    #[test]
+    fn a_tunnelled_check_says_its_road() {
+        use crate::{engine::Encap, probe::tcp::TunnelTo};
+        let ipip = TunnelTo {
+            vip: "198.51.100.10".parse().unwrap(),
+            encap: Encap::Ipip,
+        };
+        assert_eq!(super::tunnel_words(&ipip), "via ipip to 198.51.100.10");
+        let gue = TunnelTo {
+            vip: "2001:db8::10".parse().unwrap(),
+            encap: Encap::Gue { port: 6080 },
+        };
+        assert_eq!(super::tunnel_words(&gue), "via gue:6080 to 2001:db8::10");
     }
 }

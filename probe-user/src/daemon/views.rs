@@ -134,6 +134,10 @@ pub struct EndpointView {
     /// With an agent check (`agent_port`): what its agent holds and last said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentView>,
+    /// A check through the data path's tunnel (`tunnel`): the service address inside it and
+    /// the encapsulation; the endpoint's address is the outer destination.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel: Option<crate::probe::tcp::TunnelTo>,
 }
 
 /// An endpoint's agent (`probe::agent`): what it holds, and its last answer.

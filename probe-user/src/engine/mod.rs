@@ -135,7 +135,7 @@ pub struct Tunnel {
 }
 
 /// The outer headers of a tunnelled probe, of the probe's own family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Encap {
     /// IPv4 in IPv4, IPv6 in IPv6.

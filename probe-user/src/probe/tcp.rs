@@ -35,7 +35,7 @@ pub struct TcpCheck {
 /// A check that takes the data path's road: the SYN to `vip` (at the endpoint's port), inside
 /// outer headers to the endpoint's address (`encap`), answered by the endpoint from `vip`
 /// straight back to this node (direct server return).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct TunnelTo {
     pub vip: IpAddr,
     pub encap: Encap,

@@ -7,7 +7,7 @@
 //! profiles take it out, the plain one does not, and it comes back when the VIP does.
 use std::time::Duration;
 
-use probed::status::EndpointStatus;
+use probed::{engine::Encap, probe::tcp::TunnelTo, status::EndpointStatus};
 use probed_tests::{
     daemon::{last_reason, DaemonFiles, RunningDaemon},
     topo::PROBER_IF,
@@ -86,6 +86,29 @@ fn a_dsr_fleet_is_checked_through_its_tunnel_and_a_backend_that_loses_its_vip_le
         }
     }
     eprintln!("{table}");
+    // The status view names the road: the VIP and the encapsulation, the endpoint's address the
+    // outer destination.
+    for (profile, via, _) in PROFILES {
+        let v = d.endpoint(profile, "b0");
+        let want = via.map(|(wrap, vip)| TunnelTo {
+            vip: vip.parse().unwrap(),
+            encap: match wrap {
+                Wrap::Ipip => Encap::Ipip,
+                Wrap::Gue => Encap::Gue { port: 6080 },
+            },
+        });
+        assert_eq!(v.tunnel, want, "{profile}");
+    }
+    let json = d.get("/v1/status/gue6/b0");
+    assert_eq!(json["tunnel"]["vip"], VIP6, "{json}");
+    assert_eq!(
+        (
+            json["tunnel"]["encap"]["kind"].as_str(),
+            json["tunnel"]["encap"]["port"].as_u64()
+        ),
+        (Some("gue"), Some(6080)),
+        "{json}"
+    );
 
     // The healthy backend (b0) loses its VIP: through the tunnel it is down, plainly it is not.
     let b0 = &rig.backends[0];
