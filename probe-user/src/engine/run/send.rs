@@ -363,3 +363,33 @@ fn outer_of(job: &ProbeJob) -> IpAddr {
         IpAddr::from(job.outer)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tunnelled_job_carries_its_backend_and_encapsulation_to_the_raw_path() {
+        let flow = FlowKey::v4([198, 18, 0, 1], [198, 18, 40, 1], 61000, 443, IPPROTO_TCP);
+        for (backend, encap) in [
+            (IpAddr::from([198, 18, 0, 10]), Encap::Ipip),
+            (IpAddr::from([198, 18, 0, 11]), Encap::Gue { port: 6080 }),
+        ] {
+            let t = Tunnel { backend, encap };
+            let job = job_of(flow, 7, 9, 0, Some(t));
+            assert_eq!((job.slot, job.gen, job.flow), (7, 9, flow));
+            assert_eq!(tunnel_of(&job), Some(t));
+        }
+        let v6 = FlowKey::v6([0x20; 16], [0x21; 16], 61000, 443, IPPROTO_TCP);
+        let t = Tunnel {
+            backend: IpAddr::from([0x22; 16]),
+            encap: Encap::Gue { port: 9886 },
+        };
+        let job = job_of(v6, 1, 1, 0, Some(t));
+        assert_eq!((job.tunnel, job.tunnel_port, job.outer), (TUNNEL_GUE, 9886, [0x22; 16]));
+        assert_eq!(tunnel_of(&job), Some(t));
+        let plain = job_of(flow, 1, 1, 0, None);
+        assert_eq!((plain.tunnel, plain.outer), (TUNNEL_NONE, [0; 16]));
+        assert_eq!(tunnel_of(&plain), None);
+    }
+}
