@@ -269,3 +269,39 @@ fn client_flows_the_node_forwards_into_the_tunnel_are_untouched_while_it_probes(
         snap.rx
     );
 }
+
+/// Backends behind one VIP share its flows, so probes in flight to one VIP and port share the
+/// source-port range: when every port a probe tries is taken, it says so as a local error (no
+/// verdict on the backend), never as "no route". Two ports, six probes to backends that never
+/// answer (the VIP missing): two go out and time out, four find no port.
+#[test]
+fn probes_that_find_no_free_source_port_give_no_verdict() {
+    let rig = dsr_rig();
+    let pins = TestPins::new();
+    let vip: IpAddr = VIP4.parse().unwrap();
+    let k = BACKENDS.iter().position(|b| *b == Backend::VipMissing).unwrap();
+    let reqs: Vec<L4Request> = (0..6)
+        .map(|token| L4Request {
+            token,
+            target: SocketAddr::new(vip, PORT),
+            proto: L4Proto::Tcp,
+            timeout: TIMEOUT,
+            tunnel: Some(Tunnel {
+                backend: backend_v4(k),
+                encap: Encap::Ipip,
+            }),
+        })
+        .collect();
+    let results = rig.topo.prober.enter(|| {
+        let (engine, mut rx) = probed_tests::l4::start_engine_with(&pins, TxChoice::Auto, |c| {
+            (c.sport_min, c.sport_max) = (61000, 61001);
+        });
+        engine.submit(reqs.clone()).unwrap();
+        collect(&mut rx, reqs.len(), Duration::from_secs(3))
+    });
+    let count = |o: L4Outcome| results.iter().filter(|r| r.outcome == o).count();
+    let no_port = L4Outcome::LocalError {
+        errno: libc::EADDRNOTAVAIL,
+    };
+    assert_eq!((count(L4Outcome::Timeout), count(no_port)), (2, 4), "{results:?}");
+}

@@ -29,7 +29,8 @@ pub(super) const SEND_SLICE: usize = 4096;
 // A slice fits one generator run: the job array holds no more.
 const _: () = assert!(SEND_SLICE <= probe_common::l4::MAX_JOBS as usize);
 
-/// Source ports tried for one probe before it is given up as NoRoute (the range is busy).
+/// Source ports tried for one probe before it is given up for want of one (the range is busy
+/// with live probes to the same target and port: `LocalError`, no verdict).
 const PICK_ATTEMPTS: u16 = 16;
 
 /// Shortest gap between two warnings about failed generator runs.
@@ -44,14 +45,19 @@ impl EngineState {
     /// the target and the generation: a blind forger has to guess it as well as the cookie
     /// (M1). With no source address the flow leaves it unset, for the generator to fill in,
     /// and the port is kept unique per target and port alone.
-    fn pick_flow(&self, src: Option<IpAddr>, req: &L4Request, proto: u8, gen: u32) -> Option<FlowKey> {
+    ///
+    /// Fails with `NoRoute` when the source is of the other family, and with a local error
+    /// (EADDRNOTAVAIL, as a socket's bind would) when every port tried is in use: that says
+    /// nothing of the target. Probes through a tunnel meet it first: every backend of a VIP
+    /// shares the VIP's flows.
+    fn pick_flow(&self, src: Option<IpAddr>, req: &L4Request, proto: u8, gen: u32) -> Result<FlowKey, L4Outcome> {
         let dport = req.target.port();
         let base = match (src, req.target.ip()) {
             (Some(IpAddr::V4(s)), IpAddr::V4(d)) => FlowKey::v4(s.octets(), d.octets(), 0, dport, proto),
             (Some(IpAddr::V6(s)), IpAddr::V6(d)) => FlowKey::v6(s.octets(), d.octets(), 0, dport, proto),
             (None, IpAddr::V4(d)) => FlowKey::v4([0; 4], d.octets(), 0, dport, proto),
             (None, IpAddr::V6(d)) => FlowKey::v6([0; 16], d.octets(), 0, dport, proto),
-            _ => return None,
+            _ => return Err(L4Outcome::NoRoute),
         };
         let candidate = |attempt| FlowKey {
             sport: self.sport_min + sport_offset(&self.key, &base, gen, attempt, self.sport_span) as u16,
@@ -64,6 +70,9 @@ impl EngineState {
             .map(candidate)
             .find(|f| free(f) && !self.cooling.resting(f, self.last_turn))
             .or_else(|| (0..PICK_ATTEMPTS).map(candidate).find(free))
+            .ok_or(L4Outcome::LocalError {
+                errno: libc::EADDRNOTAVAIL,
+            })
     }
 
     /// Sends up to `most` probes of the backlog, as far as the in-flight table has room;
@@ -130,12 +139,15 @@ impl EngineState {
             };
             let gen = self.next_gen;
             self.next_gen = self.next_gen.wrapping_add(1).max(1);
-            let Some(flow) = self.pick_flow(src, &req, proto, gen) else {
-                if req_id != 0 {
-                    self.templates.release(req_id - 1, now);
+            let flow = match self.pick_flow(src, &req, proto, gen) {
+                Ok(flow) => flow,
+                Err(outcome) => {
+                    if req_id != 0 {
+                        self.templates.release(req_id - 1, now);
+                    }
+                    self.reject(&req, outcome);
+                    continue;
                 }
-                self.reject(&req, L4Outcome::NoRoute);
-                continue;
             };
             let live = Live {
                 token: req.token,
