@@ -39,9 +39,14 @@ pub struct RxCounters {
     /// UDP datagrams answering a live plain UDP probe (the port is open): consumed, so the
     /// node's stack neither tracks them nor answers with a port unreachable.
     pub udp_reply: u64,
+    /// Segments sent on tunnelled probes' flows (RSTs, HTTP requests), wrapped as their SYN.
+    pub tunnel_sent: u64,
+    /// Tunnelled probes whose road was not recorded (PROBE_ROADS full): the RST went
+    /// unwrapped, an HTTP probe ended without a verdict.
+    pub no_road: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<RxCounters>() == 136);
+const _: () = assert!(core::mem::size_of::<RxCounters>() == 152);
 
 impl RxCounters {
     /// Adds another CPU's slot to this one.
@@ -63,6 +68,8 @@ impl RxCounters {
         self.late_reset += o.late_reset;
         self.http_undecided += o.http_undecided;
         self.udp_reply += o.udp_reply;
+        self.tunnel_sent += o.tunnel_sent;
+        self.no_road += o.no_road;
     }
 }
 
@@ -82,9 +89,11 @@ pub struct TxCounters {
     pub inflight_full: u64,
     /// Events lost because the ring buffer was full.
     pub ringbuf_full: u64,
+    /// Tunnelled probes whose road could not be recorded (PROBE_ROADS full).
+    pub roads_full: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<TxCounters>() == 48);
+const _: () = assert!(core::mem::size_of::<TxCounters>() == 56);
 
 impl TxCounters {
     pub fn accumulate(&mut self, o: &TxCounters) {
@@ -94,6 +103,7 @@ impl TxCounters {
         self.no_neigh += o.no_neigh;
         self.inflight_full += o.inflight_full;
         self.ringbuf_full += o.ringbuf_full;
+        self.roads_full += o.roads_full;
     }
 }
 

@@ -146,6 +146,22 @@ fn tcp(sport: u16, dport: u16, seq: u32, ack: u32, hdr_len: usize, flags: u8, wi
     }
 }
 
+/// Fills an option-less TCP header in place, checksum zero: (seq, ack, flags, window). In
+/// place rather than built and copied: probe_rx writes these in stack frames the verifier's
+/// 512 bytes for the call chain leave little room in.
+#[inline(always)]
+fn set_tcp(t: &mut TcpHdr, (sport, dport): (u16, u16), (seq, ack, flags, window): (u32, u32, u8, u16)) {
+    t.sport_be = sport.to_be_bytes();
+    t.dport_be = dport.to_be_bytes();
+    t.seq_be = seq.to_be_bytes();
+    t.ack_be = ack.to_be_bytes();
+    t.doff_res = ((TcpHdr::LEN / 4) as u8) << 4;
+    t.flags = flags;
+    t.window_be = window.to_be_bytes();
+    t.csum_be = [0; 2];
+    t.urg_be = [0; 2];
+}
+
 #[inline(always)]
 fn syn_opts(mss: u16) -> [u8; SYN_OPTS_LEN] {
     let mut o = SYN_OPTS;
@@ -328,6 +344,79 @@ pub fn write_syn_gue_v6(f: &mut SynGueV6, e: &Ends<[u8; 16]>, (backend, port): (
     set_udp(&mut f.udp, (e.sport, port), len, pseudo + inner);
 }
 
+/// The outer headers of a GUE-wrapped packet over IPv4: what probe_rx puts in front of the
+/// segments it sends on a tunnelled probe's flow.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OuterGueV4 {
+    pub ip: Ipv4Hdr,
+    pub udp: UdpHdr,
+}
+const _: () = assert!(core::mem::size_of::<OuterGueV4>() == 28);
+
+/// The IPv6 form of `OuterGueV4`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OuterGueV6 {
+    pub ip: Ipv6Hdr,
+    pub udp: UdpHdr,
+}
+const _: () = assert!(core::mem::size_of::<OuterGueV6>() == 48);
+
+/// How many bytes of outer headers a tunnel puts in front of a packet: one IP header of the
+/// inner family, and a UDP header for GUE.
+#[inline(always)]
+pub const fn outer_len(ipv6: bool, gue: bool) -> usize {
+    let ip = if ipv6 { Ipv6Hdr::LEN } else { Ipv4Hdr::LEN };
+    if gue {
+        ip + UdpHdr::LEN
+    } else {
+        ip
+    }
+}
+
+/// Fills the IPIP header in front of an inner IPv4 packet of `inner_len` bytes, from `saddr`
+/// to `backend`.
+#[inline(always)]
+pub fn set_outer_ipip_v4(h: &mut Ipv4Hdr, (saddr, backend): (&[u8; 4], &[u8; 4]), inner_len: u16) {
+    set_ipv4(h, (saddr, backend), IPPROTO_IPIP, inner_len);
+}
+
+/// Fills the IPv6 header in front of an inner IPv6 packet of `inner_len` bytes.
+#[inline(always)]
+pub fn set_outer_ipip_v6(h: &mut Ipv6Hdr, (saddr, backend): (&[u8; 16], &[u8; 16]), inner_len: u16) {
+    set_ipv6(h, (saddr, backend), IPPROTO_IPV6, inner_len);
+}
+
+/// Fills the GUE outer headers (IPv4 and UDP from `sport` to `port`) in front of an inner
+/// packet of `inner_len` bytes whose word sum is `inner_sum` (what the segment writers return).
+#[inline(always)]
+pub fn set_outer_gue_v4(
+    h: &mut OuterGueV4,
+    (saddr, backend): (&[u8; 4], &[u8; 4]),
+    (sport, port): (u16, u16),
+    (inner_len, inner_sum): (u16, u64),
+) {
+    let len = UdpHdr::LEN as u16 + inner_len;
+    set_ipv4(&mut h.ip, (saddr, backend), IPPROTO_UDP, len);
+    let pseudo = pseudo_v4(saddr, backend, IPPROTO_UDP, len);
+    set_udp(&mut h.udp, (sport, port), len, pseudo + inner_sum);
+}
+
+/// As `set_outer_gue_v4`, over IPv6 (whose UDP checksum is mandatory).
+#[inline(always)]
+pub fn set_outer_gue_v6(
+    h: &mut OuterGueV6,
+    (saddr, backend): (&[u8; 16], &[u8; 16]),
+    (sport, port): (u16, u16),
+    (inner_len, inner_sum): (u16, u64),
+) {
+    let len = UdpHdr::LEN as u16 + inner_len;
+    set_ipv6(&mut h.ip, (saddr, backend), IPPROTO_UDP, len);
+    let pseudo = pseudo_v6(saddr, backend, IPPROTO_UDP, u32::from(len));
+    set_udp(&mut h.udp, (sport, port), len, pseudo + inner_sum);
+}
+
 /// The word sum of an IPv4 header, its checksum included.
 #[inline(always)]
 fn ipv4_sum(h: &Ipv4Hdr) -> u64 {
@@ -351,71 +440,90 @@ fn ipv6_sum(h: &Ipv6Hdr) -> u64 {
 
 /// Writes the RST that closes a half-open probe: `seq` is the SYN+ACK's ack.
 #[inline(always)]
-pub fn write_rst_v4(f: &mut RstV4, e: &Ends<[u8; 4]>, seq: u32) {
-    write_segment_v4(f, e, seq, 0, TCP_RST);
+pub fn write_rst_v4(f: &mut RstV4, e: &Ends<[u8; 4]>, seq: u32) -> u64 {
+    write_segment_v4(f, e, seq, 0, TCP_RST)
 }
 
 #[inline(always)]
-pub fn write_rst_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, seq: u32) {
-    write_segment_v6(f, e, seq, 0, TCP_RST);
+pub fn write_rst_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, seq: u32) -> u64 {
+    write_segment_v6(f, e, seq, 0, TCP_RST)
 }
 
 /// Writes a bare (option-less, empty) TCP segment with the given numbers and flags.
 #[inline(always)]
-pub fn write_segment_v4(f: &mut RstV4, e: &Ends<[u8; 4]>, seq: u32, ack: u32, flags: u8) {
-    write_tcp_v4(f, e, (seq, ack, flags, 0), 0, 0);
+pub fn write_segment_v4(f: &mut RstV4, e: &Ends<[u8; 4]>, seq: u32, ack: u32, flags: u8) -> u64 {
+    write_tcp_v4(f, e, (seq, ack, flags, 0), 0, 0)
 }
 
 #[inline(always)]
-pub fn write_segment_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, seq: u32, ack: u32, flags: u8) {
-    write_tcp_v6(f, e, (seq, ack, flags, 0), 0, 0);
+pub fn write_segment_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, seq: u32, ack: u32, flags: u8) -> u64 {
+    write_tcp_v6(f, e, (seq, ack, flags, 0), 0, 0)
 }
 
 /// The headers of an option-less TCP segment: (seq, ack, flags, window), followed in the frame
-/// by `payload_len` bytes whose word sum is `payload_sum`.
+/// by `payload_len` bytes whose word sum is `payload_sum`. Returns the word sum of the IP
+/// packet (headers, checksums and payload), what a UDP outer header's checksum covers.
 #[inline(always)]
-fn write_tcp_v4(f: &mut RstV4, e: &Ends<[u8; 4]>, h: (u32, u32, u8, u16), payload_len: u16, payload_sum: u64) {
+fn write_tcp_v4(f: &mut RstV4, e: &Ends<[u8; 4]>, h: (u32, u32, u8, u16), payload_len: u16, payload_sum: u64) -> u64 {
     let seg_len = TcpHdr::LEN as u16 + payload_len;
     f.eth = eth(e, ETH_P_IP);
-    f.ip = ipv4(e.saddr, e.daddr, IPPROTO_TCP, seg_len, 0);
-    f.tcp = tcp(e.sport, e.dport, h.0, h.1, TcpHdr::LEN, h.2, h.3);
-    let sum = pseudo_v4(&e.saddr, &e.daddr, IPPROTO_TCP, seg_len) + tcp_sum(&f.tcp) + payload_sum;
-    f.tcp.csum_be = finish(sum).to_be_bytes();
+    set_ipv4(&mut f.ip, (&e.saddr, &e.daddr), IPPROTO_TCP, seg_len);
+    set_tcp(&mut f.tcp, (e.sport, e.dport), h);
+    let segment = tcp_sum(&f.tcp) + payload_sum;
+    let csum = finish(pseudo_v4(&e.saddr, &e.daddr, IPPROTO_TCP, seg_len) + segment);
+    f.tcp.csum_be = csum.to_be_bytes();
+    ipv4_sum(&f.ip) + segment + u64::from(csum)
 }
 
 #[inline(always)]
-fn write_tcp_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, h: (u32, u32, u8, u16), payload_len: u16, payload_sum: u64) {
+fn write_tcp_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, h: (u32, u32, u8, u16), payload_len: u16, payload_sum: u64) -> u64 {
     let seg_len = TcpHdr::LEN as u16 + payload_len;
     f.eth = eth(e, ETH_P_IPV6);
-    f.ip = ipv6(e.saddr, e.daddr, IPPROTO_TCP, seg_len, 0);
-    f.tcp = tcp(e.sport, e.dport, h.0, h.1, TcpHdr::LEN, h.2, h.3);
-    let sum = pseudo_v6(&e.saddr, &e.daddr, IPPROTO_TCP, u32::from(seg_len)) + tcp_sum(&f.tcp) + payload_sum;
-    f.tcp.csum_be = finish(sum).to_be_bytes();
+    set_ipv6(&mut f.ip, (&e.saddr, &e.daddr), IPPROTO_TCP, seg_len);
+    set_tcp(&mut f.tcp, (e.sport, e.dport), h);
+    let segment = tcp_sum(&f.tcp) + payload_sum;
+    let csum = finish(pseudo_v6(&e.saddr, &e.daddr, IPPROTO_TCP, u32::from(seg_len)) + segment);
+    f.tcp.csum_be = csum.to_be_bytes();
+    ipv6_sum(&f.ip) + segment + u64::from(csum)
 }
 
 /// Writes the headers of the segment that carries an HTTP probe's request: ACK of the
 /// target's SYN+ACK (`ack`), our `seq`, PSH, `payload_len` bytes of payload whose word sum
 /// is `payload_sum` following the headers in the frame.
 #[inline(always)]
-pub fn write_request_v4(f: &mut RstV4, e: &Ends<[u8; 4]>, seq: u32, ack: u32, payload_len: u16, payload_sum: u64) {
+pub fn write_request_v4(
+    f: &mut RstV4,
+    e: &Ends<[u8; 4]>,
+    seq: u32,
+    ack: u32,
+    payload_len: u16,
+    payload_sum: u64,
+) -> u64 {
     write_tcp_v4(
         f,
         e,
         (seq, ack, TCP_ACK | TCP_PSH, REQUEST_WINDOW),
         payload_len,
         payload_sum,
-    );
+    )
 }
 
 #[inline(always)]
-pub fn write_request_v6(f: &mut RstV6, e: &Ends<[u8; 16]>, seq: u32, ack: u32, payload_len: u16, payload_sum: u64) {
+pub fn write_request_v6(
+    f: &mut RstV6,
+    e: &Ends<[u8; 16]>,
+    seq: u32,
+    ack: u32,
+    payload_len: u16,
+    payload_sum: u64,
+) -> u64 {
     write_tcp_v6(
         f,
         e,
         (seq, ack, TCP_ACK | TCP_PSH, REQUEST_WINDOW),
         payload_len,
         payload_sum,
-    );
+    )
 }
 
 /// Value-returning forms of the writers, for userspace (raw-socket fallback, tests).
@@ -657,6 +765,74 @@ mod tests {
         );
     }
 
+    /// A header's bytes (every header is repr(C) of byte arrays, alignment 1).
+    fn raw<T>(v: &T) -> std::vec::Vec<u8> {
+        // SAFETY: see above: no padding, every byte initialised.
+        unsafe { core::slice::from_raw_parts(core::ptr::from_ref(v).cast::<u8>(), core::mem::size_of::<T>()) }.to_vec()
+    }
+
+    /// A request segment wrapped as probe_rx wraps it: the inner frame written `outer` bytes
+    /// in, then the outer headers over the inner frame's Ethernet header.
+    fn wrapped_request_v6(e: &Ends<[u8; 16]>, backend: [u8; 16], gue: bool, payload: &[u8]) -> std::vec::Vec<u8> {
+        let outer = outer_len(true, gue);
+        let mut f = RstV6::default();
+        let sum = write_request_v6(&mut f, e, 1, 2, payload.len() as u16, payload_sum(payload));
+        let inner_len = (RstV6::LEN - EthHdr::LEN + payload.len()) as u16;
+        let mut out = f.bytes()[..EthHdr::LEN].to_vec();
+        if gue {
+            let mut h = OuterGueV6::default();
+            set_outer_gue_v6(&mut h, (&e.saddr, &backend), (e.sport, 6080), (inner_len, sum));
+            out.extend_from_slice(&raw(&h.ip));
+            out.extend_from_slice(&raw(&h.udp));
+        } else {
+            let mut h = Ipv6Hdr::default();
+            set_outer_ipip_v6(&mut h, (&e.saddr, &backend), inner_len);
+            out.extend_from_slice(&raw(&h));
+        }
+        assert_eq!(out.len(), EthHdr::LEN + outer);
+        out.extend_from_slice(&f.bytes()[EthHdr::LEN..]);
+        out.extend_from_slice(payload);
+        out
+    }
+
+    #[test]
+    fn wrapped_segments_carry_the_inner_packet_with_valid_checksums() {
+        let e = ends6();
+        let mut backend = e.daddr;
+        backend[15] = 0x30;
+        // An odd length, so the inner packet's sum pads as the UDP checksum does.
+        let payload = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n!";
+        for gue in [false, true] {
+            let b = wrapped_request_v6(&e, backend, gue, payload);
+            let inner = EthHdr::LEN + outer_len(true, gue);
+            assert_eq!(b.len(), inner + 60 + payload.len());
+            let outer_payload = u16::from_be_bytes([b[18], b[19]]) as usize;
+            assert_eq!(outer_payload, b.len() - 54, "outer payload length");
+            if gue {
+                assert_eq!(b[20], IPPROTO_UDP);
+                verify_v6(e.saddr, backend, IPPROTO_UDP, &b[54..]);
+            } else {
+                assert_eq!(b[20], IPPROTO_IPV6);
+            }
+            verify_v6(e.saddr, e.daddr, IPPROTO_TCP, &b[inner + 40..]);
+            assert_eq!(&b[b.len() - payload.len()..], payload);
+        }
+        // IPv4: the outer header's checksum, and the UDP one over an odd-length inner packet.
+        let e = ends4();
+        let backend = [198, 18, 30, 11];
+        let mut f = RstV4::default();
+        let sum = write_rst_v4(&mut f, &e, 5);
+        let mut h = OuterGueV4::default();
+        set_outer_gue_v4(&mut h, (&e.saddr, &backend), (e.sport, 6080), (40, sum));
+        let mut dgram = raw(&h.udp);
+        dgram.extend_from_slice(&f.bytes()[EthHdr::LEN..]);
+        verify_v4(e.saddr, backend, IPPROTO_UDP, &dgram);
+        assert_eq!(finish(payload_sum(&raw(&h.ip))), 0, "outer header checksum");
+        let mut ip = Ipv4Hdr::default();
+        set_outer_ipip_v4(&mut ip, (&e.saddr, &backend), 40);
+        assert_eq!((ip.proto, u16::from_be_bytes(ip.tot_len_be)), (IPPROTO_IPIP, 60));
+    }
+
     #[test]
     fn gue_syns_carry_the_probe_in_udp_with_a_valid_checksum() {
         let e = ends4();
@@ -741,7 +917,7 @@ mod tests {
             let mut seg = h.bytes()[34..].to_vec();
             seg.extend_from_slice(payload);
             verify_v4(e.saddr, e.daddr, IPPROTO_UDP, &seg);
-            assert_eq!(finish(payload_sum(&h.bytes()[14..34])), 0);
+            assert_eq!(finish(payload_sum(&raw(&h)[14..34])), 0);
             let e = ends6();
             let h = udp_v6(
                 &e,

@@ -86,7 +86,10 @@ pub struct Inflight {
     pub req: u32,
     /// Where an HTTP probe is: `STAGE_SYN_SENT`, then `STAGE_REQUEST_SENT`.
     pub stage: u8,
-    pub _pad: [u8; 3],
+    /// The job's `tunnel`: not `TUNNEL_NONE` when what probe_rx sends on the flow (the RST,
+    /// an HTTP probe's request) must be wrapped too, the way its `Road` says.
+    pub tunnel: u8,
+    pub _pad: [u8; 2],
 }
 const _: () = assert!(core::mem::size_of::<Inflight>() == 32);
 
@@ -124,6 +127,36 @@ pub const TUNNEL_IPIP: u8 = 1;
 /// The probe inside UDP to the backend's `tunnel_port` (GUE variant 1, as katran sends: the
 /// inner packet right after the UDP header), over the probe's own family.
 pub const TUNNEL_GUE: u8 = 2;
+
+/// How a tunnelled probe's flow reaches its backend (PROBE_ROADS, by the in-flight flow):
+/// what probe_rx needs to wrap the segments it sends on the flow after the SYN, the RST that
+/// ends it and an HTTP probe's request, as the generator wrapped the SYN. Written with the
+/// in-flight entry, deleted by userspace when the probe ends.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Road {
+    /// The backend: the outer header's destination (IPv4 in the first four bytes).
+    pub outer: [u8; 16],
+    /// `TUNNEL_IPIP` or `TUNNEL_GUE`.
+    pub tunnel: u8,
+    pub _pad: u8,
+    /// `TUNNEL_GUE`: the outer UDP destination port.
+    pub port: u16,
+}
+const _: () = assert!(core::mem::size_of::<Road>() == 20);
+
+impl Road {
+    /// The road of a tunnelled job (None for a plain one).
+    #[inline(always)]
+    pub fn of(job: &ProbeJob) -> Option<Road> {
+        (job.tunnel != TUNNEL_NONE).then_some(Road {
+            outer: job.outer,
+            tunnel: job.tunnel,
+            _pad: 0,
+            port: job.tunnel_port,
+        })
+    }
+}
 
 impl ProbeJob {
     /// A plain probe of `flow`.
@@ -355,4 +388,6 @@ mod pod {
     unsafe impl aya::Pod for super::CookieKey {}
     // SAFETY: see above.
     unsafe impl aya::Pod for super::Ended {}
+    // SAFETY: see above.
+    unsafe impl aya::Pod for super::Road {}
 }

@@ -7,7 +7,8 @@ use aya_ebpf::{
 use probe_common::{
     counters::{RxCounters, TxCounters},
     http::{HttpReq, MAX_HTTP_REQS},
-    l4::{CookieKey, Ended, FlowKey, Inflight, ProbeJob, TxCtl, MAX_ENDED, MAX_IFACES, MAX_INFLIGHT, MAX_JOBS},
+    l4::{CookieKey, Ended, FlowKey, Inflight, ProbeJob, Road, TxCtl, MAX_ENDED, MAX_IFACES, MAX_INFLIGHT, MAX_JOBS},
+    parse::VlanTag,
 };
 
 /// What probe_rx saw, one slot per CPU (index 0).
@@ -38,6 +39,38 @@ pub static PROBE_IFACES: HashMap<u32, u32> = HashMap::with_max_entries(MAX_IFACE
 /// Probes on the wire, by flow.
 #[map]
 pub static PROBE_INFLIGHT: HashMap<FlowKey, Inflight> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
+
+/// How tunnelled probes in flight reach their backends, by flow (`Road`): written with the
+/// in-flight entry, deleted by userspace when the probe ends. Allocated as entries come, so a
+/// node without tunnelled checks pays nothing for it; userspace sizes it like PROBE_INFLIGHT.
+#[map]
+pub static PROBE_ROADS: HashMap<FlowKey, Road> = HashMap::with_max_entries(MAX_INFLIGHT, BPF_F_NO_PREALLOC);
+
+/// What probe_rx carries between the steps of wrapping a segment, one slot per CPU (index 0):
+/// the verifier's 512 bytes of stack for the call chain have no room left for it.
+#[map]
+pub static PROBE_SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// A tunnelled probe's road (`road.tunnel` is `TUNNEL_NONE` for any other packet: reset for
+/// each one), and what the segment writer left for the step that wraps its segment: the
+/// inner packet's length and word sum, our port, and the frame's VLAN tags.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct Scratch {
+    pub road: Road,
+    pub len: u16,
+    pub sport: u16,
+    pub sum: u64,
+    pub tags: [VlanTag; 2],
+}
+
+/// This CPU's scratch slot.
+#[inline(always)]
+pub fn scratch() -> Option<&'static mut Scratch> {
+    let p = PROBE_SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: a per-CPU array slot is only touched by programs on this CPU, one at a time.
+    Some(unsafe { &mut *p })
+}
 
 /// Probe connections probe_rx ended with its own RST, most recent first out of room: what
 /// proves that a later segment in the probe port range is a probe's (`Ended`).

@@ -21,14 +21,17 @@ use probe_common::{
         write_udp_v4, write_udp_v6, Ends, SynGueV4, SynGueV6, SynIpipV4, SynIpipV6,
     },
     l4::{
-        EventKind, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, FAMILY_V4, FIB_NOT_A_PROBE_IFACE,
+        EventKind, FlowKey, Inflight, ProbeEvent, ProbeJob, Road, TxCtl, FAMILY_V4, FIB_NOT_A_PROBE_IFACE,
         GENERATOR_MARK_LEN, STAGE_SYN_SENT, TUNNEL_GUE, TUNNEL_NONE,
     },
     packet::{IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP, IPPROTO_UDP},
 };
 
 use crate::{
-    maps::{fib_src_off, tx_counters, PROBE_EVENTS, PROBE_IFACES, PROBE_INFLIGHT, PROBE_JOBS, PROBE_KEY, PROBE_TX_CTL},
+    maps::{
+        fib_src_off, tx_counters, PROBE_EVENTS, PROBE_IFACES, PROBE_INFLIGHT, PROBE_JOBS, PROBE_KEY, PROBE_ROADS,
+        PROBE_TX_CTL,
+    },
     parse::ptr_at,
 };
 
@@ -155,11 +158,15 @@ fn try_generate(ctx: &mut XdpContext) -> Option<u32> {
         sent_ns,
         req: job.req,
         stage: STAGE_SYN_SENT,
-        _pad: [0; 3],
+        tunnel: job.tunnel,
+        _pad: [0; 2],
     };
     if PROBE_INFLIGHT.insert(flow, entry, 0).is_err() {
         counters.inflight_full += 1;
         return Some(xdp_action::XDP_DROP);
+    }
+    if job.tunnel != TUNNEL_NONE && keep_road(job) != 0 {
+        counters.roads_full += 1;
     }
     counters.sent += 1;
     if hop.ifindex == ifindex {
@@ -250,6 +257,17 @@ fn route_job(ctx: &XdpContext, job: &mut ProbeJob, ifindex: u32, hop: &mut Hop) 
         job.flow.saddr = outer.saddr;
     }
     rc
+}
+
+/// Records a tunnelled job's road for probe_rx (`Road`). A failure (the table full) leaves
+/// probe_rx without it: the RST then goes unwrapped, and an HTTP probe ends without a verdict.
+#[inline(never)]
+fn keep_road(job: &ProbeJob) -> i64 {
+    let Some(road) = Road::of(job) else { return 0 };
+    match PROBE_ROADS.insert(&job.flow, road, 0) {
+        Ok(()) => 0,
+        Err(e) => e.into(),
+    }
 }
 
 #[inline(never)]

@@ -2,10 +2,13 @@
 //! its request, and the first segment of the response is judged by its status line, or left
 //! to a socket (undecided) when the kernel cannot be sure. The TCP matcher (`mod.rs`) hands
 //! over every segment of a connection whose request is out.
+use probe_common::packet::EthHdr;
+
 use super::{
-    rewrite::{restore_tags, save_tags, VLAN_LEN},
+    rewrite::{outer_of, restore_tags, save_tags, stash, VLAN_LEN},
     *,
 };
+use crate::maps::scratch;
 
 /// A segment of a connection whose request is out (HTTP probes). The target proves it saw
 /// the request by acknowledging all of it; its response must start at its first sequence
@@ -152,13 +155,14 @@ pub(super) fn no_room(l3: &L3, frame: &Frame, c: &mut RxCounters) -> bool {
 
 /// Turns an HTTP probe's SYN+ACK into the segment that acknowledges it and carries the
 /// request (template `req`): back to its sender, seq = its ack, ack = its seq + 1. The frame
-/// grows to hold the request; None when it cannot (then it is unchanged).
+/// grows to hold the request; None when it cannot (then it is unchanged). With `wrapped`, as
+/// `rst_in_place`: written behind room for the road's outer headers, for `wrap_in_place`.
 #[inline(always)]
-pub(super) fn request_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32) -> Option<()> {
+pub(super) fn request_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32, wrapped: bool) -> Option<()> {
     if l3.ipv6 {
-        request_v6_in_place(ctx, link, l3, req)
+        request_v6_in_place(ctx, link, l3, req, wrapped)
     } else {
-        request_v4_in_place(ctx, link, l3, req)
+        request_v4_in_place(ctx, link, l3, req, wrapped)
     }
 }
 
@@ -169,8 +173,8 @@ fn bounded_len(r: &HttpReq) -> usize {
 }
 
 /// The part of a request segment both families share: the SYN+ACK's ports and numbers read,
-/// the frame resized to `off + hdr + len` (the VLAN tags and headers come before the request)
-/// and the template's bytes copied in after the headers.
+/// the frame resized to `off + hdr + len` (the VLAN tags, the room for outer headers and the
+/// segment's headers come before the request) and the template's bytes copied in after them.
 struct Prepared {
     sport: u16,
     dport: u16,
@@ -183,13 +187,19 @@ struct Prepared {
 }
 
 #[inline(always)]
-fn prepare_request(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32, hdr: usize) -> Option<Prepared> {
+fn prepare_request(
+    ctx: &mut impl Hooked,
+    link: &Link,
+    l3: &L3,
+    req: u32,
+    (hdr, outer): (usize, usize),
+) -> Option<Prepared> {
     let tcp = read_at::<TcpHdr>(ctx, l3.l4_off)?;
     // SAFETY: see on_http_reply: templates in use never change.
     let r = unsafe { PROBE_HTTP_REQS.get(req) }?;
     let len = bounded_len(r);
     let saved = save_tags(ctx, link.tags)?;
-    let off = link.tags * VLAN_LEN;
+    let off = link.tags * VLAN_LEN + outer;
     if !ctx.resize(off + hdr + len) || !ctx.store(off + hdr, r.bytes.as_ptr(), len as u32) {
         return None;
     }
@@ -206,8 +216,10 @@ fn prepare_request(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32, hdr: u
 }
 
 #[inline(never)]
-fn request_v4_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32) -> Option<()> {
-    let p = prepare_request(ctx, link, l3, req, RstV4::LEN)?;
+fn request_v4_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32, wrapped: bool) -> Option<()> {
+    let s = scratch()?;
+    let outer = if wrapped { outer_of(s, false) } else { 0 };
+    let p = prepare_request(ctx, link, l3, req, (RstV4::LEN, outer))?;
     let f = ptr_at::<RstV4>(ctx, p.off)?;
     let e = Ends {
         smac: link.eth.dst,
@@ -218,13 +230,19 @@ fn request_v4_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32) ->
         dport: p.dport,
     };
     // SAFETY: ptr_at checked the bounds after the resize; the layout has alignment 1.
-    write_request_v4(unsafe { &mut *f }, &e, p.seq, p.ack, p.len as u16, p.sum);
+    let sum = write_request_v4(unsafe { &mut *f }, &e, p.seq, p.ack, p.len as u16, p.sum);
+    if wrapped {
+        let inner = (RstV4::LEN - EthHdr::LEN + p.len) as u16;
+        return stash(s, (inner, sum), p.sport, p.saved);
+    }
     restore_tags(ctx, link.tags, &e, p.saved)
 }
 
 #[inline(never)]
-fn request_v6_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32) -> Option<()> {
-    let p = prepare_request(ctx, link, l3, req, RstV6::LEN)?;
+fn request_v6_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32, wrapped: bool) -> Option<()> {
+    let s = scratch()?;
+    let outer = if wrapped { outer_of(s, true) } else { 0 };
+    let p = prepare_request(ctx, link, l3, req, (RstV6::LEN, outer))?;
     let f = ptr_at::<RstV6>(ctx, p.off)?;
     let e = Ends {
         smac: link.eth.dst,
@@ -235,6 +253,10 @@ fn request_v6_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3, req: u32) ->
         dport: p.dport,
     };
     // SAFETY: as for IPv4.
-    write_request_v6(unsafe { &mut *f }, &e, p.seq, p.ack, p.len as u16, p.sum);
+    let sum = write_request_v6(unsafe { &mut *f }, &e, p.seq, p.ack, p.len as u16, p.sum);
+    if wrapped {
+        let inner = (RstV6::LEN - EthHdr::LEN + p.len) as u16;
+        return stash(s, (inner, sum), p.sport, p.saved);
+    }
     restore_tags(ctx, link.tags, &e, p.saved)
 }

@@ -32,7 +32,9 @@ use probe_common::{
     counters::RxCounters,
     frame::{write_request_v4, write_request_v6, write_rst_v4, write_rst_v6, Ends, RstV4, RstV6, FLOW_LABEL_MASK},
     http::{judge_head, request_fits, syn_ack_mss, HttpReq, HTTP_REQ_MAX, STATUS_HEAD_LEN},
-    l4::{Ended, EventKind, FlowKey, Inflight, ProbeEvent, Undecided, STAGE_REQUEST_SENT},
+    l4::{
+        Ended, EventKind, FlowKey, Inflight, ProbeEvent, Road, Undecided, STAGE_REQUEST_SENT, TUNNEL_GUE, TUNNEL_NONE,
+    },
     packet::{
         classify_icmp, classify_tcp_flags, IcmpHdr, ReplyClass, TcpHdr, ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP,
         IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_FIN,
@@ -42,7 +44,10 @@ use probe_common::{
 
 use crate::{
     ctx::Packet as Hooked,
-    maps::{is_probe_port, rst_by_stack, rx_counters, PROBE_ENDED, PROBE_EVENTS, PROBE_HTTP_REQS, PROBE_INFLIGHT},
+    maps::{
+        is_probe_port, rst_by_stack, rx_counters, scratch, PROBE_ENDED, PROBE_EVENTS, PROBE_HTTP_REQS, PROBE_INFLIGHT,
+        PROBE_ROADS,
+    },
     parse::{parse_l3_into, ptr_at, read_at, shrink_to_at, write_at, Frame, L3},
 };
 
@@ -50,7 +55,7 @@ mod http;
 mod rewrite;
 
 use http::{fits, no_room, on_http_reply, request_in_place, undecided};
-use rewrite::rst_in_place;
+use rewrite::{rst_in_place, wrap_in_place};
 
 /// What the matcher decided, whatever the hook.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -161,20 +166,33 @@ fn try_probe_rx(ctx: &mut impl Hooked) -> Option<Verdict> {
             // The outcome is taken; the stack, which has no socket for the flow, sends the RST.
             Tcp::SendRst if rst_by_stack() => Some(PASS),
             Tcp::SendRst => {
-                // A sibling call of on_tcp, not a callee: their stack frames never add up.
-                rst_in_place(ctx, &link, &l3)?;
+                // Sibling calls of on_tcp, not callees: their stack frames never add up.
+                let wrapped = tunnelled();
+                rst_in_place(ctx, &link, &l3, wrapped)?;
+                if wrapped {
+                    wrap_in_place(ctx, &link, &l3)?;
+                    c.tunnel_sent += 1;
+                }
                 c.rst_sent += 1;
                 Some(Verdict::Bounce)
             }
             Tcp::SendRequest(req) => {
-                if request_in_place(ctx, &link, &l3, req).is_some() {
+                let wrapped = tunnelled();
+                if request_in_place(ctx, &link, &l3, req, wrapped).is_some() {
+                    if wrapped {
+                        wrap_in_place(ctx, &link, &l3)?;
+                        c.tunnel_sent += 1;
+                    }
                     c.http_requests += 1;
                     return Some(Verdict::BounceNow);
                 }
                 // No room in the frame for the request (it is unchanged): the probe ends
                 // here, and the half-open connection with the RST the SYN+ACK becomes.
                 if no_room(&l3, &Frame::of(ctx), c) {
-                    rst_in_place(ctx, &link, &l3)?;
+                    rst_in_place(ctx, &link, &l3, wrapped)?;
+                    if wrapped {
+                        wrap_in_place(ctx, &link, &l3)?;
+                    }
                     c.rst_sent += 1;
                     return Some(Verdict::Bounce);
                 }
@@ -212,8 +230,13 @@ enum Tcp {
 // on_tcp, on_icmp and rst_in_place are not inlined: each gets its own stack frame, and
 // they are called one after the other, so their frames never add up along a call chain
 // (the verifier allows 512 bytes).
+///
+/// For a tunnelled probe's flow it copies the road (from PROBE_ROADS) into this CPU's scratch
+/// slot, and what it sends must then be wrapped as the SYN was (`tunnelled`).
 #[inline(never)]
 fn on_tcp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Tcp> {
+    let road = &mut scratch()?.road;
+    road.tunnel = TUNNEL_NONE;
     let tcp = frame.read::<TcpHdr>(l3.l4_off)?;
     let class = classify_tcp_flags(tcp.flags);
     match class {
@@ -237,10 +260,25 @@ fn on_tcp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Tcp> {
             // the flow up; the RST is sent from here instead. Any other segment, such as a
             // forwarded client flow whose port falls in the range, is passed untouched.
             c.late_reset += 1;
+            // Wrapped when the probe was tunnelled and its road is still known (userspace
+            // forgets it once the probe has ended); else as a plain probe's.
+            fill_road(&flow, road);
             return Some(Tcp::SendRst);
         }
         return Some(Tcp::Done(PASS));
     };
+    if entry.tunnel != TUNNEL_NONE && !fill_road(&flow, road) {
+        // Its road did not fit the table: a RST goes unwrapped, but a request must not go
+        // to the service address directly (it would be checked there, not through the
+        // tunnel): the probe ends without a verdict, as one without room for its request.
+        c.no_road += 1;
+        if entry.req != 0 && class == ReplyClass::SynAck && claim(&flow, &entry, EventKind::HttpNoRoom, 0, 0, c) {
+            return Some(Tcp::SendRst);
+        }
+        if entry.req != 0 {
+            return Some(Tcp::Done(PASS));
+        }
+    }
     if entry.stage == STAGE_REQUEST_SENT {
         return on_http_reply(frame, l3, &tcp, class, &flow, &entry, c);
     }
@@ -394,6 +432,25 @@ fn on_icmp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Verdict> {
         return Some(DROP);
     }
     Some(PASS)
+}
+
+/// Whether on_tcp found the packet's flow to be a tunnelled probe's, with its road.
+#[inline(always)]
+fn tunnelled() -> bool {
+    scratch().is_some_and(|s| s.road.tunnel != TUNNEL_NONE)
+}
+
+/// Copies `flow`'s road into `road`; false when there is none.
+#[inline(always)]
+fn fill_road(flow: &FlowKey, road: &mut Road) -> bool {
+    // SAFETY: the value is copied out at once.
+    match unsafe { PROBE_ROADS.get(flow) } {
+        Some(r) => {
+            *road = *r;
+            true
+        }
+        None => false,
+    }
 }
 
 /// The live probe of `flow`, copied out of the table.

@@ -18,7 +18,7 @@ use aya::{
 use probe_common::{
     counters::{RxCounters, TxCounters},
     http::HttpReq,
-    l4::{CookieKey, FlowKey, Inflight, ProbeEvent, ProbeJob, TxCtl, GENERATOR_MARK_LEN, MAX_JOBS},
+    l4::{CookieKey, FlowKey, Inflight, ProbeEvent, ProbeJob, Road, TxCtl, GENERATOR_MARK_LEN, MAX_JOBS},
 };
 
 use super::{attach_xdp, if_index, pin::PinDir, refuse_foreign_xdp, AttachMode, Hook, KernelError, BPF_OBJECT};
@@ -75,6 +75,7 @@ pub struct L4Kernel {
     marker: u64,
     rx_ctl: Array<MapData, u32>,
     inflight: HashMap<MapData, FlowKey, Inflight>,
+    roads: HashMap<MapData, FlowKey, Road>,
     http_reqs: HashMap<MapData, u32, HttpReq>,
     events: RingBuf<MapData>,
     rx_counters: PerCpuArray<MapData, RxCounters>,
@@ -116,6 +117,7 @@ impl L4Kernel {
             .override_global("PROBE_SPORT_MAX", &cfg.sport_max, true)
             .override_global("PROBE_FIB_SRC_OFF", &u8::from(cfg.simulate_no_fib_src), true)
             .map_max_entries("PROBE_INFLIGHT", cfg.max_inflight)
+            .map_max_entries("PROBE_ROADS", cfg.max_inflight)
             .load(BPF_OBJECT)
             .map_err(KernelError::Load)?;
         // The loader parsed the kernel's whole BTF (~15 MB at its peak) though probe_rx needs
@@ -201,6 +203,7 @@ impl L4Kernel {
             marker,
             rx_ctl,
             inflight: HashMap::try_from(take(&mut ebpf, "PROBE_INFLIGHT")?).map_err(map_err("PROBE_INFLIGHT"))?,
+            roads: HashMap::try_from(take(&mut ebpf, "PROBE_ROADS")?).map_err(map_err("PROBE_ROADS"))?,
             http_reqs: HashMap::try_from(take(&mut ebpf, "PROBE_HTTP_REQS")?).map_err(map_err("PROBE_HTTP_REQS"))?,
             events: RingBuf::try_from(take(&mut ebpf, "PROBE_EVENTS")?).map_err(map_err("PROBE_EVENTS"))?,
             rx_counters: PerCpuArray::try_from(take(&mut ebpf, "PROBE_RX_COUNTERS")?)
@@ -381,6 +384,18 @@ impl L4Kernel {
     /// Records a probe that userspace sends itself (the raw-socket path).
     pub fn track(&mut self, flow: &FlowKey, entry: Inflight) -> Result<(), KernelError> {
         self.inflight.insert(flow, entry, 0).map_err(map_err("PROBE_INFLIGHT"))
+    }
+
+    /// Records how a tunnelled probe that userspace sends itself reaches its backend, for what
+    /// probe_rx sends on its flow (the generator records its own).
+    pub fn keep_road(&mut self, flow: &FlowKey, road: Road) -> Result<(), KernelError> {
+        self.roads.insert(flow, road, 0).map_err(map_err("PROBE_ROADS"))
+    }
+
+    /// Forgets a tunnelled probe's road once the probe has ended (a missing entry is fine:
+    /// the generator could not record it, or a later probe of the flow took its place).
+    pub fn forget_road(&mut self, flow: &FlowKey) {
+        let _ = self.roads.remove(flow);
     }
 
     /// Drains every pending event into `out`.

@@ -35,6 +35,8 @@ pub fn render(engine: &L4Engine) -> String {
         ("late_reset", s.rx.late_reset),
         ("http_undecided", s.rx.http_undecided),
         ("udp_reply", s.rx.udp_reply),
+        ("tunnel_sent", s.rx.tunnel_sent),
+        ("no_road", s.rx.no_road),
     ];
     let tx = [
         ("sent", s.tx.sent),
@@ -42,6 +44,7 @@ pub fn render(engine: &L4Engine) -> String {
         ("no_neigh", s.tx.no_neigh),
         ("inflight_full", s.tx.inflight_full),
         ("ringbuf_full", s.tx.ringbuf_full),
+        ("roads_full", s.tx.roads_full),
     ];
     for (metric, events) in [(&catalog::KERNEL_RX, &rx[..]), (&catalog::KERNEL_TX, &tx[..])] {
         for (event, v) in events {

@@ -464,6 +464,9 @@ impl EngineState {
         if live.req != 0 {
             self.templates.release(live.req - 1, Instant::now());
         }
+        if live.tunnel.is_some() {
+            self.kernel.forget_road(&live.flow);
+        }
         self.active_flows.remove(&live.key);
         self.cooling.rest(&live.key, self.last_turn);
         self.stats.completed += 1;

@@ -290,11 +290,18 @@ impl EngineState {
             sent_ns: crate::clock::mono_ns(),
             req: job.req,
             stage: probe_common::l4::STAGE_SYN_SENT,
-            _pad: [0; 3],
+            tunnel: job.tunnel,
+            _pad: [0; 2],
         };
         if self.kernel.track(&job.flow, entry).is_err() {
             self.fail_now(job.slot, L4Outcome::NoRoute);
             return;
+        }
+        if let Some(road) = probe_common::l4::Road::of(&job) {
+            // Without it probe_rx sends the RST unwrapped, and an HTTP probe gets no verdict.
+            if let Err(e) = self.kernel.keep_road(&job.flow, road) {
+                log::debug!("cannot record the road of slot {}: {e}", job.slot);
+            }
         }
         let payload = self
             .slots
