@@ -292,7 +292,14 @@ pub fn dsr_rig() -> DsrRig {
         if case != Backend::VipMissing {
             b.ip(&["addr", "add", &format!("{VIP4}/32"), "dev", "lo"]);
             b.ip(&["-6", "addr", "add", &format!("{VIP6}/128"), "dev", "lo", "nodad"]);
+            // The VIP is reached through the tunnel only, as behind a real load balancer
+            // (the network routes the VIP to the load balancers, not to the backends): what
+            // reaches it by the link is dropped and counted, so a segment sent to the VIP
+            // unwrapped cannot pass for one that took the tunnel.
+            b.nft_input_rule(&format!("iifname \"eth0\" ip daddr {VIP4} counter drop"));
+            b.nft_input_rule(&format!("iifname \"eth0\" ip6 daddr {VIP6} counter drop"));
         }
+        b.nft_input_rule(&format!("iifname \"{TUN}\" tcp flags & rst == rst counter"));
         if case == Backend::ServiceOnOwnAddressOnly {
             listeners.push(b.tcp_listen(&format!("{}:{PORT}", backend_v4(k))));
             listeners.push(b.tcp_listen(&format!("[{}]:{PORT}", backend_v6(k))));
@@ -325,6 +332,24 @@ pub fn dsr_rig() -> DsrRig {
         backends,
         _ends: ends,
         _listeners: listeners,
+    }
+}
+
+/// The backends' decapsulating device.
+const TUN: &str = "tun0";
+
+impl DsrRig {
+    /// Packets that reached a backend's VIP by the link rather than through its tunnel.
+    pub fn unwrapped_to_vip(&self) -> u64 {
+        self.backends
+            .iter()
+            .map(|b| b.nft_rule_packets(&format!("daddr {VIP4} ")) + b.nft_rule_packets(&format!("daddr {VIP6} ")))
+            .sum()
+    }
+
+    /// RSTs that reached backend k through its tunnel.
+    pub fn wrapped_rsts(&self, k: usize) -> u64 {
+        self.backends[k].nft_rule_packets(&format!("iifname \"{TUN}\" tcp flags"))
     }
 }
 

@@ -67,8 +67,8 @@ enum Verdict {
     /// Rewritten in place into a RST: send it back out of the interface it came in by
     /// (XDP_TX, or a tc redirect to the same device's egress).
     Bounce,
-    /// Rewritten into an HTTP probe's request: back out of the interface it came in by, at
-    /// XDP as a redirect. Not XDP_TX: veth does not wake a peer without an XDP program for
+    /// Rewritten into an HTTP probe's request, or a tunnelled probe's RST: back out of the
+    /// interface it came in by, at XDP as a redirect. Not XDP_TX: veth does not wake a peer without an XDP program for
     /// XDP_TX frames (they wait in its ring for the next frame to arrive by any other path,
     /// which in a quiet moment may be never), while a redirect's flush always does; a
     /// request that waits costs the probe its timeout. RSTs keep XDP_TX: late is harmless
@@ -172,6 +172,12 @@ fn try_probe_rx(ctx: &mut impl Hooked) -> Option<Verdict> {
                 if wrapped {
                     wrap_in_place(ctx, &link, &l3)?;
                     c.tunnel_sent += 1;
+                    c.rst_sent += 1;
+                    // Sent at once: a tunnelled probe's answer comes late in a round (through
+                    // the backend's decapsulation), often after the round's last frame, and an
+                    // XDP_TX frame on veth then waits for good (see BounceNow). The backend
+                    // would hold the half-open connection until its retries end.
+                    return Some(Verdict::BounceNow);
                 }
                 c.rst_sent += 1;
                 Some(Verdict::Bounce)

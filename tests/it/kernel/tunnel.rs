@@ -167,6 +167,14 @@ fn verdicts(tx: TxChoice) {
     }
     eprintln!("verdicts through the tunnel:\n{table}");
     assert!(wrong.is_empty(), "{wrong:#?}\n{table}");
+    // What probe_rx sent on the probes' flows took the tunnel too: the healthy backend got
+    // the RST ending each of its four tunnelled probes through it (the reference client's
+    // connections end with a FIN), and nothing reached a VIP by the link.
+    let rsts = rig.wrapped_rsts(0);
+    eprintln!("RSTs through the healthy backend's tunnel: {rsts}; rx {:?}", snap.rx);
+    assert!(snap.rx.tunnel_sent >= 4, "{:?}", snap.rx);
+    assert!(rsts >= 4, "RSTs through the tunnel: {rsts}");
+    assert_eq!(rig.unwrapped_to_vip(), 0, "a segment reached a VIP unwrapped");
 }
 
 /// The node forwards client flows into the same tunnel while it probes (the load balancer's
