@@ -183,6 +183,8 @@ fn readable(f: &File) -> bool {
 pub const VIP4: &str = "198.18.40.1";
 pub const VIP6: &str = "2001:2:40::1";
 pub const PORT: u16 = 8080;
+/// The backends' HTTP service (hyper): `/health` answers 200, `/down` 503.
+pub const WEB: u16 = 8090;
 pub const TIMEOUT: Duration = Duration::from_millis(600);
 
 /// How a direct-return backend is set up.
@@ -228,6 +230,7 @@ pub struct DsrRig {
     pub backends: Vec<Netns>,
     _ends: Vec<TunnelEnd>,
     _listeners: Vec<std::net::TcpListener>,
+    _web: Vec<crate::http_server::HttpServer>,
 }
 
 /// The prober's link becomes a switch (a bridge in the old backend namespace) with one backend
@@ -246,6 +249,7 @@ pub fn dsr_rig() -> DsrRig {
     let mut backends = Vec::new();
     let mut ends = Vec::new();
     let mut listeners = Vec::new();
+    let mut web = Vec::new();
     for (k, case) in BACKENDS.into_iter().enumerate() {
         let b = Netns::new("pdt");
         let port = format!("sw{k}");
@@ -300,12 +304,18 @@ pub fn dsr_rig() -> DsrRig {
             b.nft_input_rule(&format!("iifname \"eth0\" ip6 daddr {VIP6} counter drop"));
         }
         b.nft_input_rule(&format!("iifname \"{TUN}\" tcp flags & rst == rst counter"));
-        if case == Backend::ServiceOnOwnAddressOnly {
-            listeners.push(b.tcp_listen(&format!("{}:{PORT}", backend_v4(k))));
-            listeners.push(b.tcp_listen(&format!("[{}]:{PORT}", backend_v6(k))));
+        let binds = if case == Backend::ServiceOnOwnAddressOnly {
+            vec![format!("{}", backend_v4(k)), format!("[{}]", backend_v6(k))]
         } else {
             // Both families, any local address.
-            listeners.push(b.tcp_listen(&format!("[::]:{PORT}")));
+            vec!["[::]".to_string()]
+        };
+        for at in binds {
+            listeners.push(b.tcp_listen(&format!("{at}:{PORT}")));
+            let server = b.http_server(&format!("{at}:{WEB}"));
+            server.route("/health", crate::http_server::Route::status(200));
+            server.route("/down", crate::http_server::Route::status(503));
+            web.push(server);
         }
         // The reference client's ways to this backend: a device per wrapping, chosen by mark.
         for wrap in [Wrap::Ipip, Wrap::Gue] {
@@ -332,6 +342,7 @@ pub fn dsr_rig() -> DsrRig {
         backends,
         _ends: ends,
         _listeners: listeners,
+        _web: web,
     }
 }
 
@@ -368,15 +379,47 @@ fn mark(k: usize, wrap: Wrap) -> u32 {
 /// The reference client's verdict: a TCP connect to the VIP through backend k's tunnel, as
 /// "open", "refused", "timeout" or "unreachable" (its errno).
 pub fn reference(rig: &DsrRig, k: usize, vip: IpAddr, wrap: Wrap) -> &'static str {
+    match connect(rig, k, SocketAddr::new(vip, PORT), wrap) {
+        Ok(_) => "open",
+        Err(e) => e,
+    }
+}
+
+/// The reference HTTP client's verdict: GET `path` from the VIP's web service through backend
+/// k's tunnel, as the response's status code, or how the connection failed (as `reference`),
+/// or "response timeout" when the connection stood and no status line came.
+pub fn reference_http(rig: &DsrRig, k: usize, vip: IpAddr, wrap: Wrap, path: &str) -> String {
+    let mut s = match connect(rig, k, SocketAddr::new(vip, WEB), wrap) {
+        Ok(s) => s,
+        Err(e) => return e.to_string(),
+    };
+    let host = SocketAddr::new(vip, WEB);
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    if s.write_all(request.as_bytes()).is_err() {
+        return "reset".into();
+    }
+    let mut head = [0u8; 12];
+    match s.read_exact(&mut head) {
+        Ok(()) => String::from_utf8_lossy(&head[9..12]).into_owned(),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            "response timeout".into()
+        }
+        Err(e) => panic!("reference GET {path} from {host} through {}: {e}", device(k, wrap)),
+    }
+}
+
+/// A TCP connection to `target` through backend k's tunnel (the socket's mark picks the
+/// route), or how it failed.
+fn connect(rig: &DsrRig, k: usize, target: SocketAddr, wrap: Wrap) -> Result<Socket, &'static str> {
     rig.topo.prober.enter(|| {
-        let target = SocketAddr::new(vip, PORT);
-        let s = socket2::Socket::new(socket2::Domain::for_address(target), socket2::Type::STREAM, None).unwrap();
+        let s = Socket::new(Domain::for_address(target), Type::STREAM, None).unwrap();
         s.set_mark(mark(k, wrap)).unwrap();
         match s.connect_timeout(&target.into(), TIMEOUT) {
-            Ok(()) => "open",
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => "refused",
+            Ok(()) => Ok(s),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Err("refused"),
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut || e.kind() == std::io::ErrorKind::WouldBlock => {
-                "timeout"
+                Err("timeout")
             }
             Err(e)
                 if matches!(
@@ -384,7 +427,7 @@ pub fn reference(rig: &DsrRig, k: usize, vip: IpAddr, wrap: Wrap) -> &'static st
                     Some(libc::ENETUNREACH | libc::EHOSTUNREACH | libc::EACCES)
                 ) =>
             {
-                "unreachable"
+                Err("unreachable")
             }
             Err(e) => panic!("reference connect to {target} through {}: {e}", device(k, wrap)),
         }

@@ -121,8 +121,9 @@ pub struct L4Request {
     pub target: SocketAddr,
     pub proto: L4Proto,
     pub timeout: Duration,
-    /// A TCP probe wrapped in an outer header to a backend, for the backend to unwrap and
-    /// answer from `target` (direct return); None for a plain probe.
+    /// A TCP or HTTP probe wrapped in outer headers to a backend, for the backend to unwrap
+    /// and answer from `target` (direct return): the SYN, the request and the RST all go
+    /// wrapped. None for a plain probe.
     pub tunnel: Option<Tunnel>,
 }
 

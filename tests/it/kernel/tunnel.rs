@@ -13,7 +13,8 @@ use probed::engine::{Encap, L4Outcome, L4Proto, L4Request, Tunnel, TxChoice, TxP
 use probed_tests::{
     l4::{collect, start_engine, xdp_or_refused},
     tunnel::{
-        backend_v4, backend_v6, dsr_rig, reference, Backend, Wrap, BACKENDS, GUE_PORT, PORT, TIMEOUT, VIP4, VIP6,
+        backend_v4, backend_v6, dsr_rig, reference, reference_http, Backend, Wrap, BACKENDS, GUE_PORT, PORT, TIMEOUT,
+        VIP4, VIP6, WEB,
     },
     TestPins,
 };
@@ -174,6 +175,101 @@ fn verdicts(tx: TxChoice) {
     eprintln!("RSTs through the healthy backend's tunnel: {rsts}; rx {:?}", snap.rx);
     assert!(snap.rx.tunnel_sent >= 4, "{:?}", snap.rx);
     assert!(rsts >= 4, "RSTs through the tunnel: {rsts}");
+    assert_eq!(rig.unwrapped_to_vip(), 0, "a segment reached a VIP unwrapped");
+}
+
+/// The class of an HTTP probe's outcome, as the reference client tells it.
+fn http_class(o: L4Outcome) -> String {
+    match o {
+        L4Outcome::HttpStatus { status } => status.to_string(),
+        L4Outcome::HttpResponseTimeout => "response timeout".into(),
+        other => class(other).into(),
+    }
+}
+
+/// HTTP checks through the tunnel, in the kernel: the generator wraps the SYN, probe_rx
+/// answers the SYN+ACK (from the VIP) with the request wrapped the same way, reads the status
+/// line of the response (from the VIP again) and ends the connection with a wrapped RST. The
+/// status each backend gives equals the one a client through that backend's tunnel reads,
+/// for a healthy path and a failing one; every backend reaches its VIP through the tunnel
+/// only, so a request sent unwrapped would be lost (and counted).
+#[test]
+fn http_checks_through_the_tunnel_read_the_status_a_tunnelled_client_reads() {
+    let rig = dsr_rig();
+    let pins = TestPins::new();
+    let vips: [IpAddr; 2] = [VIP4.parse().unwrap(), VIP6.parse().unwrap()];
+    let paths = ["/health", "/down"];
+    let token = |k: usize, w: usize, f: usize, p: usize| (((k * 2 + w) * 2 + f) * 2 + p) as u64;
+    let mut reqs = Vec::new();
+    for k in 0..BACKENDS.len() {
+        for (w, wrap) in WRAPS.into_iter().enumerate() {
+            for (f, vip) in vips.iter().enumerate() {
+                for (p, path) in paths.iter().enumerate() {
+                    let target = SocketAddr::new(*vip, WEB);
+                    let request = format!("GET {path} HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n");
+                    reqs.push(L4Request {
+                        token: token(k, w, f, p),
+                        target,
+                        proto: L4Proto::Http {
+                            request: std::sync::Arc::from(request.as_bytes()),
+                        },
+                        timeout: TIMEOUT,
+                        tunnel: Some(Tunnel {
+                            backend: if f == 0 { backend_v4(k) } else { backend_v6(k) },
+                            encap: encap(wrap),
+                        }),
+                    });
+                }
+            }
+        }
+    }
+    let (results, snap) = rig.topo.prober.enter(|| {
+        let (engine, mut rx) = start_engine(&pins, TxChoice::Auto);
+        xdp_or_refused(&engine);
+        engine.submit(reqs.clone()).unwrap();
+        let results = collect(&mut rx, reqs.len(), Duration::from_secs(5));
+        (results, engine.snapshot().unwrap())
+    });
+    assert_eq!(results.len(), reqs.len(), "one result per probe: {results:?}");
+    assert_eq!(snap.rx.forged, 0, "{:?}", snap.rx);
+    let mut table = String::new();
+    let mut wrong = Vec::new();
+    for (k, case) in BACKENDS.into_iter().enumerate() {
+        for (w, wrap) in WRAPS.into_iter().enumerate() {
+            for (f, vip) in vips.iter().enumerate() {
+                for (p, path) in paths.iter().enumerate() {
+                    let got = results.iter().find(|r| r.token == token(k, w, f, p)).unwrap().outcome;
+                    let oracle = reference_http(&rig, k, *vip, wrap, path);
+                    let (want_probe, want_oracle) = expected(case, f == 1, wrap);
+                    // Where the connection stands, the status is the path's; otherwise the
+                    // connection's failure, as in the TCP table.
+                    let status = if p == 0 { "200" } else { "503" };
+                    let want = |w: &str| if w == "open" { status.to_string() } else { w.to_string() };
+                    table.push_str(&format!(
+                        "  {:<24} {:<5} {:<13} {:<8} tunnel {:<18} reference {}\n",
+                        format!("{case:?}"),
+                        format!("{wrap:?}"),
+                        if f == 0 { backend_v4(k) } else { backend_v6(k) }.to_string(),
+                        path,
+                        got.to_string(),
+                        oracle,
+                    ));
+                    if (http_class(got), oracle.clone()) != (want(want_probe), want(want_oracle)) {
+                        wrong.push(format!(
+                            "{case:?} {wrap:?} family {f} {path}: tunnel {got}, reference {oracle}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("HTTP through the tunnel:\n{table}\nrx {:?}", snap.rx);
+    assert!(wrong.is_empty(), "{wrong:#?}\n{table}");
+    // Every request and RST went wrapped: the healthy backends answered (requests), and
+    // nothing reached a VIP by the link.
+    assert!(snap.rx.http_requests >= 12, "{:?}", snap.rx);
+    assert!(snap.rx.tunnel_sent >= 2 * snap.rx.http_requests, "{:?}", snap.rx);
+    assert_eq!(snap.rx.http_undecided, 0, "{:?}", snap.rx);
     assert_eq!(rig.unwrapped_to_vip(), 0, "a segment reached a VIP unwrapped");
 }
 

@@ -105,7 +105,7 @@ impl EngineState {
             // A tunnelled probe is routed, and takes its source, by its backend.
             let ip = req.tunnel.map_or(req.target.ip(), |t| t.backend);
             if req.tunnel.is_some_and(|t| t.check(&req.target).is_err())
-                || req.tunnel.is_some() && req.proto != L4Proto::Tcp
+                || req.tunnel.is_some() && matches!(req.proto, L4Proto::Udp { .. })
             {
                 // The daemon and `probed check` refuse such checks before they get here.
                 self.reject(&req, L4Outcome::LocalError { errno: libc::EINVAL });
