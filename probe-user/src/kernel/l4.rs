@@ -392,6 +392,11 @@ impl L4Kernel {
         self.roads.insert(flow, road, 0).map_err(map_err("PROBE_ROADS"))
     }
 
+    /// Whether a probe of `flow` is in flight.
+    pub fn in_flight(&self, flow: &FlowKey) -> bool {
+        self.inflight.get(flow, 0).is_ok()
+    }
+
     /// Forgets a tunnelled probe's road once the probe has ended (a missing entry is fine:
     /// the generator could not record it, or a later probe of the flow took its place).
     pub fn forget_road(&mut self, flow: &FlowKey) {

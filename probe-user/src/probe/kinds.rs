@@ -47,9 +47,9 @@ macro_rules! kinds {
             $( $field: <$kind as CheckKind>::Shared, )+
         }
 
-        /// The keys of `[profile.health]` beyond its own: every kind's, and the agent
-        /// check's (which runs beside any of them).
-        pub const HEALTH_KEYS: &[&[Key]] = &[ $( <$kind as CheckKind>::KEYS, )+ super::agent::KEYS ];
+        /// The keys of `[profile.health]` beyond its own: every kind's, the road's (a tunnel,
+        /// for the kinds that can take it) and the agent check's (which runs beside any).
+        pub const HEALTH_KEYS: &[&[Key]] = &[ $( <$kind as CheckKind>::KEYS, )+ super::tunnel::KEYS, super::agent::KEYS ];
 
         /// The keys of `[[profile.endpoint]]` that kinds declare.
         pub const ENDPOINT_KEYS: &[&[Key]] = &[ $( <$kind as CheckKind>::ENDPOINT_KEYS, )+ ];
@@ -136,10 +136,11 @@ impl Probe {
 }
 
 impl Probe {
-    /// The service address a tunnelled TCP check sends to inside its tunnel (`tcp::TunnelTo`).
+    /// The service address a tunnelled check sends to inside its tunnel (`tunnel::TunnelTo`).
     pub fn tunnel_vip(&self) -> Option<std::net::IpAddr> {
         match self {
             Self::Tcp(super::tcp::TcpCheck { tunnel: Some(t) }) => Some(t.vip),
+            Self::Http(h) => h.tunnel.map(|t| t.vip),
             _ => None,
         }
     }

@@ -9,6 +9,7 @@ pub mod agent;
 pub mod http;
 pub mod kinds;
 pub mod tcp;
+pub mod tunnel;
 pub mod udp;
 
 use std::{fmt, future::Future, net::SocketAddr, pin::Pin, sync::Arc, time::Duration};
@@ -136,6 +137,12 @@ pub trait TaskProbe: Send + Sync + fmt::Debug {
 
     /// When the kernel can run the check whole: the request probe_rx sends to `target`.
     fn kernel_request(&self, _target: SocketAddr) -> Option<Arc<[u8]>> {
+        None
+    }
+
+    /// The data path's tunnel the check takes to the service address, if it does: it then
+    /// runs in the kernel only (`kernel_request` to the service address), never in a socket.
+    fn tunnel(&self) -> Option<&tunnel::TunnelTo> {
         None
     }
 

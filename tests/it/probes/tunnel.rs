@@ -11,7 +11,9 @@ use probed::{engine::Encap, probe::tcp::TunnelTo, status::EndpointStatus};
 use probed_tests::{
     daemon::{last_reason, DaemonFiles, RunningDaemon},
     topo::PROBER_IF,
-    tunnel::{backend_v4, backend_v6, dsr_rig, reference, DsrRig, Wrap, BACKENDS, PORT, VIP4, VIP6},
+    tunnel::{
+        backend_v4, backend_v6, dsr_rig, reference, reference_http, DsrRig, Wrap, BACKENDS, PORT, VIP4, VIP6, WEB,
+    },
 };
 
 const SETTLE: Duration = Duration::from_secs(5);
@@ -19,20 +21,27 @@ const SETTLE: Duration = Duration::from_secs(5);
 /// A profile's tunnel and the VIP inside it, or none.
 type Via = Option<(Wrap, &'static str)>;
 
-/// The profiles: (name, its tunnel, IPv6).
-const PROFILES: [(&str, Via, bool); 5] = [
-    ("dsr4", Some((Wrap::Ipip, VIP4)), false),
-    ("dsr6", Some((Wrap::Ipip, VIP6)), true),
-    ("gue4", Some((Wrap::Gue, VIP4)), false),
-    ("gue6", Some((Wrap::Gue, VIP6)), true),
-    ("own4", None, false),
+/// The profiles: (name, its tunnel, IPv6, the HTTP path it asks for or None for TCP).
+const PROFILES: [(&str, Via, bool, Option<&str>); 7] = [
+    ("dsr4", Some((Wrap::Ipip, VIP4)), false, None),
+    ("dsr6", Some((Wrap::Ipip, VIP6)), true, None),
+    ("gue4", Some((Wrap::Gue, VIP4)), false, None),
+    ("gue6", Some((Wrap::Gue, VIP6)), true, None),
+    ("own4", None, false, None),
+    // HTTP through the tunnel, run whole by the kernel.
+    ("web4", Some((Wrap::Gue, VIP4)), false, Some("/health")),
+    ("web6", Some((Wrap::Ipip, VIP6)), true, Some("/health")),
 ];
 
 fn config(files: &DaemonFiles) -> String {
     let mut text = files.header(PROBER_IF);
-    for (name, vip, v6) in PROFILES {
+    for (name, vip, v6, path) in PROFILES {
+        let check = match path {
+            None => format!("protocol = \"tcp\"\nport = {PORT}"),
+            Some(path) => format!("protocol = \"http\"\nport = {WEB}\nmethod = \"GET\"\npath = \"{path}\""),
+        };
         text += &format!(
-            "[[profile]]\nname = \"{name}\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\nport = {PORT}\n\
+            "[[profile]]\nname = \"{name}\"\ndialect = \"lb\"\n[profile.health]\n{check}\n\
              interval = \"200ms\"\ntimeout = \"300ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 2\n"
         );
         if let Some((wrap, vip)) = vip {
@@ -59,10 +68,14 @@ fn settle(d: &RunningDaemon, profile: &str, k: usize, up: bool) -> String {
     last_reason(&v)
 }
 
-/// What the reference client meets through backend k's tunnel to the profile's VIP; a plain
-/// profile's reference is the backend's own address, where every backend listens.
-fn client_gets_through(rig: &DsrRig, k: usize, vip: Via) -> bool {
-    vip.is_none_or(|(wrap, vip)| reference(rig, k, vip.parse().unwrap(), wrap) == "open")
+/// What the reference client meets through backend k's tunnel to the profile's VIP (an HTTP
+/// client when the profile asks for `path`: a 200 is up); a plain profile's reference is the
+/// backend's own address, where every backend listens.
+fn client_gets_through(rig: &DsrRig, k: usize, vip: Via, path: Option<&str>) -> bool {
+    vip.is_none_or(|(wrap, vip)| match path {
+        None => reference(rig, k, vip.parse().unwrap(), wrap) == "open",
+        Some(path) => reference_http(rig, k, vip.parse().unwrap(), wrap, path) == "200",
+    })
 }
 
 #[test]
@@ -73,9 +86,9 @@ fn a_dsr_fleet_is_checked_through_its_tunnel_and_a_backend_that_loses_its_vip_le
     let d = RunningDaemon::start(&rig.topo.prober, config, Some(&files.config_path())).expect("daemon starts");
 
     let mut table = String::new();
-    for (profile, vip, _) in PROFILES {
+    for (profile, vip, _, path) in PROFILES {
         for (k, case) in BACKENDS.into_iter().enumerate() {
-            let up = client_gets_through(&rig, k, vip);
+            let up = client_gets_through(&rig, k, vip, path);
             let reason = settle(&d, profile, k, up);
             table.push_str(&format!(
                 "  {profile:<5} b{k} {:<24} client {:<5} probed {} ({reason})\n",
@@ -88,7 +101,7 @@ fn a_dsr_fleet_is_checked_through_its_tunnel_and_a_backend_that_loses_its_vip_le
     eprintln!("{table}");
     // The status view names the road: the VIP and the encapsulation, the endpoint's address the
     // outer destination.
-    for (profile, via, _) in PROFILES {
+    for (profile, via, _, _) in PROFILES {
         let v = d.endpoint(profile, "b0");
         let want = via.map(|(wrap, vip)| TunnelTo {
             vip: vip.parse().unwrap(),
@@ -114,21 +127,23 @@ fn a_dsr_fleet_is_checked_through_its_tunnel_and_a_backend_that_loses_its_vip_le
     let b0 = &rig.backends[0];
     b0.ip(&["addr", "del", &format!("{VIP4}/32"), "dev", "lo"]);
     b0.ip(&["-6", "addr", "del", &format!("{VIP6}/128"), "dev", "lo"]);
-    for (profile, vip, _) in PROFILES {
-        let up = client_gets_through(&rig, 0, vip);
+    for (profile, vip, _, path) in PROFILES {
+        let up = client_gets_through(&rig, 0, vip, path);
         assert_eq!(up, vip.is_none(), "{profile}: the reference client without the VIP");
         settle(&d, profile, 0, up);
     }
     // The plain profile never noticed.
     let own = d.endpoint("own4", "b0");
     assert_eq!(own.status, EndpointStatus::Online);
+    // Nothing the daemon sent reached a VIP unwrapped (requests and RSTs included).
+    assert_eq!(rig.unwrapped_to_vip(), 0);
 
     // The VIP is back: so is the backend.
     b0.ip(&["addr", "add", &format!("{VIP4}/32"), "dev", "lo"]);
     b0.ip(&["-6", "addr", "add", &format!("{VIP6}/128"), "dev", "lo", "nodad"]);
-    for (profile, vip, _) in PROFILES {
+    for (profile, vip, _, path) in PROFILES {
         assert!(
-            client_gets_through(&rig, 0, vip),
+            client_gets_through(&rig, 0, vip, path),
             "{profile}: the reference client with the VIP"
         );
         settle(&d, profile, 0, true);
@@ -137,7 +152,8 @@ fn a_dsr_fleet_is_checked_through_its_tunnel_and_a_backend_that_loses_its_vip_le
 }
 
 /// `probed check tcp://BACKEND:PORT --tunnel ipip --tunnel-vip VIP` gives the reference
-/// client's verdict per backend; the same URL without the tunnel says the backend is up.
+/// client's verdict per backend; the same URL without the tunnel says the backend is up. The
+/// same for `http://` through the tunnel, against a reference HTTP client.
 #[test]
 fn probed_check_takes_the_tunnel_too() {
     let rig = dsr_rig();
@@ -188,11 +204,52 @@ fn probed_check_takes_the_tunnel_too() {
     ]);
     assert_eq!(code, 1);
     let (code, _) = run(&[
-        &format!("http://{}:{PORT}/", backend_v4(0)),
+        &format!("https://{}:{PORT}/", backend_v4(0)),
         "--tunnel",
         "ipip",
         "--tunnel-vip",
         VIP4,
     ]);
     assert_eq!(code, 1);
+    // HTTP through the tunnel, in the kernel: the status each backend gives a client that
+    // takes its tunnel (a 503 path fails everywhere; a broken road, as the TCP check says).
+    for (k, case) in BACKENDS.into_iter().enumerate() {
+        for path in ["/health", "/down"] {
+            let url = format!("http://[{}]:{WEB}{path}", backend_v6(k));
+            let (code, out) = run(&[
+                &url,
+                "--tunnel",
+                "gue",
+                "--tunnel-vip",
+                VIP6,
+                "--timeout",
+                "300",
+                "--json",
+            ]);
+            let oracle = reference_http(&rig, k, VIP6.parse().unwrap(), Wrap::Gue, path);
+            assert_eq!(
+                code == 0,
+                oracle == "200",
+                "{case:?} {url} through the tunnel: {out} (reference {oracle})"
+            );
+            let line: serde_json::Value =
+                serde_json::from_str(out.lines().next().unwrap_or("{}")).expect("a JSON line");
+            let status = oracle.parse::<u64>().ok();
+            assert_eq!(
+                line["status"].as_u64(),
+                status,
+                "{case:?} {url}: {out} (reference {oracle})"
+            );
+        }
+    }
+    let (code, out) = run(&[
+        &format!("http://{}:{WEB}/", backend_v4(0)),
+        "--tunnel",
+        "ipip",
+        "--tunnel-vip",
+        VIP4,
+        "--expect-body",
+        "ok",
+    ]);
+    assert_eq!(code, 1, "{out}");
 }

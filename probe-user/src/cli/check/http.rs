@@ -72,6 +72,9 @@ pub(super) fn check_http(
         bail!("--strict-tls, --ca, --cert, --key and --server-name apply to https:// and grpcs:// targets only");
     }
     let check = HttpCheck::new(&spec)?;
+    if args.tunnel.is_some() {
+        return super::l4::check_http_tunnelled(args, &check, host, port);
+    }
     let rt = crate::cli::runtime()?;
     rt.block_on(async {
         let target = match ip {

@@ -11,6 +11,9 @@ use probed::engine::{
     source::probe_iface, Encap, EngineConfig, L4Engine, L4Proto, L4Request, L4Result, Tunnel, TxChoice, TxPath,
 };
 
+use probe_common::http::HTTP_REQ_MAX;
+use probed::probe::http::{render_request, task::kernel_outcome, HttpCheck, HttpReport};
+
 use super::{render::Line, CheckArgs};
 
 /// Resolves `host` (an IP literal, or a name the resolver knows) with `port`.
@@ -57,25 +60,29 @@ fn start_for(
     Ok(started)
 }
 
+/// Where a check of `backend` goes: to it, or (--tunnel) to the VIP at its port, inside outer
+/// headers to it.
+fn road(args: &CheckArgs, backend: SocketAddr) -> anyhow::Result<(SocketAddr, Option<Tunnel>)> {
+    let Some(vip) = args.tunnel_vip else {
+        return Ok((backend, None));
+    };
+    let encap = match args.tunnel.as_deref() {
+        Some("gue") => Encap::Gue { port: args.tunnel_port },
+        _ => Encap::Ipip,
+    };
+    let via = Tunnel {
+        backend: backend.ip(),
+        encap,
+    };
+    let inner = SocketAddr::new(vip, backend.port());
+    via.check(&inner).map_err(anyhow::Error::msg).context("--tunnel-vip")?;
+    Ok((inner, Some(via)))
+}
+
 pub(super) fn check_tcp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Result<ExitCode> {
     let backend = resolve(host, port)?;
     // Through a tunnel the SYN is addressed to the VIP and its outer header to the host.
-    let (target, tunnel) = match args.tunnel_vip {
-        Some(vip) => {
-            let encap = match args.tunnel.as_deref() {
-                Some("gue") => Encap::Gue { port: args.tunnel_port },
-                _ => Encap::Ipip,
-            };
-            let via = Tunnel {
-                backend: backend.ip(),
-                encap,
-            };
-            let inner = SocketAddr::new(vip, port);
-            via.check(&inner).map_err(anyhow::Error::msg).context("--tunnel-vip")?;
-            (inner, Some(via))
-        }
-        None => (backend, None),
-    };
+    let (target, tunnel) = road(args, backend)?;
     let (engine, mut results) = start_for(args, backend)?;
     let timeout = Duration::from_millis(args.timeout);
     let mut all_healthy = true;
@@ -93,6 +100,62 @@ pub(super) fn check_tcp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Resu
         let result = results.blocking_recv().context("the engine stopped")?;
         all_healthy &= result.outcome.healthy();
         println!("{}", Line::l4(&args.url, &result).render(args.json));
+    }
+    Ok(if all_healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `probed check http://BACKEND... --tunnel`: the HTTP check `check` through the tunnel, run
+/// whole by the kernel engine as the daemon runs it (a socket cannot take the tunnel).
+pub(super) fn check_http_tunnelled(
+    args: &CheckArgs,
+    check: &HttpCheck,
+    host: &str,
+    port: u16,
+) -> anyhow::Result<ExitCode> {
+    if check.expect_body().is_some() || args.keep_alive {
+        bail!("--tunnel: an HTTP check through a tunnel runs in the kernel, which reads the status line only: leave out --expect-body and --keep-alive");
+    }
+    let backend = resolve(host, port)?;
+    let (target, tunnel) = road(args, backend)?;
+    let request = render_request(check, target);
+    if request.len() > HTTP_REQ_MAX {
+        bail!(
+            "--tunnel: the request is {} bytes; the kernel's hold at most {HTTP_REQ_MAX}: shorten the path or the headers",
+            request.len()
+        );
+    }
+    let request: std::sync::Arc<[u8]> = request.into();
+    let (engine, mut results) = start_for(args, backend)?;
+    let mut all_healthy = true;
+    for i in 0..args.count {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(args.interval));
+        }
+        engine.submit(vec![L4Request {
+            token: u64::from(i),
+            target,
+            proto: L4Proto::Http {
+                request: request.clone(),
+            },
+            timeout: check.timeout(),
+            tunnel,
+        }])?;
+        let result = results.blocking_recv().context("the engine stopped")?;
+        let report = HttpReport {
+            outcome: kernel_outcome(result.outcome, check.status()),
+            elapsed: result.elapsed,
+            status: match result.outcome {
+                probed::engine::L4Outcome::HttpStatus { status } => Some(status),
+                _ => None,
+            },
+            cert_not_after: None,
+        };
+        all_healthy &= report.healthy();
+        println!("{}", Line::http(&args.url, target, &report).render(args.json));
     }
     Ok(if all_healthy {
         ExitCode::SUCCESS

@@ -91,17 +91,18 @@ pub struct CheckArgs {
     /// without it, silence is success and only an ICMP error fails (plain mode).
     #[arg(long, value_parser = udp_payload)]
     pub expect: Option<String>,
-    /// TCP: send the SYN through the data path's tunnel, as `tunnel` in the config: "ipip"
-    /// (IPv4 in IPv4, IPv6 in IPv6) or "gue" (in UDP) to the URL's host, with --tunnel-vip
-    /// inside.
+    /// TCP and HTTP: send the check through the data path's tunnel, as `tunnel` in the config:
+    /// "ipip" (IPv4 in IPv4, IPv6 in IPv6) or "gue" (in UDP) to the URL's host, with
+    /// --tunnel-vip inside. An HTTP check through a tunnel runs whole in the kernel engine
+    /// (status line only: no --expect-body, no --keep-alive).
     #[arg(long, value_name = "KIND", requires = "tunnel_vip", value_parser = ["ipip", "gue"])]
     pub tunnel: Option<String>,
-    /// TCP with --tunnel gue: the UDP port the backend decapsulates on.
+    /// With --tunnel gue: the UDP port the backend decapsulates on.
     #[arg(long, value_name = "PORT", default_value_t = 6080,
           value_parser = clap::value_parser!(u16).range(1..))]
     pub tunnel_port: u16,
-    /// TCP with --tunnel: the service address inside the tunnel (the VIP the backend at the
-    /// URL's host answers for, at the URL's port).
+    /// With --tunnel: the service address inside the tunnel (the VIP the backend at the URL's
+    /// host answers for, at the URL's port).
     #[arg(long, value_name = "ADDRESS", requires = "tunnel")]
     pub tunnel_vip: Option<std::net::IpAddr>,
 }
@@ -237,9 +238,12 @@ pub(super) fn split_authority(authority: &str, default_port: u16) -> anyhow::Res
 
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let target = parse_target(&args.url)?;
-    if args.tunnel.is_some() && !matches!(target, Target::Tcp { .. }) {
+    let takes_tunnel = matches!(target, Target::Tcp { .. })
+        || matches!(&target, Target::Http { scheme, .. } if *scheme == Scheme::Http);
+    if args.tunnel.is_some() && !takes_tunnel {
         bail!(
-            "--tunnel: only tcp:// checks go through a tunnel (the URL's host is the backend, the port the service's)"
+            "--tunnel: only tcp:// and http:// checks go through a tunnel (the URL's host is the backend, the port the \
+             service's)"
         );
     }
     match target {

@@ -302,10 +302,51 @@ rule!(
     "profile[0].health.tunnel_vip"
 );
 rule!(
-    tunnel_on_an_http_check,
-    cfg("lb", "", "tunnel = \"ipip\"", ""),
+    tunnel_on_an_https_check,
+    cfg("lb", "", "protocol = \"https\"\ntunnel = \"ipip\"", ""),
     "profile[0].health.tunnel"
 );
+rule!(
+    tunnel_on_a_udp_check,
+    cfg("lb", "", "protocol = \"udp\"\nport = 53\ntunnel = \"ipip\"", ""),
+    "profile[0].health.tunnel"
+);
+rule!(
+    tunnel_with_a_body_to_match,
+    cfg(
+        "lb",
+        "",
+        "tunnel = \"ipip\"\ntunnel_vip = \"198.51.100.10\"\nmethod = \"GET\"\nbody_match = \"ok\"",
+        ""
+    ),
+    "profile[0].health.body_match"
+);
+rule!(
+    tunnel_with_keep_alive,
+    cfg(
+        "lb",
+        "",
+        "tunnel = \"gue\"\ntunnel_vip = \"198.51.100.10\"\nkeep_alive = true",
+        ""
+    ),
+    "profile[0].health.keep_alive"
+);
+
+#[test]
+fn a_plain_http_check_takes_the_tunnel_too() {
+    let c = ok(&cfg(
+        "lb",
+        "",
+        "tunnel = \"gue\"\ntunnel_vip = \"198.51.100.10\"\npath = \"/health\"",
+        "",
+    ));
+    let probe = &c.profiles[0].health.probe;
+    assert_eq!(probe.tunnel_vip(), Some("198.51.100.10".parse().unwrap()));
+    let crate::probe::kinds::Probe::Http(h) = probe else {
+        panic!("{probe:?}")
+    };
+    assert_eq!(h.tunnel.unwrap().encap, crate::engine::Encap::Gue { port: 6080 });
+}
 rule!(
     tunnel_endpoint_of_the_other_family,
     tcp_tunnel("tunnel = \"ipip\"\ntunnel_vip = \"198.51.100.10\"", "2001:db8::1"),

@@ -61,15 +61,24 @@ impl CheckSpec {
     /// Where the L4 engine sends its probe: the target, or through a tunnel to the endpoint
     /// the service address at the same port.
     pub fn l4_road(&self) -> (SocketAddr, Option<crate::engine::Tunnel>) {
-        match &self.kind {
-            ProbeKind::L4Tunnel(t) => (
+        match self.tunnel() {
+            Some(t) => (
                 SocketAddr::new(t.vip, self.port),
                 Some(crate::engine::Tunnel {
                     backend: self.ip,
                     encap: t.encap,
                 }),
             ),
-            _ => (self.target(), None),
+            None => (self.target(), None),
+        }
+    }
+
+    /// The data path's tunnel the check takes, if it does (a TCP or a plain HTTP check).
+    pub fn tunnel(&self) -> Option<&crate::probe::tunnel::TunnelTo> {
+        match &self.kind {
+            ProbeKind::L4Tunnel(t) => Some(t),
+            ProbeKind::Task(p) => p.tunnel(),
+            ProbeKind::L4(_) => None,
         }
     }
 

@@ -155,10 +155,7 @@ pub(super) fn endpoint_view(table: &Table, id: OwnerId, now_unix: i64) -> Endpoi
         tls_cert,
         weight: t.weight(),
         agent: agent_view(table, id),
-        tunnel: match &t.spec().kind {
-            crate::probe::ProbeKind::L4Tunnel(via) => Some(**via),
-            _ => None,
-        },
+        tunnel: t.spec().tunnel().copied(),
     }
 }
 

@@ -115,6 +115,15 @@ impl Runner {
         let l4 = match &spec.kind {
             ProbeKind::L4(proto) => Some(proto.clone()),
             ProbeKind::L4Tunnel(_) => Some(L4Proto::Tcp),
+            // Through a tunnel, the kernel runs it whenever the engine runs (a socket cannot
+            // take the tunnel: without the engine, the task says so and gives no verdict).
+            ProbeKind::Task(probe) if probe.tunnel().is_some() => self
+                .probe
+                .l4
+                .port
+                .as_ref()
+                .and_then(|_| probe.kernel_request(spec.l4_road().0))
+                .map(|request| L4Proto::Http { request }),
             ProbeKind::Task(probe) if self.kernel_http() => probe
                 .kernel_request(spec.target())
                 .map(|request| L4Proto::Http { request }),

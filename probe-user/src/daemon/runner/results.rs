@@ -308,6 +308,12 @@ impl Runner {
         let ProbeKind::Task(probe) = &self.probe.sched.key(CheckId::from_u64(r.token))?.spec.kind else {
             return None;
         };
+        if probe.tunnel().is_some() {
+            // No socket can settle what the kernel left open through a tunnel: the kernel's
+            // word stands (an undecided probe is no verdict), and the other checks keep the
+            // kernel path whatever happens to this one.
+            return Some(Some(probe.kernel_report(r.outcome, r.elapsed)));
+        }
         let Some(settle) = settle else {
             if matches!(r.outcome, K::HttpStatus { .. }) {
                 self.probe.kernel_http_guard.answered();

@@ -107,6 +107,9 @@ pub(crate) struct EngineState {
     /// Generator runs that failed, and when that was last logged.
     failed_runs: u64,
     last_run_warning: Option<Instant>,
+    /// Flows of tunnelled probes that have ended, with when their roads (PROBE_ROADS) may go:
+    /// once the flow has rested (`cooling`), in the order they ended.
+    retired_roads: VecDeque<(Instant, FlowKey)>,
     /// HTTP request templates in the kernel, and when unused ones are next freed.
     templates: Templates,
     next_sweep: Instant,
@@ -278,6 +281,7 @@ impl EngineState {
             warned_iface: false,
             failed_runs: 0,
             last_run_warning: None,
+            retired_roads: VecDeque::new(),
             templates: Templates::new(probe_common::http::MAX_HTTP_REQS),
             next_sweep: Instant::now() + SWEEP_EVERY,
         })
@@ -394,6 +398,7 @@ impl EngineState {
                 self.backlog.shrink_to(SEND_SLICE);
             }
             self.sweep_templates();
+            self.forget_roads(Instant::now());
             self.wait();
         }
     }
@@ -465,7 +470,10 @@ impl EngineState {
             self.templates.release(live.req - 1, Instant::now());
         }
         if live.tunnel.is_some() {
-            self.kernel.forget_road(&live.flow);
+            // Kept while the flow rests: what the backend sends after the probe's end (its
+            // FIN, a response sent again) is answered with a RST wrapped like the rest.
+            self.retired_roads
+                .push_back((self.last_turn + cooling::COOLING, live.flow));
         }
         self.active_flows.remove(&live.key);
         self.cooling.rest(&live.key, self.last_turn);
@@ -477,6 +485,20 @@ impl EngineState {
             elapsed,
             queued: live.queued,
         });
+    }
+
+    /// Deletes the roads of tunnelled probes whose flows have rested, unless a new probe has
+    /// taken the flow since (its own road is in the entry then).
+    fn forget_roads(&mut self, now: Instant) {
+        while let Some(&(due, flow)) = self.retired_roads.front() {
+            if due > now {
+                break;
+            }
+            self.retired_roads.pop_front();
+            if !self.kernel.in_flight(&flow) {
+                self.kernel.forget_road(&flow);
+            }
+        }
     }
 
     fn reject(&mut self, req: &L4Request, outcome: L4Outcome) {

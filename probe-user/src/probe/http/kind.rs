@@ -135,10 +135,40 @@ impl CheckKind for Http {
         let merged = endpoint.own.map(|o| profile.with_override(o));
         let h = merged.as_ref().unwrap_or(profile);
         let tls = shared.client(h, endpoint.own.is_some_and(config::CheckOverride::changes_client))?;
-        let probe: Arc<dyn TaskProbe> = Arc::new(HttpProbe::prepare(h, timeout, endpoint.headers, tls)?);
+        let probe = HttpProbe::prepare(h, timeout, endpoint.headers, tls)?;
+        if let Some(t) = &h.tunnel {
+            tunnelled(&probe, t, endpoint.target)?;
+        }
+        let probe: Arc<dyn TaskProbe> = Arc::new(probe);
         if plain {
             shared.plain = Some(probe.clone());
         }
         Ok(ProbeKind::Task(probe))
     }
+}
+
+/// Why a check through tunnel `t` cannot be made for the endpoint at `target`: the families
+/// of its address and the VIP differ, or the request for the VIP does not fit one of the
+/// kernel's templates.
+fn tunnelled(
+    probe: &HttpProbe,
+    t: &crate::probe::tunnel::TunnelTo,
+    target: std::net::SocketAddr,
+) -> Result<(), HttpCheckError> {
+    crate::probe::tunnel::engine_tunnel(t, target)
+        .map_err(|why| HttpCheckError::invalid("tunnel_vip", t.vip.to_string(), why))?;
+    let inner = std::net::SocketAddr::new(t.vip, target.port());
+    if probe.kernel_request(inner).is_none() {
+        let len = super::render_request(probe.check(), inner).len();
+        return Err(HttpCheckError::invalid(
+            "tunnel",
+            format!("a request of {len} bytes"),
+            format!(
+                "a check through a tunnel runs in the kernel, whose requests hold at most {} bytes: \
+                 shorten the path or the headers",
+                probe_common::http::HTTP_REQ_MAX
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -10,6 +10,7 @@ use super::{
 };
 use crate::{
     engine::L4Outcome,
+    probe::tunnel::TunnelTo,
     probe::{ProbeReport, Probers, Probing, TaskProbe},
     rules::Header,
 };
@@ -19,6 +20,8 @@ use crate::{
 #[derive(Debug)]
 pub struct HttpProbe {
     check: HttpCheck,
+    /// Through the data path's tunnel to the service address: run by the kernel only.
+    tunnel: Option<TunnelTo>,
 }
 
 impl HttpProbe {
@@ -47,7 +50,10 @@ impl HttpProbe {
             grpc: h.grpc.clone(),
         })?
         .kept_alive(h.keep_alive);
-        Ok(HttpProbe { check })
+        Ok(HttpProbe {
+            check,
+            tunnel: h.tunnel,
+        })
     }
 
     pub fn check(&self) -> &HttpCheck {
@@ -58,6 +64,19 @@ impl HttpProbe {
 impl TaskProbe for HttpProbe {
     fn run<'a>(&'a self, probers: &'a Probers, target: std::net::SocketAddr, budget: Option<Duration>) -> Probing<'a> {
         Box::pin(async move {
+            if self.tunnel.is_some() {
+                // A socket cannot take the tunnel: no verdict rather than the plain road's.
+                let o = HttpOutcome::LocalError(
+                    "a check through a tunnel runs in the kernel only, and the L4 engine is not running".into(),
+                );
+                return ProbeReport {
+                    healthy: false,
+                    outcome: (&o).into(),
+                    elapsed: Duration::ZERO,
+                    reason: Arc::from(o.to_string()),
+                    cert_not_after: None,
+                };
+            }
             let budget = budget.map_or(self.check.timeout(), |b| b.min(self.check.timeout()));
             let r = probers.http.probe_within(target, &self.check, budget).await;
             ProbeReport {
@@ -84,6 +103,10 @@ impl TaskProbe for HttpProbe {
         }
         let request = crate::probe::http::render_request(&self.check, target);
         (request.len() <= probe_common::http::HTTP_REQ_MAX).then(|| Arc::from(request))
+    }
+
+    fn tunnel(&self) -> Option<&TunnelTo> {
+        self.tunnel.as_ref()
     }
 
     /// In the socket prober's words.
@@ -127,7 +150,7 @@ pub fn tls_client(h: &HttpSettings) -> Result<TlsVerify, HttpCheckError> {
 }
 
 /// What a kernel HTTP probe's outcome means for a check whose healthy statuses are `status`.
-pub(crate) fn kernel_outcome(o: L4Outcome, status: &StatusSet) -> HttpOutcome {
+pub fn kernel_outcome(o: L4Outcome, status: &StatusSet) -> HttpOutcome {
     match o {
         L4Outcome::HttpStatus { status: s } if status.contains(s) => HttpOutcome::Passed(s),
         L4Outcome::HttpStatus { status: s } => HttpOutcome::BadStatus(s),

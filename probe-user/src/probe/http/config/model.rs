@@ -41,6 +41,9 @@ pub struct HttpSettings {
     /// so method, path, healthy_status and body_match keep their defaults and are not used;
     /// headers are sent as metadata.
     pub grpc: Option<String>,
+    /// `tunnel`: plain HTTP through the data path's tunnel to the service address, run whole
+    /// by the kernel (`probe::tunnel`); None to the endpoint's address.
+    pub tunnel: Option<crate::probe::tunnel::TunnelTo>,
 }
 
 /// `client_cert` and `client_key`: PEM files, read when the configuration is loaded.
@@ -134,10 +137,10 @@ impl HttpSettings {
             key_field(out, "body", body);
         }
         // Only when set, so that keys of checks without them stay as they were.
-        // Only when set, as below.
         if h.keep_alive {
             key_field(out, "keep_alive", "1");
         }
+        crate::probe::tunnel::identity(h.tunnel.as_ref(), out);
         if let TlsVerifySetting::Ca { ca_file } = &h.tls_verify {
             let roots = ca_file
                 .as_ref()

@@ -132,6 +132,15 @@ pub(crate) fn read(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protoco
     };
     // Refused for gRPC with the table's other foreign keys (`refuse_foreign`).
     let keep_alive = !grpc && r.boolean(t, "keep_alive").is_some_and(|item| item.v);
+    // Refused on the other protocols with the table's other foreign keys (`refuse_foreign`).
+    let tunnel = if p == Protocol::Http {
+        crate::probe::tunnel::read(r, t).flatten()
+    } else {
+        None
+    };
+    if tunnel.is_some() {
+        whole_in_the_kernel(r, t);
+    }
     (r.errors.len() == before).then_some(HttpSettings {
         tls,
         method,
@@ -148,7 +157,27 @@ pub(crate) fn read(r: &mut Reader<'_>, t: &Table<'_, '_>, d: Dialect, p: Protoco
         cert_warn_days,
         keep_alive,
         grpc: service,
+        tunnel,
     })
+}
+
+/// A check through a tunnel runs whole in the kernel (a socket cannot take the tunnel): the
+/// keys that need a socket are refused with it.
+fn whole_in_the_kernel(r: &mut Reader<'_>, t: &Table<'_, '_>) {
+    if let Some(item) = r.string(t, "body_match") {
+        r.bad(
+            &item,
+            "a check through a tunnel runs in the kernel, which reads the status line only: \
+             leave out body_match, or tunnel",
+        );
+    }
+    if let Some(item) = r.boolean(t, "keep_alive").filter(|i| i.v) {
+        r.bad(
+            &item,
+            "a check through a tunnel opens a connection per probe in the kernel; keep_alive \
+             holds a socket's: leave out one of them",
+        );
+    }
 }
 
 /// `tls_reverify`: with `tls_verify = "ca"` only (a check that verifies nothing has nothing to

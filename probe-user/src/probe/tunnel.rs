@@ -1,0 +1,165 @@
+//! The road a check takes: to the endpoint's own address, or through the data path's tunnel to
+//! the service address (the VIP) the endpoint answers for, the way the load balancer forwards
+//! client flows to a direct-return (DSR) backend. A property of the road, not of a kind: the
+//! TCP kind and plain HTTP read the same keys here, and the kernel engine wraps every segment
+//! of such a check (the SYN, an HTTP request, the RST that ends it).
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use super::key_field;
+use crate::{
+    engine::Encap,
+    rules::Protocol,
+    schema::{
+        keys::{
+            Allowed::{Int, OneOf, Text as Described},
+            Key,
+            Reload::Reask,
+            Type,
+            Unset::{Text, Value},
+        },
+        read::{Reader, Table},
+    },
+};
+
+/// A check that takes the data path's road: its SYN to `vip` (at the endpoint's port), inside
+/// outer headers to the endpoint's address (`encap`), answered by the endpoint from `vip`
+/// straight back to this node (direct server return).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct TunnelTo {
+    pub vip: IpAddr,
+    pub encap: Encap,
+}
+
+const IPIP: &str = "ipip";
+const GUE: &str = "gue";
+/// katran's GUE port, which backends decapsulating its flows already listen on.
+const GUE_PORT: u16 = 6080;
+
+/// The protocols whose checks may take the tunnel: TCP, and plain HTTP, which the kernel runs
+/// whole (a socket cannot take the tunnel without a tunnel device of the node's own).
+const ROADS: &[Protocol] = &[Protocol::Tcp, Protocol::Http];
+
+pub const KEYS: &[Key] = &[
+    Key::new(
+        "tunnel",
+        Type::String,
+        Text("none: the check goes to the endpoint's address"),
+        OneOf(&[IPIP, GUE]),
+        Reask,
+        "Check through the data path's tunnel, as the load balancer forwards client flows to a \
+         direct-return (DSR) backend: the check is addressed to tunnel_vip at the endpoint's port and \
+         sent inside outer headers to the endpoint's address, of the endpoint's family: ipip (IPv4 in \
+         IPv4, IPv6 in IPv6) or gue (in UDP to tunnel_port, with no GUE header, as katran sends); \
+         the endpoint unwraps it and answers from the VIP. A backend that answers on its own address \
+         but drops what the tunnel brings (the VIP not on its loopback, its tunnel device down, \
+         rp_filter, no service on the VIP) fails this check. TCP checks, and plain HTTP checks that \
+         the kernel runs whole (no body_match, no keep_alive, a request of at most 256 bytes).",
+    )
+    .protocols(ROADS, "and tunnel_vip"),
+    Key::new(
+        "tunnel_vip",
+        Type::String,
+        Text("none"),
+        Described("an IPv4 or IPv6 address, of the endpoints' family"),
+        Reask,
+        "The service address inside the tunnel: the VIP the endpoints answer for. Required with \
+         tunnel.",
+    )
+    .protocols(ROADS, "and tunnel"),
+    Key::new(
+        "tunnel_port",
+        Type::Integer,
+        Value("6080"),
+        Int(1, 65_535),
+        Reask,
+        "With tunnel = \"gue\": the UDP port the endpoints decapsulate on (the outer header's \
+         destination; 6080 is katran's). The source port is the probe's own.",
+    )
+    .protocols(ROADS, "and tunnel = \"gue\""),
+];
+
+/// The road the health table `t` names: Some(None) for the endpoint's own address, None
+/// when a key is wrong (the reader has the error).
+pub(crate) fn read(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<Option<TunnelTo>> {
+    let kind = r.string(t, "tunnel");
+    let vip = r.string(t, "tunnel_vip");
+    let port = r.int(t, "tunnel_port");
+    let Some(kind) = kind else {
+        if let Some(vip) = vip {
+            r.bad(&vip, "tunnel_vip is the address inside a tunnel: set tunnel too");
+            return None;
+        }
+        if let Some(port) = port {
+            r.bad(&port, "tunnel_port is the UDP port of tunnel = \"gue\"");
+            return None;
+        }
+        return Some(None);
+    };
+    let encap = match (kind.v.as_str(), port) {
+        (IPIP, None) => Encap::Ipip,
+        (IPIP, Some(port)) => {
+            r.bad(&port, "tunnel_port is the UDP port of tunnel = \"gue\"; ipip has none");
+            return None;
+        }
+        (GUE, None) => Encap::Gue { port: GUE_PORT },
+        (GUE, Some(p)) => match u16::try_from(p.v) {
+            Ok(port) if port > 0 => Encap::Gue { port },
+            _ => {
+                r.bad(&p, "expected a port from 1 to 65535");
+                return None;
+            }
+        },
+        _ => {
+            r.bad(
+                &kind,
+                format!("expected \"{IPIP}\" (IPv4 in IPv4, IPv6 in IPv6) or \"{GUE}\" (in UDP)"),
+            );
+            return None;
+        }
+    };
+    let Some(vip) = vip else {
+        r.missing(
+            t,
+            "tunnel_vip",
+            "tunnel needs the service address inside it (tunnel_vip)",
+        );
+        return None;
+    };
+    match vip.v.parse::<IpAddr>() {
+        Ok(ip) if !ip.is_unspecified() && !ip.is_multicast() => Some(Some(TunnelTo { vip: ip, encap })),
+        Ok(_) => {
+            r.bad(&vip, "expected a unicast address");
+            None
+        }
+        Err(_) => {
+            r.bad(&vip, "expected an IPv4 or IPv6 address");
+            None
+        }
+    }
+}
+
+/// The road in a check's identity (nothing for the endpoint's own address, so that keys of
+/// checks without a tunnel stay as they were).
+pub(crate) fn identity(road: Option<&TunnelTo>, out: &mut String) {
+    let Some(t) = road else { return };
+    match t.encap {
+        Encap::Ipip => key_field(out, "tunnel", IPIP),
+        Encap::Gue { port } => {
+            key_field(out, "tunnel", GUE);
+            key_field(out, "tunnel_port", &port.to_string());
+        }
+    }
+    key_field(out, "tunnel_vip", &t.vip.to_string());
+}
+
+/// The engine's tunnel to `backend` for a check through `t`, once its families agree.
+pub fn engine_tunnel(t: &TunnelTo, backend: std::net::SocketAddr) -> Result<crate::engine::Tunnel, String> {
+    let via = crate::engine::Tunnel {
+        backend: backend.ip(),
+        encap: t.encap,
+    };
+    via.check(&std::net::SocketAddr::new(t.vip, backend.port()))?;
+    Ok(via)
+}
