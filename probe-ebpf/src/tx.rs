@@ -264,7 +264,7 @@ fn route_job(ctx: &XdpContext, job: &mut ProbeJob, ifindex: u32, hop: &mut Hop) 
 #[inline(never)]
 fn keep_road(job: &ProbeJob) -> i64 {
     let Some(road) = Road::of(job) else { return 0 };
-    match PROBE_ROADS.insert(&job.flow, road, 0) {
+    match PROBE_ROADS.insert(job.flow, road, 0) {
         Ok(()) => 0,
         Err(e) => e.into(),
     }

@@ -48,7 +48,7 @@ use crate::{
         is_probe_port, rst_by_stack, rx_counters, scratch, PROBE_ENDED, PROBE_EVENTS, PROBE_HTTP_REQS, PROBE_INFLIGHT,
         PROBE_ROADS,
     },
-    parse::{parse_l3_into, ptr_at, read_at, shrink_to_at, write_at, Frame, L3},
+    parse::{parse_l3_into, ptr_at, read_at, write_at, Frame, L3},
 };
 
 mod http;
