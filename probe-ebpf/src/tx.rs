@@ -340,14 +340,20 @@ fn build_v6(ctx: &mut XdpContext, flow: &FlowKey, hop: &Hop, cookie: u32, ctl: &
 /// finds unused (or constant) loses its return value, and may then exit with a stack address
 /// in the return register, which the verifier refuses too. In the family builders above,
 /// the tunnelled writers' temporaries passed the verifier's 512 bytes for the call chain.
+///
+/// A template frame longer than the shape holds zeros after it (`tunnel_mtu`): the outer
+/// headers count them, so the outer packet is full-size while the probe inside is not.
 #[inline(always)]
 fn build_tunnel(ctx: &mut XdpContext, job: &ProbeJob, hop: &Hop, cookie: u32) -> bool {
     let v4 = job.flow.family == FAMILY_V4;
+    let len = ctx.data_end() - ctx.data();
+    // Bounded for the verifier; the template is never longer than a page.
+    let pad = |shape: usize| (len.saturating_sub(shape) & 0xfff) as u16;
     let written = match (job.tunnel == TUNNEL_GUE, v4) {
-        (true, true) => frame_mut(ctx).map(|f| gue_v4(f, job, hop, cookie)),
-        (true, false) => frame_mut(ctx).map(|f| gue_v6(f, job, hop, cookie)),
-        (false, true) => frame_mut(ctx).map(|f| ipip_v4(f, job, hop, cookie)),
-        (false, false) => frame_mut(ctx).map(|f| ipip_v6(f, job, hop, cookie)),
+        (true, true) => frame_mut(ctx).map(|f| gue_v4(f, job, hop, (cookie, pad(SynGueV4::LEN)))),
+        (true, false) => frame_mut(ctx).map(|f| gue_v6(f, job, hop, (cookie, pad(SynGueV6::LEN)))),
+        (false, true) => frame_mut(ctx).map(|f| ipip_v4(f, job, hop, (cookie, pad(SynIpipV4::LEN)))),
+        (false, false) => frame_mut(ctx).map(|f| ipip_v6(f, job, hop, (cookie, pad(SynIpipV6::LEN)))),
     };
     let Some(csum) = written else { return false };
     let mut kept = 0u16;
@@ -357,28 +363,28 @@ fn build_tunnel(ctx: &mut XdpContext, job: &ProbeJob, hop: &Hop, cookie: u32) ->
 }
 
 #[inline(never)]
-fn ipip_v4(f: &mut SynIpipV4, job: &ProbeJob, hop: &Hop, cookie: u32) -> u16 {
+fn ipip_v4(f: &mut SynIpipV4, job: &ProbeJob, hop: &Hop, (cookie, pad): (u32, u16)) -> u16 {
     let backend = [job.outer[0], job.outer[1], job.outer[2], job.outer[3]];
-    write_syn_ipip_v4(f, &ends_v4(&job.flow, hop), &backend, cookie);
+    write_syn_ipip_v4(f, &ends_v4(&job.flow, hop), &backend, cookie, pad);
     u16::from_be_bytes(f.tcp.csum_be)
 }
 
 #[inline(never)]
-fn ipip_v6(f: &mut SynIpipV6, job: &ProbeJob, hop: &Hop, cookie: u32) -> u16 {
-    write_syn_ipip_v6(f, &ends_v6(&job.flow, hop), &job.outer, cookie);
+fn ipip_v6(f: &mut SynIpipV6, job: &ProbeJob, hop: &Hop, (cookie, pad): (u32, u16)) -> u16 {
+    write_syn_ipip_v6(f, &ends_v6(&job.flow, hop), &job.outer, cookie, pad);
     u16::from_be_bytes(f.tcp.csum_be)
 }
 
 #[inline(never)]
-fn gue_v4(f: &mut SynGueV4, job: &ProbeJob, hop: &Hop, cookie: u32) -> u16 {
+fn gue_v4(f: &mut SynGueV4, job: &ProbeJob, hop: &Hop, (cookie, pad): (u32, u16)) -> u16 {
     let backend = [job.outer[0], job.outer[1], job.outer[2], job.outer[3]];
-    write_syn_gue_v4(f, &ends_v4(&job.flow, hop), (&backend, job.tunnel_port), cookie);
+    write_syn_gue_v4(f, &ends_v4(&job.flow, hop), (&backend, job.tunnel_port), cookie, pad);
     u16::from_be_bytes(f.tcp.csum_be)
 }
 
 #[inline(never)]
-fn gue_v6(f: &mut SynGueV6, job: &ProbeJob, hop: &Hop, cookie: u32) -> u16 {
-    write_syn_gue_v6(f, &ends_v6(&job.flow, hop), (&job.outer, job.tunnel_port), cookie);
+fn gue_v6(f: &mut SynGueV6, job: &ProbeJob, hop: &Hop, (cookie, pad): (u32, u16)) -> u16 {
+    write_syn_gue_v6(f, &ends_v6(&job.flow, hop), (&job.outer, job.tunnel_port), cookie, pad);
     u16::from_be_bytes(f.tcp.csum_be)
 }
 

@@ -320,10 +320,14 @@ fn nested_count(up: impl std::fmt::Display, needed: impl std::fmt::Display) -> S
 }
 
 /// How the status table names a tunnelled check's road.
-fn tunnel_words(t: &crate::probe::tcp::TunnelTo) -> String {
-    match t.encap {
+fn tunnel_words(t: &crate::probe::tunnel::TunnelTo) -> String {
+    let road = match t.encap {
         crate::engine::Encap::Ipip => format!("via ipip to {}", t.vip),
         crate::engine::Encap::Gue { port } => format!("via gue:{port} to {}", t.vip),
+    };
+    match t.mtu {
+        Some(mtu) => format!("{road}, full-size {mtu}"),
+        None => road,
     }
 }
 
@@ -339,16 +343,21 @@ mod tests {
 
     #[test]
     fn a_tunnelled_check_says_its_road() {
-        use crate::{engine::Encap, probe::tcp::TunnelTo};
+        use crate::{engine::Encap, probe::tunnel::TunnelTo};
         let ipip = TunnelTo {
             vip: "198.51.100.10".parse().unwrap(),
             encap: Encap::Ipip,
+            mtu: None,
         };
         assert_eq!(super::tunnel_words(&ipip), "via ipip to 198.51.100.10");
         let gue = TunnelTo {
             vip: "2001:db8::10".parse().unwrap(),
             encap: Encap::Gue { port: 6080 },
+            mtu: Some(1500),
         };
-        assert_eq!(super::tunnel_words(&gue), "via gue:6080 to 2001:db8::10");
+        assert_eq!(
+            super::tunnel_words(&gue),
+            "via gue:6080 to 2001:db8::10, full-size 1500"
+        );
     }
 }

@@ -204,16 +204,28 @@ pub enum Backend {
     /// No decapsulation at all: the kernel answers the outer packet "protocol unreachable"
     /// (IPv4) or "unknown next header" (IPv6), quoting it.
     NoTunnel,
+    /// Healthy, but its link's MTU is the clients' (1500) while the rest of the path carries
+    /// more: a full-size client packet wrapped for the tunnel does not fit, and is dropped
+    /// where it arrives. A handshake's small segments pass.
+    MtuTooSmall,
 }
 
-pub const BACKENDS: [Backend; 6] = [
+pub const BACKENDS: [Backend; 7] = [
     Backend::Healthy,
     Backend::ServiceOnOwnAddressOnly,
     Backend::VipMissing,
     Backend::RpFilterStrict,
     Backend::TunnelDown,
     Backend::NoTunnel,
+    Backend::MtuTooSmall,
 ];
+
+/// The MTU of the prober's link and of every backend's but `MtuTooSmall`'s: room for a
+/// full-size client packet (`CLIENT_MTU`) and the outer headers.
+pub const LINK_MTU: u32 = 2000;
+/// The clients' MTU: the reference client's tunnel devices have it, and a full-size probe
+/// (`tunnel_mtu`) is made to carry as much.
+pub const CLIENT_MTU: u16 = 1500;
 
 pub fn backend_v4(k: usize) -> IpAddr {
     format!("198.18.0.{}", 10 + k).parse().unwrap()
@@ -240,7 +252,10 @@ pub struct DsrRig {
 pub fn dsr_rig() -> DsrRig {
     let topo = Topology::new();
     let switch = &topo.backend;
-    switch.ip(&["link", "add", "br0", "type", "bridge"]);
+    let link_mtu = LINK_MTU.to_string();
+    topo.prober.ip(&["link", "set", PROBER_IF, "mtu", &link_mtu]);
+    switch.ip(&["link", "set", BACKEND_IF, "mtu", &link_mtu]);
+    switch.ip(&["link", "add", "br0", "mtu", &link_mtu, "type", "bridge"]);
     switch.ip(&["link", "set", BACKEND_IF, "master", "br0"]);
     switch.ip(&["link", "set", "br0", "up"]);
     for key in ["all", "default", PROBER_IF] {
@@ -270,8 +285,15 @@ pub fn dsr_rig() -> DsrRig {
                 &b.name,
             ],
         );
+        switch.ip(&["link", "set", &port, "mtu", &link_mtu]);
         switch.ip(&["link", "set", &port, "master", "br0"]);
         switch.ip(&["link", "set", &port, "up"]);
+        let mtu = if case == Backend::MtuTooSmall {
+            CLIENT_MTU.to_string()
+        } else {
+            link_mtu.clone()
+        };
+        b.ip(&["link", "set", "eth0", "mtu", &mtu]);
         b.ip(&["addr", "add", &format!("{}/24", backend_v4(k)), "dev", "eth0"]);
         b.ip(&[
             "-6",
@@ -407,6 +429,38 @@ pub fn reference_http(rig: &DsrRig, k: usize, vip: IpAddr, wrap: Wrap, path: &st
         }
         Err(e) => panic!("reference GET {path} from {host} through {}: {e}", device(k, wrap)),
     }
+}
+
+/// The reference client's verdict on the path for full-size packets: a connection to the VIP
+/// through backend k's tunnel (as `reference`) that then sends one full-size segment (the
+/// tunnel device's MTU, the clients'): "open" when the backend acknowledges it within the
+/// timeout, "timeout" when it does not.
+pub fn reference_full(rig: &DsrRig, k: usize, vip: IpAddr, wrap: Wrap) -> &'static str {
+    let mut s = match connect(rig, k, SocketAddr::new(vip, PORT), wrap) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    // The segment's payload: the tunnel device's MTU less the IP and TCP headers.
+    let header = if vip.is_ipv4() { 40 } else { 60 };
+    let segment = vec![0x61u8; usize::from(CLIENT_MTU) - header];
+    s.write_all(&segment).expect("one segment fits the send buffer");
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while std::time::Instant::now() < deadline {
+        if unacknowledged(&s) == 0 {
+            return "open";
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    "timeout"
+}
+
+/// Bytes `s` has sent that its peer has not acknowledged (SIOCOUTQ).
+fn unacknowledged(s: &Socket) -> i32 {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int through the pointer, which is valid.
+    let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &raw mut n) };
+    assert_eq!(rc, 0, "SIOCOUTQ: {}", std::io::Error::last_os_error());
+    n
 }
 
 /// A TCP connection to `target` through backend k's tunnel (the socket's mark picks the

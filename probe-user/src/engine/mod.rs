@@ -133,6 +133,10 @@ pub struct L4Request {
 pub struct Tunnel {
     pub backend: IpAddr,
     pub encap: Encap,
+    /// 0, or the size of the client packets the tunnel must carry (`tunnel_mtu`): the SYN's
+    /// outer packet then holds that many bytes besides its outer headers (the probe and zeros
+    /// after it, which the backend's decapsulation trims), DF set.
+    pub mtu: u16,
 }
 
 /// The outer headers of a tunnelled probe, of the probe's own family.
@@ -146,6 +150,17 @@ pub enum Encap {
 }
 
 impl Tunnel {
+    /// The zeros after the SYN of a probe of the family (`v6`) that make its outer packet
+    /// full-size (`mtu`); 0 when it asks for none, or for less than the SYN itself.
+    pub fn pad(&self, v6: bool) -> u16 {
+        use probe_common::{
+            frame::{SynV4, SynV6},
+            packet::EthHdr,
+        };
+        let syn = if v6 { SynV6::LEN } else { SynV4::LEN } - EthHdr::LEN;
+        self.mtu.saturating_sub(syn as u16)
+    }
+
     /// Why `target` cannot be probed through this tunnel, if it cannot: both headers are of
     /// one family (there is no IPv4-in-IPv6 or the reverse here).
     pub fn check(&self, target: &SocketAddr) -> Result<(), String> {

@@ -50,17 +50,24 @@ impl RawSender {
                 sport: flow.sport,
                 dport: flow.dport,
             };
-            if let Some(Tunnel {
-                backend: IpAddr::V4(b),
-                encap,
-            }) = tunnel
+            if let Some(
+                t @ Tunnel {
+                    backend: IpAddr::V4(b),
+                    encap,
+                    ..
+                },
+            ) = tunnel
             {
+                let pad = t.pad(false);
                 match encap {
-                    Encap::Ipip => pkt.extend_from_slice(&syn_ipip_v4(&e, b.octets(), cookie).bytes()[EthHdr::LEN..]),
+                    Encap::Ipip => {
+                        pkt.extend_from_slice(&syn_ipip_v4(&e, b.octets(), cookie, pad).bytes()[EthHdr::LEN..])
+                    }
                     Encap::Gue { port } => {
-                        pkt.extend_from_slice(&syn_gue_v4(&e, (b.octets(), port), cookie).bytes()[EthHdr::LEN..]);
+                        pkt.extend_from_slice(&syn_gue_v4(&e, (b.octets(), port), cookie, pad).bytes()[EthHdr::LEN..]);
                     }
                 }
+                pkt.resize(pkt.len() + usize::from(pad), 0);
             } else if tcp {
                 pkt.extend_from_slice(&syn_v4(&e, cookie).bytes()[EthHdr::LEN..]);
             } else {
@@ -75,17 +82,24 @@ impl RawSender {
                 sport: flow.sport,
                 dport: flow.dport,
             };
-            if let Some(Tunnel {
-                backend: IpAddr::V6(b),
-                encap,
-            }) = tunnel
+            if let Some(
+                t @ Tunnel {
+                    backend: IpAddr::V6(b),
+                    encap,
+                    ..
+                },
+            ) = tunnel
             {
+                let pad = t.pad(true);
                 match encap {
-                    Encap::Ipip => pkt.extend_from_slice(&syn_ipip_v6(&e, b.octets(), cookie).bytes()[EthHdr::LEN..]),
+                    Encap::Ipip => {
+                        pkt.extend_from_slice(&syn_ipip_v6(&e, b.octets(), cookie, pad).bytes()[EthHdr::LEN..])
+                    }
                     Encap::Gue { port } => {
-                        pkt.extend_from_slice(&syn_gue_v6(&e, (b.octets(), port), cookie).bytes()[EthHdr::LEN..]);
+                        pkt.extend_from_slice(&syn_gue_v6(&e, (b.octets(), port), cookie, pad).bytes()[EthHdr::LEN..]);
                     }
                 }
+                pkt.resize(pkt.len() + usize::from(pad), 0);
             } else if tcp {
                 pkt.extend_from_slice(&syn_v6(&e, cookie).bytes()[EthHdr::LEN..]);
             } else {

@@ -30,6 +30,21 @@ use crate::{
 pub struct TunnelTo {
     pub vip: IpAddr,
     pub encap: Encap,
+    /// `tunnel_mtu`: the client packet size the SYN's outer packet is made to carry (None: the
+    /// SYN alone, as small as it is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u16>,
+}
+
+impl TunnelTo {
+    /// The engine's tunnel through this road to `backend`.
+    pub fn engine(&self, backend: IpAddr) -> crate::engine::Tunnel {
+        crate::engine::Tunnel {
+            backend,
+            encap: self.encap,
+            mtu: self.mtu.unwrap_or(0),
+        }
+    }
 }
 
 const IPIP: &str = "ipip";
@@ -78,7 +93,25 @@ pub const KEYS: &[Key] = &[
          destination; 6080 is katran's). The source port is the probe's own.",
     )
     .protocols(ROADS, "and tunnel = \"gue\""),
+    Key::new(
+        "tunnel_mtu",
+        Type::Integer,
+        Text("none: the SYN alone, a few dozen bytes"),
+        Int(MIN_MTU as i64, MAX_MTU as i64),
+        Reask,
+        "The size of the client packets the tunnel must carry (the clients' MTU, 1500 on most \
+         links): the SYN's outer packet is padded to that many bytes plus its outer headers, with \
+         zeros after the probe that the backend's decapsulation trims, and DF set. A path that cannot \
+         carry full-size client packets into the tunnel (an MTU too small on the way or at the \
+         backend) then fails the check instead of passing it with a small SYN.",
+    )
+    .protocols(ROADS, "and tunnel"),
 ];
+
+/// `tunnel_mtu`'s bounds: IPv6's minimum link MTU, and what one page of a generator frame
+/// holds with the outer headers (jumbo client packets are not probed).
+const MIN_MTU: u16 = 1280;
+const MAX_MTU: u16 = 3000;
 
 /// The road the health table `t` names: Some(None) for the endpoint's own address, None
 /// when a key is wrong (the reader has the error).
@@ -86,6 +119,7 @@ pub(crate) fn read(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<Option<Tunne
     let kind = r.string(t, "tunnel");
     let vip = r.string(t, "tunnel_vip");
     let port = r.int(t, "tunnel_port");
+    let mtu = r.int(t, "tunnel_mtu");
     let Some(kind) = kind else {
         if let Some(vip) = vip {
             r.bad(&vip, "tunnel_vip is the address inside a tunnel: set tunnel too");
@@ -95,7 +129,21 @@ pub(crate) fn read(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<Option<Tunne
             r.bad(&port, "tunnel_port is the UDP port of tunnel = \"gue\"");
             return None;
         }
+        if let Some(mtu) = mtu {
+            r.bad(&mtu, "tunnel_mtu sizes what a tunnel carries: set tunnel too");
+            return None;
+        }
         return Some(None);
+    };
+    let mtu = match mtu {
+        None => None,
+        Some(m) => match u16::try_from(m.v) {
+            Ok(v) if (MIN_MTU..=MAX_MTU).contains(&v) => Some(v),
+            _ => {
+                r.bad(&m, format!("expected a packet size from {MIN_MTU} to {MAX_MTU} bytes"));
+                return None;
+            }
+        },
     };
     let encap = match (kind.v.as_str(), port) {
         (IPIP, None) => Encap::Ipip,
@@ -128,7 +176,7 @@ pub(crate) fn read(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<Option<Tunne
         return None;
     };
     match vip.v.parse::<IpAddr>() {
-        Ok(ip) if !ip.is_unspecified() && !ip.is_multicast() => Some(Some(TunnelTo { vip: ip, encap })),
+        Ok(ip) if !ip.is_unspecified() && !ip.is_multicast() => Some(Some(TunnelTo { vip: ip, encap, mtu })),
         Ok(_) => {
             r.bad(&vip, "expected a unicast address");
             None
@@ -152,14 +200,14 @@ pub(crate) fn identity(road: Option<&TunnelTo>, out: &mut String) {
         }
     }
     key_field(out, "tunnel_vip", &t.vip.to_string());
+    if let Some(mtu) = t.mtu {
+        key_field(out, "tunnel_mtu", &mtu.to_string());
+    }
 }
 
 /// The engine's tunnel to `backend` for a check through `t`, once its families agree.
 pub fn engine_tunnel(t: &TunnelTo, backend: std::net::SocketAddr) -> Result<crate::engine::Tunnel, String> {
-    let via = crate::engine::Tunnel {
-        backend: backend.ip(),
-        encap: t.encap,
-    };
+    let via = t.engine(backend.ip());
     via.check(&std::net::SocketAddr::new(t.vip, backend.port()))?;
     Ok(via)
 }

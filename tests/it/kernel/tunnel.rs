@@ -13,8 +13,8 @@ use probed::engine::{Encap, L4Outcome, L4Proto, L4Request, Tunnel, TxChoice, TxP
 use probed_tests::{
     l4::{collect, start_engine, xdp_or_refused},
     tunnel::{
-        backend_v4, backend_v6, dsr_rig, reference, reference_http, Backend, Wrap, BACKENDS, GUE_PORT, PORT, TIMEOUT,
-        VIP4, VIP6, WEB,
+        backend_v4, backend_v6, dsr_rig, reference, reference_full, reference_http, Backend, Wrap, BACKENDS,
+        CLIENT_MTU, GUE_PORT, PORT, TIMEOUT, VIP4, VIP6, WEB,
     },
     TestPins,
 };
@@ -26,7 +26,8 @@ use probed_tests::{
 /// target refuses (1/1, 1/4-6) and otherwise waits for its timeout.
 fn expected(b: Backend, v6: bool, wrap: Wrap) -> (&'static str, &'static str) {
     match b {
-        Backend::Healthy => ("open", "open"),
+        // A SYN (and an HTTP request) is small: it passes where full-size packets do not.
+        Backend::Healthy | Backend::MtuTooSmall => ("open", "open"),
         Backend::ServiceOnOwnAddressOnly => ("refused", "refused"),
         Backend::RpFilterStrict if v6 => ("open", "open"),
         // IPv4 drops a packet for another host when it does not forward; IPv6 answers "no
@@ -102,6 +103,7 @@ fn verdicts(tx: TxChoice) {
                     tunnel: Some(Tunnel {
                         backend,
                         encap: encap(wrap),
+                        mtu: 0,
                     }),
                 });
                 reqs.push(L4Request {
@@ -178,6 +180,82 @@ fn verdicts(tx: TxChoice) {
     assert_eq!(rig.unwrapped_to_vip(), 0, "a segment reached a VIP unwrapped");
 }
 
+/// `tunnel_mtu`: a probe whose outer packet is as big as a full-size client packet wrapped
+/// finds the backend whose link cannot carry one (its MTU the clients' own), which a SYN alone
+/// passes; the verdict is the reference client's when it sends a full-size segment through
+/// the same tunnel. The healthy backend passes both ways; on the raw-socket path too.
+#[test]
+fn full_size_probes_find_a_tunnel_path_too_small_for_full_size_client_packets() {
+    let rig = dsr_rig();
+    let pins = TestPins::new();
+    let vips: [IpAddr; 2] = [VIP4.parse().unwrap(), VIP6.parse().unwrap()];
+    let cases = [Backend::Healthy, Backend::MtuTooSmall];
+    let index = |b: Backend| BACKENDS.iter().position(|x| *x == b).unwrap();
+    let token = |c: usize, w: usize, f: usize, full: bool| (((c * 2 + w) * 2 + f) * 2 + usize::from(full)) as u64;
+    let mut reqs = Vec::new();
+    for (c, case) in cases.into_iter().enumerate() {
+        let k = index(case);
+        for (w, wrap) in WRAPS.into_iter().enumerate() {
+            for (f, vip) in vips.iter().enumerate() {
+                for full in [false, true] {
+                    reqs.push(L4Request {
+                        token: token(c, w, f, full),
+                        target: SocketAddr::new(*vip, PORT),
+                        proto: L4Proto::Tcp,
+                        timeout: TIMEOUT,
+                        tunnel: Some(Tunnel {
+                            backend: if f == 0 { backend_v4(k) } else { backend_v6(k) },
+                            encap: encap(wrap),
+                            mtu: if full { CLIENT_MTU } else { 0 },
+                        }),
+                    });
+                }
+            }
+        }
+    }
+    for tx in [TxChoice::Auto, TxChoice::Force(TxPath::Raw)] {
+        let results = rig.topo.prober.enter(|| {
+            let (engine, mut rx) = start_engine(&pins, tx);
+            if tx == TxChoice::Auto {
+                xdp_or_refused(&engine);
+            }
+            engine.submit(reqs.clone()).unwrap();
+            collect(&mut rx, reqs.len(), Duration::from_secs(5))
+        });
+        assert_eq!(results.len(), reqs.len(), "one result per probe: {results:?}");
+        let mut table = String::new();
+        let mut wrong = Vec::new();
+        for (c, case) in cases.into_iter().enumerate() {
+            let k = index(case);
+            for (w, wrap) in WRAPS.into_iter().enumerate() {
+                for (f, vip) in vips.iter().enumerate() {
+                    let got = |full| {
+                        results
+                            .iter()
+                            .find(|r| r.token == token(c, w, f, full))
+                            .unwrap()
+                            .outcome
+                    };
+                    let (small, full) = (class(got(false)), class(got(true)));
+                    let (connect, segment) = (reference(&rig, k, *vip, wrap), reference_full(&rig, k, *vip, wrap));
+                    table.push_str(&format!(
+                        "  {:<12} {:<5} {:<13} SYN {small:<8} full-size {full:<8} client connects {connect:<8} full-size segment {segment}\n",
+                        format!("{case:?}"),
+                        format!("{wrap:?}"),
+                        if f == 0 { backend_v4(k) } else { backend_v6(k) }.to_string(),
+                    ));
+                    let want_full = if case == Backend::Healthy { "open" } else { "timeout" };
+                    if (small, connect) != ("open", "open") || (full, segment) != (want_full, want_full) {
+                        wrong.push(format!("{case:?} {wrap:?} family {f}"));
+                    }
+                }
+            }
+        }
+        eprintln!("{tx:?}: full-size probes through the tunnel:\n{table}");
+        assert!(wrong.is_empty(), "{wrong:#?}\n{table}");
+    }
+}
+
 /// The class of an HTTP probe's outcome, as the reference client tells it.
 fn http_class(o: L4Outcome) -> String {
     match o {
@@ -217,6 +295,7 @@ fn http_checks_through_the_tunnel_read_the_status_a_tunnelled_client_reads() {
                         tunnel: Some(Tunnel {
                             backend: if f == 0 { backend_v4(k) } else { backend_v6(k) },
                             encap: encap(wrap),
+                            mtu: 0,
                         }),
                     });
                 }
@@ -330,6 +409,7 @@ fn client_flows_the_node_forwards_into_the_tunnel_are_untouched_while_it_probes(
                 tunnel: Some(Tunnel {
                     backend,
                     encap: Encap::Ipip,
+                    mtu: 0,
                 }),
             })
         })
@@ -393,6 +473,7 @@ fn probes_that_find_no_free_source_port_give_no_verdict() {
             tunnel: Some(Tunnel {
                 backend: backend_v4(k),
                 encap: Encap::Ipip,
+                mtu: 0,
             }),
         })
         .collect();

@@ -73,6 +73,7 @@ fn road(args: &CheckArgs, backend: SocketAddr) -> anyhow::Result<(SocketAddr, Op
     let via = Tunnel {
         backend: backend.ip(),
         encap,
+        mtu: args.tunnel_mtu.unwrap_or(0),
     };
     let inner = SocketAddr::new(vip, backend.port());
     via.check(&inner).map_err(anyhow::Error::msg).context("--tunnel-vip")?;

@@ -105,6 +105,11 @@ pub struct CheckArgs {
     /// host answers for, at the URL's port).
     #[arg(long, value_name = "ADDRESS", requires = "tunnel")]
     pub tunnel_vip: Option<std::net::IpAddr>,
+    /// With --tunnel: the size of the client packets the tunnel must carry, as `tunnel_mtu`:
+    /// the SYN's outer packet is padded to it plus the outer headers (1280 to 3000).
+    #[arg(long, value_name = "BYTES", requires = "tunnel",
+          value_parser = clap::value_parser!(u16).range(1280..=3000))]
+    pub tunnel_mtu: Option<u16>,
 }
 
 /// The most probes one `probed check` sends.

@@ -332,6 +332,46 @@ rule!(
     "profile[0].health.keep_alive"
 );
 
+rule!(
+    tunnel_mtu_without_a_tunnel,
+    tcp_tunnel("tunnel_mtu = 1500", "192.0.2.1"),
+    "profile[0].health.tunnel_mtu"
+);
+rule!(
+    tunnel_mtu_below_ipv6s_minimum,
+    tcp_tunnel(
+        "tunnel = \"ipip\"\ntunnel_vip = \"198.51.100.10\"\ntunnel_mtu = 576",
+        "192.0.2.1"
+    ),
+    "profile[0].health.tunnel_mtu"
+);
+
+#[test]
+fn a_full_size_tunnel_check_says_its_size_in_its_identity() {
+    let c = ok(&tcp_tunnel(
+        "tunnel = \"ipip\"\ntunnel_vip = \"198.51.100.10\"\ntunnel_mtu = 1500",
+        "192.0.2.1",
+    ));
+    let crate::probe::kinds::Probe::Tcp(t) = &c.profiles[0].health.probe else {
+        panic!()
+    };
+    assert_eq!(t.tunnel.unwrap().mtu, Some(1500));
+    let mut with = String::new();
+    crate::probe::tunnel::identity(t.tunnel.as_ref(), &mut with);
+    let mut without = String::new();
+    crate::probe::tunnel::identity(
+        Some(&crate::probe::tunnel::TunnelTo {
+            mtu: None,
+            ..t.tunnel.unwrap()
+        }),
+        &mut without,
+    );
+    assert!(
+        with.contains("tunnel_mtu") && !without.contains("tunnel_mtu"),
+        "{with} / {without}"
+    );
+}
+
 #[test]
 fn a_plain_http_check_takes_the_tunnel_too() {
     let c = ok(&cfg(

@@ -62,13 +62,7 @@ impl CheckSpec {
     /// the service address at the same port.
     pub fn l4_road(&self) -> (SocketAddr, Option<crate::engine::Tunnel>) {
         match self.tunnel() {
-            Some(t) => (
-                SocketAddr::new(t.vip, self.port),
-                Some(crate::engine::Tunnel {
-                    backend: self.ip,
-                    encap: t.encap,
-                }),
-            ),
+            Some(t) => (SocketAddr::new(t.vip, self.port), Some(t.engine(self.ip))),
             None => (self.target(), None),
         }
     }

@@ -38,7 +38,7 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// Probes that share one template frame: IPv4 or not, the UDP payload (None for TCP), and
 /// the tunnel's kind (`TUNNEL_*`).
-type FrameShape = (bool, Option<Arc<[u8]>>, u8);
+type FrameShape = (bool, Option<Arc<[u8]>>, u8, u16);
 
 impl EngineState {
     /// A source port for this flow that no live probe uses, chosen with the cookie key from
@@ -166,7 +166,9 @@ impl EngineState {
             let slot = self.alloc_slot(live);
             self.active_flows.insert(flow, slot);
             self.deadlines.push(now, req.timeout, slot, gen);
-            let shape = (is_v4(&req.target.ip()), payload, tunnel_kind(req.tunnel));
+            let v4 = is_v4(&req.target.ip());
+            let pad = req.tunnel.map_or(0, |t| t.pad(!v4));
+            let shape = (v4, payload, tunnel_kind(req.tunnel), pad);
             let group = match groups.iter().position(|(s, _)| *s == shape) {
                 Some(i) => i,
                 None => {
@@ -176,9 +178,9 @@ impl EngineState {
             };
             groups[group].1.push(job_of(flow, slot, gen, req_id, req.tunnel));
         }
-        for ((v4, payload, tunnel), mut jobs) in groups {
+        for ((v4, payload, tunnel, pad), mut jobs) in groups {
             match self.path {
-                TxPath::Xdp => self.send_xdp((v4, tunnel), payload.as_deref(), &mut jobs),
+                TxPath::Xdp => self.send_xdp((v4, tunnel, pad), payload.as_deref(), &mut jobs),
                 TxPath::Raw => {
                     for job in &jobs {
                         self.send_raw(job);
@@ -206,7 +208,7 @@ impl EngineState {
         }
     }
 
-    fn send_xdp(&mut self, (v4, tunnel): (bool, u8), payload: Option<&[u8]>, jobs: &mut [ProbeJob]) {
+    fn send_xdp(&mut self, (v4, tunnel, pad): (bool, u8, u16), payload: Option<&[u8]>, jobs: &mut [ProbeJob]) {
         let head = match (v4, payload.is_some(), tunnel) {
             (true, _, TUNNEL_GUE) => SynGueV4::LEN,
             (false, _, TUNNEL_GUE) => SynGueV6::LEN,
@@ -217,7 +219,8 @@ impl EngineState {
             (true, true, _) => UdpV4::LEN,
             (false, true, _) => UdpV6::LEN,
         };
-        let mut template = vec![0u8; head];
+        // A full-size tunnelled probe: zeros after the SYN, which the generator leaves.
+        let mut template = vec![0u8; head + usize::from(pad)];
         let (psum, plen) = match payload {
             Some(p) => {
                 template.extend_from_slice(p);
@@ -308,7 +311,11 @@ impl EngineState {
             .get(job.slot as usize)
             .and_then(|l| l.as_ref())
             .and_then(|l| l.payload.clone());
-        let tunnel = tunnel_of(&job);
+        let tunnel = self
+            .slots
+            .get(job.slot as usize)
+            .and_then(|l| l.as_ref())
+            .and_then(|l| l.tunnel);
         if let Err(e) = self.raw.send(&job.flow, tunnel, cookie, payload.as_deref()) {
             log::debug!("raw send to slot {} failed: {e}", job.slot);
             if self.kernel.claim(&job.flow) {
@@ -361,19 +368,6 @@ fn tunnel_kind(tunnel: Option<Tunnel>) -> u8 {
     }
 }
 
-/// A job's tunnel, as the raw path sends it.
-fn tunnel_of(job: &ProbeJob) -> Option<Tunnel> {
-    let encap = match job.tunnel {
-        TUNNEL_IPIP => Encap::Ipip,
-        TUNNEL_GUE => Encap::Gue { port: job.tunnel_port },
-        _ => return None,
-    };
-    Some(Tunnel {
-        backend: outer_of(job),
-        encap,
-    })
-}
-
 /// A tunnelled job's backend.
 fn outer_of(job: &ProbeJob) -> IpAddr {
     if job.flow.family == probe_common::l4::FAMILY_V4 {
@@ -388,27 +382,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_tunnelled_job_carries_its_backend_and_encapsulation_to_the_raw_path() {
+    fn a_tunnelled_job_carries_its_backend_and_encapsulation() {
         let flow = FlowKey::v4([198, 18, 0, 1], [198, 18, 40, 1], 61000, 443, IPPROTO_TCP);
-        for (backend, encap) in [
-            (IpAddr::from([198, 18, 0, 10]), Encap::Ipip),
-            (IpAddr::from([198, 18, 0, 11]), Encap::Gue { port: 6080 }),
+        for (backend, encap, kind, port) in [
+            (IpAddr::from([198, 18, 0, 10]), Encap::Ipip, TUNNEL_IPIP, 0),
+            (
+                IpAddr::from([198, 18, 0, 11]),
+                Encap::Gue { port: 6080 },
+                TUNNEL_GUE,
+                6080,
+            ),
         ] {
-            let t = Tunnel { backend, encap };
+            let t = Tunnel { backend, encap, mtu: 0 };
             let job = job_of(flow, 7, 9, 0, Some(t));
             assert_eq!((job.slot, job.gen, job.flow), (7, 9, flow));
-            assert_eq!(tunnel_of(&job), Some(t));
+            assert_eq!((job.tunnel, job.tunnel_port, outer_of(&job)), (kind, port, backend));
         }
         let v6 = FlowKey::v6([0x20; 16], [0x21; 16], 61000, 443, IPPROTO_TCP);
         let t = Tunnel {
             backend: IpAddr::from([0x22; 16]),
             encap: Encap::Gue { port: 9886 },
+            mtu: 1500,
         };
         let job = job_of(v6, 1, 1, 0, Some(t));
         assert_eq!((job.tunnel, job.tunnel_port, job.outer), (TUNNEL_GUE, 9886, [0x22; 16]));
-        assert_eq!(tunnel_of(&job), Some(t));
         let plain = job_of(flow, 1, 1, 0, None);
         assert_eq!((plain.tunnel, plain.outer), (TUNNEL_NONE, [0; 16]));
-        assert_eq!(tunnel_of(&plain), None);
+        // A full-size probe: the SYN (52 bytes over IPv4, 72 over IPv6) and zeros to the size.
+        assert_eq!((t.pad(true), t.pad(false)), (1428, 1448));
+        assert_eq!(Tunnel { mtu: 40, ..t }.pad(false), 0);
     }
 }
