@@ -283,17 +283,23 @@ pub fn inner_syn_v6(
     ipv6_sum(ip) + set_syn(tcp_h, opts, (e.sport, e.dport), isn, (mss, pseudo))
 }
 
-/// Writes a tunnelled SYN inside an IPv4 header to `backend` (IPIP); the outer source is the
-/// inner one. `pad` zero bytes follow the inner packet inside the outer one (the frame holds
+/// Writes a tunnelled SYN inside an IPv4 header from `src` (the inner source, or
+/// `tunnel_source`) to `backend` (IPIP). `pad` zero bytes follow the inner packet inside the outer one (the frame holds
 /// them): a full-size outer packet, which a path that cannot carry full-size client packets
 /// into the tunnel drops, while the backend's decapsulation trims them (the inner header's
 /// length says where the probe ends).
 #[inline(always)]
-pub fn write_syn_ipip_v4(f: &mut SynIpipV4, e: &Ends<[u8; 4]>, backend: &[u8; 4], isn: u32, pad: u16) {
+pub fn write_syn_ipip_v4(
+    f: &mut SynIpipV4,
+    e: &Ends<[u8; 4]>,
+    (src, backend): (&[u8; 4], &[u8; 4]),
+    isn: u32,
+    pad: u16,
+) {
     f.eth = eth(e, ETH_P_IP);
     set_ipv4(
         &mut f.outer,
-        (&e.saddr, backend),
+        (src, backend),
         IPPROTO_IPIP,
         (Ipv4Hdr::LEN + SYN_TCP_LEN) as u16 + pad,
     );
@@ -302,11 +308,17 @@ pub fn write_syn_ipip_v4(f: &mut SynIpipV4, e: &Ends<[u8; 4]>, backend: &[u8; 4]
 
 /// As `write_syn_ipip_v4`, IPv6 in IPv6.
 #[inline(always)]
-pub fn write_syn_ipip_v6(f: &mut SynIpipV6, e: &Ends<[u8; 16]>, backend: &[u8; 16], isn: u32, pad: u16) {
+pub fn write_syn_ipip_v6(
+    f: &mut SynIpipV6,
+    e: &Ends<[u8; 16]>,
+    (src, backend): (&[u8; 16], &[u8; 16]),
+    isn: u32,
+    pad: u16,
+) {
     f.eth = eth(e, ETH_P_IPV6);
     set_ipv6(
         &mut f.outer,
-        (&e.saddr, backend),
+        (src, backend),
         IPPROTO_IPV6,
         (Ipv6Hdr::LEN + SYN_TCP_LEN) as u16 + pad,
     );
@@ -328,23 +340,35 @@ fn set_udp(u: &mut UdpHdr, (sport, dport): (u16, u16), len: u16, sum: u64) {
 /// the UDP checksum is computed (IPv6 requires it; IPv4 gets one as well). `pad` as for
 /// IPIP: zeros, which add nothing to the checksum but their length.
 #[inline(always)]
-pub fn write_syn_gue_v4(f: &mut SynGueV4, e: &Ends<[u8; 4]>, (backend, port): (&[u8; 4], u16), isn: u32, pad: u16) {
+pub fn write_syn_gue_v4(
+    f: &mut SynGueV4,
+    e: &Ends<[u8; 4]>,
+    (src, backend, port): (&[u8; 4], &[u8; 4], u16),
+    isn: u32,
+    pad: u16,
+) {
     let len = (UdpHdr::LEN + Ipv4Hdr::LEN + SYN_TCP_LEN) as u16 + pad;
     f.eth = eth(e, ETH_P_IP);
-    set_ipv4(&mut f.outer, (&e.saddr, backend), IPPROTO_UDP, len);
+    set_ipv4(&mut f.outer, (src, backend), IPPROTO_UDP, len);
     let inner = inner_syn_v4((&mut f.ip, &mut f.tcp, &mut f.opts), e, isn, Ipv4Hdr::LEN + UdpHdr::LEN);
-    let pseudo = pseudo_v4(&e.saddr, backend, IPPROTO_UDP, len);
+    let pseudo = pseudo_v4(src, backend, IPPROTO_UDP, len);
     set_udp(&mut f.udp, (e.sport, port), len, pseudo + inner);
 }
 
 /// As `write_syn_gue_v4`, over IPv6.
 #[inline(always)]
-pub fn write_syn_gue_v6(f: &mut SynGueV6, e: &Ends<[u8; 16]>, (backend, port): (&[u8; 16], u16), isn: u32, pad: u16) {
+pub fn write_syn_gue_v6(
+    f: &mut SynGueV6,
+    e: &Ends<[u8; 16]>,
+    (src, backend, port): (&[u8; 16], &[u8; 16], u16),
+    isn: u32,
+    pad: u16,
+) {
     let len = (UdpHdr::LEN + Ipv6Hdr::LEN + SYN_TCP_LEN) as u16 + pad;
     f.eth = eth(e, ETH_P_IPV6);
-    set_ipv6(&mut f.outer, (&e.saddr, backend), IPPROTO_UDP, len);
+    set_ipv6(&mut f.outer, (src, backend), IPPROTO_UDP, len);
     let inner = inner_syn_v6((&mut f.ip, &mut f.tcp, &mut f.opts), e, isn, Ipv6Hdr::LEN + UdpHdr::LEN);
-    let pseudo = pseudo_v6(&e.saddr, backend, IPPROTO_UDP, u32::from(len));
+    let pseudo = pseudo_v6(src, backend, IPPROTO_UDP, u32::from(len));
     set_udp(&mut f.udp, (e.sport, port), len, pseudo + inner);
 }
 
@@ -543,27 +567,27 @@ pub fn syn_v6(e: &Ends<[u8; 16]>, isn: u32) -> SynV6 {
     f
 }
 
-pub fn syn_ipip_v4(e: &Ends<[u8; 4]>, backend: [u8; 4], isn: u32, pad: u16) -> SynIpipV4 {
+pub fn syn_ipip_v4(e: &Ends<[u8; 4]>, (src, backend): ([u8; 4], [u8; 4]), isn: u32, pad: u16) -> SynIpipV4 {
     let mut f = SynIpipV4::default();
-    write_syn_ipip_v4(&mut f, e, &backend, isn, pad);
+    write_syn_ipip_v4(&mut f, e, (&src, &backend), isn, pad);
     f
 }
 
-pub fn syn_ipip_v6(e: &Ends<[u8; 16]>, backend: [u8; 16], isn: u32, pad: u16) -> SynIpipV6 {
+pub fn syn_ipip_v6(e: &Ends<[u8; 16]>, (src, backend): ([u8; 16], [u8; 16]), isn: u32, pad: u16) -> SynIpipV6 {
     let mut f = SynIpipV6::default();
-    write_syn_ipip_v6(&mut f, e, &backend, isn, pad);
+    write_syn_ipip_v6(&mut f, e, (&src, &backend), isn, pad);
     f
 }
 
-pub fn syn_gue_v4(e: &Ends<[u8; 4]>, (backend, port): ([u8; 4], u16), isn: u32, pad: u16) -> SynGueV4 {
+pub fn syn_gue_v4(e: &Ends<[u8; 4]>, (src, backend, port): ([u8; 4], [u8; 4], u16), isn: u32, pad: u16) -> SynGueV4 {
     let mut f = SynGueV4::default();
-    write_syn_gue_v4(&mut f, e, (&backend, port), isn, pad);
+    write_syn_gue_v4(&mut f, e, (&src, &backend, port), isn, pad);
     f
 }
 
-pub fn syn_gue_v6(e: &Ends<[u8; 16]>, (backend, port): ([u8; 16], u16), isn: u32, pad: u16) -> SynGueV6 {
+pub fn syn_gue_v6(e: &Ends<[u8; 16]>, (src, backend, port): ([u8; 16], [u8; 16], u16), isn: u32, pad: u16) -> SynGueV6 {
     let mut f = SynGueV6::default();
-    write_syn_gue_v6(&mut f, e, (&backend, port), isn, pad);
+    write_syn_gue_v6(&mut f, e, (&src, &backend, port), isn, pad);
     f
 }
 
@@ -719,7 +743,7 @@ mod tests {
     fn tunnelled_syns_carry_the_plain_probe_to_the_service_inside_a_header_to_the_backend() {
         let e = ends4();
         let backend = [198, 18, 30, 11];
-        let f = syn_ipip_v4(&e, backend, 0xdead_beef, 0);
+        let f = syn_ipip_v4(&e, (e.saddr, backend), 0xdead_beef, 0);
         let b = f.bytes();
         assert_eq!(b.len(), 86);
         assert_eq!(&b[12..14], &[0x08, 0x00]);
@@ -749,7 +773,7 @@ mod tests {
         let e = ends6();
         let mut backend = e.daddr;
         backend[15] = 0x30;
-        let f = syn_ipip_v6(&e, backend, 7, 0);
+        let f = syn_ipip_v6(&e, (e.saddr, backend), 7, 0);
         let b = f.bytes();
         assert_eq!(b.len(), 126);
         assert_eq!(
@@ -838,11 +862,28 @@ mod tests {
     }
 
     #[test]
+    fn an_outer_source_of_its_own_leaves_the_inner_probe_as_it_was() {
+        let e = ends4();
+        let (src, backend) = ([198, 18, 0, 100], [198, 18, 30, 11]);
+        let f = syn_gue_v4(&e, (src, backend, 6080), 3, 0);
+        assert_eq!((f.outer.saddr, f.outer.daddr, f.ip.saddr), (src, backend, e.saddr));
+        assert_eq!(finish(payload_sum(&f.bytes()[14..34])), 0, "outer header checksum");
+        verify_v4(src, backend, IPPROTO_UDP, &f.bytes()[34..]);
+        assert_eq!(f.ip, syn_gue_v4(&e, (e.saddr, backend, 6080), 3, 0).ip);
+        let e = ends6();
+        let (mut src, mut backend) = (e.saddr, e.daddr);
+        src[15] = 0x99;
+        backend[15] = 0x30;
+        let f = syn_ipip_v6(&e, (src, backend), 3, 0);
+        assert_eq!((f.outer.saddr, f.ip.saddr), (src, e.saddr));
+    }
+
+    #[test]
     fn padded_syns_are_full_size_outside_and_the_plain_probe_inside() {
         // A client packet of 1500 bytes: the inner SYN (52 bytes over IPv4) and 1448 zeros.
         let e = ends4();
         let backend = [198, 18, 30, 11];
-        let f = syn_ipip_v4(&e, backend, 1, 1448);
+        let f = syn_ipip_v4(&e, (e.saddr, backend), 1, 1448);
         assert_eq!(u16::from_be_bytes(f.outer.tot_len_be), 1520, "outer total length");
         assert_eq!(u16::from_be_bytes(f.outer.frag_off_be) & 0x4000, 0x4000, "DF");
         assert_eq!(finish(payload_sum(&f.bytes()[14..34])), 0, "outer header checksum");
@@ -851,11 +892,11 @@ mod tests {
             52,
             "the inner packet ends where it did"
         );
-        assert_eq!(f.ip, syn_ipip_v4(&e, backend, 1, 0).ip);
+        assert_eq!(f.ip, syn_ipip_v4(&e, (e.saddr, backend), 1, 0).ip);
         let e = ends6();
         let mut backend = e.daddr;
         backend[15] = 0x30;
-        let f = syn_gue_v6(&e, (backend, 6080), 9, 1428);
+        let f = syn_gue_v6(&e, (e.saddr, backend, 6080), 9, 1428);
         assert_eq!(
             u16::from_be_bytes(f.outer.payload_len_be),
             8 + 1500,
@@ -872,7 +913,7 @@ mod tests {
     fn gue_syns_carry_the_probe_in_udp_with_a_valid_checksum() {
         let e = ends4();
         let backend = [198, 18, 30, 11];
-        let f = syn_gue_v4(&e, (backend, 6080), 0xdead_beef, 0);
+        let f = syn_gue_v4(&e, (e.saddr, backend, 6080), 0xdead_beef, 0);
         let b = f.bytes();
         assert_eq!(b.len(), 94);
         assert_eq!(finish(payload_sum(&b[14..34])), 0, "outer header checksum");
@@ -896,7 +937,7 @@ mod tests {
         let e = ends6();
         let mut backend = e.daddr;
         backend[15] = 0x30;
-        let f = syn_gue_v6(&e, (backend, 6080), 9, 0);
+        let f = syn_gue_v6(&e, (e.saddr, backend, 6080), 9, 0);
         let b = f.bytes();
         assert_eq!(b.len(), 134);
         assert_eq!(

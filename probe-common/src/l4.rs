@@ -116,8 +116,22 @@ pub struct ProbeJob {
     /// bytes), while `flow` is the inner packet, addressed to the service (the VIP) the
     /// backend decapsulates it for. Zero for a plain probe.
     pub outer: [u8; 16],
+    /// A tunnelled probe's outer source (`tunnel_source`), or zero: the inner packet's.
+    pub outer_src: [u8; 16],
 }
-const _: () = assert!(core::mem::size_of::<ProbeJob>() == 72);
+const _: () = assert!(core::mem::size_of::<ProbeJob>() == 88);
+
+impl ProbeJob {
+    /// The outer header's source of a tunnelled job: its own, or the inner packet's.
+    #[inline(always)]
+    pub fn outer_source(&self) -> [u8; 16] {
+        if self.outer_src.iter().fold(0u8, |acc, b| acc | b) == 0 {
+            self.flow.saddr
+        } else {
+            self.outer_src
+        }
+    }
+}
 
 /// `ProbeJob::tunnel`: a plain probe, sent to `flow`'s destination.
 pub const TUNNEL_NONE: u8 = 0;
@@ -137,13 +151,15 @@ pub const TUNNEL_GUE: u8 = 2;
 pub struct Road {
     /// The backend: the outer header's destination (IPv4 in the first four bytes).
     pub outer: [u8; 16],
+    /// The outer header's source.
+    pub outer_src: [u8; 16],
     /// `TUNNEL_IPIP` or `TUNNEL_GUE`.
     pub tunnel: u8,
     pub _pad: u8,
     /// `TUNNEL_GUE`: the outer UDP destination port.
     pub port: u16,
 }
-const _: () = assert!(core::mem::size_of::<Road>() == 20);
+const _: () = assert!(core::mem::size_of::<Road>() == 36);
 
 impl Road {
     /// The road of a tunnelled job (None for a plain one).
@@ -151,6 +167,7 @@ impl Road {
     pub fn of(job: &ProbeJob) -> Option<Road> {
         (job.tunnel != TUNNEL_NONE).then_some(Road {
             outer: job.outer,
+            outer_src: job.outer_source(),
             tunnel: job.tunnel,
             _pad: 0,
             port: job.tunnel_port,
@@ -346,8 +363,8 @@ pub struct CookieKey {
 const _: () = assert!(core::mem::size_of::<CookieKey>() == 16);
 
 /// Most jobs one generator run takes (PROBE_JOBS entries). The engine hands the generator a
-/// slice of at most this many at a time; the array is mapped into the daemon whole, 72 bytes
-/// an entry (288 KiB).
+/// slice of at most this many at a time; the array is mapped into the daemon whole, 88 bytes
+/// an entry (352 KiB).
 pub const MAX_JOBS: u32 = 4096;
 
 /// The most interfaces probe_rx is attached to at once.

@@ -255,6 +255,11 @@ fn route_job(ctx: &XdpContext, job: &mut ProbeJob, ifindex: u32, hop: &mut Hop) 
     let rc = route(ctx, &mut outer, ifindex, hop);
     if rc == 0 {
         job.flow.saddr = outer.saddr;
+        // The outer header leaves from the probe's source unless the job names its own
+        // (`tunnel_source`): settled here, so the writers copy no address of their own.
+        if job.outer_src == [0; 16] {
+            job.outer_src = outer.saddr;
+        }
     }
     rc
 }
@@ -364,28 +369,47 @@ fn build_tunnel(ctx: &mut XdpContext, job: &ProbeJob, hop: &Hop, cookie: u32) ->
 
 #[inline(never)]
 fn ipip_v4(f: &mut SynIpipV4, job: &ProbeJob, hop: &Hop, (cookie, pad): (u32, u16)) -> u16 {
-    let backend = [job.outer[0], job.outer[1], job.outer[2], job.outer[3]];
-    write_syn_ipip_v4(f, &ends_v4(&job.flow, hop), &backend, cookie, pad);
+    let (src, backend) = outer_v4(job);
+    write_syn_ipip_v4(f, &ends_v4(&job.flow, hop), (&src, &backend), cookie, pad);
     u16::from_be_bytes(f.tcp.csum_be)
 }
 
 #[inline(never)]
 fn ipip_v6(f: &mut SynIpipV6, job: &ProbeJob, hop: &Hop, (cookie, pad): (u32, u16)) -> u16 {
-    write_syn_ipip_v6(f, &ends_v6(&job.flow, hop), &job.outer, cookie, pad);
+    write_syn_ipip_v6(f, &ends_v6(&job.flow, hop), (&job.outer_src, &job.outer), cookie, pad);
     u16::from_be_bytes(f.tcp.csum_be)
 }
 
 #[inline(never)]
 fn gue_v4(f: &mut SynGueV4, job: &ProbeJob, hop: &Hop, (cookie, pad): (u32, u16)) -> u16 {
-    let backend = [job.outer[0], job.outer[1], job.outer[2], job.outer[3]];
-    write_syn_gue_v4(f, &ends_v4(&job.flow, hop), (&backend, job.tunnel_port), cookie, pad);
+    let (src, backend) = outer_v4(job);
+    write_syn_gue_v4(
+        f,
+        &ends_v4(&job.flow, hop),
+        (&src, &backend, job.tunnel_port),
+        cookie,
+        pad,
+    );
     u16::from_be_bytes(f.tcp.csum_be)
 }
 
 #[inline(never)]
 fn gue_v6(f: &mut SynGueV6, job: &ProbeJob, hop: &Hop, (cookie, pad): (u32, u16)) -> u16 {
-    write_syn_gue_v6(f, &ends_v6(&job.flow, hop), (&job.outer, job.tunnel_port), cookie, pad);
+    write_syn_gue_v6(
+        f,
+        &ends_v6(&job.flow, hop),
+        (&job.outer_src, &job.outer, job.tunnel_port),
+        cookie,
+        pad,
+    );
     u16::from_be_bytes(f.tcp.csum_be)
+}
+
+/// An IPv4 job's outer source (settled by `route_job`) and destination.
+#[inline(always)]
+fn outer_v4(job: &ProbeJob) -> ([u8; 4], [u8; 4]) {
+    let (s, d) = (&job.outer_src, &job.outer);
+    ([s[0], s[1], s[2], s[3]], [d[0], d[1], d[2], d[3]])
 }
 
 /// The start of the packet as a frame layout `T`; None if the template frame is too short.

@@ -321,9 +321,10 @@ fn nested_count(up: impl std::fmt::Display, needed: impl std::fmt::Display) -> S
 
 /// How the status table names a tunnelled check's road.
 fn tunnel_words(t: &crate::probe::tunnel::TunnelTo) -> String {
+    let from = t.source.map(|s| format!(" from {s}")).unwrap_or_default();
     let road = match t.encap {
-        crate::engine::Encap::Ipip => format!("via ipip to {}", t.vip),
-        crate::engine::Encap::Gue { port } => format!("via gue:{port} to {}", t.vip),
+        crate::engine::Encap::Ipip => format!("via ipip{from} to {}", t.vip),
+        crate::engine::Encap::Gue { port } => format!("via gue:{port}{from} to {}", t.vip),
     };
     match t.mtu {
         Some(mtu) => format!("{road}, full-size {mtu}"),
@@ -348,16 +349,18 @@ mod tests {
             vip: "198.51.100.10".parse().unwrap(),
             encap: Encap::Ipip,
             mtu: None,
+            source: None,
         };
         assert_eq!(super::tunnel_words(&ipip), "via ipip to 198.51.100.10");
         let gue = TunnelTo {
             vip: "2001:db8::10".parse().unwrap(),
             encap: Encap::Gue { port: 6080 },
             mtu: Some(1500),
+            source: Some("2001:db8::1".parse().unwrap()),
         };
         assert_eq!(
             super::tunnel_words(&gue),
-            "via gue:6080 to 2001:db8::10, full-size 1500"
+            "via gue:6080 from 2001:db8::1 to 2001:db8::10, full-size 1500"
         );
     }
 }

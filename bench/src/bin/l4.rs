@@ -58,7 +58,15 @@ fn target(i: usize) -> SocketAddr {
 fn tunnelled(i: usize, encap: Encap) -> (SocketAddr, Tunnel) {
     let t = target(i);
     let vip = Ipv4Addr::new(198, 18, 128, (i % 256) as u8);
-    (SocketAddr::new(vip.into(), t.port()), Tunnel { backend: t.ip(), encap })
+    (
+        SocketAddr::new(vip.into(), t.port()),
+        Tunnel {
+            backend: t.ip(),
+            encap,
+            mtu: 0,
+            source: None,
+        },
+    )
 }
 
 fn rss_kb() -> i64 {

@@ -340,7 +340,7 @@ fn an_error_about_a_tunnelled_probes_outer_packet_quotes_the_probe_behind_it() {
         dport: 443,
     };
     let backend = [198, 18, 0, 10];
-    let syn = crate::frame::syn_ipip_v4(&e, backend, 0x1234_5678, 0);
+    let syn = crate::frame::syn_ipip_v4(&e, (e.saddr, backend), 0x1234_5678, 0);
     // Protocol unreachable from the backend, quoting the outer header and what follows.
     let q = quote_of(&icmp4(3, 2, &syn.bytes()[EthHdr::LEN..])).expect("the probe behind the outer header");
     assert_eq!((&q.l3.saddr[..4], &q.l3.daddr[..4]), (&V4_US[..], &e.daddr[..]));
@@ -363,7 +363,7 @@ fn an_error_about_a_tunnelled_probes_outer_packet_quotes_the_probe_behind_it() {
         sport: 61002,
         dport: 443,
     };
-    let syn6 = crate::frame::syn_ipip_v6(&e6, V6_THEM, 7, 0);
+    let syn6 = crate::frame::syn_ipip_v6(&e6, (e6.saddr, V6_THEM), 7, 0);
     let q = quote_of(&icmp6(1, 4, &syn6.bytes()[EthHdr::LEN..])).expect("the IPv6 probe behind the outer header");
     assert_eq!((q.l3.daddr, q.l4.sport(), q.l4.seq()), (d6, 61002, 7));
 }

@@ -138,7 +138,8 @@ pub(super) fn stash(s: &mut Scratch, inner: (u16, u64), sport: u16, tags: [VlanT
 }
 
 /// Finishes a segment written behind room for outer headers (`rst_in_place` or
-/// `request_in_place` with a road): `road`'s outer headers, from our address to the backend,
+/// `request_in_place` with a road): the road's outer headers, from its outer source (our
+/// address, or `tunnel_source`) to the backend,
 /// then the Ethernet header with the saved tags. A sibling call of the writer, not a callee,
 /// so their stack frames never add up.
 ///
@@ -150,17 +151,18 @@ pub(super) fn stash(s: &mut Scratch, inner: (u16, u64), sport: u16, tags: [VlanT
 pub(super) fn wrap_in_place(ctx: &mut impl Hooked, link: &Link, l3: &L3) -> Option<()> {
     let s = scratch()?;
     if l3.ipv6 {
-        wrap_v6(ctx, link, l3, s)
+        wrap_v6(ctx, link, s)
     } else {
-        wrap_v4(ctx, link, l3, s)
+        wrap_v4(ctx, link, s)
     }
 }
 
 #[inline(always)]
-fn wrap_v4(ctx: &mut impl Hooked, link: &Link, l3: &L3, s: &Scratch) -> Option<()> {
+fn wrap_v4(ctx: &mut impl Hooked, link: &Link, s: &Scratch) -> Option<()> {
     let at = EthHdr::LEN + link.tags * VLAN_LEN;
-    let us = [l3.daddr[0], l3.daddr[1], l3.daddr[2], l3.daddr[3]];
-    let backend = [s.road.outer[0], s.road.outer[1], s.road.outer[2], s.road.outer[3]];
+    let r = &s.road;
+    let us = [r.outer_src[0], r.outer_src[1], r.outer_src[2], r.outer_src[3]];
+    let backend = [r.outer[0], r.outer[1], r.outer[2], r.outer[3]];
     if s.road.tunnel == TUNNEL_GUE {
         let h = ptr_at::<OuterGueV4>(ctx, at)?;
         // SAFETY: ptr_at checked the bounds; the layout has alignment 1.
@@ -179,21 +181,21 @@ fn wrap_v4(ctx: &mut impl Hooked, link: &Link, l3: &L3, s: &Scratch) -> Option<(
 }
 
 #[inline(always)]
-fn wrap_v6(ctx: &mut impl Hooked, link: &Link, l3: &L3, s: &Scratch) -> Option<()> {
+fn wrap_v6(ctx: &mut impl Hooked, link: &Link, s: &Scratch) -> Option<()> {
     let at = EthHdr::LEN + link.tags * VLAN_LEN;
     if s.road.tunnel == TUNNEL_GUE {
         let h = ptr_at::<OuterGueV6>(ctx, at)?;
         // SAFETY: ptr_at checked the bounds; the layout has alignment 1.
         set_outer_gue_v6(
             unsafe { &mut *h },
-            (&l3.daddr, &s.road.outer),
+            (&s.road.outer_src, &s.road.outer),
             (s.sport, s.road.port),
             (s.len, s.sum),
         );
     } else {
         let h = ptr_at::<Ipv6Hdr>(ctx, at)?;
         // SAFETY: as above.
-        set_outer_ipip_v6(unsafe { &mut *h }, (&l3.daddr, &s.road.outer), s.len);
+        set_outer_ipip_v6(unsafe { &mut *h }, (&s.road.outer_src, &s.road.outer), s.len);
     }
     write_eth(ctx, link, s.tags, ETH_P_IPV6)
 }

@@ -137,6 +137,8 @@ pub struct Tunnel {
     /// outer packet then holds that many bytes besides its outer headers (the probe and zeros
     /// after it, which the backend's decapsulation trims), DF set.
     pub mtu: u16,
+    /// The outer header's source (`tunnel_source`); None: the probe's own source.
+    pub source: Option<IpAddr>,
 }
 
 /// The outer headers of a tunnelled probe, of the probe's own family.
@@ -164,6 +166,12 @@ impl Tunnel {
     /// Why `target` cannot be probed through this tunnel, if it cannot: both headers are of
     /// one family (there is no IPv4-in-IPv6 or the reverse here).
     pub fn check(&self, target: &SocketAddr) -> Result<(), String> {
+        if let Some(src) = self.source.filter(|s| is_v4(s) != is_v4(&self.backend)) {
+            return Err(format!(
+                "the tunnel's source {src} and the backend {} are of different families",
+                self.backend
+            ));
+        }
         if is_v4(&self.backend) == is_v4(&target.ip()) {
             Ok(())
         } else {

@@ -59,12 +59,18 @@ impl RawSender {
             ) = tunnel
             {
                 let pad = t.pad(false);
+                let src = match t.source {
+                    Some(IpAddr::V4(s)) => s.octets(),
+                    _ => e.saddr,
+                };
                 match encap {
                     Encap::Ipip => {
-                        pkt.extend_from_slice(&syn_ipip_v4(&e, b.octets(), cookie, pad).bytes()[EthHdr::LEN..])
+                        pkt.extend_from_slice(&syn_ipip_v4(&e, (src, b.octets()), cookie, pad).bytes()[EthHdr::LEN..]);
                     }
                     Encap::Gue { port } => {
-                        pkt.extend_from_slice(&syn_gue_v4(&e, (b.octets(), port), cookie, pad).bytes()[EthHdr::LEN..]);
+                        pkt.extend_from_slice(
+                            &syn_gue_v4(&e, (src, b.octets(), port), cookie, pad).bytes()[EthHdr::LEN..],
+                        );
                     }
                 }
                 pkt.resize(pkt.len() + usize::from(pad), 0);
@@ -91,12 +97,18 @@ impl RawSender {
             ) = tunnel
             {
                 let pad = t.pad(true);
+                let src = match t.source {
+                    Some(IpAddr::V6(s)) => s.octets(),
+                    _ => e.saddr,
+                };
                 match encap {
                     Encap::Ipip => {
-                        pkt.extend_from_slice(&syn_ipip_v6(&e, b.octets(), cookie, pad).bytes()[EthHdr::LEN..])
+                        pkt.extend_from_slice(&syn_ipip_v6(&e, (src, b.octets()), cookie, pad).bytes()[EthHdr::LEN..]);
                     }
                     Encap::Gue { port } => {
-                        pkt.extend_from_slice(&syn_gue_v6(&e, (b.octets(), port), cookie, pad).bytes()[EthHdr::LEN..]);
+                        pkt.extend_from_slice(
+                            &syn_gue_v6(&e, (src, b.octets(), port), cookie, pad).bytes()[EthHdr::LEN..],
+                        );
                     }
                 }
                 pkt.resize(pkt.len() + usize::from(pad), 0);

@@ -136,13 +136,18 @@ impl Probe {
 }
 
 impl Probe {
-    /// The service address a tunnelled check sends to inside its tunnel (`tunnel::TunnelTo`).
-    pub fn tunnel_vip(&self) -> Option<std::net::IpAddr> {
+    /// The data path's tunnel a check takes (`tunnel::TunnelTo`), if it does.
+    pub fn tunnel(&self) -> Option<&super::tunnel::TunnelTo> {
         match self {
-            Self::Tcp(super::tcp::TcpCheck { tunnel: Some(t) }) => Some(t.vip),
-            Self::Http(h) => h.tunnel.map(|t| t.vip),
-            _ => None,
+            Self::Tcp(t) => t.tunnel.as_ref(),
+            Self::Http(h) => h.tunnel.as_ref(),
+            Self::Udp(_) => None,
         }
+    }
+
+    /// The service address a tunnelled check sends to inside its tunnel.
+    pub fn tunnel_vip(&self) -> Option<std::net::IpAddr> {
+        self.tunnel().map(|t| t.vip)
     }
 }
 

@@ -34,6 +34,9 @@ pub struct TunnelTo {
     /// SYN alone, as small as it is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u16>,
+    /// `tunnel_source`: the outer header's source (None: the probe's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<IpAddr>,
 }
 
 impl TunnelTo {
@@ -43,6 +46,7 @@ impl TunnelTo {
             backend,
             encap: self.encap,
             mtu: self.mtu.unwrap_or(0),
+            source: self.source,
         }
     }
 }
@@ -106,6 +110,17 @@ pub const KEYS: &[Key] = &[
          backend) then fails the check instead of passing it with a small SYN.",
     )
     .protocols(ROADS, "and tunnel"),
+    Key::new(
+        "tunnel_source",
+        Type::String,
+        Text("none: the probe's own source, as the route to the endpoint picks it"),
+        Described("an IPv4 or IPv6 address of this node's, of the endpoints' family"),
+        Reask,
+        "The outer header's source, where the backends admit tunnelled packets from one address \
+         only (the load balancers' tunnel source, as katran's health checks use one). The probe \
+         inside keeps the node's own source: the backend answers it from the VIP, straight back.",
+    )
+    .protocols(ROADS, "and tunnel"),
 ];
 
 /// `tunnel_mtu`'s bounds: IPv6's minimum link MTU, and what one page of a generator frame
@@ -120,7 +135,12 @@ pub(crate) fn read(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<Option<Tunne
     let vip = r.string(t, "tunnel_vip");
     let port = r.int(t, "tunnel_port");
     let mtu = r.int(t, "tunnel_mtu");
+    let source = r.string(t, "tunnel_source");
     let Some(kind) = kind else {
+        if let Some(source) = source {
+            r.bad(&source, "tunnel_source is a tunnel's outer source: set tunnel too");
+            return None;
+        }
         if let Some(vip) = vip {
             r.bad(&vip, "tunnel_vip is the address inside a tunnel: set tunnel too");
             return None;
@@ -167,6 +187,16 @@ pub(crate) fn read(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<Option<Tunne
             return None;
         }
     };
+    let source = match source {
+        None => None,
+        Some(item) => match item.v.parse::<IpAddr>() {
+            Ok(ip) if !ip.is_unspecified() && !ip.is_multicast() && !ip.is_loopback() => Some(ip),
+            _ => {
+                r.bad(&item, "expected an IPv4 or IPv6 unicast address of this node's");
+                return None;
+            }
+        },
+    };
     let Some(vip) = vip else {
         r.missing(
             t,
@@ -176,7 +206,12 @@ pub(crate) fn read(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<Option<Tunne
         return None;
     };
     match vip.v.parse::<IpAddr>() {
-        Ok(ip) if !ip.is_unspecified() && !ip.is_multicast() => Some(Some(TunnelTo { vip: ip, encap, mtu })),
+        Ok(ip) if !ip.is_unspecified() && !ip.is_multicast() => Some(Some(TunnelTo {
+            vip: ip,
+            encap,
+            mtu,
+            source,
+        })),
         Ok(_) => {
             r.bad(&vip, "expected a unicast address");
             None
@@ -202,6 +237,9 @@ pub(crate) fn identity(road: Option<&TunnelTo>, out: &mut String) {
     key_field(out, "tunnel_vip", &t.vip.to_string());
     if let Some(mtu) = t.mtu {
         key_field(out, "tunnel_mtu", &mtu.to_string());
+    }
+    if let Some(source) = t.source {
+        key_field(out, "tunnel_source", &source.to_string());
     }
 }
 

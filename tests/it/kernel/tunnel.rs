@@ -104,6 +104,7 @@ fn verdicts(tx: TxChoice) {
                         backend,
                         encap: encap(wrap),
                         mtu: 0,
+                        source: None,
                     }),
                 });
                 reqs.push(L4Request {
@@ -207,6 +208,7 @@ fn full_size_probes_find_a_tunnel_path_too_small_for_full_size_client_packets() 
                             backend: if f == 0 { backend_v4(k) } else { backend_v6(k) },
                             encap: encap(wrap),
                             mtu: if full { CLIENT_MTU } else { 0 },
+                            source: None,
                         }),
                     });
                 }
@@ -256,6 +258,98 @@ fn full_size_probes_find_a_tunnel_path_too_small_for_full_size_client_packets() 
     }
 }
 
+/// `tunnel_source`: the outer header leaves from an address of the node's own choosing (the
+/// load balancers' tunnel source, which backends may admit alone), while the probe inside keeps
+/// the node's source, so the backend's direct answer comes back as before. Everything sent on
+/// the flows (SYN, request, RST) leaves from it; XDP and the raw-socket path.
+#[test]
+fn a_tunnel_source_of_its_own_carries_every_segment() {
+    let rig = dsr_rig();
+    let pins = TestPins::new();
+    let (src4, src6) = ("198.18.0.100", "2001:2::100");
+    rig.topo.prober.ip(&[
+        "addr",
+        "add",
+        &format!("{src4}/32"),
+        "dev",
+        probed_tests::topo::PROBER_IF,
+    ]);
+    rig.topo.prober.ip(&[
+        "-6",
+        "addr",
+        "add",
+        &format!("{src6}/128"),
+        "dev",
+        probed_tests::topo::PROBER_IF,
+        "nodad",
+    ]);
+    let b0 = &rig.backends[0];
+    b0.nft_input_rule(&format!("ip saddr {src4} counter"));
+    b0.nft_input_rule(&format!("ip6 saddr {src6} counter"));
+    let vips: [IpAddr; 2] = [VIP4.parse().unwrap(), VIP6.parse().unwrap()];
+    let mut reqs = Vec::new();
+    for (w, wrap) in WRAPS.into_iter().enumerate() {
+        for (f, vip) in vips.iter().enumerate() {
+            let tunnel = Some(Tunnel {
+                backend: if f == 0 { backend_v4(0) } else { backend_v6(0) },
+                encap: encap(wrap),
+                mtu: 0,
+                source: Some(if f == 0 { src4 } else { src6 }.parse().unwrap()),
+            });
+            let token = ((w * 2 + f) * 2) as u64;
+            reqs.push(L4Request {
+                token,
+                target: SocketAddr::new(*vip, PORT),
+                proto: L4Proto::Tcp,
+                timeout: TIMEOUT,
+                tunnel,
+            });
+            let web = SocketAddr::new(*vip, WEB);
+            let request = format!("GET /health HTTP/1.1\r\nHost: {web}\r\nConnection: close\r\n\r\n");
+            reqs.push(L4Request {
+                token: token + 1,
+                target: web,
+                proto: L4Proto::Http {
+                    request: std::sync::Arc::from(request.as_bytes()),
+                },
+                timeout: TIMEOUT,
+                tunnel,
+            });
+        }
+    }
+    for tx in [TxChoice::Auto, TxChoice::Force(TxPath::Raw)] {
+        let before = b0.nft_rule_packets(&format!("saddr {src4} ")) + b0.nft_rule_packets(&format!("saddr {src6} "));
+        let results = rig.topo.prober.enter(|| {
+            let (engine, mut rx) = start_engine(&pins, tx);
+            if tx == TxChoice::Auto {
+                xdp_or_refused(&engine);
+            }
+            engine.submit(reqs.clone()).unwrap();
+            collect(&mut rx, reqs.len(), Duration::from_secs(5))
+        });
+        assert_eq!(results.len(), reqs.len(), "{tx:?}: one result per probe: {results:?}");
+        for r in &results {
+            let want = if r.token % 2 == 0 {
+                L4Outcome::Open
+            } else {
+                L4Outcome::HttpStatus { status: 200 }
+            };
+            assert_eq!(r.outcome, want, "{tx:?}: probe {} of {}", r.token, r.target);
+        }
+        // Per TCP probe its SYN and RST, per HTTP probe its SYN, request and RST (and the RSTs
+        // answering the backend's FIN): all from the tunnel source.
+        std::thread::sleep(Duration::from_millis(100));
+        let from_source =
+            b0.nft_rule_packets(&format!("saddr {src4} ")) + b0.nft_rule_packets(&format!("saddr {src6} ")) - before;
+        eprintln!("{tx:?}: {from_source} packets from the tunnel source");
+        assert!(
+            from_source >= 4 * 2 + 4 * 3,
+            "{tx:?}: {from_source} packets from the tunnel source"
+        );
+    }
+    assert_eq!(rig.unwrapped_to_vip(), 0, "a segment reached a VIP unwrapped");
+}
+
 /// The class of an HTTP probe's outcome, as the reference client tells it.
 fn http_class(o: L4Outcome) -> String {
     match o {
@@ -296,6 +390,7 @@ fn http_checks_through_the_tunnel_read_the_status_a_tunnelled_client_reads() {
                             backend: if f == 0 { backend_v4(k) } else { backend_v6(k) },
                             encap: encap(wrap),
                             mtu: 0,
+                            source: None,
                         }),
                     });
                 }
@@ -410,6 +505,7 @@ fn client_flows_the_node_forwards_into_the_tunnel_are_untouched_while_it_probes(
                     backend,
                     encap: Encap::Ipip,
                     mtu: 0,
+                    source: None,
                 }),
             })
         })
@@ -474,6 +570,7 @@ fn probes_that_find_no_free_source_port_give_no_verdict() {
                 backend: backend_v4(k),
                 encap: Encap::Ipip,
                 mtu: 0,
+                source: None,
             }),
         })
         .collect();

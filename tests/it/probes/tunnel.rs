@@ -110,6 +110,7 @@ fn a_dsr_fleet_is_checked_through_its_tunnel_and_a_backend_that_loses_its_vip_le
                 Wrap::Gue => Encap::Gue { port: 6080 },
             },
             mtu: None,
+            source: None,
         });
         assert_eq!(v.tunnel, want, "{profile}");
     }

@@ -74,6 +74,7 @@ fn road(args: &CheckArgs, backend: SocketAddr) -> anyhow::Result<(SocketAddr, Op
         backend: backend.ip(),
         encap,
         mtu: args.tunnel_mtu.unwrap_or(0),
+        source: args.tunnel_source,
     };
     let inner = SocketAddr::new(vip, backend.port());
     via.check(&inner).map_err(anyhow::Error::msg).context("--tunnel-vip")?;

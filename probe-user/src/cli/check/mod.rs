@@ -110,6 +110,10 @@ pub struct CheckArgs {
     #[arg(long, value_name = "BYTES", requires = "tunnel",
           value_parser = clap::value_parser!(u16).range(1280..=3000))]
     pub tunnel_mtu: Option<u16>,
+    /// With --tunnel: the outer header's source, as `tunnel_source` (an address of this
+    /// node's; default: the probe's own source).
+    #[arg(long, value_name = "ADDRESS", requires = "tunnel")]
+    pub tunnel_source: Option<std::net::IpAddr>,
 }
 
 /// The most probes one `probed check` sends.

@@ -346,6 +346,31 @@ rule!(
     "profile[0].health.tunnel_mtu"
 );
 
+rule!(
+    tunnel_source_without_a_tunnel,
+    tcp_tunnel("tunnel_source = \"192.0.2.100\"", "192.0.2.1"),
+    "profile[0].health.tunnel_source"
+);
+rule!(
+    tunnel_source_not_an_address,
+    tcp_tunnel(
+        "tunnel = \"ipip\"\ntunnel_vip = \"198.51.100.10\"\ntunnel_source = \"lb.example\"",
+        "192.0.2.1"
+    ),
+    "profile[0].health.tunnel_source"
+);
+
+#[test]
+fn a_tunnel_source_of_the_other_family_is_refused_on_the_endpoint() {
+    let text = tcp_tunnel(
+        "tunnel = \"ipip\"\ntunnel_vip = \"198.51.100.10\"\ntunnel_source = \"2001:db8::100\"",
+        "192.0.2.1",
+    );
+    expect_error(&text, "profile[0].endpoint[0].address");
+    let errors = refused(&text).to_string();
+    assert!(errors.contains("tunnel_source 2001:db8::100"), "{errors}");
+}
+
 #[test]
 fn a_full_size_tunnel_check_says_its_size_in_its_identity() {
     let c = ok(&tcp_tunnel(

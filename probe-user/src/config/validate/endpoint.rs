@@ -259,13 +259,24 @@ fn address(r: &mut Reader<'_>, t: &Table<'_, '_>, health: &HealthCheck) -> Optio
             None
         }
         Some(item) => match item.v.parse::<IpAddr>() {
-            Ok(ip) if !ip.is_unspecified() && !ip.is_multicast() => match health.probe.tunnel_vip() {
-                Some(vip) if vip.is_ipv4() != ip.is_ipv4() => {
+            Ok(ip) if !ip.is_unspecified() && !ip.is_multicast() => match health.probe.tunnel() {
+                Some(t) if t.vip.is_ipv4() != ip.is_ipv4() => {
                     r.bad(
                         &item,
                         format!(
                             "the tunnel's outer header goes to this address and its inner one to tunnel_vip \
-                             {vip}: ipip carries IPv4 in IPv4 and IPv6 in IPv6, so both must be of one family"
+                             {}: ipip carries IPv4 in IPv4 and IPv6 in IPv6, so both must be of one family",
+                            t.vip
+                        ),
+                    );
+                    None
+                }
+                Some(crate::probe::tunnel::TunnelTo { source: Some(src), .. }) if src.is_ipv4() != ip.is_ipv4() => {
+                    r.bad(
+                        &item,
+                        format!(
+                            "the tunnel's outer header goes to this address from tunnel_source {src}: \
+                             both must be of one family (the outer header is of the endpoint's)"
                         ),
                     );
                     None

@@ -351,12 +351,22 @@ pub(super) fn job_of(flow: FlowKey, slot: u32, gen: u32, req: u32, tunnel: Optio
         if let Encap::Gue { port } = t.encap {
             job.tunnel_port = port;
         }
-        match t.backend {
-            IpAddr::V4(a) => job.outer[..4].copy_from_slice(&a.octets()),
-            IpAddr::V6(a) => job.outer = a.octets(),
-        }
+        job.outer = octets(t.backend);
+        job.outer_src = t.source.map_or([0; 16], octets);
     }
     job
+}
+
+/// An address in a flow's layout: IPv4 in the first four bytes.
+fn octets(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(a) => {
+            let mut o = [0; 16];
+            o[..4].copy_from_slice(&a.octets());
+            o
+        }
+        IpAddr::V6(a) => a.octets(),
+    }
 }
 
 /// The `ProbeJob::tunnel` of a probe.
@@ -393,7 +403,12 @@ mod tests {
                 6080,
             ),
         ] {
-            let t = Tunnel { backend, encap, mtu: 0 };
+            let t = Tunnel {
+                backend,
+                encap,
+                mtu: 0,
+                source: None,
+            };
             let job = job_of(flow, 7, 9, 0, Some(t));
             assert_eq!((job.slot, job.gen, job.flow), (7, 9, flow));
             assert_eq!((job.tunnel, job.tunnel_port, outer_of(&job)), (kind, port, backend));
@@ -403,9 +418,13 @@ mod tests {
             backend: IpAddr::from([0x22; 16]),
             encap: Encap::Gue { port: 9886 },
             mtu: 1500,
+            source: Some(IpAddr::from([0x23; 16])),
         };
         let job = job_of(v6, 1, 1, 0, Some(t));
         assert_eq!((job.tunnel, job.tunnel_port, job.outer), (TUNNEL_GUE, 9886, [0x22; 16]));
+        assert_eq!((job.outer_src, job.outer_source()), ([0x23; 16], [0x23; 16]));
+        let own = job_of(v6, 1, 1, 0, Some(Tunnel { source: None, ..t }));
+        assert_eq!(own.outer_source(), v6.saddr, "no source of its own: the probe's");
         let plain = job_of(flow, 1, 1, 0, None);
         assert_eq!((plain.tunnel, plain.outer), (TUNNEL_NONE, [0; 16]));
         // A full-size probe: the SYN (52 bytes over IPv4, 72 over IPv6) and zeros to the size.
