@@ -208,7 +208,17 @@ impl RawIpSocket {
 /// IPV6_RECVERR) on: ICMP errors quoting its datagrams then land on its error queue with
 /// their type and code, not only as a bare errno.
 pub fn connected_udp_with_recverr(local: SocketAddr, target: SocketAddr) -> io::Result<UdpSocket> {
-    let v4 = target.is_ipv4();
+    let sock = Socket::from(udp_with_recverr(local)?);
+    // A UDP connect only sets the peer: it never waits, non-blocking or not.
+    sock.connect(&target.into())?;
+    Ok(sock.into())
+}
+
+/// As `connected_udp_with_recverr`, not connected: for answers whose way out the socket does
+/// not take (a request sent wrapped through a tunnel by a raw socket). The kernel still
+/// files ICMP errors quoting its address and port on its error queue.
+pub fn udp_with_recverr(local: SocketAddr) -> io::Result<UdpSocket> {
+    let v4 = local.is_ipv4();
     let domain = if v4 { Domain::IPV4 } else { Domain::IPV6 };
     let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
     sock.bind(&local.into())?;
@@ -232,7 +242,6 @@ pub fn connected_udp_with_recverr(local: SocketAddr, target: SocketAddr) -> io::
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    sock.connect(&target.into())?;
     sock.set_nonblocking(true)?;
     Ok(sock.into())
 }

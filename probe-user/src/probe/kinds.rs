@@ -141,7 +141,7 @@ impl Probe {
         match self {
             Self::Tcp(t) => t.tunnel.as_ref(),
             Self::Http(h) => h.tunnel.as_ref(),
-            Self::Udp(_) => None,
+            Self::Udp(u) => u.tunnel.as_ref(),
         }
     }
 

@@ -7,7 +7,10 @@ use std::{sync::Arc, time::Duration};
 use serde::Serialize;
 
 pub use super::tunnel::TunnelTo;
-use super::{tunnel, CheckKind, EndpointCheck, ProbeKind};
+use super::{
+    tunnel::{self, TunnelError},
+    CheckKind, EndpointCheck, ProbeKind,
+};
 use crate::{
     engine::L4Proto,
     rules::{Dialect, Protocol},
@@ -26,11 +29,6 @@ pub struct TcpCheck {
     /// Through a tunnel to the service address, or (None) to the endpoint's own address.
     pub tunnel: Option<TunnelTo>,
 }
-
-/// Why a tunnelled check cannot be made for an endpoint.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct TunnelError(String);
 
 impl CheckKind for Tcp {
     type Settings = TcpCheck;

@@ -57,8 +57,9 @@ const GUE: &str = "gue";
 const GUE_PORT: u16 = 6080;
 
 /// The protocols whose checks may take the tunnel: TCP, and plain HTTP, which the kernel runs
-/// whole (a socket cannot take the tunnel without a tunnel device of the node's own).
-const ROADS: &[Protocol] = &[Protocol::Tcp, Protocol::Http];
+/// whole (a socket cannot take the tunnel without a tunnel device of the node's own), and UDP
+/// request/response (the request sent wrapped by a raw socket, the answer read by a socket).
+const ROADS: &[Protocol] = &[Protocol::Tcp, Protocol::Http, Protocol::Udp];
 
 pub const KEYS: &[Key] = &[
     Key::new(
@@ -73,8 +74,9 @@ pub const KEYS: &[Key] = &[
          IPv4, IPv6 in IPv6) or gue (in UDP to tunnel_port, with no GUE header, as katran sends); \
          the endpoint unwraps it and answers from the VIP. A backend that answers on its own address \
          but drops what the tunnel brings (the VIP not on its loopback, its tunnel device down, \
-         rp_filter, no service on the VIP) fails this check. TCP checks, and plain HTTP checks that \
-         the kernel runs whole (no body_match, no keep_alive, a request of at most 256 bytes).",
+         rp_filter, no service on the VIP) fails this check. TCP checks, plain HTTP checks that the \
+         kernel runs whole (no body_match, no keep_alive, a request of at most 256 bytes), and UDP \
+         checks with a response (silence through a tunnel proves nothing).",
     )
     .protocols(ROADS, "and tunnel_vip"),
     Key::new(
@@ -248,4 +250,158 @@ pub fn engine_tunnel(t: &TunnelTo, backend: std::net::SocketAddr) -> Result<crat
     let via = t.engine(backend.ip());
     via.check(&std::net::SocketAddr::new(t.vip, backend.port()))?;
     Ok(via)
+}
+
+/// Why a check through a tunnel cannot be made for an endpoint.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TunnelError(pub String);
+
+/// A UDP datagram from `local` to `service` carrying `payload`, wrapped for the backend as the
+/// load balancer wraps a client's (`t`): the bytes a raw socket sends, outer IP header first.
+/// The outer source is `t.source`, else `local`'s address; a GUE header's source port is
+/// `local`'s.
+pub(crate) fn wrapped_datagram(
+    t: &crate::engine::Tunnel,
+    local: std::net::SocketAddr,
+    service: std::net::SocketAddr,
+    payload: &[u8],
+) -> Vec<u8> {
+    use probe_common::{
+        csum::payload_sum,
+        frame::{
+            set_outer_gue_v4, set_outer_gue_v6, set_outer_ipip_v4, set_outer_ipip_v6, udp_v4, udp_v6, Ends, OuterGueV4,
+            OuterGueV6,
+        },
+        packet::{EthHdr, Ipv4Hdr, Ipv6Hdr},
+    };
+    fn ends<A>((saddr, daddr): (A, A), (sport, dport): (u16, u16)) -> Ends<A> {
+        Ends {
+            smac: [0; 6],
+            dmac: [0; 6],
+            saddr,
+            daddr,
+            sport,
+            dport,
+        }
+    }
+    let ports = (local.port(), service.port());
+    let len = payload.len() as u16;
+    let sum = payload_sum(payload);
+    let mut inner = match (local.ip(), service.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            udp_v4(&ends((s.octets(), d.octets()), ports), 0, len, sum).bytes()[EthHdr::LEN..].to_vec()
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            udp_v6(&ends((s.octets(), d.octets()), ports), 0, len, sum).bytes()[EthHdr::LEN..].to_vec()
+        }
+        _ => unreachable!("a tunnel carries one family (Tunnel::check)"),
+    };
+    inner.extend_from_slice(payload);
+    let inner_len = inner.len() as u16;
+    let inner_sum = payload_sum(&inner);
+    let src = t.source.unwrap_or(local.ip());
+    let mut out = match (src, t.backend, t.encap) {
+        (IpAddr::V4(s), IpAddr::V4(b), Encap::Ipip) => {
+            let mut h = Ipv4Hdr::default();
+            set_outer_ipip_v4(&mut h, (&s.octets(), &b.octets()), inner_len);
+            header_bytes(&h)
+        }
+        (IpAddr::V4(s), IpAddr::V4(b), Encap::Gue { port }) => {
+            let mut h = OuterGueV4::default();
+            set_outer_gue_v4(
+                &mut h,
+                (&s.octets(), &b.octets()),
+                (local.port(), port),
+                (inner_len, inner_sum),
+            );
+            header_bytes(&h)
+        }
+        (IpAddr::V6(s), IpAddr::V6(b), Encap::Ipip) => {
+            let mut h = Ipv6Hdr::default();
+            set_outer_ipip_v6(&mut h, (&s.octets(), &b.octets()), inner_len);
+            header_bytes(&h)
+        }
+        (IpAddr::V6(s), IpAddr::V6(b), Encap::Gue { port }) => {
+            let mut h = OuterGueV6::default();
+            set_outer_gue_v6(
+                &mut h,
+                (&s.octets(), &b.octets()),
+                (local.port(), port),
+                (inner_len, inner_sum),
+            );
+            header_bytes(&h)
+        }
+        _ => unreachable!("a tunnel carries one family (Tunnel::check)"),
+    };
+    out.extend_from_slice(&inner);
+    out
+}
+
+/// A wire header's bytes.
+fn header_bytes<T: Copy>(h: &T) -> Vec<u8> {
+    // SAFETY: probe_common's headers are repr(C) structs of byte arrays with alignment 1 and
+    // no padding (their sizes are asserted there), so every byte is initialised.
+    unsafe { std::slice::from_raw_parts(std::ptr::from_ref(h).cast::<u8>(), std::mem::size_of::<T>()) }.to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use probe_common::csum::{finish, payload_sum, pseudo_v4, pseudo_v6};
+
+    use super::*;
+    use crate::engine::Tunnel;
+
+    /// The transport checksum of `seg` from `s` to `d` verifies (IPv4 or IPv6 addresses).
+    fn verifies(s: IpAddr, d: IpAddr, proto: u8, seg: &[u8]) -> bool {
+        let pseudo = match (s, d) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => pseudo_v4(&s.octets(), &d.octets(), proto, seg.len() as u16),
+            (IpAddr::V6(s), IpAddr::V6(d)) => pseudo_v6(&s.octets(), &d.octets(), proto, seg.len() as u32),
+            _ => unreachable!(),
+        };
+        finish(pseudo + payload_sum(seg)) == 0
+    }
+
+    #[test]
+    fn a_wrapped_datagram_is_the_clients_inside_the_tunnels_headers() {
+        let local: SocketAddr = "198.18.0.1:40000".parse().unwrap();
+        let service: SocketAddr = "198.18.40.1:53".parse().unwrap();
+        let backend: IpAddr = "198.18.0.10".parse().unwrap();
+        let gue = Tunnel {
+            backend,
+            encap: Encap::Gue { port: 6080 },
+            mtu: 0,
+            source: None,
+        };
+        let b = wrapped_datagram(&gue, local, service, b"ping?");
+        assert_eq!(b.len(), 20 + 8 + 20 + 8 + 5);
+        assert_eq!(finish(payload_sum(&b[..20])), 0, "outer header checksum");
+        assert_eq!(
+            (b[9], &b[12..16], &b[16..20]),
+            (17, &[198, 18, 0, 1][..], &[198, 18, 0, 10][..])
+        );
+        assert!(verifies(local.ip(), backend, 17, &b[20..]), "outer UDP checksum");
+        assert_eq!(u16::from_be_bytes([b[22], b[23]]), 6080);
+        assert!(verifies(local.ip(), service.ip(), 17, &b[48..]), "inner UDP checksum");
+        assert_eq!(&b[56..], b"ping?");
+        // IPv6 in IPv6 from a tunnel source of its own.
+        let local: SocketAddr = "[2001:2::1]:40000".parse().unwrap();
+        let service: SocketAddr = "[2001:2:40::1]:53".parse().unwrap();
+        let source: IpAddr = "2001:2::100".parse().unwrap();
+        let ipip = Tunnel {
+            backend: "2001:2::10".parse().unwrap(),
+            encap: Encap::Ipip,
+            mtu: 0,
+            source: Some(source),
+        };
+        let b = wrapped_datagram(&ipip, local, service, b"");
+        assert_eq!(b.len(), 40 + 40 + 8);
+        assert_eq!(
+            (b[6], &b[8..24]),
+            (41, &"2001:2::100".parse::<std::net::Ipv6Addr>().unwrap().octets()[..])
+        );
+        assert!(verifies(local.ip(), service.ip(), 17, &b[80..]), "inner UDP checksum");
+    }
 }

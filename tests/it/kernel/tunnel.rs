@@ -283,6 +283,10 @@ fn a_tunnel_source_of_its_own_carries_every_segment() {
         probed_tests::topo::PROBER_IF,
         "nodad",
     ]);
+    // Neighbours both ways for the new addresses, as the rig does for its own.
+    let (b4, b6) = (backend_v4(0).to_string(), backend_v6(0).to_string());
+    rig.topo.prober.exec("ping", &["-c1", "-W1", "-I", src4, &b4]);
+    rig.topo.prober.exec("ping", &["-6", "-c1", "-W1", "-I", src6, &b6]);
     let b0 = &rig.backends[0];
     b0.nft_input_rule(&format!("ip saddr {src4} counter"));
     b0.nft_input_rule(&format!("ip6 saddr {src6} counter"));

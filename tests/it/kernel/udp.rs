@@ -128,6 +128,7 @@ fn rr_req(target: String, timeout_ms: u64) -> UdpRequest {
         expect: Arc::from(&b"PONG"[..]),
         timeout: Duration::from_millis(timeout_ms),
         source: None,
+        tunnel: None,
     }
 }
 

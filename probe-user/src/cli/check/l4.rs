@@ -181,12 +181,29 @@ pub(super) fn check_udp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Resu
     if let Some(expect) = &args.expect {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let prober = UdpProber::new(1);
+        // Through a tunnel: the request wrapped for the host, the answer from the VIP.
+        let tunnel = args.tunnel_vip.map(|vip| probed::probe::tunnel::TunnelTo {
+            vip,
+            encap: match args.tunnel.as_deref() {
+                Some("gue") => Encap::Gue { port: args.tunnel_port },
+                _ => Encap::Ipip,
+            },
+            mtu: None,
+            source: args.tunnel_source,
+        });
+        if let Some(t) = &tunnel {
+            t.engine(target.ip())
+                .check(&SocketAddr::new(t.vip, port))
+                .map_err(anyhow::Error::msg)
+                .context("--tunnel-vip")?;
+        }
         let req = UdpRequest {
             target,
             send,
             expect: std::sync::Arc::from(expect.as_bytes()),
             timeout,
             source: None,
+            tunnel,
         };
         for i in 0..args.count {
             if i > 0 {

@@ -91,10 +91,11 @@ pub struct CheckArgs {
     /// without it, silence is success and only an ICMP error fails (plain mode).
     #[arg(long, value_parser = udp_payload)]
     pub expect: Option<String>,
-    /// TCP and HTTP: send the check through the data path's tunnel, as `tunnel` in the config:
-    /// "ipip" (IPv4 in IPv4, IPv6 in IPv6) or "gue" (in UDP) to the URL's host, with
-    /// --tunnel-vip inside. An HTTP check through a tunnel runs whole in the kernel engine
-    /// (status line only: no --expect-body, no --keep-alive).
+    /// TCP, HTTP and UDP with --expect: send the check through the data path's tunnel, as
+    /// `tunnel` in the config: "ipip" (IPv4 in IPv4, IPv6 in IPv6) or "gue" (in UDP) to the
+    /// URL's host, with --tunnel-vip inside. An HTTP check through a tunnel runs whole in the
+    /// kernel engine (status line only: no --expect-body, no --keep-alive); a UDP one sends its
+    /// request wrapped and reads the VIP's answer.
     #[arg(long, value_name = "KIND", requires = "tunnel_vip", value_parser = ["ipip", "gue"])]
     pub tunnel: Option<String>,
     /// With --tunnel gue: the UDP port the backend decapsulates on.
@@ -248,12 +249,16 @@ pub(super) fn split_authority(authority: &str, default_port: u16) -> anyhow::Res
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let target = parse_target(&args.url)?;
     let takes_tunnel = matches!(target, Target::Tcp { .. })
-        || matches!(&target, Target::Http { scheme, .. } if *scheme == Scheme::Http);
+        || matches!(&target, Target::Http { scheme, .. } if *scheme == Scheme::Http)
+        || matches!(target, Target::Udp { .. }) && args.expect.is_some();
     if args.tunnel.is_some() && !takes_tunnel {
         bail!(
-            "--tunnel: only tcp:// and http:// checks go through a tunnel (the URL's host is the backend, the port the \
-             service's)"
+            "--tunnel: tcp://, http:// and udp:// with --expect checks go through a tunnel (the URL's host is the \
+             backend, the port the service's)"
         );
+    }
+    if args.tunnel_mtu.is_some() && matches!(target, Target::Udp { .. }) {
+        bail!("--tunnel-mtu pads the SYN of tcp:// and http:// checks; a UDP request is sent as it is");
     }
     match target {
         Target::Http {

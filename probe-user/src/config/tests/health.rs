@@ -307,10 +307,39 @@ rule!(
     "profile[0].health.tunnel"
 );
 rule!(
-    tunnel_on_a_udp_check,
-    cfg("lb", "", "protocol = \"udp\"\nport = 53\ntunnel = \"ipip\"", ""),
+    tunnel_on_a_plain_udp_check,
+    cfg(
+        "lb",
+        "",
+        "protocol = \"udp\"\nport = 53\ntunnel = \"ipip\"\ntunnel_vip = \"198.51.100.10\"",
+        ""
+    ),
     "profile[0].health.tunnel"
 );
+rule!(
+    tunnel_mtu_on_a_udp_check,
+    cfg(
+        "lb",
+        "",
+        "protocol = \"udp\"\nport = 53\nresponse = \"x\"\ntunnel = \"ipip\"\ntunnel_vip = \"198.51.100.10\"\ntunnel_mtu = 1500",
+        ""
+    ),
+    "profile[0].health.tunnel_mtu"
+);
+
+#[test]
+fn a_udp_request_response_check_takes_the_tunnel() {
+    let c = ok(&cfg(
+        "lb",
+        "",
+        "protocol = \"udp\"\nport = 53\nrequest = \"ping\"\nresponse = \"pong\"\ntunnel = \"gue\"\ntunnel_vip = \"198.51.100.10\"",
+        "",
+    ));
+    assert_eq!(
+        c.profiles[0].health.probe.tunnel_vip(),
+        Some("198.51.100.10".parse().unwrap())
+    );
+}
 rule!(
     tunnel_with_a_body_to_match,
     cfg(

@@ -616,8 +616,11 @@ pub(super) fn first_l4<S: std::borrow::Borrow<CheckSpec>>(specs: impl Iterator<I
         let spec = spec.borrow();
         match &spec.kind {
             ProbeKind::L4(_) | ProbeKind::L4Tunnel(_) => return FirstL4::Required(spec.target()),
-            // Only the kernel can take a check through a tunnel.
-            ProbeKind::Task(p) if p.tunnel().is_some() => return FirstL4::Required(spec.target()),
+            // Only the kernel can take an HTTP check through a tunnel (a UDP one sends its
+            // request by a raw socket of its own).
+            ProbeKind::Task(p) if p.tunnel().is_some() && p.kernel_request(spec.l4_road().0).is_some() => {
+                return FirstL4::Required(spec.target())
+            }
             ProbeKind::Task(p) if kernel_http && http.is_none() && p.kernel_request(spec.target()).is_some() => {
                 http = Some(spec.target());
             }

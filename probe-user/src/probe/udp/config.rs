@@ -7,7 +7,11 @@ use serde::Serialize;
 
 use crate::{
     engine::L4Proto,
-    probe::{key_field, CheckKind, EndpointCheck, ProbeKind},
+    probe::{
+        key_field,
+        tunnel::{self, TunnelError, TunnelTo},
+        CheckKind, EndpointCheck, ProbeKind,
+    },
     rules::{limits::MAX_UDP_PAYLOAD, Dialect, Protocol},
     schema::{
         keys::{
@@ -26,6 +30,8 @@ use crate::{
 pub struct UdpCheck {
     pub request: String,
     pub response: Option<String>,
+    /// Request/response through the data path's tunnel to the service address.
+    pub tunnel: Option<TunnelTo>,
 }
 
 /// Its keys in `[profile.health]`.
@@ -59,7 +65,7 @@ pub struct Udp;
 impl CheckKind for Udp {
     type Settings = UdpCheck;
     type Shared = ();
-    type Error = std::convert::Infallible;
+    type Error = TunnelError;
 
     const KEYS: &'static [Key] = KEYS;
 
@@ -94,6 +100,9 @@ impl CheckKind for Udp {
         _shared: &mut (),
     ) -> Result<ProbeKind, Self::Error> {
         let payload: Arc<[u8]> = Arc::from(s.request.as_bytes());
+        if let Some(t) = &s.tunnel {
+            tunnel::engine_tunnel(t, endpoint.target).map_err(TunnelError)?;
+        }
         Ok(match &s.response {
             // Request/response mode: the reply's content decides, so a socket reads it.
             Some(expect) => ProbeKind::Task(Arc::new(super::UdpRequest {
@@ -102,6 +111,7 @@ impl CheckKind for Udp {
                 expect: Arc::from(expect.as_bytes()),
                 timeout,
                 source: None,
+                tunnel: s.tunnel,
             })),
             None => ProbeKind::L4(L4Proto::Udp { payload }),
         })
@@ -120,9 +130,30 @@ pub(crate) fn read(r: &mut Reader<'_>, t: &Table<'_, '_>) -> Option<UdpCheck> {
     };
     let request = payload("request").transpose().ok()?;
     let response = payload("response").transpose().ok()?;
+    let tunnel = tunnel::read(r, t)?;
+    if tunnel.is_some() {
+        // Read again for where to point: read() took them without complaint.
+        if response.is_none() {
+            let item = r.string(t, "tunnel")?;
+            r.bad(
+                &item,
+                "a plain UDP probe that the tunnel drops reads as silence, which is healthy: \
+                 through a tunnel a UDP check needs response (request/response)",
+            );
+            return None;
+        }
+        if let Some(item) = r.int(t, "tunnel_mtu") {
+            r.bad(
+                &item,
+                "tunnel_mtu pads the SYN of TCP and HTTP checks; a UDP request is sent as it is",
+            );
+            return None;
+        }
+    }
     Some(UdpCheck {
         request: request.unwrap_or_default(),
         response,
+        tunnel,
     })
 }
 
@@ -133,5 +164,6 @@ impl UdpCheck {
         if let Some(r) = &self.response {
             key_field(out, "response", r);
         }
+        tunnel::identity(self.tunnel.as_ref(), out);
     }
 }

@@ -150,6 +150,9 @@ pub struct UdpRequest {
     pub timeout: Duration,
     /// Source address; None = whatever the routing table picks.
     pub source: Option<IpAddr>,
+    /// Through the data path's tunnel: the request goes wrapped to `target` (the backend) for
+    /// the service address inside, which answers straight back.
+    pub tunnel: Option<crate::probe::tunnel::TunnelTo>,
 }
 
 /// A request/response check as the runner's task: the request goes to its own target (the
@@ -179,6 +182,10 @@ impl super::TaskProbe for UdpRequest {
 
     fn datagram(&self) -> bool {
         true
+    }
+
+    fn tunnel(&self) -> Option<&crate::probe::tunnel::TunnelTo> {
+        self.tunnel.as_ref()
     }
 
     #[cfg(test)]
@@ -255,6 +262,9 @@ impl UdpProber {
 
 /// One probe's exchange, without the timeout (the caller bounds it).
 async fn exchange(req: &UdpRequest) -> UdpOutcome {
+    if let Some(t) = &req.tunnel {
+        return tunnelled(req, t).await;
+    }
     let sock = match open(req) {
         Ok(s) => s,
         Err(e) => return io_outcome(e),
@@ -277,6 +287,69 @@ async fn exchange(req: &UdpRequest) -> UdpOutcome {
         Ok(_) => UdpOutcome::ReplyMismatch,
         Err(e) => error_outcome(&sock, e),
     }
+}
+
+/// A request through the data path's tunnel: a socket of ours takes the answer, which comes
+/// from the service address inside the tunnel straight back (direct return), while the request
+/// leaves by a raw socket, wrapped for the backend (`req.target`) as the load balancer wraps a
+/// client's. The socket is not connected (the node may have no route to the service address):
+/// it reads what comes to its port and keeps only the service's answer; an ICMP error quoting
+/// the inner datagram (the backend's "port unreachable" from the service address) reaches it
+/// as on a connected one.
+async fn tunnelled(req: &UdpRequest, t: &crate::probe::tunnel::TunnelTo) -> UdpOutcome {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let service = SocketAddr::new(t.vip, req.target.port());
+    let src = match req.source.map_or_else(|| route_source(req.target), Ok) {
+        Ok(ip) => ip,
+        Err(e) => return io_outcome(e),
+    };
+    let sock = match crate::kernel::sys::udp_with_recverr(SocketAddr::new(src, 0)).and_then(UdpSocket::from_std) {
+        Ok(s) => s,
+        Err(e) => return io_outcome(e),
+    };
+    let local = match sock.local_addr() {
+        Ok(a) => a,
+        Err(e) => return io_outcome(e),
+    };
+    let packet = crate::probe::tunnel::wrapped_datagram(&t.engine(req.target.ip()), local, service, &req.send);
+    let sent =
+        crate::kernel::sys::RawIpSocket::open(src.is_ipv6()).and_then(|raw| raw.send_to(&packet, req.target.ip()));
+    if let Err(e) = sent {
+        return io_outcome(e);
+    }
+    // SAFETY: a second view of the socket's descriptor for recv_from, never closed
+    // (ManuallyDrop); `sock` owns it and outlives every use here.
+    let view = std::mem::ManuallyDrop::new(unsafe { std::net::UdpSocket::from_raw_fd(sock.as_raw_fd()) });
+    let mut buf = vec![0u8; MAX_REPLY];
+    loop {
+        let got = sock
+            .async_io(Interest::READABLE | Interest::ERROR, || view.recv_from(&mut buf))
+            .await;
+        match got {
+            Ok((n, from)) if from == service => {
+                return if contains(&buf[..n], &req.expect) {
+                    UdpOutcome::Reply
+                } else {
+                    UdpOutcome::ReplyMismatch
+                };
+            }
+            // Not the service's answer: another sender found the port.
+            Ok(_) => {}
+            Err(e) => return error_outcome(&sock, e),
+        }
+    }
+}
+
+/// The address the route to `to` leaves from (a UDP connect sends nothing).
+fn route_source(to: SocketAddr) -> io::Result<IpAddr> {
+    let any: IpAddr = if to.is_ipv4() {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        Ipv6Addr::UNSPECIFIED.into()
+    };
+    let probe = std::net::UdpSocket::bind(SocketAddr::new(any, 0))?;
+    probe.connect(to)?;
+    Ok(probe.local_addr()?.ip())
 }
 
 /// A non-blocking UDP socket connected to the target, reporting ICMP errors in detail.
@@ -394,6 +467,7 @@ mod tests {
             expect: Arc::from(&b"PONG"[..]),
             timeout: Duration::from_secs(2),
             source: None,
+            tunnel: None,
         };
         let prober = UdpProber::new(2);
         let r = prober
