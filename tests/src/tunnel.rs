@@ -185,6 +185,10 @@ pub const VIP6: &str = "2001:2:40::1";
 pub const PORT: u16 = 8080;
 /// The backends' HTTP service (hyper): `/health` answers 200, `/down` 503.
 pub const WEB: u16 = 8090;
+/// The backends' UDP service: answers every datagram with `pong ` and the datagram. Bound to
+/// the VIP (a UDP service behind direct return must answer from it), or, on the backend that
+/// serves its own address only or has no VIP, to its own addresses.
+pub const UDP_PORT: u16 = 5300;
 pub const TIMEOUT: Duration = Duration::from_millis(600);
 
 /// How a direct-return backend is set up.
@@ -243,6 +247,7 @@ pub struct DsrRig {
     _ends: Vec<TunnelEnd>,
     _listeners: Vec<std::net::TcpListener>,
     _web: Vec<crate::http_server::HttpServer>,
+    _udp: Vec<crate::servers::Responder>,
 }
 
 /// The prober's link becomes a switch (a bridge in the old backend namespace) with one backend
@@ -265,6 +270,7 @@ pub fn dsr_rig() -> DsrRig {
     let mut ends = Vec::new();
     let mut listeners = Vec::new();
     let mut web = Vec::new();
+    let mut udp = Vec::new();
     for (k, case) in BACKENDS.into_iter().enumerate() {
         let b = Netns::new("pdt");
         let port = format!("sw{k}");
@@ -339,6 +345,19 @@ pub fn dsr_rig() -> DsrRig {
             server.route("/down", crate::http_server::Route::status(503));
             web.push(server);
         }
+        let udp_at = match case {
+            Backend::ServiceOnOwnAddressOnly | Backend::VipMissing => {
+                [backend_v4(k).to_string(), format!("[{}]", backend_v6(k))]
+            }
+            _ => [VIP4.to_string(), format!("[{VIP6}]")],
+        };
+        for at in udp_at {
+            udp.push(crate::servers::Responder::start(
+                &b,
+                &format!("{at}:{UDP_PORT}"),
+                b"pong ",
+            ));
+        }
         // The reference client's ways to this backend: a device per wrapping, chosen by mark.
         for wrap in [Wrap::Ipip, Wrap::Gue] {
             let (dev, mark) = (device(k, wrap), mark(k, wrap));
@@ -365,6 +384,7 @@ pub fn dsr_rig() -> DsrRig {
         _ends: ends,
         _listeners: listeners,
         _web: web,
+        _udp: udp,
     }
 }
 
@@ -461,6 +481,32 @@ fn unacknowledged(s: &Socket) -> i32 {
     let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &raw mut n) };
     assert_eq!(rc, 0, "SIOCOUTQ: {}", std::io::Error::last_os_error());
     n
+}
+
+/// The reference UDP client's verdict: `ping` to the VIP's UDP service through backend k's
+/// tunnel, from a socket connected to it: "reply" (an answer holding `pong`), "refused" (port
+/// unreachable), "unreachable" (another ICMP error) or "timeout".
+pub fn reference_udp(rig: &DsrRig, k: usize, vip: IpAddr, wrap: Wrap) -> &'static str {
+    rig.topo.prober.enter(|| {
+        let target = SocketAddr::new(vip, UDP_PORT);
+        let s = Socket::new(Domain::for_address(target), Type::DGRAM, None).unwrap();
+        s.set_mark(mark(k, wrap)).unwrap();
+        s.connect(&target.into()).unwrap();
+        s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        let s = std::net::UdpSocket::from(s);
+        if let Err(e) = s.send(b"ping") {
+            panic!("reference send to {target}: {e}");
+        }
+        let mut buf = [0u8; 512];
+        match s.recv(&mut buf) {
+            Ok(n) if buf[..n].starts_with(b"pong ") => "reply",
+            Ok(_) => "mismatch",
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => "refused",
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => "timeout",
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENETUNREACH | libc::EHOSTUNREACH)) => "unreachable",
+            Err(e) => panic!("reference receive from {target}: {e}"),
+        }
+    })
 }
 
 /// A TCP connection to `target` through backend k's tunnel (the socket's mark picks the

@@ -12,7 +12,8 @@ use probed_tests::{
     daemon::{last_reason, DaemonFiles, RunningDaemon},
     topo::PROBER_IF,
     tunnel::{
-        backend_v4, backend_v6, dsr_rig, reference, reference_http, DsrRig, Wrap, BACKENDS, PORT, VIP4, VIP6, WEB,
+        backend_v4, backend_v6, dsr_rig, reference, reference_http, reference_udp, DsrRig, Wrap, BACKENDS, PORT,
+        UDP_PORT, VIP4, VIP6, WEB,
     },
 };
 
@@ -21,24 +22,39 @@ const SETTLE: Duration = Duration::from_secs(5);
 /// A profile's tunnel and the VIP inside it, or none.
 type Via = Option<(Wrap, &'static str)>;
 
-/// The profiles: (name, its tunnel, IPv6, the HTTP path it asks for or None for TCP).
-const PROFILES: [(&str, Via, bool, Option<&str>); 7] = [
-    ("dsr4", Some((Wrap::Ipip, VIP4)), false, None),
-    ("dsr6", Some((Wrap::Ipip, VIP6)), true, None),
-    ("gue4", Some((Wrap::Gue, VIP4)), false, None),
-    ("gue6", Some((Wrap::Gue, VIP6)), true, None),
-    ("own4", None, false, None),
-    // HTTP through the tunnel, run whole by the kernel.
-    ("web4", Some((Wrap::Gue, VIP4)), false, Some("/health")),
-    ("web6", Some((Wrap::Ipip, VIP6)), true, Some("/health")),
+/// What a profile checks.
+#[derive(Clone, Copy)]
+enum Check {
+    Tcp,
+    /// An HTTP GET of this path, run whole by the kernel through the tunnel.
+    Http(&'static str),
+    /// UDP request/response: the request wrapped by a raw socket, the VIP's answer read.
+    Udp,
+}
+
+/// The profiles: (name, its tunnel, IPv6, what it checks).
+const PROFILES: [(&str, Via, bool, Check); 8] = [
+    ("dsr4", Some((Wrap::Ipip, VIP4)), false, Check::Tcp),
+    ("dsr6", Some((Wrap::Ipip, VIP6)), true, Check::Tcp),
+    ("gue4", Some((Wrap::Gue, VIP4)), false, Check::Tcp),
+    ("gue6", Some((Wrap::Gue, VIP6)), true, Check::Tcp),
+    ("own4", None, false, Check::Tcp),
+    ("web4", Some((Wrap::Gue, VIP4)), false, Check::Http("/health")),
+    ("web6", Some((Wrap::Ipip, VIP6)), true, Check::Http("/health")),
+    ("dns4", Some((Wrap::Ipip, VIP4)), false, Check::Udp),
 ];
 
 fn config(files: &DaemonFiles) -> String {
     let mut text = files.header(PROBER_IF);
-    for (name, vip, v6, path) in PROFILES {
-        let check = match path {
-            None => format!("protocol = \"tcp\"\nport = {PORT}"),
-            Some(path) => format!("protocol = \"http\"\nport = {WEB}\nmethod = \"GET\"\npath = \"{path}\""),
+    for (name, vip, v6, check) in PROFILES {
+        let check = match check {
+            Check::Tcp => format!("protocol = \"tcp\"\nport = {PORT}"),
+            Check::Http(path) => {
+                format!("protocol = \"http\"\nport = {WEB}\nmethod = \"GET\"\npath = \"{path}\"")
+            }
+            Check::Udp => {
+                format!("protocol = \"udp\"\nport = {UDP_PORT}\nrequest = \"ping\"\nresponse = \"pong\"")
+            }
         };
         text += &format!(
             "[[profile]]\nname = \"{name}\"\ndialect = \"lb\"\n[profile.health]\n{check}\n\
@@ -69,12 +85,13 @@ fn settle(d: &RunningDaemon, profile: &str, k: usize, up: bool) -> String {
 }
 
 /// What the reference client meets through backend k's tunnel to the profile's VIP (an HTTP
-/// client when the profile asks for `path`: a 200 is up); a plain profile's reference is the
-/// backend's own address, where every backend listens.
-fn client_gets_through(rig: &DsrRig, k: usize, vip: Via, path: Option<&str>) -> bool {
-    vip.is_none_or(|(wrap, vip)| match path {
-        None => reference(rig, k, vip.parse().unwrap(), wrap) == "open",
-        Some(path) => reference_http(rig, k, vip.parse().unwrap(), wrap, path) == "200",
+/// client for an HTTP profile: a 200 is up; a UDP one for a UDP profile: an answer is up); a
+/// plain profile's reference is the backend's own address, where every backend listens.
+fn client_gets_through(rig: &DsrRig, k: usize, vip: Via, check: Check) -> bool {
+    vip.is_none_or(|(wrap, vip)| match check {
+        Check::Tcp => reference(rig, k, vip.parse().unwrap(), wrap) == "open",
+        Check::Http(path) => reference_http(rig, k, vip.parse().unwrap(), wrap, path) == "200",
+        Check::Udp => reference_udp(rig, k, vip.parse().unwrap(), wrap) == "reply",
     })
 }
 
@@ -254,4 +271,36 @@ fn probed_check_takes_the_tunnel_too() {
         "ok",
     ]);
     assert_eq!(code, 1, "{out}");
+    // UDP request/response through the tunnel: healthy where the client gets the VIP's answer.
+    for (k, case) in BACKENDS.into_iter().enumerate() {
+        let url = format!("udp://{}:{UDP_PORT}", backend_v4(k));
+        let (code, out) = run(&[
+            &url,
+            "--send",
+            "ping",
+            "--expect",
+            "pong",
+            "--tunnel",
+            "gue",
+            "--tunnel-vip",
+            VIP4,
+            "--timeout",
+            "300",
+        ]);
+        let oracle = reference_udp(&rig, k, VIP4.parse().unwrap(), Wrap::Gue);
+        assert_eq!(
+            code == 0,
+            oracle == "reply",
+            "{case:?} {url} through the tunnel: {out} (reference {oracle})"
+        );
+    }
+    // Plain UDP (silence is healthy) cannot take a tunnel.
+    let (code, _) = run(&[
+        &format!("udp://{}:{UDP_PORT}", backend_v4(0)),
+        "--tunnel",
+        "ipip",
+        "--tunnel-vip",
+        VIP4,
+    ]);
+    assert_eq!(code, 1);
 }
