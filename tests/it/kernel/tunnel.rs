@@ -13,8 +13,8 @@ use probed::engine::{Encap, L4Outcome, L4Proto, L4Request, Tunnel, TxChoice, TxP
 use probed_tests::{
     l4::{collect, start_engine, xdp_or_refused},
     tunnel::{
-        backend_v4, backend_v6, dsr_rig, reference, reference_full, reference_http, reference_udp, Backend, Wrap,
-        BACKENDS, CLIENT_MTU, GUE_PORT, PORT, TIMEOUT, UDP_PORT, VIP4, VIP6, WEB,
+        backend_v4, backend_v6, dsr_rig, reference, reference_full, reference_http, reference_udp, Backend, DsrRig,
+        Wrap, BACKENDS, CLIENT_MTU, GUE_PORT, PORT, TIMEOUT, UDP_PORT, VIP4, VIP6, WEB,
     },
     TestPins,
 };
@@ -216,14 +216,7 @@ fn full_size_probes_find_a_tunnel_path_too_small_for_full_size_client_packets() 
         }
     }
     for tx in [TxChoice::Auto, TxChoice::Force(TxPath::Raw)] {
-        let results = rig.topo.prober.enter(|| {
-            let (engine, mut rx) = start_engine(&pins, tx);
-            if tx == TxChoice::Auto {
-                xdp_or_refused(&engine);
-            }
-            engine.submit(reqs.clone()).unwrap();
-            collect(&mut rx, reqs.len(), Duration::from_secs(5))
-        });
+        let results = run_probes(&rig, &pins, tx, &reqs);
         assert_eq!(results.len(), reqs.len(), "one result per probe: {results:?}");
         let mut table = String::new();
         let mut wrong = Vec::new();
@@ -323,14 +316,7 @@ fn a_tunnel_source_of_its_own_carries_every_segment() {
     }
     for tx in [TxChoice::Auto, TxChoice::Force(TxPath::Raw)] {
         let before = b0.nft_rule_packets(&format!("saddr {src4} ")) + b0.nft_rule_packets(&format!("saddr {src6} "));
-        let results = rig.topo.prober.enter(|| {
-            let (engine, mut rx) = start_engine(&pins, tx);
-            if tx == TxChoice::Auto {
-                xdp_or_refused(&engine);
-            }
-            engine.submit(reqs.clone()).unwrap();
-            collect(&mut rx, reqs.len(), Duration::from_secs(5))
-        });
+        let results = run_probes(&rig, &pins, tx, &reqs);
         assert_eq!(results.len(), reqs.len(), "{tx:?}: one result per probe: {results:?}");
         for r in &results {
             let want = if r.token % 2 == 0 {
@@ -439,6 +425,19 @@ fn udp_request_response_through_the_tunnel_gets_the_answer_a_tunnelled_client_ge
     assert!(wrong.is_empty(), "{wrong:#?}\n{table}");
     assert!(results.iter().any(|r| r.outcome == UdpOutcome::Reply), "{table}");
     assert_eq!(rig.unwrapped_to_vip(), 0, "a datagram reached a VIP unwrapped");
+}
+
+/// Runs `reqs` on an engine in the prober's namespace on transmit path `tx` (XDP or refused
+/// when it is `Auto`), and collects their results.
+fn run_probes(rig: &DsrRig, pins: &TestPins, tx: TxChoice, reqs: &[L4Request]) -> Vec<probed::engine::L4Result> {
+    rig.topo.prober.enter(|| {
+        let (engine, mut rx) = start_engine(pins, tx);
+        if tx == TxChoice::Auto {
+            xdp_or_refused(&engine);
+        }
+        engine.submit(reqs.to_vec()).unwrap();
+        collect(&mut rx, reqs.len(), Duration::from_secs(5))
+    })
 }
 
 /// The class of an HTTP probe's outcome, as the reference client tells it.

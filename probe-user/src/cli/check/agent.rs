@@ -25,9 +25,5 @@ pub(super) fn check_agent(args: &CheckArgs, host: &str, port: u16) -> anyhow::Re
         all_healthy &= line.healthy;
         println!("{}", line.render(args.json));
     }
-    Ok(if all_healthy {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(super::exit_code(all_healthy))
 }

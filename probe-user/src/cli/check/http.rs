@@ -95,10 +95,6 @@ pub(super) fn check_http(
             all_healthy &= report.healthy();
             println!("{}", Line::http(&args.url, target, &report).render(args.json));
         }
-        Ok(if all_healthy {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        })
+        Ok(super::exit_code(all_healthy))
     })
 }

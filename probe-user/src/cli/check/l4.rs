@@ -85,8 +85,23 @@ pub(super) fn check_tcp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Resu
     let backend = resolve(host, port)?;
     // Through a tunnel the SYN is addressed to the VIP and its outer header to the host.
     let (target, tunnel) = road(args, backend)?;
-    let (engine, mut results) = start_for(args, backend)?;
     let timeout = Duration::from_millis(args.timeout);
+    each_probe(args, backend, (target, tunnel), (L4Proto::Tcp, timeout), |result| {
+        Line::l4(&args.url, result)
+    })
+}
+
+/// Runs `--count` probes of `proto` to `target` (through `tunnel`) on an engine started for
+/// `backend`, `--interval` apart, printing each result's `line`; success when all were
+/// healthy.
+fn each_probe<'a>(
+    args: &'a CheckArgs,
+    backend: SocketAddr,
+    (target, tunnel): (SocketAddr, Option<Tunnel>),
+    (proto, timeout): (L4Proto, Duration),
+    line: impl Fn(&L4Result) -> Line<'a>,
+) -> anyhow::Result<ExitCode> {
+    let (engine, mut results) = start_for(args, backend)?;
     let mut all_healthy = true;
     for i in 0..args.count {
         if i > 0 {
@@ -95,19 +110,16 @@ pub(super) fn check_tcp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Resu
         engine.submit(vec![L4Request {
             token: u64::from(i),
             target,
-            proto: L4Proto::Tcp,
+            proto: proto.clone(),
             timeout,
             tunnel,
         }])?;
         let result = results.blocking_recv().context("the engine stopped")?;
-        all_healthy &= result.outcome.healthy();
-        println!("{}", Line::l4(&args.url, &result).render(args.json));
+        let line = line(&result);
+        all_healthy &= line.healthy;
+        println!("{}", line.render(args.json));
     }
-    Ok(if all_healthy {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(super::exit_code(all_healthy))
 }
 
 /// `probed check http://BACKEND... --tunnel`: the HTTP check `check` through the tunnel, run
@@ -131,22 +143,8 @@ pub(super) fn check_http_tunnelled(
         );
     }
     let request: std::sync::Arc<[u8]> = request.into();
-    let (engine, mut results) = start_for(args, backend)?;
-    let mut all_healthy = true;
-    for i in 0..args.count {
-        if i > 0 {
-            std::thread::sleep(Duration::from_millis(args.interval));
-        }
-        engine.submit(vec![L4Request {
-            token: u64::from(i),
-            target,
-            proto: L4Proto::Http {
-                request: request.clone(),
-            },
-            timeout: check.timeout(),
-            tunnel,
-        }])?;
-        let result = results.blocking_recv().context("the engine stopped")?;
+    let proto = L4Proto::Http { request };
+    each_probe(args, backend, (target, tunnel), (proto, check.timeout()), |result| {
         let report = HttpReport {
             outcome: kernel_outcome(result.outcome, check.status()),
             elapsed: result.elapsed,
@@ -156,13 +154,7 @@ pub(super) fn check_http_tunnelled(
             },
             cert_not_after: None,
         };
-        all_healthy &= report.healthy();
-        println!("{}", Line::http(&args.url, target, &report).render(args.json));
-    }
-    Ok(if all_healthy {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+        Line::http(&args.url, target, &report)
     })
 }
 
@@ -232,9 +224,5 @@ pub(super) fn check_udp(args: &CheckArgs, host: &str, port: u16) -> anyhow::Resu
             print(outcome, r.elapsed);
         }
     }
-    Ok(if all_healthy {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(super::exit_code(all_healthy))
 }

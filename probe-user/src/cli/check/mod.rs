@@ -246,6 +246,15 @@ pub(super) fn split_authority(authority: &str, default_port: u16) -> anyhow::Res
     Ok((host.to_string(), port))
 }
 
+/// `probed check`'s exit: success when every probe was healthy.
+fn exit_code(all_healthy: bool) -> ExitCode {
+    if all_healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
 pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let target = parse_target(&args.url)?;
     let takes_tunnel = matches!(target, Target::Tcp { .. })
