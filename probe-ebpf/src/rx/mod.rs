@@ -488,6 +488,12 @@ fn claim(flow: &FlowKey, entry: &Inflight, kind: EventKind, icmp: u16, status: u
         c.stale += 1;
         return false;
     }
+    if entry.tunnel != TUNNEL_NONE && entry.req == 0 {
+        // A tunnelled TCP probe is over: on_tcp has its road in the scratch slot for the RST,
+        // and nothing later is answered on its flow. (An HTTP probe's road stays for the
+        // backend's late segments; userspace deletes it once the flow has rested.)
+        let _ = PROBE_ROADS.remove(flow);
+    }
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     slot.write(ProbeEvent {

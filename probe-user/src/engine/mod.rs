@@ -346,6 +346,9 @@ pub struct Snapshot {
     pub tx: TxCounters,
     pub engine: EngineStats,
     pub inflight: usize,
+    /// Roads of tunnelled probes the kernel holds (PROBE_ROADS): those in flight and those
+    /// whose flow rests; none a while after the last tunnelled probe.
+    pub roads: usize,
 }
 
 /// A running engine. Dropping it stops the thread, detaches probe_rx, removes the pins and

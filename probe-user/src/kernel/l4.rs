@@ -397,6 +397,11 @@ impl L4Kernel {
         self.inflight.get(flow, 0).is_ok()
     }
 
+    /// How many roads the kernel holds (a walk of the map: for snapshots, not the hot path).
+    pub fn roads(&self) -> usize {
+        self.roads.keys().filter(Result::is_ok).count()
+    }
+
     /// Forgets a tunnelled probe's road once the probe has ended (a missing entry is fine:
     /// the generator could not record it, or a later probe of the flow took its place).
     pub fn forget_road(&mut self, flow: &FlowKey) {

@@ -1,19 +1,24 @@
 //! `tunnel = "ipip"` in the daemon (issue 49): a DSR fleet checked the way its client flows
-//! reach it. Five backends behind one VIP (healthy, service not on the VIP, VIP missing,
-//! strict rp_filter, tunnel down), IPv4 and IPv6 profiles through the tunnel beside a plain
+//! reach it. Backends behind one VIP (healthy, service not on the VIP, VIP missing, strict
+//! rp_filter, tunnel down, no decapsulation, a link MTU too small for full-size packets), IPv4
+//! and IPv6 profiles through the tunnel (TCP, HTTP, UDP request/response) beside a plain
 //! profile of the same backends: each endpoint's status is what a client routed through that
 //! backend's tunnel meets, while the plain check calls every backend up. Then the healthy
 //! backend loses its VIP (a typo in a deploy, a reboot that did not restore it): the tunnelled
-//! profiles take it out, the plain one does not, and it comes back when the VIP does.
-use std::time::Duration;
+//! profiles take it out, the plain one does not, and it comes back when the VIP does. Also:
+//! `probed check` through the tunnel, and the UDP prober through it (no kernel engine).
+use std::{
+    net::{IpAddr, SocketAddr},
+    time::Duration,
+};
 
 use probed::{engine::Encap, probe::tcp::TunnelTo, status::EndpointStatus};
 use probed_tests::{
     daemon::{last_reason, DaemonFiles, RunningDaemon},
     topo::PROBER_IF,
     tunnel::{
-        backend_v4, backend_v6, dsr_rig, reference, reference_http, reference_udp, DsrRig, Wrap, BACKENDS, PORT,
-        UDP_PORT, VIP4, VIP6, WEB,
+        backend_v4, backend_v6, dsr_rig, reference, reference_http, reference_udp, Backend, DsrRig, Wrap, BACKENDS,
+        PORT, TIMEOUT, UDP_PORT, VIP4, VIP6, WEB,
     },
 };
 
@@ -303,4 +308,99 @@ fn probed_check_takes_the_tunnel_too() {
         VIP4,
     ]);
     assert_eq!(code, 1);
+}
+
+/// UDP request/response through the tunnel: the request leaves wrapped by a raw socket, the
+/// VIP's answer comes straight back to a socket of the prober's. Each backend's verdict is the
+/// reference client's (a socket connected to the VIP through that backend's tunnel). Two
+/// differences in kind, both unhealthy either way: a GUE backend without its decapsulation
+/// answers "port unreachable" about the outer datagram, whose source port is the probe
+/// socket's, so the probe fails as `refused` at once where the client times out (its tunnel
+/// device takes the error); and ICMPv6 "no route" (1/0, the VIP missing) is read by the
+/// probe's socket (IP_RECVERR) but not by a plain one, for which it is not fatal.
+#[test]
+fn udp_request_response_through_the_tunnel_gets_the_answer_a_tunnelled_client_gets() {
+    use probed::probe::{
+        tunnel::TunnelTo,
+        udp::{UdpOutcome, UdpProber, UdpRequest},
+    };
+    let rig = dsr_rig();
+    let vips: [IpAddr; 2] = [VIP4.parse().unwrap(), VIP6.parse().unwrap()];
+    let mut reqs = Vec::new();
+    for k in 0..BACKENDS.len() {
+        for wrap in [Wrap::Ipip, Wrap::Gue] {
+            for (f, vip) in vips.iter().enumerate() {
+                let backend = if f == 0 { backend_v4(k) } else { backend_v6(k) };
+                reqs.push(UdpRequest {
+                    target: SocketAddr::new(backend, UDP_PORT),
+                    send: std::sync::Arc::from(&b"ping"[..]),
+                    expect: std::sync::Arc::from(&b"pong"[..]),
+                    timeout: TIMEOUT,
+                    source: None,
+                    tunnel: Some(TunnelTo {
+                        vip: *vip,
+                        encap: encap(wrap),
+                        mtu: None,
+                        source: None,
+                    }),
+                });
+            }
+        }
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let results = rig
+        .topo
+        .prober
+        .enter(|| rt.block_on(UdpProber::new(64).probe_all(reqs.clone())));
+    let mut table = String::new();
+    let mut wrong = Vec::new();
+    let mut i = 0;
+    for (k, case) in BACKENDS.into_iter().enumerate() {
+        for wrap in [Wrap::Ipip, Wrap::Gue] {
+            for (f, vip) in vips.iter().enumerate() {
+                let got = &results[i].outcome;
+                i += 1;
+                let class = match got {
+                    UdpOutcome::Reply => "reply",
+                    UdpOutcome::PortUnreachable => "refused",
+                    UdpOutcome::Timeout => "timeout",
+                    UdpOutcome::Unreachable { .. } => "unreachable",
+                    _ => "other",
+                };
+                let oracle = reference_udp(&rig, k, *vip, wrap);
+                table.push_str(&format!(
+                    "  {:<24} {:<5} {:<13} tunnel {:<22} reference {oracle}\n",
+                    format!("{case:?}"),
+                    format!("{wrap:?}"),
+                    if f == 0 { backend_v4(k) } else { backend_v6(k) }.to_string(),
+                    got.to_string(),
+                ));
+                let agrees = match (case, wrap, f) {
+                    (Backend::NoTunnel, Wrap::Gue, _) => (class, oracle) == ("refused", "timeout"),
+                    (Backend::VipMissing, _, 1) => (class, oracle) == ("unreachable", "timeout"),
+                    _ => class == oracle,
+                };
+                if !agrees || got.healthy() != (oracle == "reply") {
+                    wrong.push(format!(
+                        "{case:?} {wrap:?} family {f}: tunnel {got}, reference {oracle}"
+                    ));
+                }
+            }
+        }
+    }
+    eprintln!("UDP through the tunnel:\n{table}");
+    assert!(wrong.is_empty(), "{wrong:#?}\n{table}");
+    assert!(results.iter().any(|r| r.outcome == UdpOutcome::Reply), "{table}");
+    assert_eq!(rig.unwrapped_to_vip(), 0, "a datagram reached a VIP unwrapped");
+}
+
+/// The engine's encapsulation for a reference client's wrapping.
+fn encap(wrap: Wrap) -> Encap {
+    match wrap {
+        Wrap::Ipip => Encap::Ipip,
+        Wrap::Gue => Encap::Gue { port: 6080 },
+    }
 }

@@ -115,6 +115,18 @@ pub(crate) struct EngineState {
     next_sweep: Instant,
 }
 
+/// Whether a tunnelled probe that ended with `outcome` left its road for userspace to delete:
+/// probe_rx deletes a TCP probe's road itself when it takes the outcome (open, refused,
+/// unreachable), so the common case costs no syscall; an HTTP probe's road stays for the
+/// backend's late segments, and a timeout or a local error was never the kernel's.
+fn road_left(req: u32, outcome: L4Outcome) -> bool {
+    req != 0
+        || !matches!(
+            outcome,
+            L4Outcome::Open | L4Outcome::Refused | L4Outcome::Unreachable { .. }
+        )
+}
+
 /// Room for probes waiting to be sent that an empty backlog keeps: beyond it a drained
 /// backlog gives its memory back, down to one send slice. Two slices: with eight, 65k TCP
 /// targets kept 1.8 MB of a first round's room for good, and a turn rarely brings more
@@ -431,6 +443,7 @@ impl EngineState {
             tx: self.kernel.tx_counters().unwrap_or_default(),
             engine,
             inflight: self.active_flows.len(),
+            roads: self.kernel.roads(),
         }
     }
 
@@ -469,7 +482,7 @@ impl EngineState {
         if live.req != 0 {
             self.templates.release(live.req - 1, Instant::now());
         }
-        if live.tunnel.is_some() {
+        if live.tunnel.is_some() && road_left(live.req, outcome) {
             // Kept while the flow rests: what the backend sends after the probe's end (its
             // FIN, a response sent again) is answered with a RST wrapped like the rest.
             self.retired_roads
@@ -521,7 +534,24 @@ impl EngineState {
 mod tests {
     use std::io;
 
-    use super::key_from;
+    use super::{key_from, road_left, L4Outcome};
+
+    #[test]
+    fn only_roads_probe_rx_did_not_take_are_left_to_userspace() {
+        // TCP outcomes probe_rx takes: it deleted the road.
+        for o in [
+            L4Outcome::Open,
+            L4Outcome::Refused,
+            L4Outcome::Unreachable { icmp_type: 3, code: 3 },
+        ] {
+            assert!(!road_left(0, o), "{o}");
+        }
+        // A timeout or a local error is userspace's; an HTTP probe's road stays for its flow's rest.
+        assert!(road_left(0, L4Outcome::Timeout));
+        assert!(road_left(0, L4Outcome::LocalError { errno: libc::ENOBUFS }));
+        assert!(road_left(3, L4Outcome::HttpStatus { status: 200 }));
+        assert!(road_left(3, L4Outcome::Refused));
+    }
 
     #[test]
     fn a_failed_getrandom_stops_the_engine() {
