@@ -68,12 +68,13 @@ enum Verdict {
     /// (XDP_TX, or a tc redirect to the same device's egress).
     Bounce,
     /// Rewritten into an HTTP probe's request, or a tunnelled probe's RST: back out of the
-    /// interface it came in by, at XDP as a redirect. Not XDP_TX: veth does not wake a peer without an XDP program for
-    /// XDP_TX frames (they wait in its ring for the next frame to arrive by any other path,
-    /// which in a quiet moment may be never), while a redirect's flush always does; a
-    /// request that waits costs the probe its timeout. RSTs keep XDP_TX: late is harmless
-    /// for them, and redirecting them too overflowed veth's 256-frame ring at 30k probes a
-    /// second (the generator's SYNs were dropped with them).
+    /// interface it came in by, at XDP as a redirect. Not XDP_TX: veth does not wake a peer
+    /// without an XDP program for XDP_TX frames (they wait in its ring for the next frame to
+    /// arrive by any other path, which in a quiet moment may be never), while a redirect's
+    /// flush always does; a request that waits costs the probe its timeout. Plain RSTs keep
+    /// XDP_TX: late is harmless for them, and redirecting them too overflowed veth's
+    /// 256-frame ring at 30k probes a second (the generator's SYNs were dropped with them);
+    /// a tunnelled probe's RST comes after the round's last frame too often to wait.
     BounceNow,
 }
 
@@ -236,9 +237,10 @@ enum Tcp {
 // on_tcp, on_icmp and rst_in_place are not inlined: each gets its own stack frame, and
 // they are called one after the other, so their frames never add up along a call chain
 // (the verifier allows 512 bytes).
-///
-/// For a tunnelled probe's flow it copies the road (from PROBE_ROADS) into this CPU's scratch
-/// slot, and what it sends must then be wrapped as the SYN was (`tunnelled`).
+
+/// A TCP segment: matched against the live probes, and what to do with it. For a tunnelled
+/// probe's flow it copies the road (from PROBE_ROADS) into this CPU's scratch slot: what is
+/// sent back must then be wrapped as the SYN was (`tunnelled`).
 #[inline(never)]
 fn on_tcp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Tcp> {
     let road = &mut scratch()?.road;
@@ -266,8 +268,8 @@ fn on_tcp(frame: &Frame, l3: &L3, c: &mut RxCounters) -> Option<Tcp> {
             // the flow up; the RST is sent from here instead. Any other segment, such as a
             // forwarded client flow whose port falls in the range, is passed untouched.
             c.late_reset += 1;
-            // Wrapped when the probe was tunnelled and its road is still known (userspace
-            // forgets it once the probe has ended); else as a plain probe's.
+            // Wrapped when the probe was tunnelled and its road is still known (an HTTP
+            // probe's stays while its flow rests); else as a plain probe's.
             fill_road(&flow, road);
             return Some(Tcp::SendRst);
         }
