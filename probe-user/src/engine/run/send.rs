@@ -276,10 +276,7 @@ impl EngineState {
                 self.fail_now(job.slot, L4Outcome::NoRoute);
                 return;
             };
-            match src {
-                IpAddr::V4(a) => job.flow.saddr[..4].copy_from_slice(&a.octets()),
-                IpAddr::V6(a) => job.flow.saddr = a.octets(),
-            }
+            job.flow.saddr = octets(src);
             if let Some(live) = self.slots.get_mut(job.slot as usize).and_then(|l| l.as_mut()) {
                 live.flow = job.flow;
             }
