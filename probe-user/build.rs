@@ -14,6 +14,8 @@ const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
 const DEBIAN_CARGO: &str = "/usr/bin/cargo";
 /// probe_rx, embedded by the daemon as `BPF_OBJECT`.
 const OBJECT: &str = "probe.bpf.o";
+/// The passive observers, embedded as `PASSIVE_OBJECT`.
+const PASSIVE_OBJECT: &str = "passive.bpf.o";
 /// test_reflector, embedded as `FIXTURE_OBJECT` with the `fixtures` feature only.
 const FIXTURES_OBJECT: &str = "fixtures.bpf.o";
 
@@ -27,6 +29,7 @@ fn main() {
     }
     println!("cargo:rerun-if-changed={}", ebpf_dir.join("Cargo.toml").display());
     println!("cargo:rerun-if-env-changed=PROBED_EBPF_OBJ");
+    println!("cargo:rerun-if-env-changed=PROBED_EBPF_PASSIVE_OBJ");
     println!("cargo:rerun-if-env-changed=PROBED_EBPF_FIXTURES_OBJ");
     // The fixtures' object is built only when a crate that loads it (the tests) asks.
     let fixtures = env::var_os("CARGO_FEATURE_FIXTURES").is_some();
@@ -34,6 +37,10 @@ fn main() {
     // Objects built elsewhere may be handed in (packaging, cross builds).
     if let Ok(prebuilt) = env::var("PROBED_EBPF_OBJ") {
         copy(Path::new(&prebuilt), &out_dir.join(OBJECT), "PROBED_EBPF_OBJ");
+        let Ok(passive) = env::var("PROBED_EBPF_PASSIVE_OBJ") else {
+            panic!("PROBED_EBPF_OBJ is set: set PROBED_EBPF_PASSIVE_OBJ too");
+        };
+        copy(Path::new(&passive), &out_dir.join(PASSIVE_OBJECT), "PROBED_EBPF_PASSIVE_OBJ");
         if fixtures {
             let Ok(prebuilt) = env::var("PROBED_EBPF_FIXTURES_OBJ") else {
                 panic!("PROBED_EBPF_OBJ is set and the `fixtures` feature is on: set PROBED_EBPF_FIXTURES_OBJ too");
@@ -94,6 +101,8 @@ fn main() {
             "build-std=core",
             "--bin",
             "probe",
+            "--bin",
+            "passive",
             "--target-dir",
         ])
         .arg(&target_dir);
@@ -107,6 +116,11 @@ fn main() {
     }
     let built = target_dir.join("bpfel-unknown-none/release");
     copy(&built.join("probe"), &out_dir.join(OBJECT), "the built probe object");
+    copy(
+        &built.join("passive"),
+        &out_dir.join(PASSIVE_OBJECT),
+        "the built passive object",
+    );
     if fixtures {
         copy(
             &built.join("probe-fixtures"),

@@ -15,6 +15,7 @@ pub mod http;
 pub mod l4;
 pub mod packet;
 pub mod parse;
+pub mod passive;
 pub mod slots;
 
 /// Directory under bpffs where a daemon pins its maps; each instance adds its own name.

@@ -1,6 +1,7 @@
 //! What probed's kernel objects share: the bounds-checked packet parsers, and the panic
-//! handler every no_std object needs. Two objects link it: `probe` (probe_rx, which the
-//! daemon embeds) and `probe-fixtures` (test_reflector, for tests and benchmarks only).
+//! handler every no_std object needs. Three objects link it: `probe` (probe_rx) and `passive`
+//! (the passive observers), which the daemon embeds, and `probe-fixtures` (test_reflector,
+//! for tests and benchmarks only).
 #![no_std]
 
 pub mod ctx;

@@ -3,9 +3,8 @@
 //! (`TxCtl::marker`), generates the probes; its maps, and the thin calls userspace makes on
 //! them. No policy here: `engine` decides what to send and when.
 use std::{
-    os::fd::{AsFd, AsRawFd, RawFd},
+    os::fd::{AsRawFd, RawFd},
     path::Path,
-    ptr::NonNull,
 };
 
 use aya::{
@@ -21,7 +20,7 @@ use probe_common::{
     l4::{CookieKey, FlowKey, Inflight, ProbeEvent, ProbeJob, Road, TxCtl, GENERATOR_MARK_LEN, MAX_JOBS},
 };
 
-use super::{attach_xdp, if_index, pin::PinDir, refuse_foreign_xdp, AttachMode, Hook, KernelError, BPF_OBJECT};
+use super::{attach_xdp, if_index, mmap::MappedArray, pin::PinDir, refuse_foreign_xdp, AttachMode, Hook, KernelError, BPF_OBJECT};
 
 const RX: &str = "probe_rx";
 /// The same matcher at tcx ingress.
@@ -516,64 +515,26 @@ impl XdpMd {
 }
 
 /// PROBE_JOBS mapped into our address space (the map is BPF_F_MMAPABLE).
-struct JobsMmap {
-    ptr: NonNull<ProbeJob>,
-    len: usize,
-    _map: MapData,
-}
-
-// SAFETY: the mapping is owned by this value alone and only written through &mut self.
-unsafe impl Send for JobsMmap {}
+struct JobsMmap(MappedArray<ProbeJob>);
 
 impl JobsMmap {
     fn new(map: MapData) -> Result<Self, KernelError> {
-        let bytes = MAX_JOBS as usize * std::mem::size_of::<ProbeJob>();
-        let page = 4096;
-        let len = bytes.div_ceil(page) * page;
-        let fd = map.fd().as_fd().as_raw_fd();
-        // SAFETY: mapping a BPF array created with BPF_F_MMAPABLE, shared and writable, for
-        // its full (page-rounded) size; the fd stays open for the mapping's life (`_map`).
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(KernelError::Mmap {
-                name: "PROBE_JOBS",
-                source: std::io::Error::last_os_error(),
-            });
-        }
-        Ok(Self {
-            ptr: NonNull::new(p.cast::<ProbeJob>()).unwrap(),
-            len,
-            _map: map,
-        })
+        MappedArray::new(map, MAX_JOBS, "PROBE_JOBS").map(Self)
     }
 
     fn write(&mut self, jobs: &[ProbeJob]) {
-        assert!(jobs.len() <= MAX_JOBS as usize);
-        // SAFETY: the mapping holds MAX_JOBS records (checked above) and the kernel reads it
+        assert!(jobs.len() <= self.0.entries());
+        let to = self.0.entry(0).expect("PROBE_JOBS has entries");
+        // SAFETY: the mapping holds that many records (checked above) and the kernel reads it
         // only during the test run that follows, on this thread.
-        unsafe { std::ptr::copy_nonoverlapping(jobs.as_ptr(), self.ptr.as_ptr(), jobs.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(jobs.as_ptr(), to, jobs.len()) };
     }
 
     /// Reads back what the generator wrote into the jobs (the sources it picked).
     fn read(&self, jobs: &mut [ProbeJob]) {
-        assert!(jobs.len() <= MAX_JOBS as usize);
+        assert!(jobs.len() <= self.0.entries());
+        let from = self.0.entry(0).expect("PROBE_JOBS has entries");
         // SAFETY: as in write(); the test run that wrote them has returned.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr(), jobs.as_mut_ptr(), jobs.len()) };
-    }
-}
-
-impl Drop for JobsMmap {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the region mapped in new().
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        unsafe { std::ptr::copy_nonoverlapping(from, jobs.as_mut_ptr(), jobs.len()) };
     }
 }

@@ -8,10 +8,12 @@ pub mod creds;
 pub mod event;
 pub mod fdpass;
 pub mod l4;
+pub mod mmap;
 pub mod mmsg;
 pub mod netlink;
 pub mod nft;
 pub mod notrack;
+pub mod passive;
 pub mod pin;
 pub mod ports;
 pub mod process;
@@ -29,6 +31,9 @@ use std::path::PathBuf;
 /// The eBPF object built by `build.rs` from probe-ebpf, embedded so the daemon is one file.
 /// It holds probe_rx only: test fixtures are built into an object of their own.
 pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probe.bpf.o"));
+
+/// The passive observers' object (`passive.rs`), loaded only when a profile asks for them.
+pub static PASSIVE_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/passive.bpf.o"));
 
 /// The fixtures' eBPF object (test_reflector), for the tests crate and the benchmarks only.
 #[cfg(feature = "fixtures")]
