@@ -40,7 +40,11 @@ fn main() {
         let Ok(passive) = env::var("PROBED_EBPF_PASSIVE_OBJ") else {
             panic!("PROBED_EBPF_OBJ is set: set PROBED_EBPF_PASSIVE_OBJ too");
         };
-        copy(Path::new(&passive), &out_dir.join(PASSIVE_OBJECT), "PROBED_EBPF_PASSIVE_OBJ");
+        copy(
+            Path::new(&passive),
+            &out_dir.join(PASSIVE_OBJECT),
+            "PROBED_EBPF_PASSIVE_OBJ",
+        );
         if fixtures {
             let Ok(prebuilt) = env::var("PROBED_EBPF_FIXTURES_OBJ") else {
                 panic!("PROBED_EBPF_OBJ is set and the `fixtures` feature is on: set PROBED_EBPF_FIXTURES_OBJ too");

@@ -220,7 +220,11 @@ fn flow_of(ipv6: bool, client: [u8; 16], backend: [u8; 16], cport: u16, bport: u
         sport: cport,
         dport: bport,
         proto: crate::packet::IPPROTO_TCP,
-        family: if ipv6 { crate::l4::FAMILY_V6 } else { crate::l4::FAMILY_V4 },
+        family: if ipv6 {
+            crate::l4::FAMILY_V6
+        } else {
+            crate::l4::FAMILY_V4
+        },
         _pad: [0; 2],
     }
 }
@@ -348,6 +352,9 @@ mod tests {
         };
         assert_eq!(answer_flow(&back, 80, 40_000), syn);
         let b = backend_of(&syn);
-        assert_eq!((&b.addr[..4], b.port, b.family), (&[198u8, 18, 2, 3][..], 80, crate::l4::FAMILY_V4));
+        assert_eq!(
+            (&b.addr[..4], b.port, b.family),
+            (&[198u8, 18, 2, 3][..], 80, crate::l4::FAMILY_V4)
+        );
     }
 }

@@ -19,6 +19,7 @@ pub mod l4;
 pub mod lb;
 pub mod manager;
 pub mod netns;
+pub mod passive;
 pub mod procs;
 pub mod reflector;
 pub mod serial;

@@ -25,7 +25,9 @@ use aya_ebpf::{
 };
 use probe_common::{
     l4::FlowKey,
-    packet::{IcmpHdr, TcpHdr, ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, TCP_ACK, TCP_RST, TCP_SYN},
+    packet::{
+        IcmpHdr, TcpHdr, ETH_P_IP, ETH_P_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, TCP_ACK, TCP_RST, TCP_SYN,
+    },
     parse::{parse_link, parse_quote, Packet},
     passive::{
         answer_flow, backend_of, is_unreachable, on_answer, on_syn, syn_flow, Answer, BackendKey, BackendRule,

@@ -20,7 +20,9 @@ use probe_common::{
     l4::{CookieKey, FlowKey, Inflight, ProbeEvent, ProbeJob, Road, TxCtl, GENERATOR_MARK_LEN, MAX_JOBS},
 };
 
-use super::{attach_xdp, if_index, mmap::MappedArray, pin::PinDir, refuse_foreign_xdp, AttachMode, Hook, KernelError, BPF_OBJECT};
+use super::{
+    attach_xdp, if_index, mmap::MappedArray, pin::PinDir, refuse_foreign_xdp, AttachMode, Hook, KernelError, BPF_OBJECT,
+};
 
 const RX: &str = "probe_rx";
 /// The same matcher at tcx ingress.

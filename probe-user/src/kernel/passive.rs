@@ -56,10 +56,9 @@ impl PassiveKernel {
             }
         }
         log::info!("passive observers on {}, at tcx egress and ingress", ifaces.join(", "));
-        let backends = HashMap::try_from(
-            ebpf.take_map("PASSIVE_BACKENDS")
-                .ok_or(KernelError::MissingMap { name: "PASSIVE_BACKENDS" })?,
-        )
+        let backends = HashMap::try_from(ebpf.take_map("PASSIVE_BACKENDS").ok_or(KernelError::MissingMap {
+            name: "PASSIVE_BACKENDS",
+        })?)
         .map_err(map_err("PASSIVE_BACKENDS"))?;
         let aya::maps::Map::Array(stats) = ebpf
             .take_map("PASSIVE_STATS")
@@ -93,7 +92,9 @@ impl PassiveKernel {
     /// Starts or goes on watching `backend` under `rule`. A slot given to a new backend is
     /// zeroed first (`zero`), by the caller.
     pub fn watch(&mut self, backend: &BackendKey, rule: BackendRule) -> Result<(), KernelError> {
-        self.backends.insert(backend, rule, 0).map_err(map_err("PASSIVE_BACKENDS"))
+        self.backends
+            .insert(backend, rule, 0)
+            .map_err(map_err("PASSIVE_BACKENDS"))
     }
 
     /// Stops watching `backend` (gone already is fine).

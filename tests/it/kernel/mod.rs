@@ -10,6 +10,7 @@ mod http;
 mod l4_engine;
 mod node_trust;
 mod notrack;
+mod passive;
 mod rx_counters;
 mod tunnel;
 mod udp;
