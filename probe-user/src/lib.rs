@@ -38,6 +38,8 @@ pub(crate) mod health;
 pub mod kernel;
 pub(crate) mod metrics;
 pub mod outcome;
+/// Passive detection's rules: what the node's forwarded handshakes say of a backend.
+pub mod passive;
 pub(crate) mod prefetch;
 pub mod probe;
 pub mod render;

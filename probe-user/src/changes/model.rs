@@ -17,6 +17,9 @@ wire_enum! {
     pub enum ChangeKind {
         /// The threshold machine reached a verdict (the `transition` says on which results).
         Health = "health",
+        /// Passive detection ejected the endpoint: the node's forwarded handshakes to it failed
+        /// (the `transition` says how); its active check brings it back.
+        Passive = "passive",
         /// An operator set the admin state through the API.
         Admin = "admin",
         /// A reload added, removed or changed the endpoint (or its profile).
@@ -39,7 +42,7 @@ impl ChangeKind {
     /// Which cause a coalesced change keeps: the one that says most about what happened.
     fn weight(self) -> u8 {
         match self {
-            ChangeKind::Health => 4,
+            ChangeKind::Health | ChangeKind::Passive => 4,
             ChangeKind::Cluster => 3,
             ChangeKind::Admin | ChangeKind::Agent => 2,
             ChangeKind::Config => 1,

@@ -203,6 +203,21 @@ impl Tracker {
         Some(self.transition(from, run))
     }
 
+    /// Takes the target out at once on evidence from outside its checks (passive detection's
+    /// `obs`), whatever its thresholds: Unhealthy, with nothing pending, so it returns only
+    /// after `healthy` consecutive successes of its own check. None when it is Unhealthy
+    /// already. The transition's formula window is the checks' own failure window, for
+    /// comparison.
+    pub fn eject(&mut self, obs: Observation) -> Option<Transition> {
+        if self.state == HealthState::Unhealthy {
+            return None;
+        }
+        let from = self.state;
+        self.state = HealthState::Unhealthy;
+        self.run = Box::default();
+        Some(self.transition(from, vec![obs]))
+    }
+
     fn transition(&self, from: HealthState, run: Vec<Observation>) -> Transition {
         let first = run.first().expect("a transition needs at least one result");
         let last = run.last().expect("a transition needs at least one result");

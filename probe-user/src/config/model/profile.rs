@@ -33,6 +33,31 @@ pub struct Profile {
     /// `[profile.discovery]`: with `endpoints_from = "dns"` (and only then), the name whose
     /// records are its endpoints.
     pub discovery: Option<Discovery>,
+    /// `[profile.passive]`: ejection on what the node's forwarded handshakes meet.
+    pub passive: Option<Passive>,
+}
+
+/// `[profile.passive]` (`crate::passive` applies it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Passive {
+    /// The node's interfaces toward the backends (resolved: `[source].interfaces` when unset).
+    pub interfaces: Vec<String>,
+    /// Eject after this many failed handshakes in a row.
+    pub consecutive: Option<u32>,
+    /// Eject on a share of failures over a window.
+    pub ratio: Option<FailureRatio>,
+    /// A handshake not answered within this failed.
+    pub timeout: Duration,
+    /// The most of the profile's endpoints passive detection may eject at once, in percent.
+    pub max_ejection_percent: u8,
+}
+
+/// `failure_ratio`, `min_attempts` and `window` of `[profile.passive]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FailureRatio {
+    pub percent: u8,
+    pub min_attempts: u32,
+    pub window: Duration,
 }
 
 /// `[profile.discovery]`: a name whose records are a profile's endpoints, the resolvers that
@@ -140,6 +165,7 @@ impl Profile {
             endpoints_from,
             slow_start,
             discovery,
+            passive,
         } = self;
         Profile {
             name: name.clone(),
@@ -155,6 +181,7 @@ impl Profile {
             endpoints_from: *endpoints_from,
             slow_start: *slow_start,
             discovery: discovery.clone(),
+            passive: passive.clone(),
         }
     }
 }

@@ -261,6 +261,12 @@ fn contexts() -> Vec<(Doc, Config)> {
             ("type", "\"SRV\""),
             ("resolvers", "[\"192.0.2.53:5353\"]"),
         ]),
+        // Passive detection, on the interface toward the backends, with a ratio (which the window
+        // and min_attempts go with).
+        base().with(
+            "profile.passive",
+            &[("interfaces", "[\"eth1\"]"), ("failure_ratio", "50")],
+        ),
         base().with(
             "cluster",
             &[

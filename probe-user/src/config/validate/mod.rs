@@ -7,6 +7,7 @@ mod discovery;
 mod dns;
 pub(super) mod endpoint;
 mod health;
+mod passive;
 mod profile;
 mod sections;
 mod sink;
@@ -194,7 +195,7 @@ fn read_config(
         read_blocks(r, blocks, &mut read);
     }
     let Profiles {
-        list: profiles,
+        list: mut profiles,
         names,
         spans,
         ..
@@ -204,6 +205,9 @@ fn read_config(
         dns::profile_names(r, dns, &profiles, &spans);
     }
     nested_children(r, &profiles, &spans);
+    if let Some(source) = &source {
+        passive_interfaces(r, &mut profiles, &spans, &source.interfaces);
+    }
     name_profiles(&mut r.errors, &names);
     Some(Config {
         daemon: daemon?,
@@ -213,6 +217,34 @@ fn read_config(
         dns: dns?,
         cluster: cluster?,
     })
+}
+
+/// Each `[profile.passive]` without interfaces takes `[source].interfaces`; with neither, it
+/// is refused (the observers must know which way the backends are).
+fn passive_interfaces(
+    r: &mut Reader<'_>,
+    profiles: &mut [Option<Profile>],
+    spans: &[std::ops::Range<usize>],
+    source: &[String],
+) {
+    for (i, (p, span)) in profiles.iter_mut().zip(spans).enumerate() {
+        let Some(passive) = p.as_mut().and_then(|p| p.passive.as_mut()) else {
+            continue;
+        };
+        if !passive.interfaces.is_empty() {
+            continue;
+        }
+        if source.is_empty() {
+            r.error(
+                span.clone(),
+                &format!("profile[{i}].passive.interfaces"),
+                None,
+                "passive detection needs the interfaces toward the backends: set interfaces here or [source].interfaces",
+            );
+        } else {
+            passive.interfaces = source.to_vec();
+        }
+    }
 }
 
 /// Every nested endpoint names another profile that exists, and no chain of them loops back.

@@ -67,6 +67,10 @@ pub(super) fn profile(
     let endpoints_from = endpoints_from(r, &t);
     let slow_start = slow_start(r, &t);
     let discovery = discovery(r, &t, endpoints_from, routing);
+    let passive = match Reader::get(&t, "passive") {
+        None => Some(None),
+        Some(v) => super::passive::passive(r, v, t.child("passive"), health.as_ref()).map(Some),
+    };
     let written = Reader::get(&t, "endpoint");
     if let (Some(from), Some(v)) = (endpoints_from.filter(|f| f.at_run_time()), written) {
         r.error(
@@ -112,6 +116,7 @@ pub(super) fn profile(
             endpoints_from: endpoints_from?,
             slow_start: slow_start?,
             discovery: discovery?,
+            passive: passive?,
         })
     });
     (profile, shown_name)

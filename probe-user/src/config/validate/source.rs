@@ -20,6 +20,13 @@ const DEFAULT_PORTS: PortRange = PortRange {
     last: 65095,
 };
 
+pub(super) const INTERFACE_RULE: &str = "expected an interface name of 1-15 characters without '/', ':' or spaces";
+
+/// Whether `name` can be an interface's: IFNAMSIZ is 16 including the terminating NUL.
+pub(super) fn interface_name_ok(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 15 && name.bytes().all(|b| b.is_ascii_graphic() && b != b'/' && b != b':')
+}
+
 pub(super) fn source(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>) -> Option<Source> {
     let Some(t) = opt_table(r, v, "source", &reference::SOURCE)? else {
         return Some(Source {
@@ -33,18 +40,10 @@ pub(super) fn source(r: &mut Reader<'_>, v: Option<&toml::Spanned<DeValue<'_>>>)
     let mut ok = true;
     let mut interfaces = Vec::new();
     for item in r.strings(&t, "interfaces").map(|l| l.v).unwrap_or_default() {
-        let name = &item.v;
-        // IFNAMSIZ is 16 including the terminating NUL.
-        let valid = !name.is_empty()
-            && name.len() <= 15
-            && name.bytes().all(|b| b.is_ascii_graphic() && b != b'/' && b != b':');
-        if valid {
-            interfaces.push(name.clone());
+        if interface_name_ok(&item.v) {
+            interfaces.push(item.v.clone());
         } else {
-            r.bad(
-                &item,
-                "expected an interface name of 1-15 characters without '/', ':' or spaces",
-            );
+            r.bad(&item, INTERFACE_RULE);
             ok = false;
         }
     }

@@ -58,6 +58,7 @@ impl Runner {
         settle: impl FnOnce(&mut Table, &Swapped),
     ) {
         let now = self.now();
+        self.passive.dirty = true;
         for (id, _, t) in &swapped.gone {
             // A check that did not move to a successor ends with its target.
             if let Some(check) = t.check() {

@@ -12,6 +12,7 @@ mod apply;
 mod cluster;
 mod fire;
 mod pace;
+mod passive;
 mod persist;
 mod publish;
 mod results;
@@ -258,6 +259,8 @@ pub(crate) struct Runner {
     /// The profiles whose endpoints the fleet API owns: their generations and name indexes.
     pub(super) fleet: FleetBook,
     pub(super) rng: SplitMix64,
+    /// Passive detection (`passive.rs`).
+    passive: passive::Passive,
     /// The state file's and the pin directory's locks, held for the runner's lifetime.
     _locks: Vec<super::lock::Lock>,
 }
@@ -332,6 +335,7 @@ impl Runner {
             persist: Persist::new(),
             fleet: FleetBook::default(),
             rng: SplitMix64(now),
+            passive: passive::Passive::default(),
             _locks: locks,
             ports,
             config,
@@ -382,7 +386,8 @@ impl Runner {
                 .ramps()
                 .next_due()
                 .unwrap_or(u64::MAX)
-                .min(self.probe.agents.next_due().unwrap_or(u64::MAX));
+                .min(self.probe.agents.next_due().unwrap_or(u64::MAX))
+                .min(self.passive.next_due().unwrap_or(u64::MAX));
             let wake_ns = Some(if results_open {
                 fire_ns.min(ramp_ns)
             } else {
@@ -524,6 +529,7 @@ impl Runner {
         }
         self.step_ramps(now);
         self.ask_agents(now);
+        self.poll_passive(now);
         if force_save || now.saturating_sub(self.chores.metrics_flushed_ns) >= METRICS_FLUSH_NS {
             self.metrics.flush(self.table.profiles());
             self.chores.metrics_flushed_ns = now;

@@ -241,6 +241,11 @@ impl Runner {
 
     /// A threshold was reached: the endpoint's status changes, and the stream hears of it.
     fn on_verdict(&mut self, owner: u64, tr: Transition) {
+        self.on_verdict_of(owner, tr, ChangeKind::Health);
+    }
+
+    /// As `on_verdict`, for a verdict of `kind` (a check's, or passive detection's).
+    pub(super) fn on_verdict_of(&mut self, owner: u64, tr: Transition, kind: ChangeKind) {
         if let Some(t) = self.table.targets().get(&owner) {
             self.metrics.transition(self.table.profile_of(t), tr.to);
         }
@@ -265,7 +270,7 @@ impl Runner {
         if self.cluster.is_some() && !self.cluster_sync(owner) {
             return;
         }
-        self.restatus(owner, ChangeKind::Health, tr.at_ns, Some(Arc::new(detail)));
+        self.restatus(owner, kind, tr.at_ns, Some(Arc::new(detail)));
     }
 
     /// Warns that probes fail for want of a local resource, at most once per

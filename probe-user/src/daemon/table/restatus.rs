@@ -143,6 +143,22 @@ impl Table {
         })
     }
 
+    /// Ejects target `id` on passive detection's evidence `obs`: its last result says why and
+    /// its tracker goes Unhealthy (`Tracker::eject`). The transition, for the runner to
+    /// publish as any verdict; None when it is gone or down already.
+    pub fn eject(&mut self, id: OwnerId, obs: Observation, at_unix_ms: u64) -> Option<Transition> {
+        let t = self.targets.get_mut(&id)?;
+        let tr = t.tracker.eject(obs.clone())?;
+        t.last = Some(LastResult {
+            ok: false,
+            outcome: obs.outcome,
+            reason: obs.reason,
+            rtt_us: 0,
+            at_unix_ms,
+        });
+        Some(tr)
+    }
+
     /// Records that target `id`'s probe was lost (no result within its timeout and a
     /// grace): its last result says so, its health stays. Its profile's index, None when gone.
     pub fn record_lost(&mut self, id: OwnerId, reason: &Arc<str>, rtt_us: u32, at_unix_ms: u64) -> Option<u32> {

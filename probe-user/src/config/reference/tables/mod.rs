@@ -19,6 +19,7 @@ use crate::{
 mod cluster;
 mod daemon;
 mod discovery;
+mod passive;
 mod dns;
 mod endpoint;
 mod health;
@@ -30,6 +31,7 @@ mod source;
 pub use cluster::*;
 pub use daemon::*;
 pub use discovery::*;
+pub use passive::*;
 pub use dns::*;
 pub use endpoint::*;
 pub use health::*;
@@ -45,13 +47,14 @@ pub(super) use crate::sinks::names::IDENT;
 pub(super) use crate::schema::keys::{said, words};
 
 /// Every table but the top level, in the order the page shows them.
-pub const SECTIONS: [&Section; 13] = [
+pub const SECTIONS: [&Section; 14] = [
     &DAEMON,
     &SOURCE,
     &PROFILE,
     &HEALTH,
     &ENDPOINT,
     &DISCOVERY,
+    &PASSIVE,
     &SINK,
     &DNS,
     &NAMESERVER,

@@ -82,6 +82,15 @@ pub const PROFILE: Section = Section {
             "Where its endpoints come from with endpoints_from = \"dns\": see [profile.discovery].",
         ),
         Key::new(
+            "passive",
+            Table,
+            said("none: no passive detection"),
+            Allowed::Any,
+            PerKey,
+            "Eject endpoints on what the node's forwarded handshakes to them meet: see \
+             [profile.passive].",
+        ),
+        Key::new(
             "endpoints_from",
             Type::String,
             Value("\"file\""),
