@@ -98,11 +98,11 @@ fn on_egress(ctx: &TcContext) -> Option<()> {
     }
     let flow = syn_flow(&l3, tcp.sport(), tcp.dport());
     // SAFETY: a map lookup; the value is copied out at once.
-    let rule = unsafe { *PASSIVE_BACKENDS.get(&backend_of(&flow))? };
+    let rule = unsafe { *PASSIVE_BACKENDS.get(backend_of(&flow))? };
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let seq = tcp.seq();
-    let entry = PASSIVE_FLOWS.get_ptr_mut(&flow);
+    let entry = PASSIVE_FLOWS.get_ptr_mut(flow);
     // SAFETY: an LRU value pointer, valid for this program run; programs on other CPUs may
     // write the same entry, which at worst counts one segment twice or not at all.
     let step = on_syn(entry.map(|p| unsafe { &*p }), seq, now, timeout_ns(&rule));
@@ -115,7 +115,7 @@ fn on_egress(ctx: &TcContext) -> Option<()> {
                 state: Handshake::OPEN,
                 _pad: 0,
             };
-            PASSIVE_FLOWS.insert(&flow, &fresh, 0).ok()?;
+            PASSIVE_FLOWS.insert(flow, fresh, 0).ok()?;
             let s = stats(rule.id)?;
             add(at!(s, started), 1);
         }
@@ -171,8 +171,8 @@ fn on_ingress(ctx: &TcContext) -> Option<()> {
         _ => return None,
     };
     // SAFETY: a map lookup; the value is copied out at once.
-    let rule = unsafe { *PASSIVE_BACKENDS.get(&backend_of(&flow))? };
-    let p = PASSIVE_FLOWS.get_ptr_mut(&flow)?;
+    let rule = unsafe { *PASSIVE_BACKENDS.get(backend_of(&flow))? };
+    let p = PASSIVE_FLOWS.get_ptr_mut(flow)?;
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     // SAFETY: an LRU value pointer, valid for this program run (see on_egress).

@@ -105,7 +105,10 @@ pub fn render(e: &Event, colour: bool) -> String {
     let cause = match e.kind {
         ChangeKind::Health => health_cause(e),
         // The reason says "passive: N failed client handshakes ...".
-        ChangeKind::Passive => e.results.first().map_or_else(|| "passive".to_string(), |r| r.reason.to_string()),
+        ChangeKind::Passive => e
+            .results
+            .first()
+            .map_or_else(|| "passive".to_string(), |r| r.reason.to_string()),
         ChangeKind::Admin => "set by an operator".to_string(),
         ChangeKind::Agent => "its agent's answer".to_string(),
         ChangeKind::Config => "by a reload".to_string(),

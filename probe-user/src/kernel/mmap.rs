@@ -27,7 +27,7 @@ unsafe impl<T> Send for MappedArray<T> {}
 impl<T> MappedArray<T> {
     /// Maps `map` (an mmapable array of `entries` values of `T`) shared and writable.
     pub fn new(map: MapData, entries: u32, name: &'static str) -> Result<Self, KernelError> {
-        const { assert!(std::mem::size_of::<T>() % 8 == 0) };
+        const { assert!(std::mem::size_of::<T>().is_multiple_of(8)) };
         let bytes = entries as usize * std::mem::size_of::<T>();
         let page = 4096;
         let len = bytes.div_ceil(page) * page;

@@ -56,10 +56,7 @@ impl Watch {
         {
             self.samples.pop_front();
         }
-        let (decided, failed) = self
-            .samples
-            .iter()
-            .fold((0, 0), |(d, f), (_, sd, sf)| (d + sd, f + sf));
+        let (decided, failed) = self.samples.iter().fold((0, 0), |(d, f), (_, sd, sf)| (d + sd, f + sf));
         (decided >= u64::from(ratio.min_attempts) && failed * 100 >= decided * u64::from(ratio.percent))
             .then_some(Trip::Ratio { failed, decided })
     }

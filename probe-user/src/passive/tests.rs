@@ -34,10 +34,7 @@ fn a_run_that_reached_the_threshold_trips_even_when_broken_before_the_read() {
     assert_eq!(w.judge(&r, &stats(10, 4, 4), S), None);
     let mut s = stats(11, 5, 5);
     s.consecutive = 0;
-    assert_eq!(
-        w.judge(&r, &s, 2 * S),
-        Some(Trip::Consecutive { run: 5, since_ns: 7 })
-    );
+    assert_eq!(w.judge(&r, &s, 2 * S), Some(Trip::Consecutive { run: 5, since_ns: 7 }));
 }
 
 #[test]

@@ -5,4 +5,5 @@ mod binary;
 mod demo_cleanup;
 mod end_to_end;
 mod pace;
+mod passive;
 mod ports_reserve;

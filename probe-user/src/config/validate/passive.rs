@@ -34,7 +34,12 @@ pub(super) fn passive(
         None => {
             for key in ["min_attempts", "window"] {
                 if let Some(item) = r.string(&t, key).map(|i| i.span) {
-                    r.error(item, &t.child(key), None, "min_attempts and window go with failure_ratio");
+                    r.error(
+                        item,
+                        &t.child(key),
+                        None,
+                        "min_attempts and window go with failure_ratio",
+                    );
                     return None;
                 }
             }

@@ -172,7 +172,9 @@ impl Runner {
             .ejected
             .retain(|id| targets.get(id).is_some_and(|t| t.health() == HealthState::Unhealthy));
         let mut trips: Vec<(OwnerId, usize, Trip, PassiveStats)> = Vec::new();
-        let Some(kernel) = self.passive.kernel.as_ref() else { return };
+        let Some(kernel) = self.passive.kernel.as_ref() else {
+            return;
+        };
         for w in self.passive.backends.values_mut() {
             let stats = kernel.read(w.id);
             let Some(rule) = w
@@ -197,7 +199,9 @@ impl Runner {
     /// Ejects endpoint `id` of profile `pix` on `trip`, unless it is down already or the
     /// profile's cap is reached.
     fn eject(&mut self, id: OwnerId, pix: usize, trip: Trip, stats: &PassiveStats, now: u64) {
-        let Some(p) = self.table.profiles().get(pix) else { return };
+        let Some(p) = self.table.profiles().get(pix) else {
+            return;
+        };
         let Some(rule) = &p.cfg.passive else { return };
         let cap = crate::passive::cap(p.owners.len(), rule.max_ejection_percent);
         let out = p.owners.iter().filter(|o| self.passive.ejected.contains(o)).count();

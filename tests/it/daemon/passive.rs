@@ -1,0 +1,146 @@
+//! Passive detection in the daemon, end to end: clients connect through the node's nft VIP at
+//! a steady rate; one backend starts refusing, one dropping, one is too slow. Each is ejected
+//! from the profile with `[profile.passive]` sooner than its active check alone takes it out of
+//! a twin profile without it (the same check), and returns through its active check once
+//! well; the healthy backend stays in throughout.
+use std::time::{Duration, Instant};
+
+use probed::{changes::ChangeKind, status::EndpointStatus};
+use probed_tests::{
+    daemon::{mono_ns, DaemonFiles, RunningDaemon},
+    passive::{Fault, PassiveRig, VIP_V4},
+    topo::Node,
+};
+
+const FAULTS: [Fault; 4] = [Fault::Healthy, Fault::Refuse, Fault::Drop, Fault::Slow];
+
+fn config(files: &DaemonFiles, rig: &PassiveRig) -> String {
+    let links: Vec<String> = rig.links().iter().map(|l| format!("\"{l}\"")).collect();
+    let mut text = files.header("pv0").replace(
+        "interfaces = [\"pv0\"]",
+        &format!("interfaces = [{}]", links.join(", ")),
+    );
+    for (name, passive) in [
+        (
+            "passive",
+            "[profile.passive]\nconsecutive_failures = 3\ntimeout = \"500ms\"\nmax_ejection_percent = 75\n",
+        ),
+        ("active", ""),
+    ] {
+        text += &format!(
+            "\n[[profile]]\nname = \"{name}\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\n\
+             interval = \"2s\"\ntimeout = \"500ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 3\n{passive}"
+        );
+        for (i, b) in rig.backends.iter().enumerate() {
+            text += &format!(
+                "\n[[profile.endpoint]]\nname = \"b{i}\"\naddress = \"{}\"\nport = 80\n",
+                b.v4
+            );
+        }
+    }
+    text
+}
+
+/// When (CLOCK_MONOTONIC ns) `endpoint` of `profile` first went down by a change of `kind`.
+fn down_at(d: &RunningDaemon, profile: &str, endpoint: &str, kind: ChangeKind) -> Option<u64> {
+    d.events()
+        .into_iter()
+        .find(|e| {
+            e.profile == profile
+                && e.endpoint == endpoint
+                && e.kind == kind
+                && e.to.is_some_and(|s| s != EndpointStatus::Online)
+        })
+        .map(|e| e.at_ns)
+}
+
+#[test]
+fn passive_detection_ejects_sooner_than_the_active_check_and_the_active_check_brings_it_back() {
+    let rig = PassiveRig::new(FAULTS.len(), Node::RIG);
+    let files = DaemonFiles::new();
+    let cfg = files.write_config(&config(&files, &rig));
+    let d = RunningDaemon::start(&rig.node, cfg, Some(&files.config_path())).expect("daemon starts");
+    for p in ["passive", "active"] {
+        for i in 0..FAULTS.len() {
+            d.wait_status(p, &format!("b{i}"), EndpointStatus::Online, Duration::from_secs(15));
+        }
+    }
+    let load = rig.load(&[VIP_V4.to_string()], 40, 16.0, Duration::from_millis(2500));
+    std::thread::sleep(Duration::from_secs(2));
+    let fault_ns = mono_ns();
+    for (i, f) in FAULTS.iter().enumerate() {
+        rig.fault(i, *f);
+    }
+    // Both profiles take every faulty backend out: passive detection first.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut table = String::from("  backend  fault    passive ejection  active check alone\n");
+    for (i, f) in FAULTS.iter().enumerate().skip(1) {
+        let name = format!("b{i}");
+        let (passive, active) = loop {
+            let p = down_at(&d, "passive", &name, ChangeKind::Passive);
+            let a = down_at(&d, "active", &name, ChangeKind::Health);
+            if let (Some(p), Some(a)) = (p, a) {
+                break (p, a);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} ({f:?}) not down in both: {:#?}",
+                d.events()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let ms = |at: u64| at.saturating_sub(fault_ns) as f64 / 1e6;
+        table += &format!(
+            "  {name:<8} {:<8} {:>10.0} ms {:>15.0} ms\n",
+            format!("{f:?}"),
+            ms(passive),
+            ms(active)
+        );
+        assert!(
+            passive < active,
+            "{name} ({f:?}): passive {} ms, active {} ms",
+            ms(passive),
+            ms(active)
+        );
+        // The event says why, with the counts.
+        let ejected = d
+            .events()
+            .into_iter()
+            .find(|e| e.profile == "passive" && e.endpoint == name && e.kind == ChangeKind::Passive)
+            .unwrap();
+        let reason = ejected
+            .results
+            .first()
+            .map(|r| r.reason.to_string())
+            .unwrap_or_default();
+        assert!(reason.starts_with("passive: "), "{name}: {reason}");
+        table += &format!("           {reason}\n");
+    }
+    eprintln!("detection time from the fault (40 client connections a second through the VIP):\n{table}");
+    // The healthy backend was never ejected, and its clients all connected.
+    assert_eq!(down_at(&d, "passive", "b0", ChangeKind::Passive), None);
+    for i in 1..FAULTS.len() {
+        rig.fault(i, Fault::Healthy);
+    }
+    let conns = load.finish();
+    let b0: Vec<_> = conns.iter().filter(|c| c.who.as_deref() == Some("b0")).collect();
+    assert!(b0.len() >= 100, "{} connections to b0", b0.len());
+    // Back through their active checks (two successes at 2 s).
+    for i in 1..FAULTS.len() {
+        let back = d.wait_status(
+            "passive",
+            &format!("b{i}"),
+            EndpointStatus::Online,
+            Duration::from_secs(15),
+        );
+        let _ = back;
+        let up = d
+            .events()
+            .into_iter()
+            .rev()
+            .find(|e| e.profile == "passive" && e.endpoint == format!("b{i}") && e.to == Some(EndpointStatus::Online))
+            .expect("an event back online");
+        assert_eq!(up.kind, ChangeKind::Health, "b{i} came back by {:?}", up.kind);
+    }
+    d.stop();
+}
