@@ -159,6 +159,15 @@ pub fn render_table(profiles: &[ProfileView], colour: bool) -> String {
                             c.measured_window_ms(),
                             c.formula_window_ms()
                         )
+                    } else if c.kind == ChangeKind::Passive {
+                        // From the first failed client handshake of the run; the formula is
+                        // what the active check alone would have taken.
+                        format!(
+                            "{from} -> {} by passive detection in {:.0} ms (checks alone {:.0} ms)",
+                            c.to,
+                            c.measured_window_ms(),
+                            c.formula_window_ms()
+                        )
                     } else {
                         format!("{from} -> {} ({})", c.to, c.kind)
                     }

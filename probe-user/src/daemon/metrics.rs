@@ -111,6 +111,33 @@ impl RunnerMetrics {
         );
     }
 
+    /// Client handshakes passive detection counted for `profile` since its last read: `delta`
+    /// is (started, completed, refused, unreachable, timed out).
+    pub fn passive_handshakes(&mut self, profile: &str, delta: [u64; 5]) {
+        for (result, n) in ["started", "completed", "refused", "unreachable", "timed-out"]
+            .into_iter()
+            .zip(delta)
+        {
+            if n > 0 {
+                self.registry.inc(
+                    &catalog::PASSIVE_HANDSHAKES,
+                    vec![("profile", profile.into()), ("result", result.into())],
+                    n,
+                );
+            }
+        }
+    }
+
+    /// Passive detection ejected an endpoint of `profile`, or its cap held it back.
+    pub fn passive_ejection(&mut self, profile: &str, ejected: bool) {
+        let result = if ejected { "ejected" } else { "capped" };
+        self.registry.inc(
+            &catalog::PASSIVE_EJECTIONS,
+            vec![("profile", profile.into()), ("result", result.into())],
+            1,
+        );
+    }
+
     /// Merges what was gathered since the last turn; `profiles` names the indices.
     pub fn flush(&mut self, profiles: &[ProfileEntry]) {
         let pending = &mut self.pending;

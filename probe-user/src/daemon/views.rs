@@ -46,7 +46,7 @@ pub struct LastChange {
     pub from: Option<EndpointStatus>,
     pub to: EndpointStatus,
     /// From the start of the first probe of the deciding run to the change; 0 unless `kind`
-    /// is `health`. Whole microseconds here, milliseconds on the wire and in the state file.
+    /// is `health` or `passive`. Whole microseconds here, milliseconds on the wire and in the state file.
     #[serde(rename = "measured_window_ms", with = "crate::changes::micros_as_ms")]
     pub measured_window_us: u32,
     #[serde(rename = "formula_window_ms", with = "crate::changes::micros_as_ms")]
@@ -88,6 +88,23 @@ pub struct Windows {
 
 fn holds() -> bool {
     true
+}
+
+/// What passive detection saw of one endpoint (`[profile.passive]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PassiveView {
+    /// Client handshakes seen starting toward it since passive detection began watching it.
+    pub started: u64,
+    pub completed: u64,
+    pub refused: u64,
+    pub unreachable: u64,
+    pub timed_out: u64,
+    /// Failures since the last completed handshake.
+    pub failing_in_a_row: u64,
+    /// The completed handshakes' mean round trip (SYN out to SYN+ACK in), in milliseconds.
+    pub mean_rtt_ms: f64,
+    /// Out by passive detection now (not yet back through its active check).
+    pub ejected: bool,
 }
 
 /// One endpoint: the GetHealthStatus of SPEC section 5.
@@ -138,6 +155,9 @@ pub struct EndpointView {
     /// the encapsulation; the endpoint's address is the outer destination.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tunnel: Option<crate::probe::tcp::TunnelTo>,
+    /// With `[profile.passive]`: what the node's forwarded handshakes to it met.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passive: Option<PassiveView>,
 }
 
 /// An endpoint's agent (`probe::agent`): what it holds, and its last answer.

@@ -309,6 +309,17 @@ pub const CLUSTER_BYTES: Metric = Metric::counter(
     "Bytes of gossip sent and received (whole datagrams)",
     &["direction"],
 );
+pub const PASSIVE_HANDSHAKES: Metric = Metric::counter(
+    "probed_passive_handshakes_total",
+    "Client handshakes the node forwarded to endpoints of profiles with [profile.passive], by result (started; \
+     completed, refused, unreachable, timed-out)",
+    &["profile", "result"],
+);
+pub const PASSIVE_EJECTIONS: Metric = Metric::counter(
+    "probed_passive_ejections_total",
+    "Endpoints passive detection took out, by profile and whether it did (ejected) or its cap held it back (capped)",
+    &["profile", "result"],
+);
 /// Every metric, for the catalog's own tests.
 #[cfg(test)]
 pub const ALL: &[&Metric] = &[
@@ -359,6 +370,8 @@ pub const ALL: &[&Metric] = &[
     &CLUSTER_PROBED_HERE,
     &CLUSTER_DATAGRAMS,
     &CLUSTER_BYTES,
+    &PASSIVE_HANDSHAKES,
+    &PASSIVE_EJECTIONS,
 ];
 
 #[cfg(test)]

@@ -117,6 +117,25 @@ fn passive_detection_ejects_sooner_than_the_active_check_and_the_active_check_br
         table += &format!("           {reason}\n");
     }
     eprintln!("detection time from the fault (40 client connections a second through the VIP):\n{table}");
+    // The status view says what the clients met, and the metrics count it.
+    let view = d.endpoint("passive", "b1");
+    let seen = view.passive.expect("passive counts in the view");
+    assert!(
+        seen.refused >= 3 && seen.completed > 0 && seen.mean_rtt_ms > 0.0,
+        "{seen:?}"
+    );
+    assert_eq!(d.endpoint("active", "b1").passive, None);
+    let (_, metrics) = d.call("GET", "/metrics");
+    let text = metrics.as_str().unwrap_or_default().to_string();
+    for series in [
+        "probed_passive_handshakes_total{profile=\"passive\",result=\"refused\"}",
+        "probed_passive_ejections_total{profile=\"passive\",result=\"ejected\"}",
+    ] {
+        assert!(
+            probed_tests::daemon::metric(&text, series) >= 1.0,
+            "{series} in\n{text}"
+        );
+    }
     // The healthy backend was never ejected, and its clients all connected.
     assert_eq!(down_at(&d, "passive", "b0", ChangeKind::Passive), None);
     for i in 1..FAULTS.len() {
@@ -141,6 +160,72 @@ fn passive_detection_ejects_sooner_than_the_active_check_and_the_active_check_br
             .find(|e| e.profile == "passive" && e.endpoint == format!("b{i}") && e.to == Some(EndpointStatus::Online))
             .expect("an event back online");
         assert_eq!(up.kind, ChangeKind::Health, "b{i} came back by {:?}", up.kind);
+    }
+    d.stop();
+}
+
+/// A fault on the clients' side (the backends' route back to them broken) fails every
+/// backend's handshakes at once: passive detection ejects no more than its cap, and the
+/// active checks (from the node, whose route works) bring back what it ejected.
+#[test]
+fn a_client_side_fault_ejects_at_most_the_cap() {
+    let rig = PassiveRig::new(4, Node::RIG);
+    let files = DaemonFiles::new();
+    let links: Vec<String> = rig.links().iter().map(|l| format!("\"{l}\"")).collect();
+    let mut text = files.header("pv0").replace(
+        "interfaces = [\"pv0\"]",
+        &format!("interfaces = [{}]", links.join(", ")),
+    );
+    text += "\n[[profile]]\nname = \"web\"\ndialect = \"lb\"\n[profile.health]\nprotocol = \"tcp\"\n\
+             interval = \"1s\"\ntimeout = \"500ms\"\nhealthy_threshold = 2\nunhealthy_threshold = 3\n\
+             [profile.passive]\nconsecutive_failures = 3\ntimeout = \"500ms\"\nmax_ejection_percent = 25\n";
+    for (i, b) in rig.backends.iter().enumerate() {
+        text += &format!(
+            "\n[[profile.endpoint]]\nname = \"b{i}\"\naddress = \"{}\"\nport = 80\n",
+            b.v4
+        );
+    }
+    let cfg = files.write_config(&text);
+    let d = RunningDaemon::start(&rig.node, cfg, Some(&files.config_path())).expect("daemon starts");
+    for i in 0..4 {
+        d.wait_status("web", &format!("b{i}"), EndpointStatus::Online, Duration::from_secs(15));
+    }
+    let load = rig.load(&[VIP_V4.to_string()], 40, 8.0, Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(1500));
+    for b in &rig.backends {
+        b.ns.ip(&["route", "add", "blackhole", "198.18.200.0/24"]);
+    }
+    let mut most = 0;
+    let until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < until {
+        let out = (0..4)
+            .filter(|i| d.endpoint("web", &format!("b{i}")).passive.is_some_and(|p| p.ejected))
+            .count();
+        most = most.max(out);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for b in &rig.backends {
+        b.ns.ip(&["route", "del", "blackhole", "198.18.200.0/24"]);
+    }
+    let conns = load.finish();
+    let ejections = d.events().into_iter().filter(|e| e.kind == ChangeKind::Passive).count();
+    let (_, metrics) = d.call("GET", "/metrics");
+    let text = metrics.as_str().unwrap_or_default().to_string();
+    let capped = probed_tests::daemon::metric(
+        &text,
+        "probed_passive_ejections_total{profile=\"web\",result=\"capped\"}",
+    );
+    eprintln!(
+        "client-side fault: at most {most} of 4 out at once, {ejections} ejections, {capped} held back by the cap, \
+         {} of {} client connections failed",
+        conns.iter().filter(|c| c.result != "ok").count(),
+        conns.len()
+    );
+    assert_eq!(most, 1, "the cap (25% of 4) held, and it was reached");
+    assert!(ejections >= 1 && capped >= 1.0);
+    // What was ejected comes back through its active check (the node's own route works).
+    for i in 0..4 {
+        d.wait_status("web", &format!("b{i}"), EndpointStatus::Online, Duration::from_secs(10));
     }
     d.stop();
 }

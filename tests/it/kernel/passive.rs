@@ -68,10 +68,32 @@ fn counts_equal_the_clients(node: Node) {
     for (i, f) in FAULTS.iter().enumerate() {
         rig.fault(i, *f);
     }
+    // The healthy backend's clients, without the observers and then with them: the same
+    // connections, all through, the same greeting.
+    let healthy = [rig.backends[0].v4.clone(), rig.backends[0].v6.clone()];
+    let without = rig.load(&healthy, 40, 1.0, Duration::from_millis(2500)).finish();
     let mut observers = rig
         .node
         .enter(|| PassiveKernel::load(&rig.links(), 4096))
         .expect("load and attach the passive observers");
+    let with = rig.load(&healthy, 40, 1.0, Duration::from_millis(2500)).finish();
+    let outcome = |conns: &[Conn]| {
+        let mut v: Vec<(String, String, Option<String>)> = conns
+            .iter()
+            .map(|c| (c.dst.clone(), c.result.clone(), c.who.clone()))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        outcome(&without),
+        outcome(&with),
+        "{node:?}: flows with the observers on and off"
+    );
+    assert!(
+        with.iter().all(|c| c.result == "ok" && c.who.as_deref() == Some("b0")),
+        "{with:?}"
+    );
     let mut addrs = Vec::new();
     for b in &rig.backends {
         addrs.push(b.v4.clone());

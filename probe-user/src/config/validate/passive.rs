@@ -66,7 +66,7 @@ pub(super) fn passive(
     );
     let cap = bounded_int(r, &t, "max_ejection_percent", 0, 100);
     if let Some(h) = health {
-        if h.protocol() != Protocol::Tcp && h.protocol() != Protocol::Http && h.protocol() != Protocol::Https {
+        if h.protocol() == Protocol::Udp {
             r.error(
                 v.span(),
                 &t.child(""),

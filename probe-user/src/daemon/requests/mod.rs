@@ -23,6 +23,7 @@ impl Runner {
             Command::Status(profile, page, reply) => {
                 let mut views = status::profiles(&self.table, profile.as_deref(), page, self.unix_now());
                 self.fill_cluster(views.iter_mut().flatten().flat_map(|p| p.endpoints.iter_mut()));
+                self.fill_passive(views.iter_mut().flatten().flat_map(|p| p.endpoints.iter_mut()));
                 let _ = reply.send(views);
             }
             Command::Endpoint(p, e, reply) => {
@@ -31,6 +32,7 @@ impl Runner {
                     .locate(&p, &e)
                     .map(|id| status::endpoint_view(&self.table, id, now));
                 self.fill_cluster(view.iter_mut());
+                self.fill_passive(view.iter_mut());
                 let _ = reply.send(view);
             }
             Command::Cluster(reply) => {

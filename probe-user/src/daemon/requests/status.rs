@@ -156,6 +156,8 @@ pub(super) fn endpoint_view(table: &Table, id: OwnerId, now_unix: i64) -> Endpoi
         weight: t.weight(),
         agent: agent_view(table, id),
         tunnel: t.spec().tunnel().copied(),
+        // Filled by the runner, which holds the observers (runner/passive.rs).
+        passive: None,
     }
 }
 

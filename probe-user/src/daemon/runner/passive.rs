@@ -58,6 +58,17 @@ fn key_of(addr: SocketAddr) -> BackendKey {
     k
 }
 
+/// (started, completed, refused, unreachable, timed out).
+fn counts(s: &PassiveStats) -> [u64; 5] {
+    [s.started, s.completed, s.refused, s.unreachable, s.timed_out]
+}
+
+/// Field by field, what `now` has more than `before` (a slot zeroed meanwhile: nothing).
+fn since(now: &PassiveStats, before: &PassiveStats) -> [u64; 5] {
+    let (a, b) = (counts(now), counts(before));
+    std::array::from_fn(|i| a[i].saturating_sub(b[i]))
+}
+
 impl Passive {
     /// When the loop should wake to read the counters (never while nothing is watched).
     pub(super) fn next_due(&self) -> Option<u64> {
@@ -177,6 +188,14 @@ impl Runner {
         };
         for w in self.passive.backends.values_mut() {
             let stats = kernel.read(w.id);
+            let delta = since(&stats, &w.watch.last);
+            if delta.iter().any(|n| *n > 0) {
+                for (_, pix) in &w.owners {
+                    if let Some(p) = self.table.profiles().get(*pix) {
+                        self.metrics.passive_handshakes(&p.name, delta);
+                    }
+                }
+            }
             let Some(rule) = w
                 .owners
                 .first()
@@ -196,6 +215,45 @@ impl Runner {
         }
     }
 
+    /// What the observers counted for the endpoints `views` show, where their profile has
+    /// passive detection.
+    pub(in crate::daemon) fn fill_passive<'a>(
+        &self,
+        views: impl Iterator<Item = &'a mut crate::daemon::views::EndpointView>,
+    ) {
+        let Some(kernel) = &self.passive.kernel else { return };
+        for view in views {
+            let Ok(ip) = view.address.parse() else { continue };
+            let Some(w) = self.passive.backends.get(&key_of(SocketAddr::new(ip, view.port))) else {
+                continue;
+            };
+            // Only where its own profile has passive detection.
+            let Some(id) = self
+                .table
+                .find(&view.profile, &view.name)
+                .filter(|id| w.owners.iter().any(|(o, _)| o == id))
+            else {
+                continue;
+            };
+            let s = kernel.read(w.id);
+            let ejected = self.passive.ejected.contains(&id);
+            view.passive = Some(crate::daemon::views::PassiveView {
+                started: s.started,
+                completed: s.completed,
+                refused: s.refused,
+                unreachable: s.unreachable,
+                timed_out: s.timed_out,
+                failing_in_a_row: s.consecutive,
+                mean_rtt_ms: if s.completed == 0 {
+                    0.0
+                } else {
+                    s.rtt_sum_ns as f64 / s.completed as f64 / 1e6
+                },
+                ejected,
+            });
+        }
+    }
+
     /// Ejects endpoint `id` of profile `pix` on `trip`, unless it is down already or the
     /// profile's cap is reached.
     fn eject(&mut self, id: OwnerId, pix: usize, trip: Trip, stats: &PassiveStats, now: u64) {
@@ -207,6 +265,7 @@ impl Runner {
         let out = p.owners.iter().filter(|o| self.passive.ejected.contains(o)).count();
         let name = p.name.clone();
         if out >= cap {
+            self.metrics.passive_ejection(&name, false);
             log::warn!(
                 "passive detection would eject an endpoint of profile {name}, but {out} of its {} are \
                  out by passive detection already (max_ejection_percent {}): left in",
@@ -232,6 +291,7 @@ impl Runner {
         };
         log::info!("{name}: endpoint ejected by passive detection ({})", tr.run[0].reason);
         self.passive.ejected.insert(id);
+        self.metrics.passive_ejection(&name, true);
         self.on_verdict_of(id, tr, ChangeKind::Passive);
     }
 }

@@ -14,8 +14,8 @@ pub const PASSIVE: Section = Section {
             endpoint is Unhealthy as after failed checks, and returns only when its active check \
             passes healthy_threshold times in a row. At most max_ejection_percent of the profile's \
             endpoints are ejected by passive detection at once, so a fault on the clients' side \
-            cannot empty the pool. TCP endpoints only (the profile's port is where clients \
-            connect). The observers run at tcx egress and ingress (Linux 6.6+) and change no \
+            cannot empty the pool. Not for UDP checks; the endpoints' address and port are \
+            where the clients' connections go. The observers run at tcx egress and ingress (Linux 6.6+) and change no \
             packet. They cannot see what does not pass tc on the node: replies that bypass it \
             (direct server return) or flows an XDP program redirects.",
     kinds: &[],
