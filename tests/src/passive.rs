@@ -145,6 +145,25 @@ impl PassiveRig {
         self.backends.iter().map(|b| b.link.clone()).collect()
     }
 
+    /// The names of the programs at tcx egress and ingress of `link` on the node (the kernel's
+    /// own list; Debian's bpftool predates tcx).
+    pub fn tcx_programs(&self, link: &str) -> Vec<String> {
+        use aya::programs::{SchedClassifier, TcAttachType};
+        self.node.enter(|| {
+            [TcAttachType::Egress, TcAttachType::Ingress]
+                .into_iter()
+                .flat_map(|hook| {
+                    let (_, progs) =
+                        SchedClassifier::query_tcx(link, hook).unwrap_or_else(|e| panic!("query tcx on {link}: {e}"));
+                    progs
+                        .into_iter()
+                        .map(|p| p.name_as_str().unwrap_or_default().to_string())
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        })
+    }
+
     /// Makes backend `i` behave as `fault` from now on.
     pub fn fault(&self, i: usize, fault: Fault) {
         let ns = &self.backends[i].ns;

@@ -165,11 +165,12 @@ fn counts_equal_the_clients(node: Node) {
     assert!(wrong.is_empty(), "{node:?}: counts unequal for {wrong:?}:\n{table}");
     let healthy = observers.read(0);
     assert!(healthy.completed > 0 && healthy.rtt_sum_ns > 0 && healthy.consecutive == 0);
+    let attached = rig.tcx_programs(&rig.links()[0]);
+    assert_eq!(attached, ["passive_out", "passive_in"], "{node:?}");
     drop(observers);
     // Gone with the handle: nothing of ours at tcx on the links.
     for l in rig.links() {
-        let out = rig.node.exec("bpftool", &["net", "show", "dev", &l]);
-        assert!(!out.contains("passive_"), "{l}: {out}");
+        assert_eq!(rig.tcx_programs(&l), Vec::<String>::new(), "{node:?}: {l}");
     }
 }
 

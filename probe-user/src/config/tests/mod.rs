@@ -62,6 +62,7 @@ mod grpc;
 mod health;
 mod http;
 mod nested;
+mod passive;
 mod profile;
 mod sink;
 mod source;
