@@ -26,9 +26,9 @@ use crate::Netns;
 /// The TTL / hop limit of every forged frame.
 pub const FORGED_TTL: u8 = 201;
 /// Frames per `sendmmsg` call.
-const BATCH: usize = 64;
+pub const BATCH: usize = 64;
 /// Room for the largest forged frame (ICMPv6 quoting an IPv6 header: 14 + 40 + 8 + 40 + 8).
-const FRAME_MAX: usize = 128;
+pub const FRAME_MAX: usize = 128;
 
 const ETH_P_ALL: u16 = 0x0003;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
@@ -317,6 +317,43 @@ fn v6(a: IpAddr) -> [u8; 16] {
     }
 }
 
+/// Writes a client's TCP segment (no payload, flags `flags`, sequence number `seq`) from
+/// `src:sport` to `dst:dport` into `b` behind an Ethernet header with `macs` (destination,
+/// source), checksums right, and returns its length: what a client sends through a router.
+pub fn segment(
+    b: &mut [u8; FRAME_MAX],
+    macs: ([u8; 6], [u8; 6]),
+    (src, sport): (IpAddr, u16),
+    (dst, dport): (IpAddr, u16),
+    flags: u8,
+    seq: u32,
+) -> usize {
+    b[0..6].copy_from_slice(&macs.0);
+    b[6..12].copy_from_slice(&macs.1);
+    let is_v6 = src.is_ipv6();
+    b[12..14].copy_from_slice(&(if is_v6 { 0x86ddu16 } else { 0x0800 }).to_be_bytes());
+    let l4 = 14 + if is_v6 { 40 } else { 20 };
+    let seg = &mut b[l4..l4 + 20];
+    seg[0..2].copy_from_slice(&sport.to_be_bytes());
+    seg[2..4].copy_from_slice(&dport.to_be_bytes());
+    seg[4..8].copy_from_slice(&seq.to_be_bytes());
+    seg[8..12].copy_from_slice(&(if flags & TCP_ACK != 0 { 1u32 } else { 0 }).to_be_bytes());
+    seg[12] = 5 << 4;
+    seg[13] = flags;
+    seg[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
+    seg[16..20].fill(0);
+    let sum = if is_v6 {
+        ipv6(&mut b[14..], v6(src), v6(dst), IPPROTO_TCP, 20, 0, 64);
+        pseudo_v6(&v6(src), &v6(dst), IPPROTO_TCP, 20)
+    } else {
+        ipv4(&mut b[14..], v4(src), v4(dst), IPPROTO_TCP, 20, sport, 64);
+        pseudo_v4(&v4(src), &v4(dst), IPPROTO_TCP, 20)
+    };
+    let c = finish(sum + payload_sum(&b[l4..l4 + 20]));
+    b[l4 + 16..l4 + 18].copy_from_slice(&c.to_be_bytes());
+    l4 + 20
+}
+
 /// Writes one forged frame about probe `t` into `b` (Ethernet first) and returns its length.
 /// Everything a sender can choose without knowing the cookie is random: acks, sequence
 /// numbers, IPv4 ids, flow labels.
@@ -517,6 +554,16 @@ impl Flooder {
         }
         report.elapsed = start.elapsed();
         report
+    }
+
+    /// The (destination, source) MACs its frames carry.
+    pub fn macs(&self) -> ([u8; 6], [u8; 6]) {
+        self.macs
+    }
+
+    /// Sends `frames` (each `lens` long), one sendmmsg per call; how many the kernel took.
+    pub fn send(&self, frames: &mut [[u8; FRAME_MAX]], lens: &[usize]) -> usize {
+        self.send_batch(frames, lens)
     }
 
     /// One sendmmsg; how many frames the kernel took (0 when the first was refused with

@@ -17,6 +17,8 @@ const BENCHMARKS: &[(&str, &[&str])] = &[
     ("dns", &["dns"]),
     ("million", &["million"]),
     ("cluster", &["cluster"]),
+    // What the passive observers cost per forwarded packet, against the node without them.
+    ("passive", &["passive"]),
 ];
 
 pub fn run(which: &str, extra: &[String]) -> anyhow::Result<()> {

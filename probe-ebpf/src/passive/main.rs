@@ -17,7 +17,7 @@
 use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use aya_ebpf::{
-    bindings::{tcx_action_base::TCX_NEXT, BPF_F_MMAPABLE, BPF_F_NO_PREALLOC},
+    bindings::{tcx_action_base::TCX_NEXT, BPF_F_MMAPABLE, BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::bpf_ktime_get_ns,
     macros::{classifier, map},
     maps::{Array, HashMap, LruHashMap},
@@ -102,24 +102,30 @@ fn on_egress(ctx: &TcContext) -> Option<()> {
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let seq = tcp.seq();
-    let entry = PASSIVE_FLOWS.get_ptr_mut(flow);
+    let fresh = Handshake {
+        first_ns: now,
+        isn: seq,
+        syns: 1,
+        state: Handshake::OPEN,
+        _pad: 0,
+    };
+    // A new flow, as nearly every SYN is: one hash operation, not a lookup and an insert.
+    if PASSIVE_FLOWS.insert(flow, fresh, u64::from(BPF_NOEXIST)).is_ok() {
+        let s = stats(rule.id)?;
+        add(at!(s, started), 1);
+        return Some(());
+    }
+    let p = PASSIVE_FLOWS.get_ptr_mut(flow)?;
     // SAFETY: an LRU value pointer, valid for this program run; programs on other CPUs may
     // write the same entry, which at worst counts one segment twice or not at all.
-    let step = on_syn(entry.map(|p| unsafe { &*p }), seq, now, timeout_ns(&rule));
-    match (step, entry) {
-        (SynStep::Start | SynStep::Restart, _) => {
-            let fresh = Handshake {
-                first_ns: now,
-                isn: seq,
-                syns: 1,
-                state: Handshake::OPEN,
-                _pad: 0,
-            };
-            PASSIVE_FLOWS.insert(flow, fresh, 0).ok()?;
+    match on_syn(Some(unsafe { &*p }), seq, now, timeout_ns(&rule)) {
+        SynStep::Start | SynStep::Restart => {
+            // SAFETY: as above.
+            unsafe { *p = fresh };
             let s = stats(rule.id)?;
             add(at!(s, started), 1);
         }
-        (SynStep::TimedOut, Some(p)) => {
+        SynStep::TimedOut => {
             // SAFETY: as above.
             unsafe {
                 (*p).state = Handshake::DONE;
@@ -127,11 +133,10 @@ fn on_egress(ctx: &TcContext) -> Option<()> {
             }
             count(rule.id, Outcome::TimedOut, now);
         }
-        (_, Some(p)) => {
+        SynStep::Again => {
             // SAFETY: as above.
             unsafe { (*p).syns = (*p).syns.saturating_add(1) };
         }
-        (_, None) => {}
     }
     Some(())
 }
@@ -177,8 +182,15 @@ fn on_ingress(ctx: &TcContext) -> Option<()> {
     let now = unsafe { bpf_ktime_get_ns() };
     // SAFETY: an LRU value pointer, valid for this program run (see on_egress).
     let outcome = on_answer(unsafe { &*p }, answer, now, timeout_ns(&rule))?;
-    // SAFETY: as above.
-    unsafe { (*p).state = Handshake::DONE };
+    if let Outcome::Completed { .. } = outcome {
+        // Done with: out of the LRU at once, so that the handshakes in flight keep its room
+        // and a new one rarely has to evict. A failed one stays, marked, so that the client's
+        // SYN sent again is not counted as another.
+        let _ = PASSIVE_FLOWS.remove(&flow);
+    } else {
+        // SAFETY: as above.
+        unsafe { (*p).state = Handshake::DONE };
+    }
     count(rule.id, outcome, now);
     Some(())
 }
