@@ -307,3 +307,77 @@ fn a_reload_adds_and_removes_passive_detection_and_moves_nothing_else() {
     }
     d.stop();
 }
+
+/// With an XDP load balancer reading the bpf sink's slot table (test_slot_lb: it rewrites the
+/// VIP to the slot's backend and hands the packet to the node's stack), passive detection sees
+/// the flows it forwards; the backend it ejects leaves the table through the sink, as on any
+/// verdict, and the clients' connections stop failing.
+#[test]
+fn passive_detection_ejects_from_a_bpf_slot_table() {
+    let rig = PassiveRig::new(3, Node::RIG);
+    let files = DaemonFiles::new();
+    // Its active check alone would take 6 s or more: what follows is passive detection's.
+    let mut text = config(
+        &files,
+        &rig,
+        "2s",
+        &[(
+            "web",
+            "[profile.passive]\nconsecutive_failures = 3\ntimeout = \"500ms\"\nmax_ejection_percent = 50\n",
+        )],
+    );
+    text = text.replace("dialect = \"lb\"\n", "dialect = \"lb\"\nrouting = \"weighted\"\n");
+    text += &("\n".to_string() + &probed_tests::lb::doc_block("bpf-sink"));
+    let cfg = files.write_config(&text);
+    let d = RunningDaemon::start(&rig.node, cfg, Some(&files.config_path())).expect("daemon starts");
+    for i in 0..3 {
+        d.wait_status("web", &format!("b{i}"), EndpointStatus::Online, Duration::from_secs(15));
+    }
+    let paths = probed::sinks::bpf::pin_paths(&files.pins.path, "web_lb");
+    let _lb = probed_tests::lb::SlotLb::attach(
+        &rig.node,
+        probed_tests::topo::LB_IF,
+        [198, 18, 211, 1],
+        &paths.0,
+        &paths.1,
+    );
+    // test_slot_lb does not translate replies back; the node does it here, statelessly, so
+    // that the clients' connections complete.
+    rig.node.nft(
+        "table ip probed_slot_return {
+            chain back {
+                type filter hook forward priority mangle; policy accept;
+                ip daddr 198.18.200.2 tcp sport 80 ip saddr set 198.18.211.1
+            }
+        }",
+    );
+    rig.fault(1, Fault::Refuse);
+    let conns = rig
+        .load(&["198.18.211.1".to_string()], 40, 6.0, Duration::from_millis(1500))
+        .finish();
+    let ejected = d
+        .events()
+        .into_iter()
+        .find(|e| e.endpoint == "b1" && e.kind == ChangeKind::Passive)
+        .unwrap_or_else(|| panic!("b1 not ejected by passive detection: {:#?}", d.events()));
+    let at = ejected.at_ns as f64 / 1e9;
+    let first = conns.iter().map(|c| c.start).fold(f64::MAX, f64::min);
+    let refused_before = conns.iter().filter(|c| c.result == "refused" && c.start < at).count();
+    // A connection that started once the sink had flipped the table (well within 0.2 s of the
+    // verdict) went to a healthy backend.
+    let late: Vec<_> = conns
+        .iter()
+        .filter(|c| c.start > at + 0.2 && c.result != "ok")
+        .collect();
+    eprintln!(
+        "bpf slot table: b1 ejected {:.0} ms after the first client connection, {refused_before} refused before, \
+         {} of {} connections failed after",
+        (at - first) * 1e3,
+        late.len(),
+        conns.iter().filter(|c| c.start > at + 0.2).count()
+    );
+    assert!(refused_before >= 3, "the clients met the refusing backend first");
+    assert!(late.is_empty(), "connections failed after the ejection: {late:?}");
+    assert!(at - first < 2.0, "ejected within 2 s of the first connection");
+    d.stop();
+}
