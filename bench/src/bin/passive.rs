@@ -168,7 +168,7 @@ fn main() {
     for mix in [Mix::Syn, Mix::Established] {
         let (mut off, mut on): (Vec<Round>, Vec<Round>) = (Vec::new(), Vec::new());
         let mut handshakes = 0;
-        let mut runs_of: std::collections::BTreeMap<String, (Duration, u64)> = Default::default();
+        let mut runs_of: std::collections::BTreeMap<String, (Duration, u64)> = std::collections::BTreeMap::default();
         for r in 0..rounds {
             // Alternate which goes first, so that a drift of the machine's load falls on both.
             for observed in if r % 2 == 0 { [false, true] } else { [true, false] } {
