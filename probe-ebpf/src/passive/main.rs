@@ -186,7 +186,7 @@ fn on_ingress(ctx: &TcContext) -> Option<()> {
         // Done with: out of the LRU at once, so that the handshakes in flight keep its room
         // and a new one rarely has to evict. A failed one stays, marked, so that the client's
         // SYN sent again is not counted as another.
-        let _ = PASSIVE_FLOWS.remove(&flow);
+        let _ = PASSIVE_FLOWS.remove(flow);
     } else {
         // SAFETY: as above.
         unsafe { (*p).state = Handshake::DONE };
