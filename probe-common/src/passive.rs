@@ -17,7 +17,7 @@ use crate::l4::FlowKey;
 
 /// The most backends passive detection watches at once (PASSIVE_STATS slots).
 pub const MAX_PASSIVE_BACKENDS: u32 = 65_536;
-/// Handshakes in flight the LRU holds by default; `[daemon] passive_flows` sizes it.
+/// Handshakes in flight the LRU holds (the loader may size it otherwise).
 pub const DEFAULT_PASSIVE_FLOWS: u32 = 65_536;
 
 /// A backend as forwarded segments name it (the address and port they go to).
@@ -33,6 +33,27 @@ pub struct BackendKey {
     pub _pad: u8,
 }
 const _: () = assert!(core::mem::size_of::<BackendKey>() == 20);
+
+impl BackendKey {
+    /// The key of the backend at `addr`.
+    pub fn of(addr: core::net::SocketAddr) -> Self {
+        let mut k = Self {
+            port: addr.port(),
+            ..Self::default()
+        };
+        match addr.ip() {
+            core::net::IpAddr::V4(a) => {
+                k.addr[..4].copy_from_slice(&a.octets());
+                k.family = crate::l4::FAMILY_V4;
+            }
+            core::net::IpAddr::V6(a) => {
+                k.addr = a.octets();
+                k.family = crate::l4::FAMILY_V6;
+            }
+        }
+        k
+    }
+}
 
 /// What userspace tells the kernel of a watched backend (PASSIVE_BACKENDS value).
 #[repr(C)]
@@ -70,8 +91,8 @@ impl Handshake {
 }
 
 /// One backend's counters (PASSIVE_STATS slot), all totals since the slot was given to the
-/// backend except the streak fields. The kernel adds with atomic adds; userspace reads through
-/// the shared mapping and zeroes `peak` when it has acted on it.
+/// backend except the run fields. The kernel adds with atomic adds; userspace reads through the
+/// shared mapping and zeroes `peak` (and `peak_first_ns`) after each read.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PassiveStats {
@@ -96,8 +117,10 @@ pub struct PassiveStats {
     pub streak_first_ns: u64,
     /// When the last failure was counted.
     pub last_fail_ns: u64,
+    /// When the run that set `peak` began.
+    pub peak_first_ns: u64,
 }
-const _: () = assert!(core::mem::size_of::<PassiveStats>() == 80);
+const _: () = assert!(core::mem::size_of::<PassiveStats>() == 88);
 
 impl PassiveStats {
     /// Handshakes that failed, of any kind.
@@ -141,8 +164,8 @@ pub enum SynStep {
     TimedOut,
     /// The same SYN again before the timeout, or a flow already decided: count its SYN only.
     Again,
-    /// A SYN with another sequence number on a flow still open: the client started over on
-    /// the same ports (the old attempt was given up). Replace the entry and count it started.
+    /// A SYN with another sequence number on a flow already known (open or decided): the client
+    /// started over on the same ports. Replace the entry and count it started.
     Restart,
 }
 
@@ -352,6 +375,7 @@ mod tests {
         };
         assert_eq!(answer_flow(&back, 80, 40_000), syn);
         let b = backend_of(&syn);
+        assert_eq!(b, BackendKey::of("198.18.2.3:80".parse().unwrap()));
         assert_eq!(
             (&b.addr[..4], b.port, b.family),
             (&[198u8, 18, 2, 3][..], 80, crate::l4::FAMILY_V4)

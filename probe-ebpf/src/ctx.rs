@@ -72,6 +72,18 @@ impl Packet for XdpContext {
     }
 }
 
+/// Brings the first `max` bytes of an skb (or all of a shorter one) into its linear part,
+/// where direct packet access reaches, when they are not there already; the packet's bytes
+/// stay as they were. XDP frames are always linear. A failure leaves the packet as it was:
+/// the bounds-checked parsers then find too little and pass it.
+#[inline(always)]
+pub fn pull_headers(ctx: &TcContext, max: u32) {
+    let want = ctx.len().min(max);
+    if ((ctx.data_end() - ctx.data()) as u32) < want {
+        let _ = ctx.pull_data(want);
+    }
+}
+
 impl Packet for TcContext {
     #[inline(always)]
     fn data(&self) -> usize {

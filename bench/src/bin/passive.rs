@@ -24,7 +24,6 @@ use std::{
 };
 
 use probe_common::{
-    l4::FAMILY_V4,
     packet::{TCP_ACK, TCP_SYN},
     passive::{BackendKey, BackendRule, DEFAULT_PASSIVE_FLOWS},
 };
@@ -146,13 +145,7 @@ fn main() {
         }",
     );
     let sender = Flooder::new(&rig.client, CLIENT_IF, parse_mac(&rig.node.mac(LB_IF)));
-    let mut key = BackendKey {
-        port: PORT,
-        family: FAMILY_V4,
-        ..BackendKey::default()
-    };
-    let b: std::net::Ipv4Addr = rig.backends[0].v4.parse().unwrap();
-    key.addr[..4].copy_from_slice(&b.octets());
+    let key = BackendKey::of(std::net::SocketAddr::new(rig.backends[0].v4.parse().unwrap(), PORT));
     let mut seed = 0x5eed_u64;
     // The kernel times every BPF program run while this fd is held.
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).expect("BPF_ENABLE_STATS");

@@ -34,7 +34,10 @@ use probe_common::{
         Handshake, Outcome, PassiveStats, SynStep, DEFAULT_PASSIVE_FLOWS, MAX_PASSIVE_BACKENDS,
     },
 };
-use probe_ebpf::parse::{parse_l3, Frame, L3};
+use probe_ebpf::{
+    ctx::pull_headers,
+    parse::{parse_l3, Frame, L3},
+};
 
 /// The address of field `$f` of the counters `$s` points at (a live PASSIVE_STATS slot).
 macro_rules! at {
@@ -87,7 +90,7 @@ fn on_egress(ctx: &TcContext) -> Option<()> {
     if ingress == 0 {
         return None;
     }
-    pull_headers(ctx);
+    pull_headers(ctx, HEADER_BYTES);
     let (l3, frame) = network(ctx)?;
     if l3.proto != IPPROTO_TCP {
         return None;
@@ -109,15 +112,18 @@ fn on_egress(ctx: &TcContext) -> Option<()> {
         state: Handshake::OPEN,
         _pad: 0,
     };
-    // A new flow, as nearly every SYN is: one hash operation, not a lookup and an insert.
+    // A new flow, as nearly every SYN is: one hash operation, not a lookup and an insert. (On
+    // a full LRU the kernel takes a free element before it finds the key, so a SYN sent again
+    // may push out the least recently seen handshake.)
     if PASSIVE_FLOWS.insert(flow, fresh, u64::from(BPF_NOEXIST)).is_ok() {
         let s = stats(rule.id)?;
         add(at!(s, started), 1);
         return Some(());
     }
     let p = PASSIVE_FLOWS.get_ptr_mut(flow)?;
-    // SAFETY: an LRU value pointer, valid for this program run; programs on other CPUs may
-    // write the same entry, which at worst counts one segment twice or not at all.
+    // SAFETY: an LRU value pointer into preallocated map memory, which stays valid; another
+    // CPU may delete the entry meanwhile and the kernel may hand the element to another flow
+    // at once, which at worst miscounts one handshake.
     match on_syn(Some(unsafe { &*p }), seq, now, timeout_ns(&rule)) {
         SynStep::Start | SynStep::Restart => {
             // SAFETY: as above.
@@ -145,7 +151,7 @@ fn on_egress(ctx: &TcContext) -> Option<()> {
 /// from a watched backend, or an ICMP destination unreachable quoting a client's SYN to one.
 #[inline(always)]
 fn on_ingress(ctx: &TcContext) -> Option<()> {
-    pull_headers(ctx);
+    pull_headers(ctx, HEADER_BYTES);
     let (l3, frame) = network(ctx)?;
     let (flow, answer) = match l3.proto {
         IPPROTO_TCP => {
@@ -180,7 +186,7 @@ fn on_ingress(ctx: &TcContext) -> Option<()> {
     let p = PASSIVE_FLOWS.get_ptr_mut(flow)?;
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    // SAFETY: an LRU value pointer, valid for this program run (see on_egress).
+    // SAFETY: an LRU value pointer into preallocated map memory (see on_egress).
     let outcome = on_answer(unsafe { &*p }, answer, now, timeout_ns(&rule))?;
     if let Outcome::Completed { .. } = outcome {
         // Done with: out of the LRU at once, so that the handshakes in flight keep its room
@@ -206,17 +212,6 @@ fn network(ctx: &TcContext) -> Option<(L3, Frame)> {
         _ => return None,
     };
     Some((parse_l3(ctx, link.l3_off, ipv6)?, frame))
-}
-
-/// Brings the headers into the skb's linear part, where direct packet access reaches, when
-/// they are not there already. The packet's bytes stay as they were.
-#[inline(always)]
-fn pull_headers(ctx: &TcContext) {
-    let want = ctx.len().min(HEADER_BYTES);
-    if ((ctx.data_end() - ctx.data()) as u32) < want {
-        // A failure leaves the packet as it was; the parse then leaves it uncounted.
-        let _ = ctx.pull_data(want);
-    }
 }
 
 #[inline(always)]
@@ -260,6 +255,7 @@ fn count(id: u32, outcome: Outcome, now: u64) {
     let peak = at!(s, peak);
     if run > get(peak) {
         set(peak, run);
+        set(at!(s, peak_first_ns), get(at!(s, streak_first_ns)));
     }
     set(at!(s, last_fail_ns), now);
 }

@@ -92,7 +92,7 @@ pub fn probe_rx(mut ctx: XdpContext) -> u32 {
 
 #[classifier]
 pub fn probe_rx_tc(mut ctx: TcContext) -> i32 {
-    pull_headers(&ctx);
+    crate::ctx::pull_headers(&ctx, TC_HEADER_BYTES);
     let v = try_probe_rx(&mut ctx).unwrap_or(PASS);
     tc_verdict(&ctx, v)
 }
@@ -130,15 +130,6 @@ fn tc_verdict(ctx: &TcContext, v: Verdict) -> i32 {
 /// options, or an IPv6 one with extension headers, and the quoted ports): pulled into the
 /// skb's linear part, where direct packet access reaches. XDP frames are always linear.
 const TC_HEADER_BYTES: u32 = 256;
-
-#[inline(always)]
-fn pull_headers(ctx: &TcContext) {
-    let want = ctx.len().min(TC_HEADER_BYTES);
-    if ((ctx.data_end() - ctx.data()) as u32) < want {
-        // A failure leaves the packet as it was; the matcher's bounds checks then pass it.
-        let _ = ctx.pull_data(want);
-    }
-}
 
 /// The matcher. Not inlined into the entry point, so the generator's call chain does not
 /// carry the matcher's stack frame (the verifier allows 512 bytes along any chain).

@@ -102,15 +102,31 @@ impl PassiveKernel {
         let _ = self.backends.remove(backend);
     }
 
-    /// Slot `id`'s counters as they are now (each field read once; the kernel may be adding
-    /// meanwhile, so two fields may be a segment apart).
+    /// Slot `id`'s counters as they are now: each field read once, whole (the kernel writes
+    /// them with aligned 8-byte atomic adds and stores); it may be adding meanwhile, so two
+    /// fields may be a segment apart.
     pub fn read(&self, id: u32) -> PassiveStats {
         let Some(p) = self.stats.entry(id as usize) else {
             return PassiveStats::default();
         };
-        // SAFETY: an entry of the live mapping; the kernel writes its fields with aligned
-        // atomic adds and stores, so a volatile read of the whole value sees each field whole.
-        unsafe { std::ptr::read_volatile(p) }
+        // SAFETY: `p` is an entry of the live mapping; every field is an aligned u64, read
+        // with one volatile load each.
+        unsafe {
+            let f = |field: *const u64| std::ptr::read_volatile(field);
+            PassiveStats {
+                started: f(&raw const (*p).started),
+                completed: f(&raw const (*p).completed),
+                refused: f(&raw const (*p).refused),
+                unreachable: f(&raw const (*p).unreachable),
+                timed_out: f(&raw const (*p).timed_out),
+                rtt_sum_ns: f(&raw const (*p).rtt_sum_ns),
+                consecutive: f(&raw const (*p).consecutive),
+                peak: f(&raw const (*p).peak),
+                streak_first_ns: f(&raw const (*p).streak_first_ns),
+                last_fail_ns: f(&raw const (*p).last_fail_ns),
+                peak_first_ns: f(&raw const (*p).peak_first_ns),
+            }
+        }
     }
 
     /// Zeroes slot `id`, for a backend that takes it over.
@@ -121,15 +137,13 @@ impl PassiveKernel {
         }
     }
 
-    /// Zeroes slot `id`'s `peak` and `consecutive`: its run of failures was acted on.
-    pub fn clear_run(&self, id: u32) {
+    /// Zeroes slot `id`'s `peak`, read: the next read's peak is the longest run since now.
+    /// A run the kernel extends between the read and this store starts the next peak over
+    /// (its current run, `consecutive`, is not touched).
+    pub fn take_peak(&self, id: u32) {
         if let Some(p) = self.stats.entry(id as usize) {
-            // SAFETY: as in read: aligned u64 stores into the live mapping. A failure counted
-            // by the kernel between the two stores starts the next run.
-            unsafe {
-                std::ptr::write_volatile(&raw mut (*p).consecutive, 0);
-                std::ptr::write_volatile(&raw mut (*p).peak, 0);
-            }
+            // SAFETY: as in read: an aligned u64 store into the live mapping.
+            unsafe { std::ptr::write_volatile(&raw mut (*p).peak, 0) };
         }
     }
 

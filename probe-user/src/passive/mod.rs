@@ -20,18 +20,33 @@ pub enum Trip {
     Ratio { failed: u64, decided: u64 },
 }
 
-/// What the runner keeps of one watched backend between two reads.
+/// What the runner keeps of one watched backend for one of its endpoints (a backend in two
+/// passive profiles is judged by each profile's rule) between two reads.
 #[derive(Clone, Debug, Default)]
 pub struct Watch {
     /// The counters at the last read.
-    pub last: PassiveStats,
-    /// (when, handshakes decided, of which failed) per read with any, within the longest window.
+    last: PassiveStats,
+    /// (when, handshakes decided, of which failed) per read with any, within the window.
     samples: VecDeque<(u64, u64, u64)>,
+    /// The backend's failures when this rule last tripped: a run counts only the failures
+    /// after it, so one run ejects once (an ejected backend takes no more traffic, and its run
+    /// would still stand when it comes back).
+    failed_at_trip: u64,
 }
 
 impl Watch {
-    /// Takes a new read of the counters at `now_ns` and judges it under `rule`. The runner
-    /// zeroes the kernel's run of failures (`peak`) once it acted on a `Consecutive` trip.
+    /// A watch that starts at `last` (an endpoint that joins a backend already watched): what
+    /// came before it is not its to judge.
+    pub fn seeded(last: &PassiveStats) -> Self {
+        Self {
+            last: *last,
+            samples: VecDeque::new(),
+            failed_at_trip: last.failed(),
+        }
+    }
+
+    /// Takes a new read of the counters at `now_ns` and judges it under `rule`. `now.peak` is
+    /// the longest run since the previous read (the runner zeroes it after each read).
     pub fn judge(&mut self, rule: &Passive, now: &PassiveStats, now_ns: u64) -> Option<Trip> {
         let decided = now.decided().saturating_sub(self.last.decided());
         let failed = now.failed().saturating_sub(self.last.failed());
@@ -39,14 +54,28 @@ impl Watch {
         if decided > 0 {
             self.samples.push_back((now_ns, decided, failed));
         }
-        if let Some(n) = rule.consecutive {
-            if now.peak >= u64::from(n) {
-                return Some(Trip::Consecutive {
-                    run: now.peak,
-                    since_ns: now.streak_first_ns,
-                });
-            }
+        let trip = self.consecutive(rule, now).or_else(|| self.ratio(rule, now_ns));
+        if trip.is_some() {
+            self.failed_at_trip = now.failed();
+            self.samples.clear();
         }
+        trip
+    }
+
+    fn consecutive(&self, rule: &Passive, now: &PassiveStats) -> Option<Trip> {
+        let n = u64::from(rule.consecutive?);
+        let fresh = now.failed().saturating_sub(self.failed_at_trip);
+        let run = now.peak.max(now.consecutive).min(fresh);
+        // When the run began: the current one's start, or the broken one's that set the peak.
+        let since_ns = if now.consecutive >= now.peak {
+            now.streak_first_ns
+        } else {
+            now.peak_first_ns
+        };
+        (run >= n).then_some(Trip::Consecutive { run, since_ns })
+    }
+
+    fn ratio(&mut self, rule: &Passive, now_ns: u64) -> Option<Trip> {
         let ratio = rule.ratio?;
         let window_ns = u64::try_from(ratio.window.as_nanos()).unwrap_or(u64::MAX);
         while self
@@ -60,12 +89,6 @@ impl Watch {
         (decided >= u64::from(ratio.min_attempts) && failed * 100 >= decided * u64::from(ratio.percent))
             .then_some(Trip::Ratio { failed, decided })
     }
-
-    /// Forgets the window: after an ejection, the failures that caused it are not judged
-    /// again once the endpoint is back.
-    pub fn forget(&mut self) {
-        self.samples.clear();
-    }
 }
 
 /// The most of `endpoints` endpoints passive detection may eject at once at `percent`:
@@ -78,7 +101,7 @@ pub fn cap(endpoints: usize, percent: u8) -> usize {
 }
 
 /// The reason an ejection's result carries, e.g. "passive: 5 failed client handshakes in a
-/// row (refused 5)".
+/// row (of all seen: refused 5)".
 pub fn reason(trip: Trip, s: &PassiveStats) -> String {
     let kinds = [
         ("refused", s.refused),

@@ -23,6 +23,7 @@ fn stats(completed: u64, refused: u64, peak: u64) -> PassiveStats {
         peak,
         consecutive: peak,
         streak_first_ns: 7,
+        peak_first_ns: 7,
         ..PassiveStats::default()
     }
 }
@@ -35,6 +36,18 @@ fn a_run_that_reached_the_threshold_trips_even_when_broken_before_the_read() {
     let mut s = stats(11, 5, 5);
     s.consecutive = 0;
     assert_eq!(w.judge(&r, &s, 2 * S), Some(Trip::Consecutive { run: 5, since_ns: 7 }));
+}
+
+#[test]
+fn one_run_ejects_once_and_a_new_run_after_it_again() {
+    let r = rule(Some(3), None);
+    let mut w = Watch::default();
+    assert!(w.judge(&r, &stats(10, 3, 3), S).is_some());
+    // The same run, still standing (no traffic since, or more of it): no second trip until
+    // three failures more.
+    assert_eq!(w.judge(&r, &stats(10, 3, 3), 2 * S), None);
+    assert_eq!(w.judge(&r, &stats(10, 5, 5), 3 * S), None);
+    assert!(w.judge(&r, &stats(10, 6, 6), 4 * S).is_some());
 }
 
 #[test]

@@ -37,6 +37,24 @@ fn config(files: &DaemonFiles, rig: &PassiveRig, interval: &str, profiles: &[(&s
     text
 }
 
+/// `[profile.passive]`: 3 failed handshakes in a row, a 500 ms timeout, `cap` percent at most.
+fn passive(cap: u32) -> String {
+    format!("[profile.passive]\nconsecutive_failures = 3\ntimeout = \"500ms\"\nmax_ejection_percent = {cap}\n")
+}
+
+/// Starts the daemon on `text` in the node and waits for endpoints b0.. of each of `profiles`
+/// (`backends` each) to be Online.
+fn start(rig: &PassiveRig, files: &DaemonFiles, text: &str, profiles: &[&str], backends: usize) -> RunningDaemon {
+    let cfg = files.write_config(text);
+    let d = RunningDaemon::start(&rig.node, cfg, Some(&files.config_path())).expect("daemon starts");
+    for p in profiles {
+        for i in 0..backends {
+            d.wait_status(p, &format!("b{i}"), EndpointStatus::Online, Duration::from_secs(15));
+        }
+    }
+    d
+}
+
 /// Whether the passive observers are attached to `link` on the node.
 fn observed(rig: &PassiveRig, link: &str) -> bool {
     rig.tcx_programs(link).iter().any(|p| p == "passive_out")
@@ -59,24 +77,8 @@ fn down_at(d: &RunningDaemon, profile: &str, endpoint: &str, kind: ChangeKind) -
 fn passive_detection_ejects_sooner_than_the_active_check_and_the_active_check_brings_it_back() {
     let rig = PassiveRig::new(FAULTS.len(), Node::RIG);
     let files = DaemonFiles::new();
-    let cfg = files.write_config(&config(
-        &files,
-        &rig,
-        "2s",
-        &[
-            (
-                "passive",
-                "[profile.passive]\nconsecutive_failures = 3\ntimeout = \"500ms\"\nmax_ejection_percent = 75\n",
-            ),
-            ("active", ""),
-        ],
-    ));
-    let d = RunningDaemon::start(&rig.node, cfg, Some(&files.config_path())).expect("daemon starts");
-    for p in ["passive", "active"] {
-        for i in 0..FAULTS.len() {
-            d.wait_status(p, &format!("b{i}"), EndpointStatus::Online, Duration::from_secs(15));
-        }
-    }
+    let text = config(&files, &rig, "2s", &[("passive", passive(75).as_str()), ("active", "")]);
+    let d = start(&rig, &files, &text, &["passive", "active"], FAULTS.len());
     let load = rig.load(&[VIP_V4.to_string()], 40, 16.0, Duration::from_millis(2500));
     std::thread::sleep(Duration::from_secs(2));
     let fault_ns = mono_ns();
@@ -191,20 +193,8 @@ fn passive_detection_ejects_sooner_than_the_active_check_and_the_active_check_br
 fn a_client_side_fault_ejects_at_most_the_cap() {
     let rig = PassiveRig::new(4, Node::RIG);
     let files = DaemonFiles::new();
-    let text = config(
-        &files,
-        &rig,
-        "1s",
-        &[(
-            "web",
-            "[profile.passive]\nconsecutive_failures = 3\ntimeout = \"500ms\"\nmax_ejection_percent = 25\n",
-        )],
-    );
-    let cfg = files.write_config(&text);
-    let d = RunningDaemon::start(&rig.node, cfg, Some(&files.config_path())).expect("daemon starts");
-    for i in 0..4 {
-        d.wait_status("web", &format!("b{i}"), EndpointStatus::Online, Duration::from_secs(15));
-    }
+    let text = config(&files, &rig, "1s", &[("web", passive(25).as_str())]);
+    let d = start(&rig, &files, &text, &["web"], 4);
     let load = rig.load(&[VIP_V4.to_string()], 40, 8.0, Duration::from_millis(1500));
     std::thread::sleep(Duration::from_millis(1500));
     for b in &rig.backends {
@@ -252,20 +242,8 @@ fn a_reload_adds_and_removes_passive_detection_and_moves_nothing_else() {
     let rig = PassiveRig::new(2, Node::RIG);
     let files = DaemonFiles::new();
     let plain = config(&files, &rig, "1s", &[("web", "")]);
-    let with = config(
-        &files,
-        &rig,
-        "1s",
-        &[(
-            "web",
-            "[profile.passive]\nconsecutive_failures = 3\ntimeout = \"500ms\"\nmax_ejection_percent = 50\n",
-        )],
-    );
-    let cfg = files.write_config(&plain);
-    let d = RunningDaemon::start(&rig.node, cfg, Some(&files.config_path())).expect("daemon starts");
-    for i in 0..2 {
-        d.wait_status("web", &format!("b{i}"), EndpointStatus::Online, Duration::from_secs(15));
-    }
+    let with = config(&files, &rig, "1s", &[("web", passive(50).as_str())]);
+    let d = start(&rig, &files, &plain, &["web"], 2);
     assert!(!observed(&rig, "pv0"));
     let events = d.events().len();
     std::fs::write(files.config_path(), &with).unwrap();
@@ -317,22 +295,10 @@ fn passive_detection_ejects_from_a_bpf_slot_table() {
     let rig = PassiveRig::new(3, Node::RIG);
     let files = DaemonFiles::new();
     // Its active check alone would take 6 s or more: what follows is passive detection's.
-    let mut text = config(
-        &files,
-        &rig,
-        "2s",
-        &[(
-            "web",
-            "[profile.passive]\nconsecutive_failures = 3\ntimeout = \"500ms\"\nmax_ejection_percent = 50\n",
-        )],
-    );
+    let mut text = config(&files, &rig, "2s", &[("web", passive(50).as_str())]);
     text = text.replace("dialect = \"lb\"\n", "dialect = \"lb\"\nrouting = \"weighted\"\n");
     text += &("\n".to_string() + &probed_tests::lb::doc_block("bpf-sink"));
-    let cfg = files.write_config(&text);
-    let d = RunningDaemon::start(&rig.node, cfg, Some(&files.config_path())).expect("daemon starts");
-    for i in 0..3 {
-        d.wait_status("web", &format!("b{i}"), EndpointStatus::Online, Duration::from_secs(15));
-    }
+    let d = start(&rig, &files, &text, &["web"], 3);
     let paths = probed::sinks::bpf::pin_paths(&files.pins.path, "web_lb");
     let _lb = probed_tests::lb::SlotLb::attach(
         &rig.node,

@@ -4,10 +4,7 @@
 //! and without; and the forwarded flows pass as they would without them.
 use std::time::Duration;
 
-use probe_common::{
-    l4::{FAMILY_V4, FAMILY_V6},
-    passive::{BackendKey, BackendRule, PassiveStats},
-};
+use probe_common::passive::{BackendKey, BackendRule, PassiveStats};
 use probed::kernel::passive::PassiveKernel;
 use probed_tests::{
     passive::{Conn, Fault, PassiveRig, PORT, VIP_V4, VIP_V6},
@@ -24,22 +21,7 @@ const FAULTS: [Fault; 5] = [
 ];
 
 fn key(addr: &str) -> BackendKey {
-    let ip: std::net::IpAddr = addr.parse().unwrap();
-    let mut k = BackendKey {
-        port: PORT,
-        ..BackendKey::default()
-    };
-    match ip {
-        std::net::IpAddr::V4(a) => {
-            k.addr[..4].copy_from_slice(&a.octets());
-            k.family = FAMILY_V4;
-        }
-        std::net::IpAddr::V6(a) => {
-            k.addr = a.octets();
-            k.family = FAMILY_V6;
-        }
-    }
-    k
+    BackendKey::of(std::net::SocketAddr::new(addr.parse().unwrap(), PORT))
 }
 
 /// The counts of each kind of handshake among `conns`, as the observers should have them.
@@ -167,10 +149,24 @@ fn counts_equal_the_clients(node: Node) {
     assert!(healthy.completed > 0 && healthy.rtt_sum_ns > 0 && healthy.consecutive == 0);
     let attached = rig.tcx_programs(&rig.links()[0]);
     assert_eq!(attached, ["passive_out", "passive_in"], "{node:?}");
+    // A link deleted under them is noticed (the daemon then starts them again). Asked from
+    // the node's namespace, where their interfaces' names mean something.
+    let lost = |k: PassiveKernel| {
+        rig.node.enter(move || {
+            let lost = k.lost_interface().map(str::to_string);
+            (k, lost)
+        })
+    };
+    let (observers, before) = lost(observers);
+    assert_eq!(before, None);
+    let last = rig.links().pop().unwrap();
+    rig.node.ip(&["link", "del", &last]);
+    let (observers, after) = lost(observers);
+    assert_eq!(after.as_deref(), Some(last.as_str()));
     drop(observers);
     // Gone with the handle: nothing of ours at tcx on the links.
-    for l in rig.links() {
-        assert_eq!(rig.tcx_programs(&l), Vec::<String>::new(), "{node:?}: {l}");
+    for l in rig.links().iter().filter(|l| **l != last) {
+        assert_eq!(rig.tcx_programs(l), Vec::<String>::new(), "{node:?}: {l}");
     }
 }
 

@@ -31,31 +31,28 @@ pub(super) struct Passive {
     /// The table changed: the watched set follows at the next turn's end.
     pub(super) dirty: bool,
     next_poll_ns: u64,
+    /// The observers could not start (or lost an interface): when to try again.
+    retry_ns: Option<u64>,
+    /// That failure was logged (once until the observers start).
+    failure_logged: bool,
 }
+
+/// How often the observers are tried again after they could not start.
+const RETRY_NS: u64 = 1_000_000_000;
 
 struct Watched {
     id: u32,
-    watch: Watch,
-    /// Its endpoints (one per profile that has it), with their profile's index in the table.
-    owners: Vec<(OwnerId, usize)>,
+    /// The counters at the last read (for the metrics' deltas).
+    last: PassiveStats,
+    /// Its endpoints (one per profile that has it): each with its profile's index in the
+    /// table, judged by that profile's rule.
+    owners: Vec<Owner>,
 }
 
-fn key_of(addr: SocketAddr) -> BackendKey {
-    let mut k = BackendKey {
-        port: addr.port(),
-        ..BackendKey::default()
-    };
-    match addr.ip() {
-        std::net::IpAddr::V4(a) => {
-            k.addr[..4].copy_from_slice(&a.octets());
-            k.family = probe_common::l4::FAMILY_V4;
-        }
-        std::net::IpAddr::V6(a) => {
-            k.addr = a.octets();
-            k.family = probe_common::l4::FAMILY_V6;
-        }
-    }
-    k
+struct Owner {
+    id: OwnerId,
+    pix: usize,
+    watch: Watch,
 }
 
 /// (started, completed, refused, unreachable, timed out).
@@ -72,7 +69,10 @@ fn since(now: &PassiveStats, before: &PassiveStats) -> [u64; 5] {
 impl Passive {
     /// When the loop should wake to read the counters (never while nothing is watched).
     pub(super) fn next_due(&self) -> Option<u64> {
-        self.kernel.as_ref().map(|_| self.next_poll_ns)
+        match &self.kernel {
+            Some(_) => Some(self.next_poll_ns),
+            None => self.retry_ns,
+        }
     }
 }
 
@@ -82,6 +82,7 @@ impl Runner {
     /// none does.
     pub(super) fn sync_passive(&mut self) {
         self.passive.dirty = false;
+        let now = self.now();
         let mut want: FastMap<BackendKey, (u32, Vec<(OwnerId, usize)>)> = FastMap::default();
         let mut interfaces: Vec<String> = Vec::new();
         for (pix, p) in self.table.profiles().iter().enumerate() {
@@ -89,7 +90,7 @@ impl Runner {
             interfaces.extend(rule.interfaces.iter().cloned());
             let timeout_ms = u32::try_from(rule.timeout.as_millis()).unwrap_or(u32::MAX);
             for id in &p.owners {
-                let key = key_of(self.table.targets()[id].spec().target());
+                let key = BackendKey::of(self.table.targets()[id].spec().target());
                 let e = want.entry(key).or_insert((timeout_ms, Vec::new()));
                 e.0 = e.0.min(timeout_ms);
                 e.1.push((*id, pix));
@@ -111,13 +112,28 @@ impl Runner {
             p.free.clear();
             p.next_id = 0;
             match PassiveKernel::load(&interfaces, DEFAULT_PASSIVE_FLOWS) {
-                Ok(k) => p.kernel = Some(k),
+                Ok(k) => {
+                    if p.failure_logged {
+                        log::info!("passive detection on again, on {}", interfaces.join(", "));
+                    }
+                    p.kernel = Some(k);
+                    p.retry_ns = None;
+                    p.failure_logged = false;
+                }
                 Err(e) => {
-                    log::error!(
-                        "passive detection is off: the observers could not start on {}: {}",
-                        interfaces.join(", "),
-                        crate::errors::chain(&e)
-                    );
+                    // A missing interface may come: tried again every second, said once. Any
+                    // other failure (no tcx, a verifier refusal) stays until a reload.
+                    let missing = interfaces.iter().any(|i| crate::kernel::if_index(i).is_err());
+                    if !p.failure_logged {
+                        log::error!(
+                            "passive detection is off: the observers could not start on {}: {}{}",
+                            interfaces.join(", "),
+                            crate::errors::chain(&e),
+                            if missing { "; trying again every second" } else { "" }
+                        );
+                        p.failure_logged = true;
+                    }
+                    p.retry_ns = missing.then_some(now + RETRY_NS);
                     p.interfaces = interfaces;
                     return;
                 }
@@ -136,7 +152,18 @@ impl Runner {
         });
         for (key, (timeout_ms, owners)) in want {
             if let Some(w) = p.backends.get_mut(&key) {
-                w.owners = owners;
+                // Each endpoint that stays keeps what its rule has seen.
+                let mut kept = std::mem::take(&mut w.owners);
+                w.owners = owners
+                    .into_iter()
+                    .map(|(id, pix)| {
+                        let watch = kept
+                            .iter()
+                            .position(|o| o.id == id)
+                            .map_or_else(|| Watch::seeded(&w.last), |i| kept.swap_remove(i).watch);
+                        Owner { id, pix, watch }
+                    })
+                    .collect();
                 let _ = kernel.watch(&key, BackendRule { id: w.id, timeout_ms });
                 continue;
             }
@@ -161,8 +188,15 @@ impl Runner {
                 key,
                 Watched {
                     id,
-                    watch: Watch::default(),
-                    owners,
+                    last: PassiveStats::default(),
+                    owners: owners
+                        .into_iter()
+                        .map(|(id, pix)| Owner {
+                            id,
+                            pix,
+                            watch: Watch::default(),
+                        })
+                        .collect(),
                 },
             );
         }
@@ -170,44 +204,56 @@ impl Runner {
 
     /// Reads every watched backend's counters when due, and ejects what they call for.
     pub(super) fn poll_passive(&mut self, now: u64) {
-        if self.passive.dirty {
+        if self.passive.dirty || self.passive.kernel.is_none() && self.passive.retry_ns.is_some_and(|t| t <= now) {
             self.sync_passive();
         }
-        if self.passive.next_due().is_none_or(|due| due > now) {
+        if self.passive.kernel.is_none() || self.passive.next_poll_ns > now {
             return;
         }
         self.passive.next_poll_ns = now + POLL_NS;
-        // Back through their active checks: no longer counted against the cap.
+        // An interface deleted or replaced took the observers' links with it: start them
+        // again (now, and every second until it is back).
+        if let Some(lost) = self
+            .passive
+            .kernel
+            .as_ref()
+            .and_then(|k| k.lost_interface().map(str::to_string))
+        {
+            log::warn!("passive detection: interface {lost} is gone or was replaced; starting the observers again");
+            self.passive.kernel = None;
+            self.passive.interfaces.clear();
+            self.passive.retry_ns = Some(now);
+            return;
+        }
+        // Back through their active checks (this node's own verdict, not an agent's or the
+        // cluster's view): no longer counted against the cap.
         let targets = self.table.targets();
-        self.passive
-            .ejected
-            .retain(|id| targets.get(id).is_some_and(|t| t.health() == HealthState::Unhealthy));
+        self.passive.ejected.retain(|id| {
+            targets
+                .get(id)
+                .is_some_and(|t| t.tracker().state() == HealthState::Unhealthy)
+        });
         let mut trips: Vec<(OwnerId, usize, Trip, PassiveStats)> = Vec::new();
         let Some(kernel) = self.passive.kernel.as_ref() else {
             return;
         };
         for w in self.passive.backends.values_mut() {
             let stats = kernel.read(w.id);
-            let delta = since(&stats, &w.watch.last);
-            if delta.iter().any(|n| *n > 0) {
-                for (_, pix) in &w.owners {
-                    if let Some(p) = self.table.profiles().get(*pix) {
-                        self.metrics.passive_handshakes(&p.name, delta);
-                    }
+            // The next read's peak is the longest run from now.
+            kernel.take_peak(w.id);
+            let delta = since(&stats, &w.last);
+            w.last = stats;
+            for o in &mut w.owners {
+                let Some(p) = self.table.profiles().get(o.pix) else {
+                    continue;
+                };
+                if delta.iter().any(|n| *n > 0) {
+                    self.metrics.passive_handshakes(&p.name, delta);
                 }
-            }
-            let Some(rule) = w
-                .owners
-                .first()
-                .and_then(|(_, pix)| self.table.profiles().get(*pix))
-                .and_then(|p| p.cfg.passive.as_ref())
-            else {
-                continue;
-            };
-            if let Some(trip) = w.watch.judge(rule, &stats, now) {
-                kernel.clear_run(w.id);
-                w.watch.forget();
-                trips.extend(w.owners.iter().map(|(id, pix)| (*id, *pix, trip, stats)));
+                let Some(rule) = &p.cfg.passive else { continue };
+                if let Some(trip) = o.watch.judge(rule, &stats, now) {
+                    trips.push((o.id, o.pix, trip, stats));
+                }
             }
         }
         for (id, pix, trip, stats) in trips {
@@ -224,14 +270,18 @@ impl Runner {
         let Some(kernel) = &self.passive.kernel else { return };
         for view in views {
             let Ok(ip) = view.address.parse() else { continue };
-            let Some(w) = self.passive.backends.get(&key_of(SocketAddr::new(ip, view.port))) else {
+            let Some(w) = self
+                .passive
+                .backends
+                .get(&BackendKey::of(SocketAddr::new(ip, view.port)))
+            else {
                 continue;
             };
             // Only where its own profile has passive detection.
             let Some(id) = self
                 .table
                 .find(&view.profile, &view.name)
-                .filter(|id| w.owners.iter().any(|(o, _)| o == id))
+                .filter(|id| w.owners.iter().any(|o| o.id == *id))
             else {
                 continue;
             };
@@ -254,9 +304,14 @@ impl Runner {
         }
     }
 
-    /// Ejects endpoint `id` of profile `pix` on `trip`, unless it is down already or the
+    /// Ejects endpoint `id` of profile `pix` on `trip`, unless its own check is not running
+    /// (always-serve, disabled: nothing would bring it back), it is down already, or the
     /// profile's cap is reached.
     fn eject(&mut self, id: OwnerId, pix: usize, trip: Trip, stats: &PassiveStats, now: u64) {
+        let Some(t) = self.table.targets().get(&id) else { return };
+        if !t.should_probe() || t.tracker().state() == HealthState::Unhealthy {
+            return;
+        }
         let Some(p) = self.table.profiles().get(pix) else {
             return;
         };
