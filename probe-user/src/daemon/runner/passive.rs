@@ -42,6 +42,8 @@ const RETRY_NS: u64 = 1_000_000_000;
 
 struct Watched {
     id: u32,
+    /// The handshake timeout the kernel has for it.
+    timeout_ms: u32,
     /// The counters at the last read (for the metrics' deltas).
     last: PassiveStats,
     /// Its endpoints (one per profile that has it): each with its profile's index in the
@@ -164,7 +166,11 @@ impl Runner {
                         Owner { id, pix, watch }
                     })
                     .collect();
-                let _ = kernel.watch(&key, BackendRule { id: w.id, timeout_ms });
+                // A fleet batch or a reload resyncs every backend: the kernel hears only of a
+                // timeout that changed.
+                if w.timeout_ms != timeout_ms && kernel.watch(&key, BackendRule { id: w.id, timeout_ms }).is_ok() {
+                    w.timeout_ms = timeout_ms;
+                }
                 continue;
             }
             let id = match p.free.pop() {
@@ -188,6 +194,7 @@ impl Runner {
                 key,
                 Watched {
                     id,
+                    timeout_ms,
                     last: PassiveStats::default(),
                     owners: owners
                         .into_iter()
